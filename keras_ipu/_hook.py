@@ -1,0 +1,201 @@
+"""Teaches an unmodified Keras the backend name "ipu".
+
+Keras chooses its backend-specific classes with `if backend() == "..."`
+chains in a handful of modules, and fails for names it does not know. A
+`.pth` file shipped with keras_ipu calls `install()` at interpreter start-up;
+it puts a meta-path finder in front of the normal one. The finder does
+nothing until one of those few Keras modules is imported *and* the selected
+backend is "ipu" (read at that moment, so `os.environ["KERAS_BACKEND"]` set in
+a script before `import keras` works too). Then it loads that module from its
+own source with one extra `elif backend() == "ipu":` branch added to the AST.
+No file in site-packages is changed; with any other backend it returns None.
+
+This module must stay cheap to import: it runs in every Python process.
+"""
+
+import sys
+
+SUPPORTED_KERAS = "3.15"
+
+# module -> the body of the branch added for "ipu" in its backend if-chain.
+_CHAIN_BRANCHES = {
+    "keras.src.backend": (
+        "from keras_ipu.backend import *\n"
+        "from keras_ipu.backend.core import Variable as BackendVariable\n"
+    ),
+    "keras.src.layers.layer": (
+        "from keras_ipu.backend.layer import IPULayer as BackendLayer\n"
+    ),
+    "keras.src.models.model": (
+        "from keras_ipu.backend.trainer import IPUTrainer as Trainer\n"
+    ),
+    "keras.src.export.saved_model": (
+        "from keras_ipu.backend.export import IPUExportArchive "
+        "as BackendSavedModelExportArchive\n"
+    ),
+}
+_BACKEND_UTILS = "keras.src.utils.backend_utils"
+_TARGETS = frozenset(_CHAIN_BRANCHES) | {_BACKEND_UTILS}
+
+
+class KerasVersionError(ImportError):
+    pass
+
+
+def _selected_backend():
+    # keras.src.backend.config is imported before any of our targets (they
+    # all import it), so asking it is both correct and free.
+    config = sys.modules.get("keras.src.backend.config")
+    if config is not None:
+        return config.backend()
+    import os
+
+    return os.environ.get("KERAS_BACKEND", "")
+
+
+def _version_error(module_name, what):
+    try:
+        from importlib.metadata import version
+
+        found = version("keras")
+    except Exception:  # pragma: no cover - metadata missing
+        found = "unknown"
+    return KerasVersionError(
+        f"keras_ipu cannot add the 'ipu' backend to Keras {found}: {what} "
+        f"was not found in `{module_name}`. keras_ipu supports Keras "
+        f"{SUPPORTED_KERAS}.x; install it with `pip install "
+        f"'keras>={SUPPORTED_KERAS}.1,<3.16'` or select another backend."
+    )
+
+
+def _is_backend_compare(test, name):
+    """True for `<...>.backend() == "name"` / `backend() == "name"`."""
+    import ast
+
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.left, ast.Call)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == name
+    )
+
+
+def _add_chain_branch(tree, module_name):
+    import ast
+
+    for stmt in tree.body:
+        if isinstance(stmt, ast.If) and _is_backend_compare(
+            stmt.test, "tensorflow"
+        ):
+            chain = stmt
+            while (
+                len(chain.orelse) == 1
+                and isinstance(chain.orelse[0], ast.If)
+                and isinstance(chain.orelse[0].test, ast.Compare)
+            ):
+                chain = chain.orelse[0]
+            test = ast.Compare(
+                left=stmt.test.left,
+                ops=[ast.Eq()],
+                comparators=[ast.Constant("ipu")],
+            )
+            body = ast.parse(_CHAIN_BRANCHES[module_name]).body
+            chain.orelse = [ast.If(test=test, body=body, orelse=chain.orelse)]
+            return
+    raise _version_error(module_name, 'the `if backend() == "tensorflow"` chain')
+
+
+def _patch_backend_utils(tree, module_name):
+    import ast
+
+    cls = next(
+        (
+            s
+            for s in tree.body
+            if isinstance(s, ast.ClassDef) and s.name == "DynamicBackend"
+        ),
+        None,
+    )
+    if cls is None:
+        raise _version_error(module_name, "class DynamicBackend")
+    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+    if "set_backend" not in methods or "__getattr__" not in methods:
+        raise _version_error(module_name, "DynamicBackend.set_backend")
+    found = False
+    for node in ast.walk(methods["set_backend"]):
+        if isinstance(node, ast.Tuple) and any(
+            isinstance(e, ast.Constant) and e.value == "numpy" for e in node.elts
+        ):
+            node.elts.append(ast.Constant("ipu"))
+            found = True
+    if not found:
+        raise _version_error(module_name, "the list of backend names")
+    getattr_fn = methods["__getattr__"]
+    getattr_fn.body[:0] = ast.parse(
+        "if self._backend == 'ipu':\n"
+        "    import importlib\n"
+        "    return getattr(importlib.import_module('keras_ipu.backend'), name)\n"
+    ).body
+
+
+class _PatchingLoader:
+    def __init__(self, name, original_loader):
+        self.name = name
+        self.original = original_loader
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        import ast
+
+        source = self.original.get_source(self.name)
+        filename = self.original.get_filename(self.name)
+        tree = ast.parse(source, filename)
+        if self.name == _BACKEND_UTILS:
+            _patch_backend_utils(tree, self.name)
+        else:
+            _add_chain_branch(tree, self.name)
+        ast.fix_missing_locations(tree)
+        exec(compile(tree, filename, "exec"), module.__dict__)
+
+    # importlib.resources and linecache ask loaders for source.
+    def get_source(self, name):
+        return self.original.get_source(name)
+
+    def get_filename(self, name):
+        return self.original.get_filename(name)
+
+
+class IPUBackendFinder:
+    """Meta-path finder adding the "ipu" branch to Keras' dispatch modules."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _TARGETS or _selected_backend() != "ipu":
+            return None
+        from importlib.machinery import PathFinder
+        from importlib.util import spec_from_loader
+
+        original = PathFinder.find_spec(fullname, path)
+        if original is None or original.loader is None:
+            return None
+        is_package = original.submodule_search_locations is not None
+        spec = spec_from_loader(
+            fullname,
+            _PatchingLoader(fullname, original.loader),
+            origin=original.origin,
+            is_package=is_package,
+        )
+        if is_package:
+            spec.submodule_search_locations = list(
+                original.submodule_search_locations
+            )
+        spec.has_location = True
+        return spec
+
+
+def install():
+    if not any(isinstance(f, IPUBackendFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, IPUBackendFinder())

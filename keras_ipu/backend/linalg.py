@@ -1,0 +1,1 @@
+"""Keras backend `linalg` ops for the ipu backend (built from device primitives)."""

@@ -1,0 +1,1 @@
+"""Keras backend `nn` ops for the ipu backend (built from device primitives)."""

@@ -1,0 +1,1 @@
+"""Keras backend `random` ops for the ipu backend (built from device primitives)."""

@@ -1,0 +1,1 @@
+"""pooling primitives."""

@@ -1,0 +1,1 @@
+"""random_bits primitives."""

@@ -1,0 +1,109 @@
+"""The primitive registry: one place per primitive.
+
+A Primitive declares together (as `jax.lax` does):
+  - shape_rule(*avals, **params) -> ShapedArray or tuple of them. It must
+    accept unknown (None) dimensions and return None where a dimension is
+    unknown. Operands are ShapedArrays; params are static Python values.
+  - kernel(*ndarrays, **params) -> ndarray or tuple: the NumPy computation.
+  - grad: the gradient rule (filled in with the autodiff), or a reason why
+    the primitive is not differentiable (`nondiff`).
+  - cost: the cycle/memory cost rule (filled in with the cost model).
+
+`bind` is the single entry point used by the backend: with no traced operand
+the kernel runs now (eager, on the host) and returns Tensors; with a traced
+operand a Node is recorded and Tracers are returned.
+"""
+
+import numpy as np
+
+from keras_ipu.device.array import Tensor
+from keras_ipu.device.ir import aval_of
+from keras_ipu.device.trace import Tracer
+
+REGISTRY = {}
+
+
+class Primitive:
+    __slots__ = (
+        "name",
+        "shape_rule",
+        "kernel",
+        "multiple_results",
+        "grad",
+        "nondiff",
+        "cost",
+        "dynamic_shape",
+        "doc",
+    )
+
+    def __init__(
+        self,
+        name,
+        shape_rule,
+        kernel,
+        *,
+        multiple_results=False,
+        nondiff=None,
+        dynamic_shape=False,
+        doc="",
+    ):
+        if name in REGISTRY:
+            raise ValueError(f"Primitive {name!r} is registered twice.")
+        self.name = name
+        self.shape_rule = shape_rule
+        self.kernel = kernel
+        self.multiple_results = multiple_results
+        # Gradient rule: fn(cotangents, *primals, **params); set by autodiff.
+        self.grad = None
+        # Why the primitive has no gradient (integer/boolean outputs, ...).
+        self.nondiff = nondiff
+        # Cost rule: set by the simulator's cost model.
+        self.cost = None
+        # Output shape depends on values (unique, nonzero): eager only, and
+        # refused by the compiler (IPU programs have static shapes).
+        self.dynamic_shape = dynamic_shape
+        self.doc = doc
+        REGISTRY[name] = self
+
+    def __repr__(self):
+        return f"Primitive({self.name})"
+
+    def bind(self, *args, **params):
+        for a in args:
+            if type(a) is Tracer:
+                return self._bind_traced(a.builder, args, params)
+        values = [a._value if type(a) is Tensor else a for a in args]
+        out = self.kernel(*values, **params)
+        if self.multiple_results:
+            return tuple(Tensor(np.asarray(o)) for o in out)
+        return Tensor(np.asarray(out))
+
+    def abstract_eval(self, *avals, **params):
+        out = self.shape_rule(*avals, **params)
+        if self.multiple_results:
+            return tuple(out)
+        return out
+
+    def _bind_traced(self, builder, args, params):
+        if self.dynamic_shape:
+            raise NotImplementedError(
+                f"`{self.name}` returns an array whose shape depends on the "
+                "values of its input; IPU programs have static shapes, so it "
+                "cannot be traced or compiled. Call it eagerly (outside a "
+                "compiled function), or use a fixed-size alternative (for "
+                "example the `size=` argument where the op has one)."
+            )
+        avals = [aval_of(a) for a in args]
+        out_avals = self.abstract_eval(*avals, **params)
+        if self.multiple_results:
+            return tuple(builder.add(self, args, params, list(out_avals)))
+        return builder.add(self, args, params, [out_avals])[0]
+
+
+def get(name):
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(
+            f"No primitive named {name!r}. Known: {sorted(REGISTRY)}"
+        ) from None
