@@ -7,3 +7,5 @@ from keras_ipu.backend.numpy.elementwise import *  # noqa: F401,F403
 from keras_ipu.backend.numpy.arrays import *  # noqa: F401,F403
 from keras_ipu.backend.numpy.reductions import *  # noqa: F401,F403
 from keras_ipu.backend.numpy.linear import *  # noqa: F401,F403
+from keras_ipu.backend.numpy.decompositions import *  # noqa: F401,F403
+from keras_ipu.backend.numpy.functional import *  # noqa: F401,F403
