@@ -94,31 +94,96 @@ class Tracer:
         return (self[i] for i in range(n))
 
 
+_RUNNING = object()
+
+
 class GraphBuilder:
-    def __init__(self):
+    """Records the Nodes of one traced function.
+
+    A builder started while another trace is running is nested in it
+    (`parent`): the function it traces (a cond branch, a loop body) may use
+    the enclosing trace's Tracers as closures. Such a value is captured:
+    it becomes an extra input of this graph (after the explicit inputs), and
+    `captures` lists the outer Tracers to pass for them, in that order.
+    """
+
+    def __init__(self, parent=_RUNNING):
         self.graph = Graph()
-        self._literal_vars = {}
+        # By default a builder nests in the trace running when it is made.
+        self.parent = current_builder() if parent is _RUNNING else parent
+        self.captures = []
+        self._captured_vars = {}
+
+    def nested_in(self, other):
+        """Whether `other` is this builder or one of its enclosing builders."""
+        b = self
+        while b is not None:
+            if b is other:
+                return True
+            b = b.parent
+        return False
 
     def new_input(self, aval):
         var = Var(aval)
         self.graph.inputs.append(var)
         return Tracer(self, var)
 
+    def _capture(self, tracer):
+        var = self._captured_vars.get(id(tracer.var))
+        if var is None:
+            var = Var(tracer.aval)
+            self._captured_vars[id(tracer.var)] = var
+            self.graph.inputs.append(var)
+            self.captures.append(tracer)
+        return var
+
     def operand(self, x):
         if isinstance(x, Tracer):
-            if x.builder is not self:
-                raise TracerConversionError(
-                    "A traced value from another traced function was used "
-                    "here. Pass it in as an argument instead of capturing it."
-                )
-            return x.var
+            if x.builder is self:
+                return x.var
+            if self.nested_in(x.builder):
+                return self._capture(x)
+            raise TracerConversionError(
+                f"A traced value {x.aval.short()} from a traced function that "
+                "has already returned (or from an unrelated trace) was used "
+                "here. Return it from that function, or pass it in as an "
+                "argument, instead of keeping it in a Python variable."
+            )
         return Literal(x)
 
     def add(self, primitive, args, params, out_avals, source=None):
+        # The caller picks the builder of its first Tracer operand; the node
+        # belongs to the innermost trace involved (a closure over an outer
+        # Tracer inside a loop body is recorded in the body).
+        target = innermost_builder(args)
+        if target is not None and target is not self:
+            return target.add(primitive, args, params, out_avals, source)
         ins = [self.operand(a) for a in args]
         outs = [Var(a) for a in out_avals]
         self.graph.nodes.append(Node(primitive, ins, params, outs, source))
         return [Tracer(self, v) for v in outs]
+
+
+def innermost_builder(args):
+    """The builder a primitive applied to `args` records into.
+
+    It is the running trace when every Tracer operand comes from it or from
+    a trace enclosing it; otherwise the deepest builder among the operands.
+    """
+    builders = []
+    for a in args:
+        if isinstance(a, Tracer) and all(a.builder is not b for b in builders):
+            builders.append(a.builder)
+    if not builders:
+        return None
+    current = current_builder()
+    if current is not None and all(current.nested_in(b) for b in builders):
+        return current
+    deepest = builders[0]
+    for b in builders[1:]:
+        if b.nested_in(deepest):
+            deepest = b
+    return deepest
 
 
 _state = threading.local()
@@ -139,6 +204,23 @@ def tracing(builder):
         yield builder
     finally:
         stack.pop()
+
+
+def trace_flat(fn, in_avals):
+    """Trace `fn(*tracers)`, which returns a flat list of arrays.
+
+    Returns (graph, captures): the graph's inputs are one Var per aval in
+    `in_avals`, then one per captured outer Tracer (`captures`, in order);
+    its outputs are fn's results. Results that are not traced (constants,
+    captured outer values) are still graph outputs, so the graph always
+    computes every result from its inputs.
+    """
+    builder = GraphBuilder()
+    tracers = [builder.new_input(a) for a in in_avals]
+    with tracing(builder):
+        outs = list(fn(*tracers))
+        builder.graph.outputs = [builder.operand(o) for o in outs]
+    return builder.graph, builder.captures
 
 
 def find_builder(args):

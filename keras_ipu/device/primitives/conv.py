@@ -1,1 +1,324 @@
-"""conv primitives."""
+"""Convolution: `conv_general_dilated`, as jax.lax defines it.
+
+One primitive covers every convolution Keras needs, for any number of
+spatial dimensions: strided, padded (negative padding crops), dilated on
+the input (`lhs_dilation`: transposed convolution) or on the kernel
+(`rhs_dilation`: atrous convolution), and grouped (`feature_group_count`:
+depthwise/grouped convolution).
+
+Layouts are given by `dimension_numbers = (lhs_spec, rhs_spec, out_spec)`,
+each a tuple of axis indices: lhs_spec = (batch, feature, *spatial),
+rhs_spec = (out_feature, in_feature, *spatial), out_spec = (batch, feature,
+*spatial). So channels-last 2D input with an HWIO kernel is
+((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)).
+
+The kernel is im2col: a strided window view of the padded input (no copy
+until the matmul), then one batched matmul over the groups.
+"""
+
+import numpy as np
+
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import shape_rules
+from keras_ipu.device.primitives.registry import Primitive
+
+
+def default_dimension_numbers(ndim):
+    """(N, C, *spatial) input, (O, I, *spatial) kernel, (N, C, *spatial)
+    output, as lax's default."""
+    spec = tuple(range(ndim))
+    return (spec, spec, spec)
+
+
+def _check_params(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+                  dimension_numbers, feature_group_count):
+    nsp = lhs.ndim - 2
+    if rhs.ndim != lhs.ndim:
+        raise shape_rules.ShapeError(
+            f"conv: input rank {lhs.ndim} and kernel rank {rhs.ndim} differ; "
+            "both must be (number of spatial dims + 2)."
+        )
+    for name, value in (
+        ("window_strides", window_strides),
+        ("padding", padding),
+        ("lhs_dilation", lhs_dilation),
+        ("rhs_dilation", rhs_dilation),
+    ):
+        if len(value) != nsp:
+            raise shape_rules.ShapeError(
+                f"conv: `{name}`={value} needs one entry per spatial "
+                f"dimension ({nsp})."
+            )
+    for spec in dimension_numbers:
+        if sorted(spec) != list(range(lhs.ndim)):
+            raise shape_rules.ShapeError(
+                f"conv: dimension_numbers {dimension_numbers} must hold "
+                f"permutations of range({lhs.ndim})."
+            )
+    if min(window_strides, default=1) < 1 or min(
+        tuple(lhs_dilation) + tuple(rhs_dilation), default=1
+    ) < 1:
+        raise shape_rules.ShapeError(
+            f"conv: strides {window_strides} and dilations "
+            f"{lhs_dilation}/{rhs_dilation} must be positive integers."
+        )
+
+
+def _out_dim(n, k, stride, pad, lhs_dil, rhs_dil):
+    if n is None or k is None:
+        return None
+    n_dilated = (n - 1) * lhs_dil + 1 if n > 0 else 0
+    k_dilated = (k - 1) * rhs_dil + 1 if k > 0 else 0
+    span = n_dilated + pad[0] + pad[1] - k_dilated
+    return max(0, span // stride + 1) if span >= 0 else 0
+
+
+def _conv_rule(lhs, rhs, *, window_strides, padding, lhs_dilation,
+               rhs_dilation, dimension_numbers, feature_group_count):
+    _check_params(lhs, rhs, window_strides, padding, lhs_dilation,
+                  rhs_dilation, dimension_numbers, feature_group_count)
+    dtype = shape_rules.same_dtype(lhs, rhs)
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    g = feature_group_count
+    channels = lhs.shape[lhs_spec[1]]
+    k_in = rhs.shape[rhs_spec[1]]
+    k_out = rhs.shape[rhs_spec[0]]
+    if channels is not None and k_in is not None and channels != k_in * g:
+        raise shape_rules.ShapeError(
+            f"conv: the input has {channels} channels but the kernel takes "
+            f"{k_in} input channels per group x {g} groups = {k_in * g}. "
+            "The input channels must equal kernel in-channels times "
+            "feature_group_count."
+        )
+    if k_out is not None and k_out % g:
+        raise shape_rules.ShapeError(
+            f"conv: kernel output channels {k_out} are not divisible by "
+            f"feature_group_count={g}."
+        )
+    spatial = tuple(
+        _out_dim(
+            lhs.shape[lhs_spec[i + 2]],
+            rhs.shape[rhs_spec[i + 2]],
+            window_strides[i],
+            padding[i],
+            lhs_dilation[i],
+            rhs_dilation[i],
+        )
+        for i in range(lhs.ndim - 2)
+    )
+    logical = (lhs.shape[lhs_spec[0]], k_out) + spatial
+    shape = [None] * lhs.ndim
+    for logical_axis, axis in enumerate(out_spec):
+        shape[axis] = logical[logical_axis]
+    return ShapedArray(tuple(shape), dtype)
+
+
+def dilate_and_pad(x, axes, dilation, padding, value):
+    """x with `dilation - 1` holes between elements along `axes`, then
+    padded (lo, hi) with `value` (negative padding crops)."""
+    shape = list(x.shape)
+    for ax, d in zip(axes, dilation):
+        if d > 1 and shape[ax] > 0:
+            shape[ax] = (shape[ax] - 1) * d + 1
+    if tuple(shape) != x.shape:
+        out = np.zeros(shape, x.dtype)
+        index = [slice(None)] * x.ndim
+        for ax, d in zip(axes, dilation):
+            index[ax] = slice(None, None, d)
+        out[tuple(index)] = x
+        x = out
+    pads = [(0, 0)] * x.ndim
+    for ax, (lo, hi) in zip(axes, padding):
+        pads[ax] = (max(lo, 0), max(hi, 0))
+    x = x[tuple(_crop_slices(x.shape, axes, padding))]
+    if any(p != (0, 0) for p in pads):
+        x = np.pad(x, pads, constant_values=value)
+    return x
+
+
+def _crop_slices(shape, axes, padding):
+    index = [slice(None)] * len(shape)
+    for ax, (lo, hi) in zip(axes, padding):
+        start = -lo if lo < 0 else 0
+        stop = shape[ax] + hi if hi < 0 else shape[ax]
+        index[ax] = slice(start, max(start, stop))
+    return index
+
+
+def _compute_dtype(dtype):
+    # Half-precision products accumulate in float32, as the IPU's AMP units do.
+    if dtype.kind == "f" and dtype.itemsize < 4 or dtype.name == "bfloat16":
+        return np.dtype(np.float32)
+    if dtype.kind == "b":
+        return np.dtype(np.int32)
+    return dtype
+
+
+def _conv(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
+          dimension_numbers, feature_group_count):
+    out_dtype = np.result_type(lhs, rhs)
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    nsp = lhs.ndim - 2
+    work = _compute_dtype(out_dtype)
+    x = np.transpose(lhs, lhs_spec).astype(work, copy=False)  # N, C, *S
+    w = np.transpose(rhs, rhs_spec).astype(work, copy=False)  # O, I, *K
+    spatial_axes = tuple(range(2, 2 + nsp))
+    x = dilate_and_pad(x, spatial_axes, lhs_dilation, padding, 0)
+    n, c = x.shape[:2]
+    o, i = w.shape[:2]
+    ksize = w.shape[2:]
+    g = feature_group_count
+    span = tuple((k - 1) * d + 1 for k, d in zip(ksize, rhs_dilation))
+    out_sp = tuple(
+        max(0, (s - k) // st + 1) if s >= k else 0
+        for s, k, st in zip(x.shape[2:], span, window_strides)
+    )
+    if 0 in out_sp or 0 in (n, o) or any(k == 0 for k in ksize):
+        out = np.zeros((n, o) + out_sp, out_dtype)
+        return np.transpose(out, np.argsort(out_spec))
+    win = np.lib.stride_tricks.sliding_window_view(x, span, axis=spatial_axes)
+    # win: N, C, *P_all, *span -> keep strided positions, dilated taps.
+    index = (slice(None), slice(None))
+    index += tuple(slice(None, None, st) for st in window_strides)
+    index += tuple(slice(None, None, d) for d in rhs_dilation)
+    win = win[index]
+    win = win[(slice(None), slice(None)) + tuple(slice(0, p) for p in out_sp)]
+    # Group the channels: N, G, Cg, *P, *K -> G, N, *P, Cg, *K.
+    win = win.reshape((n, g, c // g) + out_sp + ksize)
+    p_axes = tuple(range(3, 3 + nsp))
+    k_axes = tuple(range(3 + nsp, 3 + 2 * nsp))
+    win = np.transpose(win, (1, 0) + p_axes + (2,) + k_axes)
+    npix = n * int(np.prod(out_sp))
+    patches = win.reshape(g, npix, i * int(np.prod(ksize)))
+    filters = w.reshape(g, o // g, i * int(np.prod(ksize))).transpose(0, 2, 1)
+    out = np.matmul(patches, filters)  # G, N*P, Og
+    out = out.reshape((g, n) + out_sp + (o // g,))
+    out = np.moveaxis(out, 0, -2).reshape((n,) + out_sp + (o,))
+    out = np.moveaxis(out, -1, 1)  # N, O, *P
+    out = np.transpose(out, np.argsort(out_spec))
+    return np.ascontiguousarray(out.astype(out_dtype, copy=False))
+
+
+conv_general_dilated_p = Primitive(
+    "conv_general_dilated",
+    _conv_rule,
+    _conv,
+    doc="lax.conv_general_dilated: N-d grouped, strided, dilated convolution.",
+)
+
+
+def _int_tuple(value, n, name):
+    if value is None:
+        return (1,) * n
+    if isinstance(value, int):
+        return (value,) * n
+    value = tuple(int(v) for v in value)
+    if len(value) != n:
+        raise ValueError(
+            f"`{name}`={value} needs {n} entries, one per spatial dimension."
+        )
+    return value
+
+
+def conv_general_dilated(
+    lhs,
+    rhs,
+    window_strides=None,
+    padding="VALID",
+    lhs_dilation=None,
+    rhs_dilation=None,
+    dimension_numbers=None,
+    feature_group_count=1,
+):
+    """Bind conv_general_dilated with normalised static params.
+
+    padding: "VALID", "SAME" (output = ceil(input / stride), extra padding
+    at the end, as XLA) or a sequence of (lo, hi) pairs.
+    """
+    ndim = len(lhs.shape)
+    nsp = ndim - 2
+    if dimension_numbers is None:
+        dimension_numbers = default_dimension_numbers(ndim)
+    dimension_numbers = tuple(tuple(int(a) for a in s) for s in dimension_numbers)
+    window_strides = _int_tuple(window_strides, nsp, "window_strides")
+    lhs_dilation = _int_tuple(lhs_dilation, nsp, "lhs_dilation")
+    rhs_dilation = _int_tuple(rhs_dilation, nsp, "rhs_dilation")
+    if isinstance(padding, str):
+        lhs_spec, rhs_spec, _ = dimension_numbers
+        padding = padding_for(
+            padding,
+            [lhs.shape[a] for a in lhs_spec[2:]],
+            [rhs.shape[a] for a in rhs_spec[2:]],
+            window_strides,
+            lhs_dilation,
+            rhs_dilation,
+        )
+    padding = tuple((int(lo), int(hi)) for lo, hi in padding)
+    return conv_general_dilated_p.bind(
+        lhs,
+        rhs,
+        window_strides=window_strides,
+        padding=padding,
+        lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation,
+        dimension_numbers=dimension_numbers,
+        feature_group_count=int(feature_group_count),
+    )
+
+
+def padding_for(mode, in_sizes, window_sizes, strides, lhs_dilation=None,
+                rhs_dilation=None):
+    """(lo, hi) pairs for the string padding modes "VALID" and "SAME".
+
+    SAME needs the spatial sizes; an unknown (None) size is an error there
+    because the padding is a static parameter of the program.
+    """
+    n = len(in_sizes)
+    lhs_dilation = lhs_dilation or (1,) * n
+    rhs_dilation = rhs_dilation or (1,) * n
+    mode = mode.upper()
+    if mode == "VALID":
+        return tuple((0, 0) for _ in range(n))
+    if mode != "SAME":
+        raise ValueError(
+            f"Unknown padding {mode!r}: use 'valid', 'same' or explicit "
+            "(low, high) pairs."
+        )
+    pads = []
+    for size, k, s, ld, rd in zip(in_sizes, window_sizes, strides,
+                                  lhs_dilation, rhs_dilation):
+        if k is not None and s == 1:
+            total = (k - 1) * rd
+            pads.append((total // 2, total - total // 2))
+            continue
+        if size is None or k is None:
+            raise ValueError(
+                "'same' padding needs every spatial dimension to be known, "
+                f"got sizes {tuple(in_sizes)}. Give the input a static "
+                "spatial shape."
+            )
+        size = (size - 1) * ld + 1 if size > 0 else 0
+        k = (k - 1) * rd + 1
+        out = -(-size // s)
+        total = max((out - 1) * s + k - size, 0)
+        pads.append((total // 2, total - total // 2))
+    return tuple(pads)
+
+
+def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None,
+                   dimension_numbers=None):
+    """Transposed convolution as an input-dilated convolution (stride 1,
+    lhs_dilation = strides). padding: explicit (lo, hi) pairs on the
+    dilated input. The kernel is used as given: the caller flips its
+    spatial axes when it wants the gradient-of-conv convention.
+    """
+    nsp = len(lhs.shape) - 2
+    return conv_general_dilated(
+        lhs,
+        rhs,
+        window_strides=(1,) * nsp,
+        padding=padding,
+        lhs_dilation=strides,
+        rhs_dilation=rhs_dilation,
+        dimension_numbers=dimension_numbers,
+    )

@@ -14,13 +14,18 @@ def _convert(x, *, dtype):
     dtype = np.dtype(dtype)
     if x.dtype == dtype:
         return x
+    if x.dtype.kind == "c" and dtype.kind != "c":
+        # Complex to real keeps the real part (as lax.convert_element_type),
+        # without NumPy's ComplexWarning.
+        x = x.real
     if dtype.kind in "iu" and x.dtype.kind == "f":
-        # Float to int truncates toward zero, NaN becomes 0, as on the
-        # device's conversion instructions (NumPy leaves it undefined).
-        x = np.nan_to_num(np.trunc(x), nan=0.0)
+        # Float to int truncates toward zero, saturates, and NaN becomes 0,
+        # as the device's conversion instructions do (NumPy leaves it
+        # undefined). float64 holds every int32 bound exactly.
         info = np.iinfo(dtype)
         with np.errstate(invalid="ignore"):
-            x = np.clip(x, info.min, info.max)
+            x = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
+            x = np.clip(x, float(info.min), float(info.max))
     if dtype.kind == "b":
         return x != 0
     with np.errstate(invalid="ignore", over="ignore"):
@@ -32,8 +37,32 @@ convert_element_type_p = Primitive(
 )
 
 
-def _bitcast_rule(x, *, dtype):
+def _view_rule(x, dtype):
+    """NumPy's `ndarray.view(dtype)`: the last axis is rescaled by the
+    itemsize ratio instead of gaining or losing an axis."""
+    old, new = x.dtype.itemsize, dtype.itemsize
+    if old == new:
+        return ShapedArray(x.shape, dtype)
+    if not x.shape:
+        raise ValueError(
+            f"Cannot view a 0-d array of {x.dtype} as {dtype}: the item sizes "
+            f"differ ({old} vs {new} bytes). Reshape it to 1-d first."
+        )
+    last = x.shape[-1]
+    if last is not None and (last * old) % new:
+        raise ValueError(
+            f"Cannot view an array of shape {x.shape} and dtype {x.dtype} as "
+            f"{dtype}: the last axis ({last} x {old} bytes) is not a multiple "
+            f"of {new} bytes. Pad or slice the last axis first."
+        )
+    last = None if last is None else last * old // new
+    return ShapedArray(x.shape[:-1] + (last,), dtype)
+
+
+def _bitcast_rule(x, *, dtype, view=False):
     dtype = np.dtype(dtype)
+    if view:
+        return _view_rule(x, dtype)
     if dtype.itemsize != x.dtype.itemsize:
         ratio = x.dtype.itemsize / dtype.itemsize
         if ratio > 1:
@@ -47,10 +76,13 @@ def _bitcast_rule(x, *, dtype):
     return ShapedArray(x.shape, dtype)
 
 
-def _bitcast(x, *, dtype):
+def _bitcast(x, *, dtype, view=False):
+    """Reinterpret the bits of x. view=False: lax.bitcast_convert_type (a
+    size change adds or drops a last axis); view=True: ndarray.view."""
     dtype = np.dtype(dtype)
     x = np.ascontiguousarray(x)
-    if dtype.itemsize == x.dtype.itemsize:
+    if view or dtype.itemsize == x.dtype.itemsize:
+        _bitcast_rule(ShapedArray(x.shape, x.dtype), dtype=dtype, view=view)
         return x.view(dtype)
     if dtype.itemsize < x.dtype.itemsize:
         return x.view(dtype).reshape(x.shape + (x.dtype.itemsize // dtype.itemsize,))

@@ -1,1 +1,150 @@
-"""pooling primitives."""
+"""Windowed reductions: `reduce_window` (lax.reduce_window for max, sum and
+min), the kernel of every pooling op.
+
+The window, strides, dilations and padding cover every axis of the operand
+(pooling over spatial axes only uses 1 for the batch and channel axes).
+Padded cells hold the reduction's identity (-inf for max, +inf for min, 0
+for sum), so they never win a max and add nothing to a sum; average pooling
+divides by a count of real cells built the same way.
+"""
+
+import numpy as np
+
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import shape_rules
+from keras_ipu.device.primitives.conv import dilate_and_pad
+from keras_ipu.device.primitives.registry import Primitive
+
+_OPS = ("max", "sum", "min")
+
+
+def identity(op, dtype):
+    """The value padding takes for `op` on `dtype`."""
+    dtype = np.dtype(dtype)
+    if op == "sum":
+        return dtype.type(0)
+    if dtype.kind == "b":
+        return op == "min"
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min if op == "max" else info.max
+    return -np.inf if op == "max" else np.inf
+
+
+def _check(x, op, window_dimensions, window_strides, padding, base_dilation,
+           window_dilation):
+    if op not in _OPS:
+        raise ValueError(
+            f"reduce_window: op={op!r} is not one of {_OPS}."
+        )
+    for name, value in (
+        ("window_dimensions", window_dimensions),
+        ("window_strides", window_strides),
+        ("padding", padding),
+        ("base_dilation", base_dilation),
+        ("window_dilation", window_dilation),
+    ):
+        if len(value) != x.ndim:
+            raise shape_rules.ShapeError(
+                f"reduce_window: `{name}`={value} needs one entry per axis "
+                f"of the operand (rank {x.ndim})."
+            )
+    if min(window_dimensions + window_strides + base_dilation
+           + window_dilation, default=1) < 1:
+        raise shape_rules.ShapeError(
+            "reduce_window: window sizes, strides and dilations must be "
+            f"positive, got window={window_dimensions}, "
+            f"strides={window_strides}, base_dilation={base_dilation}, "
+            f"window_dilation={window_dilation}."
+        )
+
+
+def _out_dim(n, k, stride, pad, base_dil, win_dil):
+    if n is None:
+        return None
+    n = (n - 1) * base_dil + 1 if n > 0 else 0
+    span = n + pad[0] + pad[1] - ((k - 1) * win_dil + 1)
+    return span // stride + 1 if span >= 0 else 0
+
+
+def _reduce_window_rule(x, *, op, window_dimensions, window_strides, padding,
+                        base_dilation, window_dilation):
+    _check(x, op, window_dimensions, window_strides, padding, base_dilation,
+           window_dilation)
+    shape = tuple(
+        _out_dim(*args)
+        for args in zip(x.shape, window_dimensions, window_strides, padding,
+                        base_dilation, window_dilation)
+    )
+    return ShapedArray(shape, x.dtype)
+
+
+_REDUCERS = {"max": np.max, "sum": np.sum, "min": np.min}
+
+
+def _reduce_window(x, *, op, window_dimensions, window_strides, padding,
+                   base_dilation, window_dilation):
+    dtype = x.dtype
+    axes = tuple(range(x.ndim))
+    # Dilation holes hold the identity too, so fill after dilating.
+    if any(d > 1 for d in base_dilation):
+        x = dilate_and_pad(x, axes, base_dilation, ((0, 0),) * x.ndim, 0)
+        holes = np.ones(x.shape, bool)
+        holes[tuple(slice(None, None, d) for d in base_dilation)] = False
+        x = np.where(holes, identity(op, dtype), x).astype(dtype)
+    x = dilate_and_pad(x, axes, (1,) * x.ndim, padding, identity(op, dtype))
+    span = tuple((k - 1) * d + 1 for k, d in zip(window_dimensions,
+                                                  window_dilation))
+    out_shape = tuple(
+        (n - s) // st + 1 if n >= s else 0
+        for n, s, st in zip(x.shape, span, window_strides)
+    )
+    if 0 in out_shape or x.size == 0:
+        return np.full(out_shape, identity(op, dtype), dtype)
+    win = np.lib.stride_tricks.sliding_window_view(x, span)
+    win = win[tuple(slice(None, None, st) for st in window_strides)
+              + tuple(slice(None, None, d) for d in window_dilation)]
+    reduce_axes = tuple(range(x.ndim, 2 * x.ndim))
+    if op == "sum" and dtype.kind == "f" and dtype.itemsize < 4:
+        out = np.sum(win, axis=reduce_axes, dtype=np.float32)
+    else:
+        out = _REDUCERS[op](win, axis=reduce_axes)
+    return np.ascontiguousarray(out.astype(dtype, copy=False))
+
+
+reduce_window_p = Primitive(
+    "reduce_window",
+    _reduce_window_rule,
+    _reduce_window,
+    doc="lax.reduce_window for op in max/sum/min, padded with op's identity.",
+)
+
+
+def reduce_window(x, op, window_dimensions, window_strides=None,
+                  padding=None, base_dilation=None, window_dilation=None):
+    """Bind reduce_window with every parameter as a per-axis tuple.
+
+    padding: (lo, hi) pairs per axis, or "VALID"/"SAME" (XLA's rule).
+    """
+    ndim = len(x.shape)
+    window_dimensions = tuple(int(w) for w in window_dimensions)
+    window_strides = tuple(int(s) for s in (window_strides or (1,) * ndim))
+    base_dilation = tuple(int(d) for d in (base_dilation or (1,) * ndim))
+    window_dilation = tuple(int(d) for d in (window_dilation or (1,) * ndim))
+    if padding is None:
+        padding = "VALID"
+    if isinstance(padding, str):
+        from keras_ipu.device.primitives.conv import padding_for
+
+        padding = padding_for(padding, list(x.shape), window_dimensions,
+                              window_strides, base_dilation, window_dilation)
+    padding = tuple((int(lo), int(hi)) for lo, hi in padding)
+    return reduce_window_p.bind(
+        x,
+        op=op,
+        window_dimensions=window_dimensions,
+        window_strides=window_strides,
+        padding=padding,
+        base_dilation=base_dilation,
+        window_dilation=window_dilation,
+    )

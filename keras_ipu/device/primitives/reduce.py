@@ -54,3 +54,46 @@ def _argmin(x, *, axis, index_dtype):
 
 argmax_p = Primitive("argmax", _arg_rule, _argmax, nondiff="integer output")
 argmin_p = Primitive("argmin", _arg_rule, _argmin, nondiff="integer output")
+
+
+def _bincount_rule(x, weights, *, minlength):
+    if x.dtype.kind not in "iub":
+        raise TypeError(f"bincount: values must be integers, got {x.short()}")
+    if x.ndim not in (1, 2):
+        raise shape_rules.ShapeError(
+            f"bincount: values must be 1-D (or 2-D: one count per row), got "
+            f"shape {x.shape}"
+        )
+    if weights.ndim != x.ndim:
+        raise shape_rules.ShapeError(
+            f"bincount: weights {weights.shape} must have the shape of the "
+            f"values {x.shape}"
+        )
+    # The length is max(values) + 1: known only from the values.
+    return ShapedArray(x.shape[:-1] + (None,), weights.dtype)
+
+
+def _bincount(x, weights, *, minlength):
+    x = np.asarray(x).astype(np.int64)
+    if x.size and x.min() < 0:
+        raise ValueError(
+            f"bincount: values must be non-negative, got a minimum of "
+            f"{x.min()}"
+        )
+    length = max(int(minlength), int(x.max()) + 1 if x.size else 0)
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    flat = (rows + length * np.arange(rows.shape[0])[:, None]).ravel()
+    w = np.broadcast_to(weights, x.shape).reshape(-1)
+    if weights.dtype.kind == "c":
+        counts = np.bincount(flat, w.real, rows.shape[0] * length) + 1j * (
+            np.bincount(flat, w.imag, rows.shape[0] * length)
+        )
+    else:
+        counts = np.bincount(flat, w.astype(np.float64), rows.shape[0] * length)
+    out = counts.reshape(x.shape[:-1] + (length,))
+    return out.astype(weights.dtype)
+
+
+# bincount(x, weights; minlength): per row, the sum of weights of each value
+# 0..max(x). Its length depends on the values, so it is eager-only.
+bincount_p = Primitive("bincount", _bincount_rule, _bincount, dynamic_shape=True)

@@ -1,0 +1,121 @@
+"""Softmax family and statistics: softmax, log_softmax, sparsemax,
+moments, batch_normalization."""
+
+import numpy as np
+
+from keras_ipu.backend import dtype_utils
+from keras_ipu.backend.nn_ops import _lax as lax
+
+__all__ = [
+    "softmax", "log_softmax", "sparsemax", "moments", "batch_normalization",
+]
+
+
+def _axes(axis):
+    return tuple(axis) if isinstance(axis, (list, tuple)) else axis
+
+
+def softmax(x, axis=-1):
+    x = lax.float_tensor(x)
+    axis = _axes(axis)
+    shifted = lax.sub(x, lax.max(x, axis, keepdims=True))
+    e = lax.exp(shifted)
+    return lax.div(e, lax.sum(e, axis, keepdims=True))
+
+
+def log_softmax(x, axis=-1):
+    x = lax.float_tensor(x)
+    axis = _axes(axis)
+    shifted = lax.sub(x, lax.max(x, axis, keepdims=True))
+    return lax.sub(
+        shifted, lax.log(lax.sum(lax.exp(shifted), axis, keepdims=True))
+    )
+
+
+def sparsemax(x, axis=-1):
+    # Projection onto the simplex (Martins & Astudillo, 2016): with z sorted
+    # in decreasing order, the support is the k with 1 + k z_k > cumsum_k.
+    from keras_ipu.backend import numpy as knp
+
+    x = lax.float_tensor(x)
+    axis = axis % x.ndim
+    z = lax.neg(knp.sort(lax.neg(x), axis=axis))
+    cumsum = knp.cumsum(z, axis=axis)
+    n = x.shape[axis]
+    if n is None:
+        raise ValueError(
+            "sparsemax needs the size of `axis` to be known; got shape "
+            f"{x.shape} with axis={axis}."
+        )
+    rank_shape = [1] * x.ndim
+    rank_shape[axis] = n
+    k = np.arange(1, n + 1, dtype=x.dtype).reshape(rank_shape)
+    support = lax.gt(lax.add(lax.mul(z, k), 1), cumsum)
+    k_star = lax.sum(lax.cast(support, x.dtype), axis, keepdims=True)
+    support_sum = lax.sum(lax.select(support, z, 0), axis, keepdims=True)
+    tau = lax.div(lax.sub(support_sum, 1), k_star)
+    return lax.maximum(lax.sub(x, tau), 0)
+
+
+def moments(x, axes, keepdims=False, synchronized=False):
+    if synchronized:
+        raise NotImplementedError(
+            "moments(synchronized=True) averages across replicas, which the "
+            "ipu backend does not wire into keras.ops yet. Use "
+            "synchronized=False (statistics of the local batch)."
+        )
+    x = lax.float_tensor(x)
+    axes = _axes(axes)
+    dtype = x.dtype
+    # float16 statistics overflow easily: compute in float32, then clip to
+    # the float16 range before casting back (as the other backends do).
+    low = lax.dtype_name(x) in ("float16", "bfloat16")
+    if low:
+        x = lax.cast(x, "float32")
+    mean = lax.mean(x, axes, keepdims=True)
+    variance = lax.mean(lax.square(lax.sub(x, mean)), axes, keepdims=keepdims)
+    if not keepdims:
+        mean = lax.mean(x, axes, keepdims=False)
+    if low:
+        info = _finfo(dtype)
+        mean = lax.cast(lax.clip(mean, info.min, info.max), dtype)
+        variance = lax.cast(lax.clip(variance, info.min, info.max), dtype)
+    return mean, variance
+
+
+def _finfo(dtype):
+    import ml_dtypes
+
+    return ml_dtypes.finfo(dtype)
+
+
+def batch_normalization(
+    x, mean, variance, axis, offset=None, scale=None, epsilon=1e-3
+):
+    operands = [x, mean, variance]
+    if offset is not None:
+        operands.append(offset)
+    if scale is not None:
+        operands.append(scale)
+    operands = dtype_utils.promote(*operands)
+    x, mean, variance = operands[:3]
+    rest = operands[3:]
+    offset = rest.pop(0) if offset is not None else None
+    scale = rest.pop(0) if scale is not None else None
+
+    axis = axis % x.ndim
+    shape = [1] * x.ndim
+
+    def along_axis(v):
+        if v.ndim != 1:
+            return v
+        shape[axis] = v.shape[0]
+        return lax.reshape(v, shape)
+
+    inv = lax.rsqrt(lax.add(along_axis(variance), epsilon))
+    if scale is not None:
+        inv = lax.mul(inv, along_axis(scale))
+    bias = lax.neg(lax.mul(along_axis(mean), inv))
+    if offset is not None:
+        bias = lax.add(bias, along_axis(offset))
+    return lax.add(lax.mul(x, inv), bias)

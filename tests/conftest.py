@@ -1,0 +1,55 @@
+"""Test-session setup shared by every test under tests/.
+
+The whole suite tests the "ipu" backend, so KERAS_BACKEND is forced to "ipu"
+here, before anything imports keras. A plain setdefault is not enough: a
+shell with KERAS_BACKEND=tensorflow would silently run the suite (and Keras'
+own tests) on TensorFlow. Tests that need another backend (the reference
+runs in tests/models, the hook tests) start a subprocess with its own env.
+"""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+os.environ["KERAS_BACKEND"] = "ipu"
+
+if "keras" in sys.modules:  # a plugin imported keras before this file ran
+    from keras.src.backend import backend as _keras_backend
+
+    if _keras_backend() != "ipu":
+        raise RuntimeError(
+            f"keras was imported with backend {_keras_backend()!r} before "
+            "tests/conftest.py could select 'ipu' (a pytest plugin imports "
+            "keras at start-up). Run with KERAS_BACKEND=ipu."
+        )
+
+
+def _load_conformance_plugin():
+    # Loaded by file path so that it works whatever --import-mode says and
+    # without making tests/ a package.
+    path = Path(__file__).parent / "keras_conformance" / "plugin.py"
+    spec = importlib.util.spec_from_file_location(
+        "keras_ipu_conformance_plugin", path
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_conformance = sys.modules.get("keras_ipu_conformance_plugin") or (
+    _load_conformance_plugin()
+)
+
+
+def pytest_addoption(parser):
+    _conformance.add_options(parser)
+
+
+def pytest_configure(config):
+    # Registered as a global plugin (not as hooks of this conftest) because
+    # Keras' test files live in site-packages, outside tests/, where the
+    # hooks of this conftest would not be called for them.
+    if not config.pluginmanager.is_registered(_conformance):
+        config.pluginmanager.register(_conformance, "keras_conformance")

@@ -1,0 +1,216 @@
+"""conv_general_dilated and reduce_window against naive NumPy loops."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives.conv import conv_general_dilated
+from keras_ipu.device.primitives.conv import conv_general_dilated_p
+from keras_ipu.device.primitives.conv import conv_transpose
+from keras_ipu.device.primitives.pooling import reduce_window
+from keras_ipu.device.primitives.pooling import reduce_window_p
+from keras_ipu.device.trace import GraphBuilder
+
+RNG = np.random.default_rng(0)
+
+
+def _dilate(x, axes, dilation):
+    shape = list(x.shape)
+    for ax, d in zip(axes, dilation):
+        shape[ax] = (shape[ax] - 1) * d + 1
+    out = np.zeros(shape, x.dtype)
+    out[tuple(slice(None, None, d) if i in axes else slice(None)
+              for i, d in zip(range(x.ndim), [1] * 2 + list(dilation)))] = x
+    return out
+
+
+def _pad(x, axes, padding, value):
+    for ax, (lo, hi) in zip(axes, padding):
+        if lo < 0:
+            x = np.take(x, np.arange(-lo, x.shape[ax]), axis=ax)
+            lo = 0
+        if hi < 0:
+            x = np.take(x, np.arange(0, x.shape[ax] + hi), axis=ax)
+            hi = 0
+        width = [(0, 0)] * x.ndim
+        width[ax] = (lo, hi)
+        x = np.pad(x, width, constant_values=value)
+    return x
+
+
+def naive_conv(x, w, strides, padding, lhs_dil, rhs_dil, groups):
+    """x: N, C, *S; w: O, I, *K; loops over output pixels and taps."""
+    nsp = x.ndim - 2
+    axes = tuple(range(2, 2 + nsp))
+    x = _dilate(x.astype(np.float64), axes, lhs_dil)
+    x = _pad(x, axes, padding, 0.0)
+    n, c = x.shape[:2]
+    o, i = w.shape[:2]
+    k = w.shape[2:]
+    span = [(kk - 1) * d + 1 for kk, d in zip(k, rhs_dil)]
+    out_sp = [max(0, (s - sp) // st + 1) if s >= sp else 0
+              for s, sp, st in zip(x.shape[2:], span, strides)]
+    out = np.zeros([n, o] + out_sp)
+    og = o // groups
+    for p in itertools.product(*[range(q) for q in out_sp]):
+        for t in itertools.product(*[range(kk) for kk in k]):
+            src = tuple(pp * st + tt * d
+                        for pp, st, tt, d in zip(p, strides, t, rhs_dil))
+            for g in range(groups):
+                xs = x[(slice(None), slice(g * i, (g + 1) * i)) + src]
+                ws = w[(slice(g * og, (g + 1) * og), slice(None)) + t]
+                out[(slice(None), slice(g * og, (g + 1) * og)) + p] += xs @ ws.T
+    return out
+
+
+CASES = [
+    # (spatial, kernel, strides, padding, lhs_dil, rhs_dil, groups)
+    ((9,), (3,), (1,), ((0, 0),), (1,), (1,), 1),
+    ((9,), (3,), (2,), ((1, 2),), (1,), (2,), 1),
+    ((8,), (2,), (1,), ((-1, 1),), (2,), (1,), 2),
+    ((7, 6), (3, 2), (1, 1), ((1, 1), (0, 1)), (1, 1), (1, 1), 1),
+    ((7, 6), (3, 3), (2, 3), ((0, 0), (2, 2)), (1, 1), (2, 1), 3),
+    ((5, 5), (3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2), (1, 1), 1),
+    ((5, 4, 6), (2, 3, 2), (1, 2, 1), ((1, 0), (1, 1), (0, 0)), (1, 1, 1),
+     (1, 1, 2), 1),
+    ((4, 4, 4), (3, 2, 2), (2, 1, 1), ((1, 1), (0, 0), (1, 0)), (1, 2, 1),
+     (1, 1, 1), 3),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{len(c[0])}d")
+def test_conv_matches_naive_reference(case):
+    spatial, ksize, strides, padding, ld, rd, groups = case
+    x = RNG.standard_normal((2, 6) + spatial).astype(np.float32)
+    w = RNG.standard_normal((6, 6 // groups) + ksize).astype(np.float32)
+    got = conv_general_dilated(x, w, strides, padding, ld, rd,
+                               feature_group_count=groups)
+    want = naive_conv(x, w, strides, padding, ld, rd, groups)
+    assert got.shape == want.shape
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_channels_last_layout_and_same_padding():
+    x = RNG.standard_normal((2, 7, 5, 4)).astype(np.float32)  # NHWC
+    w = RNG.standard_normal((3, 2, 4, 6)).astype(np.float32)  # HWIO
+    dn = ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+    got = conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=dn)
+    # SAME, stride 2: out = ceil(in / 2), pad total = (out-1)*2 + k - in:
+    # H: 7 -> 4, total 2 -> (1, 1); W: 5 -> 3, total 1 -> (0, 1).
+    want = naive_conv(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1),
+                      (2, 2), ((1, 1), (0, 1)), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(np.asarray(got), want.transpose(0, 2, 3, 1),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_conv_transpose_is_the_adjoint_of_conv():
+    # <conv(x, w), y> == <x, conv_transpose(y, flipped w)>
+    x = RNG.standard_normal((1, 2, 9)).astype(np.float64)
+    w = RNG.standard_normal((3, 2, 4)).astype(np.float64)
+    y_shape = naive_conv(x, w, (2,), ((0, 0),), (1,), (1,), 1).shape
+    y = RNG.standard_normal(y_shape)
+    fwd = np.asarray(conv_general_dilated(x, w, (2,), ((0, 0),)))
+    w_t = np.flip(w, 2).transpose(1, 0, 2)
+    back = np.asarray(conv_transpose(y, w_t, (2,), ((3, 4),)))
+    assert back.shape == x.shape
+    np.testing.assert_allclose((fwd * y).sum(), (x * back).sum(), rtol=1e-10)
+
+
+def test_conv_integer_and_half_dtypes():
+    x = RNG.integers(-3, 4, (1, 2, 5)).astype(np.int32)
+    w = RNG.integers(-3, 4, (2, 2, 2)).astype(np.int32)
+    got = conv_general_dilated(x, w, (1,), ((0, 0),))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(
+        np.asarray(got), naive_conv(x, w, (1,), ((0, 0),), (1,), (1,), 1))
+    got16 = conv_general_dilated(x.astype(np.float16), w.astype(np.float16),
+                                 (1,), ((0, 0),))
+    assert got16.dtype == np.float16
+
+
+def test_conv_shape_rule_agrees_with_kernel_and_accepts_none():
+    x = RNG.standard_normal((2, 4, 9, 8)).astype(np.float32)
+    w = RNG.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    params = dict(window_strides=(2, 1), padding=((1, 1), (0, 2)),
+                  lhs_dilation=(1, 1), rhs_dilation=(1, 2),
+                  dimension_numbers=((0, 1, 2, 3),) * 3, feature_group_count=2)
+    out = conv_general_dilated_p.bind(x, w, **params)
+    rule = conv_general_dilated_p.shape_rule(
+        ShapedArray(x.shape, x.dtype), ShapedArray(w.shape, w.dtype), **params)
+    assert rule == ShapedArray(out.shape, out.dtype)
+    builder = GraphBuilder()
+    tx = builder.new_input(ShapedArray((None, 4, None, 8), np.float32))
+    traced = conv_general_dilated_p.bind(tx, w, **params)
+    assert traced.shape == (None, 6, None, out.shape[3])
+    assert builder.graph.nodes[-1].primitive is conv_general_dilated_p
+
+
+def test_conv_rejects_mismatched_channels():
+    x = np.zeros((1, 5, 4), np.float32)
+    w = np.zeros((2, 2, 3), np.float32)
+    with pytest.raises(ValueError, match="5 channels"):
+        conv_general_dilated_p.shape_rule(
+            ShapedArray(x.shape, x.dtype), ShapedArray(w.shape, w.dtype),
+            window_strides=(1,), padding=((0, 0),), lhs_dilation=(1,),
+            rhs_dilation=(1,), dimension_numbers=((0, 1, 2),) * 3,
+            feature_group_count=2)
+
+
+def naive_reduce_window(x, op, window, strides, padding):
+    fill = {"max": -np.inf, "min": np.inf, "sum": 0.0}[op]
+    fn = {"max": np.max, "min": np.min, "sum": np.sum}[op]
+    x = _pad(x.astype(np.float64), tuple(range(x.ndim)), padding, fill)
+    out_shape = [(n - k) // s + 1 for n, k, s in zip(x.shape, window, strides)]
+    out = np.zeros(out_shape)
+    for p in itertools.product(*[range(q) for q in out_shape]):
+        idx = tuple(slice(pp * s, pp * s + k)
+                    for pp, s, k in zip(p, strides, window))
+        out[p] = fn(x[idx])
+    return out
+
+
+@pytest.mark.parametrize("op", ["max", "sum", "min"])
+@pytest.mark.parametrize(
+    "shape,window,strides,padding",
+    [
+        ((2, 9, 3), (1, 3, 1), (1, 2, 1), ((0, 0), (0, 0), (0, 0))),
+        ((2, 7, 6, 3), (1, 2, 3, 1), (1, 2, 2, 1),
+         ((0, 0), (0, 1), (1, 1), (0, 0))),
+        ((1, 2, 5, 4, 6), (1, 1, 2, 2, 3), (1, 1, 1, 2, 3),
+         ((0, 0), (0, 0), (1, 0), (0, 1), (1, 1))),
+    ],
+)
+def test_reduce_window_matches_naive_reference(op, shape, window, strides,
+                                               padding):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = reduce_window(x, op, window, strides, padding)
+    want = naive_reduce_window(x, op, window, strides, padding)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_window_same_padding_and_int_identity():
+    x = np.arange(-10, 10, dtype=np.int32).reshape(1, 20)
+    got = reduce_window(x, "max", (1, 3), (1, 2), "SAME")
+    # SAME, stride 2, window 3 on 20: out 10, total pad 1 -> (0, 1).
+    want = naive_reduce_window(x, "max", (1, 3), (1, 2), ((0, 0), (0, 1)))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_reduce_window_shape_rule_accepts_none():
+    params = dict(op="max", window_dimensions=(1, 2, 2, 1),
+                  window_strides=(1, 2, 2, 1),
+                  padding=((0, 0), (0, 1), (0, 0), (0, 0)),
+                  base_dilation=(1,) * 4, window_dilation=(1,) * 4)
+    x = RNG.standard_normal((3, 5, 6, 2)).astype(np.float32)
+    out = reduce_window_p.bind(x, **params)
+    assert reduce_window_p.shape_rule(
+        ShapedArray(x.shape, x.dtype), **params
+    ) == ShapedArray(out.shape, out.dtype)
+    builder = GraphBuilder()
+    tx = builder.new_input(ShapedArray((None, 5, None, 2), np.float32))
+    assert reduce_window_p.bind(tx, **params).shape == (None, 3, None, 2)

@@ -1,0 +1,357 @@
+"""Runs Keras' own test files (shipped inside the installed keras package)
+against the "ipu" backend, as part of `pytest tests`.
+
+tests/conftest.py registers this module as a pytest plugin. When pytest
+reaches the directory tests/keras_conformance it gets a `KerasTestsDirectory`
+collector, which yields this directory's own test files and then one
+`pytest.Module` per Keras test file selected by `KERAS_TEST_FILES`. Those
+modules are imported from site-packages, exactly as Keras ships them.
+
+Node ids look like
+    tests/keras_conformance/keras/src/ops/numpy_test.py::NumpyDtypeTest::test_add
+They name the Keras file but are not paths on disk, so select with `-k`
+and `--keras-tests`, not by pasting a node id:
+    pytest tests/keras_conformance --keras-tests ops/numpy_test.py -k test_add
+
+The rules Keras' own (unshipped) conftest applies are applied here too:
+`requires_trainable_backend` tests are skipped until training works
+(`TRAINING_SUPPORTED`), `multi_device` tests are skipped. Tests listed in
+known_failures.txt are marked xfail(strict=False) with the listed reason.
+"""
+
+import collections
+import importlib.util
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+# Keras test files run by the conformance suite, as globs relative to
+# keras/src. Each milestone adds the directories it makes pass.
+KERAS_TEST_FILES = (
+    "ops/*_test.py",
+    "backend/common/*_test.py",
+    "backend/tests/*_test.py",
+    "random/*_test.py",
+)
+
+# Flip to True when fit/train_on_batch work on the ipu backend: the
+# `requires_trainable_backend` tests then run instead of being skipped.
+TRAINING_SUPPORTED = False
+TRAINING_SKIP_REASON = (
+    "requires_trainable_backend: training on the ipu backend arrives with "
+    "the compiler (issue 3)"
+)
+MULTI_DEVICE_SKIP_REASON = (
+    "multi_device: keras.distribution is not wired to IPU replication yet"
+)
+
+KNOWN_FAILURES_FILE = Path(__file__).with_name("known_failures.txt")
+HERE = Path(__file__).parent
+NODEID_PREFIX = "tests/keras_conformance/keras/src/"
+FILE_COUNTS_ENV = "KERAS_IPU_FILE_COUNTS"
+
+
+# --------------------------------------------------------------------------
+# Selection of Keras test files
+
+
+def keras_src_dir():
+    # find_spec on the top-level package does not import keras, so this
+    # works before the backend is chosen.
+    spec = importlib.util.find_spec("keras")
+    if spec is None or not spec.submodule_search_locations:
+        raise pytest.UsageError(
+            "keras is not installed: the Keras conformance tests run the test "
+            "files shipped inside the keras package. Install the project with "
+            "`pip install -e .[test]`."
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / "src"
+
+
+def select_keras_test_files(src_dir, patterns):
+    """Files under `src_dir` matching any glob in `patterns`, sorted, unique."""
+    found = set()
+    for pattern in patterns:
+        found.update(p for p in src_dir.glob(pattern) if p.is_file())
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------
+# Known failures
+
+
+class KnownFailuresError(ValueError):
+    pass
+
+
+def parse_known_failures(text, source="known_failures.txt"):
+    """Returns [(nodeid_substring, reason)] from the known-failures format.
+
+    One `nodeid-substring | reason` per line; blank lines and lines starting
+    with # are ignored. The separator is the first " | ".
+    """
+    entries = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        pattern, sep, reason = line.partition(" | ")
+        pattern, reason = pattern.strip(), reason.strip()
+        if not sep and line.endswith("|"):
+            pattern, reason = line[:-1].strip(), ""
+        if not pattern or not reason:
+            raise KnownFailuresError(
+                f"{source}:{lineno}: {line!r} has no "
+                f"{'reason' if pattern else 'test id'}. Every entry is "
+                "`nodeid-substring | reason`, e.g. "
+                "`ops/numpy_test.py::NumpyDtypeTest::test_add | "
+                "bfloat16 not supported`."
+            )
+        entries.append((pattern, reason))
+    return entries
+
+
+def load_known_failures(path=KNOWN_FAILURES_FILE):
+    if not path.exists():
+        return []
+    try:
+        return parse_known_failures(path.read_text(), source=str(path))
+    except KnownFailuresError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+# --------------------------------------------------------------------------
+# Collection
+
+
+def skip_if_backend(given_backend, reason):
+    from keras.src.backend import backend
+
+    return pytest.mark.skipif(backend() == given_backend, reason=reason)
+
+
+# Some Keras test files do `from conftest import skip_if_backend`, i.e. they
+# import the conftest.py at the root of Keras' repository, which the keras
+# package does not ship. While such a file is imported, "conftest" names
+# this stand-in (sys.modules["conftest"] is otherwise whichever of our
+# conftest.py files pytest loaded last).
+_KERAS_CONFTEST = types.ModuleType("conftest", "Stand-in for Keras' repo conftest")
+_KERAS_CONFTEST.skip_if_backend = skip_if_backend
+
+
+# A few Keras test files import another framework at module level to compute
+# reference values (ops/math_test.py and ops/image_test.py import jax). Those
+# frameworks are not dependencies of keras_ipu; without them the file is
+# skipped, with the reason, rather than reported as a collection error.
+REFERENCE_LIBRARIES = frozenset({"jax", "jaxlib", "torch", "flax", "openvino"})
+
+
+class KerasTestModule(pytest.Module):
+    def _getobj(self):
+        saved = sys.modules.get("conftest")
+        sys.modules["conftest"] = _KERAS_CONFTEST
+        try:
+            return super()._getobj()
+        except pytest.Collector.CollectError as e:
+            missing = e.__cause__
+            if (
+                isinstance(missing, ModuleNotFoundError)
+                and (missing.name or "").split(".")[0] in REFERENCE_LIBRARIES
+            ):
+                pytest.skip(
+                    f"this Keras test file imports {missing.name!r} for "
+                    f"reference values; `pip install {missing.name}` to run it",
+                    allow_module_level=True,
+                )
+            raise
+        finally:
+            if saved is None:
+                sys.modules.pop("conftest", None)
+            else:
+                sys.modules["conftest"] = saved
+
+
+class KerasTestsDirectory(pytest.Directory):
+    """tests/keras_conformance: its own test files, then Keras' test files."""
+
+    def collect(self):
+        ihook = self.ihook
+        for entry in sorted(self.path.iterdir()):
+            if entry.name == "__pycache__":
+                continue
+            if ihook.pytest_ignore_collect(collection_path=entry, config=self.config):
+                continue
+            if entry.is_dir():
+                col = ihook.pytest_collect_directory(path=entry, parent=self)
+                if col is not None:
+                    yield col
+            elif entry.is_file():
+                yield from ihook.pytest_collect_file(file_path=entry, parent=self)
+
+        src_dir = keras_src_dir()
+        patterns = self.config.getoption("keras_tests") or KERAS_TEST_FILES
+        files = select_keras_test_files(src_dir, patterns)
+        if not files:
+            raise pytest.UsageError(
+                f"no Keras test file under {src_dir} matches {list(patterns)}; "
+                "patterns are globs relative to keras/src, e.g. "
+                "ops/numpy_test.py"
+            )
+        for path in files:
+            rel = path.relative_to(src_dir).as_posix()
+            yield KerasTestModule.from_parent(
+                self,
+                path=path,
+                name=f"keras/src/{rel}",
+                nodeid=NODEID_PREFIX + rel,
+            )
+
+
+def add_options(parser):
+    group = parser.getgroup("keras_conformance", "Keras conformance tests")
+    group.addoption(
+        "--keras-tests",
+        action="append",
+        default=None,
+        metavar="GLOB",
+        help=(
+            "Keras test files to run instead of the configured set, as globs "
+            "relative to keras/src (repeatable), e.g. --keras-tests "
+            "ops/numpy_test.py"
+        ),
+    )
+    group.addoption(
+        "--keras-file-counts",
+        action="store_true",
+        default=False,
+        help=(
+            "print pass/fail/skip counts per test file at the end (also "
+            f"enabled by {FILE_COUNTS_ENV}=1)"
+        ),
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "requires_trainable_backend: the test trains (fit/train_on_batch)",
+    )
+    config.addinivalue_line(
+        "markers", "multi_device: the test needs several devices"
+    )
+    config.stash[_KNOWN_FAILURES] = load_known_failures()
+    if config.getoption("keras_file_counts") or os.environ.get(FILE_COUNTS_ENV):
+        config.stash[_FILE_COUNTS] = _state["counts"] = FileCounts()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path, parent):
+    if path == HERE:
+        return KerasTestsDirectory.from_parent(parent, path=path)
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    training_skip = pytest.mark.skip(reason=TRAINING_SKIP_REASON)
+    multi_device_skip = pytest.mark.skip(reason=MULTI_DEVICE_SKIP_REASON)
+    known = config.stash.get(_KNOWN_FAILURES, [])
+    used = set()
+    for item in items:
+        if not TRAINING_SUPPORTED and "requires_trainable_backend" in item.keywords:
+            item.add_marker(training_skip)
+        if "multi_device" in item.keywords:
+            item.add_marker(multi_device_skip)
+        for pattern, reason in known:
+            if pattern in item.nodeid:
+                item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+                used.add(pattern)
+                break
+    config.stash[_USED_KNOWN_FAILURES] = used
+
+
+# --------------------------------------------------------------------------
+# Per-file counts
+
+
+_KNOWN_FAILURES = pytest.StashKey[list]()
+_USED_KNOWN_FAILURES = pytest.StashKey[set]()
+_FILE_COUNTS = pytest.StashKey["FileCounts"]()
+
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+
+
+def classify(report):
+    """The outcome a report contributes to its test, or None."""
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "call":
+        if report.passed:
+            return "xpassed" if xfail else "passed"
+        if report.skipped:
+            return "xfailed" if xfail else "skipped"
+        return "failed"
+    if report.failed:
+        return "error"
+    if report.when == "setup" and report.skipped:
+        return "xfailed" if xfail else "skipped"
+    return None
+
+
+class FileCounts:
+    def __init__(self):
+        self.counts = collections.defaultdict(collections.Counter)
+
+    def add(self, report):
+        outcome = classify(report)
+        if outcome is not None:
+            path = report.nodeid.split("::", 1)[0]
+            if path.startswith("tests/keras_conformance/keras/"):
+                path = path[len("tests/keras_conformance/") :]
+            self.counts[path][outcome] += 1
+
+    def table(self):
+        header = "| file | " + " | ".join(OUTCOMES) + " |"
+        lines = [header, "|" + "---|" * (len(OUTCOMES) + 1)]
+        total = collections.Counter()
+        for path in sorted(self.counts):
+            c = self.counts[path]
+            total.update(c)
+            lines.append(
+                f"| {path} | " + " | ".join(str(c[o]) for o in OUTCOMES) + " |"
+            )
+        lines.append(
+            "| total | " + " | ".join(str(total[o]) for o in OUTCOMES) + " |"
+        )
+        return lines
+
+
+# pytest_runtest_logreport gets no config: the counter of this process.
+_state = {}
+
+
+def pytest_runtest_logreport(report):
+    # With xdist this runs in the controller too, on the workers' reports.
+    counts = _state.get("counts")
+    if counts is not None:
+        counts.add(report)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    counts = config.stash.get(_FILE_COUNTS, None)
+    if counts is None or not counts.counts:
+        return
+    terminalreporter.section("per-file counts")
+    for line in counts.table():
+        terminalreporter.write_line(line)
+    known = config.stash.get(_KNOWN_FAILURES, [])
+    # Under xdist the controller does not collect, so it cannot tell.
+    used = config.stash.get(_USED_KNOWN_FAILURES, None)
+    if used is None:
+        return
+    unused = [p for p, _ in known if p not in used]
+    if unused and not config.getoption("keywordexpr"):
+        terminalreporter.write_line(
+            f"known_failures.txt entries matching no collected test: {unused}"
+        )
