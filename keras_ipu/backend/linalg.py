@@ -17,8 +17,8 @@ from keras_ipu.device.array import Tensor
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import linalg as lp
 from keras_ipu.device.primitives import reduce as red
-from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.primitives import shape_rules
+from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.primitives.dot import dot_general_p
 from keras_ipu.device.primitives.structure import broadcast_to_p
 from keras_ipu.device.primitives.structure import reshape_p
@@ -27,10 +27,14 @@ from keras_ipu.device.primitives.structure import transpose_p
 # ------------------------------------------------------------------ helpers
 
 
+def _is_inexact(dtype):
+    return dtype.kind in "fc" or dtype.name == "bfloat16"
+
+
 def as_inexact(x):
     """x as a tensor of a float (or complex) dtype."""
     x = convert_to_tensor(x)
-    if x.dtype.kind in "fc":
+    if _is_inexact(x.dtype):
         return x
     return convert_to_tensor(x, dtypes.result_type(standardize_dtype(x.dtype), float))
 
@@ -40,7 +44,7 @@ def common_inexact_dtype(*xs):
     (float64 stays float64 eagerly: the host computes it), else Keras'
     result type with a Python float."""
     names = {standardize_dtype(x.dtype) for x in xs}
-    if len(names) == 1 and xs[0].dtype.kind in "fc":
+    if len(names) == 1 and _is_inexact(xs[0].dtype):
         return names.pop()
     return dtypes.result_type(*names, float)
 
@@ -74,17 +78,24 @@ def _eps(dtype):
 def _known(dim, what):
     if dim is None:
         raise ValueError(
-            f"{what} must be known (not None) to build the identity this op "
-            "needs. Give the matrix a static size."
+            f"{what} must be known (not None) for this op: it sizes a "
+            "constant (identity, mask) of the program. Give the matrix a "
+            "static size."
         )
     return dim
 
 
-def _check_matrix(x, name):
+def _check_matrix(x, name, square=False):
     if x.ndim < 2:
         raise ValueError(
             f"`{name}` expects a matrix or a batch of matrices (rank >= 2). "
             f"Received input with shape {tuple(x.shape)}."
+        )
+    m, n = x.shape[-2:]
+    if square and m is not None and n is not None and m != n:
+        raise ValueError(
+            f"`{name}` expects square matrices (the last two dimensions "
+            f"equal). Received input with shape {tuple(x.shape)}."
         )
 
 
@@ -211,7 +222,7 @@ def svd(x, full_matrices=True, compute_uv=True):
 
 def det(a):
     a = as_inexact(a)
-    _check_matrix(a, "det")
+    _check_matrix(a, "det", square=True)
     lu, pivots, _ = lp.lu_p.bind(a)
     diag_product = red.reduce_prod_p.bind(_diagonal(lu), axes=(lu.ndim - 2,))
     return ew.mul_p.bind(_pivot_sign(pivots, lu.dtype), diag_product)
@@ -222,7 +233,7 @@ def slogdet(a):
     row permutation, U's diagonal the rest; a singular matrix gives
     (0, -inf) as in NumPy."""
     a = as_inexact(a)
-    _check_matrix(a, "slogdet")
+    _check_matrix(a, "slogdet", square=True)
     lu, pivots, _ = lp.lu_p.bind(a)
     diag = _diagonal(lu)
     magnitude = ew.abs_p.bind(diag)
@@ -267,7 +278,7 @@ def _vector_or_matrix(a, b, solver):
 
 def inv(a):
     a = as_inexact(a)
-    _check_matrix(a, "inv")
+    _check_matrix(a, "inv", square=True)
     lu, _, permutation = lp.lu_p.bind(a)
     # The row-permuted identity is the permutation matrix itself.
     return _lu_solve_factored(lu, _permutation_matrix(permutation, lu.dtype))
@@ -275,7 +286,7 @@ def inv(a):
 
 def solve(a, b):
     a, b = _inexact_pair(a, b)
-    _check_matrix(a, "solve")
+    _check_matrix(a, "solve", square=True)
     return _vector_or_matrix(a, b, _lu_solve)
 
 
@@ -292,7 +303,7 @@ def solve_triangular(a, b, lower=False):
 def cholesky_inverse(a, upper=False):
     """The inverse of the matrix whose Cholesky factor is `a`."""
     a = as_inexact(a)
-    _check_matrix(a, "cholesky_inverse")
+    _check_matrix(a, "cholesky_inverse", square=True)
     identity = _eye(a.shape[-1], a.dtype)
     lower = not upper
     # lower: A = L L^H, A^-1 = L^-H (L^-1 I); upper: A = U^H U,

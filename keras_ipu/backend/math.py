@@ -2,18 +2,17 @@
 
 Segment reductions are scatters, top_k is the top_k primitive, the Fourier
 ops are the fft primitive (Keras passes complex values as (real, imag)
-pairs, as the IPU has no complex type), stft/istft frame the signal with a
-gather and overlap-add the frames with a scatter.
+pairs, as the IPU has no complex type), stft frames the signal with a
+gather, istft overlap-adds its frames with pads, reshapes and a sum.
 """
 
 import numpy as np
 
-from keras.src.backend.common import dtypes
 from keras.src.backend.common import standardize_dtype
 
 from keras_ipu.backend import linalg as _linalg
-from keras_ipu.backend.linalg import common_inexact_dtype
 from keras_ipu.backend.core import convert_to_tensor
+from keras_ipu.backend.linalg import common_inexact_dtype
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import reduce as red
@@ -36,10 +35,7 @@ from keras_ipu.device.primitives.structure import transpose_p
 
 def _float(x):
     """x as a tensor of a float dtype (integers/bool: Keras' float result)."""
-    x = convert_to_tensor(x)
-    if x.dtype.kind in "fc":
-        return x
-    return convert_to_tensor(x, dtypes.result_type(standardize_dtype(x.dtype), float))
+    return _linalg.as_inexact(x)
 
 
 def _cast(x, dtype):
@@ -80,6 +76,7 @@ def _known_length(x, what):
 
 
 def _segment_reduce(data, segment_ids, num_segments, mode, identity):
+    # (`sorted` is only a hint elsewhere: a scatter does not need sorted ids.)
     data = convert_to_tensor(data)
     segment_ids = convert_to_tensor(segment_ids)
     if segment_ids.dtype.kind not in "iu":
@@ -107,7 +104,13 @@ def _segment_reduce(data, segment_ids, num_segments, mode, identity):
     )
     ids = _reshape(ids, tuple(ids.shape) + (1,))
     out_shape = (num_segments,) + tuple(data.shape[1:])
-    init = broadcast_to_p.bind(_scalar(identity(data.dtype), data.dtype), shape=out_shape)
+    fill = _scalar(identity(data.dtype), data.dtype)
+    if None in out_shape:
+        # Traced with unknown trailing dims: a constant cannot have them,
+        # so the filled buffer is derived from (a reduction of) data.
+        like = red.reduce_sum_p.bind(data, axes=(0,))
+        fill = ew.select_p.bind(np.False_, like, fill)
+    init = broadcast_to_p.bind(fill, shape=out_shape)
     return scatter_p.bind(init, ids, data, mode=mode)
 
 
@@ -254,7 +257,9 @@ def _complex_from_pair(x):
             "Both the real and imaginary parts should have the same shape. "
             f"Received: x[0].shape = {real.shape}, x[1].shape = {imag.shape}"
         )
-    if real.dtype.kind != "f" or imag.dtype.kind != "f":
+    if not all(
+        d.kind == "f" or d.name == "bfloat16" for d in (real.dtype, imag.dtype)
+    ):
         raise ValueError(
             "At least one tensor in input `x` is not of type float. "
             f"Received: x={x}."
@@ -430,29 +435,39 @@ def stft(
 
 def _overlap_add(frames, sequence_stride):
     """Sums frames (..., num_sequences, frame_length) placed sequence_stride
-    apart into one signal (..., stride * (num_sequences - 1) + frame_length)."""
+    apart into one signal (..., stride * (num_sequences - 1) + frame_length).
+
+    Only pads, reshapes and one sum (TF's overlap_and_add skew): block j of
+    frame i (samples j*s .. j*s+s-1) belongs at block i + j. Laid out as
+    (blocks j, frames i, s) with `blocks` zero frames appended to each row,
+    flattened and re-read with rows one frame shorter, row j moves j blocks
+    to the right; the sum over rows adds every block at its place.
+    """
     count, frame_length = frames.shape[-2:]
     if count is None or frame_length is None:
         raise ValueError(
             "istft needs the number of frames and the fft length to be known; "
             f"got frames of shape {tuple(frames.shape)}."
         )
-    length = sequence_stride * (count - 1) + frame_length
-    idx = (
-        np.arange(count)[:, None] * sequence_stride + np.arange(frame_length)[None, :]
-    )[..., None].astype(np.int32)
+    s = sequence_stride
     batch = tuple(frames.shape[:-2])
-    # The scatter writes leading axes: frame axes first, batch behind.
-    updates = _move_front_to_back(frames, frames.ndim - 2)
-    zeros = broadcast_to_p.bind(_scalar(0, frames.dtype), shape=(length,) + batch)
-    signal = scatter_p.bind(zeros, idx, updates, mode="add")
-    return _move_last_to_front_n(signal, len(batch))
-
-
-def _move_last_to_front_n(x, count):
-    """Moves the last `count` axes in front of the others."""
-    perm = tuple(range(x.ndim - count, x.ndim)) + tuple(range(x.ndim - count))
-    return transpose_p.bind(x, permutation=perm)
+    nb = len(batch)
+    blocks = -(-frame_length // s)
+    zero = _scalar(0, frames.dtype)
+    no_pad = ((0, 0, 0),) * nb
+    x = pad_p.bind(
+        frames, zero, config=no_pad + ((0, 0, 0), (0, blocks * s - frame_length, 0))
+    )
+    x = _reshape(x, batch + (count, blocks, s))
+    perm = tuple(range(nb)) + (nb + 1, nb, nb + 2)
+    x = transpose_p.bind(x, permutation=perm)  # (..., blocks, count, s)
+    width = count + blocks
+    x = pad_p.bind(x, zero, config=no_pad + ((0, 0, 0), (0, blocks, 0), (0, 0, 0)))
+    x = _reshape(x, batch + (blocks * width * s,))
+    x = _slice_last(x, 0, blocks * (width - 1) * s)
+    x = _reshape(x, batch + (blocks, (width - 1) * s))
+    x = red.reduce_sum_p.bind(x, axes=(nb,))
+    return _slice_last(x, 0, s * (count - 1) + frame_length)
 
 
 def _window_sum_square(win, sequence_stride, fft_length):

@@ -36,6 +36,7 @@ from keras_ipu.device.primitives.convert import bitcast_convert_type_p
 from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.primitives.random_bits import random_bits
 from keras_ipu.device.primitives.reduce import argmax_p
+from keras_ipu.device.primitives.sort import sort_p
 from keras_ipu.device.primitives.structure import reshape_p
 from keras_ipu.device.trace import Tracer
 
@@ -277,13 +278,14 @@ def dropout(inputs, rate, noise_shape=None, seed=None):
 
 def shuffle(x, axis=0, seed=None):
     """Each 1-D slice along `axis` is permuted independently (as the JAX and
-    NumPy backends do): sort random keys, gather along the axis."""
-    from keras_ipu.backend import numpy as knp
-
+    NumPy backends do): x rides along a sort by random keys."""
     x = convert_to_tensor(x)
+    if len(x.shape) == 0:
+        return x
+    axis = axis % len(x.shape)
     keys = random_bits(_key(seed), _shape(x.shape), 32)
-    order = knp.argsort(keys, axis=axis)
-    return knp.take_along_axis(x, order, axis=axis)
+    _, shuffled = sort_p.bind(keys, x, dimension=axis, num_keys=1)
+    return shuffled
 
 
 def _gamma(key, shape, alpha, work, stream=0):

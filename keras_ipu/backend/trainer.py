@@ -55,6 +55,35 @@ def _concatenate_steps(step_outputs):
     )
 
 
+class IPUEpochIterator(EpochIterator):
+    """Hands out one execution's batches at a time (the infeed).
+
+    When the number of batches is known, the last execution of an epoch is
+    shortened to the batches that remain (Keras' iterator would pull past
+    the end and warn that the input ran out), and its end step is the last
+    step really run, so callbacks and the progress bar count right. Running
+    out of a generator of unknown length is the normal end of predict() and
+    evaluate(); it only warns when the user asked for more `steps`.
+    """
+
+    def __next__(self):
+        begin_step, _, iterator = next(self._epoch_iterator)
+        count = self.steps_per_execution
+        if self.num_batches:
+            count = max(1, min(count, self.num_batches - begin_step))
+        batches = []
+        with self.catch_stop_iteration():
+            for _ in range(count):
+                batches.append(next(iterator))
+        if not batches:
+            raise StopIteration
+        return begin_step, begin_step + len(batches) - 1, batches
+
+    def _interrupted_warning(self):
+        if self.steps_per_epoch:
+            super()._interrupted_warning()
+
+
 class IPUTrainer(base_trainer.Trainer):
     def __init__(self):
         super().__init__()
@@ -176,7 +205,7 @@ class IPUTrainer(base_trainer.Trainer):
         if use_cached_eval_dataset:
             epoch_iterator = self._eval_epoch_iterator
         else:
-            epoch_iterator = EpochIterator(
+            epoch_iterator = IPUEpochIterator(
                 x=x,
                 y=y,
                 sample_weight=sample_weight,
@@ -224,7 +253,7 @@ class IPUTrainer(base_trainer.Trainer):
     def predict(
         self, x, batch_size=None, verbose="auto", steps=None, callbacks=None
     ):
-        epoch_iterator = EpochIterator(
+        epoch_iterator = IPUEpochIterator(
             x=x,
             batch_size=batch_size,
             steps_per_epoch=steps,

@@ -235,6 +235,8 @@ def test_segment_reductions(op, fn, empty):
 def test_segment_sum_traces_with_num_segments_only():
     spec = _spec(kmath.segment_sum, (None, 4), (None,), num_segments=3)
     assert spec.shape == (3, 4)
+    spec = _spec(kmath.segment_max, (None, None), (None,), num_segments=3)
+    assert spec.shape == (3, None)
     with pytest.raises(ValueError, match="num_segments"):
         _spec(kmath.segment_sum, (None, 4), (None,))
 
@@ -302,8 +304,12 @@ def test_fft_family():
         assert out_re.dtype == np.float64
     for n in (None, 4, 9):
         out_re, out_im = kmath.rfft(re, fft_length=n)
-        np.testing.assert_allclose(_np(out_re) + 1j * _np(out_im), np.fft.rfft(re, n=n), atol=1e-10)
-        np.testing.assert_allclose(_np(kmath.irfft((re, im), fft_length=n)), np.fft.irfft(z, n=n), atol=1e-10)
+        np.testing.assert_allclose(
+            _np(out_re) + 1j * _np(out_im), np.fft.rfft(re, n=n), atol=1e-10
+        )
+        np.testing.assert_allclose(
+            _np(kmath.irfft((re, im), fft_length=n)), np.fft.irfft(z, n=n), atol=1e-10
+        )
     f32 = kmath.fft((re.astype("float32"), im.astype("float32")))[0]
     assert f32.dtype == np.float32
     with pytest.raises(ValueError, match="tuple of two tensors"):
@@ -365,3 +371,16 @@ def test_stft_and_istft_trace_and_validate():
         kmath.stft(np.ones(8), 4, 0, 4)
     with pytest.raises(ValueError, match="window"):
         kmath.stft(np.ones(8), 4, 1, 4, window="triangle")
+
+
+def test_half_precision_inputs_compute_and_keep_their_dtype():
+    x = _spd((), 3)
+    for dtype in ("float16", "bfloat16"):
+        xd = keras.ops.convert_to_tensor(x, dtype)
+        out = linalg.inv(xd)
+        assert keras.backend.standardize_dtype(out.dtype) == dtype
+        np.testing.assert_allclose(
+            np.asarray(out).astype("float32"), np.linalg.inv(x), rtol=5e-2, atol=5e-2
+        )
+        re, _ = kmath.rfft(xd)
+        assert keras.backend.standardize_dtype(re.dtype) == dtype

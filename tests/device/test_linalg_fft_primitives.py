@@ -208,7 +208,13 @@ def test_triangular_solve_every_mode(left_side, lower, transpose_a, conjugate_a,
 def test_triangular_solve_broadcasts_batch_and_checks_sizes():
     a = np.triu(RNG.standard_normal((3, 3))) + 3 * np.eye(3)
     b = RNG.standard_normal((4, 3, 2))
-    params = dict(left_side=True, lower=False, transpose_a=False, conjugate_a=False, unit_diagonal=False)
+    params = dict(
+        left_side=True,
+        lower=False,
+        transpose_a=False,
+        conjugate_a=False,
+        unit_diagonal=False,
+    )
     (x,) = _check_rule(lp.triangular_solve_p, a, b, **params)
     np.testing.assert_allclose(a @ x, b, atol=1e-12)
     with pytest.raises(ShapeError):
@@ -243,7 +249,8 @@ def test_fft_matches_numpy(fft_type, lengths, shape, dtype, ref):
     x = x.astype(dtype)
     (out,) = _check_rule(fft_p, x, fft_type=fft_type, fft_lengths=lengths)
     tol = 1e-4 if np.dtype(dtype).itemsize <= 8 else 1e-10
-    np.testing.assert_allclose(out, ref(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)), atol=tol, rtol=tol)
+    wide = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    np.testing.assert_allclose(out, ref(wide), atol=tol, rtol=tol)
 
 
 def test_fft_of_impulse_by_hand():

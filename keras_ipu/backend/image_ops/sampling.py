@@ -15,6 +15,7 @@ from keras.src import backend as kbackend
 
 from keras_ipu.backend.image_ops import _build as b
 from keras_ipu.device.primitives import elementwise as ew
+from keras_ipu.device.primitives.cumulative import cumsum_p
 from keras_ipu.device.primitives.indexing import gather_p
 from keras_ipu.device.primitives.structure import iota_p
 
@@ -173,7 +174,7 @@ def _column(transform, i):
 def _projective_sample(images, transform, order, fill_mode, fill_value):
     """images NHWC, transform (B or 1, 8): output (x, y) reads the input at
     ((a0 x + a1 y + a2) / k, (b0 x + b1 y + b2) / k), k = c0 x + c1 y + 1."""
-    batch, height, width, _ = images.shape
+    _, height, width, _ = images.shape
     if height is None or width is None:
         raise ValueError(
             "Geometric image transforms need the image height and width; "
@@ -189,18 +190,24 @@ def _projective_sample(images, transform, order, fill_mode, fill_value):
 
 
 def _sample_batched(images, y_in, x_in, order, fill_mode, fill_value):
-    """images NHWC; y_in, x_in (B or 1, H', W') -> (B, H', W', C)."""
+    """images NHWC; y_in, x_in (B or 1, H, W) -> (B, H, W, C)."""
     batch, height, width, _ = images.shape
-    if batch is None:
-        raise ValueError(
-            "Geometric image transforms need the batch size; got shape "
-            f"{images.shape}."
+    shape = (batch, height, width)
+    if batch is not None:
+        zeros = np.zeros(shape, y_in.dtype)
+        leading = iota_p.bind(dtype=np.dtype(np.int32), shape=shape, dimension=0)
+    else:
+        # Batch unknown while traced: derive the batch index from the
+        # images themselves (a running count of ones along the batch).
+        plane = b.squeeze(b.slice_axis(images, 3, 0, 1), 3)
+        ones = b.cast(
+            ew.or_p.bind(ew.eq_p.bind(plane, plane), ew.ne_p.bind(plane, plane)),
+            np.int32,
         )
-    shape = (batch, y_in.shape[1], y_in.shape[2])
-    zeros = np.zeros(shape, y_in.dtype)
+        leading = b.sub(cumsum_p.bind(ones, axis=0), 1)
+        zeros = b.mul(b.cast(ones, y_in.dtype), 0.0)
     y_in = b.add(y_in, zeros)
     x_in = b.add(x_in, zeros)
-    leading = iota_p.bind(dtype=np.dtype(np.int32), shape=shape, dimension=0)
     return _sample(
         images, [y_in, x_in], (height, width), order, fill_mode, fill_value,
         leading=leading,
@@ -397,12 +404,13 @@ def elastic_transform(
     noise = random.normal(
         (2, batch, height, width, 1), stddev=float(sigma), dtype=compute, seed=key
     )
-    noise = b.reshape(noise, (2 * batch, height, width, 1))
+    noise = b.reshape(noise, (-1, height, width, 1))
     field = gaussian_blur(
         noise, (kernel, kernel), (float(sigma), float(sigma)),
         data_format="channels_last",
     )
-    field = b.mul(b.reshape(field, (2, batch, height, width)), b.as_dtype(alpha, compute))
+    field = b.reshape(field, (2, -1, height, width))
+    field = b.mul(field, b.as_dtype(alpha, compute))
     dx = b.squeeze(b.slice_axis(field, 0, 0, 1), 0)
     dy = b.squeeze(b.slice_axis(field, 0, 1, 2), 0)
     ys, xs = _grid(height, width, compute)

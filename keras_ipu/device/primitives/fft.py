@@ -51,7 +51,7 @@ def _check(x, fft_type, fft_lengths):
             f"{len(fft_lengths)}; got shape {x.shape}."
         )
     if fft_type == "RFFT":
-        if x.dtype.kind != "f":
+        if not (x.dtype.kind == "f" or x.dtype.name == "bfloat16"):
             raise TypeError(f"fft: RFFT takes a real float operand; got {x.dtype}.")
     elif x.dtype.kind != "c":
         raise TypeError(f"fft: {fft_type} takes a complex operand; got {x.dtype}.")

@@ -51,8 +51,13 @@ def _min_dim(a, b):
     return min(a, b)
 
 
+def _is_float(dtype):
+    # ml_dtypes' bfloat16 is a float to us, though NumPy's kind says "V".
+    return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
 def _inexact(x, name):
-    if x.dtype.kind not in "fc":
+    if not (_is_float(x.dtype) or x.dtype.kind == "c"):
         raise TypeError(
             f"{name}: the operand must be a float or complex array; got "
             f"{x.dtype}. Cast it first (the backend casts integers to floatx)."
@@ -75,7 +80,7 @@ def _complex_of(dtype):
 
 def _lapack_input(x):
     """x in a dtype LAPACK has (float16/bfloat16 -> float32)."""
-    if x.dtype.kind == "f" and x.dtype.itemsize < 4:
+    if _is_float(x.dtype) and x.dtype.itemsize < 4:
         return x.astype(np.float32)
     return x
 
