@@ -151,6 +151,11 @@ def _unit_uniform(key, shape, dtype, stream=0):
     bits = ew.shift_right_p.bind(bits, np.asarray(width - mantissa, uint))
     one_bits = np.asarray(np.ones((), dtype).view(uint), uint)
     bits = ew.or_p.bind(bits, one_bits)
+    if shape == ():
+        # bitcast's kernel turns 0-d arrays 1-d (np.ascontiguousarray).
+        bits = reshape_p.bind(bits, new_shape=(1,))
+        floats = bitcast_convert_type_p.bind(bits, dtype=dtype)
+        return _sub(reshape_p.bind(floats, new_shape=()), 1)
     return _sub(bitcast_convert_type_p.bind(bits, dtype=dtype), 1)
 
 
@@ -270,8 +275,10 @@ def dropout(inputs, rate, noise_shape=None, seed=None):
             inputs.shape[i] if d is None else d for i, d in enumerate(noise_shape)
         )
     keep = _sub(np.asarray(1, work), _param(rate, work))
-    u = _unit_uniform(_key(seed), _shape(noise_shape), _compute_dtype(work))
-    mask = ew.lt_p.bind(u, _as(keep, u.dtype))
+    # The mask is drawn in float32 whatever the input dtype, so one seed
+    # drops the same elements of a float16 and a float32 tensor.
+    u = _unit_uniform(_key(seed), _shape(noise_shape), np.float32)
+    mask = ew.lt_p.bind(u, _as(keep, np.float32))
     scaled = _as(_div(_as(inputs, work), keep), dtype)
     return _select(mask, scaled, 0)
 

@@ -232,20 +232,37 @@ def test_sobel_edges_matches_scipy():
 
 
 # ---------------------------------------------------------------- tracing
+CL = dict(data_format="channels_last")
+EYE8 = np.eye(3).reshape(-1)[:8].astype("float32")
+
+
 @pytest.mark.parametrize(
     "fn,shape",
     [
-        (lambda t: im.resize(t, (5, 7), data_format="channels_last"), (None, 5, 7, 3)),
-        (lambda t: im.resize(t, (5, 7), interpolation="nearest", data_format="channels_last"), (None, 5, 7, 3)),
-        (lambda t: im.resize(t, (20, 7), pad_to_aspect_ratio=True, data_format="channels_last"), (None, 20, 7, 3)),
-        (lambda t: im.rgb_to_grayscale(t, data_format="channels_last"), (None, 10, 12, 1)),
-        (lambda t: im.rgb_to_hsv(t, data_format="channels_last"), (None, 10, 12, 3)),
-        (lambda t: im.sobel_edges(t, data_format="channels_last"), (None, 10, 12, 3, 2)),
-        (lambda t: im.gaussian_blur(t, (3, 3), (1.0, 1.0), data_format="channels_last"), (None, 10, 12, 3)),
-        (lambda t: im.affine_transform(t, np.eye(3).reshape(-1)[:8].astype("float32"), data_format="channels_last"), (None, 10, 12, 3)),
-        (lambda t: im.elastic_transform(t, seed=1, data_format="channels_last"), (None, 10, 12, 3)),
+        (lambda t: im.resize(t, (5, 7), **CL), (None, 5, 7, 3)),
+        (lambda t: im.resize(t, (5, 7), interpolation="nearest", **CL), (None, 5, 7, 3)),
+        (lambda t: im.resize(t, (20, 7), pad_to_aspect_ratio=True, **CL), (None, 20, 7, 3)),
+        (lambda t: im.rgb_to_grayscale(t, **CL), (None, 10, 12, 1)),
+        (lambda t: im.rgb_to_hsv(t, **CL), (None, 10, 12, 3)),
+        (lambda t: im.sobel_edges(t, **CL), (None, 10, 12, 3, 2)),
+        (lambda t: im.gaussian_blur(t, (3, 3), (1.0, 1.0), **CL), (None, 10, 12, 3)),
+        (lambda t: im.affine_transform(t, EYE8, **CL), (None, 10, 12, 3)),
+        (lambda t: im.elastic_transform(t, seed=1, **CL), (None, 10, 12, 3)),
     ],
 )
 def test_traced_with_unknown_batch(fn, shape):
     spec = core.compute_output_spec(fn, keras.KerasTensor((None, 10, 12, 3)))
     assert tuple(spec.shape) == shape
+
+
+def test_elastic_transform_sigma_tensor_and_traced_sigma():
+    x = rng.random((1, 12, 10, 1)).astype("float32")
+    sigma = keras.ops.convert_to_tensor(np.array([1.5], np.float32))
+    a = np_(im.elastic_transform(x, alpha=2.0, sigma=sigma, seed=3, data_format="channels_last"))
+    b = np_(im.elastic_transform(x, alpha=2.0, sigma=1.5, seed=3, data_format="channels_last"))
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    spec = core.compute_output_spec(
+        lambda t, s: im.elastic_transform(t, alpha=2.0, sigma=s, seed=3, **CL),
+        keras.KerasTensor((None, 12, 10, 1)), keras.KerasTensor(()),
+    )
+    assert tuple(spec.shape) == (None, 12, 10, 1)

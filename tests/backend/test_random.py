@@ -197,3 +197,26 @@ def test_traced_seed_state_gives_a_graph_input():
     assert out.shape == (4, 3) and out.dtype == np.float32
     names = {n.primitive.name for n in builder.graph.nodes}
     assert "random_bits" in names
+
+
+def test_dropout_mask_does_not_depend_on_input_dtype():
+    masks = [
+        np_(rnd.dropout(np.ones((50,), dtype), 0.5, seed=3)) == 0
+        for dtype in ("float16", "float32", "float64")
+    ]
+    np.testing.assert_array_equal(masks[0], masks[1])
+    np.testing.assert_array_equal(masks[1], masks[2])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda: rnd.uniform((), 0, maxval=5.0, seed=1),
+        lambda: rnd.normal((), seed=1),
+        lambda: rnd.truncated_normal((), seed=1),
+        lambda: rnd.gamma((), 2.0, seed=1),
+        lambda: rnd.randint((), 0, 4, seed=1),
+    ],
+)
+def test_scalar_shapes(fn):
+    assert fn().shape == ()

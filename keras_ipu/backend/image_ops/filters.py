@@ -60,6 +60,24 @@ def _sigma_pair(sigma, dtype):
     return values[0], values[1]
 
 
+def blur_nhwc(images, sizes, sigmas):
+    """Separable Gaussian blur of an NHWC tensor: sizes and sigmas are
+    (along height, along width); zero padding, an even kernel's extra tap
+    after the centre (as Keras' other backends)."""
+    channels = images.shape[-1]
+    dtype = images.dtype
+    out = images
+    for axis, size, sigma in ((1, sizes[0], sigmas[0]), (2, sizes[1], sigmas[1])):
+        taps = _gaussian_1d(size, sigma, dtype)
+        shape = (size, 1, 1, 1) if axis == 1 else (1, size, 1, 1)
+        kernel = b.add(b.reshape(taps, shape), np.zeros((1, 1, 1, channels), dtype))
+        before = (size - 1) // 2
+        pads = [(0, 0), (0, 0)]
+        pads[axis - 1] = (before, size - 1 - before)
+        out = _depthwise(out, kernel, pads, channels)
+    return out
+
+
 def gaussian_blur(images, kernel_size=(3, 3), sigma=(1.0, 1.0), data_format=None):
     data_format = kbackend.standardize_data_format(data_format)
     images = b.tensor(images)
@@ -82,20 +100,11 @@ def gaussian_blur(images, kernel_size=(3, 3), sigma=(1.0, 1.0), data_format=None
         raise ValueError(
             f"gaussian_blur needs the number of channels; got {images.shape}."
         )
-    size_x, size_y = _static_int_pair(kernel_size, "kernel_size")
-    sigma_x, sigma_y = _sigma_pair(sigma, compute)
     # As Keras' other backends: the first size/sigma pair runs along the
     # width, the second along the height.
-    taps_w = _gaussian_1d(size_x, sigma_x, compute)
-    taps_h = _gaussian_1d(size_y, sigma_y, compute)
-    kernel = b.mul(b.reshape(taps_h, (size_y, 1)), b.reshape(taps_w, (1, size_x)))
-    kernel = b.reshape(kernel, (size_y, size_x, 1, 1))
-    kernel = b.add(kernel, np.zeros((1, 1, 1, channels), compute))
-    padding = (
-        ((size_y - 1) // 2, size_y - 1 - (size_y - 1) // 2),
-        ((size_x - 1) // 2, size_x - 1 - (size_x - 1) // 2),
-    )
-    out = _depthwise(images, kernel, padding, channels)
+    size_x, size_y = _static_int_pair(kernel_size, "kernel_size")
+    sigma_x, sigma_y = _sigma_pair(sigma, compute)
+    out = blur_nhwc(images, (size_y, size_x), (sigma_y, sigma_x))
     if data_format == "channels_first":
         out = b.transpose(out, (0, 3, 1, 2))
     if need_squeeze:

@@ -14,6 +14,7 @@ import numpy as np
 from keras.src import backend as kbackend
 
 from keras_ipu.backend.image_ops import _build as b
+from keras_ipu.device.array import Tensor
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives.cumulative import cumsum_p
 from keras_ipu.device.primitives.indexing import gather_p
@@ -366,6 +367,17 @@ def perspective_transform(
     return _to_output(out, input_dtype)
 
 
+def _elastic_kernel_size(sigma, height, width):
+    """int(6 sigma) | 1 taps, as Keras' other backends. A traced sigma has
+    no value to size the kernel by: the kernel then spans the whole image
+    (the taps beyond 3 sigma are negligible, so the blur is the same)."""
+    if b.is_array(sigma) and not isinstance(sigma, Tensor):
+        return (2 * max(height, width) - 1) | 1
+    if isinstance(sigma, Tensor):
+        sigma = float(np.asarray(sigma._value).reshape(()))
+    return int(6 * float(sigma)) | 1
+
+
 def elastic_transform(
     images,
     alpha=20.0,
@@ -379,7 +391,7 @@ def elastic_transform(
     """Displace each pixel by alpha * (Gaussian-blurred N(0, sigma) noise),
     one field for y and one for x, then resample."""
     from keras_ipu.backend import random
-    from keras_ipu.backend.image_ops.filters import gaussian_blur
+    from keras_ipu.backend.image_ops.filters import blur_nhwc
 
     data_format = kbackend.standardize_data_format(data_format)
     _check_interpolation(interpolation)
@@ -392,23 +404,19 @@ def elastic_transform(
     _check_images_rank(images)
     input_dtype = images.dtype
     compute = b.np_dtype(b.float_compute_dtype(b.kdtype(images), "float32"))
-    if b.is_array(sigma):
-        raise ValueError(
-            "elastic_transform needs a number for `sigma` (it sets the blur "
-            f"kernel size); got a tensor {sigma!r}."
-        )
-    kernel = int(6 * float(sigma)) | 1
     images, need_squeeze = _to_nhwc(images, data_format)
     batch, height, width, _ = images.shape
+    if height is None or width is None:
+        raise ValueError(
+            "elastic_transform needs the image height and width; got shape "
+            f"{images.shape}."
+        )
+    size = _elastic_kernel_size(sigma, height, width)
+    sigma = b.as_dtype(sigma, compute)
     key = random._key(seed)
-    noise = random.normal(
-        (2, batch, height, width, 1), stddev=float(sigma), dtype=compute, seed=key
-    )
-    noise = b.reshape(noise, (-1, height, width, 1))
-    field = gaussian_blur(
-        noise, (kernel, kernel), (float(sigma), float(sigma)),
-        data_format="channels_last",
-    )
+    noise = random.normal((2, batch, height, width, 1), dtype=compute, seed=key)
+    noise = b.mul(b.reshape(noise, (-1, height, width, 1)), sigma)
+    field = blur_nhwc(noise, (size, size), (sigma, sigma))
     field = b.reshape(field, (2, -1, height, width))
     field = b.mul(field, b.as_dtype(alpha, compute))
     dx = b.squeeze(b.slice_axis(field, 0, 0, 1), 0)

@@ -44,6 +44,29 @@ def float_tensor(x):
     return x
 
 
+_WIDE = {"float32": "float64", "complex64": "complex128", "int32": "int64",
+         "uint32": "uint64"}
+
+
+def promote(*xs, floating=False):
+    """xs converted to their Keras result dtype (floatx for integer results
+    when `floating`). Keras' lattice narrows 64-bit results to 32 bits (JAX
+    without x64); the host keeps 64-bit inputs 64-bit, so an explicitly
+    64-bit operand widens the result back."""
+    from keras.src.backend.common import dtypes
+
+    from keras_ipu.backend.dtype_utils import dtype_of
+
+    kinds = [dtype_of(x) for x in xs]
+    dtype = dtypes.result_type(*kinds)
+    if floating and dtype not in ("float16", "bfloat16", "float32", "float64",
+                                  "complex64", "complex128"):
+        dtype = dtypes.result_type(dtype, float)
+    if any(isinstance(k, str) and k.endswith("64") for k in kinds):
+        dtype = _WIDE.get(dtype, dtype)
+    return [convert_to_tensor(x, dtype) for x in xs]
+
+
 def cast(x, dtype):
     dtype = _np_dtype(standardize_dtype(dtype))
     if x.dtype == dtype:
@@ -188,13 +211,21 @@ def min(x, axis=None, keepdims=False):  # noqa: A001
     return reduce(red.reduce_min_p, x, axis, keepdims)
 
 
+def ones_like(x):
+    """Ones shaped like x, also when x's shape has unknown dims: (b or not
+    b) is all-true whatever x holds (NaN, inf)."""
+    if all(d is not None for d in x.shape):
+        return broadcast_to_p.bind(const(1, x), shape=tuple(x.shape))
+    b = cast(x, "bool")
+    return cast(ew.or_p.bind(b, ew.logical_not_p.bind(b)), x.dtype)
+
+
 def mean(x, axis=None, keepdims=False):
     axes = normalize_axes(axis, x.ndim)
     total = sum(x, axes, keepdims)
     if any(x.shape[a] is None for a in axes):
         # Unknown sizes (only while tracing): count by summing ones.
-        ones = broadcast_to_p.bind(const(1, x), shape=tuple(x.shape))
-        return div(total, sum(ones, axes, keepdims))
+        return div(total, sum(ones_like(x), axes, keepdims))
     count = 1
     for a in axes:
         count *= x.shape[a]

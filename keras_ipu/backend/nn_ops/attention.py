@@ -6,10 +6,9 @@ import math
 
 import numpy as np
 
-from keras.src.backend.common import dtypes
-
 from keras_ipu.backend.nn_ops import _lax as lax
 from keras_ipu.backend.nn_ops.normalization import softmax
+from keras_ipu.device.primitives.dot import dot_general_p
 
 __all__ = ["dot_product_attention"]
 
@@ -42,8 +41,6 @@ def dot_product_attention(
     flash_attention=None,
     attn_logits_soft_cap=None,
 ):
-    from keras_ipu.backend import numpy as knp
-
     query, key, value = (lax.tensor(t) for t in (query, key, value))
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ValueError(
@@ -52,10 +49,8 @@ def dot_product_attention(
             f"query.shape={query.shape}, key.shape={key.shape}, "
             f"value.shape={value.shape}."
         )
-    compute = dtypes.result_type(
-        lax.dtype_name(query), lax.dtype_name(key), lax.dtype_name(value)
-    )
-    query, key, value = (lax.cast(t, compute) for t in (query, key, value))
+    query, key, value = lax.promote(query, key, value)
+    compute = lax.dtype_name(query)
     b, t, n, h = query.shape
     k_heads = key.shape[2]
     if n is not None and k_heads is not None and n % k_heads:
@@ -68,13 +63,16 @@ def dot_product_attention(
     head_dim = key.shape[-1]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
 
-    # (B, T, N, H) -> (B, K, G, T, H); keys (B, S, K, H) -> (B, K, 1, H, S).
+    # Query heads n = k * G + g share key/value head k.
     q = lax.reshape(query, (b, t, k_heads, groups, h))
-    q = lax.transpose(q, (0, 2, 3, 1, 4))
-    k = lax.expand_dims(lax.transpose(key, (0, 2, 3, 1)), 2)
+    # Contract H; batch over (B, K): (B, K, T, G, S) -> (B, K, G, T, S).
+    logits = dot_general_p.bind(
+        q, key, dimension_numbers=(((4,), (3,)), ((0, 2), (0, 2)))
+    )
+    logits = lax.transpose(logits, (0, 1, 3, 2, 4))
     # Logits, bias and masking in the compute dtype; only the softmax is
-    # widened to float32 (jax.nn.dot_product_attention's reference).
-    logits = lax.mul(knp.matmul(q, k), float(scale))  # (B, K, G, T, S)
+    # widened (jax.nn.dot_product_attention's reference).
+    logits = lax.mul(logits, float(scale))
     s = key.shape[1]
     logits = lax.reshape(logits, (b, n, t, s))
     if bias is not None:
@@ -96,11 +94,14 @@ def dot_product_attention(
         keep = causal if keep is None else lax.logical_and(keep, causal)
     if keep is not None:
         logits = lax.select(keep, logits, _large_negative(logits.dtype))
-    # The softmax runs in float32 whatever the input precision.
-    probs = softmax(lax.cast(logits, "float32"), axis=-1)
+    # The softmax runs in at least float32.
+    wide = compute if compute in ("float32", "float64") else "float32"
+    probs = softmax(lax.cast(logits, wide), axis=-1)
     probs = lax.cast(probs, compute)
     probs = lax.reshape(probs, (b, k_heads, groups, t, s))
-    v = lax.expand_dims(lax.transpose(value, (0, 2, 1, 3)), 2)  # B,K,1,S,H
-    encoded = knp.matmul(probs, v)  # (B, K, G, T, Hv)
+    # Contract S; batch over (B, K): (B, K, G, T, Hv).
+    encoded = dot_general_p.bind(
+        probs, value, dimension_numbers=(((4,), (1,)), ((0, 1), (0, 2)))
+    )
     encoded = lax.transpose(encoded, (0, 3, 1, 2, 4))
     return lax.reshape(encoded, (b, t, n, value.shape[-1]))

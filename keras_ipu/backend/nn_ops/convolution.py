@@ -15,7 +15,6 @@ from keras.src.backend.common.backend_utils import (
     compute_conv_transpose_padding_args_for_jax,
 )
 
-from keras_ipu.backend import dtype_utils
 from keras_ipu.backend.nn_ops import _lax as lax
 from keras_ipu.device.primitives import conv as conv_prims
 
@@ -79,7 +78,7 @@ def conv(
     dilation_rate=1,
 ):
     data_format = keras_backend.standardize_data_format(data_format)
-    inputs, kernel = dtype_utils.promote(inputs, kernel)
+    inputs, kernel = lax.promote(inputs, kernel)
     nsp = inputs.ndim - 2
     channels = inputs.shape[-1 if data_format == "channels_last" else 1]
     kernel_in = kernel.shape[-2]
@@ -114,7 +113,7 @@ def depthwise_conv(
     dilation_rate=1,
 ):
     data_format = keras_backend.standardize_data_format(data_format)
-    inputs, kernel = dtype_utils.promote(inputs, kernel)
+    inputs, kernel = lax.promote(inputs, kernel)
     check_conv_input_channels(inputs, kernel, data_format)
     nsp = inputs.ndim - 2
     # (*spatial, C, multiplier) -> (*spatial, 1, C * multiplier), C groups.
@@ -142,7 +141,7 @@ def separable_conv(
     dilation_rate=1,
 ):
     data_format = keras_backend.standardize_data_format(data_format)
-    inputs, depthwise_kernel, pointwise_kernel = dtype_utils.promote(
+    inputs, depthwise_kernel, pointwise_kernel = lax.promote(
         inputs, depthwise_kernel, pointwise_kernel
     )
     check_conv_input_channels(inputs, depthwise_kernel, data_format)
@@ -164,7 +163,7 @@ def conv_transpose(
     from keras_ipu.backend import numpy as knp
 
     data_format = keras_backend.standardize_data_format(data_format)
-    inputs, kernel = dtype_utils.promote(inputs, kernel)
+    inputs, kernel = lax.promote(inputs, kernel)
     check_conv_transpose_input_channels(inputs, kernel, data_format)
     nsp = inputs.ndim - 2
     pads = compute_conv_transpose_padding_args_for_jax(

@@ -6,7 +6,6 @@ import numpy as np
 
 from keras.src import backend as keras_backend
 
-from keras_ipu.backend import dtype_utils
 from keras_ipu.backend.nn_ops import _lax as lax
 from keras_ipu.backend.nn_ops.activations import sigmoid
 from keras_ipu.backend.nn_ops.normalization import log_softmax
@@ -74,7 +73,7 @@ def _clipped_log_probs(output, axis):
 
 
 def categorical_crossentropy(target, output, from_logits=False, axis=-1):
-    target, output = dtype_utils.promote_float(target, output)
+    target, output = lax.promote(target, output, floating=True)
     _check_same_shape(target, output)
     if target.ndim < 1:
         raise ValueError(
@@ -118,7 +117,7 @@ def sparse_categorical_crossentropy(target, output, from_logits=False, axis=-1):
 
 
 def binary_crossentropy(target, output, from_logits=False):
-    target, output = dtype_utils.promote_float(target, output)
+    target, output = lax.promote(target, output, floating=True)
     _check_same_shape(target, output)
     if from_logits:
         output = sigmoid(output)
@@ -130,7 +129,7 @@ def binary_crossentropy(target, output, from_logits=False):
 
 
 def psnr(x1, x2, max_val):
-    x1, x2 = dtype_utils.promote_float(x1, x2)
+    x1, x2 = lax.promote(x1, x2, floating=True)
     if tuple(x1.shape) != tuple(x2.shape):
         raise ValueError(
             f"Input shapes {x1.shape} and {x2.shape} must match for PSNR "

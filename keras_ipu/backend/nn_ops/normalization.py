@@ -3,7 +3,6 @@ moments, batch_normalization."""
 
 import numpy as np
 
-from keras_ipu.backend import dtype_utils
 from keras_ipu.backend.nn_ops import _lax as lax
 
 __all__ = [
@@ -97,7 +96,7 @@ def batch_normalization(
         operands.append(offset)
     if scale is not None:
         operands.append(scale)
-    operands = dtype_utils.promote(*operands)
+    operands = lax.promote(*operands)
     x, mean, variance = operands[:3]
     rest = operands[3:]
     offset = rest.pop(0) if offset is not None else None

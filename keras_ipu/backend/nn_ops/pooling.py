@@ -77,9 +77,11 @@ def average_pool(
         d if w != 1 or s != 1 else 1
         for d, w, s in zip(inputs.shape, window, strides)
     )
-    counts = reduce_window(
-        np.ones(count_shape, inputs.dtype), "sum", window, strides, padding
-    )
+    if None in count_shape:
+        ones = lax.ones_like(inputs)  # traced with unknown spatial sizes
+    else:
+        ones = np.ones(count_shape, inputs.dtype)
+    counts = reduce_window(ones, "sum", window, strides, padding)
     return lax.div(sums, counts)
 
 

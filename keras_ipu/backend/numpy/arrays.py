@@ -1043,7 +1043,8 @@ def vander(x, N=None, increasing=False):
 
 
 def _window(fn, x, *args):
-    m = _static_int(x, "M")
+    # NumPy's window functions take any real M (a float M is truncated).
+    m = int(_static_number(x, "M"))
     return Tensor(fn(m, *args).astype(np_dtype(config.floatx())))
 
 

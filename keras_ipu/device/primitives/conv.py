@@ -158,31 +158,47 @@ def _conv(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
           dimension_numbers, feature_group_count):
     out_dtype = np.result_type(lhs, rhs)
     lhs_spec, rhs_spec, out_spec = dimension_numbers
-    nsp = lhs.ndim - 2
     work = _compute_dtype(out_dtype)
     x = np.transpose(lhs, lhs_spec).astype(work, copy=False)  # N, C, *S
     w = np.transpose(rhs, rhs_spec).astype(work, copy=False)  # O, I, *K
+    out_sp = tuple(
+        _out_dim(*args)
+        for args in zip(x.shape[2:], w.shape[2:], window_strides, padding,
+                        lhs_dilation, rhs_dilation)
+    )
+    n, o = x.shape[0], w.shape[0]
+    if 0 in out_sp or 0 in (n, o) or 0 in w.shape[2:] or 0 in x.shape[2:]:
+        out = np.zeros((n, o) + out_sp, out_dtype)
+    elif max(lhs_dilation) > 1 and max(window_strides) == 1:
+        out = _scatter_conv(x, w, padding, lhs_dilation, rhs_dilation,
+                            feature_group_count)
+    else:
+        out = _im2col_conv(x, w, window_strides, padding, lhs_dilation,
+                           rhs_dilation, feature_group_count)
+    out = np.transpose(out, np.argsort(out_spec))
+    return np.ascontiguousarray(out.astype(out_dtype, copy=False))
+
+
+def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
+                 g):
+    """x (N, C, *S), w (O, I, *K) -> (N, O, *P): a window view of the padded
+    input, copied once into patches, then one matmul per group."""
+    nsp = x.ndim - 2
     spatial_axes = tuple(range(2, 2 + nsp))
     x = dilate_and_pad(x, spatial_axes, lhs_dilation, padding, 0)
     n, c = x.shape[:2]
     o, i = w.shape[:2]
     ksize = w.shape[2:]
-    g = feature_group_count
     span = tuple((k - 1) * d + 1 for k, d in zip(ksize, rhs_dilation))
     out_sp = tuple(
-        max(0, (s - k) // st + 1) if s >= k else 0
-        for s, k, st in zip(x.shape[2:], span, window_strides)
+        (s - k) // st + 1 for s, k, st in zip(x.shape[2:], span, window_strides)
     )
-    if 0 in out_sp or 0 in (n, o) or any(k == 0 for k in ksize):
-        out = np.zeros((n, o) + out_sp, out_dtype)
-        return np.transpose(out, np.argsort(out_spec))
     win = np.lib.stride_tricks.sliding_window_view(x, span, axis=spatial_axes)
     # win: N, C, *P_all, *span -> keep strided positions, dilated taps.
     index = (slice(None), slice(None))
     index += tuple(slice(None, None, st) for st in window_strides)
     index += tuple(slice(None, None, d) for d in rhs_dilation)
     win = win[index]
-    win = win[(slice(None), slice(None)) + tuple(slice(0, p) for p in out_sp)]
     # Group the channels: N, G, Cg, *P, *K -> G, N, *P, Cg, *K.
     win = win.reshape((n, g, c // g) + out_sp + ksize)
     p_axes = tuple(range(3, 3 + nsp))
@@ -194,9 +210,51 @@ def _conv(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
     out = np.matmul(patches, filters)  # G, N*P, Og
     out = out.reshape((g, n) + out_sp + (o // g,))
     out = np.moveaxis(out, 0, -2).reshape((n,) + out_sp + (o,))
-    out = np.moveaxis(out, -1, 1)  # N, O, *P
-    out = np.transpose(out, np.argsort(out_spec))
-    return np.ascontiguousarray(out.astype(out_dtype, copy=False))
+    return np.moveaxis(out, -1, 1)  # N, O, *P
+
+
+def _scatter_conv(x, w, padding, lhs_dilation, rhs_dilation, g):
+    """Stride-1 conv of an input-dilated x (a transposed convolution)
+    without multiplying the dilation holes: every input pixel times every
+    tap in one matmul, then one strided add per kernel tap into the output
+    (col2im). Output p gets x[i] * w[t] where p = i * s + lo - t * d."""
+    nsp = x.ndim - 2
+    n, c = x.shape[:2]
+    o, i = w.shape[:2]
+    ksize = w.shape[2:]
+    in_sp = x.shape[2:]
+    taps = int(np.prod(ksize))
+    og = o // g
+    # (G, N*S, Cg) @ (G, Cg, K*Og) -> (G, N, *S, *K, Og)
+    xs = np.moveaxis(x.reshape((n, g, i) + in_sp), 1, 0)
+    xs = np.moveaxis(xs, 2, -1).reshape(g, -1, i)
+    ws = w.reshape((g, og, i) + ksize)
+    ws = np.moveaxis(ws, 1, -1).reshape(g, i, taps * og)
+    y = np.matmul(xs, ws).reshape((g, n) + in_sp + ksize + (og,))
+    # The buffer spans every index p can take, from lo - (k-1)d up.
+    lows = [lo - (k - 1) * d for (lo, _), k, d in zip(padding, ksize, rhs_dilation)]
+    length = [(m - 1) * s + (k - 1) * d + 1
+              for m, s, k, d in zip(in_sp, lhs_dilation, ksize, rhs_dilation)]
+    buf = np.zeros((g, n) + tuple(length) + (og,), y.dtype)
+    s_axes = tuple(range(2, 2 + nsp))
+    for t in np.ndindex(*ksize):
+        where = tuple(
+            slice((k - 1 - tt) * d, (k - 1 - tt) * d + (m - 1) * s + 1, s)
+            for tt, k, d, m, s in zip(t, ksize, rhs_dilation, in_sp,
+                                      lhs_dilation)
+        )
+        buf[(slice(None), slice(None)) + where] += y[
+            (slice(None), slice(None)) + (slice(None),) * nsp + t
+        ]
+    # Output p is buffer index p - low: crop or zero-extend both ends.
+    pads = tuple(
+        (low, hi - (k - 1) * d)
+        for low, (_, hi), k, d in zip(lows, padding, ksize, rhs_dilation)
+    )
+    out = dilate_and_pad(buf, s_axes, (1,) * nsp, pads, 0)  # G, N, *P, Og
+    out = np.moveaxis(out, 0, -2)
+    out = out.reshape(out.shape[:-2] + (o,))
+    return np.moveaxis(out, -1, 1)
 
 
 conv_general_dilated_p = Primitive(

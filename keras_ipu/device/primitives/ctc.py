@@ -106,7 +106,11 @@ def _beam_search(log_probs, lengths, *, beam_width, top_paths, mask_index):
             [stay_blank, np.full((batch, w * nl), -np.inf)], 1)
         cand_label = np.concatenate([stay_label, ext_label.reshape(batch, -1)], 1)
         mb, ml, leader = _merge(cand_key, rows, cand_blank, cand_label)
-        score = np.where(leader, np.logaddexp(mb, ml), -np.inf)
+        # Only one candidate per prefix carries the merged mass; the others
+        # (picked only when fewer prefixes than beams exist) carry none.
+        mb = np.where(leader, mb, -np.inf)
+        ml = np.where(leader, ml, -np.inf)
+        score = np.logaddexp(mb, ml)
         top = np.argsort(-score, axis=1, kind="stable")[:, :w]
         parent = np.where(top < w, top, (top - w) // nl)
         appended = np.where(top < w, _PAD, labels[(top - w) % nl])

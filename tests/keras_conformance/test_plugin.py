@@ -1,0 +1,163 @@
+"""The conformance plugin itself: known-failures parsing, file selection,
+outcome counting, and a real pytest run over one small Keras test file."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+plugin = sys.modules["keras_ipu_conformance_plugin"]
+ROOT = Path(__file__).parents[2]
+
+
+def test_known_failures_parse():
+    text = """
+    # a comment
+
+    ops/numpy_test.py::NumpyDtypeTest::test_add | bfloat16 | not yet
+    core_test.py::CoreOpsCorrectnessTest::test_scan | scan is missing
+    """
+    assert plugin.parse_known_failures(text) == [
+        ("ops/numpy_test.py::NumpyDtypeTest::test_add", "bfloat16 | not yet"),
+        ("core_test.py::CoreOpsCorrectnessTest::test_scan", "scan is missing"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["ops/numpy_test.py::test_add", "ops/numpy_test.py::test_add |", "ops/x |   ", " | a reason"],
+)
+def test_known_failure_without_reason_is_an_error(line):
+    with pytest.raises(plugin.KnownFailuresError, match=r"known_failures.txt:2: .*has no"):
+        plugin.parse_known_failures("# header\n" + line)
+
+
+def test_shipped_known_failures_file_parses():
+    entries = plugin.load_known_failures(plugin.KNOWN_FAILURES_FILE)
+    assert all(pattern and reason for pattern, reason in entries)
+
+
+def test_configured_files_exist_in_keras():
+    src = plugin.keras_src_dir()
+    files = plugin.select_keras_test_files(src, plugin.KERAS_TEST_FILES)
+    rels = {f.relative_to(src).as_posix() for f in files}
+    assert "ops/numpy_test.py" in rels
+    assert "backend/common/variables_test.py" in rels
+    assert "backend/tests/compute_output_spec_test.py" in rels
+    assert "random/random_test.py" in rels
+    assert all(r.endswith("_test.py") for r in rels)
+    # Every pattern selects something: a typo would silently drop files.
+    for pattern in plugin.KERAS_TEST_FILES:
+        assert plugin.select_keras_test_files(src, [pattern]), pattern
+
+
+def report(when, outcome, wasxfail=None):
+    r = SimpleNamespace(
+        when=when,
+        passed=outcome == "passed",
+        failed=outcome == "failed",
+        skipped=outcome == "skipped",
+        nodeid="tests/keras_conformance/keras/src/ops/core_test.py::T::test_x",
+    )
+    if wasxfail is not None:
+        r.wasxfail = wasxfail
+    return r
+
+
+@pytest.mark.parametrize(
+    "when, outcome, wasxfail, expected",
+    [
+        ("setup", "passed", None, None),
+        ("call", "passed", None, "passed"),
+        ("call", "failed", None, "failed"),
+        ("call", "skipped", None, "skipped"),
+        ("call", "skipped", "reason", "xfailed"),
+        ("call", "passed", "reason", "xpassed"),
+        ("setup", "skipped", None, "skipped"),
+        ("setup", "failed", None, "error"),
+        ("teardown", "failed", None, "error"),
+        ("teardown", "passed", None, None),
+    ],
+)
+def test_classify(when, outcome, wasxfail, expected):
+    assert plugin.classify(report(when, outcome, wasxfail)) == expected
+
+
+def test_file_counts_table():
+    counts = plugin.FileCounts()
+    counts.add(report("call", "passed"))
+    counts.add(report("call", "failed"))
+    counts.add(report("setup", "skipped"))
+    table = counts.table()
+    assert table[0] == "| file | passed | failed | error | skipped | xfailed | xpassed |"
+    assert table[2] == "| keras/src/ops/core_test.py | 1 | 1 | 0 | 1 | 0 | 0 |"
+    assert table[-1] == "| total | 1 | 1 | 0 | 1 | 0 | 0 |"
+
+
+def run_pytest(tmp_path, *args, known_failures=""):
+    kf = tmp_path / "known_failures.txt"
+    kf.write_text(known_failures)
+    env = dict(os.environ, KERAS_IPU_KNOWN_FAILURES=str(kf), KERAS_BACKEND="tensorflow")
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/keras_conformance", "-p", "no:xdist",
+         "-q", "-rsx", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_run_marks_known_failures_and_prints_counts(tmp_path):
+    # KERAS_BACKEND=tensorflow in the environment: the suite must still run
+    # on ipu (tests/conftest.py forces it).
+    proc = run_pytest(
+        tmp_path,
+        "--keras-tests", "backend/common/name_scope_test.py",
+        "--keras-file-counts",
+        "-k", "test_stacking or test_deduplication",
+        known_failures="name_scope_test.py::NameScopeTest::test_stacking | listed on purpose\n",
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    assert "| keras/src/backend/common/name_scope_test.py | 1 | 0 | 0 | 0 | 0 | 1 |" in out
+    assert "1 passed" in out and "1 xpassed" in out
+
+
+def test_run_rejects_known_failure_without_reason(tmp_path):
+    proc = run_pytest(
+        tmp_path,
+        "--keras-tests", "backend/common/name_scope_test.py",
+        "--collect-only",
+        known_failures="name_scope_test.py::NameScopeTest::test_stacking\n",
+    )
+    assert proc.returncode != 0
+    assert "has no reason" in proc.stdout + proc.stderr
+
+
+def test_collection_of_the_configured_set_and_skip_markers(tmp_path):
+    proc = run_pytest(
+        tmp_path,
+        "--keras-tests", "ops/core_test.py",
+        "-k", "CoreOpsBehaviorTests or CoreOpsCallsTests or test_plugin",
+        "--co",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "tests/keras_conformance/keras/src/ops/core_test.py::" in proc.stdout
+    assert "tests/keras_conformance/test_plugin.py::test_classify" in proc.stdout
+
+
+def test_training_tests_are_skipped_with_the_reason(tmp_path):
+    assert plugin.TRAINING_SUPPORTED is False  # flip with the compiler
+    proc = run_pytest(
+        tmp_path,
+        "--keras-tests", "ops/core_test.py",
+        "-k", "test_stop_gradient and not test_plugin",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "requires_trainable_backend: training on the ipu backend" in proc.stdout
+    assert "skipped" in proc.stdout

@@ -1,0 +1,33 @@
+"""The examples run and print what they promise."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def run_example(name, backend="ipu"):
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+def test_predict_on_ipu_classifies_the_stripes():
+    out = run_example("predict_on_ipu.py")
+    assert "backend: ipu" in out
+    assert "predict accuracy: 1.000" in out
+    loss, accuracy = re.search(
+        r"evaluate: loss=([\d.]+) accuracy=([\d.]+)", out
+    ).groups()
+    assert float(accuracy) == 1.0
+    assert 0.0 < float(loss) < 0.5
