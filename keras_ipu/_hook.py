@@ -134,9 +134,11 @@ def _patch_backend_utils(tree, module_name):
         raise _version_error(module_name, "the list of backend names")
     getattr_fn = methods["__getattr__"]
     getattr_fn.body[:0] = ast.parse(
+        # A local `import importlib` would shadow the module-level name in
+        # the whole method and break the other backends' branches.
         "if self._backend == 'ipu':\n"
-        "    import importlib\n"
-        "    return getattr(importlib.import_module('keras_ipu.backend'), name)\n"
+        "    from importlib import import_module as _import_ipu_backend\n"
+        "    return getattr(_import_ipu_backend('keras_ipu.backend'), name)\n"
     ).body
 
 

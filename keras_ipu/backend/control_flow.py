@@ -32,6 +32,13 @@ def _any_tracer(*trees):
     return any(isinstance(x, Tracer) for x in tree.flatten(trees))
 
 
+def _stays_a_loop(*trees):
+    """Whether a loop must be traced as one primitive: an operand is traced,
+    or a trace is running (its body may close over traced values; unrolling
+    it into the enclosing graph would copy the body once per step)."""
+    return current_builder() is not None or _any_tracer(*trees)
+
+
 def _knp():
     from keras_ipu.backend import numpy as knp
 
@@ -133,6 +140,9 @@ def _check_same_tree(a, b, what):
     try:
         tree.assert_same_structure(a, b)
     except (ValueError, TypeError) as e:
+        # A list where a tuple was given holds the same values: accept it.
+        if len(tree.flatten(a)) == len(tree.flatten(b)):
+            return
         raise ValueError(
             f"{what} must return the same structure; got {a!r} and {b!r}."
         ) from e
@@ -220,7 +230,7 @@ def while_loop(cond, body, loop_vars, maximum_iterations=None):
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
     done = 0
-    while not _any_tracer(loop_vars):
+    while not _stays_a_loop(loop_vars):
         if maximum_iterations is not None and done >= maximum_iterations:
             return loop_vars if is_tuple else loop_vars[0]
         keep_going = cond(*loop_vars)
@@ -298,7 +308,7 @@ def _match_dtype(x, aval, what):
 
 
 def fori_loop(lower, upper, body_fun, init_val):
-    if not _any_tracer(lower, upper, init_val):
+    if not _stays_a_loop(lower, upper, init_val):
         val = init_val
         for i in range(int(lower), int(upper)):
             val = body_fun(i, val)
@@ -362,7 +372,7 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
                 f"scan: every `xs` value needs the leading size {length}; got "
                 f"shapes {[tuple(v.shape) for v in xs_leaves]}."
             )
-    if _any_tracer(init, xs_leaves):
+    if _stays_a_loop(init, xs_leaves):
         return _traced_scan(f, init, xs, xs_leaves, length, reverse, unroll)
     return _eager_scan(f, init, xs, xs_leaves, int(length), reverse)
 

@@ -249,7 +249,8 @@ def _advanced(x, entries):
             flat.append((kind, v))
     entries = flat
     x = _apply_slices(x, entries)
-    adv_axes = [a for a, (k, _) in enumerate(entries) if k in ("array", "int", "scalar")]
+    adv_kinds = ("array", "int", "scalar")
+    adv_axes = [a for a, (k, _) in enumerate(entries) if k in adv_kinds]
     rest = [a for a in range(x.ndim) if a not in adv_axes]
     index_arrays = []
     for a in adv_axes:
@@ -335,12 +336,13 @@ def scatter_update(inputs, indices, updates, reduction=None):
 
 
 def _starts(start_indices, ndim):
-    """Start indices as a static tuple of ints, or None if any is a traced
-    value (then use `_start_scalars`)."""
-    if isinstance(start_indices, Tracer):
+    """Start indices as a static tuple of ints when they are static Python
+    or NumPy values; None when any is a tensor (then the starts are
+    operands of a dynamic slice, clamped as in XLA)."""
+    if isinstance(start_indices, (Tensor, Tracer)):
         return None
     if isinstance(start_indices, (list, tuple)):
-        if any(isinstance(s, Tracer) for s in start_indices):
+        if any(isinstance(s, (Tensor, Tracer)) for s in start_indices):
             return None
         return tuple(int(np.asarray(s)) for s in start_indices)
     return tuple(int(s) for s in np.asarray(start_indices).reshape(-1))
@@ -391,11 +393,17 @@ def slice(inputs, start_indices, shape):
         scalars = _start_scalars(start_indices, inputs.ndim)
         _check_rank(inputs, len(scalars), "start_indices")
         if -1 in shape:
-            raise ValueError(
-                "keras.ops.slice: a shape entry of -1 needs static start "
-                "indices (the slice size must be known); got traced starts. "
-                "Pass the size explicitly."
-            )
+            if any(isinstance(v, Tracer) for v in scalars):
+                raise ValueError(
+                    "keras.ops.slice: a shape entry of -1 needs start indices "
+                    "known before tracing (the slice size depends on them); "
+                    "got traced starts. Pass the size explicitly."
+                )
+            # Eager tensor starts: their values fix the output shape.
+            shape = [
+                d - int(s) if n == -1 else n
+                for d, s, n in zip(inputs.shape, scalars, shape)
+            ]
         sizes = list(shape)
     dtype = np.result_type(*(np.dtype(s.dtype) for s in scalars))
     scalars = [arrays._cast(convert_to_tensor(s), dtype) for s in scalars]

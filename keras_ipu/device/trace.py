@@ -5,9 +5,17 @@ ShapedArray. When a primitive is bound with a Tracer among its operands, the
 primitive's shape rule gives the output abstract values and a Node is
 appended to the tracer's graph; concrete operands become Literals.
 
-`trace(fn, avals)` is the entry point: it returns the Graph of `fn` and the
-output structure. The backend gives Tracers the same operators and
-attributes as its eager Tensor, so Keras code runs unchanged on them.
+`trace_flat(fn, avals)` is the entry point: it returns the Graph of `fn`
+and the outer values it captured. The backend gives Tracers the same
+operators and attributes as its eager Tensor, so Keras code runs unchanged
+on them.
+
+Traces nest: a builder made while another trace runs (a cond branch, a
+loop body, a shape inference inside a compiled step) is a child of it. A
+child may use its ancestors' Tracers (closures); it captures them as extra
+graph inputs (closure conversion), and the control-flow primitive passes
+the outer values in for them. A primitive applied to outer Tracers inside
+a child records its node in the child, the innermost running trace.
 """
 
 import contextlib

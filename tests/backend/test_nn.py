@@ -521,7 +521,7 @@ def test_traced_shapes_agree_with_eager(name, fn, shape):
     out = fn(x)
     assert spec.dtype == str(out.dtype)
     assert len(spec.shape) == len(out.shape)
-    for s, o, in_unknown in zip(spec.shape, out.shape, [True] * len(out.shape)):
+    for s, o in zip(spec.shape, out.shape):
         assert s is None or s == o
     if shape[0] is None and name not in ("moments", "softmax"):
         assert spec.shape[0] is None  # the batch stays unknown

@@ -77,6 +77,9 @@ CASES = [
      (1, 1, 2), 1),
     ((4, 4, 4), (3, 2, 2), (2, 1, 1), ((1, 1), (0, 0), (1, 0)), (1, 2, 1),
      (1, 1, 1), 3),
+    # One group per channel: the depthwise (tap loop) path.
+    ((9, 8), (3, 2), (2, 3), ((1, 2), (0, 1)), (1, 1), (2, 1), 6),
+    ((7,), (2,), (2,), ((1, -1),), (2,), (1,), 6),
     # Input-dilated, stride 1: the transposed-convolution (scatter) path.
     ((5,), (3,), (1,), ((2, 3),), (3,), (2,), 3),
     ((4, 3), (3, 2), (1, 1), ((-1, 2), (1, -1)), (2, 3), (1, 2), 2),
@@ -219,3 +222,33 @@ def test_reduce_window_shape_rule_accepts_none():
     builder = GraphBuilder()
     tx = builder.new_input(ShapedArray((None, 5, None, 2), np.float32))
     assert reduce_window_p.bind(tx, **params).shape == (None, 3, None, 2)
+
+
+def test_same_padding_with_unknown_size_is_resolved_when_run():
+    # Traced with an unknown length, a strided SAME padding stays "SAME" in
+    # the params; the kernel resolves it from the actual shape.
+    w = RNG.standard_normal((4, 3, 3)).astype(np.float32)
+    builder = GraphBuilder()
+    tx = builder.new_input(ShapedArray((2, 3, None), np.float32))
+    traced = conv_general_dilated(tx, w, (2,), "SAME")
+    assert traced.shape == (2, 4, None)
+    params = builder.graph.nodes[-1].params
+    assert params["padding"] == ("SAME",)
+    x = RNG.standard_normal((2, 3, 8)).astype(np.float32)
+    got = conv_general_dilated_p.bind(x, w, **params)
+    # 8 -> ceil(8 / 2) = 4 outputs, total pad (4-1)*2 + 3 - 8 = 1 -> (0, 1).
+    want = naive_conv(x, w, (2,), ((0, 1),), (1,), (1,), 1)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+    tp = builder.new_input(ShapedArray((None, 7), np.float32))
+    pooled = reduce_window(tp, "max", (1, 3), (1, 2), "SAME")
+    assert pooled.shape == (None, 4)
+    tq = builder.new_input(ShapedArray((2, None), np.float32))
+    pooled = reduce_window(tq, "max", (1, 3), (1, 2), "SAME")
+    assert pooled.shape == (2, None)
+    rw_params = builder.graph.nodes[-1].params
+    assert rw_params["padding"] == ((0, 0), "SAME")
+    y = RNG.standard_normal((2, 7)).astype(np.float32)
+    np.testing.assert_allclose(
+        np.asarray(reduce_window_p.bind(y, **rw_params)),
+        naive_reduce_window(y, "max", (1, 3), (1, 2), ((0, 0), (1, 1))))

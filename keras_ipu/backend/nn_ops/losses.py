@@ -9,6 +9,7 @@ from keras.src import backend as keras_backend
 from keras_ipu.backend.nn_ops import _lax as lax
 from keras_ipu.backend.nn_ops.activations import sigmoid
 from keras_ipu.backend.nn_ops.normalization import log_softmax
+from keras_ipu.device.primitives.reduce import reduce_or_p
 
 __all__ = [
     "one_hot", "multi_hot", "categorical_crossentropy",
@@ -51,8 +52,6 @@ def multi_hot(x, num_classes, axis=-1, dtype=None, sparse=False):
     hot = _one_hot_mask(x, int(num_classes), axis)
     # Batched input (rank > 1) collapses its index axis 1; 1D input axis 0.
     reduce_axis = 1 if x.ndim > 1 else 0
-    from keras_ipu.device.primitives.reduce import reduce_or_p
-
     hit = lax.reduce(reduce_or_p, hot, reduce_axis)
     return lax.cast(hit, dtype or "float32")
 

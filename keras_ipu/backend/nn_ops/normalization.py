@@ -71,10 +71,11 @@ def moments(x, axes, keepdims=False, synchronized=False):
     low = lax.dtype_name(x) in ("float16", "bfloat16")
     if low:
         x = lax.cast(x, "float32")
+    # Two passes (mean, then mean squared deviation): no cancellation.
     mean = lax.mean(x, axes, keepdims=True)
     variance = lax.mean(lax.square(lax.sub(x, mean)), axes, keepdims=keepdims)
     if not keepdims:
-        mean = lax.mean(x, axes, keepdims=False)
+        mean = lax.reshape(mean, variance.shape)
     if low:
         info = _finfo(dtype)
         mean = lax.cast(lax.clip(mean, info.min, info.max), dtype)

@@ -543,9 +543,13 @@ def _split(x, indices_or_sections, axis, equal):
     axis = _axis(axis, x.ndim)
     pts = _split_points(x.shape[axis], indices_or_sections, equal)
     return [
-        _slice_axis(x, axis, None if a is None else int(a), None if b is None else int(b))
+        _slice_axis(x, axis, _opt_int(a), _opt_int(b))
         for a, b in zip(pts[:-1], pts[1:])
     ]
+
+
+def _opt_int(v):
+    return None if v is None else int(v)
 
 
 def split(x, indices_or_sections, axis=0):
@@ -833,7 +837,9 @@ def _pad_widths(pad_width, ndim):
     if pw.ndim == 0:
         pw = np.full((ndim, 2), pw)
     elif pw.ndim == 1:
-        pw = np.broadcast_to(pw.reshape(1, -1) if pw.size == 2 else pw.reshape(-1, 1), (ndim, 2))
+        # (a,) pads every side by a; (a, b) pads every axis by (a, b).
+        row = pw.reshape(1, -1) if pw.size == 2 else pw.reshape(-1, 1)
+        pw = np.broadcast_to(row, (ndim, 2))
     else:
         pw = np.broadcast_to(pw, (ndim, 2))
     if (pw < 0).any():
@@ -1016,7 +1022,9 @@ def kron(x1, x2):
     b = _reshape(b, (1,) * (n - b.ndim) + tuple(b.shape))
     a_view = tuple(v for d in a.shape for v in (d, 1))
     b_view = tuple(v for d in b.shape for v in (1, d))
-    prod = ew.mul_p.bind(_reshape(a, _fill_unknown(a_view)), _reshape(b, _fill_unknown(b_view)))
+    prod = ew.mul_p.bind(
+        _reshape(a, _fill_unknown(a_view)), _reshape(b, _fill_unknown(b_view))
+    )
     final = tuple(
         None if p is None or q is None else p * q for p, q in zip(a.shape, b.shape)
     )
@@ -1036,7 +1044,8 @@ def vander(x, N=None, increasing=False):
     powers = np.arange(n, dtype=np_dtype(compute))
     if not increasing:
         powers = powers[::-1].copy()
-    out = ew.pow_p.bind(_reshape(xc, _fill_unknown((x.shape[0], 1))), powers.reshape(1, n))
+    column = _reshape(xc, _fill_unknown((x.shape[0], 1)))
+    out = ew.pow_p.bind(column, powers.reshape(1, n))
     if np_dtype(result).kind in "iu":
         out = ew.round_p.bind(out)
     return _cast(out, result)

@@ -12,6 +12,7 @@ host computes them; the device demotes them when a program is compiled).
 import builtins
 import math
 
+import ml_dtypes
 import numpy as np
 
 from keras.src.backend.common import dtypes
@@ -673,7 +674,7 @@ def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
         im = nan_to_num(ew.imag_p.bind(x), nan, posinf, neginf)
         j = _scalar(1j, dtype)
         return ew.add_p.bind(_tensor(re, dtype), ew.mul_p.bind(_tensor(im, dtype), j))
-    info = np.finfo(np_dtype(dtype))
+    info = ml_dtypes.finfo(np_dtype(dtype))  # knows bfloat16, unlike np
     posinf = info.max if posinf is None else posinf
     neginf = info.min if neginf is None else neginf
     out = ew.select_p.bind(ew.isnan_p.bind(x), _scalar(nan, dtype), x)

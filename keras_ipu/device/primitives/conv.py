@@ -12,8 +12,14 @@ rhs_spec = (out_feature, in_feature, *spatial), out_spec = (batch, feature,
 *spatial). So channels-last 2D input with an HWIO kernel is
 ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)).
 
-The kernel is im2col: a strided window view of the padded input (no copy
-until the matmul), then one batched matmul over the groups.
+The kernel picks one of three vectorised strategies (none loops over
+output pixels): im2col (a strided window view of the padded input copied
+once into patches, then one batched matmul over the groups); a tap loop of
+shifted multiply-adds when every channel is its own group (depthwise: the
+matmul would have an inner size of one); and, for input-dilated stride-1
+convolutions (transposed convolutions, gradients of strided ones), one
+matmul of the undilated input with every tap followed by a strided add per
+tap, so the dilation holes are never multiplied.
 """
 
 import numpy as np
@@ -64,8 +70,35 @@ def _check_params(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
         )
 
 
+def resolve_padding(padding, in_sizes, window_sizes, strides, lhs_dilation,
+                    rhs_dilation):
+    """Per-dim padding with every "SAME" entry (left where the size was
+    unknown when the op was built) resolved now, or None if still unknown."""
+    out = []
+    for i, p in enumerate(padding):
+        if p == "SAME":
+            p = padding_for("SAME", [in_sizes[i]], [window_sizes[i]],
+                            [strides[i]], [lhs_dilation[i]],
+                            [rhs_dilation[i]])[0]
+        out.append(p)
+    return tuple(out)
+
+
+def static_padding(padding, in_sizes, window_sizes, strides, lhs_dilation,
+                   rhs_dilation):
+    """The padding param of a primitive: (lo, hi) pairs, "SAME" for dims
+    whose SAME padding needs a size unknown at trace time."""
+    if isinstance(padding, str):
+        padding = padding_for(padding, in_sizes, window_sizes, strides,
+                              lhs_dilation, rhs_dilation)
+    return tuple(
+        "SAME" if p is None or p == "SAME" else (int(p[0]), int(p[1]))
+        for p in padding
+    )
+
+
 def _out_dim(n, k, stride, pad, lhs_dil, rhs_dil):
-    if n is None or k is None:
+    if n is None or k is None or pad is None:
         return None
     n_dilated = (n - 1) * lhs_dil + 1 if n > 0 else 0
     k_dilated = (k - 1) * rhs_dil + 1 if k > 0 else 0
@@ -95,16 +128,14 @@ def _conv_rule(lhs, rhs, *, window_strides, padding, lhs_dilation,
             f"conv: kernel output channels {k_out} are not divisible by "
             f"feature_group_count={g}."
         )
+    in_sizes = [lhs.shape[a] for a in lhs_spec[2:]]
+    k_sizes = [rhs.shape[a] for a in rhs_spec[2:]]
+    padding = resolve_padding(padding, in_sizes, k_sizes, window_strides,
+                              lhs_dilation, rhs_dilation)
     spatial = tuple(
-        _out_dim(
-            lhs.shape[lhs_spec[i + 2]],
-            rhs.shape[rhs_spec[i + 2]],
-            window_strides[i],
-            padding[i],
-            lhs_dilation[i],
-            rhs_dilation[i],
-        )
-        for i in range(lhs.ndim - 2)
+        _out_dim(*args)
+        for args in zip(in_sizes, k_sizes, window_strides, padding,
+                        lhs_dilation, rhs_dilation)
     )
     logical = (lhs.shape[lhs_spec[0]], k_out) + spatial
     shape = [None] * lhs.ndim
@@ -161,6 +192,8 @@ def _conv(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
     work = _compute_dtype(out_dtype)
     x = np.transpose(lhs, lhs_spec).astype(work, copy=False)  # N, C, *S
     w = np.transpose(rhs, rhs_spec).astype(work, copy=False)  # O, I, *K
+    padding = resolve_padding(padding, x.shape[2:], w.shape[2:],
+                              window_strides, lhs_dilation, rhs_dilation)
     out_sp = tuple(
         _out_dim(*args)
         for args in zip(x.shape[2:], w.shape[2:], window_strides, padding,
@@ -172,6 +205,9 @@ def _conv(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
     elif max(lhs_dilation) > 1 and max(window_strides) == 1:
         out = _scatter_conv(x, w, padding, lhs_dilation, rhs_dilation,
                             feature_group_count)
+    elif feature_group_count == x.shape[1]:
+        out = _depthwise_conv(x, w, window_strides, padding, lhs_dilation,
+                              rhs_dilation)
     else:
         out = _im2col_conv(x, w, window_strides, padding, lhs_dilation,
                            rhs_dilation, feature_group_count)
@@ -182,35 +218,68 @@ def _conv(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
 def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
                  g):
     """x (N, C, *S), w (O, I, *K) -> (N, O, *P): a window view of the padded
-    input, copied once into patches, then one matmul per group."""
+    input, copied once into patches, then one matmul per group. Works
+    channels-last, so a channels-last input is read in memory order."""
     nsp = x.ndim - 2
-    spatial_axes = tuple(range(2, 2 + nsp))
-    x = dilate_and_pad(x, spatial_axes, lhs_dilation, padding, 0)
     n, c = x.shape[:2]
     o, i = w.shape[:2]
     ksize = w.shape[2:]
+    x = np.moveaxis(x, 1, -1)  # N, *S, C
+    x = dilate_and_pad(x, tuple(range(1, 1 + nsp)), lhs_dilation, padding, 0)
     span = tuple((k - 1) * d + 1 for k, d in zip(ksize, rhs_dilation))
     out_sp = tuple(
-        (s - k) // st + 1 for s, k, st in zip(x.shape[2:], span, window_strides)
+        (s - k) // st + 1 for s, k, st in zip(x.shape[1:-1], span, window_strides)
     )
-    win = np.lib.stride_tricks.sliding_window_view(x, span, axis=spatial_axes)
-    # win: N, C, *P_all, *span -> keep strided positions, dilated taps.
-    index = (slice(None), slice(None))
+    win = np.lib.stride_tricks.sliding_window_view(
+        x, span, axis=tuple(range(1, 1 + nsp))
+    )  # N, *P_all, C, *span
+    index = (slice(None),)
     index += tuple(slice(None, None, st) for st in window_strides)
+    index += (slice(None),)
     index += tuple(slice(None, None, d) for d in rhs_dilation)
-    win = win[index]
-    # Group the channels: N, G, Cg, *P, *K -> G, N, *P, Cg, *K.
-    win = win.reshape((n, g, c // g) + out_sp + ksize)
-    p_axes = tuple(range(3, 3 + nsp))
-    k_axes = tuple(range(3 + nsp, 3 + 2 * nsp))
-    win = np.transpose(win, (1, 0) + p_axes + (2,) + k_axes)
+    win = win[index]  # N, *P, C, *K
     npix = n * int(np.prod(out_sp))
-    patches = win.reshape(g, npix, i * int(np.prod(ksize)))
-    filters = w.reshape(g, o // g, i * int(np.prod(ksize))).transpose(0, 2, 1)
+    width = i * int(np.prod(ksize))
+    if g == 1:
+        patches = win.reshape(1, npix, width)
+    else:
+        win = win.reshape((n,) + out_sp + (g, i) + ksize)
+        win = np.moveaxis(win, 1 + nsp, 0)  # G, N, *P, Cg, *K
+        patches = win.reshape(g, npix, width)
+    filters = w.reshape(g, o // g, width).transpose(0, 2, 1)
     out = np.matmul(patches, filters)  # G, N*P, Og
     out = out.reshape((g, n) + out_sp + (o // g,))
     out = np.moveaxis(out, 0, -2).reshape((n,) + out_sp + (o,))
     return np.moveaxis(out, -1, 1)  # N, O, *P
+
+
+def _depthwise_conv(x, w, window_strides, padding, lhs_dilation,
+                    rhs_dilation):
+    """One group per input channel: a matmul would have an inner size of
+    one, so multiply-add one shifted view per kernel tap instead, in
+    channels-last order (vectorised over batch, pixels and channels)."""
+    nsp = x.ndim - 2
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    mult = o // c
+    ksize = w.shape[2:]
+    x = np.moveaxis(x, 1, -1)  # N, *S, C (a view of a channels-last input)
+    x = dilate_and_pad(x, tuple(range(1, 1 + nsp)), lhs_dilation, padding, 0)
+    x = np.ascontiguousarray(x)
+    span = tuple((k - 1) * d + 1 for k, d in zip(ksize, rhs_dilation))
+    out_sp = tuple(
+        (s - k) // st + 1 for s, k, st in zip(x.shape[1:-1], span, window_strides)
+    )
+    taps = w.reshape((c, mult) + ksize)  # C, M, *K
+    out = np.zeros((n,) + out_sp + (c, mult), x.dtype)
+    for t in np.ndindex(*ksize):
+        view = x[(slice(None),) + tuple(
+            slice(tt * d, tt * d + (p - 1) * st + 1, st)
+            for tt, d, p, st in zip(t, rhs_dilation, out_sp, window_strides)
+        )]
+        out += view[..., None] * taps[(slice(None), slice(None)) + t]
+    out = out.reshape((n,) + out_sp + (o,))
+    return np.moveaxis(out, -1, 1)
 
 
 def _scatter_conv(x, w, padding, lhs_dilation, rhs_dilation, g):
@@ -291,7 +360,9 @@ def conv_general_dilated(
     """Bind conv_general_dilated with normalised static params.
 
     padding: "VALID", "SAME" (output = ceil(input / stride), extra padding
-    at the end, as XLA) or a sequence of (lo, hi) pairs.
+    at the end, as XLA) or a sequence of (lo, hi) pairs. A SAME padding
+    that needs an unknown size stays "SAME" in the params and is resolved
+    from the actual shape.
     """
     ndim = len(lhs.shape)
     nsp = ndim - 2
@@ -301,17 +372,15 @@ def conv_general_dilated(
     window_strides = _int_tuple(window_strides, nsp, "window_strides")
     lhs_dilation = _int_tuple(lhs_dilation, nsp, "lhs_dilation")
     rhs_dilation = _int_tuple(rhs_dilation, nsp, "rhs_dilation")
-    if isinstance(padding, str):
-        lhs_spec, rhs_spec, _ = dimension_numbers
-        padding = padding_for(
-            padding,
-            [lhs.shape[a] for a in lhs_spec[2:]],
-            [rhs.shape[a] for a in rhs_spec[2:]],
-            window_strides,
-            lhs_dilation,
-            rhs_dilation,
-        )
-    padding = tuple((int(lo), int(hi)) for lo, hi in padding)
+    lhs_spec, rhs_spec, _ = dimension_numbers
+    padding = static_padding(
+        padding,
+        [lhs.shape[a] for a in lhs_spec[2:]],
+        [rhs.shape[a] for a in rhs_spec[2:]],
+        window_strides,
+        lhs_dilation,
+        rhs_dilation,
+    )
     return conv_general_dilated_p.bind(
         lhs,
         rhs,
@@ -328,8 +397,8 @@ def padding_for(mode, in_sizes, window_sizes, strides, lhs_dilation=None,
                 rhs_dilation=None):
     """(lo, hi) pairs for the string padding modes "VALID" and "SAME".
 
-    SAME needs the spatial sizes; an unknown (None) size is an error there
-    because the padding is a static parameter of the program.
+    A strided SAME padding depends on the size: where the size is unknown
+    (None, while tracing) the pair is None.
     """
     n = len(in_sizes)
     lhs_dilation = lhs_dilation or (1,) * n
@@ -350,11 +419,9 @@ def padding_for(mode, in_sizes, window_sizes, strides, lhs_dilation=None,
             pads.append((total // 2, total - total // 2))
             continue
         if size is None or k is None:
-            raise ValueError(
-                "'same' padding needs every spatial dimension to be known, "
-                f"got sizes {tuple(in_sizes)}. Give the input a static "
-                "spatial shape."
-            )
+            # Depends on a size known only when the program runs.
+            pads.append(None)
+            continue
         size = (size - 1) * ld + 1 if size > 0 else 0
         k = (k - 1) * rd + 1
         out = -(-size // s)

@@ -80,7 +80,8 @@ def _bitcast(x, *, dtype, view=False):
     """Reinterpret the bits of x. view=False: lax.bitcast_convert_type (a
     size change adds or drops a last axis); view=True: ndarray.view."""
     dtype = np.dtype(dtype)
-    x = np.ascontiguousarray(x)
+    # Not np.ascontiguousarray: it turns a 0-d array into a 1-d one.
+    x = np.asarray(x, order="C")
     if view or dtype.itemsize == x.dtype.itemsize:
         _bitcast_rule(ShapedArray(x.shape, x.dtype), dtype=dtype, view=view)
         return x.view(dtype)

@@ -13,6 +13,8 @@ import numpy as np
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.conv import dilate_and_pad
+from keras_ipu.device.primitives.conv import resolve_padding
+from keras_ipu.device.primitives.conv import static_padding
 from keras_ipu.device.primitives.registry import Primitive
 
 _OPS = ("max", "sum", "min")
@@ -60,7 +62,7 @@ def _check(x, op, window_dimensions, window_strides, padding, base_dilation,
 
 
 def _out_dim(n, k, stride, pad, base_dil, win_dil):
-    if n is None:
+    if n is None or pad is None:
         return None
     n = (n - 1) * base_dil + 1 if n > 0 else 0
     span = n + pad[0] + pad[1] - ((k - 1) * win_dil + 1)
@@ -71,6 +73,8 @@ def _reduce_window_rule(x, *, op, window_dimensions, window_strides, padding,
                         base_dilation, window_dilation):
     _check(x, op, window_dimensions, window_strides, padding, base_dilation,
            window_dilation)
+    padding = resolve_padding(padding, x.shape, window_dimensions,
+                              window_strides, base_dilation, window_dilation)
     shape = tuple(
         _out_dim(*args)
         for args in zip(x.shape, window_dimensions, window_strides, padding,
@@ -86,6 +90,8 @@ def _reduce_window(x, *, op, window_dimensions, window_strides, padding,
                    base_dilation, window_dilation):
     dtype = x.dtype
     axes = tuple(range(x.ndim))
+    padding = resolve_padding(padding, x.shape, window_dimensions,
+                              window_strides, base_dilation, window_dilation)
     # Dilation holes hold the identity too, so fill after dilating.
     if any(d > 1 for d in base_dilation):
         x = dilate_and_pad(x, axes, base_dilation, ((0, 0),) * x.ndim, 0)
@@ -133,12 +139,8 @@ def reduce_window(x, op, window_dimensions, window_strides=None,
     window_dilation = tuple(int(d) for d in (window_dilation or (1,) * ndim))
     if padding is None:
         padding = "VALID"
-    if isinstance(padding, str):
-        from keras_ipu.device.primitives.conv import padding_for
-
-        padding = padding_for(padding, list(x.shape), window_dimensions,
-                              window_strides, base_dilation, window_dilation)
-    padding = tuple((int(lo), int(hi)) for lo, hi in padding)
+    padding = static_padding(padding, list(x.shape), window_dimensions,
+                             window_strides, base_dilation, window_dilation)
     return reduce_window_p.bind(
         x,
         op=op,

@@ -150,5 +150,5 @@ def random_bits(key, shape, bit_width=32, stream=0):
     if None in params["shape"] and not isinstance(key, Tracer):
         builder = current_builder()
         if builder is not None:
-            return random_bits_p._bind_traced(builder, (key,), params)
+            return random_bits_p.bind_traced(builder, key, **params)
     return random_bits_p.bind(key, **params)

@@ -84,6 +84,12 @@ class Primitive:
             return tuple(out)
         return out
 
+    def bind_traced(self, builder, *args, **params):
+        """Record the primitive in `builder` even if every operand is
+        concrete: for ops whose static params hold unknown (None) dims, such
+        as random bits of shape (None, 3) inside compute_output_spec."""
+        return self._bind_traced(builder, args, params)
+
     def _bind_traced(self, builder, args, params):
         if self.dynamic_shape:
             raise NotImplementedError(
