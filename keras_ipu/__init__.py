@@ -5,3 +5,21 @@ imported lazily so that `import keras_ipu` stays light (no TensorFlow).
 """
 
 __version__ = "0.1.0"
+
+import importlib as _importlib
+
+# Public submodules, imported on first attribute access so that
+# `import keras_ipu` stays light (DESIGN decision 8).
+_LAZY_SUBMODULES = frozenset({"config", "utils"})
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        module = _importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _LAZY_SUBMODULES)

@@ -525,3 +525,29 @@ def test_traced_shapes_agree_with_eager(name, fn, shape):
         assert s is None or s == o
     if shape[0] is None and name not in ("moments", "softmax"):
         assert spec.shape[0] is None  # the batch stays unknown
+
+
+def test_ctc_beam_search_primitive_shape_rule():
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.primitives.ctc import ctc_beam_search_p
+    from keras_ipu.device.trace import GraphBuilder
+
+    lp = np.log(_softmax(RNG.standard_normal((3, 5, 4)))).astype(np.float32)
+    lengths = np.array([5, 2, 0], np.int32)
+    params = dict(beam_width=3, top_paths=2, mask_index=0)
+    paths, scores = ctc_beam_search_p.bind(lp, lengths, **params)
+    rule = ctc_beam_search_p.shape_rule(
+        ShapedArray(lp.shape, lp.dtype), ShapedArray(lengths.shape, np.int32),
+        **params)
+    assert rule == (ShapedArray(paths.shape, paths.dtype),
+                    ShapedArray(scores.shape, scores.dtype))
+    # A zero-length sequence decodes to the empty path with certainty.
+    np.testing.assert_array_equal(_np(paths)[0, 2], -1)
+    assert _np(scores)[2, 0] == 0.0
+    builder = GraphBuilder()
+    tx = builder.new_input(ShapedArray((None, 5, 4), np.float32))
+    tl = builder.new_input(ShapedArray((None,), np.int32))
+    tp, ts = ctc_beam_search_p.bind(tx, tl, **params)
+    assert tp.shape == (2, None, 5) and ts.shape == (None, 2)
+    with pytest.raises(ValueError, match="top_paths=4 is larger"):
+        nn.ctc_decode(lp, lengths, "beam_search", beam_width=3, top_paths=4)

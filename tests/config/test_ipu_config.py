@@ -153,8 +153,9 @@ def test_wrong_type_names_attribute_and_expected_type():
 
 def test_deprecated_alias_warns_and_aliases():
     cfg = IPUConfig()
-    with pytest.warns(IPUConfigDeprecationWarning, match="optimizations.math.fast"):
+    with pytest.warns(IPUConfigDeprecationWarning, match="optimizations.math.fast") as record:
         cfg.optimizations.enable_fast_math = True
+    assert record[0].filename == __file__  # points at the user's line
     assert cfg.optimizations.math.fast is True
     with pytest.warns(IPUConfigDeprecationWarning):
         assert cfg.optimizations.enable_fast_math is True
@@ -233,3 +234,22 @@ def test_enums_have_reference_members():
     assert [m.name for m in StochasticRoundingBehaviour] == [
         "OFF", "ON", "REPLICA_IDENTICAL_ONLY",
     ]  # fmt: skip
+
+
+def test_misspelling_is_also_a_value_error_as_in_graphcore():
+    cfg = IPUConfig()
+    with pytest.raises(ValueError, match="Did you mean 'selection_order'"):
+        cfg.selection_ordr = SelectionOrder.SNAKE
+    assert not hasattr(cfg, "selection_ordr")
+
+
+def test_esr_bool_is_converted_with_warning():
+    cfg = IPUConfig()
+    with pytest.warns(IPUConfigDeprecationWarning, match="StochasticRoundingBehaviour.ON"):
+        cfg.floating_point_behaviour.esr = True
+    assert cfg.floating_point_behaviour.esr is StochasticRoundingBehaviour.ON
+    with pytest.warns(IPUConfigDeprecationWarning):
+        cfg.floating_point_behaviour.esr = False
+    assert cfg.floating_point_behaviour.esr is StochasticRoundingBehaviour.OFF
+    with pytest.raises(TypeError, match="floating_point_behaviour.esr"):
+        cfg.floating_point_behaviour.esr = 1

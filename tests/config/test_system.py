@@ -120,6 +120,10 @@ def test_auto_select(request_, expected):
     assert [d.name for d in system.devices] == [f"/device:IPU:{i}" for i in range(len(expected))]
     for i, members in enumerate(expected):
         assert ipu_utils.get_num_of_ipus_in_device(f"/device:IPU:{i}") == len(members)
+        assert system.device(f"/job:localhost/replica:0/task:0/device:IPU:{i}").index == i
+        assert system.device(f"IPU:{i}") is system.device(i)
+    with pytest.raises(ValueError, match="No IPU device '/device:CPU:0'"):
+        system.device("/device:CPU:0")
 
 
 def test_select_ipus_reference_examples():
@@ -174,8 +178,24 @@ def test_configure_validation_errors():
     })  # fmt: skip
     fails("availableMemoryProportion", **{"matmuls.poplar_options": {"availableMemoryProportion": "2"}})
     fails("maximum_scheduler_lookahead_depth = 0", **{"scheduling.maximum_scheduler_lookahead_depth": 0})
+    fails("not supported with I/O tiles", **{
+        "io_tiles.num_io_tiles": 32,
+        "norms.experimental.distributed_batch_norm_replica_group_size": 2,
+    })  # fmt: skip
     with pytest.raises(TypeError, match="expects an IPUConfig"):
         ipu_config.configure_ipu_system({"auto_select_ipus": 1})
+
+
+def test_ipu_model_restrictions(monkeypatch):
+    monkeypatch.setenv("TF_POPLAR_FLAGS", "--use_ipu_model")
+    cfg = IPUConfig()
+    cfg.select_ipus = [0]
+    with pytest.raises(ValueError, match="use auto_select_ipus instead"):
+        cfg.configure_ipu_system()
+    cfg = IPUConfig()
+    cfg.experimental.multi_replica_distribution.process_count = 2
+    with pytest.raises(ValueError, match="not supported on the IPU Model"):
+        cfg.configure_ipu_system()
 
 
 def test_default_system_is_one_ipu2_ipu_model():
@@ -295,3 +315,15 @@ def test_config_pickles():
     cfg.auto_select_ipus = [2, 4]
     cfg.selection_order = SelectionOrder.SNAKE
     assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_replicas_of_a_device():
+    cfg = IPUConfig()
+    cfg.select_ipus = [28]  # 8 IPUs: 5, 7, 4, 6, 3, 1, 2, 0 in ladder order
+    cfg.configure_ipu_system()
+    device = get_system().device(0)
+    assert device.replication_factor(1) == 8 and device.replication_factor(4) == 2
+    assert device.replica_shard_ipus(4, SelectionOrder.SNAKE) == ((5, 7, 6, 4), (3, 1, 0, 2))
+    assert device.replica_shard_ipus(2, SelectionOrder.ZIGZAG)[3] == (2, 0)
+    with pytest.raises(ValueError, match="not a multiple of the program's 3 shards"):
+        device.replication_factor(3)

@@ -888,6 +888,12 @@ def pad(x, pad_width, mode="constant", constant_values=None):
         )
     widths = _pad_widths(pad_width, x.ndim)
     if mode == "constant":
+        if constant_values is not None and np.ndim(constant_values) != 0:
+            raise ValueError(
+                "pad: `constant_values` must be a scalar on the ipu backend, "
+                f"got shape {np.shape(constant_values)}. Pad once per value "
+                "(one pad call per axis) for per-axis constants."
+            )
         value = _scalar(0 if constant_values is None else constant_values, x.dtype)
         return st.pad_p.bind(x, value, config=tuple((lo, hi, 0) for lo, hi in widths))
     if mode not in ("reflect", "symmetric", "edge", "wrap"):

@@ -1,6 +1,6 @@
 """The IPUConfig attribute tree, as the Graphcore API reference documents it.
 
-Generated from the reference text (section "Configuration utilities",
+Extracted from the reference text (section "Configuration utilities",
 class IPUConfig): one row per category and per attribute, in reference order,
 with the reference's type, default and doc text. Edit the rows, not the code
 that reads them (keras_ipu/device/config/ipu_config.py).

@@ -8,14 +8,38 @@ views into it, so copying or comparing a config is copying or comparing a dict.
 import copy
 import difflib
 import json
+import warnings
 
 from keras_ipu.device.config import attribute_table
-from keras_ipu.device.config.enums import ENUMS
-from keras_ipu.device.config.metadata import AttributeMetadata, normalize_value
+from keras_ipu.device.config.enums import ENUMS, StochasticRoundingBehaviour
+from keras_ipu.device.config.metadata import (
+    AttributeMetadata,
+    IPUConfigDeprecationWarning,
+    normalize_value,
+)
 
 # Deprecated names that are aliases of a moved option: both read and write the
 # same value. (The reference's deprecation text names the new place.)
 _ALIASES = {"optimizations.enable_fast_math": "optimizations.math.fast"}
+
+# Older SDKs took a bool for floating_point_behaviour.esr; ported scripts still
+# do, so it is converted (with a warning) rather than refused.
+_LEGACY_VALUES = {
+    "floating_point_behaviour.esr": (
+        bool,
+        lambda v: StochasticRoundingBehaviour.ON if v else StochasticRoundingBehaviour.OFF,
+        "floating_point_behaviour.esr = True/False is deprecated: use "
+        "StochasticRoundingBehaviour.ON or StochasticRoundingBehaviour.OFF.",
+    ),
+}
+
+
+class IPUConfigAttributeError(AttributeError, ValueError):
+    """A name that is not in the IPUConfig tree.
+
+    An AttributeError for Python (hasattr works), and a ValueError because that
+    is what Graphcore's IPUConfig raises, so ported `except ValueError` still works.
+    """
 
 
 def _build_schema():
@@ -66,7 +90,7 @@ def _unknown_attribute(path, leaf):
         msg += f" Did you mean '{suggestion}' ({kind})?"
     else:
         msg += f" Valid names here: {', '.join(sorted(local))}."
-    return AttributeError(msg)
+    return IPUConfigAttributeError(msg)
 
 
 class _Category:
@@ -99,6 +123,10 @@ class _Category:
         if leaf.startswith("_"):
             raise AttributeError(f"IPUConfig: cannot set private attribute {leaf!r}")
         full, meta = self._child(leaf)
+        legacy = _LEGACY_VALUES.get(full)
+        if legacy is not None and isinstance(value, legacy[0]):
+            warnings.warn(legacy[2], IPUConfigDeprecationWarning, stacklevel=2)
+            value = legacy[1](value)
         meta.check_type(value)
         meta.warn_if_deprecated()
         self._root._values[_ALIASES.get(full, full)] = copy.deepcopy(
@@ -193,7 +221,7 @@ class IPUConfig(_Category):
         for part in path.split(".") if path else ():
             target = getattr(target, part)
             if not isinstance(target, _Category):
-                raise AttributeError(
+                raise IPUConfigAttributeError(
                     f"IPUConfig: '{full}' names an option inside '{part}', which is "
                     "an option, not a category."
                 )

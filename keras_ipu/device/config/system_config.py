@@ -92,18 +92,19 @@ def _check_numbers(config, tiles):
         f"experimental.multi_replica_distribution.process_index = {mrd.process_index} "
         f"is not in [0, process_count = {mrd.process_count}).",
     )
+    values = config.to_dict()
     for name in (
         "norms.experimental.distributed_batch_norm_replica_group_size",
         "scheduling.maximum_scheduler_lookahead_depth",
         "scheduling.maximum_scheduler_search_space_size",
     ):
-        value = config.to_dict()[name]
+        value = values[name]
         _require(value >= 1, f"{name} = {value}: use a value of at least 1.")
-    for name, value in config.to_dict().items():
+    for name, value in values.items():
         is_int = isinstance(value, int) and not isinstance(value, bool)
         if name.startswith("optimizations.") and is_int:
             _require(value >= 0, f"{name} = {value}: use a value of at least 0.")
-    for name, value in config.to_dict().items():
+    for name, value in values.items():
         if name.endswith("poplar_options"):
             _check_poplar_options(name, value)
 
@@ -157,6 +158,27 @@ def _floating_point(config):
     return {"inv": fp.inv, "div0": fp.div0, "oflo": fp.oflo, "nanoo": fp.nanoo, "esr": fp.esr}
 
 
+def _check_combinations(config, ipu_model, explicit_selection):
+    _require(
+        not (ipu_model and explicit_selection),
+        f"select_ipus = {config.select_ipus!r} with the IPU Model (--use_ipu_model): "
+        "the IPU Model has no device listing; use auto_select_ipus instead.",
+    )
+    group = config.norms.experimental.distributed_batch_norm_replica_group_size
+    _require(
+        not (config.io_tiles.num_io_tiles > 0 and group > 1),
+        f"norms.experimental.distributed_batch_norm_replica_group_size = {group} is not "
+        f"supported with I/O tiles (io_tiles.num_io_tiles = "
+        f"{config.io_tiles.num_io_tiles}): set one of them back to its default.",
+    )
+    mrd = config.experimental.multi_replica_distribution
+    _require(
+        not (ipu_model and mrd.process_count > 0),
+        "experimental.multi_replica_distribution is not supported on the IPU Model: "
+        "remove --use_ipu_model or set process_count = 0.",
+    )
+
+
 def build_system(config, flags=None, pod=None, default=False):
     """Check `config` and make the IPUSystem it describes (not installed)."""
     if not isinstance(config, IPUConfig):
@@ -171,6 +193,7 @@ def build_system(config, flags=None, pod=None, default=False):
     _check_connection(config)
     ipu_model, target = _target_for(config, flags, default)
     _check_numbers(config, target.tiles_per_ipu)
+    _check_combinations(config, ipu_model and not default, explicit)
     if flags.executable_cache_path:
         _require(
             not os.path.isfile(flags.executable_cache_path),

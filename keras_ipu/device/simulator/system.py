@@ -14,6 +14,7 @@ Shards of a multi-IPU device map to its members through the SelectionOrder
 """
 
 import dataclasses
+import re
 import threading
 
 from keras_ipu.device.config.enums import DeviceConnectionType, SelectionOrder
@@ -156,6 +157,29 @@ class IPUDevice:
             )
         order = shard_order(selection_order, self.num_ipus, ring)
         return tuple(self.ipus[p] for p in order[:num_shards])
+
+
+    def replication_factor(self, num_shards):
+        """How many replicas of a `num_shards`-IPU program this device runs."""
+        if num_shards < 1 or self.num_ipus % num_shards:
+            raise ValueError(
+                f"{self.name} has {self.num_ipus} IPUs, which is not a multiple of the "
+                f"program's {num_shards} shards: each replica needs {num_shards} IPUs. "
+                f"Select a device of k x {num_shards} IPUs (IPUConfig.auto_select_ipus)."
+            )
+        return self.num_ipus // num_shards
+
+    def replica_shard_ipus(self, num_shards, selection_order, ring=False):
+        """The IPUs of each replica, shard by shard.
+
+        Replica r takes the aligned block of ladder positions [r*s, (r+1)*s) for
+        s = num_shards, and its shards follow the selection order in that block.
+        """
+        replicas = self.replication_factor(num_shards)
+        order = shard_order(selection_order, num_shards, ring)
+        return tuple(
+            tuple(self.ipus[r * num_shards + p] for p in order) for r in range(replicas)
+        )
 
 
 def auto_select(pod, sizes):
@@ -301,19 +325,17 @@ class IPUSystem:
     __str__ = describe
 
 
+_DEVICE_NAME = re.compile(r"(?:^|/)(?:device:)?IPU:(\d+)$", re.IGNORECASE)
+
+
 def _device_index(name):
+    """0 from 0, "IPU:0", "/device:IPU:0" or "/job:localhost/.../device:IPU:0"."""
     if isinstance(name, int) and not isinstance(name, bool):
         return name if name >= 0 else None
     if not isinstance(name, str):
         return None
-    text = name.strip()
-    for prefix in ("/device:", "device:", "/"):
-        if text.lower().startswith(prefix):
-            text = text[len(prefix):]
-    kind, _, number = text.partition(":")
-    if kind.upper() != "IPU" or not number.isdigit():
-        return None
-    return int(number)
+    match = _DEVICE_NAME.search(name.strip())
+    return int(match.group(1)) if match else None
 
 
 # The process-global system. None until configured or first asked for; then
