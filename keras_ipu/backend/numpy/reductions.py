@@ -16,6 +16,7 @@ from keras_ipu.backend.numpy import _build as b
 from keras_ipu.device.primitives import cumulative
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import reduce as red
+from keras_ipu.device.primitives import structure
 
 __all__ = [
     "sum",
@@ -79,16 +80,19 @@ def prod(x, axis=None, keepdims=False, dtype=None):
 
 def _extreme(prim, combine, x, axis, keepdims, initial):
     x, axes = _prepare(x, axis)
-    _check_not_empty(x, axes, initial, prim.name)
-    out = b.reduce(prim, x, axes, keepdims)
-    if initial is not None:
-        out = combine(out, b.const(initial, x.dtype))
-    return out
+    if initial is None:
+        _check_not_empty(x, axes, prim.name)
+    elif not axes:
+        return combine(x, b.const(initial, x.dtype))
+    else:
+        # `initial` joins the reduced values (so empty axes reduce to it).
+        first = axes[0]
+        config = tuple((1 if i == first else 0, 0, 0) for i in range(x.ndim))
+        x = structure.pad_p.bind(x, b.const(initial, x.dtype), config=config)
+    return b.reduce(prim, x, axes, keepdims)
 
 
-def _check_not_empty(x, axes, initial, name):
-    if initial is not None:
-        return
+def _check_not_empty(x, axes, name):
     if builtins.any(x.shape[a] == 0 for a in axes) or (not axes and 0 in x.shape):
         raise ValueError(
             f"Cannot compute the {name.replace('reduce_', '')} of an empty "

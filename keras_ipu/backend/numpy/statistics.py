@@ -253,7 +253,11 @@ def _quantile(x, q, axis, method, keepdims, ignore_nan):
     s_row = b.expand_dims(s, [s.ndim - 1])  # (..., 1, n)
 
     def pick(index, weight):
-        hit = b.eq(b.expand_dims(index, [index.ndim]), ramp)  # (..., m, n)
+        weight = b.broadcast_to(weight, index.shape)
+        hit = b.logical_and(
+            b.eq(b.expand_dims(index, [index.ndim]), ramp),  # (..., m, n)
+            b.expand_dims(b.ne(weight, 0), [weight.ndim]),
+        )
         term = b.mul(s_row, b.expand_dims(weight, [weight.ndim]))
         # A NaN/inf order statistic must not leak into the zero-weight ones.
         picked = b.where(hit, term, b.const(0, work))
