@@ -4,7 +4,9 @@ With concrete operands every function here runs the user's Python directly
 (as JAX does under `jax.disable_jit`): a cond calls one branch, a loop is a
 Python loop. When an operand (or the predicate) is a Tracer, the functions
 are traced into sub-graphs and one control-flow primitive is recorded, so a
-compiled program keeps its loops and branches.
+compiled program keeps its loops and branches. Loops are also kept whole
+whenever a trace is running, even on concrete operands: their bodies may
+close over traced values, and unrolling would copy the body per step.
 """
 
 import builtins
@@ -58,16 +60,14 @@ def _to_arrays(leaves):
 class _Traced:
     """One traced function: its graph, captures and output structure."""
 
-    def __init__(self, graph, captures, out_tree, weak):
+    def __init__(self, graph, captures, out_tree, none, weak):
         self.graph = graph
         self.captures = captures
         self.out_tree = out_tree
-        # Output positions that were Python scalars (weakly typed).
+        # Per leaf of out_tree: whether it is None (not a graph output).
+        self.none = none
+        # Per graph output: whether it was a Python scalar (weakly typed).
         self.weak = weak
-
-    @property
-    def out_avals(self):
-        return [v.aval for v in self.graph.outputs]
 
 
 def _trace(fn, in_avals, allow_none=False):
@@ -88,9 +88,7 @@ def _trace(fn, in_avals, allow_none=False):
         return _to_arrays([x for x in leaves if x is not None])
 
     graph, captures = trace_flat(flat_fn, in_avals)
-    traced = _Traced(graph, captures, box["tree"], box["weak"])
-    traced.none = box["none"]
-    return traced
+    return _Traced(graph, captures, box["tree"], box["none"], box["weak"])
 
 
 def _align_captures(traced_fns):
@@ -405,7 +403,7 @@ def _traced_scan(f, init, xs, xs_leaves, length, reverse, unroll):
         ShapedArray(x.shape[1:], x.dtype) for x in xs_leaves
     ]
 
-    def body_flat(*tracers):
+    def body(*tracers):
         carry = tree.pack_sequence_as(init, list(tracers[:n_carry]))
         x_t = None
         if xs is not None:
@@ -418,16 +416,9 @@ def _traced_scan(f, init, xs, xs_leaves, length, reverse, unroll):
         ]
         return carry_out, y
 
-    box = {}
-
-    def flat(*tracers):
-        carry_out, y = body_flat(*tracers)
-        box["y"] = y
-        return (carry_out, y)
-
-    traced = _trace(flat, in_avals, allow_none=True)
-    y_tree = box["y"]
-    n_out = len(traced.graph.outputs)
+    traced = _trace(body, in_avals, allow_none=True)
+    if isinstance(unroll, bool):
+        unroll = 0 if unroll else 1
     outs = cf.scan_p.bind(
         *init_leaves, *xs_leaves, *traced.captures,
         body=traced.graph,
@@ -435,17 +426,10 @@ def _traced_scan(f, init, xs, xs_leaves, length, reverse, unroll):
         reverse=bool(reverse),
         n_carry=n_carry,
         n_xs=len(xs_leaves),
-        unroll=int(unroll) if not isinstance(unroll, bool) else (
-            0 if unroll else 1
-        ),
+        unroll=int(unroll),
     )
-    carry = tree.pack_sequence_as(init, list(outs[:n_carry]))
-    ys = list(outs[n_carry:n_out])
-    if y_tree is None:
-        return carry, None
-    y_leaves = [None if leaf is None else ys.pop(0)
-                for leaf in tree.flatten(y_tree)]
-    return carry, tree.pack_sequence_as(y_tree, y_leaves)
+    _, ys = _repack(traced, outs)
+    return tree.pack_sequence_as(init, list(outs[:n_carry])), ys
 
 
 def map(f, xs):  # noqa: A001 (Keras' name)

@@ -141,6 +141,8 @@ class Graph:
 def _fmt_param(v):
     if isinstance(v, Graph):
         return "{...}"
+    if isinstance(v, tuple) and v and all(isinstance(g, Graph) for g in v):
+        return "(" + " ".join("{...}" for _ in v) + ")"
     if isinstance(v, np.dtype):
         return v.name
     if callable(v):

@@ -160,12 +160,6 @@ class GraphBuilder:
         return Literal(x)
 
     def add(self, primitive, args, params, out_avals, source=None):
-        # The caller picks the builder of its first Tracer operand; the node
-        # belongs to the innermost trace involved (a closure over an outer
-        # Tracer inside a loop body is recorded in the body).
-        target = innermost_builder(args)
-        if target is not None and target is not self:
-            return target.add(primitive, args, params, out_avals, source)
         ins = [self.operand(a) for a in args]
         outs = [Var(a) for a in out_avals]
         self.graph.nodes.append(Node(primitive, ins, params, outs, source))
@@ -229,13 +223,6 @@ def trace_flat(fn, in_avals):
         outs = list(fn(*tracers))
         builder.graph.outputs = [builder.operand(o) for o in outs]
     return builder.graph, builder.captures
-
-
-def find_builder(args):
-    for a in args:
-        if type(a) is Tracer:
-            return a.builder
-    return None
 
 
 def is_tracer(x):

@@ -366,8 +366,8 @@ def test_vectorize_scalar_and_signature():
     add = vectorize(lambda a, b: a + b)
     np.testing.assert_array_equal(add(np.array([1, 2, 3]), 2), [3, 4, 5])
     x = RNG.random((2, 3, 4, 4)).astype("float32")
-    trace = vectorize(lambda m: ops.trace(m), signature="(d,d)->()")
-    np.testing.assert_allclose(trace(x), np.trace(x, axis1=-2, axis2=-1), rtol=1e-6)
+    total = vectorize(lambda m: ops.sum(m * m), signature="(d,d)->()")
+    np.testing.assert_allclose(total(x), (x * x).sum((-2, -1)), rtol=1e-5)
     mv = vectorize(lambda m, v: ops.matmul(m, v), signature="(m,n),(n)->(m)")
     v = RNG.random((4,)).astype("float32")
     np.testing.assert_allclose(mv(x, v), x @ v, rtol=1e-5)
@@ -407,3 +407,35 @@ def test_compute_output_spec_keeps_unknown_dims_through_cond():
         KerasTensor((), dtype="bool"), KerasTensor((None, 3)),
     )
     assert out.shape == (None, 3)
+
+
+def test_nested_loops_with_closures_match_eager():
+    x = RNG.random((4, 3)).astype("float32")
+    w = RNG.random((3,)).astype("float32")
+
+    def fn(x, w):
+        def row(carry, xt):
+            # An inner loop that closes over w (outer trace) and xt (the
+            # enclosing scan body), with a cond in its body.
+            def inner(i, acc):
+                return cfb.cond(
+                    i % 2 == 0, lambda: acc + xt * w, lambda: acc - w
+                )
+
+            acc = cfb.fori_loop(0, 3, inner, carry)
+            return acc, ops.sum(acc)
+
+        return cfb.scan(row, ops.zeros((3,)), x)
+
+    eager_carry, eager_ys = fn(x, w)
+    graph, (carry, ys) = traced(fn, x, w, shapes=[(None, 3), (3,)])
+    assert prims(graph) == ["scan"]
+    np.testing.assert_allclose(carry, eager_carry, rtol=1e-5)
+    np.testing.assert_allclose(ys, eager_ys, rtol=1e-5)
+    acc = np.zeros(3, "float32")
+    expected = []
+    for t in range(4):
+        for i in range(3):
+            acc = acc + x[t] * w if i % 2 == 0 else acc - w
+        expected.append(acc.sum())
+    np.testing.assert_allclose(ys, expected, rtol=1e-5)

@@ -455,6 +455,14 @@ def test_unfold_and_fold(k, d, p, s):
     np.testing.assert_allclose((cols * y).sum(), (x * back).sum(), rtol=1e-10)
 
 
+def test_unfold_is_exact_for_non_finite_pixels():
+    x = np.arange(16.0).reshape(1, 1, 4, 4)
+    x[0, 0, 1, 2] = np.inf
+    cols = _np(nn.unfold(x, 2))
+    np.testing.assert_array_equal(cols, naive_unfold(x, (2, 2), (1, 1), (0, 0), (1, 1)))
+    assert not np.isnan(cols).any()
+
+
 def test_depth_to_space_and_back():
     x = RNG.standard_normal((2, 3, 4, 8))
     up = _np(nn.depth_to_space(x, 2, "channels_last"))

@@ -1,9 +1,9 @@
 """Patch extraction and pixel shuffles: unfold (im2col), fold (col2im),
 depth_to_space, space_to_depth.
 
-unfold is a convolution with an identity kernel (one output channel per
-kernel tap), and fold is its adjoint, the matching transposed
-convolution; both run on the conv_general_dilated primitive.
+unfold is a gather with a static index; fold, its adjoint (a sum of
+overlapping blocks), is the transposed convolution with an identity kernel
+(one input channel per kernel tap) on the conv_general_dilated primitive.
 """
 
 import numpy as np
@@ -28,7 +28,21 @@ def _identity_kernel(kh, kw, dtype):
     return np.eye(kh * kw, dtype=dtype).reshape(kh * kw, 1, kh, kw)
 
 
+def _patch_indices(padded_w, kh, kw, dh, dw, sh, sw, oh, ow):
+    """Flat (row * padded_w + col) positions, (kh*kw, oh*ow): tap t of
+    block l reads index[t, l] of the padded, flattened image."""
+    ti, tj = np.divmod(np.arange(kh * kw), kw)
+    a, b = np.divmod(np.arange(oh * ow), ow)
+    rows = a[None, :] * sh + ti[:, None] * dh
+    cols = b[None, :] * sw + tj[:, None] * dw
+    return (rows * padded_w + cols).astype(np.int32)
+
+
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    # A gather with a static index: exact (no multiply by identity taps,
+    # so inf/NaN pixels stay where they are).
+    from keras_ipu.backend import numpy as knp
+
     x = lax.tensor(input)
     if x.ndim != 4:
         raise ValueError(
@@ -39,17 +53,24 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
     ph, pw = _pair(padding, "padding")
     sh, sw = _pair(stride, "stride")
     n, c, h, w = x.shape
-    planes = lax.reshape(x, (None if n is None or c is None else n * c, 1, h, w))
-    cols = conv_general_dilated(
-        planes,
-        _identity_kernel(kh, kw, x.dtype),
-        window_strides=(sh, sw),
-        padding=((ph, ph), (pw, pw)),
-        rhs_dilation=(dh, dw),
-    )  # (N*C, kh*kw, oH, oW)
-    oh, ow = cols.shape[2], cols.shape[3]
-    length = None if oh is None or ow is None else oh * ow
-    return lax.reshape(cols, (n, None if c is None else c * kh * kw, length))
+    if h is None or w is None:
+        raise ValueError(
+            f"unfold needs known spatial sizes; got input shape {x.shape}."
+        )
+    hp, wp = h + 2 * ph, w + 2 * pw
+    oh = (hp - (kh - 1) * dh - 1) // sh + 1
+    ow = (wp - (kw - 1) * dw - 1) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise ValueError(
+            f"unfold: kernel_size={(kh, kw)} with dilation={(dh, dw)} does "
+            f"not fit the padded input of size {(hp, wp)}."
+        )
+    if ph or pw:
+        x = knp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    flat = lax.reshape(x, (n, c, hp * wp))
+    index = _patch_indices(wp, kh, kw, dh, dw, sh, sw, oh, ow)
+    cols = knp.take(flat, index, axis=2)  # (N, C, kh*kw, L)
+    return lax.reshape(cols, (n, None if c is None else c * kh * kw, oh * ow))
 
 
 def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1):

@@ -161,30 +161,52 @@ def rev(x, axes):
     return structure.rev_p.bind(x, axes=tuple(axes))
 
 
-def iota(shape, dimension, dtype="int32"):
-    """0, 1, 2, ... along `dimension` of a tensor of `shape` (dims may be
-    None while traced: the ramp is then a running count of ones)."""
+def is_static(shape):
+    return builtins.all(d is not None for d in shape)
+
+
+def zeros_like(x, dtype):
+    """Zeros of x's shape. While traced with unknown dims the shape exists
+    only through x, so the zeros are derived from x (NaN-safe: via bool)."""
     dtype = np_dtype(dtype)
-    shape = tuple(shape)
-    n = shape[dimension]
+    if is_static(x.shape):
+        return broadcast_to(const(0, dtype), x.shape)
+    falsy = logical_and(cast(x, "bool"), const(False, "bool"))
+    return cast(falsy, dtype)
+
+
+def ones_like(x, dtype):
+    dtype = np_dtype(dtype)
+    if is_static(x.shape):
+        return broadcast_to(const(1, dtype), x.shape)
+    truthy = logical_or(cast(x, "bool"), const(True, "bool"))
+    return cast(truthy, dtype)
+
+
+def broadcast_like(v, x):
+    """v broadcast to x's shape (v's shape must broadcast to it)."""
+    if is_static(x.shape) or type(v) is not Tensor:
+        return broadcast_to(v, x.shape)
+    return add(v, zeros_like(x, v.dtype))
+
+
+def iota(n, dtype="int32"):
+    """0, 1, ..., n-1 for a static n."""
+    return const(np.arange(n), dtype)
+
+
+def iota_like(x, dimension, dtype="int32"):
+    """0, 1, 2, ... along `dimension`, broadcastable to x's shape (a
+    running count of ones when that dim is unknown while traced)."""
+    dtype = np_dtype(dtype)
+    n = x.shape[dimension]
     if n is not None:
-        ramp = const(
-            np.arange(n).reshape(
-                [n if i == dimension else 1 for i in range(len(shape))]
-            ),
-            dtype,
+        ramp = np.arange(n).reshape(
+            [n if i == dimension % x.ndim else 1 for i in range(x.ndim)]
         )
-        if builtins.all(d is not None for d in shape):
-            return const(np.broadcast_to(np.asarray(ramp), shape), dtype)
-        return broadcast_to(ramp, shape)
-    ones = broadcast_to(const(1, dtype), shape)
-    return ew.sub_p.bind(
-        cumulative.cumsum_p.bind(ones, axis=dimension), const(1, dtype)
-    )
-
-
-def ones_like_shape(shape, dtype):
-    return broadcast_to(const(1, dtype), shape)
+        return const(ramp, dtype)
+    counts = cumulative.cumsum_p.bind(ones_like(x, dtype), axis=dimension)
+    return sub(counts, const(1, dtype))
 
 
 # ------------------------------------------------------------ arithmetic
@@ -278,7 +300,7 @@ def where(pred, on_true, on_false):
 
 def isnan(x):
     if not (is_float(x) or x.dtype.kind == "c"):
-        return broadcast_to(const(False, "bool"), x.shape)
+        return zeros_like(x, "bool")
     return ew.isnan_p.bind(x)
 
 
@@ -318,11 +340,10 @@ def rsum(x, axes, keepdims=False):
     return reduce(red.reduce_sum_p, x, axes, keepdims)
 
 
-def count(shape, axes, dtype):
-    """The number of elements reduced over `axes`, as a tensor (works for
-    unknown dims too)."""
-    dims = [shape[a] for a in axes]
-    n = shape_rules.mul_dims(dims)
+def count(x, axes, dtype, keepdims=False):
+    """The number of elements of x reduced over `axes`, as a tensor: a
+    scalar constant, or (a dim unknown while traced) a sum of ones."""
+    n = shape_rules.mul_dims([x.shape[a] for a in axes])
     if n is not None:
         return const(n, dtype)
-    return rsum(ones_like_shape(shape, dtype), axes)
+    return rsum(ones_like(x, dtype), axes, keepdims)

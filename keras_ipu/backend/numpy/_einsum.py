@@ -114,11 +114,8 @@ def _take_diagonals(x, lab):
         c = next(ch for ch in lab if lab.count(ch) > 1)
         i = lab.index(c)
         j = lab.index(c, i + 1)
-        ni, nj = x.shape[i], x.shape[j]
-        eye = b.eq(b.iota((ni, nj), 0), b.iota((ni, nj), 1))
-        shape = [1] * x.ndim
-        shape[i], shape[j] = ni, nj
-        x = b.where(b.reshape(eye, shape), x, b.const(0, x.dtype))
+        eye = b.eq(b.iota_like(x, i), b.iota_like(x, j))
+        x = b.where(eye, x, b.const(0, x.dtype))
         x = b.rsum(x, (j,))
         lab = lab[:j] + lab[j + 1 :]
     return x, lab

@@ -190,24 +190,18 @@ def cross(x1, x2, axisa=-1, axisb=-1, axisc=-1, axis=None):
         return None if p is None or q is None else b.mul(p, q)
 
     def minus(p, q):
-        if p is None and q is None:
-            return None
         if q is None:
             return p
         if p is None:
             return b.neg(q)
         return b.sub(p, q)
 
+    # Each component mixes one part of x1 with one of x2, so all three
+    # already have the broadcast shape of the operands.
     cx = minus(prod(a1, c2), prod(a2, c1))
     cy = minus(prod(a2, c0), prod(a0, c2))
-    shape = shape_rules.broadcast_shapes(cz.shape, *(
-        c.shape for c in (cx, cy) if c is not None
-    ))
-    comps = [
-        b.broadcast_to(b.const(0, cz.dtype) if c is None else c, shape)
-        for c in (cx, cy, cz)
-    ]
-    out = b.concatenate([b.expand_dims(c, [len(shape)]) for c in comps], len(shape))
+    last = cz.ndim
+    out = b.concatenate([b.expand_dims(c, [last]) for c in (cx, cy, cz)], last)
     return b.moveaxis(out, out.ndim - 1, b.axis_of(axisc, out.ndim))
 
 

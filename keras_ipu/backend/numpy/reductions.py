@@ -85,9 +85,9 @@ def _extreme(prim, combine, x, axis, keepdims, initial):
     elif not axes:
         return combine(x, b.const(initial, x.dtype))
     else:
-        # `initial` joins the reduced values (so empty axes reduce to it).
-        first = axes[0]
-        config = tuple((1 if i == first else 0, 0, 0) for i in range(x.ndim))
+        # `initial` joins the reduced values, so empty axes reduce to it:
+        # pad every reduced axis by one slot of it.
+        config = tuple((1 if i in axes else 0, 0, 0) for i in range(x.ndim))
         x = structure.pad_p.bind(x, b.const(initial, x.dtype), config=config)
     return b.reduce(prim, x, axes, keepdims)
 
@@ -238,7 +238,10 @@ def count_nonzero(x, axis=None):
 def _cumulative(prim, x, axis, dtype):
     x = b.tensor(x)
     if dtype is None:
-        dtype = _accumulator_dtype(b.kdtype(x))
+        # Unlike sum, only booleans widen (to int32), as in JAX.
+        dtype = b.kdtype(x)
+    if dtype == "bool":
+        dtype = "int32"
     x = b.cast(x, dtype)
     if axis is None:
         x = b.flatten(x)
@@ -289,13 +292,6 @@ def diff(a, n=1, axis=-1):
     return a
 
 
-def diagonal_mask(n1, n2, offset):
-    """Boolean (n1, n2) mask of the diagonal `offset` (dims may be None)."""
-    rows = b.iota((n1, n2), 0)
-    cols = b.iota((n1, n2), 1)
-    return b.eq(b.add(rows, b.const(offset, "int32")), cols)
-
-
 def trace(x, offset=0, axis1=0, axis2=1):
     x = b.tensor(x)
     if x.ndim < 2:
@@ -311,8 +307,9 @@ def trace(x, offset=0, axis1=0, axis2=1):
     x = b.cast(x, _accumulator_dtype(b.kdtype(x)))
     rest = [i for i in range(x.ndim) if i not in (axis1, axis2)]
     x = b.transpose(x, rest + [axis1, axis2])
-    n1, n2 = x.shape[-2:]
-    mask = diagonal_mask(n1, n2, int(offset))
+    rows = b.iota_like(x, x.ndim - 2)
+    cols = b.iota_like(x, x.ndim - 1)
+    mask = b.eq(b.add(rows, b.const(int(offset), "int32")), cols)
     on_diagonal = b.where(mask, x, b.const(0, x.dtype))
     return b.rsum(on_diagonal, (x.ndim - 2, x.ndim - 1))
 

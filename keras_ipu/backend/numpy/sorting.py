@@ -36,7 +36,7 @@ def sort(x, axis=-1):
 
 def argsort(x, axis=-1):
     x, axis = _along(x, axis)
-    index = b.iota(x.shape, axis, "int32")
+    index = b.broadcast_like(b.iota_like(x, axis, "int32"), x)
     _, order = sort_prims.sort_p.bind(x, index, dimension=axis, num_keys=1)
     return order
 
@@ -83,19 +83,19 @@ def digitize(x, bins):
     dtype = dtypes.result_type(b.kdtype(x), b.kdtype(bins))
     x = b.cast(x, dtype)
     bins = b.cast(bins, dtype)
-    # Increasing bins: the count of edges <= x. Decreasing bins (NumPy
-    # allows them): the count of edges > x. Which one applies is known only
-    # from the values, so both are built and one is selected.
     rising = sort_prims.searchsorted_p.bind(bins, x, side="right")
-    reversed_bins = b.rev(bins, (0,))
-    n = b.cast(b.count(bins.shape, (0,), "int32"), "int32")
-    at_or_below = sort_prims.searchsorted_p.bind(reversed_bins, x, side="right")
-    falling = b.sub(n, at_or_below)
+    if bins.shape[0] is not None and bins.shape[0] < 2:
+        return rising
+    # Decreasing bins (NumPy allows them) count the edges > x instead.
+    # Which order the bins have is known only from their values, so both
+    # answers are built and one is selected.
+    at_or_below = sort_prims.searchsorted_p.bind(
+        b.rev(bins, (0,)), x, side="right"
+    )
+    falling = b.sub(b.count(bins, (0,), "int32"), at_or_below)
     first = b.slice_axis(bins, 0, 0, 1)
     last = b.slice_axis(bins, 0, -1, None)
-    increasing = b.reshape(b.ge(last, first), ()) if bins.shape[0] != 0 else True
-    if increasing is True:
-        return rising
+    increasing = b.reshape(b.ge(last, first), ())
     return b.where(increasing, rising, falling)
 
 

@@ -17,6 +17,7 @@ from keras_ipu.device.primitives import dot as dot_prims
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import indexing
 from keras_ipu.device.primitives import reduce as red
+from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives import sort as sort_prims
 
 __all__ = [
@@ -68,13 +69,13 @@ def mean(x, axis=None, keepdims=False):
     compute, result = _float_dtypes(x, int64_to_floatx=True)
     xc = b.cast(x, compute)
     total = b.rsum(xc, axes, keepdims)
-    out = b.div(total, b.count(x.shape, axes, compute))
+    out = b.div(total, b.count(x, axes, compute))
     return b.cast(out, result)
 
 
 def _var(x, axes, keepdims, compute):
     xc = b.cast(x, compute)
-    n = b.count(x.shape, axes, compute)
+    n = b.count(x, axes, compute)
     centred = b.sub(xc, b.div(b.rsum(xc, axes, True), n))
     sq = b.square_abs(centred)
     return b.div(b.rsum(sq, axes, keepdims), b.cast(n, sq.dtype))
@@ -117,14 +118,8 @@ def average(x, axis=None, weights=None):
         shape[axes[0]] = weights.shape[0]
         weights = b.reshape(weights, shape)
     total = b.rsum(b.mul(x, weights), axes)
-    norm = b.rsum(b.broadcast_to(weights, _broadcast(x.shape, weights.shape)), axes)
+    norm = b.rsum(b.broadcast_like(weights, x), axes)
     return b.div(total, norm)
-
-
-def _broadcast(s1, s2):
-    from keras_ipu.device.primitives import shape_rules
-
-    return shape_rules.broadcast_shapes(s1, s2)
 
 
 # ------------------------------------------------------------ nan-aware
@@ -191,32 +186,26 @@ def _to_last_axis(x, axes):
     """x with the reduced axes merged into one last axis."""
     rest = [i for i in range(x.ndim) if i not in axes]
     x = b.transpose(x, rest + list(axes))
-    from keras_ipu.device.primitives import shape_rules
-
     n = shape_rules.mul_dims([x.shape[a] for a in range(len(rest), x.ndim)])
     return b.reshape(x, [x.shape[i] for i in range(len(rest))] + [n])
 
 
 def _order_statistics(pos, method):
-    """Indices (as floats) of the two order statistics each quantile reads,
-    and their weights."""
+    """The order statistics each quantile reads: (index, weight) pairs,
+    indices as floats, weights as tensors or static floats."""
     lo = ew.floor_p.bind(pos)
     hi = ew.ceil_p.bind(pos)
-    one = b.const(1, pos.dtype)
     if method == "linear":
         t = b.sub(pos, lo)
-        return lo, hi, b.sub(one, t), t
+        return [(lo, b.sub(b.const(1, pos.dtype), t)), (hi, t)]
     if method == "midpoint":
-        half = b.const(0.5, pos.dtype)
-        return lo, hi, half, half
+        return [(lo, 0.5), (hi, 0.5)]
     if method == "lower":
-        idx = lo
-    elif method == "higher":
-        idx = hi
-    else:  # nearest: ties go to the even index, as NumPy does
-        idx = ew.round_p.bind(pos)
-    zero = b.const(0, pos.dtype)
-    return idx, idx, one, zero
+        return [(lo, 1.0)]
+    if method == "higher":
+        return [(hi, 1.0)]
+    # nearest: ties go to the even index, as NumPy does.
+    return [(ew.round_p.bind(pos), 1.0)]
 
 
 def _quantile(x, q, axis, method, keepdims, ignore_nan):
@@ -235,9 +224,9 @@ def _quantile(x, q, axis, method, keepdims, ignore_nan):
     q_shape = q.shape
     q = b.reshape(q, (-1,))  # (m,)
 
-    x = b.cast(_to_last_axis(x, axes), work) if axes else b.expand_dims(
-        b.cast(x, work), [x.ndim]
-    )
+    x = b.cast(x, work)
+    # The reduced axes become one last axis (a new one of size 1 for ()).
+    x = _to_last_axis(x, axes) if axes else b.expand_dims(x, [x.ndim])
     (s,) = sort_prims.sort_p.bind(x, dimension=x.ndim - 1, num_keys=1)
     n_axis = s.ndim - 1
     nan = b.isnan(s)
@@ -245,25 +234,27 @@ def _quantile(x, q, axis, method, keepdims, ignore_nan):
         # NaNs sort last: the valid order statistics are the first n.
         n = b.rsum(b.cast(b.logical_not(nan), work), (n_axis,), True)  # (...,1)
     else:
-        n = b.expand_dims(b.count(s.shape, (n_axis,), work), [0])
-    pos = b.mul(q, b.sub(n, b.const(1, work)))  # (..., m) or (1, m)
-    lo, hi, w_lo, w_hi = _order_statistics(pos, method)
+        n = b.count(s, (n_axis,), work, keepdims=True)
+    pos = b.mul(q, b.sub(n, b.const(1, work)))  # (..., m) or (m,)
 
-    ramp = b.iota((s.shape[n_axis],), 0, work)  # (n,)
+    ramp = b.iota_like(s, n_axis, work)
+    ramp = b.expand_dims(ramp, [ramp.ndim - 1])  # (..., 1, n)
     s_row = b.expand_dims(s, [s.ndim - 1])  # (..., 1, n)
 
     def pick(index, weight):
-        weight = b.broadcast_to(weight, index.shape)
-        hit = b.logical_and(
-            b.eq(b.expand_dims(index, [index.ndim]), ramp),  # (..., m, n)
-            b.expand_dims(b.ne(weight, 0), [weight.ndim]),
-        )
-        term = b.mul(s_row, b.expand_dims(weight, [weight.ndim]))
-        # A NaN/inf order statistic must not leak into the zero-weight ones.
+        hit = b.eq(b.expand_dims(index, [index.ndim]), ramp)  # (..., m, n)
+        if isinstance(weight, float):
+            term = s_row if weight == 1.0 else b.mul(s_row, b.const(weight, work))
+        else:
+            weight = b.expand_dims(weight, [weight.ndim])
+            # A zero weight must not turn an inf order statistic into NaN.
+            hit = b.logical_and(hit, b.ne(weight, 0))
+            term = b.mul(s_row, weight)
         picked = b.where(hit, term, b.const(0, work))
         return b.rsum(picked, (picked.ndim - 1,))
 
-    out = b.add(pick(lo, w_lo), pick(hi, w_hi))  # (..., m)
+    picks = [pick(i, w) for i, w in _order_statistics(pos, method)]
+    out = picks[0] if len(picks) == 1 else b.add(*picks)  # (..., m)
     if ignore_nan:
         empty = b.eq(n, b.const(0, work))  # (..., 1)
         out = b.where(empty, b.const(np.nan, work), out)
@@ -389,7 +380,7 @@ def corrcoef(x):
     xc = b.cast(x, compute)
     if xc.ndim == 1:
         xc = b.reshape(xc, (1, -1))
-    n = b.count(xc.shape, (1,), compute)
+    n = b.count(xc, (1,), compute)
     centred = b.sub(xc, b.div(b.rsum(xc, (1,), True), n))
     cov = dot_prims.dot_general_p.bind(
         centred, b.conj(centred), dimension_numbers=(((1,), (1,)), ((), ()))
@@ -463,7 +454,7 @@ def histogram(x, bins=10, range=None):
     index = sort_prims.searchsorted_p.bind(inner, xf, side="right")
     inside = b.logical_and(b.ge(xf, lo), b.le(xf, hi))
     hit = b.logical_and(
-        b.eq(b.expand_dims(index, [1]), b.iota((bins,), 0, "int32")),
+        b.eq(b.expand_dims(index, [1]), b.iota(bins, "int32")),
         b.expand_dims(inside, [1]),
     )
     counts = b.rsum(b.cast(hit, dtype), (0,))
@@ -479,7 +470,7 @@ def bincount(x, weights=None, minlength=0, sparse=False):
     x = b.tensor(x)
     if weights is None:
         dtype = "int32"
-        weights = b.broadcast_to(b.const(1, dtype), x.shape)
+        weights = b.ones_like(x, dtype)
     else:
         weights = b.tensor(weights)
         dtype = dtypes.result_type(b.kdtype(x), b.kdtype(weights))

@@ -11,7 +11,9 @@ carry those captured values after the explicit ones.
   body_graph(*carry, *body_consts) -> new carry.
 - scan(*carry, *xs, *consts; body, length, reverse, n_carry, n_xs, unroll):
   body(*carry, *x_t, *consts) -> (*new_carry, *y_t); returns the final
-  carry and the y_t stacked on a new leading axis of size `length`.
+  carry and the y_t stacked on a new leading axis of size `length` (None
+  while unknown: the kernel takes it from xs). `unroll` is the compiler's
+  hint: steps per loop iteration, 0 for a full unroll.
 - stop_gradient(x): identity whose gradient is zero.
 - optimization_barrier(*xs): identity that passes must not look through
   (recomputation boundaries).

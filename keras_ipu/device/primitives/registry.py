@@ -19,6 +19,7 @@ import numpy as np
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.ir import aval_of
 from keras_ipu.device.trace import Tracer
+from keras_ipu.device.trace import innermost_builder
 
 REGISTRY = {}
 
@@ -71,7 +72,7 @@ class Primitive:
     def bind(self, *args, **params):
         for a in args:
             if type(a) is Tracer:
-                return self._bind_traced(a.builder, args, params)
+                return self._bind_traced(innermost_builder(args), args, params)
         values = [a._value if type(a) is Tensor else a for a in args]
         out = self.kernel(*values, **params)
         if self.multiple_results:
