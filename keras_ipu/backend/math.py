@@ -273,6 +273,12 @@ def _complex_from_pair(x):
     return z, dtype
 
 
+def _get_complex_tensor_from_tuple(x):
+    """The complex tensor of a (real, imag) pair (keras.ops.polar asks the
+    backend for it by this name)."""
+    return _complex_from_pair(x)[0]
+
+
 def _to_pair(z, dtype):
     return _cast(ew.real_p.bind(z), dtype), _cast(ew.imag_p.bind(z), dtype)
 

@@ -69,16 +69,17 @@ def mean(x, axis=None, keepdims=False):
     compute, result = _float_dtypes(x, int64_to_floatx=True)
     xc = b.cast(x, compute)
     total = b.rsum(xc, axes, keepdims)
-    out = b.div(total, b.count(x, axes, compute))
+    out = b.div(total, b.count(x, axes, compute, keepdims))
     return b.cast(out, result)
 
 
 def _var(x, axes, keepdims, compute):
     xc = b.cast(x, compute)
-    n = b.count(x, axes, compute)
+    n = b.count(x, axes, compute, keepdims=True)
     centred = b.sub(xc, b.div(b.rsum(xc, axes, True), n))
     sq = b.square_abs(centred)
-    return b.div(b.rsum(sq, axes, keepdims), b.cast(n, sq.dtype))
+    out = b.div(b.rsum(sq, axes, True), b.cast(n, sq.dtype))
+    return out if keepdims else b.squeeze(out, axes)
 
 
 def var(x, axis=None, keepdims=False):
@@ -380,7 +381,7 @@ def corrcoef(x):
     xc = b.cast(x, compute)
     if xc.ndim == 1:
         xc = b.reshape(xc, (1, -1))
-    n = b.count(xc, (1,), compute)
+    n = b.count(xc, (1,), compute, keepdims=True)
     centred = b.sub(xc, b.div(b.rsum(xc, (1,), True), n))
     cov = dot_prims.dot_general_p.bind(
         centred, b.conj(centred), dimension_numbers=(((1,), (1,)), ((), ()))

@@ -6,6 +6,7 @@ Importing this package registers every primitive in `registry.REGISTRY`.
 from keras_ipu.device.primitives import control_flow  # noqa: F401
 from keras_ipu.device.primitives import conv  # noqa: F401
 from keras_ipu.device.primitives import convert  # noqa: F401
+from keras_ipu.device.primitives import ctc  # noqa: F401
 from keras_ipu.device.primitives import cumulative  # noqa: F401
 from keras_ipu.device.primitives import dot  # noqa: F401
 from keras_ipu.device.primitives import dynamic  # noqa: F401
