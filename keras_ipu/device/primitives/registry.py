@@ -69,6 +69,10 @@ class Primitive:
     def __repr__(self):
         return f"Primitive({self.name})"
 
+    def __reduce__(self):
+        # Pickled by name: executables cached on disk refer to the registry.
+        return (get, (self.name,))
+
     def bind(self, *args, **params):
         for a in args:
             if type(a) is Tracer:
