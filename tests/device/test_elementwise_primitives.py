@@ -77,8 +77,8 @@ def _dtypes_for(name):
     if name in INT_OR_BOOL:
         return [I32, BOOL]
     if name in FLOAT_ONLY:
-        return [F32, F16]
-    out = [F32, F16, I32]
+        return [F32, F16, BF16]
+    out = [F32, F16, BF16, I32]
     if name not in NO_BOOL:
         out.append(BOOL)
     return out

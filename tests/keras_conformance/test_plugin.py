@@ -161,3 +161,18 @@ def test_training_tests_are_skipped_with_the_reason(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "requires_trainable_backend: training on the ipu backend" in proc.stdout
     assert "skipped" in proc.stdout
+
+
+def _fail_import(name):
+    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+def test_missing_reference_library_is_recognised_only_in_the_test_file():
+    with pytest.raises(ModuleNotFoundError) as info:
+        _fail_import("torch")
+    assert plugin._missing_reference_library(info, __file__) == "torch"
+    # Raised from elsewhere (say, the backend): a real failure.
+    assert plugin._missing_reference_library(info, plugin.__file__) is None
+    with pytest.raises(ModuleNotFoundError) as info:
+        _fail_import("scipy")
+    assert plugin._missing_reference_library(info, __file__) is None

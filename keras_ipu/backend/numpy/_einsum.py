@@ -178,14 +178,21 @@ def einsum(subscripts, operands, preferred=None):
         items.append((x, lab))
     # Labels held by one operand only and not in the output sum out first.
     for k, (x, lab) in enumerate(items):
-        others = set(out).union(*(set(l) for j, (_, l) in enumerate(items) if j != k))
+        others = set(out).union(
+            *(set(l) for j, (_, l) in enumerate(items) if j != k)
+        )
         items[k] = _sum_out(x, lab, others)
 
-    for i, j in _path([l for _, l in items], out, [x for x, _ in items]):
-        (x, lx), (y, ly) = items[i], items[j]
-        rest = [it for k, it in enumerate(items) if k not in (i, j)]
-        keep = set(out).union(*(set(l) for _, l in rest))
-        items = rest + [_contract(x, lx, y, ly, keep)]
+    for group in _path([l for _, l in items], out, [x for x, _ in items]):
+        # A step may join more than two operands: join them in turn.
+        picked = [items[k] for k in group]
+        rest = [it for k, it in enumerate(items) if k not in group]
+        x, lx = picked[0]
+        for n, (y, ly) in enumerate(picked[1:], start=2):
+            later = rest + picked[n:]
+            keep = set(out).union(*(set(l) for _, l in later))
+            x, lx = _contract(x, lx, y, ly, keep)
+        items = rest + [(x, lx)]
 
     (x, lab), = items
     x, lab = _sum_out(x, lab, set(out))

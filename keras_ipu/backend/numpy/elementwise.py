@@ -127,14 +127,6 @@ __all__ = [
     "where",
 ]
 
-_64_TO_32 = {
-    "float64": "float32",
-    "int64": "int32",
-    "uint64": "uint32",
-    "complex128": "complex64",
-}
-
-
 # ---------------------------------------------------------------- dtypes
 
 
@@ -155,18 +147,11 @@ def _operand(x):
 
 
 def _result_dtype(*xs):
-    """Keras' result type of xs, except that 64-bit operands keep their
-    width on the host (Keras' lattice demotes them to 32 bits, as JAX with
-    x64 off does; the IPU compiler demotes them later with a warning)."""
+    """Keras' result type of xs. Keras' lattice demotes 64-bit results to
+    32 bits (as JAX with x64 off does); following it keeps eager results
+    equal to the dtypes of Keras' symbolic output specs."""
     kinds = [x if isinstance(x, type) else dtype_of(_operand(x)) for x in xs]
-    out = dtypes.result_type(*kinds)
-    wide = {k for k in kinds if isinstance(k, str) and k in _64_TO_32}
-    for k in wide:
-        if _64_TO_32[k] == out:
-            return k
-    if out == "complex64" and "float64" in wide:
-        return "complex128"
-    return out
+    return dtypes.result_type(*kinds)
 
 
 def _inexact(dtype):
@@ -219,17 +204,6 @@ def _unary_float(prim):
 def _binary_float(prim):
     def op(x1, x2):
         dtype = _inexact(_result_dtype(x1, x2))
-        x1, x2, _ = _binary_args(x1, x2, dtype)
-        return prim.bind(x1, x2)
-
-    return op
-
-
-def _binary_same(prim, numeric=False):
-    def op(x1, x2):
-        dtype = _result_dtype(x1, x2)
-        if numeric:
-            dtype = _numeric(dtype)
         x1, x2, _ = _binary_args(x1, x2, dtype)
         return prim.bind(x1, x2)
 
@@ -522,9 +496,12 @@ def clip(x, x_min, x_max):
     x = _tensor(x, dtype)
     # Bounds take x's dtype (as Keras' output spec says), so clipping never
     # changes the dtype of x.
-    lo = _tensor(x_min, dtype)
-    hi = _tensor(x_max, dtype)
-    return ew.min_p.bind(ew.max_p.bind(x, lo), hi)
+    # A None bound leaves that side open, as in NumPy.
+    if x_min is not None:
+        x = ew.max_p.bind(x, _tensor(x_min, dtype))
+    if x_max is not None:
+        x = ew.min_p.bind(x, _tensor(x_max, dtype))
+    return x
 
 
 # ------------------------------------------------------ maximum / minimum
@@ -831,7 +808,9 @@ def select(condlist, choicelist, default=0):
         )
     if not condlist:
         raise ValueError("select: `condlist` must not be empty.")
-    dtype = _result_dtype(*choicelist, default)
+    # The choices decide the dtype; `default` takes it (Keras' output spec
+    # does the same, so eager and traced results agree).
+    dtype = _result_dtype(*choicelist)
     out = _tensor(default, dtype)
     # Last condition first, so the earliest true condition wins.
     for cond, choice in zip(reversed(condlist), reversed(choicelist)):

@@ -437,7 +437,8 @@ def histogram(x, bins=10, range=None):
             f"bins={bins}"
         )
     dtype = x.dtype if b.is_float(x) else b.np_dtype(config.floatx())
-    work = b.np_dtype(dtypes.result_type(b.kdtype(x), "float32"))
+    # Half types bin in float32; float64 stays (result_type would demote).
+    work = dtype if dtype.itemsize >= 4 else np.dtype(np.float32)
     xf = b.cast(x, work)
     if range is None:
         lo = red.reduce_min_p.bind(xf, axes=(0,))
@@ -448,8 +449,11 @@ def histogram(x, bins=10, range=None):
     same = b.eq(lo, hi)
     lo = b.where(same, b.sub(lo, b.const(0.5, work)), lo)
     hi = b.where(same, b.add(hi, b.const(0.5, work)), hi)
-    ramp = b.const(np.arange(bins + 1) / max(bins, 1), work)
-    edges = b.add(lo, b.mul(b.sub(hi, lo), ramp))
+    # Edges as np.linspace rounds them (i * step + lo, the last one hi), so
+    # that values on an edge land in the bin NumPy puts them in.
+    step = b.div(b.sub(hi, lo), b.const(max(bins, 1), work))
+    inner_edges = b.add(b.mul(b.iota(bins, work), step), lo)
+    edges = b.concatenate([inner_edges, b.reshape(hi, (1,))], 0)
     # Bin i holds edges[i] <= x < edges[i+1]; the last bin also holds hi.
     inner = b.slice_axis(edges, 0, 1, -1)
     index = sort_prims.searchsorted_p.bind(inner, xf, side="right")

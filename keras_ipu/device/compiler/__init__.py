@@ -1,0 +1,32 @@
+"""The compiler: passes over the traced Graph, lowering to an Executable,
+and the executable cache. One pass per module:
+
+- static_shapes.check_static_shapes   IPU programs have static shapes
+- demotion.demote_64bit               float64/int64 -> float32/int32
+- constant_folding.fold_constants     Literal-only nodes evaluated now
+- common_subexpressions.eliminate_common_subexpressions
+- dead_code.eliminate_dead_code
+- fusion.fuse_elementwise             elementwise chains -> one kernel
+- liveness.analyze_liveness           last uses and peak live bytes
+- executable.Executable               the lowered program and its run loop
+- pipeline.compile_graph              all of the above, in order
+- cache.CACHE                         in memory and on disk
+"""
+
+from keras_ipu.device.compiler.cache import CACHE
+from keras_ipu.device.compiler.cache import ExecutableCache
+from keras_ipu.device.compiler.executable import Executable
+from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device.compiler.pipeline import compile_graph
+from keras_ipu.device.compiler.pipeline import optimize
+from keras_ipu.device.compiler.static_shapes import StaticShapeError
+
+__all__ = [
+    "CACHE",
+    "CompileOptions",
+    "Executable",
+    "ExecutableCache",
+    "StaticShapeError",
+    "compile_graph",
+    "optimize",
+]

@@ -282,3 +282,230 @@ def _custom_vjp(*operands, fwd, bwd, n_outputs, n_args, bwd_nonzero):
 custom_vjp_p = Primitive(
     "custom_vjp", _custom_vjp_rule, _custom_vjp, multiple_results=True
 )
+
+
+# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
+# Control flow differentiates into control flow: the backward pass of a cond
+# is a cond over per-branch backward graphs, the backward pass of a scan is
+# a reverse scan. The sub-graphs are traced with the autodiff's graph_vjp,
+# which recomputes each branch's (step's) forward values inside the
+# backward graph.
+
+
+def _diff(aval):
+    from keras_ipu.device.primitives import ad_util
+
+    return ad_util.is_differentiable(aval.dtype)
+
+
+def _trace_aligned(fns, in_avals):
+    """Trace every fn over in_avals; all graphs take the union of their
+    captures (same order). Returns (graphs, captures)."""
+    from keras_ipu.device.ir import Var
+    from keras_ipu.device.trace import trace_flat
+
+    traced = [trace_flat(fn, in_avals) for fn in fns]
+    union, seen = [], set()
+    for _, caps in traced:
+        for c in caps:
+            if id(c.var) not in seen:
+                seen.add(id(c.var))
+                union.append(c)
+    graphs = []
+    n = len(in_avals)
+    for graph, caps in traced:
+        own = {id(c.var): v for c, v in zip(caps, graph.inputs[n:])}
+        graph.inputs = graph.inputs[:n] + [
+            own.get(id(c.var)) or Var(c.aval) for c in union
+        ]
+        graphs.append(graph)
+    return graphs, union
+
+
+def _cond_grad(cts, inputs, outputs, *, branches):
+    from keras_ipu.device import autodiff
+
+    index, operands = inputs[0], inputs[1:]
+    live_out = [i for i, c in enumerate(cts) if c is not None]
+    live_in = [i for i, x in enumerate(operands) if _diff(_aval_of(x))]
+    if not live_in:
+        return [None] * len(inputs)
+    n_ops = len(operands)
+
+    def backward(branch):
+        def fn(*args):
+            ops, live_cts = args[:n_ops], args[n_ops:]
+            out_cts = [None] * len(branch.outputs)
+            for i, c in zip(live_out, live_cts):
+                out_cts[i] = c
+            in_cts = autodiff.graph_vjp(branch, list(ops), out_cts)
+            return [autodiff.instantiate(in_cts[i], ops[i]) for i in live_in]
+
+        return fn
+
+    in_avals = [ShapedArray(x.shape, x.dtype) for x in operands] + [
+        ShapedArray(cts[i].shape, cts[i].dtype) for i in live_out
+    ]
+    graphs, captures = _trace_aligned(
+        [backward(b) for b in branches], in_avals)
+    outs = cond_p.bind(index, *operands, *(cts[i] for i in live_out),
+                       *captures, branches=tuple(graphs))
+    result = [None] * len(inputs)
+    for i, o in zip(live_in, outs):
+        result[1 + i] = o
+    return result
+
+
+def _while_grad(cts, inputs, outputs, **params):
+    raise NotImplementedError(
+        "while_loop is not reverse-differentiable: its trip count is only "
+        "known when it runs, so its steps cannot be stored and replayed "
+        "backwards. Use fori_loop with static (Python int) bounds or scan "
+        "(both become a scan), or stop_gradient on the loop's inputs."
+    )
+
+
+def _aval_of(x):
+    return ShapedArray(x.shape, x.dtype)
+
+
+def _scan_grad(cts, inputs, outputs, *, body, length, reverse, n_carry, n_xs,
+               unroll):
+    from keras_ipu.device import autodiff
+    from keras_ipu.device.trace import trace_flat
+
+    carry = list(inputs[:n_carry])
+    xs = list(inputs[n_carry:n_carry + n_xs])
+    consts = list(inputs[n_carry + n_xs:])
+    n_ys = len(outputs) - n_carry
+    carry_avals = [_aval_of(c) for c in carry]
+    x_avals = [ShapedArray(x.shape[1:], x.dtype) for x in xs]
+    const_avals = [_aval_of(c) for c in consts]
+    body_avals = carry_avals + x_avals + const_avals
+
+    # 1. Forward again, also stacking the carry each step starts from: the
+    #    residuals of the reverse scan.
+    def with_carries(*args):
+        outs = eval_graph(body, *args)
+        return list(outs) + list(args[:n_carry])
+
+    res_body, res_caps = trace_flat(with_carries, body_avals)
+    res = scan_p.bind(
+        *carry, *xs, *consts, *res_caps, body=res_body, length=length,
+        reverse=reverse, n_carry=n_carry, n_xs=n_xs, unroll=unroll)
+    carries = list(res[n_carry + n_ys:])
+
+    # 2. The reverse scan: carry = (carry cotangents, const cotangent sums);
+    #    xs = (stacked carries, xs, ys cotangents); consts = consts.
+    d_carry = [i for i, a in enumerate(carry_avals) if _diff(a)]
+    d_xs = [i for i, a in enumerate(x_avals) if _diff(a)]
+    d_consts = [i for i, a in enumerate(const_avals) if _diff(a)]
+    ys_cts = cts[n_carry:]
+    live_ys = [i for i, c in enumerate(ys_cts) if c is not None]
+    if not (d_xs or d_consts or d_carry):
+        return [None] * len(inputs)
+
+    def step(*args):
+        it = iter(args)
+        c_ct = [next(it) for _ in d_carry]
+        k_acc = [next(it) for _ in d_consts]
+        carry_t = [next(it) for _ in range(n_carry)]
+        x_t = [next(it) for _ in range(n_xs)]
+        y_ct = [next(it) for _ in live_ys]
+        k = [next(it) for _ in range(len(consts))]
+        out_cts = [None] * len(body.outputs)
+        for i, c in zip(d_carry, c_ct):
+            out_cts[i] = c
+        for i, c in zip(live_ys, y_ct):
+            out_cts[n_carry + i] = c
+        in_cts = autodiff.graph_vjp(body, carry_t + x_t + k, out_cts)
+        new_c = [autodiff.instantiate(in_cts[i], carry_t[i]) for i in d_carry]
+        new_k = [
+            autodiff.ad_util.add_any(acc, in_cts[n_carry + n_xs + i])
+            for acc, i in zip(k_acc, d_consts)
+        ]
+        x_ct = [autodiff.instantiate(in_cts[n_carry + i], x_t[i]) for i in d_xs]
+        return new_c + new_k + x_ct
+
+    bwd_avals = (
+        [carry_avals[i] for i in d_carry]
+        + [const_avals[i] for i in d_consts]
+        + carry_avals + x_avals
+        + [ShapedArray(ys_cts[i].shape[1:], ys_cts[i].dtype) for i in live_ys]
+        + const_avals
+    )
+    bwd_body, bwd_caps = trace_flat(step, bwd_avals)
+    init = [autodiff.instantiate(cts[i], carry[i]) for i in d_carry]
+    init += [autodiff.ad_util.zeros_like(consts[i]) for i in d_consts]
+    n_bwd_carry = len(init)
+    outs = scan_p.bind(
+        *init, *carries, *xs, *(ys_cts[i] for i in live_ys), *consts,
+        *bwd_caps, body=bwd_body, length=length, reverse=not reverse,
+        n_carry=n_bwd_carry, n_xs=n_carry + n_xs + len(live_ys),
+        unroll=unroll)
+    result = [None] * len(inputs)
+    for j, i in enumerate(d_carry):
+        result[i] = outs[j]
+    for j, i in enumerate(d_consts):
+        result[n_carry + n_xs + i] = outs[len(d_carry) + j]
+    for j, i in enumerate(d_xs):
+        result[n_carry + i] = outs[n_bwd_carry + j]
+    return result
+
+
+def _barrier_grad(cts, inputs, outputs):
+    return list(cts)
+
+
+def _remat_grad(cts, inputs, outputs, *, graph):
+    # The forward values of the region are recomputed in the backward pass
+    # (not stored): the backward graph is itself a remat region.
+    from keras_ipu.device import autodiff
+
+    live_out = [i for i, c in enumerate(cts) if c is not None]
+    live_in = [i for i, x in enumerate(inputs) if _diff(_aval_of(x))]
+    n = len(inputs)
+
+    def fn(*args):
+        ops, live_cts = list(args[:n]), args[n:]
+        out_cts = [None] * len(graph.outputs)
+        for i, c in zip(live_out, live_cts):
+            out_cts[i] = c
+        in_cts = autodiff.graph_vjp(graph, ops, out_cts)
+        return [autodiff.instantiate(in_cts[i], ops[i]) for i in live_in]
+
+    from keras_ipu.device.trace import trace_flat
+
+    avals = [_aval_of(x) for x in inputs] + [_aval_of(cts[i]) for i in live_out]
+    bwd, caps = trace_flat(fn, avals)
+    outs = remat_p.bind(*inputs, *(cts[i] for i in live_out), *caps,
+                        graph=bwd)
+    result = [None] * n
+    for i, o in zip(live_in, outs):
+        result[i] = o
+    return result
+
+
+def _custom_vjp_grad(cts, inputs, outputs, *, fwd, bwd, n_outputs, n_args,
+                     bwd_nonzero):
+    from keras_ipu.device import autodiff
+
+    residuals = outputs[n_outputs:]
+    out_cts = [autodiff.instantiate(c, o)
+               for c, o in zip(cts[:n_outputs], outputs[:n_outputs])]
+    grads = list(eval_graph(bwd, *out_cts, *residuals))
+    result = [None] * len(inputs)
+    for i, nonzero in enumerate(bwd_nonzero):
+        if nonzero:
+            result[i] = grads.pop(0)
+    # Values the forward function closed over (captures) get no gradient:
+    # the user's grad_fn defines the gradient of the explicit arguments.
+    return result
+
+
+cond_p.grad = _cond_grad
+while_p.grad = _while_grad
+scan_p.grad = _scan_grad
+optimization_barrier_p.grad = _barrier_grad
+remat_p.grad = _remat_grad
+custom_vjp_p.grad = _custom_vjp_grad

@@ -447,3 +447,140 @@ def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None,
         rhs_dilation=rhs_dilation,
         dimension_numbers=dimension_numbers,
     )
+
+
+# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
+# Both cotangents are convolutions again (as lax's
+# _conv_general_dilated_transpose_lhs/_rhs): the input's is the output
+# cotangent convolved with the spatially flipped kernel, strides and input
+# dilation swapped; the kernel's is the input convolved with the output
+# cotangent, batch and feature axes swapped.
+
+
+def _dilated(n, d):
+    return 0 if n == 0 else (n - 1) * d + 1
+
+
+def _swap01(spec):
+    return (spec[1], spec[0]) + tuple(spec[2:])
+
+
+def _static_dims(shape, spec, what):
+    dims = tuple(shape[a] for a in spec)
+    if any(d is None for d in dims):
+        raise NotImplementedError(
+            f"The gradient of conv_general_dilated needs the {what} sizes; "
+            f"got shape {shape}."
+        )
+    return dims
+
+
+def _conv_lhs_grad(g, lhs, rhs, window_strides, padding, lhs_dilation,
+                   rhs_dilation, dimension_numbers, groups):
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives.structure import rev_p
+    from keras_ipu.device.primitives.structure import transpose_p
+
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    nsp = len(lhs_spec) - 2
+    in_sp = _static_dims(lhs.shape, lhs_spec[2:], "input")
+    k_sp = _static_dims(rhs.shape, rhs_spec[2:], "kernel")
+    out_sp = _static_dims(g.shape, out_spec[2:], "output")
+    # The kernel in logical (O, I, *K) layout, re-grouped so the transposed
+    # convolution maps each group's O/G output channels back to its I
+    # input channels: (G*I, O/G, *K).
+    w = transpose_p.bind(rhs, permutation=tuple(rhs_spec))
+    o, i = w.shape[0], w.shape[1]
+    w = ad_util.reshape(w, (groups, o // groups, i) + k_sp)
+    w = transpose_p.bind(w, permutation=(0, 2, 1) + tuple(range(3, 3 + nsp)))
+    w = ad_util.reshape(w, (groups * i, o // groups) + k_sp)
+    w = rev_p.bind(w, axes=tuple(range(2, 2 + nsp)))
+    pads = []
+    for n, k, s, p, ld, rd, m in zip(in_sp, k_sp, window_strides, padding,
+                                     lhs_dilation, rhs_dilation, out_sp):
+        before = _dilated(k, rd) - p[0] - 1
+        after = _dilated(n, ld) + _dilated(k, rd) - 1 - _dilated(m, s) - before
+        pads.append((before, after))
+    logical = tuple(range(nsp + 2))
+    return conv_general_dilated_p.bind(
+        g, w,
+        window_strides=tuple(lhs_dilation),
+        padding=tuple(pads),
+        lhs_dilation=tuple(window_strides),
+        rhs_dilation=tuple(rhs_dilation),
+        dimension_numbers=(tuple(out_spec), logical, tuple(lhs_spec)),
+        feature_group_count=groups,
+    )
+
+
+def _conv_rhs_grad(g, lhs, rhs, window_strides, padding, lhs_dilation,
+                   rhs_dilation, dimension_numbers, groups):
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives.elementwise import mul_p
+    from keras_ipu.device.primitives.reduce import reduce_sum_p
+    from keras_ipu.device.primitives.structure import transpose_p
+
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    nsp = len(lhs_spec) - 2
+    in_sp = _static_dims(lhs.shape, lhs_spec[2:], "input")
+    k_sp = _static_dims(rhs.shape, rhs_spec[2:], "kernel")
+    out_sp = _static_dims(g.shape, out_spec[2:], "output")
+    pads = []
+    for n, k, s, p, ld, rd, m in zip(in_sp, k_sp, window_strides, padding,
+                                     lhs_dilation, rhs_dilation, out_sp):
+        lo = p[0]
+        hi = _dilated(m, s) - _dilated(n, ld) + _dilated(k, rd) - lo - 1
+        pads.append((lo, hi))
+    logical = tuple(range(nsp + 2))
+    # Batch is contracted: input channels become the batch and the output
+    # cotangent is the kernel. The result is (C, O, *K) in logical layout,
+    # every input channel against every output channel.
+    full = conv_general_dilated_p.bind(
+        lhs, g,
+        window_strides=tuple(rhs_dilation),
+        padding=tuple(pads),
+        lhs_dilation=tuple(lhs_dilation),
+        rhs_dilation=tuple(window_strides),
+        dimension_numbers=(_swap01(lhs_spec), _swap01(out_spec), logical),
+        feature_group_count=1,
+    )
+    c, o = full.shape[0], full.shape[1]
+    i = c // groups
+    if groups > 1:
+        # Keep the (input channel, output channel) pairs of the same group.
+        og = o // groups
+        full = ad_util.reshape(full, (groups, i, groups, og) + k_sp)
+        eye = np.eye(groups, dtype=full.dtype).reshape(
+            (groups, 1, groups, 1) + (1,) * nsp)
+        full = reduce_sum_p.bind(mul_p.bind(full, eye), axes=(0,))
+        # (I, G, Og, *K) -> (G, Og, I, *K) -> (O, I, *K)
+        full = transpose_p.bind(
+            full, permutation=(1, 2, 0) + tuple(range(3, 3 + nsp)))
+        full = ad_util.reshape(full, (o, i) + k_sp)
+    else:
+        full = transpose_p.bind(
+            full, permutation=(1, 0) + tuple(range(2, 2 + nsp)))
+    # Logical (O, I, *K) into the kernel's layout.
+    perm = tuple(int(a) for a in np.argsort(rhs_spec))
+    return transpose_p.bind(full, permutation=perm)
+
+
+def _conv_grad(cts, inputs, outputs, *, window_strides, padding, lhs_dilation,
+               rhs_dilation, dimension_numbers, feature_group_count):
+    (g,), (lhs, rhs) = cts, inputs
+    lhs_spec, rhs_spec, _ = dimension_numbers
+    padding = resolve_padding(
+        padding, [lhs.shape[a] for a in lhs_spec[2:]],
+        [rhs.shape[a] for a in rhs_spec[2:]], window_strides, lhs_dilation,
+        rhs_dilation)
+    if any(p is None for p in padding):
+        raise NotImplementedError(
+            "The gradient of a SAME-padded strided convolution needs the "
+            f"input size; got input shape {lhs.shape}."
+        )
+    args = (g, lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+            dimension_numbers, feature_group_count)
+    return [_conv_lhs_grad(*args), _conv_rhs_grad(*args)]
+
+
+conv_general_dilated_p.grad = _conv_grad

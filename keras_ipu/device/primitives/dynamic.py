@@ -146,3 +146,10 @@ unique_sized_p = Primitive(
     multiple_results=True,
     nondiff=_NONDIFF,
 )
+
+# masked_select is differentiable in principle, but its output shape depends
+# on the mask's values: it never runs traced, and autodiff always traces.
+masked_select_p.nondiff = (
+    "value-dependent output shape: eager only, so never traced or "
+    "differentiated (use where/select for a differentiable mask)"
+)

@@ -52,6 +52,7 @@ def unary(name, fn, dtype=None, nondiff=None):
     return Primitive(name, rule, exact_kernel(rule, fn), nondiff=nondiff)
 
 
+# n-ary: the same rule and kernel wrapper serve binary primitives.
 binary = unary
 
 

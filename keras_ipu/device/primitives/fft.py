@@ -99,3 +99,40 @@ def _fft(x, *, fft_type, fft_lengths):
 
 
 fft_p = Primitive("fft", _fft_rule, _fft)
+
+
+# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
+
+
+def _fft_grad(cts, inputs, outputs, *, fft_type, fft_lengths):
+    """The DFT matrix is symmetric, so the transpose of an (I)FFT is the
+    same (I)FFT of the cotangent, followed by the transpose of the
+    crop/zero-pad that fitted the input to the lengths."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives.structure import pad_p
+
+    (g,), (x,) = cts, inputs
+    if fft_type not in ("FFT", "IFFT"):
+        raise NotImplementedError(
+            f"The gradient of fft_type={fft_type!r} is not implemented yet "
+            "(only FFT and IFFT)."
+        )
+    k = len(fft_lengths)
+    ct = fft_p.bind(g, fft_type=fft_type, fft_lengths=tuple(g.shape[-k:]))
+    in_dims = x.shape[x.ndim - k:]
+    config = ((0, 0, 0),) * (x.ndim - k)
+    for d, n in zip(in_dims, ct.shape[-k:]):
+        if d is None or n is None:
+            if d == n:
+                config += ((0, 0, 0),)
+                continue
+            raise NotImplementedError(
+                "The gradient of fft needs the transformed sizes; got "
+                f"shape {x.shape}.")
+        config += ((0, d - n, 0),)
+    if any(c != (0, 0, 0) for c in config):
+        ct = pad_p.bind(ct, ad_util.scalar(0, ct.dtype), config=config)
+    return [ad_util.convert(ct, x.dtype)]
+
+
+fft_p.grad = _fft_grad

@@ -358,3 +358,89 @@ def _triangular_solve(
 triangular_solve_p = Primitive(
     "triangular_solve", _triangular_solve_rule, _triangular_solve
 )
+
+
+# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
+
+
+def _tri_mask(n, lower, dtype, unit_diagonal=False):
+    """The constant 0/1 mask of the triangle a primitive reads."""
+    mask = np.tril(np.ones((n, n), bool)) if lower else np.triu(
+        np.ones((n, n), bool))
+    if unit_diagonal:
+        mask &= ~np.eye(n, dtype=bool)
+    return mask.astype(dtype)
+
+
+def _order(a, name):
+    n = a.shape[-1]
+    if n is None:
+        raise NotImplementedError(
+            f"The gradient of {name} needs the matrix size; got shape "
+            f"{a.shape}."
+        )
+    return n
+
+
+def _triangular_solve_grad(cts, inputs, outputs, *, left_side, lower,
+                           transpose_a, conjugate_a, unit_diagonal):
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives import elementwise as ew
+
+    (g,), (a, b), (x,) = cts, inputs, outputs
+    params = dict(left_side=left_side, lower=lower, conjugate_a=conjugate_a,
+                  unit_diagonal=unit_diagonal)
+    # x = op(a)^-1 b is linear in b: its transpose solves with op(a)^T.
+    b_ct = triangular_solve_p.bind(a, g, transpose_a=not transpose_a,
+                                   **params)
+    # d op(a) contributes -op(a)^-1 d op(a) x: op(a)'s cotangent is
+    # -b_ct x^T (left side) or -x^T b_ct (right side).
+    if left_side:
+        op_ct = ad_util.matmul(b_ct, ad_util.matrix_transpose(x))
+    else:
+        op_ct = ad_util.matmul(ad_util.matrix_transpose(x), b_ct)
+    op_ct = ew.neg_p.bind(op_ct)
+    if transpose_a:
+        op_ct = ad_util.matrix_transpose(op_ct)
+    if conjugate_a:
+        op_ct = ew.conj_p.bind(op_ct)
+    n = _order(a, "triangular_solve")
+    a_ct = ew.mul_p.bind(op_ct, _tri_mask(n, lower, op_ct.dtype,
+                                          unit_diagonal))
+    return [ad_util.unbroadcast(a_ct, a.shape),
+            ad_util.unbroadcast(b_ct, b.shape)]
+
+
+def _cholesky_grad(cts, inputs, outputs, *, lower):
+    """x's lower (upper) triangle defines A = sym(x) = L L^T. With
+    P = Phi(L^T L_ct) (lower triangle, halved diagonal) and
+    S = L^-T P L^-1, the cotangent of the read triangle is S + S^T with
+    the diagonal counted once."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives import elementwise as ew
+
+    (g,), (x,), (c,) = cts, inputs, outputs
+    if x.dtype.kind == "c":
+        raise NotImplementedError(
+            "The gradient of cholesky for complex matrices is not "
+            "implemented yet.")
+    n = _order(x, "cholesky")
+    l, l_ct = (c, g) if lower else (
+        ad_util.matrix_transpose(c), ad_util.matrix_transpose(g))
+    phi = np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
+    p = ew.mul_p.bind(ad_util.matmul(ad_util.matrix_transpose(l), l_ct),
+                      phi.astype(l.dtype))
+    solve = dict(lower=True, conjugate_a=False, unit_diagonal=False)
+    tmp = triangular_solve_p.bind(l, p, left_side=True, transpose_a=True,
+                                  **solve)
+    s = triangular_solve_p.bind(l, tmp, left_side=False, transpose_a=False,
+                                **solve)
+    sym = ew.add_p.bind(s, ad_util.matrix_transpose(s))
+    x_ct = ew.mul_p.bind(sym, phi.astype(sym.dtype))
+    if not lower:
+        x_ct = ad_util.matrix_transpose(x_ct)
+    return [x_ct]
+
+
+triangular_solve_p.grad = _triangular_solve_grad
+cholesky_p.grad = _cholesky_grad

@@ -1,0 +1,295 @@
+"""Reverse-mode automatic differentiation over the graph IR.
+
+`vjp(fn, *primals)` traces fn into a Graph (trace.trace_flat), evaluates
+that graph on the primal values keeping every intermediate value, and
+returns the outputs and a function that walks the nodes backwards,
+accumulating cotangents and calling each primitive's gradient rule.
+
+Gradient rule contract (`prim.grad`):
+
+    rule(cotangents, inputs, outputs, **params) -> list
+
+`cotangents` has one entry per output (None: zero), `inputs`/`outputs` are
+the node's primal operands and results (Tensors, Tracers or NumPy
+constants); the rule returns one cotangent per input, None for zero.
+Cotangents of broadcast operands are summed back to the operand's shape
+(ad_util.unbroadcast); integer and boolean operands get None. A primitive
+with `nondiff` set passes no cotangent to its inputs (stop_gradient is
+one); reaching a primitive with neither a rule nor a reason is an error.
+
+The rules only bind primitives, so the backward pass is itself traceable:
+called with Tracers (inside a trace: a compiled training step) it records
+the gradient computation into the running graph; called with concrete
+values it runs at once on the host. Control flow differentiates into
+control flow (cond -> cond of backward branches, scan -> reverse scan),
+see primitives/control_flow.py.
+
+The cotangent of a linear map is its transpose (not the conjugate
+transpose), as in JAX: for complex values the rules are written for that
+convention.
+"""
+
+import numpy as np
+
+from keras_ipu.device import grad_rules_pending  # noqa: F401 (registers rules)
+from keras_ipu.device.array import Tensor
+from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import ad_util
+from keras_ipu.device.trace import Tracer
+from keras_ipu.device.trace import trace_flat
+
+
+class _Tree:
+    """Minimal pytrees (tuples, lists, dicts; anything else is a leaf),
+    so the device layer does not import Keras."""
+
+    @staticmethod
+    def flatten(x):
+        if isinstance(x, (tuple, list)):
+            return [leaf for item in x for leaf in _Tree.flatten(item)]
+        if isinstance(x, dict):
+            return [leaf for k in sorted(x) for leaf in _Tree.flatten(x[k])]
+        return [x]
+
+    @staticmethod
+    def pack_sequence_as(structure, leaves):
+        it = iter(leaves)
+
+        def build(s):
+            if isinstance(s, (tuple, list)):
+                items = [build(i) for i in s]
+                if isinstance(s, list):
+                    return items
+                if hasattr(s, "_fields"):  # namedtuple
+                    return type(s)(*items)
+                return tuple(items)
+            if isinstance(s, dict):
+                return {k: build(s[k]) for k in sorted(s)} if type(s) is dict \
+                    else type(s)((k, build(s[k])) for k in sorted(s))
+            return next(it)
+
+        return build(structure)
+
+
+tree = _Tree
+
+
+def _missing_rule_error(prim):
+    return NotImplementedError(
+        f"Reverse-mode differentiation of the primitive `{prim.name}` is not "
+        "implemented: it has no gradient rule. Wrap the value in "
+        "stop_gradient if no gradient should flow through it, or give the "
+        "computation a custom gradient (keras.ops.custom_gradient)."
+    )
+
+
+class Linearized:
+    """A graph evaluated on primal values, ready to run backwards."""
+
+    def __init__(self, graph, env, outputs):
+        self.graph = graph
+        self.env = env
+        self.outputs = outputs
+
+    def read(self, operand):
+        if isinstance(operand, Literal):
+            return operand.value
+        return self.env[operand.id]
+
+    def backward(self, out_cts):
+        """Cotangents of the graph inputs (None: zero) for `out_cts`, one
+        per graph output (None: zero)."""
+        graph = self.graph
+        if len(out_cts) != len(graph.outputs):
+            raise TypeError(
+                f"vjp: got {len(out_cts)} cotangents for {len(graph.outputs)} "
+                "outputs; pass one per output."
+            )
+        cts = {}
+
+        def accumulate(var, ct):
+            if ct is None or isinstance(var, Literal):
+                return
+            if not ad_util.is_differentiable(var.aval.dtype):
+                return
+            ct = ad_util.convert(ct, var.aval.dtype)
+            prev = cts.get(var.id)
+            cts[var.id] = ct if prev is None else ad_util.add_any(prev, ct)
+
+        for var, ct in zip(graph.outputs, out_cts):
+            accumulate(var, ct)
+        for node in reversed(graph.nodes):
+            node_cts = [cts.pop(v.id, None) for v in node.outputs]
+            if all(c is None for c in node_cts):
+                continue
+            prim = node.primitive
+            if prim.nondiff is not None:
+                continue
+            if prim.grad is None:
+                raise _missing_rule_error(prim)
+            inputs = [self.read(v) for v in node.inputs]
+            outputs = [self.env[v.id] for v in node.outputs]
+            in_cts = prim.grad(node_cts, inputs, outputs, **node.params)
+            if len(in_cts) != len(node.inputs):
+                raise RuntimeError(
+                    f"The gradient rule of `{prim.name}` returned "
+                    f"{len(in_cts)} cotangents for {len(node.inputs)} inputs."
+                )
+            for var, ct in zip(node.inputs, in_cts):
+                accumulate(var, ct)
+        return [cts.get(v.id) for v in graph.inputs]
+
+
+def linearize(graph, inputs):
+    """Evaluate `graph` on `inputs` keeping every value (the residuals the
+    gradient rules read). Returns a Linearized."""
+    if len(inputs) != len(graph.inputs):
+        raise TypeError(
+            f"The graph takes {len(graph.inputs)} inputs; got {len(inputs)}."
+        )
+    env = {}
+    for var, value in zip(graph.inputs, inputs):
+        env[var.id] = value
+    lin = Linearized(graph, env, None)
+    for node in graph.nodes:
+        args = [lin.read(v) for v in node.inputs]
+        outs = node.primitive.bind(*args, **node.params)
+        if not node.primitive.multiple_results:
+            outs = (outs,)
+        for var, value in zip(node.outputs, outs):
+            env[var.id] = value
+    lin.outputs = [lin.read(v) for v in graph.outputs]
+    return lin
+
+
+def graph_vjp(graph, inputs, out_cts):
+    """Input cotangents of `graph` at `inputs` for output cotangents
+    `out_cts` (None: zero); recomputes the forward values first."""
+    return linearize(graph, inputs).backward(list(out_cts))
+
+
+def instantiate(ct, like):
+    """ct, or zeros shaped like `like` when ct is None (zero)."""
+    return ad_util.zeros_like(like) if ct is None else ct
+
+
+# -- the user-facing transforms ---------------------------------------------
+
+
+def _as_array(x):
+    if isinstance(x, (Tensor, Tracer)):
+        return x
+    variable_value = getattr(x, "value", None)
+    if variable_value is not None and isinstance(variable_value, (Tensor, Tracer)):
+        return variable_value
+    return Tensor(np.asarray(x))
+
+
+def _aval(x):
+    return ShapedArray(x.shape, x.dtype)
+
+
+def vjp(fn, *primals, has_aux=False):
+    """(outputs, vjp_fn): fn(*primals) and the function that maps output
+    cotangents (same structure as the outputs) to primal cotangents (same
+    structure as the primals). With has_aux, fn returns (outputs, aux) and
+    the result is (outputs, vjp_fn, aux); aux is not differentiated."""
+    flat = [_as_array(x) for x in tree.flatten(primals)]
+    box = {}
+
+    def flat_fn(*tracers):
+        out = fn(*tree.pack_sequence_as(primals, list(tracers)))
+        if has_aux:
+            if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                raise ValueError(
+                    "With has_aux=True the function must return "
+                    "(outputs, aux); got " + type(out).__name__
+                )
+            out, aux = out
+            box["aux_tree"] = aux
+            aux_leaves = [_as_array(a) for a in tree.flatten(aux)]
+        else:
+            aux_leaves = []
+        box["tree"] = out
+        leaves = [_as_array(o) for o in tree.flatten(out)]
+        box["n_out"] = len(leaves)
+        return leaves + aux_leaves
+
+    graph, captures = trace_flat(flat_fn, [_aval(x) for x in flat])
+    lin = linearize(graph, flat + list(captures))
+    n_out = box["n_out"]
+    outputs = tree.pack_sequence_as(box["tree"], lin.outputs[:n_out])
+
+    def vjp_fn(cotangents):
+        ct_leaves = tree.flatten(cotangents)
+        if len(ct_leaves) != n_out:
+            raise ValueError(
+                f"vjp_fn: got {len(ct_leaves)} cotangents for {n_out} "
+                "outputs; pass one per output (same structure)."
+            )
+        cts = [None if c is None else _as_array(c) for c in ct_leaves]
+        in_cts = lin.backward(cts + [None] * (len(graph.outputs) - n_out))
+        grads = [instantiate(ct, x) for ct, x in zip(in_cts[: len(flat)], flat)]
+        return tree.pack_sequence_as(primals, grads)
+
+    if has_aux:
+        aux = tree.pack_sequence_as(box["aux_tree"], lin.outputs[n_out:])
+        return outputs, vjp_fn, aux
+    return outputs, vjp_fn
+
+
+def _check_scalar(value):
+    if tuple(value.shape) != () or not ad_util.is_differentiable(value.dtype):
+        raise TypeError(
+            "grad needs a function returning a float scalar; it returned "
+            f"shape {tuple(value.shape)} dtype {value.dtype}. Reduce it (e.g. "
+            "with keras.ops.sum or mean) or use vjp for non-scalar outputs."
+        )
+
+
+def value_and_grad(fn, argnums=0, has_aux=False):
+    """fn's value and its gradient with respect to the arguments `argnums`
+    (an int or a tuple of ints; a tuple gives a tuple of gradients). fn must
+    return a float scalar (with has_aux: (scalar, aux) and the value is
+    (scalar, aux))."""
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+
+    def wrapped(*args):
+        for n in nums:
+            if not -len(args) <= n < len(args):
+                raise ValueError(
+                    f"argnums={argnums} is out of range for {len(args)} "
+                    "positional arguments."
+                )
+        chosen = tuple(args[n] for n in nums)
+
+        def partial(*diff_args):
+            full = list(args)
+            for n, a in zip(nums, diff_args):
+                full[n] = a
+            return fn(*full)
+
+        result = vjp(partial, *chosen, has_aux=has_aux)
+        out, back = result[0], result[1]
+        _check_scalar(out)
+        grads = back(ad_util.scalar(1, out.dtype))
+        value = (out, result[2]) if has_aux else out
+        return value, grads[0] if single else tuple(grads)
+
+    return wrapped
+
+
+def grad(fn, argnums=0, has_aux=False):
+    """The gradient of the float-scalar function fn (see value_and_grad);
+    with has_aux returns (gradient, aux)."""
+    vg = value_and_grad(fn, argnums=argnums, has_aux=has_aux)
+
+    def wrapped(*args):
+        value, grads = vg(*args)
+        if has_aux:
+            return grads, value[1]
+        return grads
+
+    return wrapped

@@ -1,0 +1,243 @@
+"""The Executable: a lowered program run by a tight loop.
+
+Lowering gives every value a slot (an index into a list): inputs first,
+then constants, then each node's outputs. A step is (kernel, operand slots,
+output slot(s), multiple-results flag, slots to clear): the kernel is
+pre-bound to its params, and the slots whose value dies at this step (from
+the liveness analysis) are cleared right after it, so NumPy can reuse their
+memory. `run` does no dict lookups or type checks per op.
+
+An Executable pickles without its kernels (they are rebound on load from
+the primitives, which pickle by name): the on-disk cache stores it.
+"""
+
+import numpy as np
+
+from keras_ipu.device.compiler.liveness import analyze_liveness
+from keras_ipu.device.compiler.lowering import lower
+from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import ShapedArray
+
+FORMAT_VERSION = 1
+
+
+def _fmt_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _fmt_param(value):
+    if isinstance(value, np.dtype):
+        return value.name
+    if hasattr(value, "nodes") and hasattr(value, "inputs"):
+        return "{...}"
+    if isinstance(value, tuple) and value and hasattr(value[0], "nodes"):
+        return "(" + " ".join("{...}" for _ in value) + ")"
+    return repr(value)
+
+
+class Executable:
+    """A compiled program: `run(*arrays)` -> list of NumPy arrays."""
+
+    def __init__(self, graph, notes=(), passes=()):
+        self.in_avals = tuple(v.aval for v in graph.inputs)
+        self.out_avals = tuple(v.aval for v in graph.outputs)
+        self.notes = tuple(notes)  # what the demotion changed, for reports
+        self.passes = tuple(passes)  # (pass name, nodes after it)
+        live = analyze_liveness(graph)
+        self.peak_live_bytes = live.peak_bytes
+        self.constant_bytes = live.constant_bytes
+
+        slot_of = {}
+        for v in graph.inputs:
+            slot_of[v] = len(slot_of)
+        constants = {}  # slot -> ndarray
+        const_slot = {}  # id(value) -> slot
+
+        def slot(operand):
+            if type(operand) is Literal:
+                key = id(operand.value)
+                if key not in const_slot:
+                    const_slot[key] = len(slot_of) + len(constants)
+                    constants[const_slot[key]] = np.asarray(operand.value)
+                return const_slot[key]
+            return slot_of[operand]
+
+        # Constants take slots before node outputs: number them first.
+        for node in graph.nodes:
+            for v in node.inputs:
+                if type(v) is Literal:
+                    slot(v)
+        for v in graph.outputs:
+            if type(v) is Literal:
+                slot(v)
+        base = len(slot_of) + len(constants)
+        for node in graph.nodes:
+            for v in node.outputs:
+                slot_of[v] = base
+                base += 1
+        self.n_slots = base
+        self.constants = constants
+        self.input_slots = tuple(range(len(graph.inputs)))
+        self.output_slots = tuple(slot(v) for v in graph.outputs)
+
+        dying = {}
+        for v, last in live.last_use.items():
+            if last < len(graph.nodes):
+                dying.setdefault(last, []).append(slot_of[v])
+        self.records = []  # (primitive, params, in_slots, out_slots, frees)
+        for i, node in enumerate(graph.nodes):
+            frees = tuple(sorted(dying.get(i, ())))
+            self.records.append(
+                (
+                    node.primitive,
+                    node.params,
+                    tuple(slot(v) for v in node.inputs),
+                    tuple(slot_of[v] for v in node.outputs),
+                    frees,
+                    tuple(_aval(v) for v in node.inputs),
+                    tuple(v.aval for v in node.outputs),
+                )
+            )
+        self._bind()
+
+    # -- lowering to the run loop ----------------------------------------
+    def _bind(self):
+        template = [None] * self.n_slots
+        for s, value in self.constants.items():
+            template[s] = value
+        self._template = template
+        program = []
+        for prim, params, ins, outs, frees, in_avals, out_avals in self.records:
+            kernel = lower(prim, params, in_avals, out_avals)
+            multi = prim.multiple_results
+            program.append((kernel, ins, outs if multi else outs[0], multi, frees))
+        self._program = tuple(program)
+        self._n_inputs = len(self.in_avals)
+        self._in_dtypes = tuple(a.dtype for a in self.in_avals)
+        self._in_shapes = tuple(a.shape for a in self.in_avals)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for key in ("_template", "_program", "_n_inputs", "_in_dtypes", "_in_shapes"):
+            state.pop(key, None)
+        state["format_version"] = FORMAT_VERSION
+        return state
+
+    def __setstate__(self, state):
+        version = state.pop("format_version", None)
+        if version != FORMAT_VERSION:
+            raise ValueError(
+                f"executable format {version} (this keras_ipu reads "
+                f"{FORMAT_VERSION})"
+            )
+        self.__dict__.update(state)
+        self._bind()
+
+    # -- running ---------------------------------------------------------
+    def _check_inputs(self, arrays):
+        if len(arrays) != self._n_inputs:
+            raise TypeError(
+                f"The executable takes {self._n_inputs} inputs "
+                f"({', '.join(a.short() for a in self.in_avals)}); got "
+                f"{len(arrays)}."
+            )
+        out = []
+        for i, (x, dtype, shape) in enumerate(
+            zip(arrays, self._in_dtypes, self._in_shapes)
+        ):
+            x = np.asarray(x)
+            if x.shape != shape:
+                raise ValueError(
+                    f"Input {i} has shape {x.shape}, but the executable was "
+                    f"compiled for {self.in_avals[i].short()}. Compile again "
+                    "for the new shape (jit does this for you)."
+                )
+            if x.dtype != dtype:
+                # A demoted input (float64 -> float32) or a same-kind cast.
+                if not np.can_cast(x.dtype, dtype, "same_kind"):
+                    raise TypeError(
+                        f"Input {i} has dtype {x.dtype}, but the executable "
+                        f"was compiled for {self.in_avals[i].short()}. Cast "
+                        "the input, or compile again for its dtype."
+                    )
+                x = x.astype(dtype)
+            out.append(x)
+        return out
+
+    def run(self, *arrays):
+        with np.errstate(all="ignore"):
+            return self.run_unchecked(self._check_inputs(arrays))
+
+    def run_unchecked(self, arrays):
+        """run() for a list of ndarrays known to match the input avals (a
+        loop body called by its control-flow kernel); no errstate either."""
+        env = self._template[:]
+        env[: self._n_inputs] = arrays
+        for kernel, ins, out, multi, frees in self._program:
+            if multi:
+                results = kernel(*[env[i] for i in ins])
+                for s, value in zip(out, results):
+                    env[s] = value
+            else:
+                env[out] = kernel(*[env[i] for i in ins])
+            for s in frees:
+                env[s] = None
+        return [np.asarray(env[s]) for s in self.output_slots]
+
+    __call__ = run
+
+    # -- printing --------------------------------------------------------
+    def __str__(self):
+        n_in = len(self.in_avals)
+
+        def name(s):
+            if s < n_in:
+                return f"in{s}"
+            if s in self.constants:
+                c = self.constants[s]
+                if c.size <= 4:
+                    return f"{c.tolist()!r}:{_aval(Literal(c)).short()}"
+                return f"c{s}:{_aval(Literal(c)).short()}"
+            return f"s{s}"
+
+        lines = [
+            f"Executable: {n_in} inputs, {len(self.out_avals)} outputs, "
+            f"{len(self.records)} steps, peak live "
+            f"{_fmt_bytes(self.peak_live_bytes)}, constants "
+            f"{_fmt_bytes(self.constant_bytes)}",
+            "  inputs: "
+            + " ".join(f"in{i}:{a.short()}" for i, a in enumerate(self.in_avals)),
+        ]
+        for (prim, params, ins, outs, frees, _, out_avals), (kernel, *_) in zip(
+            self.records, self._program
+        ):
+            lhs = " ".join(f"s{s}:{a.short()}" for s, a in zip(outs, out_avals))
+            shown = {k: v for k, v in params.items() if k not in ("chain", "results")}
+            p = ""
+            if shown:
+                p = "[" + " ".join(f"{k}={_fmt_param(v)}" for k, v in shown.items()) + "]"
+            args = " ".join(name(s) for s in ins)
+            line = f"  {lhs} = {prim.name}{p} {args}"
+            if frees:
+                line += "    ; free " + " ".join(name(s) for s in frees)
+            lines.append(line)
+            source = getattr(kernel, "source", None)
+            if source is not None:  # a fused kernel: show its generated code
+                lines.extend("      | " + ln.strip() for ln in source.splitlines()[2:])
+        lines.append("  outputs: " + " ".join(name(s) for s in self.output_slots))
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (
+            f"<Executable {len(self.records)} steps: "
+            f"({', '.join(a.short() for a in self.in_avals)}) -> "
+            f"({', '.join(a.short() for a in self.out_avals)})>"
+        )
+
+
+def _aval(operand):
+    aval = operand.aval
+    return ShapedArray(aval.shape, aval.dtype)

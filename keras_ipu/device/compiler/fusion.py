@@ -1,0 +1,261 @@
+"""Fusion of elementwise chains into one node, like XLA's loop fusion.
+
+Grouping: elementwise nodes with the same output shape join the group of a
+producer of one of their operands. The fused node is emitted where the
+group's *anchor* (its last member so far) stood, so a join must keep the
+program valid: a node whose other operands all exist before the anchor is
+hoisted into the group; otherwise the anchor moves down to the node, which
+is only allowed while no outside node has read a value of the group yet
+(the group is not *sealed*).
+
+Kernel: the chain is turned into a small Python function (generated source,
+readable in `str(executable)`) that calls NumPy ufuncs, passing `out=` to
+write a result into a temporary of the chain that just died (same shape and
+dtype, made by an earlier ufunc of the chain, not an output): a chain of k
+ops allocates about one buffer instead of k.
+"""
+
+import numpy as np
+
+from keras_ipu.device.compiler.graph_utils import rebuilt
+from keras_ipu.device.compiler.lowering import LOWERINGS
+from keras_ipu.device.compiler.lowering import fast_ufunc
+from keras_ipu.device.compiler.lowering import is_elementwise
+from keras_ipu.device.ir import Node
+from keras_ipu.device.ir import Var
+from keras_ipu.device.primitives.registry import Primitive
+
+
+# -- the fused primitive ---------------------------------------------------
+# params: chain = ((primitive, params_items, refs, out_aval), ...), where a
+# ref is ("in", i, aval) for operand i of the fused node or ("t", j, aval)
+# for step j's result; results = indices of the steps that are the node's
+# outputs, in the order of its output Vars.
+
+
+def _fused_rule(*avals, chain, results):
+    return tuple(chain[j][3] for j in results)
+
+
+def _fused_kernel(*xs, chain, results):
+    # Eager path (the interpreter): build the kernel and run it once.
+    return build_fused_kernel(chain, results, len(xs))(*xs)
+
+
+fused_elementwise_p = Primitive(
+    "fused_elementwise",
+    _fused_rule,
+    _fused_kernel,
+    multiple_results=True,
+    doc="A chain of elementwise primitives run as one kernel.",
+)
+
+
+def _plan_buffers(chain, results, ufuncs):
+    """For each step, the step whose dead result it writes into, or None."""
+    last_read = {}
+    for j, (_, _, refs, _) in enumerate(chain):
+        for kind, k, _ in refs:
+            if kind == "t":
+                last_read[k] = j
+    outputs = set(results)
+    fresh = set()  # steps whose result is an array the chain made and owns
+    reuse = []
+    for j, (_, _, refs, aval) in enumerate(chain):
+        choice = None
+        if ufuncs[j] is not None and aval.ndim > 0:
+            for kind, k, _ in refs:
+                if (
+                    kind == "t"
+                    and k in fresh
+                    and k not in outputs
+                    and last_read.get(k) == j
+                    and chain[k][3] == aval
+                ):
+                    choice = k
+                    fresh.discard(k)
+                    break
+            fresh.add(j)
+        reuse.append(choice)
+    return reuse
+
+
+def _bound_kernel(prim, params_items):
+    params = dict(params_items)
+    kernel = prim.kernel
+    if not params:
+        return kernel
+    return lambda *xs: kernel(*xs, **params)
+
+
+def fused_source(chain, results, n_inputs):
+    """The generated source of the fused kernel, and its namespace."""
+    namespace = {"_errstate": np.errstate, "_asarray": np.asarray}
+    ufuncs = [
+        fast_ufunc(prim, [r[2] for r in refs], aval)
+        for prim, _, refs, aval in chain
+    ]
+    reuse = _plan_buffers(chain, results, ufuncs)
+    args = ", ".join(f"x{i}" for i in range(n_inputs))
+    lines = [f"def fused({args}):", "    with _errstate(all='ignore'):"]
+    for j, (prim, params_items, refs, aval) in enumerate(chain):
+        operands = ", ".join(
+            f"x{k}" if kind == "in" else f"t{k}" for kind, k, _ in refs
+        )
+        if ufuncs[j] is not None:
+            name = f"_{ufuncs[j].__name__}"
+            namespace[name] = ufuncs[j]
+            out = f", out=t{reuse[j]}" if reuse[j] is not None else ""
+            lines.append(f"        t{j} = {name}({operands}{out})  # {prim.name}")
+        else:
+            name = f"_k{j}"
+            namespace[name] = _bound_kernel(prim, params_items)
+            lines.append(f"        t{j} = {name}({operands})  # {prim.name}")
+    outs = "".join(
+        (f"_asarray(t{j}), " if chain[j][3].ndim == 0 else f"t{j}, ")
+        for j in results
+    )
+    lines.append(f"    return ({outs.rstrip()})")
+    return "\n".join(lines), namespace
+
+
+def build_fused_kernel(chain, results, n_inputs):
+    source, namespace = fused_source(chain, results, n_inputs)
+    exec(compile(source, "<fused_elementwise>", "exec"), namespace)  # noqa: S102
+    fn = namespace["fused"]
+    fn.source = source
+    return fn
+
+
+def _lower_fused(params, in_avals, out_avals):
+    return build_fused_kernel(params["chain"], params["results"], len(in_avals))
+
+
+LOWERINGS["fused_elementwise"] = _lower_fused
+
+
+# -- the pass ----------------------------------------------------------------
+
+
+class _Group:
+    __slots__ = ("members", "anchor", "sealed", "shape")
+
+    def __init__(self, index, shape):
+        self.members = [index]
+        self.anchor = index
+        self.sealed = False
+        self.shape = shape
+
+
+def _fusible(node):
+    return (
+        is_elementwise(node.primitive)
+        and not node.primitive.multiple_results
+        and node.outputs[0].aval.is_static()
+    )
+
+
+def fuse_elementwise(graph):
+    nodes = graph.nodes
+    producer = {}  # Var -> node index
+    for i, node in enumerate(nodes):
+        for v in node.outputs:
+            producer[v] = i
+    group_of = {}  # node index -> _Group
+
+    def defined_at(var):
+        i = producer.get(var)
+        if i is None:
+            return -1  # a graph input
+        g = group_of.get(i)
+        return g.anchor if g is not None else i
+
+    for i, node in enumerate(nodes):
+        vars_in = [v for v in node.inputs if type(v) is Var]
+        joined = None
+        if _fusible(node):
+            shape = node.outputs[0].aval.shape
+            for v in vars_in:
+                g = group_of.get(producer.get(v))
+                if g is None or g.shape != shape or g is joined:
+                    continue
+                outside = [
+                    u for u in vars_in if group_of.get(producer.get(u)) is not g
+                ]
+                if all(defined_at(u) < g.anchor for u in outside):
+                    joined = g  # hoisted to the anchor
+                elif not g.sealed:
+                    joined = g
+                    g.anchor = i
+                if joined is not None:
+                    break
+        # Values of other groups read here are read from outside them.
+        for v in vars_in:
+            g = group_of.get(producer.get(v))
+            if g is not None and g is not joined:
+                g.sealed = True
+        if joined is not None:
+            joined.members.append(i)
+            group_of[i] = joined
+        elif _fusible(node):
+            group_of[i] = _Group(i, node.outputs[0].aval.shape)
+
+    return _emit(graph, group_of)
+
+
+def _emit(graph, group_of):
+    nodes = graph.nodes
+    readers_outside = {}  # Var -> True when read by a non-member or output
+    for i, node in enumerate(nodes):
+        for v in node.inputs:
+            if type(v) is Var:
+                readers_outside.setdefault(v, set()).add(group_of.get(i))
+    graph_outputs = {v for v in graph.outputs if type(v) is Var}
+
+    new_nodes = []
+    done = set()
+    for i, node in enumerate(nodes):
+        g = group_of.get(i)
+        if g is None or len(g.members) == 1:
+            new_nodes.append(node)
+            continue
+        if i != g.anchor or id(g) in done:
+            continue
+        done.add(id(g))
+        new_nodes.append(_fused_node(nodes, g, readers_outside, graph_outputs))
+    return rebuilt(graph, new_nodes, {})
+
+
+def _fused_node(nodes, group, readers_outside, graph_outputs):
+    members = sorted(group.members)
+    step_of = {}  # Var -> step index
+    operands = []  # the fused node's inputs (Vars and Literals)
+    operand_index = {}
+    chain = []
+    for j, i in enumerate(members):
+        node = nodes[i]
+        refs = []
+        for v in node.inputs:
+            if type(v) is Var and v in step_of:
+                refs.append(("t", step_of[v], v.aval))
+                continue
+            key = v if type(v) is Var else ("literal", id(v))
+            if key not in operand_index:
+                operand_index[key] = len(operands)
+                operands.append(v)
+            refs.append(("in", operand_index[key], v.aval))
+        out = node.outputs[0]
+        chain.append(
+            (node.primitive, tuple(sorted(node.params.items())), tuple(refs), out.aval)
+        )
+        step_of[out] = j
+    results, outputs = [], []
+    for j, i in enumerate(members):
+        out = nodes[i].outputs[0]
+        read_outside = any(r is not group for r in readers_outside.get(out, ()))
+        if read_outside or out in graph_outputs:
+            results.append(j)
+            outputs.append(out)
+    params = {"chain": tuple(chain), "results": tuple(results)}
+    source = "+".join(nodes[i].source for i in members if nodes[i].source)
+    return Node(fused_elementwise_p, operands, params, outputs, source or None)

@@ -1,0 +1,109 @@
+"""Small helpers the passes share: operand substitution, sub-graphs in
+params, and hashable keys for params (CSE, fingerprints)."""
+
+import numpy as np
+
+from keras_ipu.device.ir import Graph
+from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import Node
+
+
+def substitute(operand, env):
+    """The operand that replaces `operand` (a Var may map to another Var or
+    to a Literal); Literals and unmapped Vars stay."""
+    if type(operand) is Literal:
+        return operand
+    return env.get(operand, operand)
+
+
+def rebuilt(graph, nodes, env):
+    """A new Graph with graph's inputs, `nodes`, and outputs substituted."""
+    out = Graph()
+    out.inputs = list(graph.inputs)
+    out.nodes = list(nodes)
+    out.outputs = [substitute(v, env) for v in graph.outputs]
+    return out
+
+
+def copy_node(node, inputs, params=None, outputs=None):
+    return Node(
+        node.primitive,
+        inputs,
+        node.params if params is None else params,
+        node.outputs if outputs is None else outputs,
+        node.source,
+    )
+
+
+def subgraphs(params):
+    """The Graphs held in a node's params (cond branches, loop bodies)."""
+    for value in params.values():
+        if isinstance(value, Graph):
+            yield value
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, Graph):
+                    yield item
+
+
+def has_subgraphs(node):
+    return any(True for _ in subgraphs(node.params))
+
+
+def map_subgraphs(params, fn):
+    """params with every Graph g replaced by fn(g)."""
+    out = {}
+    for key, value in params.items():
+        if isinstance(value, Graph):
+            value = fn(value)
+        elif isinstance(value, tuple) and any(isinstance(v, Graph) for v in value):
+            value = tuple(fn(v) if isinstance(v, Graph) else v for v in value)
+        out[key] = value
+    return out
+
+
+def freeze(value, graph_key=id, other_key=id):
+    """A hashable key equal for params that are interchangeable.
+
+    Types are part of the key (1, 1.0 and True are different params) and
+    floats compare by repr (0.0 and -0.0 differ). Graphs map through
+    `graph_key`, unknown objects through `other_key`.
+    """
+    if value is None or isinstance(value, (bool, int, str, bytes)):
+        return (type(value).__name__, value)
+    if isinstance(value, float):
+        return ("float", repr(value))
+    if isinstance(value, np.dtype):
+        return ("dtype", value.str)
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return ("dtype", np.dtype(value).str)
+    if isinstance(value, np.generic):
+        return ("scalar", value.dtype.str, repr(value.item()))
+    if isinstance(value, (tuple, list)):
+        return (
+            type(value).__name__,
+            tuple(freeze(v, graph_key, other_key) for v in value),
+        )
+    if isinstance(value, dict):
+        return (
+            "dict",
+            tuple(
+                (k, freeze(v, graph_key, other_key))
+                for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))
+            ),
+        )
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return ("array", data.dtype.str, data.shape, data.tobytes())
+    if isinstance(value, Graph):
+        return ("graph", graph_key(value))
+    aval = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if type(value).__name__ == "ShapedArray":
+        return ("aval", aval[0], np.dtype(aval[1]).str)
+    return ("object", type(value).__qualname__, other_key(value))
+
+
+def freeze_params(params, graph_key=id, other_key=id):
+    return tuple(
+        (k, freeze(v, graph_key, other_key)) for k, v in sorted(params.items())
+    )

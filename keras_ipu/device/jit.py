@@ -1,0 +1,116 @@
+"""`jit(fn)`: trace on the first call for given input shapes/dtypes,
+compile, cache, run.
+
+    fast = jit(lambda x, w: keras.ops.relu(x @ w))
+    y = fast(x, w)          # traces and compiles for (x, w)'s avals
+    y = fast(x2, w)         # same avals: runs the cached executable
+
+Arguments may be arrays or (nested) tuples/lists/dicts of arrays; results
+are NumPy arrays in the structure fn returned. Values fn closes over are
+baked into the program as constants when it is traced (as in JAX): pass
+what changes between calls as an argument. Called inside another trace,
+the jitted function is inlined into it (it is traced, not run).
+"""
+
+import numpy as np
+
+from keras_ipu.device.compiler.cache import CACHE
+from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.trace import Tracer
+from keras_ipu.device.trace import current_builder
+from keras_ipu.device.trace import trace_flat
+
+
+def _flatten(tree, leaves):
+    if isinstance(tree, (tuple, list)):
+        return (type(tree), tuple(_flatten(t, leaves) for t in tree))
+    if isinstance(tree, dict):
+        keys = sorted(tree)
+        return (dict, tuple(keys), tuple(_flatten(tree[k], leaves) for k in keys))
+    leaves.append(tree)
+    return None
+
+
+def flatten(tree):
+    """(leaves, structure): the arrays of a nested tuple/list/dict."""
+    leaves = []
+    structure = _flatten(tree, leaves)
+    return leaves, structure
+
+
+def unflatten(structure, leaves):
+    it = iter(leaves)
+
+    def build(s):
+        if s is None:
+            return next(it)
+        if s[0] is dict:
+            return {k: build(c) for k, c in zip(s[1], s[2])}
+        kind, children = s
+        return kind(build(c) for c in children)
+
+    return build(structure)
+
+
+class Jitted:
+    """A function compiled per input signature (see the module doc)."""
+
+    def __init__(self, fn, options=None, cache=None):
+        self.fn = fn
+        self.options = options or CompileOptions()
+        self.cache = CACHE if cache is None else cache
+        self._signatures = {}  # (structure, avals) -> (executable, out structure)
+        self.trace_count = 0
+        self.__name__ = getattr(fn, "__name__", "jitted")
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def _inline(self, leaves):
+        return current_builder() is not None or any(
+            type(x) is Tracer for x in leaves
+        )
+
+    def executable(self, *args):
+        """The Executable for these arguments (compiled if needed)."""
+        leaves, structure = flatten(args)
+        arrays = [np.asarray(x) for x in leaves]
+        return self._lookup(structure, arrays)[0]
+
+    def _lookup(self, structure, arrays):
+        avals = tuple(ShapedArray(a.shape, a.dtype) for a in arrays)
+        key = (structure, avals)
+        entry = self._signatures.get(key)
+        if entry is None:
+            entry = self._compile(structure, avals)
+            self._signatures[key] = entry
+        return entry
+
+    def _compile(self, structure, avals):
+        out_structure = []
+
+        def flat_fn(*tracers):
+            result = self.fn(*unflatten(structure, tracers))
+            leaves, s = flatten(result)
+            out_structure.append(s)
+            return leaves
+
+        graph, captures = trace_flat(flat_fn, list(avals))
+        self.trace_count += 1
+        if captures:  # only possible inside another trace, which inlines
+            raise AssertionError("a top-level trace captured outer values")
+        return self.cache.get(graph, self.options), out_structure[0]
+
+    def __call__(self, *args):
+        leaves, structure = flatten(args)
+        if self._inline(leaves):
+            return self.fn(*args)
+        arrays = [np.asarray(x) for x in leaves]
+        executable, out_structure = self._lookup(structure, arrays)
+        return unflatten(out_structure, executable.run(*arrays))
+
+
+def jit(fn=None, *, options=None, cache=None):
+    """Compile `fn` for the IPU (see the module doc). Usable as @jit too."""
+    if fn is None:
+        return lambda f: Jitted(f, options=options, cache=cache)
+    return Jitted(fn, options=options, cache=cache)

@@ -1,0 +1,135 @@
+"""Helpers shared by the gradient rules (as jax's ad_util): zeros, summing a
+broadcast cotangent back to its operand's shape, which dtypes carry
+cotangents. Everything binds primitives, so a backward pass built from these
+helpers can be traced as well as run eagerly.
+
+Primitive modules are imported inside the functions: the primitive files
+import this module to declare their rules, and it needs their primitives.
+"""
+
+import numpy as np
+
+
+def is_differentiable(dtype):
+    """Floating and complex values carry cotangents; integers and bools do
+    not (their gradient is None: zero)."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in "fc" or dtype.name == "bfloat16"
+
+
+def scalar(value, dtype):
+    """A 0-d constant of `dtype` (a Literal when traced)."""
+    return np.asarray(value, dtype=np.dtype(dtype))
+
+
+def zeros_like(x):
+    """Zeros of x's shape and dtype. With unknown (None) dims the shape is
+    taken from x itself (select over a predicate of x's shape)."""
+    from keras_ipu.device.primitives import elementwise as ew
+    from keras_ipu.device.primitives import structure
+
+    zero = scalar(0, x.dtype)
+    if all(d is not None for d in x.shape):
+        return structure.broadcast_to_p.bind(zero, shape=tuple(x.shape))
+    return ew.select_p.bind(ew.isnan_p.bind(x), zero, zero)
+
+
+def _known_shape(shape):
+    """A reshape target: one unknown dim becomes -1 (more stay None: such a
+    graph only describes shapes, it never runs)."""
+    shape = tuple(shape)
+    if shape.count(None) == 1:
+        return tuple(-1 if d is None else d for d in shape)
+    return shape
+
+
+def reshape(x, shape):
+    from keras_ipu.device.primitives import structure
+
+    if tuple(x.shape) == tuple(shape) and None not in tuple(shape):
+        return x
+    return structure.reshape_p.bind(x, new_shape=_known_shape(shape))
+
+
+def unbroadcast(ct, shape):
+    """Sum the cotangent `ct` of a broadcast result back to `shape` (the
+    operand's shape): over the leading axes the operand lacks and over the
+    axes where the operand has size 1."""
+    from keras_ipu.device.primitives import reduce
+
+    if ct is None:
+        return None
+    shape = tuple(shape)
+    ct_shape = tuple(ct.shape)
+    if ct_shape == shape:
+        return ct
+    lead = len(ct_shape) - len(shape)
+    axes = list(range(lead))
+    for i, d in enumerate(shape):
+        if d == 1 and ct_shape[lead + i] != 1:
+            axes.append(lead + i)
+    if axes:
+        ct = reduce.reduce_sum_p.bind(ct, axes=tuple(axes))
+    return reshape(ct, shape)
+
+
+def convert(x, dtype):
+    from keras_ipu.device.primitives import convert as cv
+
+    dtype = np.dtype(dtype)
+    if x is None or x.dtype == dtype:
+        return x
+    return cv.convert_element_type_p.bind(x, dtype=dtype)
+
+
+def add_any(a, b):
+    """a + b where None is zero."""
+    from keras_ipu.device.primitives import elementwise as ew
+
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return ew.add_p.bind(a, b)
+
+
+def broadcast_back(g, x_shape, axes):
+    """g, the result of reducing an array of shape x_shape over `axes`,
+    reshaped with those axes kept as size 1 and broadcast to x_shape."""
+    from keras_ipu.device.primitives import structure
+
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x_shape))
+    g = reshape(g, kept)
+    return structure.broadcast_to_p.bind(g, shape=tuple(x_shape))
+
+
+def matrix_transpose(x):
+    from keras_ipu.device.primitives import structure
+
+    perm = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return structure.transpose_p.bind(x, permutation=perm)
+
+
+def matmul(a, b):
+    """Batched a @ b over the last two axes (same batch shape)."""
+    from keras_ipu.device.primitives import dot
+
+    nb = a.ndim - 2
+    batch = tuple(range(nb))
+    return dot.dot_general_p.bind(
+        a, b, dimension_numbers=(((a.ndim - 1,), (nb,)), (batch, batch))
+    )
+
+
+def scatter_add_last_axis(x, indices, g):
+    """Zeros shaped like x with g (shape batch + (k,)) added at `indices`
+    (same shape) along x's last axis: the transpose of a gather of the last
+    axis (take_along_axis)."""
+    from keras_ipu.device.primitives import indexing
+    from keras_ipu.device.primitives import structure
+
+    idx = structure.reshape_p.bind(
+        indices, new_shape=_known_shape(tuple(indices.shape) + (1,)))
+    return indexing.scatter_p.bind(
+        zeros_like(x), idx, g, mode="add", batch_dims=x.ndim - 1
+    )
