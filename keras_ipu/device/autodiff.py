@@ -87,14 +87,19 @@ def _missing_rule_error(prim):
 class Linearized:
     """A graph evaluated on primal values, ready to run backwards."""
 
-    def __init__(self, graph, env, outputs):
+    def __init__(self, graph, env, outputs, active):
         self.graph = graph
         self.env = env
         self.outputs = outputs
+        # Ids of the values that depend on the differentiated inputs: only
+        # nodes producing them are run backwards.
+        self.active = active
 
     def read(self, operand):
         if isinstance(operand, Literal):
-            return operand.value
+            value = operand.value
+            # Rules read .shape/.dtype: Python scalars become 0-d arrays.
+            return value if hasattr(value, "shape") else np.asarray(value)
         return self.env[operand.id]
 
     def backward(self, out_cts):
@@ -123,6 +128,8 @@ class Linearized:
             node_cts = [cts.pop(v.id, None) for v in node.outputs]
             if all(c is None for c in node_cts):
                 continue
+            if not any(v.id in self.active for v in node.outputs):
+                continue
             prim = node.primitive
             if prim.nondiff is not None:
                 continue
@@ -141,9 +148,11 @@ class Linearized:
         return [cts.get(v.id) for v in graph.inputs]
 
 
-def linearize(graph, inputs):
+def linearize(graph, inputs, n_active=None):
     """Evaluate `graph` on `inputs` keeping every value (the residuals the
-    gradient rules read). Returns a Linearized."""
+    gradient rules read). Returns a Linearized. Only the first `n_active`
+    inputs (default: all) are differentiated; the others (captured outer
+    values) are constants of the backward pass."""
     if len(inputs) != len(graph.inputs):
         raise TypeError(
             f"The graph takes {len(graph.inputs)} inputs; got {len(inputs)}."
@@ -151,8 +160,16 @@ def linearize(graph, inputs):
     env = {}
     for var, value in zip(graph.inputs, inputs):
         env[var.id] = value
-    lin = Linearized(graph, env, None)
+    if n_active is None:
+        n_active = len(inputs)
+    active = {v.id for v in graph.inputs[:n_active]
+              if ad_util.is_differentiable(v.aval.dtype)}
+    lin = Linearized(graph, env, None, active)
     for node in graph.nodes:
+        if any(not isinstance(v, Literal) and v.id in active
+               for v in node.inputs):
+            active.update(v.id for v in node.outputs
+                          if ad_util.is_differentiable(v.aval.dtype))
         args = [lin.read(v) for v in node.inputs]
         outs = node.primitive.bind(*args, **node.params)
         if not node.primitive.multiple_results:
@@ -217,7 +234,7 @@ def vjp(fn, *primals, has_aux=False):
         return leaves + aux_leaves
 
     graph, captures = trace_flat(flat_fn, [_aval(x) for x in flat])
-    lin = linearize(graph, flat + list(captures))
+    lin = linearize(graph, flat + list(captures), n_active=len(flat))
     n_out = box["n_out"]
     outputs = tree.pack_sequence_as(box["tree"], lin.outputs[:n_out])
 

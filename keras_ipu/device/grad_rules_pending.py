@@ -325,7 +325,7 @@ def _axes(x, axes):
 
 def _reduce_sum_grad(cts, inputs, outputs, *, axes):
     (g,), (x,) = cts, inputs
-    return [ad_util.broadcast_back(g, x.shape, _axes(x, axes))]
+    return [ad_util.broadcast_back(g, x, _axes(x, axes))]
 
 
 def _reduce_extremum_grad(cts, inputs, outputs, *, axes):
@@ -333,11 +333,11 @@ def _reduce_extremum_grad(cts, inputs, outputs, *, axes):
     # extremum (ties split it, as JAX does).
     (g,), (x,), (y,) = cts, inputs, outputs
     axes = _axes(x, axes)
-    y_full = ad_util.broadcast_back(y, x.shape, axes)
+    y_full = ad_util.broadcast_back(y, x, axes)
     hit = ad_util.convert(ew.eq_p.bind(x, y_full), g.dtype)
     count = reduce.reduce_sum_p.bind(hit, axes=axes)
     share = div(g, count)
-    return [mul(hit, ad_util.broadcast_back(share, x.shape, axes))]
+    return [mul(hit, ad_util.broadcast_back(share, x, axes))]
 
 
 def _reduce_prod_grad(cts, inputs, outputs, *, axes):
@@ -364,7 +364,7 @@ def _reduce_prod_grad(cts, inputs, outputs, *, axes):
     others = ad_util.reshape(others, xt.shape)
     inv = tuple(int(i) for i in np.argsort(perm))
     others = structure.transpose_p.bind(others, permutation=inv)
-    return [mul(ad_util.broadcast_back(g, x.shape, axes), others)]
+    return [mul(ad_util.broadcast_back(g, x, axes), others)]
 
 
 reduce.reduce_sum_p.grad = _reduce_sum_grad

@@ -433,3 +433,32 @@ def test_traced_graph_records_primitives():
 def test_bincount_traced_is_refused():
     with pytest.raises(NotImplementedError, match="static shapes"):
         compute_output_spec(knp.bincount, KerasTensor((None,), "int32"))
+
+
+SPEC_OPS = [
+    "sum", "prod", "mean", "max", "std", "var", "median", "nanmax", "nansum",
+    "nanmean", "ptp", "cumsum", "trace", "sort", "argsort", "corrcoef",
+]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int64", "float16", "int8"])
+@pytest.mark.parametrize("name", SPEC_OPS)
+def test_eager_dtype_equals_symbolic_spec(name, dtype):
+    """What runs and what Keras' symbolic spec promises must agree (Keras
+    demotes most 64-bit results to 32 bits)."""
+    from keras import ops
+
+    fn = getattr(ops, name)
+    shape = (2, 2)
+    eager = fn(np.ones(shape, dtype))
+    symbolic = fn(KerasTensor(shape, dtype))
+    assert str(np.dtype(eager.dtype)) == symbolic.dtype
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+def test_percentile_dtype_follows_symbolic_spec(dtype):
+    from keras import ops
+
+    eager = ops.percentile(np.ones((3,), dtype), 50)
+    symbolic = ops.percentile(KerasTensor((3,), dtype), 50)
+    assert str(np.dtype(eager.dtype)) == symbolic.dtype

@@ -9,6 +9,7 @@ from keras_ipu.device.compiler.common_subexpressions import (
     eliminate_common_subexpressions,
 )
 from keras_ipu.device.compiler.dead_code import eliminate_dead_code
+from keras_ipu.device.compiler.graph_utils import freeze
 
 
 def test_cse_merges_equal_nodes_and_rewires_readers():
@@ -53,8 +54,14 @@ def test_cse_merges_equal_small_literals():
     assert out.outputs[0] is out.outputs[1]
 
 
-def test_cse_param_types_matter():
-    # 1 and 1.0 are equal in Python but not interchangeable params.
+def test_param_keys_keep_types_and_float_signs():
+    # 1, 1.0 and True are equal in Python but not interchangeable params.
+    keys = {freeze(v) for v in (1, 1.0, True, 0.0, -0.0, (1,), [1])}
+    assert len(keys) == 7
+    assert freeze((1, np.dtype("float32"))) == freeze((1, np.dtype("float32")))
+
+
+def test_cse_keeps_different_dtype_params():
     def body(b, x):
         return [
             b.op("convert_element_type", x, dtype=np.dtype("int32")),

@@ -121,13 +121,14 @@ def traced_vjp(fn, args, cts):
     return graph, eval_graph(graph, *args, *(cts[i] for i in live))
 
 
-def check_grad(fn, *args, seed=0, rtol=1e-5, atol=1e-6, traced=True):
+def check_grad(fn, *args, seed=0, rtol=1e-5, atol=1e-6, traced=True,
+               eps=1e-6):
     rng = np.random.default_rng(seed)
     outs = _call(fn, args)
     cts = random_cotangents(outs, rng)
     _, back = autodiff.vjp(lambda *a: list(_call(fn, a)), *args)
     got = back(cts)
-    want = numeric_vjp(fn, args, cts)
+    want = numeric_vjp(fn, args, cts, eps)
     for g, w in zip(got, want):
         if w is None:
             continue
@@ -253,7 +254,8 @@ def test_convert_element_type():
         return cv.convert_element_type_p.bind(
             ew.mul_p.bind(low, low), dtype=F64)
 
-    check_grad(f, x, rtol=1e-4, atol=1e-5)
+    # float32 in the middle: a coarser difference step and tolerance.
+    check_grad(f, x, rtol=1e-3, atol=1e-4, eps=1e-3)
     # Through an integer conversion the gradient is zero.
     (g,) = check_grad(
         lambda v: cv.convert_element_type_p.bind(
@@ -334,10 +336,11 @@ def test_reduce_prod_with_a_zero_and_extremum_ties():
     (g,) = check_grad(lambda v: reduce.reduce_prod_p.bind(v, axes=(1,)), x)
     _, back = autodiff.vjp(
         lambda v: reduce.reduce_prod_p.bind(v, axes=(1,)), x)
-    np.testing.assert_allclose(np.asarray(back(np.ones(2)))[0], [0, 6, 0])
+    np.testing.assert_allclose(np.asarray(back(np.ones(2))[0])[0], [0, 6, 0])
     y = np.array([1.0, 3.0, 3.0])
     _, back = autodiff.vjp(lambda v: reduce.reduce_max_p.bind(v, axes=(0,)), y)
-    np.testing.assert_allclose(np.asarray(back(np.float64(1.0))), [0, .5, .5])
+    np.testing.assert_allclose(np.asarray(back(np.float64(1.0))[0]),
+                               [0, .5, .5])
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -456,8 +459,8 @@ def test_max_pool_tie_goes_to_the_first_maximum():
     x = np.array([1.0, 1.0, 0.0, 2.0])
     _, back = autodiff.vjp(
         lambda v: pooling.reduce_window(v, "max", (2,), (2,)), x)
-    np.testing.assert_array_equal(np.asarray(back(np.array([1.0, 1.0]))),
-                                  [1, 0, 0, 1])
+    (g,) = back(np.array([1.0, 1.0]))
+    np.testing.assert_array_equal(np.asarray(g), [1, 0, 0, 1])
 
 
 # -- linalg and fft ---------------------------------------------------------
@@ -516,7 +519,8 @@ def test_gradient_through_stop_gradient_and_barrier():
         ew.sin_p.bind(v)), x)
     _, back = autodiff.vjp(f, x)
     ct = np.ones(3)
-    np.testing.assert_allclose(np.asarray(back(ct)), x * x + np.cos(x))
+    (g,) = back(ct)
+    np.testing.assert_allclose(np.asarray(g), x * x + np.cos(x))
 
 
 def test_special_rules_read_only_the_known_operand():

@@ -66,7 +66,8 @@ def _prepare(x, axis):
 
 def sum(x, axis=None, keepdims=False):
     x, axes = _prepare(x, axis)
-    x = b.cast(x, _accumulator_dtype(b.kdtype(x)))
+    # Keras' symbolic rule: result_type (which demotes 64-bit), widened.
+    x = b.cast(x, _accumulator_dtype(dtypes.result_type(b.kdtype(x))))
     return b.reduce(red.reduce_sum_p, x, axes, keepdims)
 
 
@@ -178,6 +179,7 @@ def nanprod(x, axis=None, keepdims=False):
 
 def _nan_extreme(fn, fill, x, axis, keepdims):
     x = b.tensor(x)
+    x = b.cast(x, dtypes.result_type(b.kdtype(x)))
     if not b.is_float(x):
         return fn(x, axis=axis, keepdims=keepdims)
     nan = b.isnan(x)

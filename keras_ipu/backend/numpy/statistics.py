@@ -209,18 +209,20 @@ def _order_statistics(pos, method):
     return [(ew.round_p.bind(pos), 1.0)]
 
 
-def _quantile(x, q, axis, method, keepdims, ignore_nan):
+def _quantile(x, q, axis, method, keepdims, ignore_nan, result_dtype=None):
     if method not in _METHODS:
         raise ValueError(
             f"Invalid value for `method`: {method!r}. Expected one of "
             f"{list(_METHODS)}."
         )
     x = b.tensor(x)
-    dtype = _quantile_dtype(x)
+    dtype = _quantile_dtype(x) if result_dtype is None else result_dtype
     x = b.cast(x, dtype)
     in_shape = x.shape
     axes = b.axes_of(axis, x.ndim)
-    work = dtypes.result_type(dtype, "float32")
+    # Half types work in float32; float64 keeps its precision.
+    work = b.np_dtype(dtype)
+    work = work if work.itemsize >= 4 else np.dtype(np.float32)
     q = b.cast(b.tensor(q), work)
     q_shape = q.shape
     q = b.reshape(q, (-1,))  # (m,)
@@ -289,7 +291,10 @@ def _percent(q):
 
 
 def percentile(x, q, axis=None, method="linear", keepdims=False):
-    return quantile(x, _percent(q), axis, method, keepdims)
+    x = b.tensor(x)
+    # Keras' symbolic rule: float inputs keep their dtype, others floatx.
+    dtype = b.kdtype(x) if b.is_float(x) else config.floatx()
+    return _quantile(x, _percent(q), axis, method, keepdims, False, dtype)
 
 
 def nanpercentile(x, q, axis=None, method="linear", keepdims=False):
@@ -366,12 +371,8 @@ def correlate(x1, x2, mode="valid"):
 def corrcoef(x):
     x = b.tensor(x)
     dtype = b.kdtype(x)
-    if dtype in ("int64", "float64"):
-        result = "float64"
-    elif dtype in ("bfloat16", "float16", "complex64", "complex128"):
-        result = dtype
-    else:
-        result = config.floatx()
+    # Keras' symbolic rule for corrcoef.
+    result = "float64" if dtype == "int64" else dtypes.result_type(dtype, float)
     if x.ndim > 2:
         raise ValueError(
             f"corrcoef needs a 1-D or 2-D input (rows are variables), got "

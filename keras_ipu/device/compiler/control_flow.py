@@ -31,6 +31,7 @@ def _lower_cond(params, in_avals, out_avals):
         i = min(max(int(index), 0), last)
         return tuple(branches[i].run_unchecked(list(operands)))
 
+    cond.subprograms = {f"branch {i}": b for i, b in enumerate(branches)}
     return cond
 
 
@@ -48,6 +49,7 @@ def _lower_while(params, in_avals, out_avals):
             carry = body_exe.run_unchecked(carry + body_consts)
         return tuple(carry)
 
+    while_loop.subprograms = {"cond": cond_exe, "body": body_exe}
     return while_loop
 
 
@@ -70,6 +72,7 @@ def _lower_scan(params, in_avals, out_avals):
                 y[t] = value
         return tuple(carry) + tuple(ys)
 
+    scan.subprograms = {"body": body}
     return scan
 
 

@@ -227,6 +227,9 @@ class Executable:
             source = getattr(kernel, "source", None)
             if source is not None:  # a fused kernel: show its generated code
                 lines.extend("      | " + ln.strip() for ln in source.splitlines()[2:])
+            for label, sub in getattr(kernel, "subprograms", {}).items():
+                lines.append(f"      {label}:")
+                lines.extend("        " + ln for ln in str(sub).splitlines())
         lines.append("  outputs: " + " ".join(name(s) for s in self.output_slots))
         return "\n".join(lines)
 

@@ -69,21 +69,28 @@ def fast_ufunc(primitive, in_avals, out_aval):
     return ufunc
 
 
+def _wrapped(kernel, fn):
+    kernel.__name__ = getattr(fn, "__name__", "kernel")
+    # What str(executable) shows of the kernel: generated code, sub-programs.
+    for attr in ("source", "subprograms"):
+        if hasattr(fn, attr):
+            setattr(kernel, attr, getattr(fn, attr))
+    return kernel
+
+
 def _as_array(fn):
     # 0-d results of ufuncs are NumPy scalars; keep every value an ndarray.
     def kernel(*xs):
         return np.asarray(fn(*xs))
 
-    kernel.__name__ = getattr(fn, "__name__", "kernel")
-    return kernel
+    return _wrapped(kernel, fn)
 
 
 def _as_arrays(fn):
     def kernel(*xs):
         return tuple(np.asarray(o) for o in fn(*xs))
 
-    kernel.__name__ = getattr(fn, "__name__", "kernel")
-    return kernel
+    return _wrapped(kernel, fn)
 
 
 def lower(primitive, params, in_avals, out_avals):
@@ -99,6 +106,8 @@ def lower(primitive, params, in_avals, out_avals):
         fn = functools.partial(primitive.kernel, **params)
     else:
         fn = primitive.kernel
+    if builder is not None:
+        return fn  # own lowerings return ndarrays
     if primitive.multiple_results:
         if any(a.ndim == 0 for a in out_avals):
             fn = _as_arrays(fn)
@@ -108,5 +117,6 @@ def lower(primitive, params, in_avals, out_avals):
 
 
 # Primitives with their own lowering (name -> builder(params, in_avals,
-# out_avals) -> callable): filled in by the modules that define them.
+# out_avals) -> callable returning ndarrays, never NumPy scalars): filled
+# in by the modules that define them.
 LOWERINGS = {}

@@ -26,6 +26,8 @@ from keras_ipu.device.compiler.demotion import demotion_message
 from keras_ipu.device.compiler.executable import Executable
 from keras_ipu.device.compiler.fusion import fuse_elementwise
 from keras_ipu.device.compiler import control_flow  # noqa: F401 (lowerings)
+from keras_ipu.device.compiler import array_lowering  # noqa: F401 (lowerings)
+from keras_ipu.device.compiler import dot_lowering  # noqa: F401 (lowerings)
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.static_shapes import check_static_shapes
 

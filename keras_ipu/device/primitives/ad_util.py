@@ -93,14 +93,20 @@ def add_any(a, b):
     return ew.add_p.bind(a, b)
 
 
-def broadcast_back(g, x_shape, axes):
-    """g, the result of reducing an array of shape x_shape over `axes`,
-    reshaped with those axes kept as size 1 and broadcast to x_shape."""
+def broadcast_back(g, x, axes):
+    """g, the result of reducing x over `axes`, reshaped with those axes
+    kept as size 1 and broadcast to x's shape."""
+    from keras_ipu.device.primitives import elementwise as ew
     from keras_ipu.device.primitives import structure
 
+    x_shape = tuple(x.shape)
     kept = tuple(1 if i in axes else d for i, d in enumerate(x_shape))
     g = reshape(g, kept)
-    return structure.broadcast_to_p.bind(g, shape=tuple(x_shape))
+    if None in x_shape:
+        # The shape is only known from x (traced): broadcast against it.
+        pred = ew.isnan_p.bind(x)
+        return ew.select_p.bind(pred, g, g)
+    return structure.broadcast_to_p.bind(g, shape=x_shape)
 
 
 def matrix_transpose(x):

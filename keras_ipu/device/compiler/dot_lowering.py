@@ -1,0 +1,57 @@
+"""Lowering of dot_general with its plan fixed at compile time.
+
+The eager kernel parses the dimension numbers, works out the transposes
+and the batch-matmul shapes on every call; with static shapes all of that
+is known when the program is lowered, so the compiled kernel is just
+(cast) -> transpose -> reshape -> matmul -> reshape -> (cast), with the
+no-op steps left out. Same computation as the kernel in
+primitives/dot.py (including its float32 accumulation of half types).
+"""
+
+import numpy as np
+
+from keras_ipu.device.compiler.lowering import LOWERINGS
+from keras_ipu.device.primitives.dot import _compute_dtype
+from keras_ipu.device.primitives.dot import _parse
+
+
+def _prod(dims):
+    return int(np.prod(dims, dtype=np.int64))
+
+
+def _lower_dot_general(params, in_avals, out_avals):
+    lhs, rhs = in_avals
+    lc, rc, lb, rb, lf, rf = _parse(lhs.ndim, rhs.ndim, params["dimension_numbers"])
+    compute, out_dtype = _compute_dtype(lhs.dtype, params.get("preferred_element_type"))
+    lperm, rperm = lb + lf + lc, rb + rc + rf
+    b = _prod([lhs.shape[d] for d in lb])
+    m = _prod([lhs.shape[d] for d in lf])
+    n = _prod([rhs.shape[d] for d in rf])
+    k = _prod([lhs.shape[d] for d in lc])
+    out_shape = out_avals[0].shape
+    batched = bool(lb)
+    lshape = (b, m, k) if batched else (m, k)
+    rshape = (b, k, n) if batched else (k, n)
+    cast_l = lhs.dtype != compute
+    cast_r = rhs.dtype != compute
+    cast_out = np.dtype(compute) != out_dtype
+    transpose_l = lperm != tuple(range(lhs.ndim))
+    transpose_r = rperm != tuple(range(rhs.ndim))
+    matmul, transpose = np.matmul, np.transpose
+
+    def dot_general(x, y):
+        if cast_l:
+            x = x.astype(compute)
+        if cast_r:
+            y = y.astype(compute)
+        if transpose_l:
+            x = transpose(x, lperm)
+        if transpose_r:
+            y = transpose(y, rperm)
+        out = matmul(x.reshape(lshape), y.reshape(rshape)).reshape(out_shape)
+        return out.astype(out_dtype) if cast_out else out
+
+    return dot_general
+
+
+LOWERINGS["dot_general"] = _lower_dot_general
