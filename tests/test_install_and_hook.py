@@ -7,7 +7,6 @@ interpreter start-up (the .pth hook) or at the first `import keras`.
 import ast
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -54,7 +53,7 @@ def test_keras_ops_add_runs_on_ipu():
     out = run_python(
         "import keras; print(keras.ops.add(1, 2))", backend="ipu"
     )
-    assert re.search(r"(?<![\d.])3(?![\d.])", out), out
+    assert out.strip() == "3", out
 
 
 def test_keras_reports_ipu_backend():
@@ -101,18 +100,8 @@ print(json.dumps({{m: importers.get(m, "?") for m in HEAVY if m in sys.modules}}
         "import keras_ipu",
         "import keras",
         "import keras; keras.ops.add(1, 2)",
-        pytest.param(
-            "import keras_ipu.backend",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "importing keras_ipu.backend before keras is circular: "
-                    "its imports of keras.src.backend.* run Keras' backend "
-                    "module, which star-imports the half-initialised "
-                    "keras_ipu.backend (NameError: name_scope)"
-                ),
-            ),
-        ),
+        # Before keras: the backend package steps aside for Keras' import.
+        "import keras_ipu.backend",
     ],
 )
 def test_import_loads_no_other_framework(statement):

@@ -90,7 +90,9 @@ class Tensor:
         body = np.array2string(self._value, separator=", ", prefix="Tensor(")
         return f"Tensor({body}, shape={self.shape}, dtype={self.dtype.name})"
 
-    __str__ = __repr__
+    def __str__(self):
+        # As NumPy and JAX print arrays: print(keras.ops.add(1, 2)) shows 3.
+        return str(self._value)
 
     def __reduce__(self):
         return (Tensor, (self._value,))

@@ -28,7 +28,10 @@ def test_literal_only_chain_folds_to_one_literal():
 
 
 def test_folded_graph_output_becomes_literal():
-    g = build([aval((2,))], lambda b, x: [x, b.op("iota", dtype=np.dtype("int32"), shape=(4,), dimension=0)])
+    def body(b, x):
+        return [x, b.op("iota", dtype=np.dtype("int32"), shape=(4,), dimension=0)]
+
+    g = build([aval((2,))], body)
     folded = fold_constants(g)
     assert folded.nodes == []
     assert isinstance(folded.outputs[1], Literal)

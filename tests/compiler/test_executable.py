@@ -112,3 +112,15 @@ def test_peak_live_bytes_is_exposed():
     # At the dot: x (48 B), w (32 B) and its result (24 B); w dies there,
     # so the fused step after it only reaches 48 + 24 + 24.
     assert exe.peak_live_bytes == 48 + 32 + 24
+
+
+def test_constants_are_private_and_read_only():
+    weights = np.array([1.0, 2.0], np.float32)
+    g = build([aval((2,))], lambda b, x: [b.op("mul", x, lit(weights)), lit(weights)])
+    exe = Executable(g)
+    weights[:] = 100.0  # the caller's array changes after compiling
+    out, const = exe.run(np.ones(2, np.float32))
+    np.testing.assert_array_equal(out, [1.0, 2.0])
+    const[:] = -1.0  # a returned constant is the caller's copy
+    np.testing.assert_array_equal(exe.run(np.ones(2, np.float32))[1], [1.0, 2.0])
+    assert all(not c.flags.writeable for c in exe.constants.values())

@@ -134,3 +134,35 @@ def test_value_dependent_shapes_cannot_be_compiled():
     f = _jit(lambda x: ops.nonzero(x))
     with pytest.raises(NotImplementedError, match="static shapes"):
         f(np.array([0, 1, 2]))
+
+
+def test_float64_program_warns_once_and_computes_in_float32():
+    import warnings
+
+    from keras_ipu.device.compiler.demotion import DemotionWarning
+
+    def fn(x):
+        y = ops.cast(x, "float64") * 3.0
+        return ops.sum(ops.exp(y) + ops.cast(ops.arange(3), "float64"))
+
+    f = _jit(fn)
+    x = np.array([0.1, 0.2, 0.3])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = f(x)
+        f(x)  # cached: no second compile, no second warning
+    assert len([w for w in caught if w.category is DemotionWarning]) == 1
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, np.sum(np.exp(3 * x) + np.arange(3)), rtol=1e-6)
+
+
+def test_python_scalars_are_32_bit_arguments():
+    import warnings
+
+    f = _jit(lambda x, s, n: x * s + ops.cast(n, "float32"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no demotion warning
+        out = f(np.ones(2, np.float32), 2.5, 3)
+    np.testing.assert_array_equal(out, [5.5, 5.5])
+    avals = f.executable(np.ones(2, np.float32), 2.5, 3).in_avals
+    assert [a.dtype.name for a in avals] == ["float32", "float32", "int32"]

@@ -133,6 +133,13 @@ def test_vjp_returns_outputs_and_a_pullback_over_pytrees():
     # A None cotangent is zero.
     (grads,) = back({"prod": None, "sum": np.float64(1.0)})
     np.testing.assert_allclose(host(grads["b"]), 0.0)
+    # None in the outputs is no value; a None cotangent zeroes a subtree.
+    out, back = autodiff.vjp(lambda a: (None, [sin(a), mul(a, a)]), x)
+    assert out[0] is None
+    (g,) = back((None, None))
+    np.testing.assert_array_equal(host(g), 0.0)
+    (g,) = back((None, [None, np.ones(3)]))
+    np.testing.assert_allclose(host(g), 2 * x)
 
 
 def test_grad_argnums_has_aux_and_value_and_grad():
@@ -210,6 +217,42 @@ def test_cond_differentiates_the_taken_branch(sign):
     np.testing.assert_allclose(host(g), want)
 
 
+def test_cond_backward_reads_stored_values_instead_of_recomputing():
+    def step(a):
+        def loss(v):
+            return total(bcf.cond(gt0(v), lambda: mul(sin(v), v),
+                                  lambda: exp(v)))
+
+        return [autodiff.grad(loss)(a)]
+
+    graph, _ = trace_flat(step, [ShapedArray((3,), F64)])
+    conds = [n for n in graph.nodes if n.primitive.name == "cond"]
+    assert len(conds) == 2
+    forward, backward = conds
+    # The forward stores sin(v), sin(v)*v and exp(v) (each branch's slots).
+    assert len(forward.outputs) == 1 + 3
+    taken = [n.primitive.name for n in backward.params["branches"][1].nodes]
+    assert "cos" in taken and "sin" not in taken
+    other = [n.primitive.name for n in backward.params["branches"][0].nodes]
+    assert "exp" not in other
+    for x in (rand(3) + 1.0, rand(3) - 1.0):
+        (g,) = eval_graph(graph, x)
+        want = np.cos(x) * x + np.sin(x) if x.sum() > 0 else np.exp(x)
+        np.testing.assert_allclose(host(g), want)
+    # prim.grad (no stored values) recomputes and agrees.
+    x = rand(3) + 1.0
+    inner, _ = trace_flat(
+        lambda v: [bcf.cond(gt0(v), lambda: mul(sin(v), v),
+                            lambda: exp(v))], [ShapedArray((3,), F64)])
+    (node,) = [n for n in inner.nodes if n.primitive.name == "cond"]
+    index = ew.gt_p.bind(np.float64(x.sum()), np.float64(0.0))
+    index = convert(index, "int32")
+    outs = node.primitive.bind(index, x, **node.params)
+    plain = node.primitive.grad([np.ones(3)], [index, x], list(outs),
+                                **node.params)
+    np.testing.assert_allclose(host(plain[1]), np.cos(x) * x + np.sin(x))
+
+
 def test_switch_with_operands():
     x = rand(4)
 
@@ -252,6 +295,36 @@ def test_scan_reverse_mode_with_carry_xs_consts_and_ys():
         return final
 
     check(h, xs)
+
+
+def test_scan_rule_without_stored_residuals_recomputes_them():
+    # prim.grad (the plain contract) runs the forward again; the autodiff's
+    # own pass uses the residuals its forward pass stored. Same numbers.
+    xs = rand(4, 3)
+
+    def f(init):
+        def step(c, x):
+            return tanh(mul(c, x)), sin(c)
+
+        return bcf.scan(step, init, xs)
+
+    init = rand(3, seed=2)
+    graph, _ = trace_flat(lambda a: list(tree_leaves(f(a))),
+                          [ShapedArray((3,), F64)])
+    (node,) = [n for n in graph.nodes if n.primitive.name == "scan"]
+    inputs = [init] + [n_in.value for n_in in node.inputs[1:]]
+    outputs = node.primitive.bind(*inputs, **node.params)
+    cts = [rand(3, seed=5), rand(4, 3, seed=6)]
+    plain = node.primitive.grad(cts, inputs, list(outputs), **node.params)
+    _, back = autodiff.vjp(lambda a: list(tree_leaves(f(a))), init)
+    (want,) = back(cts)
+    np.testing.assert_allclose(host(plain[0]), host(want), rtol=1e-12)
+
+
+def tree_leaves(x):
+    if isinstance(x, (tuple, list)):
+        return [leaf for item in x for leaf in tree_leaves(item)]
+    return [x]
 
 
 def test_fori_loop_with_static_bounds():
@@ -324,6 +397,22 @@ def test_nested_control_flow_cond_inside_scan():
         return total(final)
 
     check(f, rand(2, seed=3) + 1.0)
+
+
+def test_second_order_gradient_through_scan():
+    xs = rand(4, 3)
+
+    def f(w):
+        def step(c, x):
+            return tanh(add(mul(c, w), x)), None
+
+        final, _ = bcf.scan(step, np.ones(3), xs)
+        return total(mul(final, final))
+
+    def directional(w):
+        return total(mul(autodiff.grad(f)(w), np.arange(3.0)))
+
+    check(directional, rand(3, seed=3))
 
 
 def test_second_order_gradient():
@@ -419,8 +508,13 @@ def test_backward_of_control_flow_is_control_flow_in_the_graph():
 
     graph, _ = trace_flat(step, [ShapedArray((2,), F64), xs_aval])
     names = [n.primitive.name for n in graph.nodes]
-    # The forward scan, the residual scan and the reverse scan.
-    assert names.count("scan") == 3
+    # The forward scan (which also stacks the residuals: the carry of each
+    # step and the body's values) and the reverse scan; nothing recomputes
+    # the forward.
+    assert names.count("scan") == 2
+    forward = [n for n in graph.nodes if n.primitive.name == "scan"
+               and not n.params["reverse"]][0]
+    assert len(forward.outputs) > 1 + 1
     reverse = [n for n in graph.nodes if n.primitive.name == "scan"
                and n.params["reverse"]]
     assert len(reverse) == 1
@@ -449,3 +543,104 @@ def test_unknown_dims_trace_a_backward_graph():
     assert graph.outputs[0].aval.shape == (None, 3)
     names = [n.primitive.name for n in graph.nodes]
     assert "cos" in names
+
+
+# -- Keras models: every trainable variable ---------------------------------
+
+
+def _conv_lstm_model():
+    from keras import layers
+
+    inp = keras.Input((8, 8, 3))
+    x = layers.Conv2D(4, 3, strides=2, padding="same", activation="relu")(inp)
+    x = layers.BatchNormalization()(x)
+    x = layers.MaxPooling2D(2)(x)
+    x = layers.DepthwiseConv2D(2, padding="same")(x)
+    x = layers.Reshape((4, 4))(x)
+    x = layers.LSTM(5)(x)
+    x = layers.LayerNormalization()(x)
+    x = layers.Dense(3)(x)
+    data = np.random.default_rng(0).standard_normal((2, 8, 8, 3))
+    return keras.Model(inp, x), data.astype("float32"), True
+
+
+def _attention_gru_model():
+    from keras import layers
+
+    inp = keras.Input((6,), dtype="int32")
+    x = layers.Embedding(10, 8)(inp)
+    x = layers.MultiHeadAttention(2, 4)(x, x)
+    x = layers.Dropout(0.3)(x)
+    x = layers.GRU(5, return_sequences=True)(x)
+    x = layers.Conv1D(4, 3, padding="causal")(x)
+    x = layers.AveragePooling1D(2)(x)
+    x = layers.GlobalMaxPooling1D()(x)
+    x = layers.Dense(3, activation="softmax")(x)
+    data = np.random.default_rng(0).integers(0, 10, (2, 6)).astype("int32")
+    return keras.Model(inp, x), data, False
+
+
+@pytest.mark.parametrize("build", [_conv_lstm_model, _attention_gru_model],
+                         ids=["conv_bn_pool_lstm", "embed_attention_gru"])
+def test_keras_model_gradients_match_finite_differences(build):
+    keras.utils.set_random_seed(0)
+    model, data, from_logits = build()
+    labels = np.array([0, 2])
+    trainable = [host(v.value) for v in model.trainable_variables]
+    fixed = [v.value for v in model.non_trainable_variables]
+
+    def loss(params):
+        # Dropout's seed is in the non-trainable state: every call draws
+        # the same mask.
+        out, _ = model.stateless_call(params, fixed, data, training=True)
+        return ops.mean(keras.losses.sparse_categorical_crossentropy(
+            labels, out, from_logits=from_logits))
+
+    grads = autodiff.grad(loss)(trainable)
+    eps = 1e-3
+    for k, (p, g) in enumerate(zip(trainable, grads)):
+        g = host(g)
+        assert g.shape == p.shape and g.dtype == p.dtype
+        # The entry with the largest gradient (float32 differences of the
+        # loss are too noisy for tiny ones).
+        j = np.unravel_index(int(np.argmax(np.abs(g))), p.shape)
+
+        def at(delta, k=k, j=j):
+            params = [q.copy() for q in trainable]
+            params[k][j] += delta
+            return float(host(loss(params)))
+
+        fd = (at(eps) - at(-eps)) / (2 * eps)
+        np.testing.assert_allclose(g[j], fd, rtol=1e-2, atol=2e-4,
+                                   err_msg=model.trainable_variables[k].path)
+    # The same gradients traced into one graph (a compiled training step).
+    graph, captures = trace_flat(
+        lambda *ps: autodiff.grad(loss)(list(ps)),
+        [ShapedArray(p.shape, p.dtype) for p in trainable])
+    assert captures == []
+    names = {n.primitive.name for n in graph.nodes}
+    assert "scan" in names
+    for got, want in zip(eval_graph(graph, *trainable), grads):
+        np.testing.assert_allclose(host(got), host(want), rtol=1e-5,
+                                   atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("bfloat16", 2e-2),
+                                       ("float32", 1e-6)])
+def test_half_precision_gradients_keep_their_dtype(dtype, tol):
+    import ml_dtypes  # noqa: F401 (registers bfloat16 with NumPy)
+
+    dt = np.dtype(dtype)
+
+    def f(x, w):
+        h = dot.dot_general_p.bind(
+            x, w, dimension_numbers=(((1,), (0,)), ((), ())))
+        return total(ew.mul_p.bind(tanh(h), ew.logistic_p.bind(h)))
+
+    x, w = rand(3, 4) * 0.5, rand(4, 2, seed=1) * 0.5
+    ref = autodiff.grad(f, argnums=(0, 1))(x, w)
+    got = autodiff.grad(f, argnums=(0, 1))(x.astype(dt), w.astype(dt))
+    for g, want in zip(got, ref):
+        assert host(g).dtype == dt
+        np.testing.assert_allclose(host(g).astype(F64), host(want),
+                                   atol=tol * 4, rtol=tol * 4)
