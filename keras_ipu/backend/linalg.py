@@ -12,6 +12,7 @@ import numpy as np
 from keras.src.backend.common import dtypes
 from keras.src.backend.common import standardize_dtype
 
+from keras_ipu.backend import prims as p
 from keras_ipu.backend.core import convert_to_tensor
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.primitives import elementwise as ew
@@ -55,15 +56,6 @@ def _inexact_pair(a, b):
     return convert_to_tensor(a, dtype), convert_to_tensor(b, dtype)
 
 
-def _cast(x, dtype):
-    dtype = np.dtype(dtype)
-    return x if x.dtype == dtype else convert_element_type_p.bind(x, dtype=dtype)
-
-
-def _scalar(value, dtype):
-    return np.asarray(value, dtype=dtype)
-
-
 def _eps(dtype):
     dtype = np.dtype(dtype)
     if dtype.kind == "c":
@@ -103,17 +95,6 @@ def _eye(n, dtype):
     return np.eye(_known(n, "The matrix order"), dtype=dtype)
 
 
-def _expand(x, axis):
-    shape = list(x.shape)
-    axis = axis % (len(shape) + 1)
-    shape.insert(axis, 1)
-    return reshape_p.bind(x, new_shape=tuple(shape))
-
-
-def _squeeze_last(x):
-    return reshape_p.bind(x, new_shape=tuple(x.shape[:-1]))
-
-
 def _adjoint(x):
     """Conjugate transpose of the last two axes."""
     perm = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
@@ -138,7 +119,7 @@ def _matmul(a, b):
 def _diagonal(x):
     """The main diagonal of square matrices (..., n, n) -> (..., n)."""
     mask = np.eye(_known(x.shape[-1], "The matrix order"), dtype=bool)
-    on_diag = ew.select_p.bind(mask, x, _scalar(0, x.dtype))
+    on_diag = ew.select_p.bind(mask, x, p.scalar(0, x.dtype))
     return red.reduce_sum_p.bind(on_diag, axes=(x.ndim - 1,))
 
 
@@ -146,16 +127,16 @@ def _pivot_sign(pivots, dtype):
     """+1 / -1: the parity of LAPACK's row swaps (row i <-> pivots[i])."""
     k = _known(pivots.shape[-1], "The number of pivots")
     moved = ew.ne_p.bind(pivots, np.arange(k, dtype=pivots.dtype))
-    swaps = red.reduce_sum_p.bind(_cast(moved, np.int32), axes=(pivots.ndim - 1,))
-    odd = _cast(ew.rem_p.bind(swaps, _scalar(2, np.int32)), dtype)
-    return ew.sub_p.bind(_scalar(1, dtype), ew.mul_p.bind(_scalar(2, dtype), odd))
+    swaps = red.reduce_sum_p.bind(p.cast(moved, np.int32), axes=(pivots.ndim - 1,))
+    odd = p.cast(ew.rem_p.bind(swaps, p.scalar(2, np.int32)), dtype)
+    return ew.sub_p.bind(p.scalar(1, dtype), ew.mul_p.bind(p.scalar(2, dtype), odd))
 
 
 def _permutation_matrix(permutation, dtype):
     """P with (P @ b)[i] = b[permutation[i]] (one-hot rows)."""
     m = _known(permutation.shape[-1], "The matrix order")
-    hot = ew.eq_p.bind(_expand(permutation, -1), np.arange(m, dtype=permutation.dtype))
-    return _cast(hot, dtype)
+    hot = ew.eq_p.bind(p.expand_dims(permutation, -1), np.arange(m, dtype=permutation.dtype))
+    return p.cast(hot, dtype)
 
 
 def _solve_params(lower, transpose_a=False, unit_diagonal=False):
@@ -239,9 +220,9 @@ def slogdet(a):
     magnitude = ew.abs_p.bind(diag)
     if diag.dtype.kind == "c":
         # diag / |diag|, with 0 where diag is 0.
-        zero = ew.eq_p.bind(magnitude, _scalar(0, magnitude.dtype))
-        safe = ew.select_p.bind(zero, _scalar(1, magnitude.dtype), magnitude)
-        unit = ew.div_p.bind(diag, _cast(safe, diag.dtype))
+        zero = ew.eq_p.bind(magnitude, p.scalar(0, magnitude.dtype))
+        safe = ew.select_p.bind(zero, p.scalar(1, magnitude.dtype), magnitude)
+        unit = ew.div_p.bind(diag, p.cast(safe, diag.dtype))
     else:
         unit = ew.sign_p.bind(diag)
     last = diag.ndim - 1
@@ -272,7 +253,7 @@ def _vector_or_matrix(a, b, solver):
     # As jnp.linalg.solve: b is a (batch of) vector(s) when it has one axis
     # less than a, else a (batch of) matrices.
     if b.ndim == a.ndim - 1:
-        return _squeeze_last(solver(a, _expand(b, -1)))
+        return p.squeeze(solver(a, p.expand_dims(b, -1)), -1)
     return solver(a, b)
 
 
@@ -320,7 +301,7 @@ def cholesky_inverse(a, upper=False):
 
 
 def _largest(s):
-    return _expand(red.reduce_max_p.bind(s, axes=(s.ndim - 1,)), -1)
+    return p.expand_dims(red.reduce_max_p.bind(s, axes=(s.ndim - 1,)), -1)
 
 
 def _default_rcond(x):
@@ -332,15 +313,15 @@ def _pinv_factors(x, rcond):
     """(V diag(1/s), U) with singular values below rcond * s_max dropped:
     pinv(x) = V diag(1/s) U^H."""
     u, s, vh = lp.svd_p.bind(x, full_matrices=False, compute_uv=True)
-    cutoff = ew.mul_p.bind(_largest(s), _scalar(rcond, s.dtype))
+    cutoff = ew.mul_p.bind(_largest(s), p.scalar(rcond, s.dtype))
     keep = ew.gt_p.bind(s, cutoff)
-    one = _scalar(1, s.dtype)
+    one = p.scalar(1, s.dtype)
     s_inv = ew.select_p.bind(
         keep,
         ew.div_p.bind(one, ew.select_p.bind(keep, s, one)),
-        _scalar(0, s.dtype),
+        p.scalar(0, s.dtype),
     )
-    v_scaled = ew.mul_p.bind(_adjoint(vh), _expand(_cast(s_inv, x.dtype), -2))
+    v_scaled = ew.mul_p.bind(_adjoint(vh), p.expand_dims(p.cast(s_inv, x.dtype), -2))
     return v_scaled, u
 
 
@@ -370,10 +351,10 @@ def lstsq(a, b, rcond=None):
     v_scaled, u = _pinv_factors(a, rcond)
     column = b.ndim == 1
     if column:
-        b = _expand(b, -1)
+        b = p.expand_dims(b, -1)
     # V diag(1/s) (U^H b): never forms the n x m pseudo-inverse.
     x = _matmul(v_scaled, _matmul(_adjoint(u), b))
-    return _squeeze_last(x) if column else x
+    return p.squeeze(x, -1) if column else x
 
 
 def matrix_rank(x, tol=None):
@@ -385,13 +366,13 @@ def matrix_rank(x, tol=None):
         )
     (s,) = lp.svd_p.bind(x, full_matrices=False, compute_uv=False)
     if tol is None:
-        tol = ew.mul_p.bind(_largest(s), _scalar(_default_rcond(x), s.dtype))
+        tol = ew.mul_p.bind(_largest(s), p.scalar(_default_rcond(x), s.dtype))
     else:
         tol = convert_to_tensor(tol, standardize_dtype(s.dtype))
         if tol.ndim:
             # One tolerance per matrix of the batch.
-            tol = _expand(tol, -1)
-    above = _cast(ew.gt_p.bind(s, tol), np.int32)
+            tol = p.expand_dims(tol, -1)
+    above = p.cast(ew.gt_p.bind(s, tol), np.int32)
     return red.reduce_sum_p.bind(above, axes=(s.ndim - 1,))
 
 
@@ -441,16 +422,16 @@ def _vector_norm(a, ord, axes):
     if ord == -np.inf:
         return red.reduce_min_p.bind(a, axes=axes)
     if ord == 0:
-        nonzero = ew.ne_p.bind(a, _scalar(0, a.dtype))
-        return red.reduce_sum_p.bind(_cast(nonzero, a.dtype), axes=axes)
+        nonzero = ew.ne_p.bind(a, p.scalar(0, a.dtype))
+        return red.reduce_sum_p.bind(p.cast(nonzero, a.dtype), axes=axes)
     if ord == 1:
         return red.reduce_sum_p.bind(a, axes=axes)
     if isinstance(ord, str):
         raise ValueError(f"Invalid `ord` argument for vector norm. Received: ord={ord}")
-    p = _scalar(ord, a.dtype)
+    p = p.scalar(ord, a.dtype)
     with np.errstate(divide="ignore"):
         total = red.reduce_sum_p.bind(ew.pow_p.bind(a, p), axes=axes)
-        return ew.pow_p.bind(total, _scalar(1.0 / ord, a.dtype))
+        return ew.pow_p.bind(total, p.scalar(1.0 / ord, a.dtype))
 
 
 def _singular_values_last(x, axes):

@@ -22,11 +22,19 @@ called with Tracers (inside a trace: a compiled training step) it records
 the gradient computation into the running graph; called with concrete
 values it runs at once on the host. Control flow differentiates into
 control flow (cond -> cond of backward branches, scan -> reverse scan),
-see primitives/control_flow.py.
+see primitives/control_flow.py. A primitive in RESIDUAL_RULES (scan) has
+its forward pass run by the autodiff itself, storing what its backward pass
+needs (each step's or the taken branch's values), so nothing is
+recomputed.
 
-The cotangent of a linear map is its transpose (not the conjugate
-transpose), as in JAX: for complex values the rules are written for that
-convention.
+Complex values: the cotangent c of z is defined by dL = Re(sum(c * dz)) for
+a real loss L, so a holomorphic function's rule is the plain transpose of
+its derivative (no conjugation), as in JAX.
+
+Only the arguments of `vjp` are differentiated: values fn closes over
+(captured outer Tracers, constants) are constants of the backward pass.
+`fn` is traced, so it must not branch in Python on tensor values (use
+cond/where), as under any compiled function.
 """
 
 import numpy as np
@@ -36,6 +44,7 @@ from keras_ipu.device.array import Tensor
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives import ad_util
+from keras_ipu.device.primitives import control_flow
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import trace_flat
 
@@ -46,6 +55,8 @@ class _Tree:
 
     @staticmethod
     def flatten(x):
+        if x is None:
+            return []
         if isinstance(x, (tuple, list)):
             return [leaf for item in x for leaf in _Tree.flatten(item)]
         if isinstance(x, dict):
@@ -57,6 +68,8 @@ class _Tree:
         it = iter(leaves)
 
         def build(s):
+            if s is None:
+                return None
             if isinstance(s, (tuple, list)):
                 items = [build(i) for i in s]
                 if isinstance(s, list):
@@ -65,14 +78,52 @@ class _Tree:
                     return type(s)(*items)
                 return tuple(items)
             if isinstance(s, dict):
-                return {k: build(s[k]) for k in sorted(s)} if type(s) is dict \
-                    else type(s)((k, build(s[k])) for k in sorted(s))
+                items = [(k, build(s[k])) for k in sorted(s)]
+                return dict(items) if type(s) is dict else type(s)(items)
             return next(it)
 
         return build(structure)
 
+    @staticmethod
+    def flatten_like(structure, x):
+        """The leaves of x that sit where `structure` has leaves; a None
+        in x stands for a whole subtree of zeros (None leaves)."""
+        if structure is None:
+            return []
+        if isinstance(structure, (tuple, list)):
+            parts = [None] * len(structure) if x is None else list(x)
+            if len(parts) != len(structure):
+                raise ValueError(
+                    f"vjp_fn: the cotangents have {len(parts)} entries where "
+                    f"the outputs have {len(structure)}; pass the outputs' "
+                    "structure.")
+            return [leaf for s, p in zip(structure, parts)
+                    for leaf in _Tree.flatten_like(s, p)]
+        if isinstance(structure, dict):
+            return [leaf for k in sorted(structure)
+                    for leaf in _Tree.flatten_like(
+                        structure[k], None if x is None else x[k])]
+        return [x]
+
 
 tree = _Tree
+
+
+# Primitives whose forward pass stores residuals for their backward pass
+# (beyond their inputs and outputs): prim -> (forward(inputs, params) ->
+# (outputs, residuals), backward(cts, inputs, outputs, residuals, **params)).
+# The autodiff runs `forward` instead of bind when it evaluates such a node
+# (residuals None: nothing stored, prim.grad recomputes).
+RESIDUAL_RULES = {
+    control_flow.cond_p: (
+        control_flow.cond_forward_with_residuals,
+        control_flow.cond_grad_with_residuals,
+    ),
+    control_flow.scan_p: (
+        control_flow.scan_forward_with_residuals,
+        control_flow.scan_grad_with_residuals,
+    ),
+}
 
 
 def _missing_rule_error(prim):
@@ -94,6 +145,8 @@ class Linearized:
         # Ids of the values that depend on the differentiated inputs: only
         # nodes producing them are run backwards.
         self.active = active
+        # Per node index: what a residual rule's forward stored for it.
+        self.residuals = {}
 
     def read(self, operand):
         if isinstance(operand, Literal):
@@ -113,18 +166,20 @@ class Linearized:
             )
         cts = {}
 
-        def accumulate(var, ct):
+        def accumulate(var, ct, prim=None):
             if ct is None or isinstance(var, Literal):
                 return
             if not ad_util.is_differentiable(var.aval.dtype):
                 return
+            _check_shape(ct, var.aval, prim)
             ct = ad_util.convert(ct, var.aval.dtype)
             prev = cts.get(var.id)
             cts[var.id] = ct if prev is None else ad_util.add_any(prev, ct)
 
         for var, ct in zip(graph.outputs, out_cts):
             accumulate(var, ct)
-        for node in reversed(graph.nodes):
+        for index in range(len(graph.nodes) - 1, -1, -1):
+            node = graph.nodes[index]
             node_cts = [cts.pop(v.id, None) for v in node.outputs]
             if all(c is None for c in node_cts):
                 continue
@@ -137,14 +192,19 @@ class Linearized:
                 raise _missing_rule_error(prim)
             inputs = [self.read(v) for v in node.inputs]
             outputs = [self.env[v.id] for v in node.outputs]
-            in_cts = prim.grad(node_cts, inputs, outputs, **node.params)
+            if index in self.residuals:
+                _, backward = RESIDUAL_RULES[prim]
+                in_cts = backward(node_cts, inputs, outputs,
+                                  self.residuals[index], **node.params)
+            else:
+                in_cts = prim.grad(node_cts, inputs, outputs, **node.params)
             if len(in_cts) != len(node.inputs):
                 raise RuntimeError(
                     f"The gradient rule of `{prim.name}` returned "
                     f"{len(in_cts)} cotangents for {len(node.inputs)} inputs."
                 )
             for var, ct in zip(node.inputs, in_cts):
-                accumulate(var, ct)
+                accumulate(var, ct, prim)
         return [cts.get(v.id) for v in graph.inputs]
 
 
@@ -165,17 +225,57 @@ def linearize(graph, inputs, n_active=None):
     active = {v.id for v in graph.inputs[:n_active]
               if ad_util.is_differentiable(v.aval.dtype)}
     lin = Linearized(graph, env, None, active)
-    for node in graph.nodes:
-        if any(not isinstance(v, Literal) and v.id in active
-               for v in node.inputs):
-            active.update(v.id for v in node.outputs
-                          if ad_util.is_differentiable(v.aval.dtype))
+    for index, node in enumerate(graph.nodes):
+        is_active = _propagate(node, active)
         args = [lin.read(v) for v in node.inputs]
-        outs = node.primitive.bind(*args, **node.params)
-        if not node.primitive.multiple_results:
-            outs = (outs,)
+        if is_active and node.primitive in RESIDUAL_RULES:
+            forward, _ = RESIDUAL_RULES[node.primitive]
+            outs, stored = forward(args, node.params)
+            if stored is not None:
+                lin.residuals[index] = stored
+        else:
+            outs = node.primitive.bind(*args, **node.params)
+            if not node.primitive.multiple_results:
+                outs = (outs,)
         for var, value in zip(node.outputs, outs):
             env[var.id] = value
+    lin.outputs = [lin.read(v) for v in graph.outputs]
+    return lin
+
+
+def _check_shape(ct, aval, prim):
+    """A cotangent has its value's shape (unknown dims match anything): a
+    rule that forgot to sum a broadcast back fails here, not later."""
+    shape = tuple(ct.shape)
+    if len(shape) == len(aval.shape) and all(
+        a is None or b is None or a == b for a, b in zip(shape, aval.shape)
+    ):
+        return
+    where = f"the gradient rule of `{prim.name}`" if prim else "vjp_fn"
+    raise ValueError(
+        f"{where} gave a cotangent of shape {shape} for a value of shape "
+        f"{aval.shape}; cotangents must have their value's shape."
+    )
+
+
+def _propagate(node, active):
+    """Mark node's differentiable outputs active if an input is; returns
+    whether the node is active."""
+    if any(not isinstance(v, Literal) and v.id in active for v in node.inputs):
+        active.update(v.id for v in node.outputs
+                      if ad_util.is_differentiable(v.aval.dtype))
+        return True
+    return False
+
+
+def restore(graph, env):
+    """A Linearized from stored values (`env`: every input and node output
+    by Var id), differentiating all inputs: nothing is recomputed."""
+    active = {v.id for v in graph.inputs
+              if ad_util.is_differentiable(v.aval.dtype)}
+    for node in graph.nodes:
+        _propagate(node, active)
+    lin = Linearized(graph, env, None, active)
     lin.outputs = [lin.read(v) for v in graph.outputs]
     return lin
 
@@ -239,7 +339,7 @@ def vjp(fn, *primals, has_aux=False):
     outputs = tree.pack_sequence_as(box["tree"], lin.outputs[:n_out])
 
     def vjp_fn(cotangents):
-        ct_leaves = tree.flatten(cotangents)
+        ct_leaves = tree.flatten_like(box["tree"], cotangents)
         if len(ct_leaves) != n_out:
             raise ValueError(
                 f"vjp_fn: got {len(ct_leaves)} cotangents for {n_out} "

@@ -68,20 +68,20 @@ def _zero_rule(cts, inputs, outputs, **params):
     return [None] * len(inputs)
 
 
-def _real_only(name, rule):
-    def checked(cts, inputs, outputs, **params):
-        if inputs[0].dtype.kind == "c":
-            raise NotImplementedError(
-                f"The gradient of `{name}` for complex operands is not "
-                "implemented yet."
-            )
-        return rule(cts, inputs, outputs, **params)
-
-    return checked
-
-
 ew.neg_p.grad = lambda cts, i, o: [neg(cts[0])]
-ew.abs_p.grad = _real_only("abs", _unary(lambda x, y: ew.sign_p.bind(x)))
+def _abs_grad(cts, inputs, outputs):
+    (g,), (x,), (y,) = cts, inputs, outputs
+    if x.dtype.kind != "c":
+        return [mul(g, ew.sign_p.bind(x))]
+    # d|z| = Re(conj(z) dz) / |z|: the cotangent is g conj(z) / |z| (zero
+    # at z = 0).
+    is_zero = ew.eq_p.bind(y, _c(0, y))
+    scale = div(g, ew.select_p.bind(is_zero, _c(1, y), y))
+    scale = ew.select_p.bind(is_zero, _c(0, scale), scale)
+    return [mul(ad_util.convert(scale, x.dtype), ew.conj_p.bind(x))]
+
+
+ew.abs_p.grad = _abs_grad
 for _p in (ew.sign_p, ew.floor_p, ew.ceil_p, ew.round_p, ew.trunc_p):
     # Piecewise constant: zero almost everywhere.
     _p.grad = _zero_rule
@@ -135,11 +135,14 @@ def _imag_grad(cts, inputs, outputs):
 
 
 def _angle_grad(cts, inputs, outputs):
-    if inputs[0].dtype.kind == "c":
-        raise NotImplementedError(
-            "The gradient of `angle` for complex operands is not implemented "
-            "yet.")
-    return [None]  # 0 or pi: piecewise constant on real numbers
+    (g,), (x,) = cts, inputs
+    if x.dtype.kind != "c":
+        return [None]  # 0 or pi: piecewise constant on real numbers
+    # d angle(z) = Im(dz / z) = Re(-i conj(z) dz) / |z|^2.
+    sq = ew.real_p.bind(mul(x, ew.conj_p.bind(x)))
+    scale = div(g, sq)
+    return [mul(ad_util.convert(scale, x.dtype),
+                mul(ew.conj_p.bind(x), ad_util.scalar(-1j, x.dtype)))]
 
 
 ew.real_p.grad = _real_grad
@@ -485,3 +488,70 @@ def _dot_general_grad(cts, inputs, outputs, *, dimension_numbers,
 
 
 dot.dot_general_p.grad = _dot_general_grad
+
+
+def _cum_extremum_grad(cmp):
+    """out_i = x_a(i), a(i) being the last index <= i where x reaches the
+    running extremum (x_j == out_j): a = cummax of those indices. Each g_i
+    is added at a(i)."""
+
+    def rule(cts, inputs, outputs, *, axis, reverse=False):
+        (g,), (x,), (y,) = cts, inputs, outputs
+        if x.ndim == 0:
+            return [g]
+        axis = axis % x.ndim
+        if reverse:
+            x, y, g = (structure.rev_p.bind(v, axes=(axis,)) for v in (x, y, g))
+        last = x.ndim - 1
+        perm = tuple(i for i in range(x.ndim) if i != axis) + (axis,)
+        x, y, g = (structure.transpose_p.bind(v, permutation=perm)
+                   for v in (x, y, g))
+        iota = structure.iota_p.bind(dtype=np.dtype(np.int32),
+                                     shape=tuple(x.shape), dimension=last)
+        reached = ew.eq_p.bind(x, y)
+        marks = ew.select_p.bind(reached, iota, np.int32(-1))
+        where = cumulative.cummax_p.bind(marks, axis=last)
+        ct = ad_util.scatter_add_last_axis(x, where, g)
+        ct = structure.transpose_p.bind(
+            ct, permutation=tuple(int(i) for i in np.argsort(perm)))
+        if reverse:
+            ct = structure.rev_p.bind(ct, axes=(axis,))
+        return [ct]
+
+    return rule
+
+
+cumulative.cummax_p.grad = _cum_extremum_grad(ew.gt_p)
+cumulative.cummin_p.grad = _cum_extremum_grad(ew.lt_p)
+
+
+def _trigamma(x):
+    """psi'(x) from primitives: six steps of psi'(x) = psi'(x + 1) + 1/x^2,
+    then the asymptotic series at x + 6 (error < 1e-12 there); x < 1/2 by
+    the reflection psi'(1 - x) + psi'(x) = pi^2 / sin^2(pi x)."""
+
+    def positive(z):
+        total = None
+        for k in range(6):
+            zk = add(z, _c(k, z))
+            total = ad_util.add_any(total, ew.reciprocal_p.bind(square(zk)))
+        w = add(z, _c(6, z))
+        inv = ew.reciprocal_p.bind(w)
+        inv2 = square(inv)
+        # 1/w + 1/(2w^2) + 1/(6w^3) - 1/(30w^5) + 1/(42w^7) - 1/(30w^9)
+        series = _c(-1.0 / 30, w)
+        for coef in (1.0 / 42, -1.0 / 30, 1.0 / 6):
+            series = add(mul(series, inv2), _c(coef, w))
+        series = mul(series, mul(inv2, inv))
+        series = add(series, add(inv, mul(_c(0.5, w), inv2)))
+        return add(total, series)
+
+    small = ew.lt_p.bind(x, _c(0.5, x))
+    safe_x = ew.select_p.bind(small, sub(_c(1, x), x), x)
+    direct = positive(safe_x)
+    s = ew.sin_p.bind(mul(_c(np.pi, x), x))
+    reflected = sub(div(_c(np.pi ** 2, x), square(s)), direct)
+    return ew.select_p.bind(small, reflected, direct)
+
+
+special.digamma_p.grad = _unary(lambda x, y: _trigamma(x))

@@ -6,7 +6,9 @@ compile, cache, run.
     y = fast(x2, w)         # same avals: runs the cached executable
 
 Arguments may be arrays or (nested) tuples/lists/dicts of arrays; results
-are NumPy arrays in the structure fn returned. Values fn closes over are
+are NumPy arrays in the structure fn returned. Python scalars are weakly
+typed as in Keras: a float is float32, an int int32 (not the 64-bit types
+NumPy would pick, which the IPU would have to demote). Values fn closes over are
 baked into the program as constants when it is traced (as in JAX): pass
 what changes between calls as an argument. Called inside another trace,
 the jitted function is inlined into it (it is traced, not run).
@@ -53,6 +55,16 @@ def unflatten(structure, leaves):
     return build(structure)
 
 
+def _as_array(x):
+    if isinstance(x, bool):
+        return np.asarray(x)
+    if isinstance(x, int) and -(2**31) <= x < 2**31:
+        return np.asarray(x, np.int32)
+    if isinstance(x, float):
+        return np.asarray(x, np.float32)
+    return np.asarray(x)
+
+
 class Jitted:
     """A function compiled per input signature (see the module doc)."""
 
@@ -73,7 +85,7 @@ class Jitted:
     def executable(self, *args):
         """The Executable for these arguments (compiled if needed)."""
         leaves, structure = flatten(args)
-        arrays = [np.asarray(x) for x in leaves]
+        arrays = [_as_array(x) for x in leaves]
         return self._lookup(structure, arrays)[0]
 
     def _lookup(self, structure, arrays):
@@ -104,7 +116,7 @@ class Jitted:
         leaves, structure = flatten(args)
         if self._inline(leaves):
             return self.fn(*args)
-        arrays = [np.asarray(x) for x in leaves]
+        arrays = [_as_array(x) for x in leaves]
         executable, out_structure = self._lookup(structure, arrays)
         return unflatten(out_structure, executable.run(*arrays))
 

@@ -191,6 +191,23 @@ def test_missing_rule_names_the_primitive():
         del REGISTRY["test_only_no_grad"]
 
 
+def test_a_rule_returning_the_wrong_shape_is_caught():
+    from keras_ipu.device.primitives.registry import REGISTRY
+
+    bad = Primitive("test_only_bad_grad", lambda x: x, lambda x: x)
+    # Forgets to sum a cotangent back: returns a (2, 3) one for a (3,) value.
+    bad.grad = lambda cts, inputs, outputs: [
+        ew.add_p.bind(cts[0], np.zeros((2, 3)))]
+    try:
+        with pytest.raises(ValueError, match="test_only_bad_grad.*shape"):
+            autodiff.grad(lambda a: total(bad.bind(a)))(rand(3))
+    finally:
+        del REGISTRY["test_only_bad_grad"]
+    _, back = autodiff.vjp(sin, rand(3))
+    with pytest.raises(ValueError, match="vjp_fn"):
+        back(np.ones(4))
+
+
 def test_nondiff_primitive_passes_no_gradient():
     x = rand(4)
     g = autodiff.grad(

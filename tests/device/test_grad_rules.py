@@ -13,7 +13,6 @@ from keras_ipu.device.primitives import REGISTRY
 from keras_ipu.device.primitives import control_flow as cf
 from keras_ipu.device.primitives import conv
 from keras_ipu.device.primitives import convert as cv
-from keras_ipu.device.primitives import cumulative
 from keras_ipu.device.primitives import dot
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import fft
@@ -462,6 +461,11 @@ CONVS = [
     ((1, 2, 3, 4), (2, 2, 2, 2), (1, 1), ((1, 1), (0, 1)), (2, 2), (1, 1), 1,
      False),
     ((1, 2, 8), (3, 2, 3), (2,), ((2, 1),), (1,), (2,), 1, True),
+    # Groups with input dilation, kernel dilation and strides.
+    ((1, 4, 5, 5), (6, 2, 2, 2), (2, 1), ((1, 0), (0, 1)), (2, 1), (1, 2), 2,
+     False),
+    # Depthwise with a channel multiplier, 1-D, channels last.
+    ((2, 3, 7), (6, 1, 3), (2,), ((1, 1),), (1,), (1,), 3, True),
 ]
 
 
@@ -653,7 +657,7 @@ def test_special_rules_at_zero():
 # -- every rule is exercised (keep this test last) ---------------------------
 
 # Rules checked in test_autodiff.py (control flow through the backend).
-CHECKED_ELSEWHERE = {"cond", "scan", "remat", "custom_vjp", "while_loop"}
+CHECKED_ELSEWHERE = {"cond", "scan", "remat", "custom_vjp", "while_loop", "fused_elementwise"}
 
 
 def test_every_rule_is_checked_against_finite_differences(request):

@@ -19,7 +19,7 @@ def _depthwise(images, kernel, padding, channels):
     channels * k features: each input channel its own k filters."""
     return conv_general_dilated_p.bind(
         images,
-        b.as_dtype(kernel, images.dtype),
+        b.cast(kernel, images.dtype),
         window_strides=(1, 1),
         padding=tuple(tuple(p) for p in padding),
         lhs_dilation=(1, 1),

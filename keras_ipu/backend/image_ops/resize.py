@@ -91,8 +91,8 @@ def weight_matrix(in_size, out_size, scale, translation, kernel, antialias, dtyp
     """(in_size, out_size) interpolation weights; scale and translation are
     scalars (numbers or 0-d tensors)."""
     dtype = b.np_dtype(dtype)
-    scale = b.as_dtype(scale, dtype)
-    translation = b.as_dtype(translation, dtype)
+    scale = b.cast(scale, dtype)
+    translation = b.cast(translation, dtype)
     inv_scale = b.div(np.asarray(1.0, dtype), scale)
     if antialias:
         kernel_scale = b.maximum(inv_scale, 1.0)
@@ -148,7 +148,7 @@ def _apply_matrices(x, axes_and_matrices):
     else:
         out = x
     for axis, matrix in axes_and_matrices:
-        out = b.contract_axis(out, b.as_dtype(matrix, out.dtype), axis)
+        out = b.contract_axis(out, b.cast(matrix, out.dtype), axis)
     if _is_int(x):
         every = tuple(range(len(x.shape)))
         lo = b.cast(reduce_min_p.bind(x, axes=every), np.float32)
@@ -278,7 +278,7 @@ def _scalar_at(values, i, dtype):
         piece = slice_p.bind(
             values, start_indices=(i,), limit_indices=(i + 1,), strides=(1,)
         )
-        return b.as_dtype(b.reshape(piece, ()), dtype)
+        return b.cast(b.reshape(piece, ()), dtype)
     return np.asarray(np.asarray(values).reshape(-1)[i], dtype)
 
 
@@ -324,5 +324,5 @@ def scale_and_translate(
             antialias,
             dtype,
         )
-        matrices.append((axis, b.as_dtype(w, out_dtype)))
+        matrices.append((axis, b.cast(w, out_dtype)))
     return _apply_matrices(images, matrices)

@@ -53,12 +53,12 @@ def softplus(x):
 
 def softsign(x):
     x = lax.float_tensor(x)
-    return lax.div(x, lax.add(lax.abs(x), 1))
+    return lax.div(x, lax.add(lax.absolute(x), 1))
 
 
 def soft_shrink(x, threshold=0.5):
     x = lax.float_tensor(x)
-    t = lax.const(threshold, x)
+    t = lax.scalar(threshold, x)
     return lax.select(
         lax.gt(x, t),
         lax.sub(x, t),
@@ -79,7 +79,7 @@ def silu(x):
 
 def squareplus(x, b=4):
     x = lax.float_tensor(x)
-    b = lax.tensor(b, lax.dtype_name(x))
+    b = lax.tensor(b, lax.kdtype(x))
     return lax.mul(lax.add(x, lax.sqrt(lax.add(lax.square(x), b))), 0.5)
 
 
@@ -150,7 +150,7 @@ def hard_tanh(x):
 
 def hard_shrink(x, threshold=0.5):
     x = lax.float_tensor(x)
-    return lax.select(lax.gt(lax.abs(x), threshold), x, 0)
+    return lax.select(lax.gt(lax.absolute(x), threshold), x, 0)
 
 
 def threshold(x, threshold, default_value):

@@ -50,7 +50,7 @@ def dot_product_attention(
             f"value.shape={value.shape}."
         )
     query, key, value = lax.promote(query, key, value)
-    compute = lax.dtype_name(query)
+    compute = lax.kdtype(query)
     b, t, n, h = query.shape
     k_heads = key.shape[2]
     if n is not None and k_heads is not None and n % k_heads:
@@ -80,7 +80,7 @@ def dot_product_attention(
         logits = lax.add(logits, bias)
     if attn_logits_soft_cap is not None:
         cap = float(attn_logits_soft_cap)
-        logits = lax.div(logits, lax.add(lax.div(lax.abs(logits), cap), 1))
+        logits = lax.div(logits, lax.add(lax.div(lax.absolute(logits), cap), 1))
     keep = None
     if mask is not None:
         keep = _to_bnts(lax.cast(lax.tensor(mask), "bool"), n)

@@ -32,13 +32,13 @@ def _shift_right(x, k):
 
 def _pick(x, index_mask):
     """x[b, s] at the one s where index_mask[b, s] (else -inf)."""
-    return lax.max(lax.select(index_mask, x, -np.inf), -1)
+    return lax.reduce_max(lax.select(index_mask, x, -np.inf), -1)
 
 
 def ctc_loss(target, output, target_length, output_length, mask_index=0):
     target = lax.cast(lax.tensor(target), "int32")
     output = lax.tensor(output)
-    dtype = dtypes.result_type(lax.dtype_name(output), "float32")
+    dtype = dtypes.result_type(lax.kdtype(output), "float32")
     output = lax.cast(output, dtype)
     target_length = lax.cast(lax.tensor(target_length), "int32")
     output_length = lax.cast(lax.tensor(output_length), "int32")
@@ -56,7 +56,7 @@ def ctc_loss(target, output, target_length, output_length, mask_index=0):
     size = 2 * max_labels + 1
     spread = np.zeros((max_labels, size), np.int32)
     spread[np.arange(max_labels), 2 * np.arange(max_labels) + 1] = 1
-    labels_at = lax.sum(lax.mul(lax.expand_dims(target, -1), spread), 1)
+    labels_at = lax.reduce_sum(lax.mul(lax.expand_dims(target, -1), spread), 1)
     odd = (np.arange(size) % 2 == 1)
     ext = lax.select(odd, labels_at, np.int32(mask_index))
     # A label may follow the previous label directly (skipping the blank
@@ -64,10 +64,10 @@ def ctc_loss(target, output, target_length, output_length, mask_index=0):
     can_skip = lax.logical_and(odd, lax.ne(ext, _shift_right(ext, 2)))
     ext_hot = lax.eq(lax.expand_dims(ext, -1), np.arange(classes, dtype=np.int32))
 
-    neg = lax.const(_LOG_EPSILON, log_probs)
+    neg = lax.scalar(_LOG_EPSILON, log_probs)
     first = np.arange(size) == 0
     alpha = lax.select(
-        first, lax.const(0.0, log_probs),
+        first, lax.scalar(0.0, log_probs),
         lax.broadcast_to(neg, (target.shape[0], size)),
     )
     for t in range(steps):
@@ -92,12 +92,12 @@ def _greedy(inputs, lengths, merge_repeated, mask_index):
 
     steps = inputs.shape[1]
     best = lax.argmax(inputs, -1)
-    scores = lax.max(inputs, -1)
+    scores = lax.reduce_max(inputs, -1)
     time = np.arange(steps, dtype=np.int32)
     past_end = lax.ge(time, lax.expand_dims(lengths, -1))
     blank = np.int32(mask_index)
     best = lax.select(past_end, blank, best)
-    scores = lax.select(past_end, lax.const(0, scores), scores)
+    scores = lax.select(past_end, lax.scalar(0, scores), scores)
     if merge_repeated:
         best = lax.select(lax.eq(best, _shift_right(best, 1)), blank, best)
     dropped = lax.eq(best, blank)
@@ -106,7 +106,7 @@ def _greedy(inputs, lengths, merge_repeated, mask_index):
     order = lax.select(dropped, np.int32(steps), time)
     perm = knp.argsort(order, axis=-1)
     best = knp.take_along_axis(best, perm, axis=-1)
-    return lax.expand_dims(best, 0), lax.expand_dims(lax.neg(lax.sum(scores, 1)), -1)
+    return lax.expand_dims(best, 0), lax.expand_dims(lax.neg(lax.reduce_sum(scores, 1)), -1)
 
 
 def ctc_decode(
@@ -119,7 +119,7 @@ def ctc_decode(
     mask_index=0,
 ):
     inputs = lax.tensor(inputs)
-    dtype = dtypes.result_type(lax.dtype_name(inputs), "float32")
+    dtype = dtypes.result_type(lax.kdtype(inputs), "float32")
     inputs = lax.cast(inputs, dtype)
     lengths = lax.cast(lax.tensor(sequence_lengths), "int32")
     classes = inputs.shape[-1]

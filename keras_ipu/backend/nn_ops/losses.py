@@ -38,7 +38,7 @@ def _one_hot_mask(x, num_classes, axis):
 def one_hot(x, num_classes, axis=-1, dtype=None, sparse=False):
     _no_sparse(sparse, "one_hot")
     x = lax.tensor(x)
-    if not lax.dtype_name(x).startswith(("int", "uint")):
+    if not lax.kdtype(x).startswith(("int", "uint")):
         x = lax.cast(x, "int32")
     dtype = dtype or "float32"
     return lax.cast(_one_hot_mask(x, int(num_classes), axis), dtype)
@@ -47,7 +47,7 @@ def one_hot(x, num_classes, axis=-1, dtype=None, sparse=False):
 def multi_hot(x, num_classes, axis=-1, dtype=None, sparse=False):
     _no_sparse(sparse, "multi_hot")
     x = lax.tensor(x)
-    if not lax.dtype_name(x).startswith(("int", "uint")):
+    if not lax.kdtype(x).startswith(("int", "uint")):
         x = lax.cast(x, "int32")
     hot = _one_hot_mask(x, int(num_classes), axis)
     # Batched input (rank > 1) collapses its index axis 1; 1D input axis 0.
@@ -67,7 +67,7 @@ def _check_same_shape(target, output):
 
 def _clipped_log_probs(output, axis):
     eps = keras_backend.epsilon()
-    output = lax.div(output, lax.sum(output, axis, keepdims=True))
+    output = lax.div(output, lax.reduce_sum(output, axis, keepdims=True))
     return lax.log(lax.clip(output, eps, 1.0 - eps))
 
 
@@ -84,7 +84,7 @@ def categorical_crossentropy(target, output, from_logits=False, axis=-1):
         log_prob = log_softmax(output, axis=axis)
     else:
         log_prob = _clipped_log_probs(output, axis)
-    return lax.neg(lax.sum(lax.mul(target, log_prob), axis))
+    return lax.neg(lax.reduce_sum(lax.mul(target, log_prob), axis))
 
 
 def sparse_categorical_crossentropy(target, output, from_logits=False, axis=-1):
@@ -112,7 +112,7 @@ def sparse_categorical_crossentropy(target, output, from_logits=False, axis=-1):
     else:
         log_prob = _clipped_log_probs(output, axis)
     hot = _one_hot_mask(target, output.shape[axis], axis)
-    return lax.neg(lax.sum(lax.select(hot, log_prob, 0), axis))
+    return lax.neg(lax.reduce_sum(lax.select(hot, log_prob, 0), axis))
 
 
 def binary_crossentropy(target, output, from_logits=False):
@@ -134,7 +134,7 @@ def psnr(x1, x2, max_val):
             f"Input shapes {x1.shape} and {x2.shape} must match for PSNR "
             "calculation."
         )
-    max_val = lax.tensor(max_val, lax.dtype_name(x2))
+    max_val = lax.tensor(max_val, lax.kdtype(x2))
     mse = lax.mean(lax.square(lax.sub(x1, x2)))
     to_db = 10 / math.log(10)
     return lax.sub(

@@ -17,17 +17,17 @@ def _axes(axis):
 def softmax(x, axis=-1):
     x = lax.float_tensor(x)
     axis = _axes(axis)
-    shifted = lax.sub(x, lax.max(x, axis, keepdims=True))
+    shifted = lax.sub(x, lax.reduce_max(x, axis, keepdims=True))
     e = lax.exp(shifted)
-    return lax.div(e, lax.sum(e, axis, keepdims=True))
+    return lax.div(e, lax.reduce_sum(e, axis, keepdims=True))
 
 
 def log_softmax(x, axis=-1):
     x = lax.float_tensor(x)
     axis = _axes(axis)
-    shifted = lax.sub(x, lax.max(x, axis, keepdims=True))
+    shifted = lax.sub(x, lax.reduce_max(x, axis, keepdims=True))
     return lax.sub(
-        shifted, lax.log(lax.sum(lax.exp(shifted), axis, keepdims=True))
+        shifted, lax.log(lax.reduce_sum(lax.exp(shifted), axis, keepdims=True))
     )
 
 
@@ -50,8 +50,8 @@ def sparsemax(x, axis=-1):
     rank_shape[axis] = n
     k = np.arange(1, n + 1, dtype=x.dtype).reshape(rank_shape)
     support = lax.gt(lax.add(lax.mul(z, k), 1), cumsum)
-    k_star = lax.sum(lax.cast(support, x.dtype), axis, keepdims=True)
-    support_sum = lax.sum(lax.select(support, z, 0), axis, keepdims=True)
+    k_star = lax.reduce_sum(lax.cast(support, x.dtype), axis, keepdims=True)
+    support_sum = lax.reduce_sum(lax.select(support, z, 0), axis, keepdims=True)
     tau = lax.div(lax.sub(support_sum, 1), k_star)
     return lax.maximum(lax.sub(x, tau), 0)
 
@@ -68,7 +68,7 @@ def moments(x, axes, keepdims=False, synchronized=False):
     dtype = x.dtype
     # float16 statistics overflow easily: compute in float32, then clip to
     # the float16 range before casting back (as the other backends do).
-    low = lax.dtype_name(x) in ("float16", "bfloat16")
+    low = lax.kdtype(x) in ("float16", "bfloat16")
     if low:
         x = lax.cast(x, "float32")
     # Two passes (mean, then mean squared deviation): no cancellation.

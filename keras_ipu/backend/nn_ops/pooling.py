@@ -120,12 +120,12 @@ def _adaptive_pool(inputs, output_size, data_format, op):
         moved = lax.moveaxis(x, axis, -1)
         spread = lax.expand_dims(moved, -2)  # (..., 1, size)
         fill = identity("max" if op == "max" else "sum", x.dtype)
-        picked = lax.select(mask, spread, lax.const(fill, x))
+        picked = lax.select(mask, spread, lax.scalar(fill, x))
         if op == "max":
-            pooled = lax.max(picked, -1)
+            pooled = lax.reduce_max(picked, -1)
         else:
             counts = mask.sum(axis=1).astype(x.dtype)
-            pooled = lax.div(lax.sum(picked, -1), counts)
+            pooled = lax.div(lax.reduce_sum(picked, -1), counts)
         x = lax.moveaxis(pooled, -1, axis)
     return x
 

@@ -14,7 +14,7 @@ from collections import Counter
 
 import numpy as np
 
-from keras_ipu.backend.numpy import _build as b
+from keras_ipu.backend import prims as b
 from keras_ipu.device.primitives.dot import dot_general_p
 
 
@@ -116,7 +116,7 @@ def _take_diagonals(x, lab):
         j = lab.index(c, i + 1)
         eye = b.eq(b.iota_like(x, i), b.iota_like(x, j))
         x = b.where(eye, x, b.const(0, x.dtype))
-        x = b.rsum(x, (j,))
+        x = b.reduce_sum(x, (j,))
         lab = lab[:j] + lab[j + 1 :]
     return x, lab
 
@@ -125,7 +125,7 @@ def _sum_out(x, lab, keep):
     axes = tuple(i for i, c in enumerate(lab) if c not in keep)
     if not axes:
         return x, lab
-    return b.rsum(x, axes), "".join(c for c in lab if c in keep)
+    return b.reduce_sum(x, axes), "".join(c for c in lab if c in keep)
 
 
 def _contract(x, lx, y, ly, keep):

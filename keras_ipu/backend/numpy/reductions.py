@@ -12,7 +12,7 @@ import numpy as np
 
 from keras.src.backend.common import dtypes
 
-from keras_ipu.backend.numpy import _build as b
+from keras_ipu.backend import prims as b
 from keras_ipu.device.primitives import cumulative
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import reduce as red
@@ -313,7 +313,7 @@ def trace(x, offset=0, axis1=0, axis2=1):
     cols = b.iota_like(x, x.ndim - 1)
     mask = b.eq(b.add(rows, b.const(int(offset), "int32")), cols)
     on_diagonal = b.where(mask, x, b.const(0, x.dtype))
-    return b.rsum(on_diagonal, (x.ndim - 2, x.ndim - 1))
+    return b.reduce_sum(on_diagonal, (x.ndim - 2, x.ndim - 1))
 
 
 from keras_ipu.backend.numpy.statistics import *  # noqa: E402,F401,F403

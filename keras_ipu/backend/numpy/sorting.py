@@ -5,7 +5,7 @@ import numpy as np
 
 from keras.src.backend.common import dtypes
 
-from keras_ipu.backend.numpy import _build as b
+from keras_ipu.backend import prims as b
 from keras_ipu.device.primitives import sort as sort_prims
 
 __all__ = [

@@ -12,7 +12,7 @@ import numpy as np
 from keras.src.backend import config
 from keras.src.backend.common import dtypes
 
-from keras_ipu.backend.numpy import _build as b
+from keras_ipu.backend import prims as b
 from keras_ipu.device.primitives import dot as dot_prims
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import indexing
@@ -68,7 +68,7 @@ def mean(x, axis=None, keepdims=False):
     axes = b.axes_of(axis, x.ndim)
     compute, result = _float_dtypes(x, int64_to_floatx=True)
     xc = b.cast(x, compute)
-    total = b.rsum(xc, axes, keepdims)
+    total = b.reduce_sum(xc, axes, keepdims)
     out = b.div(total, b.count(x, axes, compute, keepdims))
     return b.cast(out, result)
 
@@ -76,9 +76,9 @@ def mean(x, axis=None, keepdims=False):
 def _var(x, axes, keepdims, compute):
     xc = b.cast(x, compute)
     n = b.count(x, axes, compute, keepdims=True)
-    centred = b.sub(xc, b.div(b.rsum(xc, axes, True), n))
+    centred = b.sub(xc, b.div(b.reduce_sum(xc, axes, True), n))
     sq = b.square_abs(centred)
-    out = b.div(b.rsum(sq, axes, True), b.cast(n, sq.dtype))
+    out = b.div(b.reduce_sum(sq, axes, True), b.cast(n, sq.dtype))
     return out if keepdims else b.squeeze(out, axes)
 
 
@@ -118,8 +118,8 @@ def average(x, axis=None, weights=None):
         shape = [1] * x.ndim
         shape[axes[0]] = weights.shape[0]
         weights = b.reshape(weights, shape)
-    total = b.rsum(b.mul(x, weights), axes)
-    norm = b.rsum(b.broadcast_like(weights, x), axes)
+    total = b.reduce_sum(b.mul(x, weights), axes)
+    norm = b.reduce_sum(b.broadcast_like(weights, x), axes)
     return b.div(total, norm)
 
 
@@ -131,8 +131,8 @@ def _nan_stats(x, axes, keepdims, compute):
     xc = b.cast(x, compute)
     nan = b.isnan(xc)
     clean = b.where(nan, b.const(0, compute), xc)
-    n = b.rsum(b.cast(b.logical_not(nan), _real(compute)), axes, keepdims)
-    return b.rsum(clean, axes, keepdims), n, clean, nan
+    n = b.reduce_sum(b.cast(b.logical_not(nan), _real(compute)), axes, keepdims)
+    return b.reduce_sum(clean, axes, keepdims), n, clean, nan
 
 
 def nanmean(x, axis=None, keepdims=False):
@@ -148,7 +148,7 @@ def _nanvar(x, axes, keepdims, compute):
     total, n, clean, nan = _nan_stats(x, axes, True, compute)
     centred = b.sub(clean, b.div(total, b.cast(n, total.dtype)))
     sq = b.where(nan, b.const(0, _real(compute)), b.square_abs(centred))
-    out = b.div(b.rsum(sq, axes, True), n)
+    out = b.div(b.reduce_sum(sq, axes, True), n)
     return out if keepdims else b.squeeze(out, axes)
 
 
@@ -235,7 +235,7 @@ def _quantile(x, q, axis, method, keepdims, ignore_nan, result_dtype=None):
     nan = b.isnan(s)
     if ignore_nan:
         # NaNs sort last: the valid order statistics are the first n.
-        n = b.rsum(b.cast(b.logical_not(nan), work), (n_axis,), True)  # (...,1)
+        n = b.reduce_sum(b.cast(b.logical_not(nan), work), (n_axis,), True)  # (...,1)
     else:
         n = b.count(s, (n_axis,), work, keepdims=True)
     pos = b.mul(q, b.sub(n, b.const(1, work)))  # (..., m) or (m,)
@@ -254,7 +254,7 @@ def _quantile(x, q, axis, method, keepdims, ignore_nan, result_dtype=None):
             hit = b.logical_and(hit, b.ne(weight, 0))
             term = b.mul(s_row, weight)
         picked = b.where(hit, term, b.const(0, work))
-        return b.rsum(picked, (picked.ndim - 1,))
+        return b.reduce_sum(picked, (picked.ndim - 1,))
 
     picks = [pick(i, w) for i, w in _order_statistics(pos, method)]
     out = picks[0] if len(picks) == 1 else b.add(*picks)  # (..., m)
@@ -262,7 +262,7 @@ def _quantile(x, q, axis, method, keepdims, ignore_nan, result_dtype=None):
         empty = b.eq(n, b.const(0, work))  # (..., 1)
         out = b.where(empty, b.const(np.nan, work), out)
     else:
-        has_nan = b.expand_dims(b.rsum(b.cast(nan, "int32"), (n_axis,)), [-1])
+        has_nan = b.expand_dims(b.reduce_sum(b.cast(nan, "int32"), (n_axis,)), [-1])
         out = b.where(b.gt(has_nan, 0), b.const(np.nan, work), out)
 
     # (rest..., m) -> q_shape + rest (+ kept axes as 1)
@@ -383,11 +383,11 @@ def corrcoef(x):
     if xc.ndim == 1:
         xc = b.reshape(xc, (1, -1))
     n = b.count(xc, (1,), compute, keepdims=True)
-    centred = b.sub(xc, b.div(b.rsum(xc, (1,), True), n))
+    centred = b.sub(xc, b.div(b.reduce_sum(xc, (1,), True), n))
     cov = dot_prims.dot_general_p.bind(
         centred, b.conj(centred), dimension_numbers=(((1,), (1,)), ((), ()))
     )
-    d = b.sqrt(b.rsum(b.square_abs(centred), (1,)))  # (k,), real
+    d = b.sqrt(b.reduce_sum(b.square_abs(centred), (1,)))  # (k,), real
     scale = b.mul(b.expand_dims(d, [1]), b.expand_dims(d, [0]))
     corr = b.div(cov, b.cast(scale, cov.dtype))
     if corr.dtype.kind != "c":
@@ -419,7 +419,7 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
             d = b.sub(b.slice_axis(x, xa, 1, None), b.slice_axis(x, xa, None, -1))
     dtype = dtypes.result_type(result, b.kdtype(d))
     terms = b.mul(b.cast(pair_sum, dtype), b.cast(d, dtype))
-    out = b.div(b.rsum(terms, (axis,)), b.const(2, dtype))
+    out = b.div(b.reduce_sum(terms, (axis,)), b.const(2, dtype))
     return b.cast(out, result)
 
 
@@ -463,7 +463,7 @@ def histogram(x, bins=10, range=None):
         b.eq(b.expand_dims(index, [1]), b.iota(bins, "int32")),
         b.expand_dims(inside, [1]),
     )
-    counts = b.rsum(b.cast(hit, dtype), (0,))
+    counts = b.reduce_sum(b.cast(hit, dtype), (0,))
     return counts, b.cast(edges, dtype)
 
 

@@ -8,13 +8,18 @@ and the executable cache. One pass per module:
 - dead_code.eliminate_dead_code
 - fusion.fuse_elementwise             elementwise chains -> one kernel
 - liveness.analyze_liveness           last uses and peak live bytes
+- lowering, dot_lowering, array_lowering, control_flow
+                                      kernels specialised at lowering time;
+                                      cond/while/scan bodies compiled too
 - executable.Executable               the lowered program and its run loop
 - pipeline.compile_graph              all of the above, in order
 - cache.CACHE                         in memory and on disk
 """
 
 from keras_ipu.device.compiler.cache import CACHE
+from keras_ipu.device.compiler.cache import CacheWarning
 from keras_ipu.device.compiler.cache import ExecutableCache
+from keras_ipu.device.compiler.demotion import DemotionWarning
 from keras_ipu.device.compiler.executable import Executable
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.pipeline import compile_graph
@@ -23,7 +28,9 @@ from keras_ipu.device.compiler.static_shapes import StaticShapeError
 
 __all__ = [
     "CACHE",
+    "CacheWarning",
     "CompileOptions",
+    "DemotionWarning",
     "Executable",
     "ExecutableCache",
     "StaticShapeError",

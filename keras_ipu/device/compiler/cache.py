@@ -1,8 +1,8 @@
 """The executable cache: in memory, and on disk when TF_POPLAR_FLAGS holds
 --executable_cache_path=DIR (as Graphcore's SDK does).
 
-The key is a hash of (format version, graph fingerprint, input avals,
-compile options). Disk entries are written to a temporary file in DIR and
+The key is a hash of (format version, a digest of the compiler's source,
+graph fingerprint, input avals, compile options). Disk entries are written to a temporary file in DIR and
 renamed into place, so a reader never sees half an entry. A corrupt or
 stale entry is recompiled (and overwritten) with a warning, never a crash.
 `stats` counts what happened; a log line on the "keras_ipu.compiler"
@@ -33,9 +33,29 @@ class CacheWarning(UserWarning):
     pass
 
 
+_COMPILER_DIGEST = []
+
+
+def compiler_digest():
+    """A hash of the compiler's own source: entries written by another
+    version of the passes are never reused (they key differently)."""
+    if not _COMPILER_DIGEST:
+        h = hashlib.sha256()
+        here = os.path.dirname(os.path.abspath(__file__))
+        for name in sorted(os.listdir(here)):
+            if name.endswith(".py"):
+                with open(os.path.join(here, name), "rb") as f:
+                    h.update(name.encode() + b"\x00" + f.read())
+        _COMPILER_DIGEST.append(h.hexdigest()[:16])
+    return _COMPILER_DIGEST[0]
+
+
 def cache_key(graph, options):
     avals = " ".join(v.aval.short() for v in graph.inputs)
-    text = f"{FORMAT_VERSION}|{fingerprint(graph)}|{avals}|{options.cache_key()}"
+    text = (
+        f"{FORMAT_VERSION}|{compiler_digest()}|{fingerprint(graph)}|{avals}|"
+        f"{options.cache_key()}"
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 

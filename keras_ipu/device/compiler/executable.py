@@ -15,6 +15,7 @@ import numpy as np
 
 from keras_ipu.device.compiler.liveness import analyze_liveness
 from keras_ipu.device.compiler.lowering import lower
+from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
 
@@ -31,11 +32,20 @@ def _fmt_bytes(n):
 def _fmt_param(value):
     if isinstance(value, np.dtype):
         return value.name
-    if hasattr(value, "nodes") and hasattr(value, "inputs"):
+    if isinstance(value, Graph):
         return "{...}"
-    if isinstance(value, tuple) and value and hasattr(value[0], "nodes"):
+    if isinstance(value, tuple) and value and isinstance(value[0], Graph):
         return "(" + " ".join("{...}" for _ in value) + ")"
     return repr(value)
+
+
+def _frozen(value):
+    """A private read-only copy of a constant: the program keeps the value
+    it was traced with even if the caller later mutates their array, and a
+    kernel can never write into it."""
+    array = np.array(value, copy=True)
+    array.setflags(write=False)
+    return array
 
 
 class Executable:
@@ -61,7 +71,7 @@ class Executable:
                 key = id(operand.value)
                 if key not in const_slot:
                     const_slot[key] = len(slot_of) + len(constants)
-                    constants[const_slot[key]] = np.asarray(operand.value)
+                    constants[const_slot[key]] = _frozen(operand.value)
                 return const_slot[key]
             return slot_of[operand]
 
@@ -87,7 +97,8 @@ class Executable:
         for v, last in live.last_use.items():
             if last < len(graph.nodes):
                 dying.setdefault(last, []).append(slot_of[v])
-        self.records = []  # (primitive, params, in_slots, out_slots, frees)
+        # (primitive, params, in_slots, out_slots, frees, in_avals, out_avals)
+        self.records = []
         for i, node in enumerate(graph.nodes):
             frees = tuple(sorted(dying.get(i, ())))
             self.records.append(
@@ -97,7 +108,7 @@ class Executable:
                     tuple(slot(v) for v in node.inputs),
                     tuple(slot_of[v] for v in node.outputs),
                     frees,
-                    tuple(_aval(v) for v in node.inputs),
+                    tuple(v.aval for v in node.inputs),
                     tuple(v.aval for v in node.outputs),
                 )
             )
@@ -107,6 +118,7 @@ class Executable:
     def _bind(self):
         template = [None] * self.n_slots
         for s, value in self.constants.items():
+            value.setflags(write=False)  # unpickled arrays come back writable
             template[s] = value
         self._template = template
         program = []
@@ -118,10 +130,17 @@ class Executable:
         self._n_inputs = len(self.in_avals)
         self._in_dtypes = tuple(a.dtype for a in self.in_avals)
         self._in_shapes = tuple(a.shape for a in self.in_avals)
+        # Constants returned as outputs are copied: the caller owns results.
+        self._output_plan = tuple(
+            (s, s in self.constants) for s in self.output_slots
+        )
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        for key in ("_template", "_program", "_n_inputs", "_in_dtypes", "_in_shapes"):
+        for key in (
+            "_template", "_program", "_n_inputs", "_in_dtypes", "_in_shapes",
+            "_output_plan",
+        ):
             state.pop(key, None)
         state["format_version"] = FORMAT_VERSION
         return state
@@ -185,7 +204,10 @@ class Executable:
                 env[out] = kernel(*[env[i] for i in ins])
             for s in frees:
                 env[s] = None
-        return [np.asarray(env[s]) for s in self.output_slots]
+        return [
+            np.array(env[s]) if constant else np.asarray(env[s])
+            for s, constant in self._output_plan
+        ]
 
     __call__ = run
 
@@ -198,9 +220,10 @@ class Executable:
                 return f"in{s}"
             if s in self.constants:
                 c = self.constants[s]
+                short = ShapedArray(c.shape, c.dtype).short()
                 if c.size <= 4:
-                    return f"{c.tolist()!r}:{_aval(Literal(c)).short()}"
-                return f"c{s}:{_aval(Literal(c)).short()}"
+                    return f"{c.tolist()!r}:{short}"
+                return f"c{s}:{short}"
             return f"s{s}"
 
         lines = [
@@ -239,8 +262,3 @@ class Executable:
             f"({', '.join(a.short() for a in self.in_avals)}) -> "
             f"({', '.join(a.short() for a in self.out_avals)})>"
         )
-
-
-def _aval(operand):
-    aval = operand.aval
-    return ShapedArray(aval.shape, aval.dtype)

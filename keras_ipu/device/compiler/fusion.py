@@ -21,7 +21,9 @@ from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.lowering import LOWERINGS
 from keras_ipu.device.compiler.lowering import fast_ufunc
 from keras_ipu.device.compiler.lowering import is_elementwise
+from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Node
+from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.ir import Var
 from keras_ipu.device.primitives.registry import Primitive
 
@@ -49,6 +51,33 @@ fused_elementwise_p = Primitive(
     multiple_results=True,
     doc="A chain of elementwise primitives run as one kernel.",
 )
+
+
+def unfused_graph(chain, results, in_avals):
+    """The chain as a plain Graph of its primitives (inputs: the fused
+    node's operands; outputs: its results)."""
+    graph = Graph()
+    graph.inputs = [Var(a) for a in in_avals]
+    temps = []
+    for prim, params_items, refs, aval in chain:
+        operands = [graph.inputs[k] if kind == "in" else temps[k] for kind, k, _ in refs]
+        out = Var(aval)
+        graph.nodes.append(Node(prim, operands, dict(params_items), [out]))
+        temps.append(out)
+    graph.outputs = [temps[j] for j in results]
+    return graph
+
+
+def _fused_grad(cts, inputs, outputs, *, chain, results):
+    # Fusion runs after autodiff in the compiler, but an optimized graph
+    # can still be differentiated: through the chain's own primitives.
+    from keras_ipu.device import autodiff
+
+    avals = [ShapedArray(x.shape, x.dtype) for x in inputs]
+    return autodiff.graph_vjp(unfused_graph(chain, results, avals), list(inputs), cts)
+
+
+fused_elementwise_p.grad = _fused_grad
 
 
 def _plan_buffers(chain, results, ufuncs):
@@ -205,7 +234,7 @@ def fuse_elementwise(graph):
 
 def _emit(graph, group_of):
     nodes = graph.nodes
-    readers_outside = {}  # Var -> True when read by a non-member or output
+    readers_outside = {}  # Var -> groups of its readers (None: not fused)
     for i, node in enumerate(nodes):
         for v in node.inputs:
             if type(v) is Var:

@@ -6,6 +6,7 @@ import numpy as np
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Node
+from keras_ipu.device.ir import ShapedArray
 
 
 def substitute(operand, env):
@@ -97,9 +98,8 @@ def freeze(value, graph_key=id, other_key=id):
         return ("array", data.dtype.str, data.shape, data.tobytes())
     if isinstance(value, Graph):
         return ("graph", graph_key(value))
-    aval = getattr(value, "shape", None), getattr(value, "dtype", None)
-    if type(value).__name__ == "ShapedArray":
-        return ("aval", aval[0], np.dtype(aval[1]).str)
+    if isinstance(value, ShapedArray):
+        return ("aval", value.shape, value.dtype.str)
     return ("object", type(value).__qualname__, other_key(value))
 
 

@@ -97,17 +97,14 @@ def lower(primitive, params, in_avals, out_avals):
     """A callable f(*ndarrays) -> ndarray (or tuple if multiple results)."""
     builder = LOWERINGS.get(primitive.name)
     if builder is not None:
-        fn = builder(params, in_avals, out_avals)
-    elif not primitive.multiple_results and fast_ufunc(
-        primitive, in_avals, out_avals[0]
-    ) is not None:
+        return builder(params, in_avals, out_avals)  # returns ndarrays
+    fn = None
+    if not primitive.multiple_results:
         fn = fast_ufunc(primitive, in_avals, out_avals[0])
-    elif params:
-        fn = functools.partial(primitive.kernel, **params)
-    else:
+    if fn is None:
         fn = primitive.kernel
-    if builder is not None:
-        return fn  # own lowerings return ndarrays
+        if params:
+            fn = functools.partial(fn, **params)
     if primitive.multiple_results:
         if any(a.ndim == 0 for a in out_avals):
             fn = _as_arrays(fn)

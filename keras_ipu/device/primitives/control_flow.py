@@ -323,6 +323,97 @@ def _trace_aligned(fns, in_avals):
 
 
 def _cond_grad(cts, inputs, outputs, *, branches):
+    # Called without stored residuals: each backward branch recomputes its
+    # branch's forward values.
+    return _cond_backward(cts, inputs, branches, None)
+
+
+def _with_residuals(graph, args, box):
+    """graph's outputs on args, then the traced values of its nodes (the
+    residuals); box records their Var ids, avals and the constant ones."""
+    from keras_ipu.device import autodiff
+    from keras_ipu.device.trace import Tracer
+
+    lin = autodiff.linearize(graph, list(args))
+    ids, values, constants = [], [], {}
+    for node in graph.nodes:
+        for v in node.outputs:
+            value = lin.env[v.id]
+            if isinstance(value, Tracer):
+                ids.append(v.id)
+                values.append(value)
+            else:
+                constants[v.id] = value
+    box.update(ids=ids, avals=[_aval_of(v) for v in values],
+               constants=constants)
+    return list(lin.outputs) + values
+
+
+class CondResiduals:
+    """The values every branch of a cond stored for its backward branch:
+    one slot list per branch, laid end to end (a branch that did not run
+    leaves zeros in the other branches' slots)."""
+
+    def __init__(self, values, infos, offsets):
+        self.values = values
+        self.infos = infos
+        self.offsets = offsets
+
+
+def cond_forward_with_residuals(inputs, params):
+    """Run the cond and store the taken branch's values: (outputs,
+    CondResiduals or None when a residual's shape is unknown)."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.trace import trace_flat
+
+    branches = params["branches"]
+    index, operands = inputs[0], list(inputs[1:])
+    in_avals = [_aval_of(x) for x in operands]
+    infos = []
+    for branch in branches:
+        box = {}
+        trace_flat(lambda *a, b=branch, box=box: _with_residuals(b, a, box),
+                   in_avals)
+        infos.append(box)
+    if any(not a.is_static() for info in infos for a in info["avals"]):
+        outs = cond_p.bind(*inputs, **params)
+        return list(outs), None
+    offsets, total = [], 0
+    for info in infos:
+        offsets.append(total)
+        total += len(info["ids"])
+
+    def padded(i):
+        def fn(*args):
+            box = {}
+            outs = _with_residuals(branches[i], args, box)
+            n_out = len(branches[i].outputs)
+            stored = []
+            for j, info in enumerate(infos):
+                if j == i:
+                    stored += outs[n_out:]
+                else:
+                    stored += [ad_util.zeros_like(a) for a in info["avals"]]
+            return outs[:n_out] + stored
+
+        return fn
+
+    graphs, captures = _trace_aligned(
+        [padded(i) for i in range(len(branches))], in_avals)
+    outs = cond_p.bind(index, *operands, *captures, branches=tuple(graphs))
+    n_out = len(branches[0].outputs)
+    return list(outs[:n_out]), CondResiduals(
+        list(outs[n_out:]), infos, offsets)
+
+
+def cond_grad_with_residuals(cts, inputs, outputs, residuals, *, branches):
+    return _cond_backward(cts, inputs, branches, residuals)
+
+
+def _cond_backward(cts, inputs, branches, residuals):
+    """A cond over per-branch backward graphs: each takes the operands,
+    the stored values (if any) and the live output cotangents, and returns
+    the cotangents of the differentiable operands."""
     from keras_ipu.device import autodiff
 
     index, operands = inputs[0], inputs[1:]
@@ -331,25 +422,41 @@ def _cond_grad(cts, inputs, outputs, *, branches):
     if not live_in:
         return [None] * len(inputs)
     n_ops = len(operands)
+    stored = [] if residuals is None else residuals.values
+    n_stored = len(stored)
 
-    def backward(branch):
+    def backward(i, branch):
         def fn(*args):
-            ops, live_cts = args[:n_ops], args[n_ops:]
+            ops = list(args[:n_ops])
+            stored_now = args[n_ops:n_ops + n_stored]
+            live_cts = args[n_ops + n_stored:]
             out_cts = [None] * len(branch.outputs)
-            for i, c in zip(live_out, live_cts):
-                out_cts[i] = c
-            in_cts = autodiff.graph_vjp(branch, list(ops), out_cts)
-            return [autodiff.instantiate(in_cts[i], ops[i]) for i in live_in]
+            for k, c in zip(live_out, live_cts):
+                out_cts[k] = c
+            if residuals is None:
+                in_cts = autodiff.graph_vjp(branch, ops, out_cts)
+            else:
+                info, start = residuals.infos[i], residuals.offsets[i]
+                env = dict(info["constants"])
+                env.update(zip(info["ids"],
+                               stored_now[start:start + len(info["ids"])]))
+                for var, value in zip(branch.inputs, ops):
+                    env[var.id] = value
+                in_cts = autodiff.restore(branch, env).backward(out_cts)
+            return [autodiff.instantiate(in_cts[k], ops[k]) for k in live_in]
 
         return fn
 
-    in_avals = [ShapedArray(x.shape, x.dtype) for x in operands] + [
-        ShapedArray(cts[i].shape, cts[i].dtype) for i in live_out
-    ]
+    in_avals = (
+        [_aval_of(x) for x in operands]
+        + [_aval_of(v) for v in stored]
+        + [_aval_of(cts[i]) for i in live_out]
+    )
     graphs, captures = _trace_aligned(
-        [backward(b) for b in branches], in_avals)
-    outs = cond_p.bind(index, *operands, *(cts[i] for i in live_out),
-                       *captures, branches=tuple(graphs))
+        [backward(i, b) for i, b in enumerate(branches)], in_avals)
+    outs = cond_p.bind(index, *operands, *stored,
+                       *(cts[i] for i in live_out), *captures,
+                       branches=tuple(graphs))
     result = [None] * len(inputs)
     for i, o in zip(live_in, outs):
         result[1 + i] = o
@@ -369,34 +476,77 @@ def _aval_of(x):
     return ShapedArray(x.shape, x.dtype)
 
 
-def _scan_grad(cts, inputs, outputs, *, body, length, reverse, n_carry, n_xs,
-               unroll):
+def _split_scan(inputs, n_carry, n_xs):
+    return (list(inputs[:n_carry]), list(inputs[n_carry:n_carry + n_xs]),
+            list(inputs[n_carry + n_xs:]))
+
+
+def _scan_body_avals(inputs, n_carry, n_xs):
+    carry, xs, consts = _split_scan(inputs, n_carry, n_xs)
+    return ([_aval_of(c) for c in carry],
+            [ShapedArray(x.shape[1:], x.dtype) for x in xs],
+            [_aval_of(c) for c in consts])
+
+
+class ScanResiduals:
+    """What the forward scan stored for the reverse scan: per step, the
+    carry it started from and every traced value of the body (stacked on
+    a leading axis); values of the body that were constants are kept as
+    they are."""
+
+    def __init__(self, carries, values, value_ids, constants):
+        self.carries = carries
+        self.values = values
+        self.value_ids = value_ids
+        self.constants = constants
+
+
+def scan_forward_with_residuals(inputs, params):
+    """Run the scan and store its residuals: (outputs, ScanResiduals)."""
+    from keras_ipu.device import autodiff
+    from keras_ipu.device.trace import Tracer
+    from keras_ipu.device.trace import trace_flat
+
+    body, n_carry, n_xs = params["body"], params["n_carry"], params["n_xs"]
+    carry_avals, x_avals, const_avals = _scan_body_avals(inputs, n_carry, n_xs)
+    box = {}
+
+    def with_residuals(*args):
+        lin = autodiff.linearize(body, list(args))
+        traced, constants = [], {}
+        for node in body.nodes:
+            for v in node.outputs:
+                value = lin.env[v.id]
+                if isinstance(value, Tracer):
+                    traced.append((v.id, value))
+                else:
+                    constants[v.id] = value
+        box["ids"] = [i for i, _ in traced]
+        box["constants"] = constants
+        return (list(lin.outputs) + list(args[:n_carry])
+                + [value for _, value in traced])
+
+    res_body, res_caps = trace_flat(
+        with_residuals, carry_avals + x_avals + const_avals)
+    outs = scan_p.bind(*inputs, *res_caps, **dict(params, body=res_body))
+    n_out = len(body.outputs)
+    carries = list(outs[n_out:n_out + n_carry])
+    values = list(outs[n_out + n_carry:])
+    return list(outs[:n_out]), ScanResiduals(
+        carries, values, box["ids"], box["constants"])
+
+
+def scan_grad_with_residuals(cts, inputs, outputs, residuals, *, body, length,
+                             reverse, n_carry, n_xs, unroll):
+    """The reverse scan: carry = (carry cotangents, sums of the const
+    cotangents); xs = (stored carries, xs, stored body values, ys
+    cotangents); consts = consts. Each step runs the body's backward pass
+    on the stored values (nothing is recomputed)."""
     from keras_ipu.device import autodiff
     from keras_ipu.device.trace import trace_flat
 
-    carry = list(inputs[:n_carry])
-    xs = list(inputs[n_carry:n_carry + n_xs])
-    consts = list(inputs[n_carry + n_xs:])
-    n_ys = len(outputs) - n_carry
-    carry_avals = [_aval_of(c) for c in carry]
-    x_avals = [ShapedArray(x.shape[1:], x.dtype) for x in xs]
-    const_avals = [_aval_of(c) for c in consts]
-    body_avals = carry_avals + x_avals + const_avals
-
-    # 1. Forward again, also stacking the carry each step starts from: the
-    #    residuals of the reverse scan.
-    def with_carries(*args):
-        outs = eval_graph(body, *args)
-        return list(outs) + list(args[:n_carry])
-
-    res_body, res_caps = trace_flat(with_carries, body_avals)
-    res = scan_p.bind(
-        *carry, *xs, *consts, *res_caps, body=res_body, length=length,
-        reverse=reverse, n_carry=n_carry, n_xs=n_xs, unroll=unroll)
-    carries = list(res[n_carry + n_ys:])
-
-    # 2. The reverse scan: carry = (carry cotangents, const cotangent sums);
-    #    xs = (stacked carries, xs, ys cotangents); consts = consts.
+    carry, xs, consts = _split_scan(inputs, n_carry, n_xs)
+    carry_avals, x_avals, const_avals = _scan_body_avals(inputs, n_carry, n_xs)
     d_carry = [i for i, a in enumerate(carry_avals) if _diff(a)]
     d_xs = [i for i, a in enumerate(x_avals) if _diff(a)]
     d_consts = [i for i, a in enumerate(const_avals) if _diff(a)]
@@ -404,6 +554,8 @@ def _scan_grad(cts, inputs, outputs, *, body, length, reverse, n_carry, n_xs,
     live_ys = [i for i, c in enumerate(ys_cts) if c is not None]
     if not (d_xs or d_consts or d_carry):
         return [None] * len(inputs)
+    stored = residuals.values
+    n_stored = len(stored)
 
     def step(*args):
         it = iter(args)
@@ -411,6 +563,7 @@ def _scan_grad(cts, inputs, outputs, *, body, length, reverse, n_carry, n_xs,
         k_acc = [next(it) for _ in d_consts]
         carry_t = [next(it) for _ in range(n_carry)]
         x_t = [next(it) for _ in range(n_xs)]
+        stored_t = [next(it) for _ in range(n_stored)]
         y_ct = [next(it) for _ in live_ys]
         k = [next(it) for _ in range(len(consts))]
         out_cts = [None] * len(body.outputs)
@@ -418,7 +571,11 @@ def _scan_grad(cts, inputs, outputs, *, body, length, reverse, n_carry, n_xs,
             out_cts[i] = c
         for i, c in zip(live_ys, y_ct):
             out_cts[n_carry + i] = c
-        in_cts = autodiff.graph_vjp(body, carry_t + x_t + k, out_cts)
+        env = dict(residuals.constants)
+        env.update(zip(residuals.value_ids, stored_t))
+        for var, value in zip(body.inputs, carry_t + x_t + k):
+            env[var.id] = value
+        in_cts = autodiff.restore(body, env).backward(out_cts)
         new_c = [autodiff.instantiate(in_cts[i], carry_t[i]) for i in d_carry]
         new_k = [
             autodiff.ad_util.add_any(acc, in_cts[n_carry + n_xs + i])
@@ -431,6 +588,7 @@ def _scan_grad(cts, inputs, outputs, *, body, length, reverse, n_carry, n_xs,
         [carry_avals[i] for i in d_carry]
         + [const_avals[i] for i in d_consts]
         + carry_avals + x_avals
+        + [ShapedArray(v.shape[1:], v.dtype) for v in stored]
         + [ShapedArray(ys_cts[i].shape[1:], ys_cts[i].dtype) for i in live_ys]
         + const_avals
     )
@@ -439,9 +597,10 @@ def _scan_grad(cts, inputs, outputs, *, body, length, reverse, n_carry, n_xs,
     init += [autodiff.ad_util.zeros_like(consts[i]) for i in d_consts]
     n_bwd_carry = len(init)
     outs = scan_p.bind(
-        *init, *carries, *xs, *(ys_cts[i] for i in live_ys), *consts,
-        *bwd_caps, body=bwd_body, length=length, reverse=not reverse,
-        n_carry=n_bwd_carry, n_xs=n_carry + n_xs + len(live_ys),
+        *init, *residuals.carries, *xs, *stored,
+        *(ys_cts[i] for i in live_ys), *consts, *bwd_caps,
+        body=bwd_body, length=length, reverse=not reverse,
+        n_carry=n_bwd_carry, n_xs=n_carry + n_xs + n_stored + len(live_ys),
         unroll=unroll)
     result = [None] * len(inputs)
     for j, i in enumerate(d_carry):
@@ -451,6 +610,13 @@ def _scan_grad(cts, inputs, outputs, *, body, length, reverse, n_carry, n_xs,
     for j, i in enumerate(d_xs):
         result[n_carry + i] = outs[n_bwd_carry + j]
     return result
+
+
+def _scan_grad(cts, inputs, outputs, **params):
+    # Called without stored residuals (the autodiff stores them when it
+    # runs the forward pass itself): the forward scan runs again.
+    _, residuals = scan_forward_with_residuals(inputs, params)
+    return scan_grad_with_residuals(cts, inputs, outputs, residuals, **params)
 
 
 def _barrier_grad(cts, inputs, outputs):

@@ -515,9 +515,6 @@ def _conv_lhs_grad(g, lhs, rhs, window_strides, padding, lhs_dilation,
 
 def _conv_rhs_grad(g, lhs, rhs, window_strides, padding, lhs_dilation,
                    rhs_dilation, dimension_numbers, groups):
-    from keras_ipu.device.primitives import ad_util
-    from keras_ipu.device.primitives.elementwise import mul_p
-    from keras_ipu.device.primitives.reduce import reduce_sum_p
     from keras_ipu.device.primitives.structure import transpose_p
 
     lhs_spec, rhs_spec, out_spec = dimension_numbers
@@ -531,10 +528,13 @@ def _conv_rhs_grad(g, lhs, rhs, window_strides, padding, lhs_dilation,
         lo = p[0]
         hi = _dilated(m, s) - _dilated(n, ld) + _dilated(k, rd) - lo - 1
         pads.append((lo, hi))
+    if groups > 1:
+        return _grouped_rhs_grad(g, lhs, rhs, window_strides, padding,
+                                 lhs_dilation, rhs_dilation, dimension_numbers,
+                                 groups, k_sp, out_sp)
     logical = tuple(range(nsp + 2))
     # Batch is contracted: input channels become the batch and the output
-    # cotangent is the kernel. The result is (C, O, *K) in logical layout,
-    # every input channel against every output channel.
+    # cotangent is the kernel; the result is (C, O, *K) in logical layout.
     full = conv_general_dilated_p.bind(
         lhs, g,
         window_strides=tuple(rhs_dilation),
@@ -544,25 +544,60 @@ def _conv_rhs_grad(g, lhs, rhs, window_strides, padding, lhs_dilation,
         dimension_numbers=(_swap01(lhs_spec), _swap01(out_spec), logical),
         feature_group_count=1,
     )
-    c, o = full.shape[0], full.shape[1]
-    i = c // groups
-    if groups > 1:
-        # Keep the (input channel, output channel) pairs of the same group.
-        og = o // groups
-        full = ad_util.reshape(full, (groups, i, groups, og) + k_sp)
-        eye = np.eye(groups, dtype=full.dtype).reshape(
-            (groups, 1, groups, 1) + (1,) * nsp)
-        full = reduce_sum_p.bind(mul_p.bind(full, eye), axes=(0,))
-        # (I, G, Og, *K) -> (G, Og, I, *K) -> (O, I, *K)
-        full = transpose_p.bind(
-            full, permutation=(1, 2, 0) + tuple(range(3, 3 + nsp)))
-        full = ad_util.reshape(full, (o, i) + k_sp)
-    else:
-        full = transpose_p.bind(
-            full, permutation=(1, 0) + tuple(range(2, 2 + nsp)))
+    full = transpose_p.bind(
+        full, permutation=(1, 0) + tuple(range(2, 2 + nsp)))
     # Logical (O, I, *K) into the kernel's layout.
     perm = tuple(int(a) for a in np.argsort(rhs_spec))
     return transpose_p.bind(full, permutation=perm)
+
+
+def _grouped_rhs_grad(g, lhs, rhs, window_strides, padding, lhs_dilation,
+                      rhs_dilation, dimension_numbers, groups, k_sp, out_sp):
+    """The kernel cotangent of a grouped convolution, one kernel tap at a
+    time: the tap's strided view of the (dilated, padded) input contracted
+    with the output cotangent over batch and pixels, batched over groups.
+    (A single convolution would need XLA's batch_group_count, or compute
+    every channel pair: groups times the work.)"""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives.dot import dot_general_p
+    from keras_ipu.device.primitives.indexing import slice_p
+    from keras_ipu.device.primitives.structure import concatenate_p
+    from keras_ipu.device.primitives.structure import pad_p
+    from keras_ipu.device.primitives.structure import transpose_p
+
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    nsp = len(lhs_spec) - 2
+    x = transpose_p.bind(lhs, permutation=tuple(lhs_spec))  # N, C, *S
+    gl = transpose_p.bind(g, permutation=tuple(out_spec))  # N, O, *P
+    config = ((0, 0, 0), (0, 0, 0)) + tuple(
+        (lo, hi, d - 1) for (lo, hi), d in zip(padding, lhs_dilation))
+    x = pad_p.bind(x, ad_util.scalar(0, x.dtype), config=config)
+    n, c = x.shape[0], x.shape[1]
+    o = gl.shape[1]
+    i, og = c // groups, o // groups
+    x = ad_util.reshape(x, (n, groups, i) + tuple(x.shape[2:]))
+    gl = ad_util.reshape(gl, (n, groups, og) + tuple(out_sp))
+    spatial = tuple(range(3, 3 + nsp))
+    taps = []
+    for tap in np.ndindex(*k_sp):
+        starts = (0, 0, 0) + tuple(t * d for t, d in zip(tap, rhs_dilation))
+        limits = (n, groups, i) + tuple(
+            st + (p - 1) * s + 1
+            for st, p, s in zip(starts[3:], out_sp, window_strides))
+        view = slice_p.bind(x, start_indices=starts, limit_indices=limits,
+                            strides=(1, 1, 1) + tuple(window_strides))
+        w = dot_general_p.bind(
+            view, gl,
+            dimension_numbers=(((0,) + spatial, (0,) + spatial),
+                               ((1,), (1,))))  # G, I, Og
+        taps.append(ad_util.reshape(w, (groups, i, og, 1)))
+    w = taps[0] if len(taps) == 1 else concatenate_p.bind(*taps, axis=3)
+    w = ad_util.reshape(w, (groups, i, og) + tuple(k_sp))
+    # (G, I, Og, *K) -> (G, Og, I, *K) -> logical (O, I, *K) -> kernel layout
+    w = transpose_p.bind(w, permutation=(0, 2, 1) + tuple(range(3, 3 + nsp)))
+    w = ad_util.reshape(w, (o, i) + tuple(k_sp))
+    perm = tuple(int(a) for a in np.argsort(rhs_spec))
+    return transpose_p.bind(w, permutation=perm)
 
 
 def _conv_grad(cts, inputs, outputs, *, window_strides, padding, lhs_dilation,

@@ -410,10 +410,21 @@ def _scatter_grad(cts, inputs, outputs, *, mode, batch_dims=0):
         # d out / d update = out / update (exact for non-zero updates).
         u_ct = ew.div_p.bind(read(ew.mul_p.bind(g, out)), updates)
         return [x_ct, None, u_ct]
-    raise NotImplementedError(
-        f"The gradient of scatter with mode={mode!r} is not implemented "
-        "yet (only 'update', 'add' and 'mul')."
-    )
+    # min/max: the result came from x or from updates equal to it; the
+    # cotangent is shared equally among all of them (ties split it).
+    def convert(v):
+        return ad_util.convert(v, g.dtype)
+
+    nan_read = gather_p.bind(out, indices, mode="fill", fill_value=np.nan,
+                             batch_dims=batch_dims)
+    hit_x = convert(ew.eq_p.bind(x, out))
+    hit_u = convert(ew.eq_p.bind(updates, nan_read))
+    count = ew.add_p.bind(hit_x, scatter_p.bind(
+        ad_util.zeros_like(x), indices, hit_u, mode="add",
+        batch_dims=batch_dims))
+    share = ew.div_p.bind(g, count)
+    return [ew.mul_p.bind(share, hit_x), None,
+            ew.mul_p.bind(read(share), hit_u)]
 
 
 slice_p.grad = _slice_grad

@@ -444,3 +444,193 @@ def _cholesky_grad(cts, inputs, outputs, *, lower):
 
 triangular_solve_p.grad = _triangular_solve_grad
 cholesky_p.grad = _cholesky_grad
+
+
+def _read_triangle_ct(a_bar, n, lower):
+    """Cotangent of the triangle a primitive reads, from the cotangent
+    a_bar of the symmetric matrix it stands for: off-diagonal entries
+    appear twice in that matrix, diagonal ones once."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives import elementwise as ew
+
+    sym = ew.add_p.bind(a_bar, ad_util.matrix_transpose(a_bar))
+    weight = _tri_mask(n, lower, np.float64) - 0.5 * np.eye(n)
+    return ew.mul_p.bind(sym, weight.astype(sym.dtype))
+
+
+def _eigh_grad(cts, inputs, outputs, *, lower):
+    """A = V diag(w) V^T: A_ct = V (diag(w_ct) + F o (V^T V_ct)) V^T with
+    F_ij = 1 / (w_j - w_i) off the diagonal (distinct eigenvalues)."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives import elementwise as ew
+    from keras_ipu.device.primitives.structure import reshape_p
+
+    (w_ct, v_ct), (x,), (w, v) = cts, inputs, outputs
+    if x.dtype.kind == "c":
+        raise NotImplementedError(
+            "The gradient of eigh for complex matrices is not implemented "
+            "yet.")
+    n = _order(x, "eigh")
+    eye = np.eye(n, dtype=bool)
+    inner = None
+    if v_ct is not None:
+        w_row = reshape_p.bind(w, new_shape=tuple(w.shape[:-1]) + (1, n))
+        w_col = reshape_p.bind(w, new_shape=tuple(w.shape[:-1]) + (n, 1))
+        gap = ew.sub_p.bind(w_row, w_col)
+        one = np.ones((), gap.dtype)
+        zero = np.zeros((), gap.dtype)
+        f = ew.select_p.bind(
+            eye, zero, ew.reciprocal_p.bind(ew.select_p.bind(eye, one, gap)))
+        inner = ew.mul_p.bind(
+            f, ad_util.matmul(ad_util.matrix_transpose(v), v_ct))
+    if w_ct is not None:
+        diag = ew.mul_p.bind(
+            reshape_p.bind(w_ct, new_shape=tuple(w_ct.shape[:-1]) + (1, n)),
+            np.eye(n, dtype=w_ct.dtype))
+        inner = ad_util.add_any(inner, diag)
+    a_bar = ad_util.matmul(ad_util.matmul(v, inner),
+                           ad_util.matrix_transpose(v))
+    return [_read_triangle_ct(a_bar, n, lower)]
+
+
+def _qr_grad(cts, inputs, outputs, *, mode):
+    """For m >= n (q: m x n): M = R R_ct^T - Q_ct^T Q,
+    A_ct = (Q_ct + Q copyltu(M)) R^-T, copyltu mirroring M's lower
+    triangle onto its upper one."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives import elementwise as ew
+
+    (q_ct, r_ct), (x,), (q, r) = cts, inputs, outputs
+    m, n = x.shape[-2], x.shape[-1]
+    if x.dtype.kind == "c" or m is None or n is None or m < n or (
+            mode == "complete" and m != n):
+        raise NotImplementedError(
+            "The gradient of qr is implemented for real matrices with at "
+            f"least as many rows as columns (reduced mode); got shape "
+            f"{x.shape}, mode={mode!r}.")
+    q_ct = ad_util.zeros_like(q) if q_ct is None else q_ct
+    r_ct = ad_util.zeros_like(r) if r_ct is None else r_ct
+    t = ad_util.matrix_transpose
+    big = ew.sub_p.bind(ad_util.matmul(r, t(r_ct)),
+                        ad_util.matmul(t(q_ct), q))
+    low = np.tril(np.ones((n, n)), -1).astype(big.dtype)
+    diag = np.eye(n, dtype=big.dtype)
+    strict = ew.mul_p.bind(big, low)
+    copyltu = ew.add_p.bind(
+        ew.add_p.bind(strict, t(strict)), ew.mul_p.bind(big, diag))
+    b = ew.add_p.bind(q_ct, ad_util.matmul(q, copyltu))
+    a_ct = triangular_solve_p.bind(
+        r, b, left_side=False, lower=False, transpose_a=True,
+        conjugate_a=False, unit_diagonal=False)
+    return [a_ct]
+
+
+eigh_p.grad = _eigh_grad
+qr_p.grad = _qr_grad
+
+
+def _svd_grad(cts, inputs, outputs, *, full_matrices, compute_uv):
+    """Real A = U S V^T (Townsend, "Differentiating the singular value
+    decomposition", 2016), with F_ij = 1 / (s_j^2 - s_i^2) off the diagonal
+    (distinct singular values):
+      A_ct = U [ (F o (U^T U_ct - U_ct^T U)) S + diag(s_ct)
+                 + S (F o (V^T V_ct - V_ct^T V)) ] V^T
+             + (I - U U^T) U_ct S^-1 V^T + U S^-1 V_ct^T (I - V V^T)."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives import elementwise as ew
+    from keras_ipu.device.primitives.structure import reshape_p
+
+    (x,) = inputs
+    m, n = x.shape[-2], x.shape[-1]
+    if x.dtype.kind == "c" or m is None or n is None or (
+            full_matrices and compute_uv and m != n):
+        raise NotImplementedError(
+            "The gradient of svd is implemented for real matrices of known "
+            "size (full_matrices only for square ones); got "
+            f"{x.short() if hasattr(x, 'short') else x.shape}.")
+    if compute_uv:
+        u_ct, s_ct, vh_ct = cts
+        u, s, vh = outputs
+    else:
+        (s_ct,) = cts
+        u_ct = vh_ct = None
+        u, s, vh = svd_p.bind(x, full_matrices=False, compute_uv=True)
+    k = min(m, n)
+    t = ad_util.matrix_transpose
+    mm = ad_util.matmul
+    v = t(vh)
+    eye = np.eye(k, dtype=bool)
+    batch = tuple(s.shape[:-1])
+    s_row = reshape_p.bind(s, new_shape=batch + (1, k))
+    s_col = reshape_p.bind(s, new_shape=batch + (k, 1))
+    gap = ew.sub_p.bind(ew.mul_p.bind(s_row, s_row), ew.mul_p.bind(s_col, s_col))
+    one = np.ones((), s.dtype)
+    zero = np.zeros((), s.dtype)
+    f = ew.select_p.bind(
+        eye, zero, ew.reciprocal_p.bind(ew.select_p.bind(eye, one, gap)))
+    s_inv_row = ew.reciprocal_p.bind(s_row)  # scales columns: X S^-1
+    core = None
+    rest = None
+    if s_ct is not None:
+        core = ew.mul_p.bind(
+            reshape_p.bind(s_ct, new_shape=batch + (1, k)),
+            np.eye(k, dtype=s.dtype))
+    if u_ct is not None:
+        ut_uct = mm(t(u), u_ct)
+        j = ew.mul_p.bind(f, ew.sub_p.bind(ut_uct, t(ut_uct)))
+        core = ad_util.add_any(core, ew.mul_p.bind(j, s_row))
+        if m > k:
+            proj = ew.sub_p.bind(u_ct, mm(u, ut_uct))
+            rest = ad_util.add_any(rest, mm(ew.mul_p.bind(proj, s_inv_row),
+                                            vh))
+    if vh_ct is not None:
+        v_ct = t(vh_ct)
+        vt_vct = mm(vh, v_ct)
+        j = ew.mul_p.bind(f, ew.sub_p.bind(vt_vct, t(vt_vct)))
+        core = ad_util.add_any(core, ew.mul_p.bind(s_col, j))
+        if n > k:
+            proj = ew.sub_p.bind(v_ct, mm(v, vt_vct))
+            rest = ad_util.add_any(rest, mm(ew.mul_p.bind(u, s_inv_row),
+                                            t(proj)))
+    a_ct = None if core is None else mm(mm(u, core), vh)
+    return [ad_util.add_any(a_ct, rest)]
+
+
+def _lu_grad(cts, inputs, outputs):
+    """Square x[perm] = L U packed in one matrix. With X = L^-1 P dx U^-1,
+    d(packed) = L tril(X, -1) + triu(X) U, so
+    X_ct = tril(L^T C, -1) + triu(C U^T) and x_ct = P^T L^-T X_ct U^-T."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives import elementwise as ew
+    from keras_ipu.device.primitives.indexing import scatter_p
+    from keras_ipu.device.primitives.structure import reshape_p
+
+    (c, _, _), (x,), (packed, _, perm) = cts, inputs, outputs
+    m, n = x.shape[-2], x.shape[-1]
+    if x.dtype.kind == "c" or m is None or m != n:
+        raise NotImplementedError(
+            "The gradient of lu is implemented for real square matrices; got "
+            f"shape {x.shape}.")
+    if c is None:
+        return [None]
+    t = ad_util.matrix_transpose
+    mm = ad_util.matmul
+    strict = np.tril(np.ones((n, n)), -1).astype(packed.dtype)
+    upper = np.triu(np.ones((n, n))).astype(packed.dtype)
+    l = ew.add_p.bind(ew.mul_p.bind(packed, strict), np.eye(n, dtype=packed.dtype))
+    u = ew.mul_p.bind(packed, upper)
+    x_ct = ew.add_p.bind(ew.mul_p.bind(mm(t(l), c), strict),
+                         ew.mul_p.bind(mm(c, t(u)), upper))
+    solve = dict(conjugate_a=False)
+    y = triangular_solve_p.bind(l, x_ct, left_side=True, lower=True,
+                                transpose_a=True, unit_diagonal=True, **solve)
+    y = triangular_solve_p.bind(u, y, left_side=False, lower=False,
+                                transpose_a=True, unit_diagonal=False, **solve)
+    # Row i of y belongs to row perm[i] of x.
+    idx = reshape_p.bind(perm, new_shape=tuple(perm.shape) + (1,))
+    return [scatter_p.bind(ad_util.zeros_like(x), idx, y, mode="add",
+                           batch_dims=x.ndim - 2)]
+
+
+svd_p.grad = _svd_grad
+lu_p.grad = _lu_grad

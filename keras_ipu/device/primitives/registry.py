@@ -5,8 +5,13 @@ A Primitive declares together (as `jax.lax` does):
     accept unknown (None) dimensions and return None where a dimension is
     unknown. Operands are ShapedArrays; params are static Python values.
   - kernel(*ndarrays, **params) -> ndarray or tuple: the NumPy computation.
-  - grad: the gradient rule (filled in with the autodiff), or a reason why
-    the primitive is not differentiable (`nondiff`).
+  - grad: the gradient rule, `rule(cotangents, inputs, outputs, **params)
+    -> list`: one cotangent per output in (None = zero), the primal
+    operands/results (Tensors or Tracers), one cotangent per input out
+    (None = zero; cotangents of broadcast operands summed back to the
+    operand's shape; integer/bool operands None). It only binds primitives,
+    so backward passes trace. Or `nondiff`: why there is no gradient
+    (autodiff passes zero through it). See keras_ipu/device/autodiff.py.
   - cost: the cycle/memory cost rule (filled in with the cost model).
 
 `bind` is the single entry point used by the backend: with no traced operand
@@ -54,7 +59,7 @@ class Primitive:
         self.shape_rule = shape_rule
         self.kernel = kernel
         self.multiple_results = multiple_results
-        # Gradient rule: fn(cotangents, *primals, **params); set by autodiff.
+        # Gradient rule: rule(cotangents, inputs, outputs, **params).
         self.grad = None
         # Why the primitive has no gradient (integer/boolean outputs, ...).
         self.nondiff = nondiff
