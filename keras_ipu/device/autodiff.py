@@ -39,7 +39,6 @@ cond/where), as under any compiled function.
 
 import numpy as np
 
-from keras_ipu.device import grad_rules_pending  # noqa: F401 (registers rules)
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray

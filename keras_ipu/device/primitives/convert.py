@@ -37,6 +37,21 @@ convert_element_type_p = Primitive(
 )
 
 
+def _convert_grad(cts, inputs, outputs, *, dtype):
+    from keras_ipu.device.primitives import ad_util
+
+    (g,), (x,) = cts, inputs
+    # Through an integer or bool dtype (either side) no gradient flows.
+    if not ad_util.is_differentiable(x.dtype):
+        return [None]
+    if not ad_util.is_differentiable(np.dtype(dtype)):
+        return [None]
+    return [ad_util.convert(g, x.dtype)]
+
+
+convert_element_type_p.grad = _convert_grad
+
+
 def _view_rule(x, dtype):
     """NumPy's `ndarray.view(dtype)`: the last axis is rescaled by the
     itemsize ratio instead of gaining or losing an axis."""

@@ -10,6 +10,8 @@ eager result must never differ from what tracing predicted.
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+# ad_util imports primitive modules only inside its functions: no cycle.
+from keras_ipu.device.primitives import ad_util
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.registry import Primitive
 
@@ -217,6 +219,249 @@ def _clamp(lo, x, hi):
 
 # clamp(lo, x, hi), as lax.clamp: NaN bounds propagate like max/min.
 clamp_p = Primitive("clamp", _clamp_rule, exact_kernel(_clamp_rule, _clamp))
+
+
+# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
+
+
+def _c(value, like):
+    return ad_util.scalar(value, like.dtype)
+
+
+def _mul(a, b):
+    return mul_p.bind(a, b)
+
+
+def _div(a, b):
+    return div_p.bind(a, b)
+
+
+def _add(a, b):
+    return add_p.bind(a, b)
+
+
+def _sub(a, b):
+    return sub_p.bind(a, b)
+
+
+def _neg(a):
+    return neg_p.bind(a)
+
+
+def _square(a):
+    return mul_p.bind(a, a)
+
+
+def unary_grad(derivative):
+    """Rule for y = f(x): x_ct = g * derivative(x, y). special.py uses it
+    too."""
+
+    def rule(cts, inputs, outputs, **params):
+        (g,), (x,), (y,) = cts, inputs, outputs
+        return [_mul(g, derivative(x, y))]
+
+    return rule
+
+
+def _zero_rule(cts, inputs, outputs, **params):
+    return [None] * len(inputs)
+
+
+def _abs_grad(cts, inputs, outputs):
+    (g,), (x,), (y,) = cts, inputs, outputs
+    if x.dtype.kind != "c":
+        return [_mul(g, sign_p.bind(x))]
+    # d|z| = Re(conj(z) dz) / |z|: the cotangent is g conj(z) / |z| (zero
+    # at z = 0).
+    is_zero = eq_p.bind(y, _c(0, y))
+    scale = _div(g, select_p.bind(is_zero, _c(1, y), y))
+    scale = select_p.bind(is_zero, _c(0, scale), scale)
+    return [_mul(ad_util.convert(scale, x.dtype), conj_p.bind(x))]
+
+
+def _real_grad(cts, inputs, outputs):
+    (g,), (x,) = cts, inputs
+    return [ad_util.convert(g, x.dtype)]
+
+
+def _imag_grad(cts, inputs, outputs):
+    (g,), (x,) = cts, inputs
+    if x.dtype.kind != "c":
+        return [None]
+    # imag(x) = Re(-i x): the transpose maps g to -i g.
+    return [_mul(ad_util.convert(g, x.dtype), ad_util.scalar(-1j, x.dtype))]
+
+
+def _angle_grad(cts, inputs, outputs):
+    (g,), (x,) = cts, inputs
+    if x.dtype.kind != "c":
+        return [None]  # 0 or pi: piecewise constant on real numbers
+    # d angle(z) = Im(dz / z) = Re(-i conj(z) dz) / |z|^2.
+    sq = real_p.bind(_mul(x, conj_p.bind(x)))
+    scale = _div(g, sq)
+    return [_mul(ad_util.convert(scale, x.dtype),
+                 _mul(conj_p.bind(x), ad_util.scalar(-1j, x.dtype)))]
+
+
+neg_p.grad = lambda cts, i, o: [_neg(cts[0])]
+abs_p.grad = _abs_grad
+for _p in (sign_p, floor_p, ceil_p, round_p, trunc_p):
+    # Piecewise constant: zero almost everywhere.
+    _p.grad = _zero_rule
+del _p
+exp_p.grad = unary_grad(lambda x, y: y)
+exp2_p.grad = unary_grad(lambda x, y: _mul(y, _c(np.log(2.0), y)))
+expm1_p.grad = unary_grad(lambda x, y: _add(y, _c(1, y)))
+log_p.grad = unary_grad(lambda x, y: reciprocal_p.bind(x))
+log1p_p.grad = unary_grad(lambda x, y: reciprocal_p.bind(_add(x, _c(1, x))))
+log2_p.grad = unary_grad(
+    lambda x, y: reciprocal_p.bind(_mul(x, _c(np.log(2.0), x))))
+log10_p.grad = unary_grad(
+    lambda x, y: reciprocal_p.bind(_mul(x, _c(np.log(10.0), x))))
+sqrt_p.grad = unary_grad(lambda x, y: _div(_c(0.5, y), y))
+rsqrt_p.grad = unary_grad(lambda x, y: _mul(_c(-0.5, y), _div(y, x)))
+cbrt_p.grad = unary_grad(
+    lambda x, y: reciprocal_p.bind(_mul(_c(3, y), _square(y))))
+reciprocal_p.grad = unary_grad(lambda x, y: _neg(_square(y)))
+square_p.grad = unary_grad(lambda x, y: _mul(_c(2, x), x))
+sin_p.grad = unary_grad(lambda x, y: cos_p.bind(x))
+cos_p.grad = unary_grad(lambda x, y: _neg(sin_p.bind(x)))
+tan_p.grad = unary_grad(lambda x, y: _add(_c(1, y), _square(y)))
+asin_p.grad = unary_grad(
+    lambda x, y: rsqrt_p.bind(_sub(_c(1, x), _square(x))))
+acos_p.grad = unary_grad(
+    lambda x, y: _neg(rsqrt_p.bind(_sub(_c(1, x), _square(x)))))
+atan_p.grad = unary_grad(
+    lambda x, y: reciprocal_p.bind(_add(_c(1, x), _square(x))))
+sinh_p.grad = unary_grad(lambda x, y: cosh_p.bind(x))
+cosh_p.grad = unary_grad(lambda x, y: sinh_p.bind(x))
+tanh_p.grad = unary_grad(lambda x, y: _sub(_c(1, y), _square(y)))
+asinh_p.grad = unary_grad(
+    lambda x, y: rsqrt_p.bind(_add(_square(x), _c(1, x))))
+acosh_p.grad = unary_grad(
+    lambda x, y: rsqrt_p.bind(_mul(_sub(x, _c(1, x)), _add(x, _c(1, x)))))
+atanh_p.grad = unary_grad(
+    lambda x, y: reciprocal_p.bind(_sub(_c(1, x), _square(x))))
+logistic_p.grad = unary_grad(lambda x, y: _mul(y, _sub(_c(1, y), y)))
+conj_p.grad = lambda cts, i, o: [conj_p.bind(cts[0])]
+real_p.grad = _real_grad
+imag_p.grad = _imag_grad
+angle_p.grad = _angle_grad
+
+
+def _binary_grad(dx, dy):
+    """Rule for z = f(x, y): x_ct = g * dx(x, y, z), y_ct = g * dy(...),
+    each summed back to its operand's shape."""
+
+    def rule(cts, inputs, outputs, **params):
+        (g,), (x, y), (z,) = cts, inputs, outputs
+        return [
+            None if dx is None
+            else ad_util.unbroadcast(_mul(g, dx(x, y, z)), x.shape),
+            None if dy is None
+            else ad_util.unbroadcast(_mul(g, dy(x, y, z)), y.shape),
+        ]
+
+    return rule
+
+
+def _add_grad(cts, inputs, outputs):
+    (g,), (x, y) = cts, inputs
+    return [ad_util.unbroadcast(g, x.shape), ad_util.unbroadcast(g, y.shape)]
+
+
+def _sub_grad(cts, inputs, outputs):
+    (g,), (x, y) = cts, inputs
+    return [ad_util.unbroadcast(g, x.shape),
+            ad_util.unbroadcast(_neg(g), y.shape)]
+
+
+def _safe_log(x):
+    # log(x) where x != 0; the term it multiplies is zero there.
+    is_zero = eq_p.bind(x, _c(0, x))
+    return log_p.bind(select_p.bind(is_zero, _c(1, x), x))
+
+
+def _pow_dx(x, y, z):
+    y_zero = eq_p.bind(y, _c(0, y))
+    deriv = _mul(y, pow_p.bind(x, _sub(y, _c(1, y))))
+    return select_p.bind(y_zero, _c(0, deriv), deriv)
+
+
+def _minmax_grad(strict):
+    def rule(cts, inputs, outputs):
+        (g,), (x, y) = cts, inputs
+        one, half = _c(1, g), _c(0.5, g)
+        x_wins = strict.bind(x, y)
+        tie = eq_p.bind(x, y)
+        zero = _c(0, g)
+        share_x = select_p.bind(x_wins, one, select_p.bind(tie, half, zero))
+        share_y = select_p.bind(x_wins, zero, select_p.bind(tie, half, one))
+        return [ad_util.unbroadcast(_mul(g, share_x), x.shape),
+                ad_util.unbroadcast(_mul(g, share_y), y.shape)]
+
+    return rule
+
+
+def _copysign_dx(x, y, z):
+    same = eq_p.bind(signbit_p.bind(x), signbit_p.bind(y))
+    return select_p.bind(same, _c(1, x), _c(-1, x))
+
+
+add_p.grad = _add_grad
+sub_p.grad = _sub_grad
+mul_p.grad = _binary_grad(lambda x, y, z: y, lambda x, y, z: x)
+div_p.grad = _binary_grad(
+    lambda x, y, z: reciprocal_p.bind(y), lambda x, y, z: _neg(_div(z, y)))
+floor_div_p.grad = _zero_rule
+rem_p.grad = _binary_grad(
+    lambda x, y, z: _c(1, x),
+    lambda x, y, z: _neg(trunc_p.bind(_div(x, y))))
+mod_p.grad = _binary_grad(
+    lambda x, y, z: _c(1, x),
+    lambda x, y, z: _neg(floor_p.bind(_div(x, y))))
+pow_p.grad = _binary_grad(_pow_dx, lambda x, y, z: _mul(z, _safe_log(x)))
+max_p.grad = _minmax_grad(gt_p)
+min_p.grad = _minmax_grad(lt_p)
+atan2_p.grad = _binary_grad(
+    lambda x, y, z: _div(y, _add(_square(x), _square(y))),
+    lambda x, y, z: _neg(_div(x, _add(_square(x), _square(y)))))
+hypot_p.grad = _binary_grad(
+    lambda x, y, z: _div(x, z), lambda x, y, z: _div(y, z))
+copysign_p.grad = _binary_grad(_copysign_dx, None)
+logaddexp_p.grad = _binary_grad(
+    lambda x, y, z: exp_p.bind(_sub(x, z)),
+    lambda x, y, z: exp_p.bind(_sub(y, z)))
+logaddexp2_p.grad = _binary_grad(
+    lambda x, y, z: exp2_p.bind(_sub(x, z)),
+    lambda x, y, z: exp2_p.bind(_sub(y, z)))
+
+
+def _select_grad(cts, inputs, outputs):
+    (g,), (pred, on_true, on_false) = cts, inputs
+    zero = _c(0, g)
+    return [
+        None,
+        ad_util.unbroadcast(select_p.bind(pred, g, zero), on_true.shape),
+        ad_util.unbroadcast(select_p.bind(pred, zero, g), on_false.shape),
+    ]
+
+
+def _clamp_grad(cts, inputs, outputs):
+    (g,), (lo, x, hi) = cts, inputs
+    zero = _c(0, g)
+    below = lt_p.bind(x, lo)
+    above = gt_p.bind(x, hi)
+    inside = logical_not_p.bind(or_p.bind(below, above))
+    return [
+        ad_util.unbroadcast(select_p.bind(below, g, zero), lo.shape),
+        ad_util.unbroadcast(select_p.bind(inside, g, zero), x.shape),
+        ad_util.unbroadcast(select_p.bind(above, g, zero), hi.shape),
+    ]
+
+
+select_p.grad = _select_grad
+clamp_p.grad = _clamp_grad
 
 
 # Special functions live in special.py (SciPy-backed); they are elementwise
