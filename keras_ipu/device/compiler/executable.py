@@ -59,6 +59,8 @@ class Executable:
         live = analyze_liveness(graph)
         self.peak_live_bytes = live.peak_bytes
         self.constant_bytes = live.constant_bytes
+        # The Keras layer path of each step, for memory and profile reports.
+        self.sources = tuple(node.source for node in graph.nodes)
 
         slot_of = {}
         for v in graph.inputs:

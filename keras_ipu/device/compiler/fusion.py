@@ -80,6 +80,21 @@ def _fused_grad(cts, inputs, outputs, *, chain, results):
 fused_elementwise_p.grad = _fused_grad
 
 
+def _fused_cost(ins, outs, *, chain, results):
+    """A fused chain is one elementwise compute set: the work of its members,
+    reading the fused node's operands and writing its results once."""
+    from keras_ipu.device.primitives import cost_util
+
+    flops = 0
+    for prim, params_items, refs, aval in chain:
+        c = prim.cost(tuple(r[2] for r in refs), (aval,), **dict(params_items))
+        flops += c.flops
+    return cost_util.make(ins, outs, "elementwise", flops)
+
+
+fused_elementwise_p.cost = _fused_cost
+
+
 def _plan_buffers(chain, results, ufuncs):
     """For each step, the step whose dead result it writes into, or None."""
     last_read = {}

@@ -675,3 +675,47 @@ scan_p.grad = _scan_grad
 optimization_barrier_p.grad = _barrier_grad
 remat_p.grad = _remat_grad
 custom_vjp_p.grad = _custom_vjp_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+# The cost of control flow is the cost of its sub-graphs: one branch of a
+# cond (the costliest is counted), `length` scan bodies, a while loop's body
+# WHILE_LOOP_ASSUMED_TRIPS times (its trip count is only known at run time).
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+from keras_ipu.device.simulator import cost_model as _cost_model  # noqa: E402
+
+
+def _cond_cost(ins, outs, *, branches):
+    parts = [(1, _cost.graph_costs(b)) for b in branches]
+    return _cost.control(ins, outs, "cond", parts, combine="max")
+
+
+def _while_cost(ins, outs, *, cond_graph, body_graph, n_cond_consts):
+    trips = _cost_model.WHILE_LOOP_ASSUMED_TRIPS
+    parts = [(trips, _cost.graph_costs(body_graph)),
+             (trips + 1, _cost.graph_costs(cond_graph))]
+    return _cost.control(ins, outs, "loop", parts)
+
+
+def _scan_cost(ins, outs, *, body, length, reverse, n_carry, n_xs, unroll):
+    if length is None:  # known from the xs once shapes are static
+        xs = ins[n_carry:n_carry + n_xs]
+        length = (xs[0].shape[0] or 0) if xs else 0
+    return _cost.control(ins, outs, "loop", [(length, _cost.graph_costs(body))])
+
+
+def _call_cost(ins, outs, *, graph):
+    return _cost.control(ins, outs, "call", [(1, _cost.graph_costs(graph))])
+
+
+def _custom_vjp_cost(ins, outs, *, fwd, **params):
+    return _cost.control(ins, outs, "call", [(1, _cost.graph_costs(fwd))])
+
+
+cond_p.cost = _cond_cost
+while_p.cost = _while_cost
+scan_p.cost = _scan_cost
+stop_gradient_p.cost = _cost.view
+optimization_barrier_p.cost = _cost.view
+remat_p.cost = _call_cost
+custom_vjp_p.cost = _custom_vjp_cost

@@ -619,3 +619,19 @@ def _conv_grad(cts, inputs, outputs, *, window_strides, padding, lhs_dilation,
 
 
 conv_general_dilated_p.grad = _conv_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+
+def _conv_cost(ins, outs, *, dimension_numbers, **params):
+    # Each output element takes (kernel window x input features per group)
+    # MACs: the kernel's size divided by its output features.
+    out_features = ins[1].shape[dimension_numbers[1][0]] or 0
+    per_out = _cost.size(ins[1]) // out_features if out_features else 0
+    macs = _cost.size(outs[0]) * per_out
+    return _cost.make(ins, outs, "matmul", 2 * macs, macs)
+
+
+conv_general_dilated_p.cost = _conv_cost

@@ -108,3 +108,10 @@ def _bitcast(x, *, dtype, view=False):
 bitcast_convert_type_p = Primitive(
     "bitcast_convert_type", _bitcast_rule, _bitcast, nondiff="reinterprets bits"
 )
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+convert_element_type_p.cost = _cost.elementwise(1)
+bitcast_convert_type_p.cost = _cost.view

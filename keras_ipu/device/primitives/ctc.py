@@ -148,3 +148,17 @@ ctc_beam_search_p = Primitive(
     doc="CTC prefix beam search: (log_probs[B,T,C], lengths[B]) -> "
         "(paths[top_paths,B,T], scores[B,top_paths]).",
 )
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+
+def _beam_flops(ins, outs, *, beam_width, top_paths, mask_index):
+    # Every time step extends each beam by every class, then keeps the best:
+    # (T x classes x beam) scores and a sort of them.
+    expanded = _cost.size(ins[0]) * beam_width
+    return expanded * (1 + _cost.log2(beam_width))
+
+
+ctc_beam_search_p.cost = _cost.per_output("sort", _beam_flops)

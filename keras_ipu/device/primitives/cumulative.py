@@ -88,3 +88,12 @@ cumsum_p.grad = _cumsum_grad
 cumprod_p.grad = _cumprod_grad
 cummax_p.grad = _cum_extremum_grad
 cummin_p.grad = _cum_extremum_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+# A parallel prefix scan does about two ops per element (up and down sweep).
+for _p in (cumsum_p, cumprod_p, cummax_p, cummin_p):
+    _p.cost = _cost.per_output("reduce", lambda ins, outs, **p: 2 * _cost.size(outs[0]))
+del _p

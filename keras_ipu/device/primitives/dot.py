@@ -173,3 +173,20 @@ def _dot_general_grad(cts, inputs, outputs, *, dimension_numbers,
 
 
 dot_general_p.grad = _dot_general_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+
+def _dot_general_cost(ins, outs, *, dimension_numbers, preferred_element_type=None):
+    # One MAC per output element per contracted element (2 FLOPs each).
+    (lc, _), _ = dimension_numbers
+    k = 1
+    for d in lc:
+        k *= ins[0].shape[d] or 0
+    macs = _cost.size(outs[0]) * k
+    return _cost.make(ins, outs, "matmul", 2 * macs, macs)
+
+
+dot_general_p.cost = _dot_general_cost

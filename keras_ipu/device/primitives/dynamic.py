@@ -153,3 +153,16 @@ masked_select_p.nondiff = (
     "value-dependent output shape: eager only, so never traced or "
     "differentiated (use where/select for a differentiable mask)"
 )
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+# Value-dependent output shapes never compile for the IPU: host ops. The
+# sized variant of unique is a sort plus a compaction.
+nonzero_p.cost = _cost.host
+masked_select_p.cost = _cost.host
+unique_p.cost = _cost.host
+unique_sized_p.cost = _cost.per_output(
+    "sort", lambda ins, outs, **p: _cost.size(ins[0]) * _cost.log2(_cost.size(ins[0]))
+)

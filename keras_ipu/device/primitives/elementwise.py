@@ -477,3 +477,18 @@ def __getattr__(name):
 
         return getattr(special, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+# Transcendentals are sequences of vector ops; the rest is one op per element.
+_TRANSCENDENTAL = {
+    "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt",
+    "cbrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+    "tanh", "asinh", "acosh", "atanh", "logistic", "angle", "pow", "atan2",
+    "hypot", "logaddexp", "logaddexp2", "gcd", "lcm", "nextafter",
+}
+for _p in [v for k, v in globals().items() if k.endswith("_p") and isinstance(v, Primitive)]:
+    _p.cost = _cost.transcendental if _p.name in _TRANSCENDENTAL else _cost.elementwise(1)
+del _p

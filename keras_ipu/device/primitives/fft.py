@@ -168,3 +168,19 @@ def _fft_grad(cts, inputs, outputs, *, fft_type, fft_lengths):
 
 
 fft_p.grad = _fft_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+
+def _fft_flops(ins, outs, *, fft_type, fft_lengths):
+    # Cooley-Tukey: 5 N log2 N real FLOPs per complex transform of N points.
+    n = 1
+    for length in fft_lengths:
+        n *= length
+    transforms = max(_cost.size(outs[0]), _cost.size(ins[0])) // max(n, 1)
+    return 5 * n * _cost.log2(n) * max(transforms, 1)
+
+
+fft_p.cost = _cost.per_output("fft", _fft_flops)

@@ -432,3 +432,14 @@ dynamic_slice_p.grad = _dynamic_slice_grad
 dynamic_update_slice_p.grad = _dynamic_update_slice_grad
 gather_p.grad = _gather_grad
 scatter_p.grad = _scatter_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+slice_p.cost = _cost.copy
+dynamic_slice_p.cost = _cost.copy
+# In-place updates write (and, for a scatter-add, combine) the update only.
+dynamic_update_slice_p.cost = _cost.update(1)
+gather_p.cost = _cost.copy
+scatter_p.cost = _cost.update(2)

@@ -634,3 +634,46 @@ def _lu_grad(cts, inputs, outputs):
 
 svd_p.grad = _svd_grad
 lu_p.grad = _lu_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+
+def _matrices(aval):
+    """(batch count, rows, cols) of a stack of matrices."""
+    m, n = (aval.shape[-2] or 0), (aval.shape[-1] or 0)
+    return (_cost.size(aval) // (m * n) if m * n else 0), m, n
+
+
+def _flops(per_matrix):
+    # FLOP counts of the standard dense algorithms (Golub & Van Loan, Matrix
+    # Computations, table of operation counts), per matrix, times the batch.
+    def rule(ins, outs, **params):
+        b, m, n = _matrices(ins[0])
+        return b * per_matrix(m, n, ins, **params)
+
+    return _cost.per_output("linalg", rule)
+
+
+cholesky_p.cost = _flops(lambda m, n, ins, **p: n**3 / 3)
+qr_p.cost = _flops(lambda m, n, ins, **p: 2 * m * n * n - 2 * min(m, n) ** 3 / 3)
+svd_p.cost = _flops(
+    lambda m, n, ins, *, full_matrices, compute_uv: (
+        4 * m * m * n + 8 * m * n * n + 9 * n**3 if compute_uv
+        else 4 * m * n * n - 4 * n**3 / 3
+    )
+)
+eigh_p.cost = _flops(lambda m, n, ins, **p: 9 * n**3)
+eig_p.cost = _flops(lambda m, n, ins, **p: 25 * n**3)
+lu_p.cost = _flops(lambda m, n, ins, **p: m * n * n - n**3 / 3)
+
+
+def _triangular_solve_flops(ins, outs, *, left_side, **params):
+    # One multiply-add per (triangle entry x right-hand side).
+    b, m, _ = _matrices(ins[0])
+    rhs = _cost.size(ins[1]) // max(b * m, 1)
+    return b * m * m * rhs
+
+
+triangular_solve_p.cost = _cost.per_output("linalg", _triangular_solve_flops)

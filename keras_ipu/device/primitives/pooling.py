@@ -220,3 +220,17 @@ def _reduce_window_grad(cts, inputs, outputs, *, op, window_dimensions,
 
 
 reduce_window_p.grad = _reduce_window_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+
+def _reduce_window_flops(ins, outs, *, window_dimensions, **params):
+    window = 1
+    for w in window_dimensions:
+        window *= w
+    return _cost.size(outs[0]) * window
+
+
+reduce_window_p.cost = _cost.per_output("reduce", _reduce_window_flops)

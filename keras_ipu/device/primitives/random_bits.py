@@ -152,3 +152,16 @@ def random_bits(key, shape, bit_width=32, stream=0):
         if builder is not None:
             return random_bits_p.bind_traced(builder, key, **params)
     return random_bits_p.bind(key, **params)
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+from keras_ipu.device.simulator import cost_model as _cost_model  # noqa: E402
+
+
+def _random_bits_cost(ins, outs, *, shape, bit_width, stream=0):
+    words = -(-_cost.size(outs[0]) * bit_width // 32)
+    return _cost.make(ins, outs, "random", words * _cost_model.RANDOM_FLOPS_PER_32_BITS)
+
+
+random_bits_p.cost = _random_bits_cost

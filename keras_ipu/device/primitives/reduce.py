@@ -170,3 +170,15 @@ bincount_p = Primitive(
         "differentiated"
     ),
 )
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+for _p in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, reduce_and_p,
+           reduce_or_p, bincount_p):
+    _p.cost = _cost.reduction(1)
+# Compare and select the index: two ops per element.
+argmax_p.cost = _cost.reduction(2)
+argmin_p.cost = _cost.reduction(2)
+del _p

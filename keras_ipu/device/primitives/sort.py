@@ -175,3 +175,28 @@ def _top_k_grad(cts, inputs, outputs, *, k, index_dtype=np.dtype(np.int32)):
 
 sort_p.grad = _sort_grad
 top_k_p.grad = _top_k_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+
+def _sort_flops(ins, outs, *, dimension, **params):
+    # A comparison sort: n log2 n compare-exchanges per sorted row, per operand.
+    n = ins[0].shape[dimension] or 0
+    return sum(_cost.size(a) for a in ins) * _cost.log2(n)
+
+
+def _top_k_flops(ins, outs, *, k, **params):
+    n = ins[0].shape[-1] or 0
+    return _cost.size(ins[0]) * _cost.log2(min(k, n) if n else k)
+
+
+def _searchsorted_flops(ins, outs, **params):
+    # A binary search per value.
+    return _cost.size(ins[1]) * _cost.log2(ins[0].shape[-1] or 0)
+
+
+sort_p.cost = _cost.per_output("sort", _sort_flops)
+top_k_p.cost = _cost.per_output("sort", _top_k_flops)
+searchsorted_p.cost = _cost.per_output("sort", _searchsorted_flops)

@@ -153,3 +153,12 @@ i0e_p.grad = ew.unary_grad(
     lambda x, y: _sub(i1e_p.bind(x), _mul(ew.sign_p.bind(x), y)))
 i1_p.grad = ew.unary_grad(_i1_deriv)
 i1e_p.grad = ew.unary_grad(_i1e_deriv)
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+for _p in (erf_p, erfc_p, erfinv_p, lgamma_p, digamma_p, i0_p, i0e_p, i1_p,
+           i1e_p, igamma_p, igammac_p, betainc_p):
+    _p.cost = _cost.transcendental
+del _p

@@ -286,3 +286,17 @@ broadcast_to_p.grad = _broadcast_grad
 concatenate_p.grad = _concatenate_grad
 pad_p.grad = _pad_grad
 rev_p.grad = _rev_grad
+
+
+# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
+from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
+
+# A reshape is a re-labelling of the same bytes in Poplar; the others write a
+# rearranged copy.
+reshape_p.cost = _cost.view
+transpose_p.cost = _cost.copy
+broadcast_to_p.cost = _cost.copy
+concatenate_p.cost = _cost.copy
+pad_p.cost = _cost.copy
+rev_p.cost = _cost.copy
+iota_p.cost = _cost.elementwise(1)

@@ -1,0 +1,235 @@
+"""The IPU cost model: every constant and formula the cycle and memory
+predictions use, each with its source.
+
+Sources, as cited below:
+  [DESIGN]  the "IPU facts the simulator starts from" table of
+            shared/DESIGN.md (tiles, SRAM, clock, MACs per tile per cycle,
+            4 B per tile per cycle of exchange, PCIe, IPU-Links, BSP sync);
+            the numbers themselves live in simulator/targets.py.
+  [POPUTIL] Graphcore's poplibs, poputil/TileMapping.cpp:
+            mapTensorLinearly's defaults (grain = the target's vector width,
+            at least 128 bytes per tile).
+  [TILE]    Graphcore's IPU Programmer's Guide: a tile's 64-bit data path
+            (f32v2 / f16v4 vector instructions), six hardware worker threads.
+  [PCIE]    the PCI Express specification: Gen4 x16 moves about 32 GB/s in
+            each direction (the 64 GB/s of [DESIGN] counts both directions).
+  assumption: a figure chosen here, not published; calibrate it against
+            the anchors of [DESIGN] (ResNet-50 and BERT-Large on Bow Pod16).
+
+Nothing in this module knows about the IR: it works on cost records
+(keras_ipu/device/primitives/cost_util.Cost) and byte counts.
+"""
+
+import math
+
+import numpy as np
+
+from keras_ipu.device.simulator import targets
+
+# -- tile mapping [POPUTIL] --------------------------------------------------
+# mapTensorLinearly(graph, t): grainSize = target.getVectorWidth(type), i.e.
+# the 64-bit data path divided by the element size: 8 bytes of any type.
+DATA_PATH_BYTES = 8
+# ... and minElementsPerTile = ceil(128 bytes / element size).
+MIN_BYTES_PER_TILE = 128
+
+# -- compute [DESIGN], [TILE] ------------------------------------------------
+# Non-MAC arithmetic runs on the 64-bit vector unit: 2 float32 or 4 float16
+# lanes per cycle [TILE]. Integer/bool ops are counted at the float32 rate.
+VECTOR_BYTES_PER_TILE_PER_CYCLE = DATA_PATH_BYTES
+# Fraction of the peak MAC rate [DESIGN] a matmul/convolution plan reaches on
+# the tiles it uses (operand layout, partial sums, worker scheduling): an
+# assumption. End-to-end anchors of [DESIGN] are ~18-23% of peak for whole
+# training steps; the matmuls themselves run well above that.
+MATMUL_EFFICIENCY = 0.5  # assumption
+# Cycles to launch one compute set on a tile (supervisor starting the worker
+# vertices, loop setup): an assumption.
+VERTEX_OVERHEAD_CYCLES = 50  # assumption
+# Vector FLOPs one transcendental (exp, log, tanh, erf, ...) costs per element
+# (polynomial/Newton sequences on the vector unit): an assumption.
+TRANSCENDENTAL_FLOPS = 8  # assumption
+# Vector FLOPs to produce 32 random bits (the tile's hardware PRNG makes 64
+# bits per cycle; conversion to the output type dominates): an assumption.
+RANDOM_FLOPS_PER_32_BITS = 2  # assumption
+
+# -- exchange and sync [DESIGN] ----------------------------------------------
+EXCHANGE_BYTES_PER_TILE_PER_CYCLE = 4  # [DESIGN] (also targets.*.exchange_...)
+SYNC_CYCLES = targets.SYNC_CYCLES  # [DESIGN]: "a few hundred cycles"; 300 taken
+# Fraction of an op's input bytes that crosses the exchange, by cost kind:
+# elementwise ops are mapped like their operands (no exchange), matmul/conv
+# plans redistribute their operands to the tiles of the plan. Data
+# rearrangements ("copy") move every byte they write instead (see
+# exchange_bytes). An assumption about Poplar's planners.
+EXCHANGE_FRACTION = {  # assumption
+    "elementwise": 0.0,
+    "view": 0.0,
+    "copy": 0.0,  # + bytes_out
+    "matmul": 1.0,
+    "reduce": 0.0,  # partial results are exchanged: see exchange_bytes()
+    "sort": 1.0,
+    "linalg": 1.0,
+    "fft": 1.0,
+    "random": 0.0,
+    "host": 1.0,
+}
+
+# -- while loops --------------------------------------------------------------
+# A while_loop's trip count is only known at run time; the cost model counts
+# its body this many times (and its condition once more). An assumption:
+# the real count is printed by nothing before the run.
+WHILE_LOOP_ASSUMED_TRIPS = 1  # assumption
+
+# -- host and inter-IPU links [DESIGN], [PCIE] ---------------------------------
+# One direction of the host link: half the two-way figure of [DESIGN] [PCIE].
+HOST_LINK_DIRECTIONS = 2
+# ipu1's row of [DESIGN] gives no PCIe figure: PCIe Gen3 x16, ~16 GB/s per
+# direction, for the C2 card (assumption).
+FALLBACK_HOST_BYTES_PER_S_PER_DIRECTION = 16e9  # assumption
+# Latency of one host transfer (DMA set-up and the host sync): an assumption.
+HOST_TRANSFER_LATENCY_S = 5e-6  # assumption
+
+# -- code memory ---------------------------------------------------------------
+# Code and exchange descriptors per program step on every tile, and the fixed
+# control program per tile: assumptions (Poplar reports code of a few tens of
+# KiB per tile for typical models).
+CODE_BYTES_PER_STEP_PER_TILE = 64  # assumption
+CONTROL_CODE_BYTES_PER_TILE = 8 * 1024  # assumption
+
+
+def _dtype(dtype):
+    return np.dtype("float32") if dtype is None else np.dtype(dtype)
+
+
+def is_half(dtype):
+    d = _dtype(dtype)
+    return d.itemsize == 2 and d.kind in "fV"  # float16 or bfloat16
+
+
+def macs_per_tile_per_cycle(target, dtype):
+    """[DESIGN]: fp16 (and bfloat16) vs fp32 MAC rate of one tile."""
+    if is_half(dtype):
+        return target.fp16_macs_per_tile_per_cycle
+    return target.fp32_macs_per_tile_per_cycle
+
+
+def vector_flops_per_tile_per_cycle(dtype):
+    """[TILE]: lanes of the 64-bit vector unit (f16v4, f32v2); at least one."""
+    itemsize = min(_dtype(dtype).itemsize, 4)
+    return max(1, VECTOR_BYTES_PER_TILE_PER_CYCLE // max(itemsize, 2))
+
+
+def linear_mapping(nbytes, itemsize, tiles):
+    """[POPUTIL] mapTensorLinearly: (tiles used, bytes on the fullest tile).
+
+    The tensor is cut into grains of DATA_PATH_BYTES, each tile takes
+    max(ceil(grains / tiles), ceil(min bytes / grain)) grains, from tile 0 up
+    (so tile 0 always holds the largest share).
+    """
+    if not nbytes:
+        return 0, 0
+    grain = max(DATA_PATH_BYTES, int(itemsize))
+    grains = math.ceil(nbytes / grain)
+    per_tile = max(math.ceil(grains / tiles), math.ceil(MIN_BYTES_PER_TILE / grain))
+    used = math.ceil(grains / per_tile)
+    return used, min(nbytes, per_tile * grain)
+
+
+def tiles_used(nbytes, itemsize, tiles):
+    return linear_mapping(nbytes, itemsize, tiles)[0]
+
+
+def work_tiles(cost, target):
+    """Tiles an op computes on: those its output spreads over [POPUTIL]; for
+    matmuls and reductions the larger of output and input spread (Poplar's
+    matmul plans split the contraction, reductions run where the input is)."""
+    itemsize = _dtype(cost.dtype).itemsize
+    tiles = target.tiles_per_ipu
+    out = tiles_used(cost.bytes_out, itemsize, tiles)
+    if cost.kind in ("matmul", "reduce"):
+        out = max(out, tiles_used(cost.bytes_in, itemsize, tiles))
+    return max(1, out)
+
+
+def compute_cycles(cost, target, tiles=None):
+    """Cycles of the compute phase on the busiest tile.
+
+    matmul kind: macs / (tiles x MACs per tile per cycle [DESIGN] x
+    MATMUL_EFFICIENCY); others: flops / (tiles x vector lanes [TILE]);
+    plus VERTEX_OVERHEAD_CYCLES when there is any work.
+    """
+    if not cost.flops and not cost.macs:
+        return 0
+    tiles = work_tiles(cost, target) if tiles is None else tiles
+    if cost.macs:
+        rate = macs_per_tile_per_cycle(target, cost.dtype) * MATMUL_EFFICIENCY
+        cycles = math.ceil(cost.macs / (tiles * rate))
+        extra = max(0, cost.flops - 2 * cost.macs)  # epilogue vector work
+    else:
+        cycles, extra = 0, cost.flops
+    if extra:
+        cycles += math.ceil(extra / (tiles * vector_flops_per_tile_per_cycle(cost.dtype)))
+    return cycles + VERTEX_OVERHEAD_CYCLES
+
+
+def exchange_bytes(cost, target, tiles=None):
+    """Bytes an op moves over the exchange (EXCHANGE_FRACTION, an assumption);
+    a copy moves what it writes; a reduction exchanges one partial result
+    per tile it runs on."""
+    moved = cost.bytes_in * EXCHANGE_FRACTION.get(cost.kind, 1.0)
+    if cost.kind == "copy":
+        moved += cost.bytes_out
+    if cost.kind == "reduce":
+        tiles = work_tiles(cost, target) if tiles is None else tiles
+        moved += min(cost.bytes_in, tiles * cost.bytes_out) if tiles > 1 else 0
+    return int(moved)
+
+
+def exchange_cycles(nbytes, tiles, target=None):
+    """[DESIGN]: each tile receives 4 bytes per cycle; `nbytes` spread over
+    `tiles` receivers."""
+    if not nbytes:
+        return 0
+    rate = EXCHANGE_BYTES_PER_TILE_PER_CYCLE
+    if target is not None:
+        rate = target.exchange_bytes_per_tile_per_cycle
+    return math.ceil(nbytes / (max(1, tiles) * rate))
+
+
+def sync_cycles(n_steps=1):
+    """[DESIGN]: one sync per bulk-synchronous step."""
+    return SYNC_CYCLES * n_steps
+
+
+def host_bytes_per_s(target):
+    """One direction of the host link ([DESIGN] two-way figure / 2 [PCIE])."""
+    if target.host_link_bytes_per_s:
+        return target.host_link_bytes_per_s / HOST_LINK_DIRECTIONS
+    return FALLBACK_HOST_BYTES_PER_S_PER_DIRECTION
+
+
+def host_transfer_seconds(nbytes, target):
+    """Infeed/outfeed time over PCIe: latency + bytes / one-way bandwidth."""
+    if not nbytes:
+        return 0.0
+    return HOST_TRANSFER_LATENCY_S + nbytes / host_bytes_per_s(target)
+
+
+def ipu_link_seconds(nbytes, target):
+    """Inter-IPU copy over IPU-Links [DESIGN] (all links of one IPU)."""
+    if not nbytes:
+        return 0.0
+    if not target.ipu_link_bytes_per_s:
+        raise ValueError(
+            f"{target.name} has no IPU-Link bandwidth in the target table: "
+            "inter-IPU copies cannot be costed on it."
+        )
+    return nbytes / target.ipu_link_bytes_per_s
+
+
+def code_bytes_per_tile(n_steps):
+    """Code estimate per tile (assumption: fixed control + per step)."""
+    return CONTROL_CODE_BYTES_PER_TILE + CODE_BYTES_PER_STEP_PER_TILE * n_steps
+
+
+def cycles_to_seconds(cycles, target):
+    return cycles / target.clock_hz

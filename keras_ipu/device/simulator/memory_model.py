@@ -1,0 +1,292 @@
+"""The IPU memory model of a single-IPU program: always-live and
+not-always-live bytes, per IPU and per tile, and the out-of-memory error.
+
+Every tensor is mapped linearly over the tiles with Poplar's default grain
+(cost_model.linear_mapping: 8-byte grains, at least 128 bytes per tile,
+from tile 0 up [POPUTIL]). Tile 0 then holds the largest share of every
+tensor, so it is the fullest tile: the model reports it.
+
+Always live: the program's inputs (weights, optimizer state and the stream
+buffers of the data fed in), its constants, and the code estimate.
+Not always live: the values made by the program's steps, from their step
+to their last use (graph outputs to the end); the peak over the schedule.
+"""
+
+import dataclasses
+
+from keras_ipu.device.ir import Graph
+from keras_ipu.device.ir import Literal
+from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import targets as _targets
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One program step, from a Graph node or an Executable record."""
+
+    primitive: object
+    params: dict
+    inputs: tuple  # keys of the values read
+    outputs: tuple  # keys of the values made
+    in_avals: tuple
+    out_avals: tuple
+    source: object = None  # the Keras layer path, when the trace knew it
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    steps: tuple
+    inputs: tuple  # (key, aval)
+    constants: tuple  # (key, aval)
+    outputs: tuple  # keys
+
+
+def program_of(obj):
+    """The step list of a Graph or of a compiled Executable."""
+    if isinstance(obj, Program):
+        return obj
+    if isinstance(obj, Graph):
+        return _from_graph(obj)
+    if hasattr(obj, "records") and hasattr(obj, "input_slots"):
+        return _from_executable(obj)
+    raise TypeError(
+        f"Cannot cost {type(obj).__name__}: pass a keras_ipu Graph or an "
+        "Executable (keras_ipu.device.compiler.compile_graph(graph))."
+    )
+
+
+def _from_graph(graph):
+    consts = {}
+
+    def key(v):
+        if type(v) is Literal:
+            k = ("const", id(v.value))
+            consts.setdefault(k, v.aval)
+            return k
+        return v
+
+    steps = tuple(
+        Step(n.primitive, n.params, tuple(map(key, n.inputs)),
+             tuple(n.outputs), tuple(v.aval for v in n.inputs),
+             tuple(v.aval for v in n.outputs), n.source)
+        for n in graph.nodes
+    )
+    outputs = tuple(map(key, graph.outputs))
+    return Program(steps, tuple((v, v.aval) for v in graph.inputs),
+                   tuple(consts.items()), outputs)
+
+
+def _from_executable(exe):
+    from keras_ipu.device.ir import ShapedArray
+
+    sources = getattr(exe, "sources", None) or (None,) * len(exe.records)
+    steps = tuple(
+        Step(prim, params, ins, outs, in_avals, out_avals, source)
+        for (prim, params, ins, outs, _frees, in_avals, out_avals), source in zip(
+            exe.records, sources
+        )
+    )
+    inputs = tuple(zip(exe.input_slots, exe.in_avals))
+    constants = tuple(
+        (s, ShapedArray(c.shape, c.dtype)) for s, c in exe.constants.items()
+    )
+    return Program(steps, inputs, constants, tuple(exe.output_slots))
+
+
+def _nbytes(aval):
+    return aval.nbytes or 0
+
+
+def tile_bytes(aval, tiles):
+    """Bytes of `aval` on its fullest tile (tile 0) under linear mapping."""
+    return cost_model.linear_mapping(_nbytes(aval), aval.dtype.itemsize, tiles)[1]
+
+
+@dataclasses.dataclass
+class LiveTensor:
+    nbytes: int
+    aval: object
+    made_by: str  # Keras layer path, else the primitive (and step)
+
+    def describe(self):
+        return f"{self.aval.short():<20} {_fmt_bytes(self.nbytes):>11}  {self.made_by}"
+
+
+@dataclasses.dataclass
+class MemoryReport:
+    target: object
+    ipu: int
+    tiles: int
+    always_live_bytes: int  # per IPU
+    input_bytes: int
+    constant_bytes: int
+    code_bytes: int  # per IPU
+    not_always_live_bytes: int  # peak, per IPU
+    peak_step: int  # index of the step at the peak (-1: before the first)
+    peak_step_name: str
+    tile: int  # the fullest tile
+    tile_bytes: int  # its peak bytes (always + not-always live)
+    tile_always_live_bytes: int
+    largest_live: list  # LiveTensor, largest first, at the tile peak
+
+    @property
+    def total_bytes(self):
+        return self.always_live_bytes + self.not_always_live_bytes
+
+    @property
+    def tile_capacity(self):
+        return self.target.sram_bytes_per_tile
+
+    @property
+    def fits(self):
+        return self.tile_bytes <= self.tile_capacity
+
+    def __str__(self):
+        t = self.target
+        lines = [
+            f"Memory report: IPU {self.ipu} ({t.name}, {self.tiles} tiles x "
+            f"{_fmt_bytes(t.sram_bytes_per_tile)})",
+            f"  always live:      {_fmt_bytes(self.always_live_bytes):>11}  "
+            f"(inputs {_fmt_bytes(self.input_bytes)}, constants "
+            f"{_fmt_bytes(self.constant_bytes)}, code {_fmt_bytes(self.code_bytes)})",
+            f"  not always live:  {_fmt_bytes(self.not_always_live_bytes):>11}  "
+            f"(peak at step {self.peak_step}: {self.peak_step_name})",
+            f"  total:            {_fmt_bytes(self.total_bytes):>11}  of "
+            f"{_fmt_bytes(t.sram_bytes_per_tile * self.tiles)}",
+            f"  fullest tile:     tile {self.tile}, {_fmt_bytes(self.tile_bytes)} of "
+            f"{_fmt_bytes(t.sram_bytes_per_tile)} "
+            f"({100.0 * self.tile_bytes / t.sram_bytes_per_tile:.1f}%)",
+        ]
+        if self.largest_live:
+            lines.append("  largest live tensors at the peak:")
+            lines.extend("    " + x.describe() for x in self.largest_live)
+        return "\n".join(lines)
+
+
+class IPUOutOfMemoryError(RuntimeError):
+    """A program does not fit in the memory of a tile. `.report` holds the
+    MemoryReport (written even so, as Poplar's IPU Model does)."""
+
+    def __init__(self, report):
+        self.report = report
+        r = report
+        over = r.tile_bytes - r.tile_capacity
+        tensors = "\n".join("    " + x.describe() for x in r.largest_live) or "    (none)"
+        super().__init__(
+            f"Out of memory on IPU {r.ipu}, tile {r.tile}: it needs "
+            f"{_fmt_bytes(r.tile_bytes)} but an {r.target.name} tile has "
+            f"{_fmt_bytes(r.tile_capacity)} ({_fmt_bytes(over)} over). "
+            f"Peak liveness at program step {r.peak_step} ({r.peak_step_name}); "
+            f"always live {_fmt_bytes(r.always_live_bytes)}, not always live "
+            f"{_fmt_bytes(r.not_always_live_bytes)} on the IPU.\n"
+            f"  Largest live tensors:\n{tensors}\n"
+            "  To fit: use a smaller batch size; enable recomputation "
+            "(IPUConfig / pipelining recomputation_mode, RecomputationCheckpoint); "
+            "pipeline the model over more IPUs (set_pipeline_stage_assignment); "
+            "lower availableMemoryProportion for matmuls and convolutions "
+            "(IPUConfig.matmuls.poplar_options / convolutions.poplar_options)."
+        )
+
+
+def _made_by(step, index):
+    if step is None:
+        return "program input"
+    if step.source:
+        return f"{step.source} ({step.primitive.name}, step {index})"
+    return f"{step.primitive.name} (step {index})"
+
+
+def analyze_memory(obj, target=None, ipu=0, top=5):
+    """The MemoryReport of a Graph or Executable on one IPU of `target`
+    (an IPUTarget or its name; default: the current system's)."""
+    target = resolve_target(target)
+    program = program_of(obj)
+    tiles = target.tiles_per_ipu
+    steps = program.steps
+    end = len(steps)
+
+    input_bytes = sum(_nbytes(a) for _, a in program.inputs)
+    constant_bytes = sum(_nbytes(a) for _, a in program.constants)
+    code_tile = cost_model.code_bytes_per_tile(end)
+    always_tile = code_tile
+    for _, aval in program.inputs + program.constants:
+        always_tile += tile_bytes(aval, tiles)
+
+    # Last use of every value made by a step (outputs live to the end).
+    last = {}
+    for i, st in enumerate(steps):
+        for k in st.inputs:
+            last[k] = i
+        for k in st.outputs:
+            last.setdefault(k, i)
+    for k in program.outputs:
+        last[k] = end
+    dying = {}
+    for k, i in last.items():
+        dying.setdefault(i, []).append(k)
+
+    made = {}  # key -> (aval, step index)
+    live = set()
+    ipu_live = tile_live = 0
+    peak_ipu = peak_tile = 0
+    peak_at, peak_set = -1, set()
+    for i, st in enumerate(steps):
+        for k, aval in zip(st.outputs, st.out_avals):
+            made[k] = (aval, i)
+            live.add(k)
+            ipu_live += _nbytes(aval)
+            tile_live += tile_bytes(aval, tiles)
+        peak_ipu = max(peak_ipu, ipu_live)
+        if tile_live > peak_tile:
+            peak_tile, peak_at, peak_set = tile_live, i, set(live)
+        for k in dying.get(i, ()):
+            if k in live:
+                live.discard(k)
+                aval = made[k][0]
+                ipu_live -= _nbytes(aval)
+                tile_live -= tile_bytes(aval, tiles)
+
+    candidates = [
+        LiveTensor(_nbytes(made[k][0]), made[k][0],
+                   _made_by(steps[made[k][1]], made[k][1]))
+        for k in peak_set
+    ] + [LiveTensor(_nbytes(a), a, "program input") for _, a in program.inputs]
+    candidates.sort(key=lambda x: -x.nbytes)
+    peak_name = steps[peak_at].primitive.name if peak_at >= 0 else "program start"
+    if peak_at >= 0 and steps[peak_at].source:
+        peak_name = f"{peak_name} in {steps[peak_at].source}"
+    code_ipu = code_tile * tiles
+    return MemoryReport(
+        target=target, ipu=ipu, tiles=tiles,
+        always_live_bytes=input_bytes + constant_bytes + code_ipu,
+        input_bytes=input_bytes, constant_bytes=constant_bytes, code_bytes=code_ipu,
+        not_always_live_bytes=peak_ipu, peak_step=peak_at, peak_step_name=peak_name,
+        tile=0, tile_bytes=always_tile + peak_tile, tile_always_live_bytes=always_tile,
+        largest_live=candidates[:top],
+    )
+
+
+def check_memory(obj, target=None, ipu=0):
+    """analyze_memory, raising IPUOutOfMemoryError when a tile overflows."""
+    report = analyze_memory(obj, target, ipu)
+    if not report.fits:
+        raise IPUOutOfMemoryError(report)
+    return report
+
+
+def resolve_target(target):
+    if target is None:
+        from keras_ipu.device.simulator.system import current_system
+
+        return current_system().target
+    if isinstance(target, str):
+        return _targets.get_target(target)
+    return target
+
+
+def _fmt_bytes(n):
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024

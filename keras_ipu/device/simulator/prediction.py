@@ -1,0 +1,207 @@
+"""Predicted cycles, step time and throughput of a single-IPU program.
+
+`predict_costs(executable_or_graph, target=...)` walks the program's steps
+in order; each step is one bulk-synchronous superstep: compute, one sync,
+exchange (cost_model, where every constant and formula lives). Control flow
+costs its sub-graphs (a scan `length` times, a cond its costliest branch).
+Host transfers (inputs in, outputs out, over PCIe) add to the step time.
+With TF_POPLAR_FLAGS=--log_cycle_count=N the prediction is logged.
+"""
+
+import dataclasses
+import logging
+
+from keras_ipu.device.primitives import cost_util
+from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import memory_model
+
+logger = logging.getLogger("keras_ipu.cycles")
+
+
+# -- the fused kernels of the compiler ------------------------------------------
+@dataclasses.dataclass
+class StepCost:
+    index: int
+    name: str
+    kind: str
+    source: object
+    tiles: int
+    flops: int
+    macs: int
+    compute: int
+    exchange: int
+    sync: int
+
+    @property
+    def cycles(self):
+        return self.compute + self.exchange + self.sync
+
+
+def _cycles(cost, target):
+    """(compute, exchange, sync, tiles) cycles of one cost record."""
+    if cost.parts:
+        subs = []
+        for repeat, costs in cost.parts:
+            c = e = s = 0
+            for sub in costs:
+                sc, se, ss, _ = _cycles(sub, target)
+                c, e, s = c + sc, e + se, s + ss
+            subs.append((repeat * c, repeat * e, repeat * s))
+        if cost.combine == "max":
+            c, e, s = max(subs, key=sum) if subs else (0, 0, 0)
+        else:
+            c, e, s = (sum(x[i] for x in subs) for i in range(3))
+        return c, e, s, 0
+    if cost.kind == "view":
+        return 0, 0, 0, 0
+    tiles = cost_model.work_tiles(cost, target)
+    compute = cost_model.compute_cycles(cost, target, tiles)
+    moved = cost_model.exchange_bytes(cost, target, tiles)
+    exchange = cost_model.exchange_cycles(moved, tiles, target)
+    return compute, exchange, cost_model.sync_cycles(1), tiles
+
+
+@dataclasses.dataclass
+class Prediction:
+    target: object
+    steps: list  # StepCost per program step
+    compute_cycles: int
+    exchange_cycles: int
+    sync_cycles: int
+    cycles: int  # of one run of the program
+    steps_per_run: int  # training steps one run performs (the device loop)
+    host_bytes_in: int
+    host_bytes_out: int
+    host_seconds: float
+    batch_size: object  # samples per step, or None
+    memory: object  # MemoryReport
+
+    @property
+    def cycles_per_step(self):
+        return self.cycles / self.steps_per_run
+
+    @property
+    def device_seconds(self):
+        return cost_model.cycles_to_seconds(self.cycles, self.target)
+
+    @property
+    def step_seconds(self):
+        return (self.device_seconds + self.host_seconds) / self.steps_per_run
+
+    @property
+    def samples_per_second(self):
+        if not self.batch_size or not self.step_seconds:
+            return None
+        return self.batch_size / self.step_seconds
+
+    def summary(self):
+        sps = self.samples_per_second
+        return (
+            f"{self.target.name}: {self.cycles_per_step:,.0f} cycles per step "
+            f"(compute {self.compute_cycles:,}, exchange {self.exchange_cycles:,}, "
+            f"sync {self.sync_cycles:,} per run), "
+            f"{self.step_seconds * 1e6:,.1f} us per step"
+            + (f", {sps:,.1f} samples/s" if sps is not None else "")
+        )
+
+    def __str__(self, top=15):
+        t = self.target
+        head = (f"{'step':>5}  {'op':<22} {'kind':<11} {'tiles':>5} {'compute':>11} "
+                f"{'exchange':>10} {'sync':>7} {'cycles':>11}  source")
+        lines = [
+            f"Cycle prediction on {t.name} ({t.product}, {t.tiles_per_ipu} tiles, "
+            f"{t.clock_hz / 1e9:g} GHz)",
+            head,
+        ]
+        shown = sorted(self.steps, key=lambda s: -s.cycles)[:top]
+        for s in sorted(shown, key=lambda s: s.index):
+            lines.append(
+                f"{s.index:>5}  {s.name[:22]:<22} {s.kind:<11} {s.tiles:>5} "
+                f"{s.compute:>11,} {s.exchange:>10,} {s.sync:>7,} {s.cycles:>11,}  "
+                f"{s.source or ''}"
+            )
+        if len(self.steps) > len(shown):
+            lines.append(f"       ... {len(self.steps) - len(shown)} cheaper steps not shown")
+        lines += [
+            f"{'total':>5}  {'':<22} {'':<11} {'':>5} {self.compute_cycles:>11,} "
+            f"{self.exchange_cycles:>10,} {self.sync_cycles:>7,} {self.cycles:>11,}",
+            f"  device time {self.device_seconds * 1e6:,.2f} us per run, host "
+            f"transfers {self.host_seconds * 1e6:,.2f} us ({self.host_bytes_in:,} B in, "
+            f"{self.host_bytes_out:,} B out)",
+            "  " + self.summary(),
+        ]
+        if self.memory is not None:
+            m = self.memory
+            lines.append(
+                f"  memory: {memory_model._fmt_bytes(m.total_bytes)} on the IPU, "
+                f"fullest tile {m.tile} at {memory_model._fmt_bytes(m.tile_bytes)} of "
+                f"{memory_model._fmt_bytes(m.tile_capacity)}"
+            )
+        return "\n".join(lines)
+
+
+def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
+                  resident_inputs=(), check_memory=False, log=None):
+    """The Prediction of a Graph or Executable on `target` (IPUTarget or
+    name; default: the configured system's).
+
+    batch_size: samples per step (for samples/s). steps_per_run: training
+    steps one run of the program performs. resident_inputs: indices of
+    inputs that stay on the IPU between runs (weights): not sent over PCIe.
+    check_memory: raise IPUOutOfMemoryError when a tile overflows. log:
+    log the summary (default: when --log_cycle_count is set).
+    """
+    target = memory_model.resolve_target(target)
+    program = memory_model.program_of(obj)
+    steps = []
+    for i, st in enumerate(program.steps):
+        cost = st.primitive.cost
+        if cost is None:
+            raise LookupError(
+                f"Primitive {st.primitive.name!r} has no cost rule: assign "
+                f"`{st.primitive.name}_p.cost` in its primitive module."
+            )
+        record = cost(st.in_avals, st.out_avals, **st.params)
+        compute, exchange, sync, tiles = _cycles(record, target)
+        flops, macs = cost_util.totals([record])
+        steps.append(StepCost(i, st.primitive.name, record.kind, st.source, tiles,
+                              flops, macs, compute, exchange, sync))
+    resident = set(resident_inputs)
+    bytes_in = sum(a.nbytes or 0 for j, (_, a) in enumerate(program.inputs)
+                   if j not in resident)
+    out_avals = _output_avals(program)
+    bytes_out = sum(a.nbytes or 0 for a in out_avals)
+    host = (cost_model.host_transfer_seconds(bytes_in, target)
+            + cost_model.host_transfer_seconds(bytes_out, target))
+    memory = (memory_model.check_memory if check_memory
+              else memory_model.analyze_memory)(program, target)
+    compute = sum(s.compute for s in steps)
+    exchange = sum(s.exchange for s in steps)
+    sync = sum(s.sync for s in steps)
+    pred = Prediction(
+        target=target, steps=steps, compute_cycles=compute,
+        exchange_cycles=exchange, sync_cycles=sync,
+        cycles=compute + exchange + sync, steps_per_run=max(1, int(steps_per_run)),
+        host_bytes_in=bytes_in, host_bytes_out=bytes_out, host_seconds=host,
+        batch_size=batch_size, memory=memory,
+    )
+    if log is None:
+        log = _log_cycle_count_flag() >= 0
+    if log:
+        logger.info("Predicted cycles: %s", pred.summary())
+    return pred
+
+
+def _output_avals(program):
+    avals = {k: a for k, a in program.inputs + program.constants}
+    for st in program.steps:
+        avals.update(zip(st.outputs, st.out_avals))
+    return [avals[k] for k in program.outputs if k in avals]
+
+
+def _log_cycle_count_flag():
+    from keras_ipu.device.simulator import system
+
+    current = system._current  # never create a system just to read a flag
+    flags = getattr(current, "flags", None)
+    return getattr(flags, "log_cycle_count", -1)

@@ -1,0 +1,33 @@
+"""Hand-built graphs for the simulator's cost and memory tests."""
+
+from keras_ipu.device.ir import Graph
+from keras_ipu.device.ir import Node
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.ir import Var
+from keras_ipu.device.primitives import REGISTRY
+
+
+def aval(shape, dtype="float32"):
+    return ShapedArray(shape, dtype)
+
+
+class Builder:
+    def __init__(self, graph):
+        self.graph = graph
+
+    def op(self, name, *operands, source=None, **params):
+        prim = REGISTRY[name]
+        avals = prim.abstract_eval(*(o.aval for o in operands), **params)
+        if not prim.multiple_results:
+            avals = (avals,)
+        outs = [Var(a) for a in avals]
+        self.graph.nodes.append(Node(prim, list(operands), params, outs, source))
+        return outs if prim.multiple_results else outs[0]
+
+
+def build(in_avals, body):
+    graph = Graph()
+    graph.inputs = [Var(a) for a in in_avals]
+    outs = body(Builder(graph), *graph.inputs)
+    graph.outputs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    return graph

@@ -1,0 +1,42 @@
+"""Every primitive of the registry has a cost rule that returns a Cost."""
+
+import keras_ipu.device.compiler  # noqa: F401 (registers fused_elementwise)
+import keras_ipu.device.simulator.prediction  # noqa: F401 (its cost rule)
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import REGISTRY
+from keras_ipu.device.primitives.cost_util import Cost
+
+
+def test_every_primitive_has_a_cost_rule():
+    missing = sorted(name for name, p in REGISTRY.items() if not callable(p.cost))
+    assert missing == [], f"primitives without a cost rule: {missing}"
+
+
+def _call(name, ins, **params):
+    prim = REGISTRY[name]
+    outs = prim.abstract_eval(*ins, **params)
+    outs = tuple(outs) if prim.multiple_results else (outs,)
+    return prim.cost(tuple(ins), outs, **params)
+
+
+def test_rules_of_every_category_return_costs():
+    f = ShapedArray((8, 8), "float32")
+    i = ShapedArray((8,), "int32")
+    samples = [
+        ("add", (f, f), {}),
+        ("erf", (f,), {}),
+        ("convert_element_type", (f,), {"dtype": ShapedArray((), "float16").dtype}),
+        ("reduce_max", (f,), {"axes": (1,)}),
+        ("cumsum", (f,), {"axis": 0}),
+        ("transpose", (f,), {"permutation": (1, 0)}),
+        ("cholesky", (f,), {"lower": True}),
+        ("sort", (f,), {"dimension": 1}),
+        ("fft", (ShapedArray((8, 8), "complex64"),), {"fft_type": "FFT", "fft_lengths": (8,)}),
+        ("iota", (), {"dtype": i.dtype, "shape": (8,), "dimension": 0}),
+    ]
+    for name, ins, params in samples:
+        c = _call(name, ins, **params)
+        assert isinstance(c, Cost), name
+        assert c.flops >= 0 and c.bytes_out > 0, name
+    assert _call("cholesky", (f,), lower=True).flops == int(8**3 / 3)  # 170
+    assert _call("sort", (f,), dimension=1).flops == 64 * 3

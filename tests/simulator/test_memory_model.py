@@ -1,0 +1,83 @@
+"""Liveness, per-tile mapping and the out-of-memory error, by hand."""
+
+import pytest
+
+from keras_ipu.device.compiler import CompileOptions
+from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device.simulator import cost_model as cm
+from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryError
+from keras_ipu.device.simulator.memory_model import analyze_memory
+from keras_ipu.device.simulator.memory_model import check_memory
+from keras_ipu.device.simulator.targets import TARGETS
+
+from sim_graphs import aval
+from sim_graphs import build
+
+IPU2 = TARGETS["ipu2"]
+
+
+def tiny_graph():
+    # x:f32[256] (1 KiB); a = exp x; b = a + x; c = sum b.
+    def body(b, x):
+        a = b.op("exp", x, source="model/act")
+        s = b.op("add", a, x, source="model/residual")
+        return b.op("reduce_sum", s, axes=(0,), source="model/pool")
+
+    return build([aval((256,))], body)
+
+
+def test_peak_liveness_by_hand():
+    r = analyze_memory(tiny_graph(), IPU2)
+    # step 0: {a} 1024; step 1: {a, b} 2048 (a dies after); step 2: {b, c} 1028.
+    assert r.not_always_live_bytes == 2048
+    assert r.peak_step == 1
+    assert "add" in r.peak_step_name and "model/residual" in r.peak_step_name
+    assert r.input_bytes == 1024
+    # Per tile: a 1 KiB tensor is 128 grains at 16 per tile: 128 B on tile 0.
+    code = cm.CONTROL_CODE_BYTES_PER_TILE + 3 * cm.CODE_BYTES_PER_STEP_PER_TILE
+    assert r.tile_always_live_bytes == code + 128
+    assert r.tile_bytes == code + 128 + 2 * 128
+    assert r.always_live_bytes == 1024 + code * 1472
+    made = [t.made_by for t in r.largest_live]
+    assert any("model/residual" in m for m in made)
+    assert any("model/act" in m for m in made)
+    assert r.fits
+    assert "not always live" in str(r)
+
+
+def test_executable_gives_the_same_peak():
+    exe = compile_graph(tiny_graph(), CompileOptions(fuse_elementwise=False))
+    r = analyze_memory(exe, IPU2)
+    assert r.not_always_live_bytes == 2048
+    assert r.peak_step == 1
+    # No layer paths in an executable: the primitive names the tensor.
+    assert any("add (step 1)" in t.made_by for t in r.largest_live)
+
+
+def test_out_of_memory_names_ipu_tile_step_tensors_and_fixes():
+    n = 300_000_000  # 1.2 GB of float32: more than an ipu2's 897 MiB
+
+    g = build([aval((16,))], lambda b, x: b.op(
+        "reduce_sum",
+        b.op("broadcast_to", x, shape=(n // 16, 16), source="model/dense_1/BiasAdd"),
+        axes=(0, 1), source="model/head"))
+    with pytest.raises(IPUOutOfMemoryError) as info:
+        check_memory(g, IPU2)
+    msg = str(info.value)
+    for part in ("IPU 0", "tile 0", "program step 1 (reduce_sum in model/head)", "model/dense_1/BiasAdd",
+                 "smaller batch", "recomputation", "pipeline the model over more IPUs",
+                 "availableMemoryProportion", "624.0 KiB"):
+        assert part in msg, part
+    report = info.value.report
+    assert not report.fits
+    assert report.tile_bytes > IPU2.sram_bytes_per_tile
+    assert "Memory report" in str(report)  # still written
+
+
+def test_small_program_fits_and_tile_count_matters():
+    g = build([aval((1000,))], lambda b, x: b.op("neg", x))
+    assert check_memory(g, "ipu2").fits
+    small = TARGETS["ipu2"].with_tiles(4)
+    r = analyze_memory(g, small)
+    # 4000 B over 4 tiles: 500 grains, 125 per tile: 1000 B on tile 0.
+    assert r.tile_bytes - r.tile_always_live_bytes == 1000

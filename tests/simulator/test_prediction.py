@@ -1,0 +1,150 @@
+"""Predictions of whole programs: sums over steps, control flow, fusion,
+throughput, the printed table and --log_cycle_count logging."""
+
+import logging
+import math
+
+import numpy as np
+import pytest
+
+from keras_ipu.device.compiler import CompileOptions
+from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device.simulator import cost_model as cm
+from keras_ipu.device.simulator.prediction import predict_costs
+from keras_ipu.device.simulator.targets import TARGETS
+
+from sim_graphs import aval
+from sim_graphs import build
+
+IPU2 = TARGETS["ipu2"]
+MM = (((1,), (0,)), ((), ()))
+
+
+def mlp_graph():
+    def body(b, x, w):
+        h = b.op("dot_general", x, w, dimension_numbers=MM, source="model/dense")
+        return b.op("tanh", h, source="model/dense/activation")
+
+    return build([aval((64, 32)), aval((32, 128))], body)
+
+
+def test_cycles_are_the_sum_over_steps():
+    p = predict_costs(mlp_graph(), target=IPU2, batch_size=64)
+    dot, tanh = p.steps
+    assert dot.macs == 64 * 32 * 128
+    assert dot.compute == math.ceil(262144 / (256 * 16 * cm.MATMUL_EFFICIENCY)) + cm.VERTEX_OVERHEAD_CYCLES
+    # tanh: 8192 outputs x TRANSCENDENTAL_FLOPS over 256 tiles, 2 lanes.
+    assert tanh.compute == math.ceil(8192 * cm.TRANSCENDENTAL_FLOPS / (256 * 2)) + cm.VERTEX_OVERHEAD_CYCLES
+    assert p.sync_cycles == 2 * cm.SYNC_CYCLES
+    assert p.cycles == sum(s.cycles for s in p.steps)
+    assert p.cycles_per_step == p.cycles
+    host = cm.host_transfer_seconds((64 * 32 + 32 * 128) * 4, IPU2) + cm.host_transfer_seconds(64 * 128 * 4, IPU2)
+    assert p.host_seconds == pytest.approx(host)
+    assert p.step_seconds == pytest.approx(p.cycles / 1.33e9 + host)
+    assert p.samples_per_second == pytest.approx(64 / p.step_seconds)
+    text = str(p)
+    assert "cycles per step" in text and "model/dense" in text and "samples/s" in text
+
+
+def test_resident_inputs_and_steps_per_run():
+    g = mlp_graph()
+    all_in = predict_costs(g, target=IPU2)
+    weights_stay = predict_costs(g, target=IPU2, resident_inputs=(1,), steps_per_run=4)
+    assert weights_stay.host_bytes_in == 64 * 32 * 4
+    assert weights_stay.cycles_per_step == pytest.approx(all_in.cycles / 4)
+
+
+def test_faster_clock_is_faster():
+    g = mlp_graph()
+    assert predict_costs(g, target="ipu21").step_seconds < predict_costs(g, target="ipu2").step_seconds
+
+
+def test_executable_and_fused_kernels():
+    g = mlp_graph()
+    exe = compile_graph(g)
+    p = predict_costs(exe, target=IPU2)
+    assert p.cycles == predict_costs(g, target=IPU2).cycles  # one op each, nothing fused
+
+    def chain(b, x):
+        return b.op("mul", b.op("add", x, x), x)
+
+    unfused = predict_costs(compile_graph(build([aval((4096,))], chain), CompileOptions(fuse_elementwise=False)), target=IPU2)
+    fused_exe = compile_graph(build([aval((4096,))], chain))
+    assert [r[0].name for r in fused_exe.records] == ["fused_elementwise"]
+    fused = predict_costs(fused_exe, target=IPU2)
+    assert fused.steps[0].flops == 2 * 4096 == sum(s.flops for s in unfused.steps)
+    assert fused.cycles < unfused.cycles  # one sync and one vertex launch fewer
+
+
+def body_graph():
+    # carry c:f32[512], x_t:f32[512] -> (c + x_t, c * x_t)
+    b = build([aval((512,)), aval((512,))], lambda b, c, x: [b.op("add", c, x), b.op("mul", c, x)])
+    return b
+
+
+def test_scan_costs_length_times_its_body():
+    body = body_graph()
+    body_pred = predict_costs(body, target=IPU2)
+    g = build([aval((512,)), aval((10, 512))], lambda b, c, xs: b.op(
+        "scan", c, xs, body=body, length=10, reverse=False, n_carry=1, n_xs=1, unroll=1))
+    p = predict_costs(g, target=IPU2)
+    assert p.steps[0].kind == "loop"
+    assert p.cycles == 10 * body_pred.cycles
+    assert p.steps[0].flops == 10 * 2 * 512
+
+
+def test_cond_counts_its_costliest_branch():
+    cheap = build([aval((512,))], lambda b, x: b.op("neg", x))
+    dear = build([aval((512,))], lambda b, x: b.op("exp", b.op("exp", x)))
+    g = build([aval((), "int32"), aval((512,))],
+              lambda b, i, x: b.op("cond", i, x, branches=(cheap, dear)))
+    p = predict_costs(g, target=IPU2)
+    assert p.cycles == predict_costs(dear, target=IPU2).cycles
+
+
+def test_while_loop_uses_the_stated_trip_assumption():
+    cond = build([aval((), "int32"), aval((512,))], lambda b, i, x: b.op("lt", i, i))
+    body = build([aval((), "int32"), aval((512,))], lambda b, i, x: [b.op("add", i, i), b.op("neg", x)])
+    g = build([aval((), "int32"), aval((512,))], lambda b, i, x: b.op(
+        "while_loop", i, x, cond_graph=cond, body_graph=body, n_cond_consts=0))
+    p = predict_costs(g, target=IPU2)
+    n = cm.WHILE_LOOP_ASSUMED_TRIPS
+    expected = n * predict_costs(body, target=IPU2).cycles + (n + 1) * predict_costs(cond, target=IPU2).cycles
+    assert p.cycles == expected
+
+
+def test_log_cycle_count(caplog):
+    with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
+        predict_costs(mlp_graph(), target=IPU2, batch_size=8, log=True)
+    assert "cycles per step" in caplog.text and "samples/s" in caplog.text
+
+
+def test_check_memory_raises_through_predict():
+    from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryError
+
+    g = build([aval((16,))], lambda b, x: b.op("broadcast_to", x, shape=(20_000_000, 16)))
+    with pytest.raises(IPUOutOfMemoryError):
+        predict_costs(g, target=IPU2, check_memory=True)
+    assert predict_costs(g, target=IPU2).memory.fits is False
+
+
+def test_unknown_object_is_refused():
+    with pytest.raises(TypeError, match="Graph or an"):
+        predict_costs(np.zeros(3), target=IPU2)
+
+
+def test_log_cycle_count_flag_turns_logging_on(caplog, monkeypatch):
+    from types import SimpleNamespace
+
+    from keras_ipu.device.flags import PoplarFlags
+    from keras_ipu.device.simulator import system
+
+    monkeypatch.setattr(system, "_current", SimpleNamespace(flags=PoplarFlags(log_cycle_count=0)))
+    with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
+        predict_costs(mlp_graph(), target=IPU2)
+    assert "Predicted cycles" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(system, "_current", SimpleNamespace(flags=PoplarFlags()))
+    with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
+        predict_costs(mlp_graph(), target=IPU2)
+    assert "Predicted cycles" not in caplog.text
