@@ -39,6 +39,9 @@ def promote_float(*xs):
 
 
 def np_dtype(dtype):
+    """A Keras dtype name, NumPy dtype or type, as a NumPy dtype."""
+    if isinstance(dtype, np.dtype):
+        return dtype
     return _np_dtype(standardize_dtype(dtype))
 
 

@@ -12,14 +12,13 @@ import numpy as np
 from keras.src.backend.common import dtypes
 from keras.src.backend.common import standardize_dtype
 
-from keras_ipu.backend import prims as p
+from keras_ipu.backend import prims
 from keras_ipu.backend.core import convert_to_tensor
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import linalg as lp
 from keras_ipu.device.primitives import reduce as red
 from keras_ipu.device.primitives import shape_rules
-from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.primitives.dot import dot_general_p
 from keras_ipu.device.primitives.structure import broadcast_to_p
 from keras_ipu.device.primitives.structure import reshape_p
@@ -119,7 +118,7 @@ def _matmul(a, b):
 def _diagonal(x):
     """The main diagonal of square matrices (..., n, n) -> (..., n)."""
     mask = np.eye(_known(x.shape[-1], "The matrix order"), dtype=bool)
-    on_diag = ew.select_p.bind(mask, x, p.scalar(0, x.dtype))
+    on_diag = ew.select_p.bind(mask, x, prims.scalar(0, x.dtype))
     return red.reduce_sum_p.bind(on_diag, axes=(x.ndim - 1,))
 
 
@@ -127,16 +126,19 @@ def _pivot_sign(pivots, dtype):
     """+1 / -1: the parity of LAPACK's row swaps (row i <-> pivots[i])."""
     k = _known(pivots.shape[-1], "The number of pivots")
     moved = ew.ne_p.bind(pivots, np.arange(k, dtype=pivots.dtype))
-    swaps = red.reduce_sum_p.bind(p.cast(moved, np.int32), axes=(pivots.ndim - 1,))
-    odd = p.cast(ew.rem_p.bind(swaps, p.scalar(2, np.int32)), dtype)
-    return ew.sub_p.bind(p.scalar(1, dtype), ew.mul_p.bind(p.scalar(2, dtype), odd))
+    swaps = red.reduce_sum_p.bind(prims.cast(moved, np.int32), axes=(pivots.ndim - 1,))
+    odd = prims.cast(ew.rem_p.bind(swaps, prims.scalar(2, np.int32)), dtype)
+    twice = ew.mul_p.bind(prims.scalar(2, dtype), odd)
+    return ew.sub_p.bind(prims.scalar(1, dtype), twice)
 
 
 def _permutation_matrix(permutation, dtype):
     """P with (P @ b)[i] = b[permutation[i]] (one-hot rows)."""
     m = _known(permutation.shape[-1], "The matrix order")
-    hot = ew.eq_p.bind(p.expand_dims(permutation, -1), np.arange(m, dtype=permutation.dtype))
-    return p.cast(hot, dtype)
+    hot = ew.eq_p.bind(
+        prims.expand_dims(permutation, -1), np.arange(m, dtype=permutation.dtype)
+    )
+    return prims.cast(hot, dtype)
 
 
 def _solve_params(lower, transpose_a=False, unit_diagonal=False):
@@ -220,9 +222,9 @@ def slogdet(a):
     magnitude = ew.abs_p.bind(diag)
     if diag.dtype.kind == "c":
         # diag / |diag|, with 0 where diag is 0.
-        zero = ew.eq_p.bind(magnitude, p.scalar(0, magnitude.dtype))
-        safe = ew.select_p.bind(zero, p.scalar(1, magnitude.dtype), magnitude)
-        unit = ew.div_p.bind(diag, p.cast(safe, diag.dtype))
+        zero = ew.eq_p.bind(magnitude, prims.scalar(0, magnitude.dtype))
+        safe = ew.select_p.bind(zero, prims.scalar(1, magnitude.dtype), magnitude)
+        unit = ew.div_p.bind(diag, prims.cast(safe, diag.dtype))
     else:
         unit = ew.sign_p.bind(diag)
     last = diag.ndim - 1
@@ -253,7 +255,7 @@ def _vector_or_matrix(a, b, solver):
     # As jnp.linalg.solve: b is a (batch of) vector(s) when it has one axis
     # less than a, else a (batch of) matrices.
     if b.ndim == a.ndim - 1:
-        return p.squeeze(solver(a, p.expand_dims(b, -1)), -1)
+        return prims.squeeze(solver(a, prims.expand_dims(b, -1)), -1)
     return solver(a, b)
 
 
@@ -301,7 +303,7 @@ def cholesky_inverse(a, upper=False):
 
 
 def _largest(s):
-    return p.expand_dims(red.reduce_max_p.bind(s, axes=(s.ndim - 1,)), -1)
+    return prims.expand_dims(red.reduce_max_p.bind(s, axes=(s.ndim - 1,)), -1)
 
 
 def _default_rcond(x):
@@ -313,25 +315,32 @@ def _pinv_factors(x, rcond):
     """(V diag(1/s), U) with singular values below rcond * s_max dropped:
     pinv(x) = V diag(1/s) U^H."""
     u, s, vh = lp.svd_p.bind(x, full_matrices=False, compute_uv=True)
-    cutoff = ew.mul_p.bind(_largest(s), p.scalar(rcond, s.dtype))
+    cutoff = ew.mul_p.bind(_largest(s), prims.scalar(rcond, s.dtype))
     keep = ew.gt_p.bind(s, cutoff)
-    one = p.scalar(1, s.dtype)
+    one = prims.scalar(1, s.dtype)
     s_inv = ew.select_p.bind(
         keep,
         ew.div_p.bind(one, ew.select_p.bind(keep, s, one)),
-        p.scalar(0, s.dtype),
+        prims.scalar(0, s.dtype),
     )
-    v_scaled = ew.mul_p.bind(_adjoint(vh), p.expand_dims(p.cast(s_inv, x.dtype), -2))
+    s_inv = prims.expand_dims(prims.cast(s_inv, x.dtype), -2)
+    v_scaled = ew.mul_p.bind(_adjoint(vh), s_inv)
     return v_scaled, u
 
 
-def pinv(x, rcond=None):
+def _inexact_matrices(x):
+    """x as an inexact tensor of rank >= 2 (pinv, matrix_rank: Keras' message)."""
     x = as_inexact(x)
     if x.ndim < 2:
         raise ValueError(
             "Expected input to have rank >= 2. "
             f"Received input with shape {tuple(x.shape)}."
         )
+    return x
+
+
+def pinv(x, rcond=None):
+    x = _inexact_matrices(x)
     if rcond is None:
         rcond = _default_rcond(x)
     v_scaled, u = _pinv_factors(x, rcond)
@@ -351,28 +360,23 @@ def lstsq(a, b, rcond=None):
     v_scaled, u = _pinv_factors(a, rcond)
     column = b.ndim == 1
     if column:
-        b = p.expand_dims(b, -1)
+        b = prims.expand_dims(b, -1)
     # V diag(1/s) (U^H b): never forms the n x m pseudo-inverse.
     x = _matmul(v_scaled, _matmul(_adjoint(u), b))
-    return p.squeeze(x, -1) if column else x
+    return prims.squeeze(x, -1) if column else x
 
 
 def matrix_rank(x, tol=None):
-    x = as_inexact(x)
-    if x.ndim < 2:
-        raise ValueError(
-            "Expected input to have rank >= 2. "
-            f"Received input with shape {tuple(x.shape)}."
-        )
+    x = _inexact_matrices(x)
     (s,) = lp.svd_p.bind(x, full_matrices=False, compute_uv=False)
     if tol is None:
-        tol = ew.mul_p.bind(_largest(s), p.scalar(_default_rcond(x), s.dtype))
+        tol = ew.mul_p.bind(_largest(s), prims.scalar(_default_rcond(x), s.dtype))
     else:
         tol = convert_to_tensor(tol, standardize_dtype(s.dtype))
         if tol.ndim:
             # One tolerance per matrix of the batch.
-            tol = p.expand_dims(tol, -1)
-    above = p.cast(ew.gt_p.bind(s, tol), np.int32)
+            tol = prims.expand_dims(tol, -1)
+    above = prims.cast(ew.gt_p.bind(s, tol), np.int32)
     return red.reduce_sum_p.bind(above, axes=(s.ndim - 1,))
 
 
@@ -422,16 +426,16 @@ def _vector_norm(a, ord, axes):
     if ord == -np.inf:
         return red.reduce_min_p.bind(a, axes=axes)
     if ord == 0:
-        nonzero = ew.ne_p.bind(a, p.scalar(0, a.dtype))
-        return red.reduce_sum_p.bind(p.cast(nonzero, a.dtype), axes=axes)
+        nonzero = ew.ne_p.bind(a, prims.scalar(0, a.dtype))
+        return red.reduce_sum_p.bind(prims.cast(nonzero, a.dtype), axes=axes)
     if ord == 1:
         return red.reduce_sum_p.bind(a, axes=axes)
     if isinstance(ord, str):
         raise ValueError(f"Invalid `ord` argument for vector norm. Received: ord={ord}")
-    p = p.scalar(ord, a.dtype)
+    p = prims.scalar(ord, a.dtype)
     with np.errstate(divide="ignore"):
         total = red.reduce_sum_p.bind(ew.pow_p.bind(a, p), axes=axes)
-        return ew.pow_p.bind(total, p.scalar(1.0 / ord, a.dtype))
+        return ew.pow_p.bind(total, prims.scalar(1.0 / ord, a.dtype))
 
 
 def _singular_values_last(x, axes):

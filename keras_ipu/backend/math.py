@@ -11,13 +11,13 @@ import numpy as np
 from keras.src.backend.common import standardize_dtype
 
 from keras_ipu.backend import linalg as _linalg
+from keras_ipu.backend import prims
 from keras_ipu.backend.core import convert_to_tensor
 from keras_ipu.backend.linalg import common_inexact_dtype
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import reduce as red
 from keras_ipu.device.primitives import special as sp
-from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.primitives.fft import fft_p
 from keras_ipu.device.primitives.indexing import gather_p
 from keras_ipu.device.primitives.indexing import scatter_p
@@ -26,9 +26,7 @@ from keras_ipu.device.primitives.sort import top_k_p
 from keras_ipu.device.primitives.structure import broadcast_to_p
 from keras_ipu.device.primitives.structure import concatenate_p
 from keras_ipu.device.primitives.structure import pad_p
-from keras_ipu.device.primitives.structure import reshape_p
 from keras_ipu.device.primitives.structure import rev_p
-from keras_ipu.device.primitives.structure import transpose_p
 
 # ------------------------------------------------------------------ helpers
 
@@ -38,28 +36,9 @@ def _float(x):
     return _linalg.as_inexact(x)
 
 
-def _cast(x, dtype):
-    dtype = np.dtype(dtype)
-    return x if x.dtype == dtype else convert_element_type_p.bind(x, dtype=dtype)
-
-
-def _scalar(value, dtype):
-    return np.asarray(value, dtype=dtype)
-
-
-def _reshape(x, shape):
-    return reshape_p.bind(x, new_shape=tuple(shape))
-
-
-def _move_last_to_front(x):
-    perm = (x.ndim - 1,) + tuple(range(x.ndim - 1))
-    return transpose_p.bind(x, permutation=perm)
-
-
 def _move_front_to_back(x, count):
     """Moves the first `count` axes behind the others."""
-    perm = tuple(range(count, x.ndim)) + tuple(range(count))
-    return transpose_p.bind(x, permutation=perm)
+    return prims.transpose(x, tuple(range(count, x.ndim)) + tuple(range(count)))
 
 
 def _known_length(x, what):
@@ -80,7 +59,7 @@ def _segment_reduce(data, segment_ids, num_segments, mode, identity):
     data = convert_to_tensor(data)
     segment_ids = convert_to_tensor(segment_ids)
     if segment_ids.dtype.kind not in "iu":
-        segment_ids = _cast(segment_ids, np.int32)
+        segment_ids = prims.cast(segment_ids, np.int32)
     if num_segments is None:
         if not isinstance(segment_ids, Tensor):
             raise ValueError(
@@ -98,13 +77,13 @@ def _segment_reduce(data, segment_ids, num_segments, mode, identity):
     # Negative ids drop their rows: send them past the end, where the
     # scatter drops out-of-range rows (it would wrap -1 to the last row).
     ids = ew.select_p.bind(
-        ew.lt_p.bind(segment_ids, _scalar(0, segment_ids.dtype)),
-        _scalar(num_segments, segment_ids.dtype),
+        ew.lt_p.bind(segment_ids, prims.scalar(0, segment_ids.dtype)),
+        prims.scalar(num_segments, segment_ids.dtype),
         segment_ids,
     )
-    ids = _reshape(ids, tuple(ids.shape) + (1,))
+    ids = prims.expand_dims(ids, -1)
     out_shape = (num_segments,) + tuple(data.shape[1:])
-    fill = _scalar(identity(data.dtype), data.dtype)
+    fill = prims.scalar(identity(data.dtype), data.dtype)
     if None in out_shape:
         # Traced with unknown trailing dims: a constant cannot have them,
         # so the filled buffer is derived from (a reduction of) data.
@@ -158,23 +137,23 @@ def top_k(x, k, sorted=True):
 
 def in_top_k(targets, predictions, k):
     predictions = convert_to_tensor(predictions)
-    targets = _cast(convert_to_tensor(targets), np.int32)
+    targets = prims.cast(convert_to_tensor(targets), np.int32)
     n = _known_length(predictions, "in_top_k")
     is_target = ew.eq_p.bind(
-        _reshape(targets, tuple(targets.shape) + (1,)), np.arange(n, dtype=np.int32)
+        prims.expand_dims(targets, -1), np.arange(n, dtype=np.int32)
     )
-    zero = _scalar(0, predictions.dtype)
+    zero = prims.scalar(0, predictions.dtype)
     target_score = red.reduce_sum_p.bind(
         ew.select_p.bind(is_target, predictions, zero), axes=(predictions.ndim - 1,)
     )
     # NaN is no score at all: it is never in the top k.
-    lowest = _scalar(_lowest(predictions.dtype), predictions.dtype)
+    lowest = prims.scalar(_lowest(predictions.dtype), predictions.dtype)
     target_score = ew.select_p.bind(ew.isnan_p.bind(target_score), lowest, target_score)
-    target_score = _reshape(target_score, tuple(target_score.shape) + (1,))
+    target_score = prims.expand_dims(target_score, -1)
     # Ties count in the target's favour: rank = 1 + #strictly greater.
-    greater = _cast(ew.gt_p.bind(predictions, target_score), np.int32)
+    greater = prims.cast(ew.gt_p.bind(predictions, target_score), np.int32)
     above = red.reduce_sum_p.bind(greater, axes=(predictions.ndim - 1,))
-    return ew.lt_p.bind(above, _scalar(int(k), np.int32))
+    return ew.lt_p.bind(above, prims.scalar(int(k), np.int32))
 
 
 def logsumexp(x, axis=None, keepdims=False):
@@ -189,12 +168,12 @@ def logsumexp(x, axis=None, keepdims=False):
     # Shift by the max for stability; an infinite max is not shifted by
     # (inf - inf would be NaN).
     finite = ew.isfinite_p.bind(peak)
-    shift = ew.select_p.bind(finite, peak, _scalar(0, x.dtype))
+    shift = ew.select_p.bind(finite, peak, prims.scalar(0, x.dtype))
     total = red.reduce_sum_p.bind(
-        ew.exp_p.bind(ew.sub_p.bind(x, _reshape(shift, kept))), axes=axes
+        ew.exp_p.bind(ew.sub_p.bind(x, prims.reshape(shift, kept))), axes=axes
     )
     out = ew.add_p.bind(ew.log_p.bind(total), shift)
-    return _reshape(out, kept) if keepdims else out
+    return prims.reshape(out, kept) if keepdims else out
 
 
 def cdist(x, y):
@@ -211,8 +190,8 @@ def cdist(x, y):
         )
     dtype = common_inexact_dtype(x, y)
     x, y = convert_to_tensor(x, dtype), convert_to_tensor(y, dtype)
-    xs = _reshape(x, tuple(x.shape[:-1]) + (1, x.shape[-1]))
-    ys = _reshape(y, tuple(y.shape[:-2]) + (1,) + tuple(y.shape[-2:]))
+    xs = prims.reshape(x, tuple(x.shape[:-1]) + (1, x.shape[-1]))
+    ys = prims.reshape(y, tuple(y.shape[:-2]) + (1,) + tuple(y.shape[-2:]))
     diff = ew.sub_p.bind(xs, ys)
     squared = red.reduce_sum_p.bind(ew.mul_p.bind(diff, diff), axes=(diff.ndim - 1,))
     return ew.sqrt_p.bind(squared)
@@ -267,8 +246,8 @@ def _complex_from_pair(x):
     dtype = common_inexact_dtype(real, imag)
     cdtype = np.dtype(np.complex128 if dtype == "float64" else np.complex64)
     z = ew.add_p.bind(
-        _cast(real, cdtype),
-        ew.mul_p.bind(_cast(imag, cdtype), _scalar(1j, cdtype)),
+        prims.cast(real, cdtype),
+        ew.mul_p.bind(prims.cast(imag, cdtype), prims.scalar(1j, cdtype)),
     )
     return z, dtype
 
@@ -280,7 +259,7 @@ def _get_complex_tensor_from_tuple(x):
 
 
 def _to_pair(z, dtype):
-    return _cast(ew.real_p.bind(z), dtype), _cast(ew.imag_p.bind(z), dtype)
+    return prims.cast(ew.real_p.bind(z), dtype), prims.cast(ew.imag_p.bind(z), dtype)
 
 
 def _check_rank(x, rank):
@@ -321,7 +300,8 @@ def irfft(x, fft_length=None):
     z, dtype = _complex_from_pair(x)
     _check_rank(z, 1)
     n = None if fft_length is None else int(fft_length)
-    return _cast(fft_p.bind(z, fft_type="IRFFT", fft_lengths=(n,)), np.dtype(dtype))
+    out = fft_p.bind(z, fft_type="IRFFT", fft_lengths=(n,))
+    return prims.cast(out, np.dtype(dtype))
 
 
 # ------------------------------------------------------- framing, stft
@@ -342,7 +322,7 @@ def extract_sequences(x, sequence_length, sequence_stride):
     idx = _frame_indices(length, int(sequence_length), int(sequence_stride))
     # The gather reads leading axes: put the signal axis first, gather
     # (num_sequences, sequence_length) samples, move them back behind.
-    frames = gather_p.bind(_move_last_to_front(x), idx, mode="clip")
+    frames = gather_p.bind(prims.moveaxis(x, -1, 0), idx, mode="clip")
     return _move_front_to_back(frames, 2)
 
 
@@ -382,7 +362,7 @@ def _window(window, sequence_length, fft_length, dtype):
             f"Received: window shape={tuple(win.shape)}"
         )
     if l_pad or r_pad:
-        win = pad_p.bind(win, _scalar(0, dtype), config=((l_pad, r_pad, 0),))
+        win = pad_p.bind(win, prims.scalar(0, dtype), config=((l_pad, r_pad, 0),))
     return win
 
 
@@ -459,19 +439,19 @@ def _overlap_add(frames, sequence_stride):
     batch = tuple(frames.shape[:-2])
     nb = len(batch)
     blocks = -(-frame_length // s)
-    zero = _scalar(0, frames.dtype)
+    zero = prims.scalar(0, frames.dtype)
     no_pad = ((0, 0, 0),) * nb
     x = pad_p.bind(
         frames, zero, config=no_pad + ((0, 0, 0), (0, blocks * s - frame_length, 0))
     )
-    x = _reshape(x, batch + (count, blocks, s))
+    x = prims.reshape(x, batch + (count, blocks, s))
     perm = tuple(range(nb)) + (nb + 1, nb, nb + 2)
-    x = transpose_p.bind(x, permutation=perm)  # (..., blocks, count, s)
+    x = prims.transpose(x, perm)  # (..., blocks, count, s)
     width = count + blocks
     x = pad_p.bind(x, zero, config=no_pad + ((0, 0, 0), (0, blocks, 0), (0, 0, 0)))
-    x = _reshape(x, batch + (blocks * width * s,))
+    x = prims.reshape(x, batch + (blocks * width * s,))
     x = _slice_last(x, 0, blocks * (width - 1) * s)
-    x = _reshape(x, batch + (blocks, (width - 1) * s))
+    x = prims.reshape(x, batch + (blocks, (width - 1) * s))
     x = red.reduce_sum_p.bind(x, axes=(nb,))
     return _slice_last(x, 0, s * (count - 1) + frame_length)
 
@@ -483,13 +463,13 @@ def _window_sum_square(win, sequence_stride, fft_length):
     padded_length = overlaps * sequence_stride
     sq = ew.mul_p.bind(win, win)
     sq = pad_p.bind(
-        sq, _scalar(0, sq.dtype), config=((0, padded_length - fft_length, 0),)
+        sq, prims.scalar(0, sq.dtype), config=((0, padded_length - fft_length, 0),)
     )
     per_phase = red.reduce_sum_p.bind(
-        _reshape(sq, (overlaps, sequence_stride)), axes=(0,)
+        prims.reshape(sq, (overlaps, sequence_stride)), axes=(0,)
     )
     tiled = broadcast_to_p.bind(per_phase, shape=(overlaps, sequence_stride))
-    return _slice_last(_reshape(tiled, (padded_length,)), 0, fft_length)
+    return _slice_last(prims.reshape(tiled, (padded_length,)), 0, fft_length)
 
 
 def istft(
@@ -509,7 +489,7 @@ def istft(
             f"Received shape: {tuple(z.shape)}"
         )
     _check_stride(sequence_stride)
-    frames = _cast(
+    frames = prims.cast(
         fft_p.bind(z, fft_type="IRFFT", fft_lengths=(fft_length,)), dtype
     )
     win = _window(window, sequence_length, fft_length, dtype)

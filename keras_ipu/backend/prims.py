@@ -16,7 +16,7 @@ import numpy as np
 from keras.src.backend.common import standardize_dtype
 
 from keras_ipu.backend.core import convert_to_tensor
-from keras_ipu.backend.dtype_utils import np_dtype as _keras_np_dtype
+from keras_ipu.backend.dtype_utils import np_dtype  # noqa: F401 (re-exported)
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.primitives import cumulative
 from keras_ipu.device.primitives import elementwise as ew
@@ -35,13 +35,6 @@ def is_array(x):
     return isinstance(x, (Tensor, Tracer))
 
 
-def np_dtype(dtype):
-    """A Keras dtype name or a NumPy dtype, as a NumPy dtype."""
-    if isinstance(dtype, np.dtype):
-        return dtype
-    return _keras_np_dtype(dtype)
-
-
 def kdtype(x):
     """The Keras dtype name of a tensor."""
     return standardize_dtype(x.dtype)
@@ -56,7 +49,9 @@ def tensor(x, dtype=None):
 
 
 def _dtype_of(dtype_or_like):
-    if hasattr(dtype_or_like, "dtype") and not isinstance(dtype_or_like, np.dtype):
+    if hasattr(dtype_or_like, "dtype") and not isinstance(
+        dtype_or_like, (np.dtype, type)
+    ):
         return dtype_or_like.dtype
     return np_dtype(dtype_or_like)
 
@@ -177,6 +172,7 @@ def slice_axis(x, axis, start=None, stop=None, step=1):
 
 
 def concatenate(xs, axis):
+    xs = list(xs)
     if len(xs) == 1:
         return xs[0]
     return structure.concatenate_p.bind(*xs, axis=axis % xs[0].ndim)

@@ -26,19 +26,23 @@ from keras.src.random.seed_generator import SeedGenerator  # noqa: F401
 from keras.src.random.seed_generator import draw_seed
 from keras.src.random.seed_generator import make_default_seed  # noqa: F401
 
-from keras_ipu.backend.core import _np_dtype
 from keras_ipu.backend.core import convert_to_tensor
+from keras_ipu.backend.prims import add as _add
+from keras_ipu.backend.prims import cast as _cast
+from keras_ipu.backend.prims import div as _div
+from keras_ipu.backend.prims import is_array as _is_array
+from keras_ipu.backend.prims import mul as _mul
+from keras_ipu.backend.prims import np_dtype
+from keras_ipu.backend.prims import select as _select
+from keras_ipu.backend.prims import sub as _sub
 from keras_ipu.backend.dtype_utils import floatx
-from keras_ipu.device.array import Tensor
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import special
 from keras_ipu.device.primitives.convert import bitcast_convert_type_p
-from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.primitives.random_bits import random_bits
 from keras_ipu.device.primitives.reduce import argmax_p
 from keras_ipu.device.primitives.sort import sort_p
 from keras_ipu.device.primitives.structure import reshape_p
-from keras_ipu.device.trace import Tracer
 
 # Fixed rejection rounds: the chance that all rounds reject is below 1e-10
 # for Marsaglia-Tsang (acceptance >= 0.95) and 1e-9 for BTRS (>= 0.8).
@@ -51,53 +55,6 @@ _INVERSION_TERMS = 40
 
 
 # ---------------------------------------------------------------- helpers
-def _is_array(x):
-    return isinstance(x, (Tensor, Tracer))
-
-
-def _as(x, dtype):
-    """x as an operand of dtype: tensors are converted, constants wrapped."""
-    dtype = np.dtype(dtype)
-    if _is_array(x):
-        if x.dtype == dtype:
-            return x
-        return convert_element_type_p.bind(x, dtype=dtype)
-    return np.asarray(x, dtype=dtype)
-
-
-def _dtype_of(*xs):
-    for x in xs:
-        if _is_array(x) or isinstance(x, np.ndarray):
-            return x.dtype
-    raise TypeError("no array operand")
-
-
-def _bin(prim, a, b):
-    dtype = _dtype_of(a, b)
-    return prim.bind(_as(a, dtype), _as(b, dtype))
-
-
-def _add(a, b):
-    return _bin(ew.add_p, a, b)
-
-
-def _sub(a, b):
-    return _bin(ew.sub_p, a, b)
-
-
-def _mul(a, b):
-    return _bin(ew.mul_p, a, b)
-
-
-def _div(a, b):
-    return _bin(ew.div_p, a, b)
-
-
-def _select(pred, on_true, on_false):
-    dtype = _dtype_of(on_true, on_false)
-    return ew.select_p.bind(pred, _as(on_true, dtype), _as(on_false, dtype))
-
-
 def _shape(shape):
     """A static shape tuple (ints, or None for dims unknown while traced)."""
     if isinstance(shape, int):
@@ -123,8 +80,7 @@ def _key(seed):
     else:
         key = draw_seed(seed)
     key = convert_to_tensor(key)
-    if key.dtype != np.uint32:
-        key = convert_element_type_p.bind(key, dtype=np.dtype(np.uint32))
+    key = _cast(key, np.uint32)
     if len(key.shape) != 1 or key.shape[0] not in (2, None):
         raise ValueError(
             "A seed tensor must be a key of shape (2,) (a Keras seed state); "
@@ -177,19 +133,19 @@ def _standard_normal(key, shape, dtype, stream=0):
 
 def _float_dtype(dtype):
     dtype = standardize_dtype(dtype or floatx())
-    return dtype, _np_dtype(dtype)
+    return dtype, np_dtype(dtype)
 
 
 def _param(x, dtype):
     """A distribution parameter (number, list or tensor) as a dtype operand."""
     if _is_array(x):
-        return _as(x, dtype)
+        return _cast(x, dtype)
     return np.asarray(x, dtype=dtype)
 
 
 def _finish(x, mean, stddev, out_dtype, work):
     x = _add(_mul(x, _param(stddev, work)), _param(mean, work))
-    return _as(x, out_dtype)
+    return _cast(x, out_dtype)
 
 
 # ---------------------------------------------------------------- samplers
@@ -227,9 +183,9 @@ def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None):
 def categorical(logits, num_samples, dtype="int32", seed=None):
     logits = convert_to_tensor(logits)
     if logits.dtype.kind != "f":
-        logits = convert_element_type_p.bind(logits, dtype=np.dtype(np.float32))
+        logits = _cast(logits, np.float32)
     work = _compute_dtype(logits.dtype)
-    logits = _as(logits, work)
+    logits = _cast(logits, work)
     if len(logits.shape) != 2:
         raise ValueError(
             "`logits` must be 2-D (batch_size, num_classes); got shape "
@@ -243,20 +199,20 @@ def categorical(logits, num_samples, dtype="int32", seed=None):
     scores = _add(reshape_p.bind(logits, new_shape=(batch, 1, classes)), gumbel)
     index_dtype = np.dtype(np.int64 if classes and classes > 2**31 - 1 else np.int32)
     idx = argmax_p.bind(scores, axis=2, index_dtype=index_dtype)
-    return _as(idx, _np_dtype(standardize_dtype(dtype)))
+    return _cast(idx, np_dtype(dtype))
 
 
 def randint(shape, minval, maxval, dtype="int32", seed=None):
     """minval + (64 random bits mod span): the modulo bias is below
     span / 2**64."""
-    out = _np_dtype(standardize_dtype(dtype))
+    out = np_dtype(dtype)
     shape = _shape(shape)
     bits = random_bits(_key(seed), shape, 64)
     lo = _param(minval, np.int64)
     hi = _param(maxval, np.int64)
     span = ew.max_p.bind(_sub(hi, lo), np.asarray(1, np.int64))
-    offset = ew.rem_p.bind(bits, _as(span, np.uint64))
-    return _as(_add(_as(offset, np.int64), lo), out)
+    offset = ew.rem_p.bind(bits, _cast(span, np.uint64))
+    return _cast(_add(_cast(offset, np.int64), lo), out)
 
 
 def dropout(inputs, rate, noise_shape=None, seed=None):
@@ -278,8 +234,8 @@ def dropout(inputs, rate, noise_shape=None, seed=None):
     # The mask is drawn in float32 whatever the input dtype, so one seed
     # drops the same elements of a float16 and a float32 tensor.
     u = _unit_uniform(_key(seed), _shape(noise_shape), np.float32)
-    mask = ew.lt_p.bind(u, _as(keep, np.float32))
-    scaled = _as(_div(_as(inputs, work), keep), dtype)
+    mask = ew.lt_p.bind(u, _cast(keep, np.float32))
+    scaled = _cast(_div(_cast(inputs, work), keep), dtype)
     return _select(mask, scaled, 0)
 
 
@@ -328,7 +284,7 @@ def _gamma(key, shape, alpha, work, stream=0):
 def gamma(shape, alpha, dtype=None, seed=None):
     _, out = _float_dtype(dtype)
     work = _compute_dtype(out)
-    return _as(_gamma(_key(seed), _shape(shape), alpha, work), out)
+    return _cast(_gamma(_key(seed), _shape(shape), alpha, work), out)
 
 
 def beta(shape, alpha, beta, dtype=None, seed=None):
@@ -338,7 +294,7 @@ def beta(shape, alpha, beta, dtype=None, seed=None):
     shape = _shape(shape)
     x = _gamma(key, shape, alpha, work, stream=0)
     y = _gamma(key, shape, beta, work, stream=2 * _GAMMA_ROUNDS + 1)
-    return _as(_div(x, _add(x, y)), out)
+    return _cast(_div(x, _add(x, y)), out)
 
 
 def _stirling_tail(k):
@@ -362,7 +318,7 @@ def _binomial_inversion(key, shape, n, p, work, stream):
     cdf = pmf
     count = _mul(u, 0)
     for k in range(_INVERSION_TERMS):
-        count = _add(count, _as(ew.lt_p.bind(cdf, u), work))
+        count = _add(count, _cast(ew.lt_p.bind(cdf, u), work))
         pmf = _mul(pmf, _mul(ratio, _div(_sub(n, k), k + 1)))
         cdf = _add(cdf, pmf)
     return ew.min_p.bind(count, n)
@@ -437,4 +393,4 @@ def binomial(shape, counts, probabilities, dtype=None, seed=None):
     large_draw = _binomial_btrs(key, shape, n_large, q_large, work, stream=2)
     draw = _select(large, large_draw, small_draw)
     draw = _select(flip, _sub(n, draw), draw)
-    return _as(draw, out)
+    return _cast(draw, out)

@@ -18,6 +18,15 @@ from keras_ipu.device.primitives.dot import dot_general_p
 from keras_ipu.device.primitives.indexing import gather_p
 
 
+def check_images_rank(images):
+    if len(images.shape) not in (3, 4):
+        raise ValueError(
+            "Invalid images rank: expected rank 3 (single image) "
+            "or rank 4 (batch of images). Received input with shape: "
+            f"images.shape={images.shape}"
+        )
+
+
 def split_channels(x, axis):
     """The planes of x along axis, each with that axis removed."""
     n = x.shape[axis]

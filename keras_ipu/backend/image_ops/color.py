@@ -13,15 +13,6 @@ from keras_ipu.device.primitives.dot import dot_general_p
 _LUMA = (0.2989, 0.5870, 0.1140)
 
 
-def _check_rank(images):
-    if len(images.shape) not in (3, 4):
-        raise ValueError(
-            "Invalid images rank: expected rank 3 (single image) "
-            "or rank 4 (batch of images). Received input with shape: "
-            f"images.shape={images.shape}"
-        )
-
-
 def _channels_axis(data_format):
     data_format = kbackend.standardize_data_format(data_format)
     return -1 if data_format == "channels_last" else -3
@@ -30,7 +21,7 @@ def _channels_axis(data_format):
 def rgb_to_grayscale(images, data_format=None):
     images = b.tensor(images)
     axis = _channels_axis(data_format)
-    _check_rank(images)
+    b.check_images_rank(images)
     if images.shape[axis] not in (1, 3):
         raise ValueError(
             "Invalid channel size: expected 3 (RGB) or 1 (Grayscale). "
@@ -63,7 +54,7 @@ def _check_float(images):
 def rgb_to_hsv(images, data_format=None):
     images = b.tensor(images)
     axis = _channels_axis(data_format)
-    _check_rank(images)
+    b.check_images_rank(images)
     _check_float(images)
     dtype = images.dtype
     eps = float(ml_dtypes.finfo(dtype).eps)
@@ -94,7 +85,7 @@ def rgb_to_hsv(images, data_format=None):
 def hsv_to_rgb(images, data_format=None):
     images = b.tensor(images)
     axis = _channels_axis(data_format)
-    _check_rank(images)
+    b.check_images_rank(images)
     _check_float(images)
     hue, saturation, value = b.split_channels(images, axis)
     dh = b.mul(b.mod(hue, 1.0), 6.0)

@@ -81,12 +81,7 @@ def blur_nhwc(images, sizes, sigmas):
 def gaussian_blur(images, kernel_size=(3, 3), sigma=(1.0, 1.0), data_format=None):
     data_format = kbackend.standardize_data_format(data_format)
     images = b.tensor(images)
-    if len(images.shape) not in (3, 4):
-        raise ValueError(
-            "Invalid images rank: expected rank 3 (single image) "
-            "or rank 4 (batch of images). Received input with shape: "
-            f"images.shape={images.shape}"
-        )
+    b.check_images_rank(images)
     input_dtype = images.dtype
     compute = b.np_dtype(b.float_compute_dtype(b.kdtype(images), "float32"))
     images = b.cast(images, compute)

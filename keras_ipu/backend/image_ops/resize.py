@@ -252,12 +252,7 @@ def resize(
     target_height, target_width = (int(s) for s in size)
     images = b.tensor(images)
     ndim = len(images.shape)
-    if ndim not in (3, 4):
-        raise ValueError(
-            "Invalid images rank: expected rank 3 (single image) "
-            "or rank 4 (batch of images). Received input with shape: "
-            f"images.shape={images.shape}"
-        )
+    b.check_images_rank(images)
     h_axis = ndim - 3 if data_format == "channels_last" else ndim - 2
     if crop_to_aspect_ratio:
         images = _crop(images, h_axis, target_height, target_width)

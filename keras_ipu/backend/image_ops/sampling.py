@@ -232,21 +232,21 @@ def _from_nhwc(images, data_format, need_squeeze):
     return images
 
 
+def _check_fill_mode(fill_mode):
+    # Keras' other backends word it so ("Expected of one").
+    if fill_mode not in FILL_MODES:
+        raise ValueError(
+            "Invalid value for argument `fill_mode`. Expected of one "
+            f"{set(FILL_MODES)}. Received: fill_mode={fill_mode}"
+        )
+
+
 def _check_interpolation(interpolation):
     if interpolation not in AFFINE_TRANSFORM_INTERPOLATIONS:
         raise ValueError(
             "Invalid value for argument `interpolation`. Expected of one "
             f"{set(AFFINE_TRANSFORM_INTERPOLATIONS)}. Received: "
             f"interpolation={interpolation}"
-        )
-
-
-def _check_images_rank(images):
-    if len(images.shape) not in (3, 4):
-        raise ValueError(
-            "Invalid images rank: expected rank 3 (single image) "
-            "or rank 4 (batch of images). Received input with shape: "
-            f"images.shape={images.shape}"
         )
 
 
@@ -260,14 +260,10 @@ def affine_transform(
 ):
     data_format = kbackend.standardize_data_format(data_format)
     _check_interpolation(interpolation)
-    if fill_mode not in FILL_MODES:
-        raise ValueError(
-            "Invalid value for argument `fill_mode`. Expected of one "
-            f"{set(FILL_MODES)}. Received: fill_mode={fill_mode}"
-        )
+    _check_fill_mode(fill_mode)
     images = b.tensor(images)
     transform = b.tensor(transform)
-    _check_images_rank(images)
+    b.check_images_rank(images)
     if len(transform.shape) not in (1, 2):
         raise ValueError(
             "Invalid transform rank: expected rank 1 (single transform) "
@@ -339,7 +335,7 @@ def perspective_transform(
     images = b.tensor(images)
     start_points = b.tensor(start_points)
     end_points = b.tensor(end_points)
-    _check_images_rank(images)
+    b.check_images_rank(images)
     for name, points in (("start_points", start_points), ("end_points", end_points)):
         if len(points.shape) not in (2, 3) or tuple(points.shape[-2:]) != (4, 2):
             raise ValueError(
@@ -395,13 +391,9 @@ def elastic_transform(
 
     data_format = kbackend.standardize_data_format(data_format)
     _check_interpolation(interpolation)
-    if fill_mode not in FILL_MODES:
-        raise ValueError(
-            "Invalid value for argument `fill_mode`. Expected of one "
-            f"{set(FILL_MODES)}. Received: fill_mode={fill_mode}"
-        )
+    _check_fill_mode(fill_mode)
     images = b.tensor(images)
-    _check_images_rank(images)
+    b.check_images_rank(images)
     input_dtype = images.dtype
     compute = b.np_dtype(b.float_compute_dtype(b.kdtype(images), "float32"))
     images, need_squeeze = _to_nhwc(images, data_format)

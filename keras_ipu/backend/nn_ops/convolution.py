@@ -69,6 +69,23 @@ def _check_not_empty(out, inputs):
     return out
 
 
+def _grouped_conv(inputs, kernel, strides, padding, data_format, dilation_rate,
+                  groups):
+    """conv_general_dilated with Keras' conv arguments and `groups` feature
+    groups; a too-small input is an error, as in Keras' other backends."""
+    nsp = inputs.ndim - 2
+    out = conv_prims.conv_general_dilated(
+        inputs,
+        kernel,
+        window_strides=spatial_tuple(strides, nsp, "strides"),
+        padding=_padding(padding),
+        rhs_dilation=spatial_tuple(dilation_rate, nsp, "dilation_rate"),
+        dimension_numbers=dimension_numbers(inputs.ndim, data_format),
+        feature_group_count=groups,
+    )
+    return _check_not_empty(out, inputs)
+
+
 def conv(
     inputs,
     kernel,
@@ -79,7 +96,6 @@ def conv(
 ):
     data_format = keras_backend.standardize_data_format(data_format)
     inputs, kernel = lax.promote(inputs, kernel)
-    nsp = inputs.ndim - 2
     channels = inputs.shape[-1 if data_format == "channels_last" else 1]
     kernel_in = kernel.shape[-2]
     groups = 1
@@ -92,16 +108,9 @@ def conv(
                 "in_channels divides the input channels (groups = ratio)."
             )
         groups = channels // kernel_in
-    out = conv_prims.conv_general_dilated(
-        inputs,
-        kernel,
-        window_strides=spatial_tuple(strides, nsp, "strides"),
-        padding=_padding(padding),
-        rhs_dilation=spatial_tuple(dilation_rate, nsp, "dilation_rate"),
-        dimension_numbers=dimension_numbers(inputs.ndim, data_format),
-        feature_group_count=groups,
+    return _grouped_conv(
+        inputs, kernel, strides, padding, data_format, dilation_rate, groups
     )
-    return _check_not_empty(out, inputs)
 
 
 def depthwise_conv(
@@ -115,20 +124,12 @@ def depthwise_conv(
     data_format = keras_backend.standardize_data_format(data_format)
     inputs, kernel = lax.promote(inputs, kernel)
     check_conv_input_channels(inputs, kernel, data_format)
-    nsp = inputs.ndim - 2
     # (*spatial, C, multiplier) -> (*spatial, 1, C * multiplier), C groups.
     channels, multiplier = kernel.shape[-2], kernel.shape[-1]
     kernel = lax.reshape(kernel, tuple(kernel.shape[:-2]) + (1, channels * multiplier))
-    out = conv_prims.conv_general_dilated(
-        inputs,
-        kernel,
-        window_strides=spatial_tuple(strides, nsp, "strides"),
-        padding=_padding(padding),
-        rhs_dilation=spatial_tuple(dilation_rate, nsp, "dilation_rate"),
-        dimension_numbers=dimension_numbers(inputs.ndim, data_format),
-        feature_group_count=channels,
+    return _grouped_conv(
+        inputs, kernel, strides, padding, data_format, dilation_rate, channels
     )
-    return _check_not_empty(out, inputs)
 
 
 def separable_conv(

@@ -106,7 +106,8 @@ def _greedy(inputs, lengths, merge_repeated, mask_index):
     order = lax.select(dropped, np.int32(steps), time)
     perm = knp.argsort(order, axis=-1)
     best = knp.take_along_axis(best, perm, axis=-1)
-    return lax.expand_dims(best, 0), lax.expand_dims(lax.neg(lax.reduce_sum(scores, 1)), -1)
+    total = lax.neg(lax.reduce_sum(scores, 1))
+    return lax.expand_dims(best, 0), lax.expand_dims(total, -1)
 
 
 def ctc_decode(

@@ -71,6 +71,13 @@ def _clipped_log_probs(output, axis):
     return lax.log(lax.clip(output, eps, 1.0 - eps))
 
 
+def _log_probs(output, from_logits, axis):
+    """log p of logits (log_softmax) or of probabilities (clipped, as Keras)."""
+    if from_logits:
+        return log_softmax(output, axis=axis)
+    return _clipped_log_probs(output, axis)
+
+
 def categorical_crossentropy(target, output, from_logits=False, axis=-1):
     target, output = lax.promote(target, output, floating=True)
     _check_same_shape(target, output)
@@ -80,10 +87,7 @@ def categorical_crossentropy(target, output, from_logits=False, axis=-1):
             f"Received: target.shape={target.shape}, "
             f"output.shape={output.shape}"
         )
-    if from_logits:
-        log_prob = log_softmax(output, axis=axis)
-    else:
-        log_prob = _clipped_log_probs(output, axis)
+    log_prob = _log_probs(output, from_logits, axis)
     return lax.neg(lax.reduce_sum(lax.mul(target, log_prob), axis))
 
 
@@ -107,10 +111,7 @@ def sparse_categorical_crossentropy(target, output, from_logits=False, axis=-1):
             f"until the last dimension: target.shape={target.shape}, "
             f"output.shape={output.shape}"
         )
-    if from_logits:
-        log_prob = log_softmax(output, axis=axis)
-    else:
-        log_prob = _clipped_log_probs(output, axis)
+    log_prob = _log_probs(output, from_logits, axis)
     hot = _one_hot_mask(target, output.shape[axis], axis)
     return lax.neg(lax.reduce_sum(lax.select(hot, log_prob, 0), axis))
 

@@ -16,13 +16,19 @@ from keras.src.backend.common import standardize_dtype
 from keras_ipu.backend.core import convert_to_tensor
 from keras_ipu.backend.dtype_utils import dtype_of
 from keras_ipu.backend.dtype_utils import np_dtype
+from keras_ipu.backend.prims import broadcast_to as _broadcast_to
+from keras_ipu.backend.prims import cast as _cast
+from keras_ipu.backend.prims import concatenate as _concat
+from keras_ipu.backend.prims import reshape as _reshape
+from keras_ipu.backend.prims import slice_axis as _slice_axis
+from keras_ipu.backend.prims import tensor as _t
+from keras_ipu.backend.prims import transpose as _transpose
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.primitives import dynamic as dyn
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import indexing as ix
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives import structure as st
-from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.trace import Tracer
 
 __all__ = [
@@ -42,17 +48,6 @@ INDEX_DTYPE = np.dtype("int32")
 
 
 # ----------------------------------------------------------- small helpers
-
-
-def _t(x, dtype=None):
-    return convert_to_tensor(x, dtype)
-
-
-def _cast(x, dtype):
-    dtype = np_dtype(dtype)
-    if x.dtype == dtype:
-        return x
-    return convert_element_type_p.bind(x, dtype=dtype)
 
 
 def _axis(axis, ndim, name="axis"):
@@ -100,27 +95,13 @@ def _static_ints(v, name):
     return tuple(int(e) for e in np.asarray(v).reshape(-1))
 
 
-def _reshape(x, shape):
-    shape = tuple(shape)
-    if tuple(x.shape) == shape and None not in shape:
-        return x
-    return st.reshape_p.bind(x, new_shape=shape)
-
-
-def _transpose(x, perm):
-    perm = tuple(int(p) for p in perm)
-    if perm == tuple(range(x.ndim)):
-        return x
-    return st.transpose_p.bind(x, permutation=perm)
-
-
 def _broadcast(x, shape):
     shape = tuple(shape)
     if tuple(x.shape) == shape:
         return x
     if None in shape and not isinstance(x, Tracer):
         raise ValueError(f"cannot broadcast a concrete array to {shape}")
-    return st.broadcast_to_p.bind(x, shape=shape)
+    return _broadcast_to(x, shape)
 
 
 def _scalar(value, dtype):
@@ -145,23 +126,6 @@ def _filled(shape, value, dtype, like=None):
     if isinstance(fill, np.ndarray):
         return Tensor(np.full(shape, fill, dtype=fill.dtype))
     return _broadcast(fill, shape)
-
-
-def _slice_axis(x, axis, start, stop, step=1):
-    n = x.ndim
-    starts = tuple(start if i == axis else None for i in range(n))
-    limits = tuple(stop if i == axis else None for i in range(n))
-    strides = tuple(step if i == axis else 1 for i in range(n))
-    return ix.slice_p.bind(
-        x, start_indices=starts, limit_indices=limits, strides=strides
-    )
-
-
-def _concat(xs, axis):
-    xs = list(xs)
-    if len(xs) == 1:
-        return xs[0]
-    return st.concatenate_p.bind(*xs, axis=axis)
 
 
 def _promote_all(xs):

@@ -13,15 +13,16 @@ import builtins
 import math
 
 import ml_dtypes
-import numpy as np
 
 from keras.src.backend.common import dtypes
 from keras.src.backend.common import standardize_dtype
 
-from keras_ipu.backend.core import convert_to_tensor
 from keras_ipu.backend.dtype_utils import dtype_of
 from keras_ipu.backend.dtype_utils import floatx
 from keras_ipu.backend.dtype_utils import np_dtype
+from keras_ipu.backend.prims import kdtype as _dtype
+from keras_ipu.backend.prims import scalar as _scalar
+from keras_ipu.backend.prims import tensor as _tensor
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import special
 from keras_ipu.device.primitives.convert import bitcast_convert_type_p
@@ -168,19 +169,6 @@ def _numeric(dtype):
     """Arithmetic that has no bool form (mod, fmod, ...) computes bool as
     int32, as JAX and Keras' output specs do."""
     return "int32" if dtype == "bool" else dtype
-
-
-def _tensor(x, dtype=None):
-    return convert_to_tensor(x, dtype)
-
-
-def _dtype(x):
-    return standardize_dtype(x.dtype)
-
-
-def _scalar(value, dtype):
-    """A 0-d constant of dtype (built from a static Python value)."""
-    return np.asarray(value, dtype=np_dtype(dtype))
 
 
 def _binary_args(x1, x2, dtype=None):

@@ -56,6 +56,13 @@ def _float_dtypes(x, int64_to_floatx=False):
     return compute, result
 
 
+def _compute_and_result_dtypes(x):
+    """(compute, result) dtypes of a moment of x: at least float32 inside,
+    Keras' result type with a Python float outside."""
+    dtype = b.kdtype(x)
+    return dtypes.result_type(dtype, "float32"), dtypes.result_type(dtype, float)
+
+
 def _real(dtype):
     dtype = b.np_dtype(dtype)
     if dtype.kind == "c":
@@ -85,8 +92,7 @@ def _var(x, axes, keepdims, compute):
 def var(x, axis=None, keepdims=False):
     x = b.tensor(x)
     axes = b.axes_of(axis, x.ndim)
-    compute = dtypes.result_type(b.kdtype(x), "float32")
-    result = dtypes.result_type(b.kdtype(x), float)
+    compute, result = _compute_and_result_dtypes(x)
     return b.cast(_var(x, axes, keepdims, compute), _real(result))
 
 
@@ -138,8 +144,7 @@ def _nan_stats(x, axes, keepdims, compute):
 def nanmean(x, axis=None, keepdims=False):
     x = b.tensor(x)
     axes = b.axes_of(axis, x.ndim)
-    compute = dtypes.result_type(b.kdtype(x), "float32")
-    result = dtypes.result_type(b.kdtype(x), float)
+    compute, result = _compute_and_result_dtypes(x)
     total, n, _, _ = _nan_stats(x, axes, keepdims, compute)
     return b.cast(b.div(total, b.cast(n, total.dtype)), result)
 
@@ -155,16 +160,14 @@ def _nanvar(x, axes, keepdims, compute):
 def nanvar(x, axis=None, keepdims=False):
     x = b.tensor(x)
     axes = b.axes_of(axis, x.ndim)
-    compute = dtypes.result_type(b.kdtype(x), "float32")
-    result = dtypes.result_type(b.kdtype(x), float)
+    compute, result = _compute_and_result_dtypes(x)
     return b.cast(_nanvar(x, axes, keepdims, compute), _real(result))
 
 
 def nanstd(x, axis=None, keepdims=False):
     x = b.tensor(x)
     axes = b.axes_of(axis, x.ndim)
-    compute = dtypes.result_type(b.kdtype(x), "float32")
-    result = dtypes.result_type(b.kdtype(x), float)
+    compute, result = _compute_and_result_dtypes(x)
     out = b.sqrt(_nanvar(x, axes, keepdims, compute))
     return b.cast(out, _real(result))
 
