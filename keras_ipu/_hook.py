@@ -29,6 +29,10 @@ _CHAIN_BRANCHES = {
     "keras.src.models.model": (
         "from keras_ipu.backend.trainer import IPUTrainer as Trainer\n"
     ),
+    "keras.src.optimizers.optimizer": (
+        "from keras_ipu.backend.trainer_ops.optimizer import IPUOptimizer "
+        "as BackendOptimizer\n"
+    ),
     "keras.src.export.saved_model": (
         "from keras_ipu.backend.export import IPUExportArchive "
         "as BackendSavedModelExportArchive\n"

@@ -448,4 +448,4 @@ __all__ = [
     if callable(value)
     and not name.startswith("_")
     and getattr(value, "__module__", None) == __name__
-]
+] + ["np_dtype"]

@@ -1,58 +1,43 @@
 """Keras' Trainer (fit/evaluate/predict) for the ipu backend.
 
-In this milestone inference runs eagerly on the host, op by op: every layer
-call executes each primitive's kernel at once, as Keras' op tests do. The
-loops already have the shape of the IPU's device loop: one *execution* takes
-the `steps_per_execution` batches the EpochIterator hands over (the infeed)
-and returns what each step produced (the outfeed, copied to host NumPy
-arrays). The compiler (issue 3) will replace the body of an execution with
-one compiled program; callbacks, progress bars and data handling stay here.
+The steps are stateless, as in Keras' JAX trainer (DESIGN.md decision 6):
+`train_step(state, data) -> (logs, state)` takes the values of the
+trainable, non-trainable (random seeds included), optimizer and metrics
+variables and returns their new values; `test_step` and `predict_step`
+take the state they read. A custom step overrides these signatures.
 
-Training needs that compiler (reverse-mode differentiation of the traced
-step), so fit/train_on_batch raise NotImplementedError for now.
+One *execution* takes the `steps_per_execution` batches the epoch iterator
+hands over (the infeed) and runs them in the device loop
+(trainer_ops/device_loop.py): compiled, that loop is ONE executable, a scan
+of the step over the stacked batches; with `run_eagerly=True` (or
+`jit_compile=False`) the same step runs op by op on the host. After each
+execution the new state is written back to the Keras variables, so
+callbacks see the current weights, and the logs of its last step go to the
+callbacks.
 """
+
+import inspect
+import warnings
 
 import numpy as np
 
 from keras.src import backend
 from keras.src import callbacks as callbacks_module
+from keras.src import optimizers as optimizers_module
 from keras.src import tree
+from keras.src.backend import config
 from keras.src.trainers import trainer as base_trainer
+from keras.src.trainers.data_adapters import array_slicing
 from keras.src.trainers.data_adapters import data_adapter_utils
 from keras.src.trainers.epoch_iterator import EpochIterator
 from keras.src.utils import traceback_utils
 from keras.src.utils.python_utils import pythonify_logs
 
-TRAINING_NOT_AVAILABLE = (
-    "Training on the ipu backend arrives with the compiler (issue 3); "
-    "`{method}()` cannot run yet. Inference works now: predict(), "
-    "evaluate(), predict_on_batch() and test_on_batch(). To use a trained "
-    "model today, train it with another Keras backend (for example "
-    "KERAS_BACKEND=tensorflow), save it with model.save('model.keras') or "
-    "model.save_weights('model.weights.h5'), and load that file under "
-    "KERAS_BACKEND=ipu."
-)
-
-
-def _to_host(outputs):
-    """The outfeed: step outputs as NumPy arrays on the host."""
-
-    def convert(x):
-        if x is None or isinstance(x, np.ndarray):
-            return x
-        if backend.is_tensor(x):
-            return backend.convert_to_numpy(x)
-        return x
-
-    return tree.map_structure(convert, outputs)
-
-
-def _concatenate_steps(step_outputs):
-    if len(step_outputs) == 1:
-        return step_outputs[0]
-    return tree.map_structure(
-        lambda *xs: np.concatenate(xs, axis=0), *step_outputs
-    )
+from keras_ipu.backend.trainer_ops import model_state
+from keras_ipu.backend.trainer_ops.device_loop import DeviceLoop
+from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
+from keras_ipu.backend.trainer_ops.device_loop import last_step
+from keras_ipu.device.autodiff import value_and_grad
 
 
 class IPUEpochIterator(EpochIterator):
@@ -84,6 +69,34 @@ class IPUEpochIterator(EpochIterator):
             super()._interrupted_warning()
 
 
+def _check_stateless_signature(step):
+    """A step written for a stateful backend (`train_step(self, data)`)
+    fails here with the fix, not deep inside the device loop."""
+    try:
+        params = inspect.signature(step).parameters.values()
+    except (TypeError, ValueError):
+        return
+    positional = [
+        p for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 2:
+        return
+    name = getattr(step, "__name__", "step")
+    raise TypeError(
+        f"`{name}` takes {len(positional)} argument(s) besides self, but the "
+        "ipu backend runs stateless steps, as Keras' JAX backend does: "
+        f"`def {name}(self, state, data)` returning `(logs, state)` "
+        "(predict_step: `(outputs, state)`). Override it with that "
+        "signature, calling `super().{name}(state, data)` for the default "
+        "behaviour."
+    )
+
+
+def _first_array(x):
+    return next(i for i in tree.flatten(x) if i is not None)
+
+
 class IPUTrainer(base_trainer.Trainer):
     def __init__(self):
         super().__init__()
@@ -92,25 +105,219 @@ class IPUTrainer(base_trainer.Trainer):
         self.predict_function = None
 
     # ------------------------------------------------------------------
-    # One step
+    # The stateless steps
 
-    def train_step(self, data):
-        raise NotImplementedError(TRAINING_NOT_AVAILABLE.format(method="train_step"))
+    def compute_loss_and_updates(
+        self,
+        trainable_variables,
+        non_trainable_variables,
+        metrics_variables,
+        x,
+        y,
+        sample_weight,
+        training=False,
+        optimizer_variables=None,
+    ):
+        """The (scaled) loss and (unscaled loss, y_pred, new non-trainable
+        values, new metrics values); stateless, so it can be differentiated
+        with respect to `trainable_variables`."""
+        kwargs = {}
+        if self._call_has_training_arg:
+            kwargs["training"] = training
+        y_pred, non_trainable_variables, losses = self.stateless_call(
+            trainable_variables,
+            non_trainable_variables,
+            x,
+            return_losses=True,
+            **kwargs,
+        )
+        if losses:
+            # compute_loss reads the forward pass' layer losses from here.
+            self._losses_override.clear()
+            self._losses_override = losses
+        loss, variables = self.stateless_compute_loss(
+            trainable_variables,
+            non_trainable_variables,
+            metrics_variables,
+            x=x,
+            y=y,
+            y_pred=y_pred,
+            sample_weight=sample_weight,
+            training=training,
+        )
+        if losses:
+            self._losses_override.clear()
+        _, non_trainable_variables, metrics_variables = variables
+        unscaled_loss = loss
+        if training and self.optimizer is not None:
+            # A LossScaleOptimizer reads its scale from its own variables.
+            mapping = list(zip(self.optimizer.variables, optimizer_variables))
+            with backend.StatelessScope(state_mapping=mapping):
+                loss = self.optimizer.scale_loss(loss)
+        return loss, (
+            unscaled_loss,
+            y_pred,
+            non_trainable_variables,
+            metrics_variables,
+        )
 
-    def test_step(self, data):
+    def _update_metrics_variables(
+        self, metrics_variables, unscaled_loss, x, y, y_pred, sample_weight
+    ):
+        mapping = list(zip(self.metrics_variables, metrics_variables))
+        with backend.StatelessScope(state_mapping=mapping) as scope:
+            self._loss_tracker.update_state(
+                unscaled_loss, sample_weight=_first_array(x).shape[0]
+            )
+            logs = self.compute_metrics(x, y, y_pred, sample_weight)
+        new_values = []
+        for variable in self.metrics_variables:
+            value = scope.get_current_value(variable)
+            new_values.append(variable.value if value is None else value)
+        return logs, new_values
+
+    def train_step(self, state, data):
+        (
+            trainable_variables,
+            non_trainable_variables,
+            optimizer_variables,
+            metrics_variables,
+        ) = state
         x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
-        y_pred = self._call_for_inference(x)
-        loss = self._compute_loss(
-            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False
-        )
-        self._loss_tracker.update_state(
-            loss, sample_weight=tree.flatten(x)[0].shape[0]
-        )
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
-    def predict_step(self, data):
+        def loss_of(trainable):
+            return self.compute_loss_and_updates(
+                trainable,
+                non_trainable_variables,
+                metrics_variables,
+                x,
+                y,
+                sample_weight,
+                training=True,
+                optimizer_variables=optimizer_variables,
+            )
+
+        (_, aux), grads = value_and_grad(loss_of, has_aux=True)(
+            list(trainable_variables)
+        )
+        unscaled_loss, y_pred, non_trainable_variables, metrics_variables = aux
+        trainable_variables, optimizer_variables = (
+            self.optimizer.stateless_apply(
+                optimizer_variables, grads, trainable_variables
+            )
+        )
+        logs, metrics_variables = self._update_metrics_variables(
+            metrics_variables, unscaled_loss, x, y, y_pred, sample_weight
+        )
+        state = (
+            trainable_variables,
+            non_trainable_variables,
+            optimizer_variables,
+            metrics_variables,
+        )
+        return logs, state
+
+    def test_step(self, state, data):
+        trainable_variables, non_trainable_variables, metrics_variables = state
+        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
+        _, aux = self.compute_loss_and_updates(
+            trainable_variables,
+            non_trainable_variables,
+            metrics_variables,
+            x,
+            y,
+            sample_weight,
+            training=False,
+        )
+        unscaled_loss, y_pred, non_trainable_variables, metrics_variables = aux
+        logs, metrics_variables = self._update_metrics_variables(
+            metrics_variables, unscaled_loss, x, y, y_pred, sample_weight
+        )
+        return logs, (
+            trainable_variables,
+            non_trainable_variables,
+            metrics_variables,
+        )
+
+    def predict_step(self, state, data):
+        trainable_variables, non_trainable_variables = state
         x, _, _ = data_adapter_utils.unpack_x_y_sample_weight(data)
-        return self._call_for_inference(x)
+        kwargs = {}
+        if self._call_has_training_arg:
+            kwargs["training"] = False
+        outputs, non_trainable_variables = self.stateless_call(
+            trainable_variables, non_trainable_variables, x, **kwargs
+        )
+        return outputs, (trainable_variables, non_trainable_variables)
+
+    # ------------------------------------------------------------------
+    # One execution: the model's state and a list of batches in, the steps'
+    # outputs (chunks, see device_loop) out; the new state is written back.
+
+    def _runs_compiled(self):
+        return not self.run_eagerly and self.jit_compile
+
+    def _make_execution(self, step, kinds):
+        _check_stateless_signature(step)
+        loop = DeviceLoop(step, compiled=self._runs_compiled())
+
+        def run_execution(batches):
+            state = model_state.read_state(self, kinds)
+            chunks, state = loop(state, batches)
+            model_state.write_state(self, kinds, state)
+            return chunks
+
+        run_execution.device_loop = loop
+        return run_execution
+
+    def make_train_function(self, force=False):
+        if self.train_function is not None and not force:
+            return self.train_function
+        execution = self._make_execution(
+            self.train_step, model_state.TRAIN_STATE
+        )
+
+        def run_train_execution(batches):
+            return last_step(execution(batches))
+
+        run_train_execution.device_loop = execution.device_loop
+        self.train_function = run_train_execution
+        return self.train_function
+
+    def make_test_function(self, force=False):
+        if self.test_function is not None and not force:
+            return self.test_function
+        execution = self._make_execution(self.test_step, model_state.TEST_STATE)
+
+        def run_test_execution(batches):
+            return last_step(execution(batches))
+
+        run_test_execution.device_loop = execution.device_loop
+        self.test_function = run_test_execution
+        return self.test_function
+
+    def make_predict_function(self, force=False):
+        if self.predict_function is not None and not force:
+            return self.predict_function
+        execution = self._make_execution(
+            self.predict_step, model_state.PREDICT_STATE
+        )
+
+        def run_predict_execution(batches):
+            return concatenate_steps(execution(batches))
+
+        run_predict_execution.device_loop = execution.device_loop
+        self.predict_function = run_predict_execution
+        return self.predict_function
+
+    def _build_for_prediction(self, batch):
+        """Create an unbuilt model's variables from its first batch, before
+        the state is read (a compiled step cannot create variables)."""
+        if all(layer.built for layer in self._flatten_layers()):
+            return
+        x, _, _ = data_adapter_utils.unpack_x_y_sample_weight(batch)
+        with backend.StatelessScope():
+            self._call_for_inference(x)
 
     def _call_for_inference(self, x):
         if self._call_has_training_arg:
@@ -118,39 +325,9 @@ class IPUTrainer(base_trainer.Trainer):
         return self(x)
 
     # ------------------------------------------------------------------
-    # One execution: a list of batches in, the steps' results out.
-
-    def make_train_function(self, force=False):
-        raise NotImplementedError(TRAINING_NOT_AVAILABLE.format(method="fit"))
-
-    def make_test_function(self, force=False):
-        if self.test_function is not None and not force:
-            return self.test_function
-
-        def run_test_execution(batches):
-            logs = {}
-            for batch in batches:
-                logs = self.test_step(batch)
-            return logs
-
-        self.test_function = run_test_execution
-        return self.test_function
-
-    def make_predict_function(self, force=False):
-        if self.predict_function is not None and not force:
-            return self.predict_function
-
-        def run_predict_execution(batches):
-            return _concatenate_steps(
-                [_to_host(self.predict_step(batch)) for batch in batches]
-            )
-
-        self.predict_function = run_predict_execution
-        return self.predict_function
-
-    # ------------------------------------------------------------------
     # The loops
 
+    @traceback_utils.filter_traceback
     def fit(
         self,
         x=None,
@@ -170,19 +347,114 @@ class IPUTrainer(base_trainer.Trainer):
         validation_batch_size=None,
         validation_freq=1,
     ):
-        raise NotImplementedError(TRAINING_NOT_AVAILABLE.format(method="fit"))
+        self._assert_compile_called("fit")
+        max_epochs = config.max_epochs()
+        if max_epochs and max_epochs < epochs:
+            warnings.warn("Limiting epochs to %d" % max_epochs)
+            epochs = max_epochs
+        self._eval_epoch_iterator = None
+        if validation_split and validation_data is None:
+            (x, y, sample_weight), validation_data = (
+                array_slicing.train_validation_split(
+                    (x, y, sample_weight), validation_split=validation_split
+                )
+            )
+        if validation_data is not None:
+            val_x, val_y, val_sample_weight = (
+                data_adapter_utils.unpack_x_y_sample_weight(validation_data)
+            )
 
-    def train_on_batch(
-        self,
-        x,
-        y=None,
-        sample_weight=None,
-        class_weight=None,
-        return_dict=False,
-    ):
-        raise NotImplementedError(
-            TRAINING_NOT_AVAILABLE.format(method="train_on_batch")
+        epoch_iterator = IPUEpochIterator(
+            x=x,
+            y=y,
+            sample_weight=sample_weight,
+            batch_size=batch_size,
+            steps_per_epoch=steps_per_epoch,
+            shuffle=shuffle,
+            class_weight=class_weight,
+            steps_per_execution=self.steps_per_execution,
         )
+
+        if not isinstance(callbacks, callbacks_module.CallbackList):
+            callbacks = callbacks_module.CallbackList(
+                callbacks,
+                add_history=True,
+                add_progbar=verbose != 0,
+                verbose=verbose,
+                epochs=epochs,
+                steps=epoch_iterator.num_batches,
+                model=self,
+            )
+
+        self.stop_training = False
+        training_logs = {}
+        logs = {}
+        training_finished = False
+        built = False
+        callbacks.on_train_begin()
+        initial_epoch = self._initial_epoch or initial_epoch
+        try:
+            for epoch in range(initial_epoch, epochs):
+                self.reset_metrics()
+                callbacks.on_epoch_begin(epoch)
+                for begin_step, end_step, batches in epoch_iterator:
+                    if not built:
+                        # Built from the loop's own first batch: pulling one
+                        # ahead would lose it for a one-shot generator.
+                        self._symbolic_build(data_batch=batches[0])
+                        self.make_train_function()
+                        built = True
+                    callbacks.on_train_batch_begin(begin_step)
+                    logs = self.train_function(batches)
+                    callbacks.on_train_batch_end(end_step, logs)
+                    if self.stop_training:
+                        break
+
+                epoch_logs = dict(self._get_metrics_result_or_logs(logs))
+                if validation_data is not None and self._should_eval(
+                    epoch, validation_freq
+                ):
+                    if getattr(self, "_eval_epoch_iterator", None) is None:
+                        self._eval_epoch_iterator = IPUEpochIterator(
+                            x=val_x,
+                            y=val_y,
+                            sample_weight=val_sample_weight,
+                            batch_size=validation_batch_size or batch_size,
+                            steps_per_execution=self.steps_per_execution,
+                            steps_per_epoch=validation_steps,
+                            shuffle=False,
+                        )
+                    val_logs = self.evaluate(
+                        x=val_x,
+                        y=val_y,
+                        sample_weight=val_sample_weight,
+                        batch_size=validation_batch_size or batch_size,
+                        steps=validation_steps,
+                        callbacks=callbacks,
+                        return_dict=True,
+                        _use_cached_eval_dataset=True,
+                    )
+                    epoch_logs.update(
+                        {f"val_{name}": val for name, val in val_logs.items()}
+                    )
+
+                callbacks.on_epoch_end(epoch, epoch_logs)
+                training_logs = epoch_logs
+                if self.stop_training:
+                    break
+            training_finished = True
+        finally:
+            if (
+                isinstance(self.optimizer, optimizers_module.Optimizer)
+                and epochs > 0
+                and built
+            ):
+                self.optimizer.finalize_variable_values(self.trainable_weights)
+            if getattr(self, "_eval_epoch_iterator", None) is not None:
+                del self._eval_epoch_iterator
+            if training_finished:
+                callbacks.on_train_end(logs=training_logs)
+        return self.history
 
     @traceback_utils.filter_traceback
     def evaluate(
@@ -225,7 +497,6 @@ class IPUTrainer(base_trainer.Trainer):
                 model=self,
             )
 
-        self.make_test_function()
         self.stop_evaluating = False
         callbacks.on_test_begin()
         logs = {}
@@ -236,6 +507,7 @@ class IPUTrainer(base_trainer.Trainer):
                 # Built from the first batch of the loop itself: pulling
                 # one ahead would lose it for a one-shot generator.
                 self._symbolic_build(data_batch=batches[0])
+                self.make_test_function()
                 built = True
             callbacks.on_test_batch_begin(begin_step)
             logs = self.test_function(batches)
@@ -271,13 +543,14 @@ class IPUTrainer(base_trainer.Trainer):
                 model=self,
             )
 
-        self.make_predict_function()
         self.stop_predicting = False
         callbacks.on_predict_begin()
-        # An unbuilt model builds during its first eager call.
         collected = None
         batch_outputs = None
         for begin_step, end_step, batches in epoch_iterator:
+            if collected is None:
+                self._build_for_prediction(batches[0])
+                self.make_predict_function()
             callbacks.on_predict_batch_begin(begin_step)
             batch_outputs = self.predict_function(batches)
             if collected is None:
@@ -303,6 +576,34 @@ class IPUTrainer(base_trainer.Trainer):
             batch_outputs, lambda outs: np.concatenate(outs, axis=0), collected
         )
 
+    def train_on_batch(
+        self,
+        x,
+        y=None,
+        sample_weight=None,
+        class_weight=None,
+        return_dict=False,
+    ):
+        self._assert_compile_called("train_on_batch")
+        if class_weight is not None:
+            if sample_weight is not None:
+                raise ValueError(
+                    "Arguments `sample_weight` and `class_weight` cannot be "
+                    f"specified at the same time. Received: sample_weight="
+                    f"{sample_weight}, class_weight={class_weight}"
+                )
+            sample_weight = data_adapter_utils.class_weight_to_sample_weights(
+                y, class_weight
+            )
+        data = (x, y, sample_weight)
+        self._symbolic_build(data_batch=data)
+        self.make_train_function()
+        self.reset_metrics()
+        logs = pythonify_logs(self.train_function([data]))
+        if return_dict:
+            return logs
+        return self._flatten_metrics_in_order(logs)
+
     def test_on_batch(
         self,
         x,
@@ -321,5 +622,6 @@ class IPUTrainer(base_trainer.Trainer):
         return self._flatten_metrics_in_order(logs)
 
     def predict_on_batch(self, x):
+        self._build_for_prediction((x,))
         self.make_predict_function()
         return self.predict_function([(x,)])

@@ -50,7 +50,10 @@ def unflatten(structure, leaves):
         if s[0] is dict:
             return {k: build(c) for k, c in zip(s[1], s[2])}
         kind, children = s
-        return kind(build(c) for c in children)
+        items = [build(c) for c in children]
+        if hasattr(kind, "_fields"):  # namedtuples take positional fields
+            return kind(*items)
+        return kind(items)
 
     return build(structure)
 

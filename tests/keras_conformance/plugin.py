@@ -41,7 +41,7 @@ KERAS_TEST_FILES = (
 
 # Flip to True when fit/train_on_batch work on the ipu backend: the
 # `requires_trainable_backend` tests then run instead of being skipped.
-TRAINING_SUPPORTED = False
+TRAINING_SUPPORTED = True
 TRAINING_SKIP_REASON = (
     "requires_trainable_backend: training on the ipu backend arrives with "
     "the compiler (issue 3)"

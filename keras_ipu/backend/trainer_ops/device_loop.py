@@ -1,0 +1,170 @@
+"""The device loop: one execution of `steps_per_execution` steps.
+
+As on the IPU (DESIGN.md decision 4), the unit of work is the loop, not the
+step: the execution's batches are stacked along a new leading axis (the
+infeed), a `scan` runs the stateless step over them carrying the model
+state, and each step's outputs come back stacked (the outfeed). Compiled,
+the whole loop is ONE executable, traced and compiled once per batch
+signature and then reused; eagerly (`run_eagerly=True`) the same step runs
+op by op on the host, one batch after the other.
+
+Batches of different shapes (the smaller last batch of an epoch) cannot be
+stacked: an execution is split into runs of consecutive batches with the
+same signature, each run one call of the compiled loop.
+
+Results are "chunks": one per run, each a structure of NumPy arrays with a
+leading axis of one entry per step.
+"""
+
+import numpy as np
+
+from keras.src import tree
+
+from keras_ipu.backend.control_flow import scan
+from keras_ipu.device.jit import jit
+
+
+def _host_array(x):
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "numpy"):  # tf.data / other frameworks' tensors
+        return np.asarray(x.numpy())
+    return np.asarray(x)
+
+
+def _signature(batch):
+    """What must agree for batches to share one compiled loop: the
+    structure (with the None entries, absent from the program) and every
+    array's shape and dtype."""
+    leaves = tree.flatten(batch)
+    structure = repr(tree.map_structure(lambda v: v is None, batch))
+    avals = tuple(
+        None if v is None else (tuple(v.shape), str(v.dtype)) for v in leaves
+    )
+    return structure, avals
+
+
+def _runs(batches):
+    """Consecutive batches grouped by signature."""
+    runs = []
+    last = None
+    for batch in batches:
+        batch = tree.map_structure(
+            lambda v: None if v is None else _host_array(v), batch
+        )
+        sig = _signature(batch)
+        if runs and sig == last:
+            runs[-1].append(batch)
+        else:
+            runs.append([batch])
+            last = sig
+    return runs
+
+
+def _to_host(outputs):
+    return tree.map_structure(
+        lambda x: None if x is None else np.asarray(x), outputs
+    )
+
+
+def _fill_nones(structure, arrays):
+    """`structure` with its non-None leaves replaced by `arrays`."""
+    it = iter(arrays)
+    leaves = [None if x is None else next(it) for x in tree.flatten(structure)]
+    return tree.pack_sequence_as(structure, leaves)
+
+
+class DeviceLoop:
+    """Runs `step(state, batch) -> (outputs, state)` over an execution.
+
+    `compiled`: one jit-compiled scan per batch signature; otherwise the
+    step runs eagerly on the host. Call with (state, batches); returns
+    (chunks, state) (see the module doc).
+    """
+
+    def __init__(self, step, compiled):
+        self.step = step
+        self.compiled = compiled
+        self._loops = {}  # batch structure -> Jitted loop
+
+    def __call__(self, state, batches):
+        chunks = []
+        for run in _runs(batches):
+            if self.compiled:
+                outputs, state = self._run_compiled(state, run)
+            else:
+                outputs, state = self._run_eager(state, run)
+            chunks.append(outputs)
+        return chunks, state
+
+    def _run_eager(self, state, run):
+        per_step = []
+        for batch in run:
+            outputs, state = self.step(state, batch)
+            per_step.append(_to_host(outputs))
+        stacked = tree.map_structure(
+            lambda *xs: None if xs[0] is None else np.stack(xs), *per_step
+        )
+        return stacked, state
+
+    def _run_compiled(self, state, run):
+        template = run[0]
+        structure = _signature(template)[0]
+        loop = self._loops.get(structure)
+        if loop is None:
+            output_structure = []
+            loop = jit(self._make_loop(template, output_structure))
+            loop.output_structure = output_structure
+            loop.__name__ = getattr(self.step, "__name__", "step") + "_loop"
+            self._loops[structure] = loop
+        # The infeed: every array of the run stacked along a steps axis.
+        flat_runs = [
+            [v for v in tree.flatten(batch) if v is not None] for batch in run
+        ]
+        stacked = [np.stack(vs) for vs in zip(*flat_runs)]
+        flat_outputs, state = loop(state, stacked)
+        # The jitted loop returns flat outputs (jit's own pytrees know plain
+        # tuples, lists and dicts); Keras' tree rebuilds namedtuples & co.
+        outputs = _fill_nones(loop.output_structure[0], list(flat_outputs))
+        return outputs, state
+
+    def _make_loop(self, template, output_structure):
+        step = self.step
+        none_mask = [v is None for v in tree.flatten(template)]
+
+        def rebuild(arrays):
+            it = iter(arrays)
+            leaves = [None if is_none else next(it) for is_none in none_mask]
+            return tree.pack_sequence_as(template, leaves)
+
+        def device_loop(state, stacked):
+            def body(carry, arrays):
+                outputs, carry = step(carry, rebuild(arrays))
+                return carry, outputs
+
+            state, outputs = scan(body, state, stacked)
+            # Only the structure is kept (not the traced values).
+            output_structure[:] = [
+                tree.map_structure(lambda x: None if x is None else 0, outputs)
+            ]
+            return [x for x in tree.flatten(outputs) if x is not None], state
+
+        return device_loop
+
+
+def last_step(chunks):
+    """The outputs of the execution's last step (the logs callbacks see)."""
+    return tree.map_structure(
+        lambda x: None if x is None else x[-1], chunks[-1]
+    )
+
+
+def concatenate_steps(chunks):
+    """Every step's batch outputs joined along the batch axis (predict)."""
+
+    def join(*xs):
+        if xs[0] is None:
+            return None
+        return np.concatenate([x.reshape((-1,) + x.shape[2:]) for x in xs])
+
+    return tree.map_structure(join, *chunks)
