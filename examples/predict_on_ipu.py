@@ -3,11 +3,10 @@
     KERAS_BACKEND=ipu python examples/predict_on_ipu.py
 
 The data are synthetic 16x16 images of horizontal or vertical stripes. The
-CNN's weights are set by hand (an edge filter per orientation), because
-training arrives with the compiler: it classifies the stripes without any
-fit(). predict() and evaluate() run on the ipu backend, which executes each
-op eagerly on the host for now. Run the same file with
-KERAS_BACKEND=tensorflow to compare.
+CNN's weights are set by hand (an edge filter per orientation), so it
+classifies the stripes without any fit() (train_on_ipu.py trains one).
+predict() and evaluate() run as compiled executables on the ipu backend.
+Run the same file with KERAS_BACKEND=tensorflow to compare.
 """
 
 import os

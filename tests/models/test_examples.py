@@ -31,3 +31,14 @@ def test_predict_on_ipu_classifies_the_stripes():
     ).groups()
     assert float(accuracy) == 1.0
     assert 0.0 < float(loss) < 0.5
+
+
+def test_train_on_ipu_learns_the_stripes():
+    out = run_example("train_on_ipu.py")
+    assert "backend: ipu" in out
+    first, last = map(
+        float, re.search(r"training loss: ([\d.]+) -> ([\d.]+)", out).groups()
+    )
+    assert last < first / 10, out[-2000:]
+    accuracy = float(re.search(r"test: loss=[\d.e-]+ accuracy=([\d.]+)", out).group(1))
+    assert accuracy >= 0.95, out[-2000:]
