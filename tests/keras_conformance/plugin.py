@@ -302,6 +302,14 @@ def pytest_collect_directory(path, parent):
     return None
 
 
+def _matches(entry, nodeid):
+    """An entry matches a node id it is part of; an entry ending in `$`
+    matches only at the end (a test whose name begins another's)."""
+    if entry.endswith("$"):
+        return nodeid.endswith(entry[:-1])
+    return entry in nodeid
+
+
 def pytest_collection_modifyitems(config, items):
     training_skip = pytest.mark.skip(reason=TRAINING_SKIP_REASON)
     multi_device_skip = pytest.mark.skip(reason=MULTI_DEVICE_SKIP_REASON)
@@ -312,7 +320,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(training_skip)
         if "multi_device" in item.keywords:
             item.add_marker(multi_device_skip)
-        matches = [(p, r) for p, r in known if p in item.nodeid]
+        matches = [(p, r) for p, r in known if _matches(p, item.nodeid)]
         if matches:
             item.add_marker(pytest.mark.xfail(reason=matches[0][1], strict=False))
             used.update(p for p, _ in matches)
