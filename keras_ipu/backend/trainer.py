@@ -375,16 +375,9 @@ class IPUTrainer(base_trainer.Trainer):
             steps_per_execution=self.steps_per_execution,
         )
 
-        if not isinstance(callbacks, callbacks_module.CallbackList):
-            callbacks = callbacks_module.CallbackList(
-                callbacks,
-                add_history=True,
-                add_progbar=verbose != 0,
-                verbose=verbose,
-                epochs=epochs,
-                steps=epoch_iterator.num_batches,
-                model=self,
-            )
+        callbacks = self._callback_list(
+            callbacks, verbose, epoch_iterator, epochs=epochs, add_history=True
+        )
 
         self.stop_training = False
         training_logs = {}
@@ -456,6 +449,23 @@ class IPUTrainer(base_trainer.Trainer):
                 callbacks.on_train_end(logs=training_logs)
         return self.history
 
+    def _callback_list(
+        self, callbacks, verbose, epoch_iterator, epochs=1, add_history=False
+    ):
+        """The CallbackList of a fit/evaluate/predict loop, with Keras'
+        progress bar (unless the caller passed a CallbackList)."""
+        if isinstance(callbacks, callbacks_module.CallbackList):
+            return callbacks
+        return callbacks_module.CallbackList(
+            callbacks,
+            add_history=add_history,
+            add_progbar=verbose != 0,
+            verbose=verbose,
+            epochs=epochs,
+            steps=epoch_iterator.num_batches,
+            model=self,
+        )
+
     @traceback_utils.filter_traceback
     def evaluate(
         self,
@@ -487,15 +497,7 @@ class IPUTrainer(base_trainer.Trainer):
                 steps_per_execution=self.steps_per_execution,
             )
 
-        if not isinstance(callbacks, callbacks_module.CallbackList):
-            callbacks = callbacks_module.CallbackList(
-                callbacks,
-                add_progbar=verbose != 0,
-                verbose=verbose,
-                epochs=1,
-                steps=epoch_iterator.num_batches,
-                model=self,
-            )
+        callbacks = self._callback_list(callbacks, verbose, epoch_iterator)
 
         self.stop_evaluating = False
         callbacks.on_test_begin()
@@ -533,15 +535,7 @@ class IPUTrainer(base_trainer.Trainer):
             steps_per_execution=self.steps_per_execution,
         )
 
-        if not isinstance(callbacks, callbacks_module.CallbackList):
-            callbacks = callbacks_module.CallbackList(
-                callbacks,
-                add_progbar=verbose != 0,
-                verbose=verbose,
-                epochs=1,
-                steps=epoch_iterator.num_batches,
-                model=self,
-            )
+        callbacks = self._callback_list(callbacks, verbose, epoch_iterator)
 
         self.stop_predicting = False
         callbacks.on_predict_begin()
