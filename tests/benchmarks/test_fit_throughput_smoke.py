@@ -1,0 +1,89 @@
+"""Smoke test of benchmarks/fit_throughput.py: it runs end to end and writes
+the JSON report with its fields. Speed is never asserted here (a unit test
+on a shared machine cannot say anything reliable about it)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_throughput.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("fit_throughput", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_ipu_run_writes_report(tmp_path):
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--backends", "ipu",
+         "--models", "mlp", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "KERAS_BACKEND": "ipu"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+
+    config = report["config"]
+    assert config["models"] == ["mlp"]
+    assert config["backends"] == ["ipu"]
+    assert config["batch_size"] == 128
+    assert config["dtype"] == "float32"
+    assert config["quick"] is True
+    assert config["threads"] == 1
+    assert config["thread_environment"]["OPENBLAS_NUM_THREADS"] == "1"
+    assert config["weights_built_by"] == "ipu"
+
+    ipu = report["results"]["ipu"]
+    assert ipu["affinity"] == config["cpu_affinity"]
+    mlp = ipu["models"]["mlp"]
+    assert "error" not in mlp, mlp
+    for field in ("samples_per_s", "samples_per_s_min", "samples_per_s_max",
+                  "first_epoch_s", "loss_after_first_epoch",
+                  "initial_weights_abs_sum"):
+        assert isinstance(mlp[field], float), (field, mlp[field])
+        assert mlp[field] > 0, (field, mlp[field])
+    assert mlp["samples_per_s_min"] <= mlp["samples_per_s"] <= mlp["samples_per_s_max"]
+    assert len(mlp["timed_epoch_s"]) == 2  # --quick: 2 timed epochs
+    assert mlp["jit_compile"] is True  # fit ran compiled, not op by op
+    # 16-8-8-3 MLP: (16*8+8) + (8*8+8) + (8*3+3)
+    assert mlp["parameters"] == 235
+
+    # No other backend ran, so there is nothing to divide by.
+    assert report["ratios"] == {"mlp": {}}
+    assert "| mlp | ipu |" in report["table"]
+    assert report["table"] in proc.stdout
+
+
+def test_missing_backend_is_reported_and_skipped(monkeypatch, tmp_path, capsys):
+    bench = _load_script()
+    monkeypatch.setitem(bench.BACKEND_MODULE, "jax", "no_such_module_h16")
+    out = tmp_path / "report.json"
+    bench.main(["--quick", "--backends", "jax", "--models", "mlp",
+                "--out", str(out)])
+    err = capsys.readouterr().err
+    assert "backend jax: not installed" in err
+    assert "no_such_module_h16" in err
+    report = json.loads(out.read_text())
+    assert "not installed" in report["results"]["jax"]["skipped"]
+    assert "| mlp | jax | skipped: not installed" in report["table"]
+    assert report["config"]["weights_built_by"] is None
+
+
+def test_ratios_divide_ipu_by_the_reference():
+    bench = _load_script()
+    results = {
+        "ipu": {"models": {"mlp": {"samples_per_s": 300.0, "first_epoch_s": 2.0}}},
+        "tensorflow": {"models": {"mlp": {"samples_per_s": 100.0,
+                                          "first_epoch_s": 4.0}}},
+        "jax": {"skipped": "not installed"},
+    }
+    assert bench.ratios(results, ["mlp"]) == {
+        "mlp": {"ipu/tensorflow": {"samples_per_s": 3.0, "first_epoch_s": 0.5}}
+    }
