@@ -39,7 +39,9 @@ _CHAIN_BRANCHES = {
     ),
 }
 _BACKEND_UTILS = "keras.src.utils.backend_utils"
-_TARGETS = frozenset(_CHAIN_BRANCHES) | {_BACKEND_UTILS}
+# TensorBoard(profile_batch=...) refuses backends outside a tuple of names;
+# keras_ipu.backend.tensorboard provides the profiler it needs.
+_TENSORBOARD_CALLBACK = "keras.src.callbacks.tensorboard"
 
 
 class KerasVersionError(ImportError):
@@ -72,8 +74,12 @@ def _version_error(module_name, what):
     )
 
 
-def _is_backend_compare(test, name):
-    """True for `<...>.backend() == "name"` / `backend() == "name"`."""
+KERAS_BACKENDS = frozenset({"tensorflow", "jax", "torch", "numpy", "openvino"})
+
+
+def _is_backend_compare(test):
+    """True for `<...>.backend() == "name"` / `backend() == "name"` with a
+    backend Keras knows."""
     import ast
 
     return (
@@ -82,33 +88,42 @@ def _is_backend_compare(test, name):
         and isinstance(test.ops[0], ast.Eq)
         and isinstance(test.left, ast.Call)
         and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value == name
+        and test.comparators[0].value in KERAS_BACKENDS
     )
 
 
-def _add_chain_branch(tree, module_name):
+def _chain(stmt):
+    """The `if`s of an if/elif chain, in order."""
+    import ast
+
+    links = [stmt]
+    while len(links[-1].orelse) == 1 and isinstance(links[-1].orelse[0], ast.If):
+        links.append(links[-1].orelse[0])
+    return links
+
+
+def add_chain_branch(tree, module_name, branch_source):
+    """Adds `elif backend() == "ipu": <branch_source>` to the first
+    module-level `if backend() == ...` chain of `tree` that dispatches on
+    two or more backends (a lone `if backend() == "torch": import torch`
+    is not a dispatch), before its `else`."""
     import ast
 
     for stmt in tree.body:
-        if isinstance(stmt, ast.If) and _is_backend_compare(
-            stmt.test, "tensorflow"
-        ):
-            chain = stmt
-            while (
-                len(chain.orelse) == 1
-                and isinstance(chain.orelse[0], ast.If)
-                and isinstance(chain.orelse[0].test, ast.Compare)
-            ):
-                chain = chain.orelse[0]
-            test = ast.Compare(
-                left=stmt.test.left,
-                ops=[ast.Eq()],
-                comparators=[ast.Constant("ipu")],
-            )
-            body = ast.parse(_CHAIN_BRANCHES[module_name]).body
-            chain.orelse = [ast.If(test=test, body=body, orelse=chain.orelse)]
-            return
-    raise _version_error(module_name, 'the `if backend() == "tensorflow"` chain')
+        if not isinstance(stmt, ast.If):
+            continue
+        links = _chain(stmt)
+        compares = [link.test for link in links if _is_backend_compare(link.test)]
+        if len(compares) < 2:
+            continue
+        test = ast.Compare(
+            left=compares[0].left, ops=[ast.Eq()], comparators=[ast.Constant("ipu")]
+        )
+        body = ast.parse(branch_source).body
+        last = links[-1]
+        last.orelse = [ast.If(test=test, body=body, orelse=last.orelse)]
+        return
+    raise _version_error(module_name, 'the `if backend() == "..."` chain')
 
 
 def _patch_backend_utils(tree, module_name):
@@ -146,10 +161,50 @@ def _patch_backend_utils(tree, module_name):
     ).body
 
 
+def _patch_tensorboard_callback(tree, module_name):
+    """Adds "ipu" to the `backend.backend() not in ("jax", "tensorflow")`
+    tuple of TensorBoard.__init__ (the backends that can profile)."""
+    import ast
+
+    cls = next(
+        (
+            s
+            for s in tree.body
+            if isinstance(s, ast.ClassDef) and s.name == "TensorBoard"
+        ),
+        None,
+    )
+    init = next(
+        (f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef)
+         and f.name == "__init__"),
+        None,
+    )
+    if init is None:
+        raise _version_error(module_name, "TensorBoard.__init__")
+    for node in ast.walk(init):
+        if (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], ast.NotIn)
+            and isinstance(node.left, ast.Call)
+            and isinstance(node.comparators[0], ast.Tuple)
+            and any(
+                isinstance(e, ast.Constant) and e.value == "tensorflow"
+                for e in node.comparators[0].elts
+            )
+        ):
+            node.comparators[0].elts.append(ast.Constant("ipu"))
+            return
+    raise _version_error(
+        module_name, 'the `backend.backend() not in ("jax", "tensorflow")` check'
+    )
+
+
 class _PatchingLoader:
-    def __init__(self, name, original_loader):
+    def __init__(self, name, original_loader, branches):
         self.name = name
         self.original = original_loader
+        self.branches = branches
 
     def create_module(self, spec):
         return None
@@ -162,8 +217,10 @@ class _PatchingLoader:
         tree = ast.parse(source, filename)
         if self.name == _BACKEND_UTILS:
             _patch_backend_utils(tree, self.name)
+        elif self.name == _TENSORBOARD_CALLBACK:
+            _patch_tensorboard_callback(tree, self.name)
         else:
-            _add_chain_branch(tree, self.name)
+            add_chain_branch(tree, self.name, self.branches[self.name])
         ast.fix_missing_locations(tree)
         exec(compile(tree, filename, "exec"), module.__dict__)
 
@@ -176,10 +233,18 @@ class _PatchingLoader:
 
 
 class IPUBackendFinder:
-    """Meta-path finder adding the "ipu" branch to Keras' dispatch modules."""
+    """Meta-path finder adding the "ipu" branch to Keras' dispatch modules
+    (`branches`: module name -> source of the branch; by default the
+    modules Keras needs at run time)."""
+
+    def __init__(self, branches=None):
+        self.branches = _CHAIN_BRANCHES if branches is None else branches
+        self.targets = frozenset(self.branches)
+        if branches is None:
+            self.targets |= {_BACKEND_UTILS, _TENSORBOARD_CALLBACK}
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in _TARGETS or _selected_backend() != "ipu":
+        if fullname not in self.targets or _selected_backend() != "ipu":
             return None
         from importlib.machinery import PathFinder
         from importlib.util import spec_from_loader
@@ -190,7 +255,7 @@ class IPUBackendFinder:
         is_package = original.submodule_search_locations is not None
         spec = spec_from_loader(
             fullname,
-            _PatchingLoader(fullname, original.loader),
+            _PatchingLoader(fullname, original.loader, self.branches),
             origin=original.origin,
             is_package=is_package,
         )
@@ -203,5 +268,8 @@ class IPUBackendFinder:
 
 
 def install():
-    if not any(isinstance(f, IPUBackendFinder) for f in sys.meta_path):
+    if not any(
+        isinstance(f, IPUBackendFinder) and f.branches is _CHAIN_BRANCHES
+        for f in sys.meta_path
+    ):
         sys.meta_path.insert(0, IPUBackendFinder())

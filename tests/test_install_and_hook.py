@@ -157,8 +157,12 @@ def _expect_version_error(patch, source, module_name):
 @pytest.mark.parametrize("module_name", sorted(_hook._CHAIN_BRANCHES))
 def test_missing_backend_chain_names_supported_version(module_name):
     source = 'import os\nif os.name == "tensorflow":\n    x = 1\n'
-    message = _expect_version_error(_hook._add_chain_branch, source, module_name)
-    assert "tensorflow" in message
+    message = _expect_version_error(
+        lambda tree, name: _hook.add_chain_branch(tree, name, "pass\n"),
+        source,
+        module_name,
+    )
+    assert "backend()" in message
 
 
 @pytest.mark.parametrize(
@@ -195,7 +199,7 @@ def _installed_keras_source(module_name):
 @pytest.mark.parametrize("module_name", sorted(_hook._CHAIN_BRANCHES))
 def test_installed_keras_chain_gets_an_ipu_branch(module_name):
     tree = ast.parse(_installed_keras_source(module_name))
-    _hook._add_chain_branch(tree, module_name)
+    _hook.add_chain_branch(tree, module_name, _hook._CHAIN_BRANCHES[module_name])
     compares = [
         n
         for n in ast.walk(tree)
@@ -215,3 +219,18 @@ def test_installed_backend_utils_accepts_ipu():
         if isinstance(n, ast.Constant) and n.value == "ipu"
     ]
     assert len(names) >= 2  # the accepted names and the __getattr__ branch
+
+
+def test_chain_starting_with_another_backend_gets_the_branch_before_else():
+    tree = ast.parse(
+        "if backend.backend() == 'jax':\n    T = 1\n"
+        "elif backend.backend() == 'torch':\n    T = 2\n"
+        "else:\n    raise ImportError('Invalid backend')\n"
+    )
+    _hook.add_chain_branch(tree, "some_test", "T = 'ipu'\n")
+    namespace = {"backend": type("B", (), {"backend": staticmethod(lambda: "ipu")})}
+    exec(compile(ast.fix_missing_locations(tree), "<t>", "exec"), namespace)
+    assert namespace["T"] == "ipu"
+    namespace["backend"].backend = staticmethod(lambda: "other")
+    with pytest.raises(ImportError, match="Invalid backend"):
+        exec(compile(tree, "<t>", "exec"), namespace)

@@ -131,15 +131,57 @@ def compute_output_spec(fn, *args, **kwargs):
     """Shapes and dtypes of fn's outputs, found by tracing fn abstractly.
 
     Dimensions that are None stay None (each primitive's shape rule carries
-    them); nothing is computed on dummy data.
+    them); nothing is computed on dummy data. Python code that does
+    arithmetic on an unknown dimension (`ops.shape(x)[0] * n`) cannot be
+    traced that way; then fn is traced twice more with two stand-in sizes
+    for the unknown dimensions (still abstract: shapes only), and an output
+    dimension that differs between the two is unknown, as Keras' JAX
+    backend does.
     """
+    try:
+        return _trace_output_spec(fn, args, kwargs, fill=None)
+    except (TypeError, ValueError) as error:
+        if not _has_unknown_dims((args, kwargs)):
+            raise
+        try:
+            first = _trace_output_spec(fn, args, kwargs, fill=_STAND_IN_SIZES[0])
+            second = _trace_output_spec(fn, args, kwargs, fill=_STAND_IN_SIZES[1])
+        except Exception:
+            raise error from None
+    return tree.map_structure(_merge_specs, first, second)
+
+
+# Two sizes no real dimension is likely to equal by chance, nor each other.
+_STAND_IN_SIZES = (83, 89)
+
+
+def _has_unknown_dims(structure):
+    return any(
+        isinstance(x, KerasTensor) and None in x.shape
+        for x in tree.flatten(structure)
+    )
+
+
+def _merge_specs(a, b):
+    if not isinstance(a, KerasTensor):
+        return a
+    shape = tuple(
+        da if da == db else None for da, db in zip(a.shape, b.shape)
+    )
+    return KerasTensor(shape, a.dtype)
+
+
+def _trace_output_spec(fn, args, kwargs, fill):
     with StatelessScope(), SymbolicScope():
         builder = GraphBuilder()
 
         def to_tracer(x):
             if isinstance(x, KerasTensor):
+                shape = x.shape
+                if fill is not None:
+                    shape = tuple(fill if d is None else d for d in shape)
                 return builder.new_input(
-                    ShapedArray(x.shape, _np_dtype(standardize_dtype(x.dtype)))
+                    ShapedArray(shape, _np_dtype(standardize_dtype(x.dtype)))
                 )
             return x
 

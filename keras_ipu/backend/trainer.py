@@ -43,18 +43,47 @@ from keras_ipu.device.autodiff import value_and_grad
 class IPUEpochIterator(EpochIterator):
     """Hands out one execution's batches at a time (the infeed).
 
-    When the number of batches is known, the last execution of an epoch is
-    shortened to the batches that remain (Keras' iterator would pull past
-    the end and warn that the input ran out), and its end step is the last
-    step really run, so callbacks and the progress bar count right. Running
+    When the number of batches is known from the data (not from
+    `steps_per_epoch`), the last execution of an epoch is shortened to the batches that remain (Keras' iterator would pull past
+    the end and warn that the input ran out). Its end step stays
+    `begin_step + steps_per_execution - 1`, the index Keras' iterator and
+    callbacks use for every execution. Running
     out of a generator of unknown length is the normal end of predict() and
     evaluate(); it only warns when the user asked for more `steps`.
     """
 
+    _peeked = None
+
+    def peek_first_batch(self):
+        """The first batch of the next epoch, or None for empty input.
+
+        The execution it belongs to is handed out again as the first item
+        of the next iteration, so nothing is lost even from a one-shot
+        generator; this lets the model be built before any callback runs,
+        as Keras' other backends do.
+        """
+        self._peeked = None
+        try:
+            self._peeked = next(iter(self))
+        except StopIteration:
+            return None
+        return self._peeked[2][0]
+
+    def __iter__(self):
+        if self._peeked is not None:
+            return self  # continue the epoch the peek began
+        return super().__iter__()
+
     def __next__(self):
+        if self._peeked is not None:
+            item, self._peeked = self._peeked, None
+            return item
         begin_step, _, iterator = next(self._epoch_iterator)
         count = self.steps_per_execution
-        if self.num_batches:
+        if self.num_batches and not self.steps_per_epoch:
+            # With an explicit steps_per_epoch Keras runs whole executions
+            # (the data iterator carries over into the next epoch); only
+            # the end of the data shortens one.
             count = max(1, min(count, self.num_batches - begin_step))
         batches = []
         with self.catch_stop_iteration():
@@ -62,7 +91,7 @@ class IPUEpochIterator(EpochIterator):
                 batches.append(next(iterator))
         if not batches:
             raise StopIteration
-        return begin_step, begin_step + len(batches) - 1, batches
+        return begin_step, begin_step + self.steps_per_execution - 1, batches
 
     def _interrupted_warning(self):
         if self.steps_per_epoch:
@@ -375,6 +404,11 @@ class IPUTrainer(base_trainer.Trainer):
             steps_per_execution=self.steps_per_execution,
         )
 
+        first_batch = epoch_iterator.peek_first_batch()
+        if first_batch is not None:
+            self._symbolic_build(data_batch=first_batch)
+            self.make_train_function()
+
         callbacks = self._callback_list(
             callbacks, verbose, epoch_iterator, epochs=epochs, add_history=True
         )
@@ -383,7 +417,6 @@ class IPUTrainer(base_trainer.Trainer):
         training_logs = {}
         logs = {}
         training_finished = False
-        built = False
         callbacks.on_train_begin()
         initial_epoch = self._initial_epoch or initial_epoch
         try:
@@ -391,12 +424,6 @@ class IPUTrainer(base_trainer.Trainer):
                 self.reset_metrics()
                 callbacks.on_epoch_begin(epoch)
                 for begin_step, end_step, batches in epoch_iterator:
-                    if not built:
-                        # Built from the loop's own first batch: pulling one
-                        # ahead would lose it for a one-shot generator.
-                        self._symbolic_build(data_batch=batches[0])
-                        self.make_train_function()
-                        built = True
                     callbacks.on_train_batch_begin(begin_step)
                     logs = self.train_function(batches)
                     callbacks.on_train_batch_end(end_step, logs)
@@ -440,7 +467,7 @@ class IPUTrainer(base_trainer.Trainer):
             if (
                 isinstance(self.optimizer, optimizers_module.Optimizer)
                 and epochs > 0
-                and built
+                and first_batch is not None
             ):
                 self.optimizer.finalize_variable_values(self.trainable_weights)
             if getattr(self, "_eval_epoch_iterator", None) is not None:
@@ -497,20 +524,18 @@ class IPUTrainer(base_trainer.Trainer):
                 steps_per_execution=self.steps_per_execution,
             )
 
+        first_batch = epoch_iterator.peek_first_batch()
+        if first_batch is not None:
+            self._symbolic_build(data_batch=first_batch)
+            self.make_test_function()
+
         callbacks = self._callback_list(callbacks, verbose, epoch_iterator)
 
         self.stop_evaluating = False
         callbacks.on_test_begin()
         logs = {}
         self.reset_metrics()
-        built = False
         for begin_step, end_step, batches in epoch_iterator:
-            if not built:
-                # Built from the first batch of the loop itself: pulling
-                # one ahead would lose it for a one-shot generator.
-                self._symbolic_build(data_batch=batches[0])
-                self.make_test_function()
-                built = True
             callbacks.on_test_batch_begin(begin_step)
             logs = self.test_function(batches)
             callbacks.on_test_batch_end(end_step, logs)
@@ -535,6 +560,11 @@ class IPUTrainer(base_trainer.Trainer):
             steps_per_execution=self.steps_per_execution,
         )
 
+        first_batch = epoch_iterator.peek_first_batch()
+        if first_batch is not None:
+            self._build_for_prediction(first_batch)
+            self.make_predict_function()
+
         callbacks = self._callback_list(callbacks, verbose, epoch_iterator)
 
         self.stop_predicting = False
@@ -542,9 +572,6 @@ class IPUTrainer(base_trainer.Trainer):
         collected = None
         batch_outputs = None
         for begin_step, end_step, batches in epoch_iterator:
-            if collected is None:
-                self._build_for_prediction(batches[0])
-                self.make_predict_function()
             callbacks.on_predict_batch_begin(begin_step)
             batch_outputs = self.predict_function(batches)
             if collected is None:

@@ -13,7 +13,9 @@ from keras_ipu.device.ir import ShapedArray
 
 
 class Tensor:
-    __slots__ = ("_value", "__weakref__")
+    # __dict__ (allocated only when used) lets callers set attributes, as
+    # Keras tests do to mock `numpy()` on a tensor.
+    __slots__ = ("_value", "__weakref__", "__dict__")
 
     # numpy must defer to our operators (ndarray + Tensor -> Tensor).
     __array_priority__ = 100

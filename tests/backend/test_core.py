@@ -439,3 +439,29 @@ def test_nested_loops_with_closures_match_eager():
             acc = acc + x[t] * w if i % 2 == 0 else acc - w
         expected.append(acc.sum())
     np.testing.assert_allclose(ys, expected, rtol=1e-5)
+
+
+def test_compute_output_spec_with_arithmetic_on_an_unknown_dimension():
+    import keras
+    from keras import ops
+
+    def fn(x):
+        n = ops.shape(x)[0] * ops.shape(x)[1]  # None * 8 without stand-ins
+        return ops.reshape(x, (n,)), ops.sum(x, axis=1), ops.zeros((3,))
+
+    flat, summed, fixed = core.compute_output_spec(fn, keras.KerasTensor((None, 8)))
+    assert flat.shape == (None,)
+    assert summed.shape == (None,)
+    assert fixed.shape == (3,)
+
+
+def test_compute_output_spec_error_without_unknown_dimensions_is_the_original():
+    import keras
+
+    def fn(x):
+        raise TypeError("bad layer")
+
+    with pytest.raises(TypeError, match="bad layer"):
+        core.compute_output_spec(fn, keras.KerasTensor((2, 8)))
+    with pytest.raises(TypeError, match="bad layer"):
+        core.compute_output_spec(fn, keras.KerasTensor((None, 8)))

@@ -220,3 +220,14 @@ def test_dropout_mask_does_not_depend_on_input_dtype():
 )
 def test_scalar_shapes(fn):
     assert fn().shape == ()
+
+
+def test_dropout_rescaled_mean_is_unbiased_over_seeds():
+    # Keras' dropout_test.py::test_dropout_rescaling checks one seed with a
+    # 2-sigma tolerance; over many seeds the rescaled mean must centre on 1
+    # with the binomial spread (sigma = 2 * sqrt(0.25 / 10000) = 0.01).
+    x = np.ones((20, 500), np.float32)
+    means = np.array([np_(rnd.dropout(x, 0.5, seed=s)).mean() for s in range(200)])
+    assert abs(means.mean() - 1.0) < 3 * 0.01 / np.sqrt(200)
+    assert 0.007 < means.std() < 0.013
+    assert np.mean(np.abs(means - 1.0) > 0.02) < 0.12

@@ -24,6 +24,7 @@ prints a per-file table of outcomes at the end.
 import collections
 import importlib.util
 import os
+import re
 import sys
 import types
 from pathlib import Path
@@ -37,6 +38,14 @@ KERAS_TEST_FILES = (
     "backend/common/*_test.py",
     "backend/tests/*_test.py",
     "random/*_test.py",
+    "layers/**/*_test.py",
+    "models/**/*_test.py",
+    "trainers/**/*_test.py",
+    "optimizers/**/*_test.py",
+    "losses/**/*_test.py",
+    "metrics/**/*_test.py",
+    "callbacks/**/*_test.py",
+    "saving/**/*_test.py",
 )
 
 # Flip to True when fit/train_on_batch work on the ipu backend: the
@@ -49,6 +58,136 @@ TRAINING_SKIP_REASON = (
 MULTI_DEVICE_SKIP_REASON = (
     "multi_device: keras.distribution is not wired to IPU replication yet"
 )
+
+# Keras test files written for the backends Keras ships, loaded with what
+# Keras itself would add for one more backend (no file in site-packages is
+# changed):
+# - a module-level `if backend() == ...` chain that picks a backend class and
+#   raises ImportError for any other backend gets an `elif ... == "ipu"`
+#   branch (the hook does the same to Keras' own modules);
+# - a dict literal keyed by backend names (a per-backend table of values,
+#   e.g. device names) gets an "ipu" entry equal to the "jax" one: the ipu
+#   backend follows JAX's conventions (stateless steps, "cpu:0" devices);
+# - in the test functions listed in KERAS_TEST_JAX_BRANCHES, a
+#   `backend() == "jax"` test that picks the stateless variant of a custom
+#   train/test step holds for "ipu" too, for the same reason.
+KERAS_TEST_BRANCHES = {
+    "keras.src.trainers.trainer_test": (
+        "from keras_ipu.backend.trainer import IPUTrainer as Trainer\n"
+    ),
+}
+KERAS_TEST_TABLES = frozenset({"keras.src.trainers.trainer_test"})
+KERAS_TEST_JAX_BRANCHES = {
+    "keras.src.trainers.trainer_test": (
+        "test_fit_with_custom_train_step",
+        "test_evaluate_with_custom_test_step",
+    ),
+}
+_PATCHED_TEST_MODULES = (
+    frozenset(KERAS_TEST_BRANCHES) | KERAS_TEST_TABLES | frozenset(KERAS_TEST_JAX_BRANCHES)
+)
+
+
+def take_jax_branches(tree, function_names):
+    """In the named functions (at any depth), `<...>backend() == "jax"`
+    becomes `<...>backend() in ("jax", "ipu")`; returns how many changed."""
+    import ast
+
+    changed = 0
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or fn.name not in function_names:
+            continue
+        for node in ast.walk(fn):
+            if (
+                isinstance(node, ast.Compare)
+                and len(node.ops) == 1
+                and isinstance(node.ops[0], ast.Eq)
+                and isinstance(node.left, ast.Call)
+                and isinstance(node.comparators[0], ast.Constant)
+                and node.comparators[0].value == "jax"
+            ):
+                node.ops = [ast.In()]
+                node.comparators = [
+                    ast.Tuple([ast.Constant("jax"), ast.Constant("ipu")], ast.Load())
+                ]
+                changed += 1
+    return changed
+
+
+def add_ipu_to_backend_tables(tree):
+    """Adds `"ipu": <the "jax" value>` to every dict literal whose keys
+    include "jax" and "tensorflow"; returns how many it changed."""
+    import ast
+
+    changed = 0
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Dict):
+            continue
+        keys = [k.value if isinstance(k, ast.Constant) else None for k in node.keys]
+        if "jax" in keys and "tensorflow" in keys and "ipu" not in keys:
+            node.keys.append(ast.Constant("ipu"))
+            node.values.append(node.values[keys.index("jax")])
+            changed += 1
+    return changed
+
+
+class KerasTestSourceFinder:
+    """Loads the Keras test modules named above with those additions."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _PATCHED_TEST_MODULES:
+            return None
+        from importlib.machinery import PathFinder
+        from importlib.util import spec_from_loader
+
+        original = PathFinder.find_spec(fullname, path)
+        if original is None or original.loader is None:
+            return None
+        spec = spec_from_loader(
+            fullname, _KerasTestLoader(fullname, original.loader),
+            origin=original.origin,
+        )
+        spec.has_location = True
+        return spec
+
+
+class _KerasTestLoader:
+    def __init__(self, name, original):
+        self.name = name
+        self.original = original
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        import ast
+
+        from keras_ipu._hook import add_chain_branch
+
+        filename = self.original.get_filename(self.name)
+        tree = ast.parse(self.original.get_source(self.name), filename)
+        if self.name in KERAS_TEST_BRANCHES:
+            add_chain_branch(tree, self.name, KERAS_TEST_BRANCHES[self.name])
+        if self.name in KERAS_TEST_TABLES and not add_ipu_to_backend_tables(tree):
+            raise RuntimeError(
+                f"{self.name} no longer has a per-backend table; remove it "
+                "from KERAS_TEST_TABLES"
+            )
+        names = KERAS_TEST_JAX_BRANCHES.get(self.name, ())
+        if names and take_jax_branches(tree, names) < len(names):
+            raise RuntimeError(
+                f"{self.name}: a function of {names} no longer has a "
+                "`backend() == \"jax\"` test; update KERAS_TEST_JAX_BRANCHES"
+            )
+        ast.fix_missing_locations(tree)
+        exec(compile(tree, filename, "exec"), module.__dict__)
+
+    def get_source(self, name):
+        return self.original.get_source(name)
+
+    def get_filename(self, name):
+        return self.original.get_filename(name)
+
 
 KNOWN_FAILURES_FILE = Path(__file__).with_name("known_failures.txt")
 # Another known-failures file, for the plugin's own tests.
@@ -158,14 +297,28 @@ _KERAS_CONFTEST.skip_if_backend = skip_if_backend
 # skipped with that reason instead of failing: the environment lacks a
 # reference, the backend did nothing wrong.
 REFERENCE_LIBRARIES = frozenset({"jax", "jaxlib", "torch", "flax", "openvino"})
+# Optional dependencies of Keras itself whose tests need them installed:
+# grain (a data-loading library, pulls in jax-only packages) and
+# orbax-checkpoint (the OrbaxCheckpoint callback, built on jax and
+# tensorstore). Not installed by the test extras; their tests are skipped.
+OPTIONAL_KERAS_DEPENDENCIES = frozenset({"grain", "orbax"})
+SKIPPABLE_LIBRARIES = REFERENCE_LIBRARIES | OPTIONAL_KERAS_DEPENDENCIES
+# keras.src.utils.module_utils.LazyModule's message for a missing optional
+# dependency: "OrbaxCheckpoint requires the 'orbax-checkpoint' package ..."
+_LAZY_MODULE_MESSAGE = re.compile(r"requires the '([\w.-]+)' package")
 
 
 def _missing_reference_library(excinfo, test_file):
     """The reference library `test_file` failed to import, or None."""
     exc = excinfo.value
+    if type(exc) is ImportError:
+        lazy = _LAZY_MODULE_MESSAGE.search(str(exc))
+        if lazy and lazy.group(1).split("-")[0] in OPTIONAL_KERAS_DEPENDENCIES:
+            return lazy.group(1)
+        return None
     if not isinstance(exc, ModuleNotFoundError):
         return None
-    if (exc.name or "").partition(".")[0] not in REFERENCE_LIBRARIES:
+    if (exc.name or "").partition(".")[0] not in SKIPPABLE_LIBRARIES:
         return None
     frames = [e for e in excinfo.traceback if not str(e.path).startswith("<frozen")]
     if frames and Path(frames[-1].path) == Path(test_file):
@@ -187,8 +340,8 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (
             str(item.path),
             item.location[1] or 0,
-            f"Skipped: this Keras test imports {name!r} for reference "
-            "values, and it is not installed",
+            f"Skipped: this Keras test needs {name!r} (a reference library "
+            "or an optional Keras dependency), which is not installed",
         )
 
 
@@ -202,11 +355,13 @@ class KerasTestModule(pytest.Module):
             missing = e.__cause__
             if (
                 isinstance(missing, ModuleNotFoundError)
-                and (missing.name or "").split(".")[0] in REFERENCE_LIBRARIES
+                and (missing.name or "").split(".")[0] in SKIPPABLE_LIBRARIES
             ):
                 pytest.skip(
-                    f"this Keras test file imports {missing.name!r} for "
-                    f"reference values; `pip install {missing.name}` to run it",
+                    f"this Keras test file imports {missing.name!r} (a "
+                    "reference library or an optional Keras dependency), "
+                    f"which is not installed; `pip install {missing.name}` "
+                    "to run it",
                     allow_module_level=True,
                 )
             # A file that cannot be imported has no tests to mark xfail; an
@@ -291,6 +446,8 @@ def pytest_configure(config):
         "markers", "multi_device: the test needs several devices"
     )
     config.stash[_KNOWN_FAILURES] = load_known_failures()
+    if not any(isinstance(f, KerasTestSourceFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, KerasTestSourceFinder())
     if config.getoption("keras_file_counts") or os.environ.get(FILE_COUNTS_ENV):
         config.stash[_FILE_COUNTS] = _state["counts"] = FileCounts()
 

@@ -186,3 +186,57 @@ def test_missing_reference_library_is_recognised_only_in_the_test_file():
     with pytest.raises(ModuleNotFoundError) as info:
         _fail_import("scipy")
     assert plugin._missing_reference_library(info, __file__) is None
+
+
+def test_missing_optional_keras_dependency_is_recognised():
+    with pytest.raises(ModuleNotFoundError) as info:
+        _fail_import("grain")
+    assert plugin._missing_reference_library(info, __file__) == "grain"
+    with pytest.raises(ImportError) as info:
+        raise ImportError(
+            "OrbaxCheckpoint requires the 'orbax-checkpoint' package. You can "
+            "install it via pip install orbax-checkpoint"
+        )
+    assert plugin._missing_reference_library(info, plugin.__file__) == "orbax-checkpoint"
+    with pytest.raises(ImportError) as info:
+        raise ImportError("Foo requires the 'scipy' package.")
+    assert plugin._missing_reference_library(info, __file__) is None
+
+
+def test_backend_tables_get_the_jax_entry_for_ipu():
+    import ast
+
+    tree = ast.parse(
+        "T = {'tensorflow': 'CPU:0', 'jax': 'cpu:0', 'torch': 'cpu'}\n"
+        "U = {'jax': 1}\n"
+    )
+    assert plugin.add_ipu_to_backend_tables(tree) == 1
+    namespace = {}
+    exec(compile(ast.fix_missing_locations(tree), "<t>", "exec"), namespace)
+    assert namespace["T"]["ipu"] == "cpu:0"
+    assert "ipu" not in namespace["U"]
+
+
+def test_listed_functions_take_the_jax_branch_and_others_do_not():
+    import ast
+
+    source = (
+        "def backend():\n    return 'ipu'\n"
+        "def picked():\n    return 'stateless' if backend() == 'jax' else 'stateful'\n"
+        "def other():\n    return 'stateless' if backend() == 'jax' else 'stateful'\n"
+    )
+    tree = ast.parse(source)
+    assert plugin.take_jax_branches(tree, ("picked",)) == 1
+    namespace = {}
+    exec(compile(ast.fix_missing_locations(tree), "<t>", "exec"), namespace)
+    assert namespace["picked"]() == "stateless"
+    assert namespace["other"]() == "stateful"
+
+
+def test_trainer_test_module_loads_with_the_ipu_trainer():
+    import importlib
+
+    module = importlib.import_module("keras.src.trainers.trainer_test")
+    from keras_ipu.backend.trainer import IPUTrainer
+
+    assert module.Trainer is IPUTrainer

@@ -386,3 +386,39 @@ def test_custom_stateless_train_step():
     history = model.fit(x, y, batch_size=16, verbose=0)
     assert history.history["custom"] == [7.0]
     assert history.history["loss"][0] > 0
+
+
+def test_mixed_float16_trains_with_loss_scaling_compiled_as_eager():
+    """mixed_float16: float16 compute, float32 weights, and compile() wraps
+    the optimizer in a LossScaleOptimizer; the compiled device loop gives
+    the weights eager execution gives."""
+    x, y = classification_data()
+    results = []
+    try:
+        keras.config.set_dtype_policy("mixed_float16")
+        for run_eagerly in (False, True):
+            model = mlp(seed=3)
+            model.compile(
+                optimizer=keras.optimizers.SGD(learning_rate=0.1),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                steps_per_execution=4,
+                run_eagerly=run_eagerly,
+            )
+            history = model.fit(x, y, batch_size=32, epochs=3, verbose=0)
+            assert isinstance(
+                model.optimizer, keras.optimizers.LossScaleOptimizer
+            )
+            assert model.layers[0].kernel.dtype == "float32"
+            assert keras.ops.convert_to_numpy(model(x[:2])).dtype == np.float16
+            assert history.history["loss"][-1] < history.history["loss"][0]
+            results.append(
+                (history.history["loss"], model.get_weights(),
+                 float(model.optimizer.dynamic_scale))
+            )
+    finally:
+        keras.config.set_dtype_policy("float32")
+    (loss_c, w_c, scale_c), (loss_e, w_e, scale_e) = results
+    np.testing.assert_allclose(loss_c, loss_e, rtol=2e-3)
+    for a, b in zip(w_c, w_e):
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-3)
+    assert scale_c == scale_e
