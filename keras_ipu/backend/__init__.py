@@ -30,6 +30,7 @@ else:
     from keras_ipu.backend import nn  # noqa: F401
     from keras_ipu.backend import numpy  # noqa: F401
     from keras_ipu.backend import random  # noqa: F401
+    from keras_ipu.backend import tensorboard  # noqa: F401
     from keras_ipu.backend.core import IS_THREAD_SAFE  # noqa: F401
     from keras_ipu.backend.core import SUPPORTS_COMPLEX_DTYPES  # noqa: F401
     from keras_ipu.backend.core import SUPPORTS_RAGGED_TENSORS  # noqa: F401

@@ -20,6 +20,7 @@ from keras_ipu.device.array import Tensor
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.trace import GraphBuilder
+from keras_ipu.device.trace import set_source_provider as _set_source_provider
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import tracing
 
@@ -212,6 +213,17 @@ def stop_gradient(variable):
 
 class name_scope(base_name_scope):
     pass
+
+
+def _layer_path():
+    # Layer.__call__ enters name_scope(layer.name): the scope path names the
+    # Keras layer (and its parents) that records a traced node.
+    from keras.src.backend.common.name_scope import current_path
+
+    return current_path() or None
+
+
+_set_source_provider(_layer_path)
 
 
 @contextlib.contextmanager

@@ -44,6 +44,7 @@ from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives import ad_util
 from keras_ipu.device.primitives import control_flow
+from keras_ipu.device.trace import source_scope
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import trace_flat
 
@@ -191,12 +192,13 @@ class Linearized:
                 raise _missing_rule_error(prim)
             inputs = [self.read(v) for v in node.inputs]
             outputs = [self.env[v.id] for v in node.outputs]
-            if index in self.residuals:
-                _, backward = RESIDUAL_RULES[prim]
-                in_cts = backward(node_cts, inputs, outputs,
-                                  self.residuals[index], **node.params)
-            else:
-                in_cts = prim.grad(node_cts, inputs, outputs, **node.params)
+            with source_scope(node.source):
+                if index in self.residuals:
+                    _, backward = RESIDUAL_RULES[prim]
+                    in_cts = backward(node_cts, inputs, outputs,
+                                      self.residuals[index], **node.params)
+                else:
+                    in_cts = prim.grad(node_cts, inputs, outputs, **node.params)
             if len(in_cts) != len(node.inputs):
                 raise RuntimeError(
                     f"The gradient rule of `{prim.name}` returned "
@@ -227,15 +229,16 @@ def linearize(graph, inputs, n_active=None):
     for index, node in enumerate(graph.nodes):
         is_active = _propagate(node, active)
         args = [lin.read(v) for v in node.inputs]
-        if is_active and node.primitive in RESIDUAL_RULES:
-            forward, _ = RESIDUAL_RULES[node.primitive]
-            outs, stored = forward(args, node.params)
-            if stored is not None:
-                lin.residuals[index] = stored
-        else:
-            outs = node.primitive.bind(*args, **node.params)
-            if not node.primitive.multiple_results:
-                outs = (outs,)
+        with source_scope(node.source):
+            if is_active and node.primitive in RESIDUAL_RULES:
+                forward, _ = RESIDUAL_RULES[node.primitive]
+                outs, stored = forward(args, node.params)
+                if stored is not None:
+                    lin.residuals[index] = stored
+            else:
+                outs = node.primitive.bind(*args, **node.params)
+                if not node.primitive.multiple_results:
+                    outs = (outs,)
         for var, value in zip(node.outputs, outs):
             env[var.id] = value
     lin.outputs = [lin.read(v) for v in graph.outputs]

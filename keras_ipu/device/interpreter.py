@@ -7,6 +7,7 @@ trace, so evaluating a graph inside another trace inlines it.
 """
 
 from keras_ipu.device.ir import Literal
+from keras_ipu.device.trace import _source_override
 
 
 def eval_graph(graph, *inputs):
@@ -26,9 +27,15 @@ def eval_graph(graph, *inputs):
             return operand.value
         return env[operand.id]
 
+    # An inlined node keeps the source (Keras layer) it was traced in.
+    sources = _source_override
     for node in graph.nodes:
         args = [read(v) for v in node.inputs]
-        outs = node.primitive.bind(*args, **node.params)
+        sources.append(node.source)
+        try:
+            outs = node.primitive.bind(*args, **node.params)
+        finally:
+            sources.pop()
         if not node.primitive.multiple_results:
             outs = (outs,)
         for var, value in zip(node.outputs, outs):

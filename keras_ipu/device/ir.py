@@ -11,6 +11,8 @@ defines output Vars. `str(graph)` prints it so it reads like a jaxpr:
 
 import itertools
 
+import math
+
 import numpy as np
 
 _SHORT_DTYPES = {
@@ -47,9 +49,10 @@ class ShapedArray:
 
     @property
     def size(self):
-        if any(d is None for d in self.shape):
+        shape = self.shape
+        if None in shape:
             return None
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(shape)
 
     @property
     def nbytes(self):

@@ -12,10 +12,16 @@ NumPy would pick, which the IPU would have to demote). Values fn closes over are
 baked into the program as constants when it is traced (as in JAX): pass
 what changes between calls as an argument. Called inside another trace,
 the jitted function is inlined into it (it is traced, not run).
+
+The program is compiled for the configured IPU system (compile errors such
+as IPUOutOfMemoryError come from the first call); configuring another
+system (other IPU version, tiles or floating-point behaviour) compiles
+again.
 """
 
 import numpy as np
 
+from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.cache import CACHE
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.ir import ShapedArray
@@ -75,7 +81,15 @@ class Jitted:
         self.fn = fn
         self.options = options or CompileOptions()
         self.cache = CACHE if cache is None else cache
-        self._signatures = {}  # (structure, avals) -> (executable, out structure)
+        # (structure, avals, options id) -> (executable, out structure)
+        self._signatures = {}
+        # The options resolved for the configured system (target, fp
+        # behaviour) and a small id for them: hashing the options on every
+        # call would cost more than the lookup itself.
+        self._context = None
+        self._options = None
+        self._options_id = None
+        self._option_ids = {}
         self.trace_count = 0
         self.__name__ = getattr(fn, "__name__", "jitted")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -93,14 +107,19 @@ class Jitted:
 
     def _lookup(self, structure, arrays):
         avals = tuple(ShapedArray(a.shape, a.dtype) for a in arrays)
-        key = (structure, avals)
+        context = device_checks.compile_context()
+        if context is not self._context:
+            options = device_checks.resolve_options(self.options, context)
+            self._options_id = self._option_ids.setdefault(options, len(self._option_ids))
+            self._options, self._context = options, context
+        key = (structure, avals, self._options_id)
         entry = self._signatures.get(key)
         if entry is None:
-            entry = self._compile(structure, avals)
+            entry = self._compile(structure, avals, self._options)
             self._signatures[key] = entry
         return entry
 
-    def _compile(self, structure, avals):
+    def _compile(self, structure, avals, options):
         out_structure = []
 
         def flat_fn(*tracers):
@@ -113,7 +132,7 @@ class Jitted:
         self.trace_count += 1
         if captures:  # only possible inside another trace, which inlines
             raise AssertionError("a top-level trace captured outer values")
-        return self.cache.get(graph, self.options), out_structure[0]
+        return self.cache.get(graph, options, name=self.__name__), out_structure[0]
 
     def __call__(self, *args):
         leaves, structure = flatten(args)

@@ -162,8 +162,38 @@ class GraphBuilder:
     def add(self, primitive, args, params, out_avals, source=None):
         ins = [self.operand(a) for a in args]
         outs = [Var(a) for a in out_avals]
+        if source is None:
+            source = _source_override[-1] if _source_override else _source_provider()
         self.graph.nodes.append(Node(primitive, ins, params, outs, source))
         return [Tracer(self, v) for v in outs]
+
+
+# Where a recorded node came from (a Keras layer path such as
+# "sequential/dense_1"), for memory and profile reports. The device layer
+# knows nothing of Keras: the backend installs the provider.
+def _no_source():
+    return None
+
+
+_source_provider = _no_source
+_source_override = []
+
+
+def set_source_provider(provider):
+    """`provider()` -> the source of nodes recorded now (or None)."""
+    global _source_provider
+    _source_provider = provider or _no_source
+
+
+@contextlib.contextmanager
+def source_scope(source):
+    """Nodes recorded inside get `source` (autodiff: a backward node comes
+    from the layer of the forward node it differentiates)."""
+    _source_override.append(source)
+    try:
+        yield
+    finally:
+        _source_override.pop()
 
 
 def innermost_builder(args):

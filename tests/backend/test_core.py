@@ -465,3 +465,39 @@ def test_compute_output_spec_error_without_unknown_dimensions_is_the_original():
         core.compute_output_spec(fn, keras.KerasTensor((2, 8)))
     with pytest.raises(TypeError, match="bad layer"):
         core.compute_output_spec(fn, keras.KerasTensor((None, 8)))
+
+
+def test_traced_nodes_name_the_keras_layer_forward_and_backward():
+    import collections
+
+    import keras
+
+    from keras_ipu.device.autodiff import grad
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.trace import trace_flat
+
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3, activation="relu", name="d1"),
+         keras.layers.Dense(2, name="d2")],
+        name="net",
+    )
+    weights = [v.value for v in model.trainable_variables]
+
+    def loss(ws, x):
+        y, _ = model.stateless_call(ws, [], x)
+        return ops.sum(y)
+
+    def gradients(x, *ws):
+        return list(grad(loss)(list(ws), x))
+
+    avals = [ShapedArray((8, 4), np.dtype("float32"))] + [
+        ShapedArray(w.shape, np.dtype("float32")) for w in weights
+    ]
+    graph, _ = trace_flat(gradients, avals)
+    sources = collections.Counter(n.source for n in graph.nodes)
+    assert set(sources) == {"net/d1", "net/d2", None}
+    # Every matmul, forward or backward, is attributed to its layer; d2's
+    # are its forward, its kernel's gradient and the gradient it passes on.
+    dot_sources = [n.source for n in graph.nodes if n.primitive.name == "dot_general"]
+    assert None not in dot_sources
+    assert dot_sources.count("net/d2") == 3 and dot_sources.count("net/d1") >= 2

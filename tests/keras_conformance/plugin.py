@@ -68,6 +68,10 @@ MULTI_DEVICE_SKIP_REASON = (
 # - a dict literal keyed by backend names (a per-backend table of values,
 #   e.g. device names) gets an "ipu" entry equal to the "jax" one: the ipu
 #   backend follows JAX's conventions (stateless steps, "cpu:0" devices);
+# - in the test functions listed in KERAS_TEST_JAX_PORTS, the branch of a
+#   `backend() == "jax"` chain that builds a training step with jax.jit and
+#   jax.grad is copied into an `elif ... == "ipu"` branch using keras_ipu's
+#   jit and grad (the same stateless step, our tracer instead of JAX's);
 # - in the test functions listed in KERAS_TEST_JAX_BRANCHES, a
 #   `backend() == "jax"` test that picks the stateless variant of a custom
 #   train/test step holds for "ipu" too, for the same reason.
@@ -83,9 +87,79 @@ KERAS_TEST_JAX_BRANCHES = {
         "test_evaluate_with_custom_test_step",
     ),
 }
+KERAS_TEST_JAX_PORTS = {
+    "keras.src.layers.core.dense_test": ("test_quantize_float8",),
+    "keras.src.layers.core.einsum_dense_test": ("test_quantize_float8",),
+}
 _PATCHED_TEST_MODULES = (
-    frozenset(KERAS_TEST_BRANCHES) | KERAS_TEST_TABLES | frozenset(KERAS_TEST_JAX_BRANCHES)
+    frozenset(KERAS_TEST_BRANCHES)
+    | KERAS_TEST_TABLES
+    | frozenset(KERAS_TEST_JAX_BRANCHES)
+    | frozenset(KERAS_TEST_JAX_PORTS)
 )
+# jax.<name> -> keras_ipu's equivalent, for ported branches.
+_JAX_EQUIVALENTS = {
+    "jit": ("keras_ipu.device.jit", "jit"),
+    "grad": ("keras_ipu.device.autodiff", "grad"),
+}
+
+
+def port_jax_branches(tree, function_names):
+    """In the named functions, each if-chain with a `backend() == "jax"`
+    link gets a copy of that link as `elif backend() == "ipu"`, with jax.jit
+    and jax.grad replaced by keras_ipu's; returns how many were ported.
+    A branch using any other jax name cannot be ported (ValueError)."""
+    import ast
+    import copy
+
+    from keras_ipu._hook import _chain
+
+    ported = 0
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or fn.name not in function_names:
+            continue
+        ifs = [n for n in ast.walk(fn) if isinstance(n, ast.If)]
+        elifs = {id(link) for n in ifs for link in _chain(n)[1:]}
+        for stmt in ifs:
+            if id(stmt) in elifs:
+                continue
+            links = _chain(stmt)
+            jax_links = [
+                link for link in links
+                if isinstance(link.test, ast.Compare)
+                and isinstance(link.test.left, ast.Call)
+                and isinstance(link.test.comparators[0], ast.Constant)
+                and link.test.comparators[0].value == "jax"
+            ]
+            if not jax_links:
+                continue
+            body = copy.deepcopy(jax_links[0].body)
+            imports = []
+            for name, (module, attr) in _JAX_EQUIVALENTS.items():
+                imports.append(ast.parse(
+                    f"from {module} import {attr} as _ipu_{name}"
+                ).body[0])
+            body = [
+                b for b in body
+                if not (isinstance(b, ast.Import) and b.names[0].name == "jax")
+            ]
+            for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+                for field, value in ast.iter_fields(node):
+                    if not isinstance(value, ast.Attribute):
+                        continue
+                    if isinstance(value.value, ast.Name) and value.value.id == "jax":
+                        if value.attr not in _JAX_EQUIVALENTS:
+                            raise ValueError(
+                                f"{fn.name}: jax.{value.attr} has no keras_ipu "
+                                "equivalent; this branch cannot be ported"
+                            )
+                        setattr(node, field, ast.Name(f"_ipu_{value.attr}", ast.Load()))
+            test = copy.deepcopy(jax_links[0].test)
+            test.comparators = [ast.Constant("ipu")]
+            last = links[-1]
+            last.orelse = [ast.If(test=test, body=imports + body, orelse=last.orelse)]
+            ported += 1
+    return ported
 
 
 def take_jax_branches(tree, function_names):
@@ -172,6 +246,12 @@ class _KerasTestLoader:
             raise RuntimeError(
                 f"{self.name} no longer has a per-backend table; remove it "
                 "from KERAS_TEST_TABLES"
+            )
+        ports = KERAS_TEST_JAX_PORTS.get(self.name, ())
+        if ports and port_jax_branches(tree, ports) < len(ports):
+            raise RuntimeError(
+                f"{self.name}: a function of {ports} no longer has a jax "
+                "branch to port; update KERAS_TEST_JAX_PORTS"
             )
         names = KERAS_TEST_JAX_BRANCHES.get(self.name, ())
         if names and take_jax_branches(tree, names) < len(names):

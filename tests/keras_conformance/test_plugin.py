@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 plugin = sys.modules["keras_ipu_conformance_plugin"]
@@ -240,3 +241,31 @@ def test_trainer_test_module_loads_with_the_ipu_trainer():
     from keras_ipu.backend.trainer import IPUTrainer
 
     assert module.Trainer is IPUTrainer
+
+
+def test_jax_training_branch_is_ported_with_keras_ipu_jit_and_grad():
+    import ast
+
+    source = (
+        "def backend():\n    return 'ipu'\n"
+        "def test_step():\n"
+        "    if backend() == 'tensorflow':\n        f = None\n"
+        "    elif backend() == 'jax':\n"
+        "        import jax\n"
+        "        f = jax.jit(jax.grad(lambda w: (w * w).sum()))\n"
+        "    return f\n"
+    )
+    tree = ast.parse(source)
+    assert plugin.port_jax_branches(tree, ("test_step",)) == 1
+    namespace = {}
+    exec(compile(ast.fix_missing_locations(tree), "<t>", "exec"), namespace)
+    grad_fn = namespace["test_step"]()
+    np_grad = np.asarray(grad_fn(np.array([1.0, -2.0], np.float32)))
+    np.testing.assert_allclose(np_grad, [2.0, -4.0])
+
+    other = ast.parse(
+        "def test_step():\n"
+        "    if backend() == 'jax':\n        import jax\n        f = jax.vmap(g)\n"
+    )
+    with pytest.raises(ValueError, match="jax.vmap"):
+        plugin.port_jax_branches(other, ("test_step",))

@@ -81,11 +81,31 @@ def test_elementwise_add_cycles():
     c = cost_of("add", (ShapedArray((1000,), "float32"), ShapedArray((1000,), "float32")))
     assert (c.flops, c.macs, c.bytes_in, c.bytes_out, c.kind) == (1000, 0, 8000, 4000, "elementwise")
     assert cm.work_tiles(c, IPU2) == 32  # 4000 B = 500 grains, 16 per tile
-    # float32 on the 64-bit vector unit: 2 lanes.
-    assert cm.compute_cycles(c, IPU2) == math.ceil(1000 / (32 * 2)) + cm.VERTEX_OVERHEAD_CYCLES
+    # float32 on the 64-bit vector unit: 2 lanes; 1000 / 32 tiles -> 32
+    # elements = 16 vectors on the busiest tile, each 1 cycle of arithmetic +
+    # 2 of load/store and loop (poplibs' estimate), + the vertex overhead
+    # (198 supervisor + 6 workers x 20).
+    assert cm.VERTEX_OVERHEAD_CYCLES == 318
+    assert cm.elementwise_vectors(c, 32) == 16
+    assert cm.compute_cycles(c, IPU2) == 16 + 2 * 16 + 318
     assert cm.exchange_bytes(c, IPU2) == 0  # mapped like its operands
     compute, exchange, sync, tiles = prediction._cycles(c, IPU2)
-    assert (compute, exchange, sync, tiles) == (16 + cm.VERTEX_OVERHEAD_CYCLES, 0, 300, 32)
+    assert (compute, exchange, sync, tiles) == (16 + 32 + 318, 0, 300, 32)
+
+
+def test_fused_chain_pays_the_load_store_once():
+    from keras_ipu.device.primitives import cost_util
+
+    # A chain of 3 float16 ops over 4096 elements, one output: 3 FLOPs per
+    # element. 8 KiB over 64 tiles (16 grains of 8 B each) -> 64 elements =
+    # 16 vectors of 4 half lanes: 3 x 16 + 2 x 16 + 318.
+    x = ShapedArray((4096,), "float16")
+    fused = cost_util.make((x, x), (x,), "elementwise", 3 * 4096)
+    assert cm.work_tiles(fused, IPU2) == 64
+    assert cm.compute_cycles(fused, IPU2) == 48 + 32 + 318
+    # Three separate ops pay the load/store (and the overhead) three times.
+    single = cost_util.make((x, x), (x,), "elementwise", 4096)
+    assert 3 * cm.compute_cycles(single, IPU2) == 3 * (16 + 32 + 318) > 48 + 32 + 318
 
 
 def test_transcendental_costs_more_than_add():

@@ -82,3 +82,35 @@ def test_small_program_fits_and_tile_count_matters():
     r = analyze_memory(g, small)
     # 4000 B over 4 tiles: 500 grains, 125 per tile: 1000 B on tile 0.
     assert r.tile_bytes - r.tile_always_live_bytes == 1000
+
+
+def test_loop_body_temporaries_count_at_the_loop_step():
+    """A scan body's temporaries exist once, on top of what is live outside
+    the loop; the largest of them is named with the layer that made it."""
+    import numpy as np
+    from keras import ops
+
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.trace import source_scope
+    from keras_ipu.device.trace import trace_flat
+
+    def fn(x):
+        def step(carry, _):
+            with source_scope("model/wide"):
+                wide = ops.tile(ops.expand_dims(carry, 0), (1024, 1))  # 1024 x 64 f32
+            with source_scope("model/pool"):
+                return ops.sum(wide, axis=0) * 1e-3, None
+
+        final, _ = ops.scan(step, x, length=3)
+        return [final]
+
+    graph, _ = trace_flat(fn, [ShapedArray((64,), np.dtype("float32"))])
+    r = analyze_memory(graph, IPU2)
+    wide_bytes = 1024 * 64 * 4
+    # Outer: the scan's result (256 B); inside: `wide` and the tile op's
+    # intermediate of the same size (the graph has both live at once).
+    assert r.not_always_live_bytes == 2 * wide_bytes + 256
+    assert r.peak_step_name.startswith("scan")
+    assert "inside it" in r.peak_step_name
+    assert r.largest_live[0].nbytes == wide_bytes
+    assert "model/wide" in r.largest_live[0].made_by

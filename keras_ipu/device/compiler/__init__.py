@@ -12,6 +12,10 @@ and the executable cache. One pass per module:
                                       kernels specialised at lowering time;
                                       cond/while/scan bodies compiled too
 - executable.Executable               the lowered program and its run loop
+- device_checks                       memory and cycles of the program on
+                                      the configured IPU; out-of-memory
+                                      error; profile report; cycle log
+- progress                            the compile progress bar
 - pipeline.compile_graph              all of the above, in order
 - cache.CACHE                         in memory and on disk
 """
@@ -20,6 +24,7 @@ from keras_ipu.device.compiler.cache import CACHE
 from keras_ipu.device.compiler.cache import CacheWarning
 from keras_ipu.device.compiler.cache import ExecutableCache
 from keras_ipu.device.compiler.demotion import DemotionWarning
+from keras_ipu.device.compiler.executable import DeviceNotAttachedError
 from keras_ipu.device.compiler.executable import Executable
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.pipeline import compile_graph
@@ -31,6 +36,7 @@ __all__ = [
     "CacheWarning",
     "CompileOptions",
     "DemotionWarning",
+    "DeviceNotAttachedError",
     "Executable",
     "ExecutableCache",
     "StaticShapeError",

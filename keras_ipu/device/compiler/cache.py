@@ -2,7 +2,9 @@
 --executable_cache_path=DIR (as Graphcore's SDK does).
 
 The key is a hash of (format version, a digest of the compiler's source,
-graph fingerprint, input avals, compile options). Disk entries are written to a temporary file in DIR and
+graph fingerprint, input avals, compile options); the options hold the IPU
+target (version and tiles) and the floating-point behaviour, so an
+executable compiled for another IPU is never reused. Disk entries are written to a temporary file in DIR and
 renamed into place, so a reader never sees half an entry. A corrupt or
 stale entry is recompiled (and overwritten) with a warning, never a crash.
 `stats` counts what happened; a log line on the "keras_ipu.compiler"
@@ -18,6 +20,7 @@ import tempfile
 import warnings
 
 from keras_ipu.device import flags as poplar_flags
+from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.executable import FORMAT_VERSION
 from keras_ipu.device.compiler.fingerprint import fingerprint
 from keras_ipu.device.compiler.options import CompileOptions
@@ -75,8 +78,11 @@ class ExecutableCache:
         self._memory.clear()
         self.stats.clear()
 
-    def get(self, graph, options=None):
-        options = options or CompileOptions()
+    def get(self, graph, options=None, name=None):
+        """The Executable of `graph` (compiled, or from the cache) for the
+        configured IPU; `name` names it in reports and logs."""
+        context = device_checks.compile_context()
+        options = device_checks.resolve_options(options or CompileOptions(), context)
         key = cache_key(graph, options)
         exe = self._memory.get(key)
         if exe is not None:
@@ -87,8 +93,10 @@ class ExecutableCache:
         path = os.path.join(directory, key + SUFFIX) if directory else None
         if path is not None and os.path.exists(path):
             exe = self._load(path, key)
+            if exe is not None:
+                device_checks.announce(exe, context)
         if exe is None:
-            exe = compile_graph(graph, options)
+            exe = compile_graph(graph, options, name=name)
             self.stats["compiles"] += 1
             if path is not None:
                 self._store(path, key, exe)

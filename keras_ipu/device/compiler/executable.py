@@ -8,18 +8,52 @@ the liveness analysis) are cleared right after it, so NumPy can reuse their
 memory. `run` does no dict lookups or type checks per op.
 
 An Executable pickles without its kernels (they are rebound on load from
-the primitives, which pickle by name): the on-disk cache stores it.
+the primitives, which pickle by name): the on-disk cache stores it, with
+what the compiler learnt about it on its target (`memory`, `prediction`,
+see device_checks.py).
+
+The floating-point behaviour (numerics) is fixed at compile time: when it
+asks for anything, every lowered kernel is wrapped by numerics.wrap_kernel;
+control-flow bodies lowered inside this executable inherit it.
+
+Running honours the configured device_connection.type (`run`): ALWAYS and
+ON_DEMAND compute; PRE_COMPILE returns zeros of the output shapes, as
+Graphcore documents; NEVER raises DeviceNotAttachedError.
 """
+
+import contextvars
+import dataclasses
+import logging
 
 import numpy as np
 
+from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.liveness import analyze_liveness
 from keras_ipu.device.compiler.lowering import lower
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.config.enums import DeviceConnectionType
+from keras_ipu.device.simulator import system as _system
 
-FORMAT_VERSION = 1
+try:
+    from keras_ipu.device.simulator import profile as _profile
+except ImportError:  # another helper's module; no run listeners until then
+    _profile = None
+
+FORMAT_VERSION = 2
+
+logger = logging.getLogger("keras_ipu.device")
+
+_ALWAYS = DeviceConnectionType.ALWAYS
+_INHERIT = object()
+# The floating-point behaviour of the executable being bound: sub-programs
+# (cond branches, loop bodies) lowered meanwhile are built with it.
+_binding_behaviour = contextvars.ContextVar("fp_behaviour", default=None)
+
+
+class DeviceNotAttachedError(RuntimeError):
+    """Running a program on a system that compiles only (NEVER)."""
 
 
 def _fmt_bytes(n):
@@ -49,9 +83,24 @@ def _frozen(value):
 
 
 class Executable:
-    """A compiled program: `run(*arrays)` -> list of NumPy arrays."""
+    """A compiled program: `run(*arrays)` -> list of NumPy arrays.
 
-    def __init__(self, graph, notes=(), passes=()):
+    After compile_graph: `target` (the IPUTarget it was compiled for),
+    `memory` (memory_model.MemoryReport), `prediction` (prediction.Prediction,
+    computed on first use), `predict(batch_size=, steps_per_run=)`.
+    """
+
+    # Set by device_checks for programs compile_graph makes; control-flow
+    # bodies keep these defaults.
+    target = None
+    memory = None
+    _prediction = None
+
+    def __init__(self, graph, notes=(), passes=(), behaviour=_INHERIT, name=None):
+        if behaviour is _INHERIT:
+            behaviour = _binding_behaviour.get()
+        self.fp_behaviour = behaviour
+        self.name = name
         self.in_avals = tuple(v.aval for v in graph.inputs)
         self.out_avals = tuple(v.aval for v in graph.outputs)
         self.notes = tuple(notes)  # what the demotion changed, for reports
@@ -123,12 +172,27 @@ class Executable:
             value.setflags(write=False)  # unpickled arrays come back writable
             template[s] = value
         self._template = template
+        behaviour = self.fp_behaviour
+        wrap = device_checks.kernel_wrapper(behaviour)
+        sources = self.sources
         program = []
-        for prim, params, ins, outs, frees, in_avals, out_avals in self.records:
-            kernel = lower(prim, params, in_avals, out_avals)
-            multi = prim.multiple_results
-            program.append((kernel, ins, outs if multi else outs[0], multi, frees))
+        kernels = []
+        token = _binding_behaviour.set(behaviour)
+        try:
+            for i, (prim, params, ins, outs, frees, in_avals, out_avals) in enumerate(
+                self.records
+            ):
+                kernel = lower(prim, params, in_avals, out_avals)
+                kernels.append(kernel)
+                if wrap is not None:
+                    kernel = wrap(kernel, prim, params, in_avals, out_avals,
+                                  sources[i], behaviour)
+                multi = prim.multiple_results
+                program.append((kernel, ins, outs if multi else outs[0], multi, frees))
+        finally:
+            _binding_behaviour.reset(token)
         self._program = tuple(program)
+        self._kernels = tuple(kernels)  # unwrapped, for printing
         self._n_inputs = len(self.in_avals)
         self._in_dtypes = tuple(a.dtype for a in self.in_avals)
         self._in_shapes = tuple(a.shape for a in self.in_avals)
@@ -140,8 +204,8 @@ class Executable:
     def __getstate__(self):
         state = dict(self.__dict__)
         for key in (
-            "_template", "_program", "_n_inputs", "_in_dtypes", "_in_shapes",
-            "_output_plan",
+            "_template", "_program", "_kernels", "_n_inputs", "_in_dtypes",
+            "_in_shapes", "_output_plan", "_zeros_noted",
         ):
             state.pop(key, None)
         state["format_version"] = FORMAT_VERSION
@@ -188,9 +252,80 @@ class Executable:
             out.append(x)
         return out
 
+    # -- what the compiler learnt about it -------------------------------
+    @property
+    def prediction(self):
+        """The predicted cycles (prediction.Prediction) on `target`, made
+        once, when first asked for."""
+        if self._prediction is None:
+            self._prediction = device_checks.predict(self)
+        return self._prediction
+
+    @prediction.setter
+    def prediction(self, value):
+        self._prediction = value
+
+    def predict(self, batch_size=None, steps_per_run=None):
+        """The prediction for a workload (samples per step, training steps
+        per run), kept as `prediction`; cheap: no step is costed again."""
+        pred = self.prediction
+        changes = {}
+        if batch_size is not None:
+            changes["batch_size"] = batch_size
+        if steps_per_run is not None:
+            changes["steps_per_run"] = max(1, int(steps_per_run))
+        if changes:
+            pred = dataclasses.replace(pred, **changes)
+            self._prediction = pred
+        return pred
+
+    # -- running ---------------------------------------------------------
     def run(self, *arrays):
+        current = _system._current
+        if current is not None and current.connection is not _ALWAYS:
+            if not self._attach(current):
+                self._check_inputs(arrays)
+                return [np.zeros(a.shape, a.dtype) for a in self.out_avals]
+        if _profile is not None and _profile._run_listeners:
+            return self._run_noted(arrays)
         with np.errstate(all="ignore"):
             return self.run_unchecked(self._check_inputs(arrays))
+
+    def _run_noted(self, arrays):
+        import time
+
+        start = time.perf_counter()
+        with np.errstate(all="ignore"):
+            outs = self.run_unchecked(self._check_inputs(arrays))
+        _profile.note_run(self, start, time.perf_counter())
+        return outs
+
+    def _attach(self, system):
+        """Whether this run computes values (device_connection.type)."""
+        connection = system.connection
+        if connection == DeviceConnectionType.NEVER:
+            raise DeviceNotAttachedError(
+                f"Cannot run {self.name or 'this program'} (compiled for "
+                f"{getattr(self.target, 'name', 'the IPU')}): no IPU device is "
+                "attached, because the IPU system is configured with "
+                "device_connection.type = DeviceConnectionType.NEVER, which "
+                "compiles programs (and fills the executable cache) but never "
+                "attaches to a device. To run it, set "
+                "config.device_connection.type = DeviceConnectionType.ALWAYS (or "
+                "ON_DEMAND) and call configure_ipu_system(config) again."
+            )
+        if connection == DeviceConnectionType.PRE_COMPILE:
+            if not getattr(self, "_zeros_noted", False):
+                self._zeros_noted = True
+                logger.warning(
+                    "device_connection.type is PRE_COMPILE: %s was compiled "
+                    "(and cached) but not run; its outputs are all zeros. Run it "
+                    "with device_connection.type ALWAYS or ON_DEMAND.",
+                    self.name or repr(self),
+                )
+            return False
+        system.attach()  # ON_DEMAND: attach at the first run
+        return True
 
     def run_unchecked(self, arrays):
         """run() for a list of ndarrays known to match the input avals (a
@@ -236,8 +371,8 @@ class Executable:
             "  inputs: "
             + " ".join(f"in{i}:{a.short()}" for i, a in enumerate(self.in_avals)),
         ]
-        for (prim, params, ins, outs, frees, _, out_avals), (kernel, *_) in zip(
-            self.records, self._program
+        for (prim, params, ins, outs, frees, _, out_avals), kernel in zip(
+            self.records, self._kernels
         ):
             lhs = " ".join(f"s{s}:{a.short()}" for s, a in zip(outs, out_avals))
             shown = {k: v for k, v in params.items() if k not in ("chain", "results")}

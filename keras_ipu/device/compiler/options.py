@@ -1,7 +1,15 @@
-"""Compile options: which passes run and their limits. Part of the cache
-key, so executables compiled with different options never mix."""
+"""Compile options: which passes run and their limits, and what the program
+is compiled for (the IPU target and the floating-point behaviour). Part of
+the cache key, so executables compiled with different options, or for
+another IPU, never mix."""
 
 import dataclasses
+import enum
+
+# fp_behaviour's default: the behaviour of the configured system, read when
+# compiling (device_checks.resolve_options). None would be ambiguous: it is
+# the resolved value of "everything off".
+CONFIGURED = "configured"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,6 +23,34 @@ class CompileOptions:
     fuse_elementwise: bool = True
     # IPU rule: no 64-bit floats/ints on the device.
     demote_64bit: bool = True
+    # The IPU the program is compiled for (an IPUTarget, or its name such as
+    # "ipu21"). None: the configured system's (one ipu2 IPU Model when
+    # nothing is configured). Memory, cycles and the out-of-memory check
+    # are for this target.
+    target: object = None
+    # The floating-point behaviour (inv, div0, oflo, esr, nanoo) the kernels
+    # are built with; fixed at compile time, as on the IPU.
+    fp_behaviour: object = CONFIGURED
 
     def cache_key(self):
-        return repr(dataclasses.astuple(self))
+        return repr(
+            tuple((f.name, _stable(getattr(self, f.name)))
+                  for f in dataclasses.fields(self))
+        )
+
+
+def _stable(value):
+    """A repr that is the same in every process (sets are sorted), so the
+    disk cache keys agree across runs."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return tuple((f.name, _stable(getattr(value, f.name)))
+                     for f in dataclasses.fields(value))
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, dict):
+        return tuple(sorted((repr(k), _stable(v)) for k, v in value.items()))
+    if isinstance(value, (set, frozenset)):
+        return tuple(sorted(repr(_stable(v)) for v in value))
+    if isinstance(value, (tuple, list)):
+        return tuple(_stable(v) for v in value)
+    return repr(value)

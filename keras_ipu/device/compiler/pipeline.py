@@ -11,6 +11,10 @@ the same passes, to Executables the control-flow kernels of
 compiler/control_flow.py run (no graph interpretation per iteration).
 Other primitives holding graphs (remat, custom_vjp) keep their own kernels,
 which interpret the sub-graph.
+
+Then the device checks (device_checks.py): the program's memory on the
+target it is compiled for, the out-of-memory error, the profile report and
+--log_cycle_count. A progress bar follows the stages (progress.py).
 """
 
 import warnings
@@ -23,6 +27,8 @@ from keras_ipu.device.compiler.dead_code import eliminate_dead_code
 from keras_ipu.device.compiler.demotion import DemotionWarning
 from keras_ipu.device.compiler.demotion import demote_64bit
 from keras_ipu.device.compiler.demotion import demotion_message
+from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.compiler import progress as _progress
 from keras_ipu.device.compiler.executable import Executable
 from keras_ipu.device.compiler.fusion import fuse_elementwise
 from keras_ipu.device.compiler import control_flow  # noqa: F401 (lowerings)
@@ -32,14 +38,19 @@ from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.static_shapes import check_static_shapes
 
 
-def optimize(graph, options=None, notes=None):
-    """The optimized graph, and the list of (pass name, node count)."""
+def optimize(graph, options=None, notes=None, on_pass=None):
+    """The optimized graph, and the list of (pass name, node count).
+    `on_pass(name, nodes)` is called after each pass (the progress bar)."""
     options = options or CompileOptions()
     notes = [] if notes is None else notes
     log = [("traced", len(graph.nodes))]
     graph = check_static_shapes(graph)
+    if on_pass is not None:
+        on_pass("static shapes", len(graph.nodes))
     if options.demote_64bit:
         graph = demote_64bit(graph, notes)
+    if on_pass is not None:
+        on_pass("demote 64-bit", len(graph.nodes))
     steps = [
         (options.fold_constants, "fold_constants",
          lambda g: fold_constants(g, options.fold_limit_bytes)),
@@ -52,14 +63,32 @@ def optimize(graph, options=None, notes=None):
         if enabled:
             graph = fn(graph)
             log.append((name, len(graph.nodes)))
+        if on_pass is not None:
+            on_pass(name, len(graph.nodes))
     return graph, log
 
 
-def compile_graph(graph, options=None):
-    """Compile a Graph to an Executable. Warns once if 64-bit values were
-    demoted."""
-    notes = []
-    optimized, log = optimize(graph, options, notes)
-    if notes:
-        warnings.warn(demotion_message(notes), DemotionWarning, stacklevel=3)
-    return Executable(optimized, notes=notes, passes=log)
+# static shapes, demotion, 4 passes, lowering, device checks
+_STAGES = 8
+
+
+def compile_graph(graph, options=None, name=None):
+    """Compile a Graph to an Executable for the configured IPU (or
+    options.target). Warns once if 64-bit values were demoted; raises
+    IPUOutOfMemoryError when the program does not fit a tile."""
+    context = device_checks.compile_context()
+    options = device_checks.resolve_options(options or CompileOptions(), context)
+    bar = _progress.start(context.flags.show_progress_bar, graph, _STAGES, name)
+    try:
+        notes = []
+        optimized, log = optimize(graph, options, notes, on_pass=bar.stage)
+        if notes:
+            warnings.warn(demotion_message(notes), DemotionWarning, stacklevel=3)
+        exe = Executable(optimized, notes=notes, passes=log,
+                         behaviour=options.fp_behaviour, name=name)
+        bar.stage("lowering", len(exe.records))
+        device_checks.check_executable(exe, options.target, context)
+        bar.stage("memory and cycles")
+    finally:
+        bar.close()
+    return exe

@@ -636,6 +636,73 @@ svd_p.grad = _svd_grad
 lu_p.grad = _lu_grad
 
 
+def _solve_transposed(v, b):
+    """y with v^T y = b, through v's LU factors: v = P^T L U, so
+    v^T = U^T L^T P."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives.indexing import scatter_p
+    from keras_ipu.device.primitives.structure import reshape_p
+
+    packed, _, perm = lu_p.bind(v)
+    solve = dict(left_side=True, transpose_a=True, conjugate_a=False)
+    z = triangular_solve_p.bind(packed, b, lower=False, unit_diagonal=False,
+                                **solve)
+    z = triangular_solve_p.bind(packed, z, lower=True, unit_diagonal=True,
+                                **solve)
+    # Row i of z is row perm[i] of y.
+    idx = reshape_p.bind(perm, new_shape=tuple(perm.shape) + (1,))
+    return scatter_p.bind(ad_util.zeros_like(b), idx, z, mode="add",
+                          batch_dims=b.ndim - 2)
+
+
+def _eig_grad(cts, inputs, outputs):
+    """A = V diag(w) V^-1 with distinct eigenvalues and unit-norm columns.
+    With X = V^-1 dA V: dw = diag(X); the unnormalised dU = V (F o X),
+    F_ij = 1 / (w_j - w_i) off the diagonal, and the unit-norm constraint
+    gives dv_j = du_j - v_j Re(v_j^H du_j) (the phase of each column is a
+    convention: only phase-invariant functions of v have a gradient).
+    Transposed: U_ct = V_ct - conj(V) diag(Re(sum_i V_ct o V)),
+    X_ct = diag(w_ct) + F o (V^T U_ct), A_ct = V^-T X_ct V^T (its real part
+    for a real A)."""
+    from keras_ipu.device.primitives import ad_util
+    from keras_ipu.device.primitives import elementwise as ew
+    from keras_ipu.device.primitives import reduce
+    from keras_ipu.device.primitives.structure import reshape_p
+
+    (w_ct, v_ct), (x,), (w, v) = cts, inputs, outputs
+    n = _order(x, "eig")
+    batch = tuple(w.shape[:-1])
+    t = ad_util.matrix_transpose
+    x_ct = None
+    if v_ct is not None:
+        s = ew.real_p.bind(reduce.reduce_sum_p.bind(
+            ew.mul_p.bind(v_ct, v), axes=(v.ndim - 2,)))
+        s = ad_util.convert(reshape_p.bind(s, new_shape=batch + (1, n)),
+                            v.dtype)
+        u_ct = ew.sub_p.bind(v_ct, ew.mul_p.bind(ew.conj_p.bind(v), s))
+        eye = np.eye(n, dtype=bool)
+        gap = ew.sub_p.bind(reshape_p.bind(w, new_shape=batch + (1, n)),
+                            reshape_p.bind(w, new_shape=batch + (n, 1)))
+        one = np.ones((), gap.dtype)
+        zero = np.zeros((), gap.dtype)
+        f = ew.select_p.bind(
+            eye, zero, ew.reciprocal_p.bind(ew.select_p.bind(eye, one, gap)))
+        x_ct = ew.mul_p.bind(f, ad_util.matmul(t(v), u_ct))
+    if w_ct is not None:
+        diag = ew.mul_p.bind(reshape_p.bind(w_ct, new_shape=batch + (1, n)),
+                             np.eye(n, dtype=w_ct.dtype))
+        x_ct = ad_util.add_any(x_ct, diag)
+    if x_ct is None:
+        return [None]
+    a_ct = _solve_transposed(v, ad_util.matmul(x_ct, t(v)))
+    if x.dtype.kind != "c":
+        a_ct = ad_util.convert(ew.real_p.bind(a_ct), x.dtype)
+    return [a_ct]
+
+
+eig_p.grad = _eig_grad
+
+
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
 from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
 

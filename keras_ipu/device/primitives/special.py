@@ -53,8 +53,8 @@ betainc_p = _special("betainc", "betainc")
 
 
 # -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
-# igamma, igammac and betainc have none yet: they need the derivative with
-# respect to the shape parameters.
+# igamma, igammac and betainc: in special_grads.py (imported at the end), with
+# the primitives that differentiate them in their shape parameters.
 
 _TWO_OVER_SQRT_PI = 2.0 / np.sqrt(np.pi)
 
@@ -162,3 +162,6 @@ for _p in (erf_p, erfc_p, erfinv_p, lgamma_p, digamma_p, i0_p, i0e_p, i1_p,
            i1e_p, igamma_p, igammac_p, betainc_p):
     _p.cost = _cost.transcendental
 del _p
+
+# Rules of igamma, igammac, betainc (and their derivative primitives).
+from keras_ipu.device.primitives import special_grads  # noqa: E402,F401

@@ -11,6 +11,12 @@ Sources, as cited below:
             at least 128 bytes per tile).
   [TILE]    Graphcore's IPU Programmer's Guide: a tile's 64-bit data path
             (f32v2 / f16v4 vector instructions), six hardware worker threads.
+  [POPOPS]  Graphcore's poplibs, popops/popopsCycleEstimators.cpp: the cycle
+            estimates Poplar's own planners use for elementwise vertices
+            (binaryOpInnerLoopCycles: per vector, the op's cycles plus 2 for
+            load/store and the loop decision in the assembly codelets;
+            basicOpSupervisorOverhead 198 cycles; 20 cycles of set-up per
+            worker, each of the six workers taking 1/6 of the elements).
   [PCIE]    the PCI Express specification: Gen4 x16 moves about 32 GB/s in
             each direction (the 64 GB/s of [DESIGN] counts both directions).
   assumption: a figure chosen here, not published; calibrate it against
@@ -42,9 +48,20 @@ VECTOR_BYTES_PER_TILE_PER_CYCLE = DATA_PATH_BYTES
 # assumption. End-to-end anchors of [DESIGN] are ~18-23% of peak for whole
 # training steps; the matmuls themselves run well above that.
 MATMUL_EFFICIENCY = 0.5  # assumption
-# Cycles to launch one compute set on a tile (supervisor starting the worker
-# vertices, loop setup): an assumption.
-VERTEX_OVERHEAD_CYCLES = 50  # assumption
+# Hardware worker contexts of a tile [TILE]; a supervisor vertex splits its
+# work over all of them.
+WORKER_CONTEXTS = 6
+# Cycles to launch one compute set on a tile: the supervisor's overhead (198)
+# plus each worker's set-up (20) times the six workers [POPOPS]. Taken for
+# every kind of vertex (the convolution vertices' overheads in poplin's
+# PerformanceEstimation.hpp are of the same order).
+SUPERVISOR_OVERHEAD_CYCLES = 198  # [POPOPS]
+WORKER_SETUP_CYCLES = 20  # [POPOPS]
+VERTEX_OVERHEAD_CYCLES = SUPERVISOR_OVERHEAD_CYCLES + WORKER_CONTEXTS * WORKER_SETUP_CYCLES
+# Elementwise vertices load their operands and store their result once per
+# vector besides the arithmetic: 2 cycles per vector [POPOPS]. A fused chain
+# (popops' map expressions) pays it once for the whole chain.
+ELEMENTWISE_LOOP_OVERHEAD_CYCLES = 2  # [POPOPS]
 # Vector FLOPs one transcendental (exp, log, tanh, erf, ...) costs per element
 # (polynomial/Newton sequences on the vector unit): an assumption.
 TRANSCENDENTAL_FLOPS = 8  # assumption
@@ -150,12 +167,22 @@ def work_tiles(cost, target):
     return max(1, out)
 
 
+def elementwise_vectors(cost, tiles):
+    """Vectors (of the 64-bit data path [TILE]) an elementwise op writes on
+    its busiest tile."""
+    itemsize = _dtype(cost.dtype).itemsize
+    elements = cost.bytes_out // max(1, itemsize)
+    lanes = vector_flops_per_tile_per_cycle(cost.dtype)
+    return math.ceil(elements / (max(1, tiles) * lanes))
+
+
 def compute_cycles(cost, target, tiles=None):
     """Cycles of the compute phase on the busiest tile.
 
     matmul kind: macs / (tiles x MACs per tile per cycle [DESIGN] x
     MATMUL_EFFICIENCY); others: flops / (tiles x vector lanes [TILE]);
-    plus VERTEX_OVERHEAD_CYCLES when there is any work.
+    elementwise: plus ELEMENTWISE_LOOP_OVERHEAD_CYCLES per output vector
+    [POPOPS]; plus VERTEX_OVERHEAD_CYCLES when there is any work.
     """
     if not cost.flops and not cost.macs:
         return 0
@@ -168,6 +195,8 @@ def compute_cycles(cost, target, tiles=None):
         cycles, extra = 0, cost.flops
     if extra:
         cycles += math.ceil(extra / (tiles * vector_flops_per_tile_per_cycle(cost.dtype)))
+    if cost.kind == "elementwise":
+        cycles += ELEMENTWISE_LOOP_OVERHEAD_CYCLES * elementwise_vectors(cost, tiles)
     return cycles + VERTEX_OVERHEAD_CYCLES
 
 
@@ -224,6 +253,29 @@ def ipu_link_seconds(nbytes, target):
             "inter-IPU copies cannot be costed on it."
         )
     return nbytes / target.ipu_link_bytes_per_s
+
+
+# -- multi-IPU programs (sharding, pipelining) [DESIGN] ------------------------
+# A copy between IPUs is a bulk-synchronous step of its own: every IPU of the
+# program syncs over the IPU-Links before the exchange. Cycles of that global
+# sync: an assumption (an on-chip sync is "a few hundred cycles" [DESIGN];
+# one that crosses chips waits for the links as well: taken as 3x).
+INTER_IPU_SYNC_CYCLES = 3 * SYNC_CYCLES  # assumption
+
+
+def ipu_link_cycles(nbytes, target):
+    """Cycles (of the receiving IPU's clock) of an inter-IPU copy of `nbytes`
+    over the IPU-Links of [DESIGN], plus the global sync; 0 for no bytes."""
+    if not nbytes:
+        return 0
+    return math.ceil(ipu_link_seconds(nbytes, target) * target.clock_hz) + INTER_IPU_SYNC_CYCLES
+
+
+def pipeline_utilisation(gradient_accumulation_count, n_stages):
+    """[DESIGN]: about g / (g + n - 1) of a pipeline of n balanced stages
+    over g micro-batches (the fill and drain of the pipeline idle the IPUs)."""
+    g, n = int(gradient_accumulation_count), int(n_stages)
+    return g / (g + n - 1)
 
 
 def code_bytes_per_tile(n_steps):

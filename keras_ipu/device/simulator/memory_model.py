@@ -212,7 +212,69 @@ def analyze_memory(obj, target=None, ipu=0, top=5):
     for _, aval in program.inputs + program.constants:
         always_tile += tile_bytes(aval, tiles)
 
-    # Last use of every value made by a step (outputs live to the end).
+    peak = _liveness(program, tiles)
+    peak_at, peak_ipu, peak_tile = peak.step, peak.ipu_bytes, peak.tile_bytes
+    candidates = (
+        list(peak.tensors)
+        + [LiveTensor(_nbytes(a), a, "program input") for _, a in program.inputs]
+        # Values a traced function closed over (weights under jit) are
+        # constants of the program.
+        + [LiveTensor(_nbytes(a), a, "program constant") for _, a in program.constants]
+    )
+    candidates.sort(key=lambda x: -x.nbytes)
+    peak_name = peak.name
+    code_ipu = code_tile * tiles
+    return MemoryReport(
+        target=target, ipu=ipu, tiles=tiles,
+        always_live_bytes=input_bytes + constant_bytes + code_ipu,
+        input_bytes=input_bytes, constant_bytes=constant_bytes, code_bytes=code_ipu,
+        not_always_live_bytes=peak_ipu, peak_step=peak_at, peak_step_name=peak_name,
+        tile=0, tile_bytes=always_tile + peak_tile, tile_always_live_bytes=always_tile,
+        largest_live=candidates[:top],
+    )
+
+
+@dataclasses.dataclass
+class _Peak:
+    ipu_bytes: int  # not-always-live bytes on the IPU at the peak
+    tile_bytes: int  # ... on the fullest tile
+    step: int  # outer step index of the peak (-1: none)
+    name: str  # the step's primitive and layer (and the inner step's)
+    tensors: tuple  # LiveTensor of the values live at the peak
+
+
+def _subprograms(step):
+    """The graphs a control-flow step runs (branches, loop bodies, ...)."""
+    found = []
+    for value in step.params.values():
+        if isinstance(value, Graph):
+            found.append(value)
+        elif isinstance(value, tuple) and value and all(
+            isinstance(v, Graph) for v in value
+        ):
+            found.extend(value)
+    return found
+
+
+def _inner_peak(step, tiles):
+    """The not-always-live peak inside a control-flow step's sub-graphs.
+    A loop body's temporaries exist once (each iteration frees them), so
+    the step needs the largest of its sub-graphs' peaks on top of what is
+    live outside it."""
+    best = None
+    for graph in _subprograms(step):
+        peak = _liveness(_from_graph(graph), tiles)
+        if best is None or peak.tile_bytes > best.tile_bytes:
+            best = peak
+    return best
+
+
+def _liveness(program, tiles):
+    """The not-always-live peak of a program's schedule: values made by its
+    steps, from their step to their last use (outputs live to the end),
+    plus, at a control-flow step, the peak inside its sub-graphs."""
+    steps = program.steps
+    end = len(steps)
     last = {}
     for i, st in enumerate(steps):
         for k in st.inputs:
@@ -229,16 +291,20 @@ def analyze_memory(obj, target=None, ipu=0, top=5):
     live = set()
     ipu_live = tile_live = 0
     peak_ipu = peak_tile = 0
-    peak_at, peak_set = -1, set()
+    peak_at, peak_set, peak_inner = -1, set(), None
     for i, st in enumerate(steps):
         for k, aval in zip(st.outputs, st.out_avals):
             made[k] = (aval, i)
             live.add(k)
             ipu_live += _nbytes(aval)
             tile_live += tile_bytes(aval, tiles)
-        peak_ipu = max(peak_ipu, ipu_live)
-        if tile_live > peak_tile:
-            peak_tile, peak_at, peak_set = tile_live, i, set(live)
+        inner = _inner_peak(st, tiles) if st.primitive.name in _CONTROL_FLOW else None
+        inner_ipu = inner.ipu_bytes if inner else 0
+        inner_tile = inner.tile_bytes if inner else 0
+        peak_ipu = max(peak_ipu, ipu_live + inner_ipu)
+        if tile_live + inner_tile > peak_tile:
+            peak_tile, peak_at = tile_live + inner_tile, i
+            peak_set, peak_inner = set(live), inner
         for k in dying.get(i, ()):
             if k in live:
                 live.discard(k)
@@ -246,24 +312,23 @@ def analyze_memory(obj, target=None, ipu=0, top=5):
                 ipu_live -= _nbytes(aval)
                 tile_live -= tile_bytes(aval, tiles)
 
-    candidates = [
+    tensors = tuple(
         LiveTensor(_nbytes(made[k][0]), made[k][0],
                    _made_by(steps[made[k][1]], made[k][1]))
         for k in peak_set
-    ] + [LiveTensor(_nbytes(a), a, "program input") for _, a in program.inputs]
-    candidates.sort(key=lambda x: -x.nbytes)
-    peak_name = steps[peak_at].primitive.name if peak_at >= 0 else "program start"
-    if peak_at >= 0 and steps[peak_at].source:
-        peak_name = f"{peak_name} in {steps[peak_at].source}"
-    code_ipu = code_tile * tiles
-    return MemoryReport(
-        target=target, ipu=ipu, tiles=tiles,
-        always_live_bytes=input_bytes + constant_bytes + code_ipu,
-        input_bytes=input_bytes, constant_bytes=constant_bytes, code_bytes=code_ipu,
-        not_always_live_bytes=peak_ipu, peak_step=peak_at, peak_step_name=peak_name,
-        tile=0, tile_bytes=always_tile + peak_tile, tile_always_live_bytes=always_tile,
-        largest_live=candidates[:top],
     )
+    name = "program start"
+    if peak_at >= 0:
+        st = steps[peak_at]
+        name = st.primitive.name + (f" in {st.source}" if st.source else "")
+        if peak_inner is not None and peak_inner.step >= 0:
+            name += f", inside it {peak_inner.name}"
+            tensors += peak_inner.tensors
+    return _Peak(peak_ipu, peak_tile, peak_at, name, tensors)
+
+
+# Primitives whose params hold the graphs they run.
+_CONTROL_FLOW = frozenset({"cond", "while_loop", "scan", "remat", "custom_vjp"})
 
 
 def check_memory(obj, target=None, ipu=0):

@@ -141,13 +141,16 @@ class Prediction:
 
 
 def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
-                  resident_inputs=(), check_memory=False, log=None):
+                  resident_inputs=(), check_memory=False, log=None,
+                  resident_outputs=()):
     """The Prediction of a Graph or Executable on `target` (IPUTarget or
     name; default: the configured system's).
 
     batch_size: samples per step (for samples/s). steps_per_run: training
     steps one run of the program performs. resident_inputs: indices of
     inputs that stay on the IPU between runs (weights): not sent over PCIe.
+    resident_outputs: indices of outputs that stay on the IPU (the new
+    weights and optimizer state of a training step): not read back.
     check_memory: raise IPUOutOfMemoryError when a tile overflows. log:
     log the summary (default: when --log_cycle_count is set).
     """
@@ -169,8 +172,9 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
     resident = set(resident_inputs)
     bytes_in = sum(a.nbytes or 0 for j, (_, a) in enumerate(program.inputs)
                    if j not in resident)
-    out_avals = _output_avals(program)
-    bytes_out = sum(a.nbytes or 0 for a in out_avals)
+    kept = set(resident_outputs)
+    bytes_out = sum(a.nbytes or 0 for j, a in _indexed_output_avals(program)
+                    if j not in kept)
     host = (cost_model.host_transfer_seconds(bytes_in, target)
             + cost_model.host_transfer_seconds(bytes_out, target))
     memory = (memory_model.check_memory if check_memory
@@ -193,10 +197,14 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
 
 
 def _output_avals(program):
+    return [a for _, a in _indexed_output_avals(program)]
+
+
+def _indexed_output_avals(program):
     avals = {k: a for k, a in program.inputs + program.constants}
     for st in program.steps:
         avals.update(zip(st.outputs, st.out_avals))
-    return [avals[k] for k in program.outputs if k in avals]
+    return [(j, avals[k]) for j, k in enumerate(program.outputs) if k in avals]
 
 
 def _log_cycle_count_flag():

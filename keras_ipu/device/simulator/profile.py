@@ -1,0 +1,729 @@
+"""Profile reports: one JSON file per compiled executable, as Poplar's
+`autoReport` writes a profile per engine.
+
+Turning it on (either is enough; the environment wins where both set an
+option, as in Poplar):
+
+    POPLAR_ENGINE_OPTIONS='{"autoReport.all":"true","autoReport.directory":"./reports"}'
+    config.compilation_poplar_options = {"autoReport.all": "true", ...}
+
+or an IPUConfig option whose value is an ExecutionProfileType other than
+NO_PROFILE. Without `autoReport.directory` reports go to the current
+directory, as Poplar's do. `python -m keras_ipu.report DIR` reads them.
+
+Report schema (format_version 1). All cycles are predicted IPU cycles of
+the target (cost_model); all bytes are predicted bytes (memory_model).
+
+    {
+      "format_version": 1,
+      "kind": "keras_ipu.profile",
+      "created": "2026-11-22T19:30:00Z",   # UTC, when the report was written
+      "program": {"name", "fingerprint", "steps", "inputs", "outputs",
+                  "input_bytes", "output_bytes", "constant_bytes"},
+      "target": {"name", "product", "tiles_per_ipu", "memory_per_tile",
+                 "memory_per_ipu", "clock_hz", "ipu_model"},
+      "options": {"directory", "graph_profile", "execution_profile",
+                  "execution_profile_type", "sources"},
+      "memory": null | {                     # null without a graph profile
+        "ipus": [{"ipu", "always_live", "not_always_live", "total",
+                  "capacity", "inputs", "constants", "code",
+                  "peak_step", "peak_step_name"}],
+        "tiles": {"ipu": 0, "capacity",       # per-tile bytes at the tile peak
+                  "always_live": [int per tile], "total": [int per tile],
+                  "fullest_tile", "fullest_tile_bytes"},
+        "largest_live": [{"bytes", "tensor", "made_by"}]
+      },
+      "liveness": null | {                   # one entry per program step
+        "not_always_live": [bytes live on the IPU during step i],
+        "tile0": [bytes of those on the fullest tile],
+        "always_live": int, "peak_step": int,
+        "bodies": [{"step", "op", "source", "steps", "peak",   # inside loops
+                    "not_always_live": [bytes per body step]}]
+      },
+      "cycles": null | {                     # null without an execution profile
+        "total", "compute", "exchange", "sync", "steps_per_run",
+        "cycles_per_step", "step_seconds", "device_seconds",
+        "samples_per_second" (or null), "batch_size" (or null),
+        "host": {"bytes_in", "bytes_out", "seconds"},
+        "steps": [{"index", "op", "kind", "source", "tiles", "flops",
+                   "macs", "compute", "exchange", "sync", "cycles"}],
+        "ops": [{"op", "count", "compute", "exchange", "sync", "cycles"}],
+        "layers": [{"layer", "count", "cycles"}]    # by Keras layer path
+      },                    # ops/layers open control flow up: a scan body's
+                            # ops count `length` times (count = runs)
+      "execution_trace": null | [            # the predicted timeline, in order
+        {"index", "op", "source", "start", "end",
+         "compute": [start, end], "sync": [start, end],
+         "exchange": [start, end],           # each superstep: compute, sync, exchange
+         "loops": [{"repeat", "trace"}]}     # control flow only: one pass through
+      ]                                      # each sub-graph, cycles from 0
+    }
+
+`ops` and `layers` are sorted by cycles, largest first; `steps` and
+`execution_trace` are in program order.
+"""
+
+import dataclasses
+import datetime
+import difflib
+import hashlib
+import itertools
+import json
+import os
+import tempfile
+import threading
+
+import numpy as np
+
+from keras_ipu.device.config.enums import ExecutionProfileType
+from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import memory_model
+
+FORMAT_VERSION = 1
+KIND = "keras_ipu.profile"
+ENV_VAR = "POPLAR_ENGINE_OPTIONS"
+SUFFIX = ".ipu_profile.json"
+EXAMPLE = (
+    "POPLAR_ENGINE_OPTIONS='{\"autoReport.all\":\"true\","
+    "\"autoReport.directory\":\"./reports\"}'"
+)
+
+# Poplar's autoReport engine options. The simulator writes one report that
+# holds the graph profile (memory, liveness) and the execution profile
+# (cycles, trace); the other outputs have no counterpart and are accepted
+# so that scripts written for Poplar keep working.
+_BOOL_OPTIONS = (
+    "autoReport.all",
+    "autoReport.outputGraphProfile",
+    "autoReport.outputExecutionProfile",
+    "autoReport.outputLoweredVars",
+    "autoReport.outputArchive",
+    "autoReport.outputSerializedGraph",
+    "autoReport.outputDebugInfo",
+    "autoReport.streamAtEachRun",
+)
+_INT_OPTIONS = ("autoReport.executionProfileProgramRunCount",)
+_STR_OPTIONS = ("autoReport.directory",)
+KNOWN_OPTIONS = _BOOL_OPTIONS + _INT_OPTIONS + _STR_OPTIONS
+
+
+class ProfileOptionsError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportOptions:
+    directory: str
+    graph_profile: bool
+    execution_profile: bool
+    execution_profile_type: ExecutionProfileType
+    program_run_count: int = 2  # Poplar's default
+    sources: tuple = ()  # where the options came from, for the report
+
+    def to_json(self):
+        return {
+            "directory": self.directory,
+            "graph_profile": self.graph_profile,
+            "execution_profile": self.execution_profile,
+            "execution_profile_type": self.execution_profile_type.name,
+            "sources": list(self.sources),
+        }
+
+
+# -- reading the options ---------------------------------------------------------
+def _option_error(origin, key, value, problem, fix):
+    return ProfileOptionsError(
+        f"{origin}: {problem} for {key!r} (got {value!r}). {fix} Example: {EXAMPLE}"
+    )
+
+
+def _parse_env(text):
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ProfileOptionsError(
+            f"{ENV_VAR} is not valid JSON ({e.msg} at character {e.pos}): "
+            f"{text!r}. Write it as a JSON object of string values, e.g. {EXAMPLE}"
+        ) from None
+    if not isinstance(options, dict):
+        raise ProfileOptionsError(
+            f"{ENV_VAR} must be a JSON object of Poplar engine options, got "
+            f"{type(options).__name__} {text!r}. For example: {EXAMPLE}"
+        )
+    return options
+
+
+def _check_options(options, origin):
+    """The autoReport options of `options` with their values parsed; other
+    Poplar engine options (debug.*, opt.*, target.*) are not the profile's
+    business and are left out."""
+    parsed = {}
+    for key, value in options.items():
+        if not str(key).startswith("autoReport."):
+            continue
+        if key not in KNOWN_OPTIONS:
+            close = difflib.get_close_matches(key, KNOWN_OPTIONS, n=1)
+            hint = f"Did you mean {close[0]!r}? " if close else ""
+            raise ProfileOptionsError(
+                f"{origin}: unknown Poplar option {key!r}. {hint}Known autoReport "
+                f"options: {', '.join(KNOWN_OPTIONS)}."
+            )
+        if key in _BOOL_OPTIONS:
+            if isinstance(value, bool):
+                parsed[key] = value
+            elif isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                parsed[key] = value.strip().lower() == "true"
+            else:
+                raise _option_error(origin, key, value, "expected \"true\" or \"false\"",
+                                    f"Set {key} to \"true\" or \"false\".")
+        elif key in _INT_OPTIONS:
+            try:
+                parsed[key] = int(value)
+                if parsed[key] < 0:
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise _option_error(origin, key, value, "expected a non-negative integer",
+                                    f"Set {key} to a count such as \"2\".") from None
+        else:
+            if not isinstance(value, str) or not value:
+                raise _option_error(origin, key, value, "expected a directory path",
+                                    f"Set {key} to a directory such as \"./reports\".")
+            parsed[key] = value
+    return parsed
+
+
+def _config_profile_type(config):
+    """The ExecutionProfileType an IPUConfig option holds, if any."""
+    to_dict = getattr(config, "to_dict", None)
+    values = to_dict() if callable(to_dict) else {}
+    for value in values.values():
+        if isinstance(value, ExecutionProfileType):
+            return value
+    return None
+
+
+def _current_config():
+    from keras_ipu.device.simulator import system
+
+    current = system._current  # never make a system just to read options
+    return getattr(current, "config", None)
+
+
+def report_options(environ=None, config=None):
+    """The ReportOptions in force, or None when profiling is off.
+
+    Sources: the IPUConfig (`compilation_poplar_options` and any option
+    holding an ExecutionProfileType; default: the configured system's), then
+    POPLAR_ENGINE_OPTIONS on top. Bad JSON or an unknown autoReport option
+    raises ProfileOptionsError naming the value and the fix.
+    """
+    environ = os.environ if environ is None else environ
+    config = _current_config() if config is None else config
+    merged, sources = {}, []
+    profile_type = None
+    if config is not None:
+        poplar = getattr(config, "to_dict", lambda: {})().get("compilation_poplar_options")
+        if poplar:
+            merged.update(_check_options(poplar, "IPUConfig.compilation_poplar_options"))
+            sources.append("IPUConfig.compilation_poplar_options")
+        profile_type = _config_profile_type(config)
+        if profile_type not in (None, ExecutionProfileType.NO_PROFILE):
+            sources.append(f"IPUConfig ExecutionProfileType.{profile_type.name}")
+    text = environ.get(ENV_VAR, "")
+    if text.strip():
+        env = _check_options(_parse_env(text), ENV_VAR)
+        if env:
+            sources.append(ENV_VAR)
+        merged.update(env)
+
+    every = merged.get("autoReport.all", False)
+    graph = merged.get("autoReport.outputGraphProfile", every)
+    execution = merged.get("autoReport.outputExecutionProfile", every)
+    if profile_type not in (None, ExecutionProfileType.NO_PROFILE):
+        graph = execution = True
+    if not (graph or execution):
+        return None
+    if profile_type in (None, ExecutionProfileType.NO_PROFILE):
+        profile_type = (ExecutionProfileType.TILE_PROFILE if execution
+                        else ExecutionProfileType.NO_PROFILE)
+    return ReportOptions(
+        directory=merged.get("autoReport.directory", "."),
+        graph_profile=bool(graph),
+        execution_profile=bool(execution),
+        execution_profile_type=profile_type,
+        program_run_count=merged.get("autoReport.executionProfileProgramRunCount", 2),
+        sources=tuple(sources),
+    )
+
+
+# -- building the report ---------------------------------------------------------
+def program_fingerprint(exe):
+    """A short structural digest: the same program gives the same name."""
+    program = memory_model.program_of(exe)
+    h = hashlib.sha256()
+    for st in program.steps:
+        h.update(st.primitive.name.encode())
+        h.update(" ".join(a.short() for a in st.in_avals + st.out_avals).encode())
+        h.update(b"\x00")
+    for _, a in program.inputs:
+        h.update(a.short().encode())
+    return h.hexdigest()[:10]
+
+
+def tile_distribution(nbytes, itemsize, tiles):
+    """Bytes per tile of one tensor under linear mapping (cost_model's
+    grain and minimum), tile 0 first: an int64 array of `tiles`."""
+    out = np.zeros(tiles, np.int64)
+    used, per_tile = cost_model.linear_mapping(nbytes, itemsize, tiles)
+    if used:
+        out[: used - 1] = per_tile
+        out[used - 1] = nbytes - (used - 1) * per_tile
+    return out
+
+
+def liveness(exe, target):
+    """(not-always-live bytes per step on the IPU, on tile 0, tile peak step,
+    keys live at that peak), walking the schedule as memory_model does."""
+    program = memory_model.program_of(exe)
+    tiles = target.tiles_per_ipu
+    steps = program.steps
+    end = len(steps)
+    last = {}
+    for i, st in enumerate(steps):
+        for k in st.inputs:
+            last[k] = i
+        for k in st.outputs:
+            last.setdefault(k, i)
+    for k in program.outputs:
+        last[k] = end
+    dying = {}
+    for k, i in last.items():
+        dying.setdefault(i, []).append(k)
+    made, live = {}, set()
+    ipu_live = tile_live = 0
+    per_ipu, per_tile = [], []
+    peak_tile, peak_at, peak_set = 0, -1, set()
+    for i, st in enumerate(steps):
+        for k, aval in zip(st.outputs, st.out_avals):
+            made[k] = aval
+            live.add(k)
+            ipu_live += aval.nbytes or 0
+            tile_live += memory_model.tile_bytes(aval, tiles)
+        per_ipu.append(ipu_live)
+        per_tile.append(tile_live)
+        if tile_live > peak_tile:
+            peak_tile, peak_at, peak_set = tile_live, i, set(live)
+        for k in dying.get(i, ()):
+            if k in live:
+                live.discard(k)
+                ipu_live -= made[k].nbytes or 0
+                tile_live -= memory_model.tile_bytes(made[k], tiles)
+    return per_ipu, per_tile, peak_at, {k: made[k] for k in peak_set}
+
+
+def _memory_section(exe, mem, target):
+    program = memory_model.program_of(exe)
+    tiles = target.tiles_per_ipu
+    per_ipu, per_tile, peak_at, peak_live = liveness(exe, target)
+    always = np.full(tiles, cost_model.code_bytes_per_tile(len(program.steps)), np.int64)
+    for _, aval in program.inputs + program.constants:
+        always += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
+    total = always.copy()
+    for aval in peak_live.values():
+        total += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
+    fullest = int(np.argmax(total))
+    memory = {
+        "ipus": [{
+            "ipu": mem.ipu,
+            "always_live": mem.always_live_bytes,
+            "not_always_live": mem.not_always_live_bytes,
+            "total": mem.total_bytes,
+            "capacity": target.sram_bytes_per_ipu,
+            "inputs": mem.input_bytes,
+            "constants": mem.constant_bytes,
+            "code": mem.code_bytes,
+            "peak_step": mem.peak_step,
+            "peak_step_name": mem.peak_step_name,
+        }],
+        "tiles": {
+            "ipu": mem.ipu,
+            "capacity": target.sram_bytes_per_tile,
+            "always_live": always.tolist(),
+            "total": total.tolist(),
+            "fullest_tile": fullest,
+            "fullest_tile_bytes": int(total[fullest]),
+        },
+        "largest_live": [
+            {"bytes": t.nbytes, "tensor": t.aval.short(), "made_by": t.made_by}
+            for t in mem.largest_live
+        ],
+    }
+    live = {
+        "not_always_live": per_ipu,
+        "tile0": per_tile,
+        "always_live": mem.always_live_bytes,
+        "peak_step": peak_at,
+        "bodies": _body_liveness(program, target),
+    }
+    return memory, live
+
+
+def _body_liveness(program, target, top=3):
+    """Liveness inside the sub-graphs of control-flow steps (a device
+    loop's training step is one scan step of the outer program): bytes the
+    body's own values hold during each of its steps, largest bodies first."""
+    bodies = []
+    for i, st in enumerate(program.steps):
+        for k in range(4):
+            graph = _sub_graph(st, k) if st.primitive.name != "cond" else None
+            if graph is None:
+                break
+            per_ipu, _, _, _ = liveness(graph, target)
+            if per_ipu:
+                bodies.append({"step": i, "op": st.primitive.name, "source": st.source,
+                               "steps": len(per_ipu), "peak": max(per_ipu),
+                               "not_always_live": per_ipu})
+    bodies.sort(key=lambda b: -b["peak"])
+    return bodies[:top]
+
+
+_graph_predictions = {}  # id(graph) -> Prediction, while a report is built
+
+
+def graph_prediction(graph, target):
+    """The step costs of a sub-graph as a Prediction (no memory analysis and
+    no host transfers: a body runs inside the program that holds it)."""
+    from keras_ipu.device.primitives import cost_util
+    from keras_ipu.device.simulator import prediction as _prediction
+
+    key = (id(graph), target)
+    if key in _graph_predictions:
+        return _graph_predictions[key][1]
+    steps = []
+    for i, st in enumerate(memory_model.program_of(graph).steps):
+        if st.primitive.cost is None:
+            raise LookupError(f"Primitive {st.primitive.name!r} has no cost rule.")
+        record = st.primitive.cost(st.in_avals, st.out_avals, **st.params)
+        compute, exchange, sync, tiles = _prediction._cycles(record, target)
+        flops, macs = cost_util.totals([record])
+        steps.append(_prediction.StepCost(i, st.primitive.name, record.kind, st.source,
+                                          tiles, flops, macs, compute, exchange, sync))
+    compute = sum(x.compute for x in steps)
+    exchange = sum(x.exchange for x in steps)
+    sync = sum(x.sync for x in steps)
+    pred = _prediction.Prediction(
+        target=target, steps=steps, compute_cycles=compute, exchange_cycles=exchange,
+        sync_cycles=sync, cycles=compute + exchange + sync, steps_per_run=1,
+        host_bytes_in=0, host_bytes_out=0, host_seconds=0.0, batch_size=None,
+        memory=None)
+    _graph_predictions[key] = (graph, pred)  # the graph kept: ids stay unique
+    return pred
+
+
+def sub_programs(step, target):
+    """[(repeat, Prediction)] of the sub-graphs a control-flow step runs,
+    counted as its cost rule counts them (primitives/control_flow.py): a
+    scan's body `length` times, a while loop's body and condition the
+    assumed trip count, a cond's costliest branch, a remat/custom_vjp call
+    once. [] for other steps."""
+    def pred(graph):
+        return graph_prediction(graph, target)
+
+    name, p = step.primitive.name, step.params
+    if name == "scan":
+        length = p.get("length")
+        if length is None:
+            xs = step.in_avals[p["n_carry"]:p["n_carry"] + p["n_xs"]]
+            length = (xs[0].shape[0] or 0) if xs else 0
+        return [(length, pred(p["body"]))]
+    if name == "while_loop":
+        trips = cost_model.WHILE_LOOP_ASSUMED_TRIPS
+        return [(trips, pred(p["body_graph"])), (trips + 1, pred(p["cond_graph"]))]
+    if name == "cond":
+        branches = [pred(b) for b in p["branches"]]
+        return [(1, max(branches, key=lambda b: b.cycles))] if branches else []
+    if name == "remat":
+        return [(1, pred(p["graph"]))]
+    if name == "custom_vjp":
+        return [(1, pred(p["fwd"]))]
+    return []
+
+
+def _program_steps(obj):
+    return memory_model.program_of(obj).steps
+
+
+def execution_trace(prediction, program=None, depth=2):
+    """The predicted timeline of one run: each program step a superstep of
+    compute, sync, exchange (DESIGN), one after another from cycle 0. A
+    control-flow step also gets "loops": [{"repeat", "trace"}], the
+    timeline of one pass through each sub-graph (cycles from 0), down to
+    `depth` levels. `program`: the Executable/Graph (for the sub-graphs)."""
+    steps = _program_steps(program) if program is not None and depth > 0 else None
+    trace, t = [], 0
+    for s in prediction.steps:
+        c, y, e = t + s.compute, t + s.compute + s.sync, t + s.cycles
+        entry = {
+            "index": s.index, "op": s.name, "source": s.source,
+            "start": t, "end": e,
+            "compute": [t, c], "sync": [c, y], "exchange": [y, e],
+        }
+        if steps is not None and s.kind in ("loop", "cond", "call"):
+            subs = sub_programs(steps[s.index], prediction.target)
+            if subs:
+                entry["loops"] = [
+                    {"repeat": repeat,
+                     "trace": execution_trace(sub, _sub_graph(steps[s.index], i), depth - 1)}
+                    for i, (repeat, sub) in enumerate(subs)
+                ]
+        trace.append(entry)
+        t = e
+    return trace
+
+
+def _sub_graph(step, i):
+    """The i-th sub-graph of a control-flow step (None past the last)."""
+    p = step.params
+    graphs = {
+        "scan": lambda: [p["body"]],
+        "while_loop": lambda: [p["body_graph"], p["cond_graph"]],
+        "remat": lambda: [p["graph"]],
+        "custom_vjp": lambda: [p["fwd"]],
+    }.get(step.primitive.name)
+    if graphs is None:  # cond: the costliest branch was chosen; find it again
+        return None
+    graphs = graphs()
+    return graphs[i] if i < len(graphs) else None
+
+
+def flat_costs(prediction, program=None, repeat=1, source=None, depth=4):
+    """Leaf step costs of a run with control flow opened up: (op, source,
+    count, compute, exchange, sync) each multiplied by how often it runs.
+    They add up to prediction.cycles."""
+    steps = _program_steps(program) if program is not None and depth > 0 else None
+    out = []
+    for s in prediction.steps:
+        src = s.source or source
+        subs = (sub_programs(steps[s.index], prediction.target)
+                if steps is not None and s.kind in ("loop", "cond", "call") else [])
+        if not subs:
+            out.append((s.name, src, repeat, repeat * s.compute, repeat * s.exchange,
+                        repeat * s.sync))
+            continue
+        for i, (n, sub) in enumerate(subs):
+            graph = _sub_graph(steps[s.index], i)
+            out.extend(flat_costs(sub, graph, repeat * n, src, depth - 1)
+                       if graph is not None else
+                       [(x.name, x.source or src, repeat * n, repeat * n * x.compute,
+                         repeat * n * x.exchange, repeat * n * x.sync) for x in sub.steps])
+    return out
+
+
+def _grouped(flat, key):
+    groups = {}
+    for item in flat:
+        g = groups.setdefault(key(item), [0, 0, 0, 0])
+        for j in range(4):
+            g[j] += item[2 + j]
+    return sorted(groups.items(), key=lambda kv: -(kv[1][1] + kv[1][2] + kv[1][3]))
+
+
+def _cycles_section(pred, program=None):
+    flat = flat_costs(pred, program)
+    ops = [
+        {"op": name, "count": n, "compute": c, "exchange": e, "sync": y,
+         "cycles": c + e + y}
+        for name, (n, c, e, y) in _grouped(flat, lambda x: x[0])
+    ]
+    layers = [
+        {"layer": name, "count": n, "cycles": c + e + y}
+        for name, (n, c, e, y) in _grouped(flat, lambda x: x[1] or "(no layer)")
+    ]
+    return {
+        "total": pred.cycles,
+        "compute": pred.compute_cycles,
+        "exchange": pred.exchange_cycles,
+        "sync": pred.sync_cycles,
+        "steps_per_run": pred.steps_per_run,
+        "cycles_per_step": pred.cycles_per_step,
+        "step_seconds": pred.step_seconds,
+        "device_seconds": pred.device_seconds,
+        "samples_per_second": pred.samples_per_second,
+        "batch_size": pred.batch_size,
+        "host": {"bytes_in": pred.host_bytes_in, "bytes_out": pred.host_bytes_out,
+                 "seconds": pred.host_seconds},
+        "steps": [
+            {"index": s.index, "op": s.name, "kind": s.kind, "source": s.source,
+             "tiles": s.tiles, "flops": s.flops, "macs": s.macs,
+             "compute": s.compute, "exchange": s.exchange, "sync": s.sync,
+             "cycles": s.cycles}
+            for s in pred.steps
+        ],
+        "ops": ops,
+        "layers": layers,
+    }
+
+
+def _target_of(exe):
+    target = getattr(exe, "target", None)  # what the compiler compiled for
+    if target is not None:
+        return target
+    for attr in ("memory", "_prediction", "prediction"):
+        target = getattr(getattr(exe, attr, None), "target", None)
+        if target is not None:
+            return target
+    return memory_model.resolve_target(None)
+
+
+def memory_of(exe, target=None):
+    """exe.memory when the compiler attached it, else analysed now."""
+    mem = getattr(exe, "memory", None)
+    if mem is None:
+        mem = getattr(getattr(exe, "prediction", None), "memory", None)
+    if mem is None:
+        mem = memory_model.analyze_memory(exe, target or _target_of(exe))
+    return mem
+
+
+def prediction_of(exe, target=None):
+    """exe.prediction when the compiler attached it, else predicted now."""
+    from keras_ipu.device.simulator.prediction import predict_costs
+
+    pred = getattr(exe, "prediction", None)
+    if pred is None:
+        pred = predict_costs(exe, target or _target_of(exe), log=False)
+    return pred
+
+
+def _ipu_model():
+    from keras_ipu.device.simulator import system
+
+    return bool(getattr(system._current, "ipu_model", True))
+
+
+def build_report(exe, options=None, name=None):
+    """The report of `exe` as a JSON-ready dict (see the module doc)."""
+    options = options or ReportOptions(".", True, True, ExecutionProfileType.TILE_PROFILE)
+    try:
+        return _build_report(exe, options, name)
+    finally:
+        _graph_predictions.clear()
+
+
+def _build_report(exe, options, name):
+    target = _target_of(exe)
+    program = memory_model.program_of(exe)
+    avals = {k: a for k, a in program.inputs + program.constants}
+    for st in program.steps:
+        avals.update(zip(st.outputs, st.out_avals))
+    report = {
+        "format_version": FORMAT_VERSION,
+        "kind": KIND,
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"),
+        "program": {
+            "name": name or getattr(exe, "name", None) or "program",
+            "fingerprint": program_fingerprint(exe),
+            "steps": len(program.steps),
+            "inputs": len(program.inputs),
+            "outputs": len(program.outputs),
+            "input_bytes": sum(a.nbytes or 0 for _, a in program.inputs),
+            "output_bytes": sum(avals[k].nbytes or 0 for k in program.outputs if k in avals),
+            "constant_bytes": sum(a.nbytes or 0 for _, a in program.constants),
+        },
+        "target": {
+            "name": target.name,
+            "product": target.product,
+            "tiles_per_ipu": target.tiles_per_ipu,
+            "memory_per_tile": target.sram_bytes_per_tile,
+            "memory_per_ipu": target.sram_bytes_per_ipu,
+            "clock_hz": target.clock_hz,
+            "ipu_model": _ipu_model(),
+        },
+        "options": options.to_json(),
+        "memory": None,
+        "liveness": None,
+        "cycles": None,
+        "execution_trace": None,
+    }
+    if options.graph_profile:
+        report["memory"], report["liveness"] = _memory_section(
+            exe, memory_of(exe, target), target)
+    if options.execution_profile:
+        pred = prediction_of(exe, target)
+        report["cycles"] = _cycles_section(pred, exe)
+        report["execution_trace"] = execution_trace(pred, exe)
+    return report
+
+
+# -- writing it ------------------------------------------------------------------
+_counter = itertools.count()
+_write_lock = threading.Lock()
+
+
+def _safe_name(name):
+    kept = "".join(c if c.isalnum() or c in "-_" else "_" for c in str(name))
+    return kept.strip("_")[:40] or "program"
+
+
+def write_report(report, directory):
+    """Writes `report` into `directory` atomically (a temporary file renamed
+    into place); returns its path. Names never collide within a process
+    (a counter) nor across processes (the pid)."""
+    os.makedirs(directory, exist_ok=True)
+    with _write_lock:
+        n = next(_counter)
+    program = report["program"]
+    filename = (f"{_safe_name(program['name'])}_{os.getpid()}_{n:04d}_"
+                f"{program['fingerprint']}{SUFFIX}")
+    path = os.path.join(directory, filename)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(report, f, separators=(",", ":"))
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; reports are for reading
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_executable_report(exe, options=None, name=None):
+    """Writes the report of a compiled Executable where the profile options
+    say (report_options() when `options` is None); returns its path, or
+    None when profiling is off."""
+    options = report_options() if options is None else options
+    if options is None:
+        return None
+    return write_report(build_report(exe, options, name), options.directory)
+
+
+# -- runs, for traces (TensorBoard) ---------------------------------------------
+# Listeners get (executable, wall start, wall end) after every run; the
+# executor calls note_run. Empty unless a trace is on, so a run pays one
+# truth test.
+_run_listeners = []
+
+
+def add_run_listener(fn):
+    _run_listeners.append(fn)
+
+
+def remove_run_listener(fn):
+    if fn in _run_listeners:
+        _run_listeners.remove(fn)
+
+
+def note_run(exe, start=None, end=None):
+    """Tells the listeners (a TensorBoard trace) that `exe` ran from `start`
+    to `end` (time.perf_counter() seconds; now when omitted)."""
+    if not _run_listeners:
+        return
+    import time
+
+    end = time.perf_counter() if end is None else end
+    start = end if start is None else start
+    for fn in list(_run_listeners):
+        fn(exe, start, end)

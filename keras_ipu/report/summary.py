@@ -1,0 +1,87 @@
+"""The text summary of a directory of reports."""
+
+import os
+
+from keras_ipu.report.format import fmt_bytes
+from keras_ipu.report.format import fmt_seconds
+from keras_ipu.report.format import pct
+from keras_ipu.report.format import table
+
+
+def label(report):
+    p = report["program"]
+    return f"{p['name']} ({p['fingerprint']})"
+
+
+def overview(reports):
+    rows = []
+    for r in reports:
+        t, mem, cyc = r["target"], r.get("memory"), r.get("cycles")
+        row = [label(r), r["program"]["steps"], t["name"]]
+        if mem:
+            ipu = max(mem["ipus"], key=lambda m: m["total"])
+            tiles = mem["tiles"]
+            row += [f"{fmt_bytes(ipu['total'])} ({pct(ipu['total'], ipu['capacity'])})",
+                    f"{tiles['fullest_tile']}: {fmt_bytes(tiles['fullest_tile_bytes'])} "
+                    f"({pct(tiles['fullest_tile_bytes'], tiles['capacity'])})"]
+        else:
+            row += ["-", "-"]
+        if cyc:
+            sps = cyc.get("samples_per_second")
+            row += [f"{cyc['cycles_per_step']:,.0f}", fmt_seconds(cyc["step_seconds"]),
+                    f"{sps:,.1f}" if sps else "-"]
+        else:
+            row += ["-", "-", "-"]
+        rows.append(row)
+    return table(["program", "steps", "target", "peak memory / IPU", "fullest tile",
+                  "cycles/step", "step time", "samples/s"], rows)
+
+
+def details(report, top=5):
+    t = report["target"]
+    lines = [
+        f"== {label(report)}  [{os.path.basename(report['_path'])}]",
+        f"   target {t['name']} ({t['product']}{', IPU Model' if t.get('ipu_model') else ''}): "
+        f"{t['tiles_per_ipu']} tiles x {fmt_bytes(t['memory_per_tile'])}, "
+        f"{t['clock_hz'] / 1e9:g} GHz",
+    ]
+    mem = report.get("memory")
+    if mem:
+        for m in mem["ipus"]:
+            lines.append(
+                f"   IPU {m['ipu']}: {fmt_bytes(m['total'])} of {fmt_bytes(m['capacity'])} "
+                f"({pct(m['total'], m['capacity'])}); always live "
+                f"{fmt_bytes(m['always_live'])}, not always live "
+                f"{fmt_bytes(m['not_always_live'])} (peak at step {m['peak_step']}: "
+                f"{m['peak_step_name']})")
+        tiles = mem["tiles"]
+        lines.append(
+            f"   fullest tile {tiles['fullest_tile']}: "
+            f"{fmt_bytes(tiles['fullest_tile_bytes'])} of {fmt_bytes(tiles['capacity'])} "
+            f"({pct(tiles['fullest_tile_bytes'], tiles['capacity'])})")
+    cyc = report.get("cycles")
+    if cyc:
+        lines.append(
+            f"   predicted {cyc['cycles_per_step']:,.0f} cycles per step (compute "
+            f"{cyc['compute']:,}, exchange {cyc['exchange']:,}, sync {cyc['sync']:,} per "
+            f"run), {fmt_seconds(cyc['step_seconds'])} per step")
+        total = cyc["total"] or 1
+        rows = [[o["op"], o["count"], f"{o['cycles']:,}", pct(o["cycles"], total),
+                 f"{o['compute']:,}", f"{o['exchange']:,}", f"{o['sync']:,}"]
+                for o in cyc["ops"][:top]]
+        lines.append("   top ops by cycles:")
+        lines.extend("     " + x for x in table(
+            ["op", "count", "cycles", "share", "compute", "exchange", "sync"], rows
+        ).splitlines())
+        rows = [[x["layer"], x["count"], f"{x['cycles']:,}", pct(x["cycles"], total)]
+                for x in cyc["layers"][:top]]
+        lines.append("   top layers by cycles:")
+        lines.extend("     " + x for x in table(
+            ["layer", "steps", "cycles", "share"], rows).splitlines())
+    return "\n".join(lines)
+
+
+def summary(reports, top=5):
+    parts = [overview(reports)]
+    parts.extend(details(r, top) for r in reports)
+    return "\n\n".join(parts)

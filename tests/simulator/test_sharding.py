@@ -1,0 +1,229 @@
+"""Sharding and pipelining at the simulator level (simulator/sharding.py),
+checked against hand computations on small hand-built graphs (ipu2: 1472
+tiles, 1.33 GHz, IPU-Links 320 GB/s)."""
+
+import math
+
+import pytest
+
+from keras_ipu.device.simulator import cost_model as cm
+from keras_ipu.device.simulator import memory_model
+from keras_ipu.device.simulator.prediction import predict_costs
+from keras_ipu.device.simulator.sharding import assign_stages
+from keras_ipu.device.simulator.sharding import in_flight
+from keras_ipu.device.simulator.sharding import predict_sharded
+from keras_ipu.device.simulator.targets import TARGETS
+
+from sim_graphs import aval
+from sim_graphs import build
+
+IPU2 = TARGETS["ipu2"]
+MM = (((1,), (0,)), ((), ()))
+MM_T = (((1,), (1,)), ((), ()))  # x @ w.T
+
+
+def two_stage_forward():
+    # x f32[64,32] -> dense1 (stage 0) -> tanh -> dense2 (stage 1)
+    def body(b, x, w1, w2):
+        h = b.op("dot_general", x, w1, dimension_numbers=MM, source="model/dense1")
+        a = b.op("tanh", h, source="model/dense1/activation")
+        return b.op("dot_general", a, w2, dimension_numbers=MM, source="model/dense2")
+
+    return build([aval((64, 32)), aval((32, 128)), aval((128, 16))], body)
+
+
+def two_stage_training():
+    # Forward on stage 0 then 1, a stand-in backward on 1 then 0: the
+    # backward of stage 0 reads its forward activation `a` (stashed).
+    def body(b, x, w1, w2):
+        h = b.op("dot_general", x, w1, dimension_numbers=MM, source="m/s0")
+        a = b.op("tanh", h, source="m/s0")
+        o = b.op("dot_general", a, w2, dimension_numbers=MM, source="m/s1")
+        go = b.op("mul", o, o, source="m/s1")
+        ga = b.op("dot_general", go, w2, dimension_numbers=MM_T, source="m/s1")
+        return b.op("mul", ga, a, source="m/s0")
+
+    return build([aval((64, 32)), aval((32, 128)), aval((128, 16))], body)
+
+
+LINK_CYCLES_32K = math.ceil(32768 / 320e9 * 1.33e9) + cm.INTER_IPU_SYNC_CYCLES
+
+
+def test_ipu_link_cycles_by_hand():
+    # 32 KiB over 320 GB/s at 1.33 GHz: 136.2 -> 137 cycles, + the global sync.
+    assert cm.ipu_link_cycles(32768, IPU2) == 137 + 900 == LINK_CYCLES_32K
+    assert cm.ipu_link_cycles(0, IPU2) == 0
+    assert cm.pipeline_utilisation(4, 2) == pytest.approx(4 / 5)
+    assert cm.pipeline_utilisation(16, 4) == pytest.approx(16 / 19)
+
+
+def test_stages_from_layer_path_prefixes():
+    g = two_stage_forward()
+    program = memory_model.program_of(g)
+    assert assign_stages(program, {"model/dense1": 0, "model/dense2": 1}) == [0, 0, 1]
+    # The longest prefix wins; a sequence gives one stage per step.
+    assert assign_stages(program, {"model": 0, "model/dense2": 1}) == [0, 0, 1]
+    assert assign_stages(program, [0, 1, 1]) == [0, 1, 1]
+    with pytest.raises(ValueError, match="one stage per step"):
+        assign_stages(program, [0, 1])
+    with pytest.raises(ValueError, match="No program step matches"):
+        assign_stages(program, {"other/": 0})
+
+
+def test_unplaced_steps_follow_their_weight_or_the_step_before():
+    def body(b, x, w1, w2):
+        h = b.op("dot_general", x, w1, dimension_numbers=MM, source="m/s0")
+        o = b.op("dot_general", h, w2, dimension_numbers=MM, source="m/s1")
+        loss = b.op("mul", o, o)  # no layer path: after a stage-1 step
+        w1_new = b.op("mul", w1, w1)  # optimizer-like: reads w1, homed on 0
+        return [loss, w1_new]
+
+    g = build([aval((8, 4)), aval((4, 4)), aval((4, 4))], body)
+    program = memory_model.program_of(g)
+    assert assign_stages(program, {"m/s0": 0, "m/s1": 1}) == [0, 1, 1, 0]
+
+
+def test_two_stage_forward_by_hand():
+    g = two_stage_forward()
+    single = predict_costs(g, target=IPU2)
+    c = [s.cycles for s in single.steps]
+    p = predict_sharded(g, {"model/dense1": 0, "model/dense2": 1}, target=IPU2,
+                        gradient_accumulation_count=4, schedule="Grouped", batch_size=64)
+    assert p.stage_of_step == (0, 0, 1)
+    # One copy: tanh's f32[64,128] output, IPU 0 -> IPU 1.
+    (copy,) = p.copies
+    assert (copy.src, copy.dst, copy.nbytes, copy.step) == (0, 1, 32768, 2)
+    assert copy.cycles == LINK_CYCLES_32K
+    ipu0, ipu1 = p.ipus
+    assert (ipu0.forward_cycles, ipu0.backward_cycles) == (c[0] + c[1], 0)
+    assert (ipu1.forward_cycles, ipu1.backward_cycles) == (c[2] + LINK_CYCLES_32K, 0)
+    assert ipu1.copy_in_bytes == 32768
+    t0, t1 = c[0] + c[1], c[2] + LINK_CYCLES_32K
+    # Grouped: (g + n - 1) slots of the slowest stage.
+    assert p.step_cycles == (4 + 1) * max(t0, t1)
+    assert p.utilisation == pytest.approx(4 * (t0 + t1) / (2 * p.step_cycles))
+    assert p.samples_per_second == pytest.approx(64 * 4 / p.step_seconds)
+    # Sequential: one IPU at a time, as a sharded model.
+    seq = predict_sharded(g, {"model/dense1": 0, "model/dense2": 1}, target=IPU2,
+                          gradient_accumulation_count=4, schedule="Sequential")
+    assert seq.step_cycles == 4 * (t0 + t1)
+    assert seq.step_cycles > p.step_cycles
+    # Memory: each IPU holds the inputs it reads.
+    m0, m1 = ipu0.memory, ipu1.memory
+    assert (m0.ipu, m1.ipu) == (0, 1)
+    assert m0.input_bytes == (64 * 32 + 32 * 128) * 4
+    assert m1.input_bytes == 128 * 16 * 4
+    # IPU 0: h and a (32 KiB each) live together at the tanh step; IPU 1:
+    # the received a and the output f32[64,16].
+    assert m0.not_always_live_bytes == 2 * 32768
+    assert m1.not_always_live_bytes == 32768 + 64 * 16 * 4
+    assert "copy from IPU 0" in " ".join(x.made_by for x in m1.largest_live)
+    assert "2 x ipu2" in str(p)
+
+
+def test_one_stage_is_gradient_accumulation():
+    g = two_stage_forward()
+    single = predict_costs(g, target=IPU2)
+    p = predict_sharded(g, {"model": 0}, target=IPU2, gradient_accumulation_count=3)
+    assert p.copies == [] and p.n_stages == 1
+    assert p.step_cycles == 3 * single.cycles
+    assert p.utilisation == pytest.approx(1.0)
+
+
+def test_pipeline_schedules_change_time_and_stash():
+    g = two_stage_training()
+    single = predict_costs(g, target=IPU2)
+    c = [s.cycles for s in single.steps]
+    assignment = {"m/s0": 0, "m/s1": 1}
+    preds = {s: predict_sharded(g, assignment, target=IPU2, gradient_accumulation_count=8,
+                                schedule=s)
+             for s in ("Grouped", "Interleaved", "Sequential")}
+    p = preds["Grouped"]
+    assert p.stage_of_step == (0, 0, 1, 1, 1, 0)
+    # Copies: a forward (0 -> 1), ga backward (1 -> 0), 32 KiB each.
+    assert [(x.src, x.dst, x.nbytes, x.phase) for x in p.copies] == [
+        (0, 1, 32768, "forward"), (1, 0, 32768, "backward")]
+    f0, b0 = c[0] + c[1], c[5] + LINK_CYCLES_32K
+    f1 = c[2] + c[3] + c[4] + LINK_CYCLES_32K
+    ipu0, ipu1 = p.ipus
+    assert (ipu0.forward_cycles, ipu0.backward_cycles) == (f0, b0)
+    assert (ipu1.forward_cycles, ipu1.backward_cycles) == (f1, 0)
+    assert p.step_cycles == 9 * max(f0 + b0, f1)
+    assert preds["Interleaved"].step_cycles == 9 * (max(f0, f1) + b0)
+    assert preds["Sequential"].step_cycles == 8 * (f0 + b0 + f1)
+    # Stage 0's backward reads its activation a: stashed per micro-batch in
+    # flight: Grouped 2(n-1-k)+1 = 3, Interleaved n-k = 2, Sequential 1.
+    assert [in_flight(s, 0, 2) for s in ("Grouped", "Interleaved", "Sequential")] == [3, 2, 1]
+    assert ipu0.stash_bytes == 32768 and ipu1.stash_bytes == 0
+    nal = {s: q.ipus[0].memory.not_always_live_bytes for s, q in preds.items()}
+    assert nal["Grouped"] - nal["Sequential"] == 2 * 32768
+    assert nal["Interleaved"] - nal["Sequential"] == 32768
+    tile_a = memory_model.tile_bytes(aval((64, 128)), IPU2.tiles_per_ipu)
+    tiles = {s: q.ipus[0].memory.tile_bytes for s, q in preds.items()}
+    assert tiles["Grouped"] - tiles["Sequential"] == 2 * tile_a
+    # The last stage stashes nothing; its memory is the same in every schedule.
+    assert len({q.ipus[1].memory.not_always_live_bytes for q in preds.values()}) == 1
+
+
+def test_device_mapping_and_bad_schedule():
+    g = two_stage_forward()
+    p = predict_sharded(g, {"model/dense1": 0, "model/dense2": 1}, target=IPU2,
+                        device_mapping=[3, 1])
+    assert [x.ipu for x in p.ipus] == [1, 3]
+    assert (p.copies[0].src, p.copies[0].dst) == (3, 1)
+    with pytest.raises(ValueError, match="Grouped, Interleaved, Sequential"):
+        predict_sharded(g, {"model": 0}, target=IPU2, schedule="Zigzag")
+    with pytest.raises(ValueError, match="device_mapping"):
+        predict_sharded(g, {"model/dense1": 0, "model/dense2": 1}, target=IPU2,
+                        device_mapping=[0])
+
+
+def test_out_of_memory_names_the_ipu():
+    # One tile per IPU: stage 1's weight (1 MiB) does not fit, stage 0 does.
+    def body(b, x, w1, w2):
+        h = b.op("dot_general", x, w1, dimension_numbers=MM, source="m/s0")
+        return b.op("dot_general", h, w2, dimension_numbers=MM, source="m/s1")
+
+    g = build([aval((8, 32)), aval((32, 16)), aval((16, 16384))], body)
+    tiny = IPU2.with_tiles(1)
+    p = predict_sharded(g, {"m/s0": 0, "m/s1": 1}, target=tiny)
+    assert p.ipus[0].memory.fits and not p.ipus[1].memory.fits and not p.fits
+    with pytest.raises(memory_model.IPUOutOfMemoryError, match="Out of memory on IPU 1"):
+        predict_sharded(g, {"m/s0": 0, "m/s1": 1}, target=tiny, check_memory=True)
+    assert p.ipus[1].memory.ipu == 1
+
+
+def test_compiled_executable_keeps_the_layer_paths():
+    from keras_ipu.device.compiler import CompileOptions
+    from keras_ipu.device.compiler import compile_graph
+
+    # Fusion off: the hand computation above holds step for step.
+    g = two_stage_training()
+    exe = compile_graph(g, CompileOptions(fuse_elementwise=False))
+    assignment = {"m/s0": 0, "m/s1": 1}
+    from_exe = predict_sharded(exe, assignment, target=IPU2, gradient_accumulation_count=8)
+    from_graph = predict_sharded(g, assignment, target=IPU2, gradient_accumulation_count=8)
+    assert from_exe.stage_of_step == from_graph.stage_of_step == (0, 0, 1, 1, 1, 0)
+    assert from_exe.step_cycles == from_graph.step_cycles
+    assert [c.nbytes for c in from_exe.copies] == [32768, 32768]
+    assert ([p.memory.not_always_live_bytes for p in from_exe.ipus]
+            == [p.memory.not_always_live_bytes for p in from_graph.ipus])
+
+
+def test_weight_update_runs_once_per_step():
+    g = two_stage_training()
+    c = [s.cycles for s in predict_costs(g, target=IPU2).steps]
+    # Pretend the last step (stage 0) is the weight update: it and the copy
+    # it waits for (ga, 1 -> 0) run once per step, after the pipeline drains.
+    p = predict_sharded(g, {"m/s0": 0, "m/s1": 1}, target=IPU2,
+                        gradient_accumulation_count=8, weight_update=[5])
+    ipu0, ipu1 = p.ipus
+    f0, w0 = c[0] + c[1], c[5] + LINK_CYCLES_32K
+    f1 = c[2] + c[3] + c[4] + LINK_CYCLES_32K
+    assert (ipu0.forward_cycles, ipu0.backward_cycles, ipu0.weight_update_cycles) == (f0, 0, w0)
+    assert p.copies[1].phase == "update"
+    assert p.step_cycles == 9 * max(f0, f1) + w0
+    seq = predict_sharded(g, {"m/s0": 0, "m/s1": 1}, target=IPU2, schedule="Sequential",
+                          gradient_accumulation_count=8, weight_update=lambda i, st: i == 5)
+    assert seq.step_cycles == 8 * (f0 + f1) + w0
+    assert p.utilisation == pytest.approx((8 * (f0 + f1) + w0) / (2 * p.step_cycles))
