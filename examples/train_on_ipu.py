@@ -8,11 +8,25 @@ or vertical stripes with random period, phase and noise). fit() runs
 backend: the step (forward, gradients, SGD update) is traced into the IR,
 differentiated, compiled and run with the weights as explicit inputs and
 outputs. Run the same file with KERAS_BACKEND=tensorflow to compare.
+
+On the ipu backend every compiled program also gets the simulator's
+prediction for a real IPU (memory per IPU and tile, cycles per step): the
+example asks Poplar's way for a report of each program
+(POPLAR_ENGINE_OPTIONS autoReport, unless you set your own) and prints the
+summary `python -m keras_ipu.report DIR` gives, with its pictures.
 """
 
+import json
 import os
+import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "ipu")
+REPORT_DIR = None
+if os.environ["KERAS_BACKEND"] == "ipu" and "POPLAR_ENGINE_OPTIONS" not in os.environ:
+    REPORT_DIR = tempfile.mkdtemp(prefix="ipu_reports_")
+    os.environ["POPLAR_ENGINE_OPTIONS"] = json.dumps(
+        {"autoReport.all": "true", "autoReport.directory": REPORT_DIR}
+    )
 
 import keras  # noqa: E402
 
@@ -54,6 +68,11 @@ def main():
     first, last = history.history["loss"][0], history.history["loss"][-1]
     print(f"training loss: {first:.4f} -> {last:.4f}")
     print(f"test: loss={loss:.4f} accuracy={accuracy:.3f}")
+    if REPORT_DIR:
+        from keras_ipu.report.__main__ import main as report
+
+        print(f"\nPredicted for a real IPU (python -m keras_ipu.report {REPORT_DIR}):")
+        report([REPORT_DIR, "--top", "3"])
 
 
 if __name__ == "__main__":

@@ -200,11 +200,23 @@ def _patch_tensorboard_callback(tree, module_name):
     )
 
 
+def _runtime_transforms():
+    """module name -> transform(tree, module_name) for Keras' own modules."""
+    transforms = {
+        name: (lambda tree, module_name: add_chain_branch(
+            tree, module_name, _CHAIN_BRANCHES[module_name]))
+        for name in _CHAIN_BRANCHES
+    }
+    transforms[_BACKEND_UTILS] = _patch_backend_utils
+    transforms[_TENSORBOARD_CALLBACK] = _patch_tensorboard_callback
+    return transforms
+
+
 class _PatchingLoader:
-    def __init__(self, name, original_loader, branches):
+    def __init__(self, name, original_loader, transform):
         self.name = name
         self.original = original_loader
-        self.branches = branches
+        self.transform = transform
 
     def create_module(self, spec):
         return None
@@ -215,12 +227,7 @@ class _PatchingLoader:
         source = self.original.get_source(self.name)
         filename = self.original.get_filename(self.name)
         tree = ast.parse(source, filename)
-        if self.name == _BACKEND_UTILS:
-            _patch_backend_utils(tree, self.name)
-        elif self.name == _TENSORBOARD_CALLBACK:
-            _patch_tensorboard_callback(tree, self.name)
-        else:
-            add_chain_branch(tree, self.name, self.branches[self.name])
+        self.transform(tree, self.name)
         ast.fix_missing_locations(tree)
         exec(compile(tree, filename, "exec"), module.__dict__)
 
@@ -233,18 +240,17 @@ class _PatchingLoader:
 
 
 class IPUBackendFinder:
-    """Meta-path finder adding the "ipu" branch to Keras' dispatch modules
-    (`branches`: module name -> source of the branch; by default the
-    modules Keras needs at run time)."""
+    """Meta-path finder that, when the backend is "ipu", loads the modules
+    of `transforms` (module name -> transform(ast_tree, module_name)) from
+    their own source with the transform applied; by default Keras' dispatch
+    modules get their "ipu" branch."""
 
-    def __init__(self, branches=None):
-        self.branches = _CHAIN_BRANCHES if branches is None else branches
-        self.targets = frozenset(self.branches)
-        if branches is None:
-            self.targets |= {_BACKEND_UTILS, _TENSORBOARD_CALLBACK}
+    def __init__(self, transforms=None):
+        self.runtime = transforms is None
+        self.transforms = _runtime_transforms() if self.runtime else transforms
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.targets or _selected_backend() != "ipu":
+        if fullname not in self.transforms or _selected_backend() != "ipu":
             return None
         from importlib.machinery import PathFinder
         from importlib.util import spec_from_loader
@@ -255,7 +261,7 @@ class IPUBackendFinder:
         is_package = original.submodule_search_locations is not None
         spec = spec_from_loader(
             fullname,
-            _PatchingLoader(fullname, original.loader, self.branches),
+            _PatchingLoader(fullname, original.loader, self.transforms[fullname]),
             origin=original.origin,
             is_package=is_package,
         )
@@ -269,7 +275,6 @@ class IPUBackendFinder:
 
 def install():
     if not any(
-        isinstance(f, IPUBackendFinder) and f.branches is _CHAIN_BRANCHES
-        for f in sys.meta_path
+        isinstance(f, IPUBackendFinder) and f.runtime for f in sys.meta_path
     ):
         sys.meta_path.insert(0, IPUBackendFinder())

@@ -1,12 +1,6 @@
 """Number formatting shared by the summary and the HTML page."""
 
-
-def fmt_bytes(n):
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+from keras_ipu.device.units import fmt_bytes  # noqa: F401 (re-exported)
 
 
 def fmt_seconds(s):

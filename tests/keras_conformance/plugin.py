@@ -205,68 +205,39 @@ def add_ipu_to_backend_tables(tree):
     return changed
 
 
-class KerasTestSourceFinder:
-    """Loads the Keras test modules named above with those additions."""
+def patch_keras_test_module(tree, module_name):
+    """Applies the additions above that concern `module_name`."""
+    from keras_ipu._hook import add_chain_branch
 
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in _PATCHED_TEST_MODULES:
-            return None
-        from importlib.machinery import PathFinder
-        from importlib.util import spec_from_loader
-
-        original = PathFinder.find_spec(fullname, path)
-        if original is None or original.loader is None:
-            return None
-        spec = spec_from_loader(
-            fullname, _KerasTestLoader(fullname, original.loader),
-            origin=original.origin,
+    if module_name in KERAS_TEST_BRANCHES:
+        add_chain_branch(tree, module_name, KERAS_TEST_BRANCHES[module_name])
+    if module_name in KERAS_TEST_TABLES and not add_ipu_to_backend_tables(tree):
+        raise RuntimeError(
+            f"{module_name} no longer has a per-backend table; remove it "
+            "from KERAS_TEST_TABLES"
         )
-        spec.has_location = True
-        return spec
+    ports = KERAS_TEST_JAX_PORTS.get(module_name, ())
+    if ports and port_jax_branches(tree, ports) < len(ports):
+        raise RuntimeError(
+            f"{module_name}: a function of {ports} no longer has a jax "
+            "branch to port; update KERAS_TEST_JAX_PORTS"
+        )
+    names = KERAS_TEST_JAX_BRANCHES.get(module_name, ())
+    if names and take_jax_branches(tree, names) < len(names):
+        raise RuntimeError(
+            f"{module_name}: a function of {names} no longer has a "
+            "`backend() == \"jax\"` test; update KERAS_TEST_JAX_BRANCHES"
+        )
 
 
-class _KerasTestLoader:
-    def __init__(self, name, original):
-        self.name = name
-        self.original = original
+def keras_test_finder():
+    """The import hook's finder, loading the Keras test modules named above
+    with patch_keras_test_module applied."""
+    from keras_ipu._hook import IPUBackendFinder
 
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        import ast
-
-        from keras_ipu._hook import add_chain_branch
-
-        filename = self.original.get_filename(self.name)
-        tree = ast.parse(self.original.get_source(self.name), filename)
-        if self.name in KERAS_TEST_BRANCHES:
-            add_chain_branch(tree, self.name, KERAS_TEST_BRANCHES[self.name])
-        if self.name in KERAS_TEST_TABLES and not add_ipu_to_backend_tables(tree):
-            raise RuntimeError(
-                f"{self.name} no longer has a per-backend table; remove it "
-                "from KERAS_TEST_TABLES"
-            )
-        ports = KERAS_TEST_JAX_PORTS.get(self.name, ())
-        if ports and port_jax_branches(tree, ports) < len(ports):
-            raise RuntimeError(
-                f"{self.name}: a function of {ports} no longer has a jax "
-                "branch to port; update KERAS_TEST_JAX_PORTS"
-            )
-        names = KERAS_TEST_JAX_BRANCHES.get(self.name, ())
-        if names and take_jax_branches(tree, names) < len(names):
-            raise RuntimeError(
-                f"{self.name}: a function of {names} no longer has a "
-                "`backend() == \"jax\"` test; update KERAS_TEST_JAX_BRANCHES"
-            )
-        ast.fix_missing_locations(tree)
-        exec(compile(tree, filename, "exec"), module.__dict__)
-
-    def get_source(self, name):
-        return self.original.get_source(name)
-
-    def get_filename(self, name):
-        return self.original.get_filename(name)
+    return IPUBackendFinder(
+        {name: patch_keras_test_module for name in _PATCHED_TEST_MODULES}
+    )
 
 
 KNOWN_FAILURES_FILE = Path(__file__).with_name("known_failures.txt")
@@ -526,8 +497,9 @@ def pytest_configure(config):
         "markers", "multi_device: the test needs several devices"
     )
     config.stash[_KNOWN_FAILURES] = load_known_failures()
-    if not any(isinstance(f, KerasTestSourceFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, KerasTestSourceFinder())
+    if not config.stash.get(_TEST_FINDER, None):
+        config.stash[_TEST_FINDER] = keras_test_finder()
+        sys.meta_path.insert(0, config.stash[_TEST_FINDER])
     if config.getoption("keras_file_counts") or os.environ.get(FILE_COUNTS_ENV):
         config.stash[_FILE_COUNTS] = _state["counts"] = FileCounts()
 
@@ -571,6 +543,7 @@ def pytest_collection_modifyitems(config, items):
 _KNOWN_FAILURES = pytest.StashKey[list]()
 _USED_KNOWN_FAILURES = pytest.StashKey[set]()
 _FILE_COUNTS = pytest.StashKey["FileCounts"]()
+_TEST_FINDER = pytest.StashKey[object]()
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 

@@ -111,6 +111,6 @@ def test_loop_body_temporaries_count_at_the_loop_step():
     # intermediate of the same size (the graph has both live at once).
     assert r.not_always_live_bytes == 2 * wide_bytes + 256
     assert r.peak_step_name.startswith("scan")
-    assert "inside it" in r.peak_step_name
+    assert ", at its step " in r.peak_step_name
     assert r.largest_live[0].nbytes == wide_bytes
     assert "model/wide" in r.largest_live[0].made_by

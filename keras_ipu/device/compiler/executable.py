@@ -30,6 +30,7 @@ import numpy as np
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.liveness import analyze_liveness
 from keras_ipu.device.compiler.lowering import lower
+from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
@@ -54,13 +55,6 @@ _binding_behaviour = contextvars.ContextVar("fp_behaviour", default=None)
 
 class DeviceNotAttachedError(RuntimeError):
     """Running a program on a system that compiles only (NEVER)."""
-
-
-def _fmt_bytes(n):
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def _fmt_param(value):

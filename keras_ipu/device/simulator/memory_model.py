@@ -18,6 +18,7 @@ from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import targets as _targets
+from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,12 +270,11 @@ def _inner_peak(step, tiles):
     return best
 
 
-def _liveness(program, tiles):
-    """The not-always-live peak of a program's schedule: values made by its
-    steps, from their step to their last use (outputs live to the end),
-    plus, at a control-flow step, the peak inside its sub-graphs."""
+def dying_at(program):
+    """step index -> keys of the values whose last use is that step (values
+    never read die where they are made; program outputs live to the end,
+    index len(steps))."""
     steps = program.steps
-    end = len(steps)
     last = {}
     for i, st in enumerate(steps):
         for k in st.inputs:
@@ -282,10 +282,19 @@ def _liveness(program, tiles):
         for k in st.outputs:
             last.setdefault(k, i)
     for k in program.outputs:
-        last[k] = end
+        last[k] = len(steps)
     dying = {}
     for k, i in last.items():
         dying.setdefault(i, []).append(k)
+    return dying
+
+
+def _liveness(program, tiles):
+    """The not-always-live peak of a program's schedule: values made by its
+    steps, from their step to their last use (outputs live to the end),
+    plus, at a control-flow step, the peak inside its sub-graphs."""
+    steps = program.steps
+    dying = dying_at(program)
 
     made = {}  # key -> (aval, step index)
     live = set()
@@ -322,7 +331,7 @@ def _liveness(program, tiles):
         st = steps[peak_at]
         name = st.primitive.name + (f" in {st.source}" if st.source else "")
         if peak_inner is not None and peak_inner.step >= 0:
-            name += f", inside it {peak_inner.name}"
+            name += f", at its step {peak_inner.step}: {peak_inner.name}"
             tensors += peak_inner.tensors
     return _Peak(peak_ipu, peak_tile, peak_at, name, tensors)
 
@@ -347,11 +356,3 @@ def resolve_target(target):
     if isinstance(target, str):
         return _targets.get_target(target)
     return target
-
-
-def _fmt_bytes(n):
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024

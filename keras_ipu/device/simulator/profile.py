@@ -287,18 +287,7 @@ def liveness(exe, target):
     program = memory_model.program_of(exe)
     tiles = target.tiles_per_ipu
     steps = program.steps
-    end = len(steps)
-    last = {}
-    for i, st in enumerate(steps):
-        for k in st.inputs:
-            last[k] = i
-        for k in st.outputs:
-            last.setdefault(k, i)
-    for k in program.outputs:
-        last[k] = end
-    dying = {}
-    for k, i in last.items():
-        dying.setdefault(i, []).append(k)
+    dying = memory_model.dying_at(program)
     made, live = {}, set()
     ipu_live = tile_live = 0
     per_ipu, per_tile = [], []
