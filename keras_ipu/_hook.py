@@ -77,9 +77,9 @@ def _version_error(module_name, what):
 KERAS_BACKENDS = frozenset({"tensorflow", "jax", "torch", "numpy", "openvino"})
 
 
-def _is_backend_compare(test):
+def is_backend_compare(test, names=KERAS_BACKENDS):
     """True for `<...>.backend() == "name"` / `backend() == "name"` with a
-    backend Keras knows."""
+    name in `names` (by default the backends Keras knows)."""
     import ast
 
     return (
@@ -88,7 +88,7 @@ def _is_backend_compare(test):
         and isinstance(test.ops[0], ast.Eq)
         and isinstance(test.left, ast.Call)
         and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value in KERAS_BACKENDS
+        and test.comparators[0].value in names
     )
 
 
@@ -113,7 +113,7 @@ def add_chain_branch(tree, module_name, branch_source):
         if not isinstance(stmt, ast.If):
             continue
         links = _chain(stmt)
-        compares = [link.test for link in links if _is_backend_compare(link.test)]
+        compares = [link.test for link in links if is_backend_compare(link.test)]
         if len(compares) < 2:
             continue
         test = ast.Compare(

@@ -113,6 +113,7 @@ def port_jax_branches(tree, function_names):
     import copy
 
     from keras_ipu._hook import _chain
+    from keras_ipu._hook import is_backend_compare
 
     ported = 0
     for fn in ast.walk(tree):
@@ -125,11 +126,7 @@ def port_jax_branches(tree, function_names):
                 continue
             links = _chain(stmt)
             jax_links = [
-                link for link in links
-                if isinstance(link.test, ast.Compare)
-                and isinstance(link.test.left, ast.Call)
-                and isinstance(link.test.comparators[0], ast.Constant)
-                and link.test.comparators[0].value == "jax"
+                link for link in links if is_backend_compare(link.test, {"jax"})
             ]
             if not jax_links:
                 continue
@@ -167,19 +164,14 @@ def take_jax_branches(tree, function_names):
     becomes `<...>backend() in ("jax", "ipu")`; returns how many changed."""
     import ast
 
+    from keras_ipu._hook import is_backend_compare
+
     changed = 0
     for fn in ast.walk(tree):
         if not isinstance(fn, ast.FunctionDef) or fn.name not in function_names:
             continue
         for node in ast.walk(fn):
-            if (
-                isinstance(node, ast.Compare)
-                and len(node.ops) == 1
-                and isinstance(node.ops[0], ast.Eq)
-                and isinstance(node.left, ast.Call)
-                and isinstance(node.comparators[0], ast.Constant)
-                and node.comparators[0].value == "jax"
-            ):
+            if is_backend_compare(node, {"jax"}):
                 node.ops = [ast.In()]
                 node.comparators = [
                     ast.Tuple([ast.Constant("jax"), ast.Constant("ipu")], ast.Load())
