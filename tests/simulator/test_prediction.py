@@ -151,3 +151,25 @@ def test_log_cycle_count_flag_turns_logging_on(caplog, monkeypatch):
     with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
         predict_costs(mlp_graph(), target=IPU2)
     assert "Predicted cycles" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "flags, sent_in, read_out",
+    [
+        ("", True, True),
+        ("--use_synthetic_data", False, False),
+        ("--synthetic_data_categories=infeed", False, True),
+        ("--synthetic_data_categories=outfeed", True, False),
+    ],
+)
+def test_synthetic_data_removes_its_host_transfers(monkeypatch, flags, sent_in, read_out):
+    from keras_ipu.device.simulator import system
+
+    monkeypatch.setattr(system, "_current", None)
+    monkeypatch.setenv("TF_POPLAR_FLAGS", flags)
+    p = predict_costs(mlp_graph(), IPU2)
+    # in: x f32[64,32] + w f32[32,128]; out: f32[64,128].
+    assert p.host_bytes_in == (64 * 32 * 4 + 32 * 128 * 4 if sent_in else 0)
+    assert p.host_bytes_out == (64 * 128 * 4 if read_out else 0)
+    expected = sum(cm.host_transfer_seconds(b, IPU2) for b in (p.host_bytes_in, p.host_bytes_out))
+    assert p.host_seconds == pytest.approx(expected)

@@ -175,6 +175,13 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
     kept = set(resident_outputs)
     bytes_out = sum(a.nbytes or 0 for j, a in _indexed_output_avals(program)
                     if j not in kept)
+    # --use_synthetic_data / --synthetic_data_categories: the data streams
+    # of those categories are not transferred (values still come from the
+    # host: the simulator computes on the real data).
+    if _synthetic_data_for("infeed"):
+        bytes_in = 0
+    if _synthetic_data_for("outfeed"):
+        bytes_out = 0
     host = (cost_model.host_transfer_seconds(bytes_in, target)
             + cost_model.host_transfer_seconds(bytes_out, target))
     memory = (memory_model.check_memory if check_memory
@@ -205,6 +212,21 @@ def _indexed_output_avals(program):
     for st in program.steps:
         avals.update(zip(st.outputs, st.out_avals))
     return [(j, avals[k]) for j, k in enumerate(program.outputs) if k in avals]
+
+
+def _current_flags():
+    from keras_ipu.device.simulator import system
+
+    current = system._current  # never create a system just to read a flag
+    if current is not None:
+        return current.flags
+    from keras_ipu.device import flags
+
+    return flags.read_flags(print_help=False)
+
+
+def _synthetic_data_for(category):
+    return _current_flags().synthetic_data_for(category)
 
 
 def _log_cycle_count_flag():
