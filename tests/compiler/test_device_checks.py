@@ -497,3 +497,16 @@ def test_a_failing_cycle_prediction_does_not_stop_the_compile(monkeypatch, caplo
         np.testing.assert_array_equal(fast(np.ones(2, np.float32)), [2.0, 2.0])
     assert any("no cycle prediction" in r.getMessage() and "mystery" in r.getMessage()
                for r in caplog.records)
+
+
+def test_predict_for_a_workload_with_resident_weights():
+    exe = compile_graph(_matmul_graph(n=64))
+    full = exe.prediction
+    x_bytes, w_bytes, y_bytes = 64 * 784 * 4, 784 * 512 * 4, 64 * 512 * 4
+    assert (full.host_bytes_in, full.host_bytes_out) == (x_bytes + w_bytes, y_bytes)
+    pred = exe.predict(batch_size=64, steps_per_run=4, resident_inputs=(1,))
+    assert (pred.host_bytes_in, pred.host_bytes_out) == (x_bytes, y_bytes)
+    assert pred.host_seconds < full.host_seconds
+    assert pred.batch_size == 64 and pred.steps_per_run == 4
+    assert pred.cycles == full.cycles  # no step costed again
+    assert exe.prediction is pred

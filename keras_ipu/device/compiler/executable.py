@@ -259,15 +259,27 @@ class Executable:
     def prediction(self, value):
         self._prediction = value
 
-    def predict(self, batch_size=None, steps_per_run=None):
+    def predict(self, batch_size=None, steps_per_run=None,
+                resident_inputs=None, resident_outputs=None):
         """The prediction for a workload (samples per step, training steps
-        per run), kept as `prediction`; cheap: no step is costed again."""
+        per run, which inputs and outputs stay on the IPU between runs:
+        weights and optimizer state), kept as `prediction`; cheap: no step
+        is costed again."""
         pred = self.prediction
         changes = {}
         if batch_size is not None:
             changes["batch_size"] = batch_size
         if steps_per_run is not None:
             changes["steps_per_run"] = max(1, int(steps_per_run))
+        if resident_inputs is not None or resident_outputs is not None:
+            from keras_ipu.device.simulator.prediction import host_traffic
+
+            bytes_in, bytes_out, seconds = host_traffic(
+                self.in_avals, self.out_avals, pred.target,
+                resident_inputs or (), resident_outputs or (),
+            )
+            changes.update(host_bytes_in=bytes_in, host_bytes_out=bytes_out,
+                           host_seconds=seconds)
         if changes:
             pred = dataclasses.replace(pred, **changes)
             self._prediction = pred

@@ -169,21 +169,10 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
         flops, macs = cost_util.totals([record])
         steps.append(StepCost(i, st.primitive.name, record.kind, st.source, tiles,
                               flops, macs, compute, exchange, sync))
-    resident = set(resident_inputs)
-    bytes_in = sum(a.nbytes or 0 for j, (_, a) in enumerate(program.inputs)
-                   if j not in resident)
-    kept = set(resident_outputs)
-    bytes_out = sum(a.nbytes or 0 for j, a in _indexed_output_avals(program)
-                    if j not in kept)
-    # --use_synthetic_data / --synthetic_data_categories: the data streams
-    # of those categories are not transferred (values still come from the
-    # host: the simulator computes on the real data).
-    if _synthetic_data_for("infeed"):
-        bytes_in = 0
-    if _synthetic_data_for("outfeed"):
-        bytes_out = 0
-    host = (cost_model.host_transfer_seconds(bytes_in, target)
-            + cost_model.host_transfer_seconds(bytes_out, target))
+    bytes_in, bytes_out, host = host_traffic(
+        [a for _, a in program.inputs], _output_avals(program), target,
+        resident_inputs, resident_outputs,
+    )
     memory = (memory_model.check_memory if check_memory
               else memory_model.analyze_memory)(program, target)
     compute = sum(s.compute for s in steps)
@@ -201,6 +190,24 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
     if log:
         logger.info("Predicted cycles: %s", pred.summary())
     return pred
+
+
+def host_traffic(in_avals, out_avals, target, resident_inputs=(),
+                 resident_outputs=()):
+    """(bytes in, bytes out, seconds) over PCIe for one run: every input and
+    output except the resident ones (weights kept on the IPU) and the
+    streams --use_synthetic_data makes synthetic (values still come from
+    the host: the simulator computes on the real data)."""
+    resident, kept = set(resident_inputs), set(resident_outputs)
+    bytes_in = sum(a.nbytes or 0 for j, a in enumerate(in_avals) if j not in resident)
+    bytes_out = sum(a.nbytes or 0 for j, a in enumerate(out_avals) if j not in kept)
+    if _synthetic_data_for("infeed"):
+        bytes_in = 0
+    if _synthetic_data_for("outfeed"):
+        bytes_out = 0
+    seconds = (cost_model.host_transfer_seconds(bytes_in, target)
+               + cost_model.host_transfer_seconds(bytes_out, target))
+    return bytes_in, bytes_out, seconds
 
 
 def _output_avals(program):
