@@ -489,8 +489,6 @@ def norm(x, ord=None, axis=None, keepdims=False):
 
 
 def jvp(fun, primals, tangents, has_aux=False):
-    raise NotImplementedError(
-        "keras.ops.linalg.jvp (forward-mode autodiff) is not available on the "
-        "ipu backend yet: it arrives with the compiler's autodiff. Use "
-        "reverse-mode gradients, or the JAX backend, for now."
-    )
+    from keras_ipu.device.autodiff import jvp as _jvp
+
+    return _jvp(fun, primals, tangents, has_aux=has_aux)

@@ -358,6 +358,49 @@ def vjp(fn, *primals, has_aux=False):
     return outputs, vjp_fn
 
 
+def jvp(fn, primals, tangents, has_aux=False):
+    """(outputs, output tangents) of fn at `primals` along `tangents` (same
+    structure as primals); with has_aux, fn returns (outputs, aux) and the
+    result is (outputs, output tangents, aux).
+
+    Forward mode by transposing reverse mode: vjp_fn maps output cotangents
+    u to J^T u, linearly in u, so the vjp of vjp_fn (at any u, zeros here)
+    maps t to J t. It costs two reverse passes and needs the gradient rules
+    of the rules (most bind differentiable primitives); a rule binding a
+    primitive without a gradient fails with that primitive's name.
+    """
+    primals = tuple(primals)
+    tangents = tuple(tangents)
+    flat_p = tree.flatten(primals)
+    flat_t = tree.flatten(tangents)
+    if len(flat_p) != len(flat_t):
+        raise ValueError(
+            f"jvp: got {len(flat_t)} tangents for {len(flat_p)} primals; pass "
+            "one tangent per primal, in the same structure."
+        )
+    for p, t in zip(flat_p, flat_t):
+        if tuple(p.shape) != tuple(t.shape):
+            raise ValueError(
+                f"jvp: a tangent has shape {tuple(t.shape)} but its primal has "
+                f"shape {tuple(p.shape)}; each tangent must match its primal."
+            )
+    result = vjp(fn, *primals, has_aux=has_aux)
+    outputs, vjp_fn = result[0], result[1]
+    out_leaves = [_as_array(o) for o in tree.flatten(outputs)]
+    zeros = [ad_util.zeros_like(o) for o in out_leaves]
+
+    def transpose(*us):
+        grads = vjp_fn(tree.pack_sequence_as(outputs, list(us)))
+        return tree.flatten(grads)
+
+    _, vjp_of_vjp = vjp(transpose, *zeros)
+    out_tangents = vjp_of_vjp([_as_array(t) for t in flat_t])
+    out_tangents = tree.pack_sequence_as(outputs, list(out_tangents))
+    if has_aux:
+        return outputs, out_tangents, result[2]
+    return outputs, out_tangents
+
+
 def _check_scalar(value):
     if tuple(value.shape) != () or not ad_util.is_differentiable(value.dtype):
         raise TypeError(
