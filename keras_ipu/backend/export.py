@@ -7,7 +7,10 @@ Every entry point raises NotImplementedError saying what to do instead.
 """
 
 SAVED_MODEL_NOT_SUPPORTED = (
-    "Exporting a TensorFlow SavedModel is not supported on the ipu backend: "
+    # Keras' own wording for backends without SavedModel export first.
+    "`export_saved_model` only currently supports the tensorflow, jax and "
+    "torch backends. Exporting a TensorFlow SavedModel is not supported on "
+    "the ipu backend: "
     "a SavedModel is a TensorFlow graph and keras_ipu has no TensorFlow "
     "lowering of its programs (`ExportArchive.{method}` was called). Save "
     "the model with model.save('model.keras'), load it in a process with "
