@@ -35,6 +35,11 @@ def is_array(x):
     return isinstance(x, (Tensor, Tracer))
 
 
+def is_traced(x):
+    """True for a Tracer: a value recorded into a program being traced."""
+    return isinstance(x, Tracer)
+
+
 def kdtype(x):
     """The Keras dtype name of a tensor."""
     return standardize_dtype(x.dtype)

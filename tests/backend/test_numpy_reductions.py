@@ -462,3 +462,32 @@ def test_percentile_dtype_follows_symbolic_spec(dtype):
     eager = ops.percentile(np.ones((3,), dtype), 50)
     symbolic = ops.percentile(KerasTensor((3,), dtype), 50)
     assert str(np.dtype(eager.dtype)) == symbolic.dtype
+
+
+def test_bincount_compiled_with_minlength_has_a_static_length():
+    from keras_ipu.device.jit import jit
+
+    counts = jit(lambda x, w: knp.bincount(x, weights=w, minlength=6))
+    x = np.array([0, 2, 2, 5, 1], "int32")
+    w = np.array([1.0, 2.0, 3.0, 4.0, 5.0], "float32")
+    close(counts(x, w), np.bincount(x, weights=w, minlength=6))
+    # Rows (2-D values) and the unweighted form too.
+    rows = jit(lambda x: knp.bincount(x, minlength=4))
+    close(rows(np.array([[0, 3, 3], [1, 1, 2]], "int32")), [[1, 0, 0, 2], [0, 2, 1, 0]])
+    with pytest.raises(ValueError, match=r"static length is minlength=6\), but the value 7"):
+        counts(np.array([7, 1, 0, 0, 0], "int32"), w)
+
+
+def test_bincount_compiled_weights_gradient():
+    from keras_ipu.device.autodiff import grad
+
+    x = np.array([0, 2, 2, 1], "int32")
+    ct = np.array([10.0, 20.0, 30.0], "float32")
+
+    def loss(w):
+        return knp.sum(knp.bincount(x, weights=w, minlength=3) * ct)
+
+    from keras_ipu.device.jit import jit
+
+    g = jit(grad(loss))(np.ones(4, "float32"))
+    close(g, ct[x])

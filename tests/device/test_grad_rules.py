@@ -876,6 +876,15 @@ def test_eig_eigenvalue_gradient_by_hand():
                                atol=1e-12)
 
 
+def test_static_bincount_weights():
+    from keras_ipu.device.primitives import reduce as red
+
+    x = np.array([0, 3, 3, 1, 0], np.int32)
+    check_grad(lambda w: red.static_bincount_p.bind(x, w, length=5), r(5))
+    rows = np.array([[0, 2, 2], [1, 1, 0]], np.int32)
+    check_grad(lambda w: red.static_bincount_p.bind(rows, w, length=3), r(2, 3))
+
+
 # -- every rule is exercised (keep this test last) ---------------------------
 
 # Rules checked in test_autodiff.py (control flow through the backend).

@@ -484,4 +484,8 @@ def bincount(x, weights=None, minlength=0, sparse=False):
         weights = b.tensor(weights)
         dtype = dtypes.result_type(b.kdtype(x), b.kdtype(weights))
         weights = b.cast(weights, dtype)
+    if minlength and (b.is_traced(x) or b.is_traced(weights)):
+        # Compiled: the IPU needs a static length; minlength gives it, and
+        # a larger value fails at run time (never a silently wrong count).
+        return red.static_bincount_p.bind(x, weights, length=int(minlength))
     return red.bincount_p.bind(x, weights, minlength=int(minlength))

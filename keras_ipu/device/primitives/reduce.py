@@ -172,11 +172,47 @@ bincount_p = Primitive(
 )
 
 
+def _static_bincount_rule(x, weights, *, length):
+    _bincount_rule(x, weights, minlength=length)
+    return ShapedArray(x.shape[:-1] + (length,), weights.dtype)
+
+
+def _static_bincount(x, weights, *, length):
+    x = np.asarray(x)
+    if x.size and (x.min() < 0 or x.max() >= length):
+        bad = int(x.max()) if x.max() >= length else int(x.min())
+        raise ValueError(
+            f"bincount in a compiled program counts the values 0..{length - 1} "
+            f"(its static length is minlength={length}), but the value {bad} "
+            "appeared. Pass a minlength larger than every value, or call "
+            "bincount eagerly (outside the compiled function)."
+        )
+    return _bincount(x, weights, minlength=length)
+
+
+def _static_bincount_grad(cts, inputs, outputs, *, length):
+    # counts[..., k] = sum of weights where x == k: the weights' cotangent
+    # reads the count's cotangent at each value.
+    from keras_ipu.device.primitives.indexing import gather_p
+    from keras_ipu.device.primitives.structure import reshape_p
+
+    (ct,), (x, _) = cts, inputs
+    index = reshape_p.bind(x, new_shape=tuple(x.shape) + (1,))
+    return [None, gather_p.bind(ct, index, mode="clip", batch_dims=x.ndim - 1)]
+
+
+# bincount with the static length `length` (a compiled program's bincount,
+# from minlength): values outside 0..length-1 fail at run time instead of
+# changing the output's shape.
+static_bincount_p = Primitive("static_bincount", _static_bincount_rule, _static_bincount)
+static_bincount_p.grad = _static_bincount_grad
+
+
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
 from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
 
 for _p in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, reduce_and_p,
-           reduce_or_p, bincount_p):
+           reduce_or_p, bincount_p, static_bincount_p):
     _p.cost = _cost.reduction(1)
 # Compare and select the index: two ops per element.
 argmax_p.cost = _cost.reduction(2)
