@@ -161,3 +161,166 @@ def test_fused_node_is_differentiable_through_its_chain():
     sech2 = 1 - np.tanh(x * y) ** 2
     np.testing.assert_allclose(np.asarray(gx), sech2 * y + 1, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(gy), sech2 * x, rtol=1e-5)
+
+
+# -- speed work of issue 3 item 5: merging, donation, folds, scan pruning ----
+
+from keras_ipu.device.compiler.dead_code import eliminate_dead_code  # noqa: E402
+from keras_ipu.device.compiler.executable import Executable  # noqa: E402
+
+_MATMUL = (((1,), (0,)), ((), ()))
+_rng = np.random.default_rng(5)
+
+
+def rng_array(shape):
+    return _rng.standard_normal(shape).astype(np.float32)
+
+
+def _executable(graph):
+    return Executable(graph)
+
+
+def test_chain_fed_by_two_chains_is_one_node():
+    # The SGD-with-momentum update: m' = m * 0.9 - g * lr; w' = w + m'.
+    def body(b, m, g, lr, w):
+        scaled = b.op("mul", g, lr)
+        mom = b.op("mul", m, lit(0.9, "float32"))
+        new_m = b.op("sub", mom, scaled)
+        return [new_m, b.op("add", w, new_m)]
+
+    g = build([aval((4, 3)), aval((4, 3)), aval(()), aval((4, 3))], body)
+    fused = fuse_elementwise(g)
+    assert prim_names(fused) == ["fused_elementwise"]
+    m, grad, w = (rng_array((4, 3)) for _ in range(3))
+    lr = np.asarray(0.01, np.float32)
+    new_m, new_w = _executable(fused).run(m, grad, lr, w)
+    want_m = m * np.float32(0.9) - grad * lr
+    np.testing.assert_array_equal(new_m, want_m)
+    np.testing.assert_array_equal(new_w, w + want_m)
+
+
+def test_private_fresh_operand_is_donated_and_written_in_place():
+    def body(b, x, w, bias):
+        d = b.op("dot_general", x, w, dimension_numbers=_MATMUL)
+        y = b.op("add", d, bias)
+        return b.op("max", y, lit(0.0, "float32"))
+
+    g = build([aval((5, 4)), aval((4, 3)), aval((3,))], body)
+    fused = fuse_elementwise(g)
+    node = fused.nodes[1]
+    assert node.params["donate"] == (0,)
+    assert "out=x0" in _kernel_source(node)
+    x, w, bias = rng_array((5, 4)), rng_array((4, 3)), rng_array((3,))
+    copies = [x.copy(), w.copy(), bias.copy()]
+    (out,) = _executable(fused).run(x, w, bias)
+    np.testing.assert_allclose(out, np.maximum(x @ w + bias, 0), rtol=1e-6)
+    for a, c in zip((x, w, bias), copies):  # inputs are never donated
+        np.testing.assert_array_equal(a, c)
+
+
+def test_value_read_elsewhere_or_returned_is_not_donated():
+    def body(b, x, w):
+        d = b.op("dot_general", x, w, dimension_numbers=_MATMUL)
+        e = b.op("exp", b.op("neg", d))
+        view = b.op("reshape", d, new_shape=(15,))  # a view of d's buffer
+        return [e, view]
+
+    g = build([aval((5, 4)), aval((4, 3))], body)
+    fused = fuse_elementwise(g)
+    chain = [n for n in fused.nodes if n.primitive.name == "fused_elementwise"]
+    assert chain and "donate" not in chain[0].params
+    x, w = rng_array((5, 4)), rng_array((4, 3))
+    e, view = _executable(fused).run(x, w)
+    np.testing.assert_allclose(view, (x @ w).reshape(15), rtol=1e-6)
+    np.testing.assert_allclose(e, np.exp(-(x @ w)), rtol=1e-6)
+
+
+def test_transpose_of_a_product_becomes_the_swapped_product():
+    # The weight gradient of x @ w: x^T g, then transposed back.
+    def body(b, x, grad):
+        d = b.op("dot_general", x, grad, dimension_numbers=(((0,), (0,)), ((), ())))
+        return b.op("transpose", d, permutation=(1, 0))
+
+    g = build([aval((6, 4)), aval((6, 3))], body)
+    fused = fuse_elementwise(g)
+    assert prim_names(fused) == ["dot_general"]
+    x, grad = rng_array((6, 4)), rng_array((6, 3))
+    (out,) = _executable(fused).run(x, grad)
+    assert out.shape == (3, 4) and out.flags.c_contiguous
+    np.testing.assert_allclose(out, (x.T @ grad).T, rtol=1e-5)
+
+
+def test_transpose_kept_when_the_product_is_read_too():
+    def body(b, x, grad):
+        d = b.op("dot_general", x, grad, dimension_numbers=(((0,), (0,)), ((), ())))
+        return [d, b.op("transpose", d, permutation=(1, 0))]
+
+    g = build([aval((6, 4)), aval((6, 3))], body)
+    assert prim_names(fuse_elementwise(g)) == ["dot_general", "transpose"]
+
+
+def _pad_sum(b, pieces, widths, total):
+    acc = None
+    lo = 0
+    for piece, width in zip(pieces, widths):
+        padded = b.op("pad", piece, lit(0.0, "float32"),
+                      config=((0, 0, 0), (lo, total - lo - width, 0)))
+        acc = padded if acc is None else b.op("add", acc, padded)
+        lo += width
+    return acc
+
+
+def test_sum_of_padded_pieces_becomes_a_concatenate():
+    # The gradient of slicing a [2, 7] array into widths 3, 1, 3.
+    def body(b, p0, p1, p2):
+        return b.op("mul", _pad_sum(b, [p0, p1, p2], [3, 1, 3], 7), lit(2.0, "float32"))
+
+    g = build([aval((2, 3)), aval((2, 1)), aval((2, 3))], body)
+    fused = fuse_elementwise(g)
+    assert prim_names(fused) == ["concatenate", "mul"]
+    pieces = [rng_array((2, 3)), rng_array((2, 1)), rng_array((2, 3))]
+    (out,) = _executable(fused).run(*pieces)
+    np.testing.assert_array_equal(out, 2 * np.concatenate(pieces, axis=1))
+
+
+def test_padded_pieces_that_leave_a_gap_stay_a_sum():
+    def body(b, p0, p1):
+        return _pad_sum(b, [p0, p1], [3, 3], 7)  # column 6 is only padding
+
+    g = build([aval((2, 3)), aval((2, 3))], body)
+    fused = fuse_elementwise(g)
+    assert "concatenate" not in prim_names(fused)
+    p0, p1 = rng_array((2, 3)), rng_array((2, 3))
+    (out,) = _executable(fused).run(p0, p1)
+    np.testing.assert_array_equal(out, np.pad(np.concatenate([p0, p1], 1), ((0, 0), (0, 1))))
+
+
+def test_scan_drops_stacked_outputs_and_operands_nobody_reads():
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.primitives.control_flow import scan_p
+
+    def step(b, c, x, unused_const):
+        new_c = b.op("add", c, x)
+        return [new_c, b.op("exp", x), b.op("mul", x, unused_const)]
+
+    body = build([aval((3,)), aval((3,)), aval((3,))], step)
+
+    def outer(b, c0, xs, k):
+        carry, ys_exp, ys_mul = b.op(
+            "scan", c0, xs, k, body=body, length=4, reverse=False,
+            n_carry=1, n_xs=1, unroll=1)
+        return [carry, ys_exp]  # ys_mul (and with it k) is dead
+
+    g = build([aval((3,)), aval((4, 3)), aval((3,))], outer)
+    pruned = eliminate_dead_code(g)
+    (node,) = pruned.nodes
+    assert len(node.outputs) == 2 and len(node.inputs) == 2
+    assert node.params["n_xs"] == 1
+    assert len(node.params["body"].inputs) == 2
+    assert [v.aval for v in node.outputs] == [ShapedArray((3,), "float32"),
+                                             ShapedArray((4, 3), "float32")]
+    assert scan_p is node.primitive
+    c0, xs = rng_array((3,)), rng_array((4, 3))
+    carry, ys = _executable(pruned).run(c0, xs, rng_array((3,)))
+    np.testing.assert_allclose(carry, c0 + xs.sum(0), rtol=1e-6)
+    np.testing.assert_allclose(ys, np.exp(xs), rtol=1e-6)

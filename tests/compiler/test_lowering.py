@@ -81,3 +81,136 @@ def test_compiled_program_uses_the_specialised_kernels():
     x = rng.standard_normal((2, 3)).astype("float32")
     w = rng.standard_normal((3, 4)).astype("float32")
     np.testing.assert_allclose(exe.run(x, w)[0], (x @ w).sum(), rtol=1e-5)
+
+
+# -- fast paths: comparisons, integer/bit ufuncs, select, convert -----------
+
+from keras_ipu.device.compiler import host_memory  # noqa: E402
+from keras_ipu.device.compiler.lowering import select_kernel  # noqa: E402
+
+
+@pytest.mark.parametrize("name", ["eq", "ne", "lt", "le", "gt", "ge"])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
+def test_comparison_lowering_matches_kernel(name, dtype):
+    for shape in [(3, 4), ()]:
+        a = (rng.standard_normal(shape) * 2).round().astype(dtype)
+        b = (rng.standard_normal(shape) * 2).round().astype(dtype)
+        _check(name, [a, b])
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "max", "min", "neg",
+                                  "and", "or", "xor", "not"])
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "bool"])
+def test_integer_and_bit_lowering_matches_kernel(name, dtype):
+    if dtype == "bool" and name not in ("and", "or", "xor", "not", "max", "min"):
+        return  # bool arithmetic keeps the kernel (its uint8 detour)
+    if name in ("and", "or", "xor", "not") and dtype == "float32":
+        return
+    n = 1 if name in ("neg", "not") else 2
+    big = np.iinfo(np.int32).max if dtype == "int32" else 1
+    xs = [np.asarray(rng.integers(0, 3, (4, 2)) * big).astype(dtype) for _ in range(n)]
+    _check(name, xs)  # int32 overflow wraps as in the kernel
+
+
+@pytest.mark.parametrize("src, dst", [
+    ("int32", "float32"), ("bool", "float32"), ("float32", "float16"),
+    ("float16", "float32"), ("float32", "float32"), ("int32", "int8"),
+    ("float32", "int32"), ("float32", "bool"),
+])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # run() silences them
+def test_convert_lowering_matches_kernel(src, dst):
+    x = (rng.standard_normal((5, 3)) * 300).astype(src)
+    if src == "float32":
+        x[0, :3] = [np.nan, np.inf, -3e10]
+    _check("convert_element_type", [x], dtype=np.dtype(dst))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "bool", "int8"])
+@pytest.mark.parametrize("shapes", [
+    ((128, 64), (128, 64), (128, 64)),
+    ((128, 64), (), ()),  # a ReLU gradient's 0/1 mask
+    ((128, 1), (128, 64), ()),
+    ((1, 64), (128, 1), (128, 64)),
+    ((64, 1), (1, 128), ()),  # only the result has the full shape
+])
+def test_select_is_bit_exact_with_where(dtype, shapes):
+    p_shape, t_shape, f_shape = shapes
+    pred = rng.random(p_shape) > 0.5
+    on_true = (rng.standard_normal(t_shape) * 4).astype(dtype)
+    on_false = (rng.standard_normal(f_shape) * 4).astype(dtype)
+    if np.dtype(dtype).kind == "f" and on_true.ndim:
+        on_true.flat[:3] = [np.nan, -0.0, -np.inf]
+    out = ShapedArray(np.broadcast_shapes(*shapes), dtype)
+    kernel = select_kernel(
+        [ShapedArray(p_shape, "bool"), ShapedArray(t_shape, dtype),
+         ShapedArray(f_shape, dtype)], out)
+    assert kernel is not np.where  # large enough for the bitwise select
+    got = kernel(np.asarray(pred), np.asarray(on_true), np.asarray(on_false))
+    want = np.where(pred, on_true, on_false)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert got.tobytes() == want.tobytes()  # NaN payloads and -0.0 too
+    _check("select", [np.asarray(pred), np.asarray(on_true), np.asarray(on_false)])
+
+
+def test_small_select_keeps_where():
+    avals = [ShapedArray((3,), "bool"), ShapedArray((3,), "float32"),
+             ShapedArray((3,), "float32")]
+    assert select_kernel(avals, ShapedArray((3,), "float32")) is np.where
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_logistic_kernel_values(dtype):
+    x = (rng.standard_normal(4096) * 20).astype(dtype)
+    x[:7] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30]
+    e = np.exp(-np.abs(x))
+    want = np.where(x >= 0, 1 / (1 + e), e / (1 + e))  # the stable formula
+    got = np.asarray(REGISTRY["logistic"].kernel(x))
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, want)
+    scalar = np.asarray(REGISTRY["logistic"].kernel(x[8]))
+    assert scalar.shape == () and scalar.dtype == x.dtype
+    np.testing.assert_array_equal(scalar, want[8])
+
+
+def test_malloc_tuning_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(host_memory, "_applied", None)
+    monkeypatch.setenv("KERAS_IPU_HOST_MALLOC", "0")
+    assert host_memory.tune_malloc() is False
+    monkeypatch.setattr(host_memory, "_applied", None)
+    monkeypatch.delenv("KERAS_IPU_HOST_MALLOC")
+    assert host_memory.tune_malloc() in (True, False)  # False off glibc
+
+
+@pytest.mark.parametrize("name", ["logistic", "rsqrt"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_raw_float_kernels_match_the_checked_kernel(name, dtype):
+    for shape in [(64, 3), ()]:
+        x = rng.standard_normal(shape) * 5
+        x = np.asarray(np.abs(x) + 0.1 if name == "rsqrt" else x, dtype)
+        _check(name, [x])
+
+
+@pytest.mark.parametrize("operand_shape, index_shape, dtype", [
+    ((50, 8), (30, 7), "float32"),   # an embedding gradient: many duplicates
+    ((6,), (40,), "float64"),        # scalar rows
+    ((5, 2, 3), (9,), "float16"),
+    ((4, 3), (0,), "float32"),       # no updates at all
+])
+@pytest.mark.parametrize("zero_operand", [True, False])
+def test_row_scatter_add_is_bit_exact(operand_shape, index_shape, dtype, zero_operand):
+    n = operand_shape[0]
+    x = (np.zeros(operand_shape) if zero_operand
+         else rng.standard_normal(operand_shape)).astype(dtype)
+    # Negative indices wrap; out-of-range ones are dropped.
+    idx = rng.integers(-n - 2, n + 2, index_shape + (1,)).astype(np.int32)
+    upd = rng.standard_normal(index_shape + operand_shape[1:]).astype(dtype)
+    _check("scatter", [x, idx, upd], mode="add", batch_dims=0)
+
+
+def test_other_scatters_keep_the_kernel():
+    x = rng.standard_normal((5, 2)).astype("float32")
+    idx = np.array([[1], [1], [3]], np.int32)
+    upd = rng.standard_normal((3, 2)).astype("float32")
+    for mode in ("update", "max", "mul"):
+        _check("scatter", [x, idx, upd], mode=mode, batch_dims=0)
+    _check("scatter", [x.astype("int32"), idx, upd.astype("int32")], mode="add", batch_dims=0)

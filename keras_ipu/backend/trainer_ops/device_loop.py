@@ -21,6 +21,7 @@ import numpy as np
 from keras.src import tree
 
 from keras_ipu.backend.control_flow import scan
+from keras_ipu.device.array import Tensor
 from keras_ipu.device.jit import jit
 
 
@@ -32,32 +33,67 @@ def _host_array(x):
     return np.asarray(x)
 
 
-def _signature(batch):
-    """What must agree for batches to share one compiled loop: the
-    structure (with the None entries, absent from the program) and every
-    array's shape and dtype."""
-    leaves = tree.flatten(batch)
-    structure = repr(tree.map_structure(lambda v: v is None, batch))
-    avals = tuple(
-        None if v is None else (tuple(v.shape), str(v.dtype)) for v in leaves
-    )
-    return structure, avals
+class _NotPlain(Exception):
+    pass
+
+
+def _plain_structure(t):
+    if t is None:
+        return None
+    kind = type(t)
+    if kind is tuple or kind is list:
+        return (kind.__name__, tuple(_plain_structure(v) for v in t))
+    if kind is dict:
+        return ("dict", tuple((k, _plain_structure(t[k])) for k in sorted(t, key=repr)))
+    if hasattr(t, "shape") and hasattr(t, "dtype"):
+        return 0  # an array
+    raise _NotPlain
+
+
+def _structure(batch):
+    """A hashable key of the batch's nesting, None entries included. Plain
+    tuples, lists and dicts of arrays (what the data adapters give) are
+    described directly; anything else through Keras' tree (slower)."""
+    try:
+        return _plain_structure(batch)
+    except _NotPlain:
+        return repr(tree.map_structure(lambda v: v is None, batch))
+
+
+class _Run:
+    """Consecutive batches of one signature: the first batch (the
+    structure), and each batch's leaves as host arrays (None kept)."""
+
+    __slots__ = ("structure", "first", "leaves")
+
+    def __init__(self, structure, first):
+        self.structure = structure
+        self.first = first
+        self.leaves = []
+
+    def batches(self):
+        return [tree.pack_sequence_as(self.first, ls) for ls in self.leaves]
 
 
 def _runs(batches):
-    """Consecutive batches grouped by signature."""
+    """Consecutive batches grouped by signature: what must agree for
+    batches to share one compiled loop is the structure (with the None
+    entries, absent from the program) and every array's shape and dtype."""
     runs = []
     last = None
     for batch in batches:
-        batch = tree.map_structure(
-            lambda v: None if v is None else _host_array(v), batch
+        leaves = [
+            None if v is None else _host_array(v) for v in tree.flatten(batch)
+        ]
+        structure = _structure(batch)
+        sig = (
+            structure,
+            tuple(None if v is None else (v.shape, v.dtype.str) for v in leaves),
         )
-        sig = _signature(batch)
-        if runs and sig == last:
-            runs[-1].append(batch)
-        else:
-            runs.append([batch])
+        if not runs or sig != last:
+            runs.append(_Run(structure, batch))
             last = sig
+        runs[-1].leaves.append(leaves)
     return runs
 
 
@@ -93,7 +129,7 @@ class DeviceLoop:
             if self.compiled:
                 outputs, state = self._run_compiled(state, run)
             else:
-                outputs, state = self._run_eager(state, run)
+                outputs, state = self._run_eager(state, run.batches())
             chunks.append(outputs)
         return chunks, state
 
@@ -108,21 +144,26 @@ class DeviceLoop:
         return stacked, state
 
     def _run_compiled(self, state, run):
-        template = run[0]
-        structure = _signature(template)[0]
-        loop = self._loops.get(structure)
+        loop = self._loops.get(run.structure)
         if loop is None:
+            template = run.batches()[0]
             output_structure = []
             loop = jit(self._make_loop(template, output_structure))
             loop.output_structure = output_structure
             loop.__name__ = getattr(self.step, "__name__", "step") + "_loop"
-            self._loops[structure] = loop
-        # The infeed: every array of the run stacked along a steps axis.
-        flat_runs = [
-            [v for v in tree.flatten(batch) if v is not None] for batch in run
-        ]
-        stacked = [np.stack(vs) for vs in zip(*flat_runs)]
+            self._loops[run.structure] = loop
+        # The infeed: every array of the run stacked along a steps axis (a
+        # view for a single step: the program never writes its inputs).
+        flat_runs = [[v for v in leaves if v is not None] for leaves in run.leaves]
+        if len(flat_runs) == 1:
+            stacked = [v[None] for v in flat_runs[0]]
+        else:
+            stacked = [np.stack(vs) for vs in zip(*flat_runs)]
         flat_outputs, state = loop(state, stacked)
+        # The executable's results are fresh arrays nobody else holds: as
+        # Tensors, Variable.assign takes them as they are instead of copying
+        # every weight again (about a tenth of a small model's step).
+        state = tree.map_structure(Tensor, state)
         # The jitted loop returns flat outputs (jit's own pytrees know plain
         # tuples, lists and dicts); Keras' tree rebuilds namedtuples & co.
         outputs = _fill_nones(loop.output_structure[0], list(flat_outputs))

@@ -53,7 +53,61 @@ def _reduction(ufunc, primitive_name):
     return build
 
 
+def _lower_scatter(params, in_avals, out_avals):
+    """scatter-add of whole rows (the gradient of an embedding lookup).
+
+    np.add.at, the eager kernel's tool, handles one index at a time. Here
+    the updates are grouped by their rank among the updates of the same row
+    (first, second, ... occurrence): each group addresses distinct rows, so
+    one vectorised `out[rows] += values` per group adds them in the same
+    order as add.at, with the same result bit for bit. Groups: the largest
+    number of updates of one row (a few dozen for an embedding).
+    """
+    from keras_ipu.device.primitives import REGISTRY
+
+    x, indices, updates = in_avals
+    kernel = REGISTRY["scatter"].kernel
+    if (
+        params["mode"] != "add"
+        or params.get("batch_dims", 0) != 0
+        or indices.shape[-1] != 1
+        or x.dtype not in _FLOATS
+        or x.ndim < 1
+        or not x.is_static()
+    ):
+        def generic(*operands):
+            return kernel(*operands, **params)
+
+        return generic
+    n_rows, row_shape = x.shape[0], tuple(x.shape[1:])
+
+    def scatter_add_rows(operand, index, update):
+        rows = index.reshape(-1).astype(np.int64)
+        update = update.reshape((-1,) + row_shape)
+        rows = np.where(rows < 0, rows + n_rows, rows)
+        valid = (rows >= 0) & (rows < n_rows)
+        if not valid.all():  # out-of-range rows are dropped, as in XLA
+            rows, update = rows[valid], update[valid]
+        out = np.array(operand, copy=True)
+        if rows.size == 0:
+            return out
+        order = np.argsort(rows, kind="stable")
+        rows, update = rows[order], update[order]
+        first = np.r_[True, rows[1:] != rows[:-1]]
+        starts = np.flatnonzero(first)
+        rank = np.arange(rows.size) - starts[np.cumsum(first) - 1]
+        by_rank = np.argsort(rank, kind="stable")
+        bounds = np.r_[0, np.cumsum(np.bincount(rank))]
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            pick = by_rank[lo:hi]
+            out[rows[pick]] += update[pick]
+        return out
+
+    return scatter_add_rows
+
+
 LOWERINGS["reshape"] = _lower_reshape
+LOWERINGS["scatter"] = _lower_scatter
 LOWERINGS["reduce_sum"] = _reduction(np.add, "reduce_sum")
 LOWERINGS["reduce_prod"] = _reduction(np.multiply, "reduce_prod")
 LOWERINGS["reduce_max"] = _reduction(np.maximum, "reduce_max")

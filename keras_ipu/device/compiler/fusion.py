@@ -17,8 +17,11 @@ ops allocates about one buffer instead of k.
 
 import numpy as np
 
+from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
 from keras_ipu.device.compiler.graph_utils import rebuilt
+from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
 from keras_ipu.device.compiler.lowering import LOWERINGS
+from keras_ipu.device.compiler.lowering import fast_kernel
 from keras_ipu.device.compiler.lowering import fast_ufunc
 from keras_ipu.device.compiler.lowering import is_elementwise
 from keras_ipu.device.ir import Graph
@@ -80,7 +83,7 @@ def _fused_grad(cts, inputs, outputs, *, chain, results):
 fused_elementwise_p.grad = _fused_grad
 
 
-def _fused_cost(ins, outs, *, chain, results):
+def _fused_cost(ins, outs, *, chain, results, donate=()):
     """A fused chain is one elementwise compute set: the work of its members,
     reading the fused node's operands and writing its results once."""
     from keras_ipu.device.primitives import cost_util
@@ -95,31 +98,49 @@ def _fused_cost(ins, outs, *, chain, results):
 fused_elementwise_p.cost = _fused_cost
 
 
-def _plan_buffers(chain, results, ufuncs):
-    """For each step, the step whose dead result it writes into, or None."""
+def _plan_buffers(chain, results, ufuncs, donate=()):
+    """For each step, the buffer its ufunc writes into (`out=`), or None.
+
+    A buffer is ("t", j), step j's result, or ("in", k), operand k of the
+    fused node when it is donated (the program's last use of a fresh array
+    nobody else holds). A step writes into an owned buffer with its own
+    aval that died: one of its operands dying at this step, else one that
+    died earlier. Outputs of the chain are never overwritten.
+    """
     last_read = {}
     for j, (_, _, refs, _) in enumerate(chain):
         for kind, k, _ in refs:
-            if kind == "t":
-                last_read[k] = j
-    outputs = set(results)
-    fresh = set()  # steps whose result is an array the chain made and owns
+            last_read[(kind, k)] = j
+    outputs = {("t", j) for j in results}
+    aval_of = {}
+    for _, _, refs, _ in chain:
+        for kind, k, aval in refs:
+            aval_of[(kind, k)] = aval
+    owned = {("in", k) for k in donate}
+    pool = {}  # aval -> dead owned buffers
     reuse = []
     for j, (_, _, refs, aval) in enumerate(chain):
         choice = None
+        dying = [
+            (kind, k) for kind, k, _ in refs
+            if last_read[(kind, k)] == j
+            and (kind, k) in owned
+            and (kind, k) not in outputs
+        ]
         if ufuncs[j] is not None and aval.ndim > 0:
-            for kind, k, _ in refs:
-                if (
-                    kind == "t"
-                    and k in fresh
-                    and k not in outputs
-                    and last_read.get(k) == j
-                    and chain[k][3] == aval
-                ):
-                    choice = k
-                    fresh.discard(k)
+            for key in dying:
+                if aval_of[key] == aval:
+                    choice = key
                     break
-            fresh.add(j)
+            if choice is None and pool.get(aval):
+                choice = pool[aval].pop()
+            owned.add(("t", j))
+        for key in dict.fromkeys(dying):
+            owned.discard(key)
+            # Another kernel's result may alias its operand (a same-dtype
+            # convert returns it): such a buffer is never reused.
+            if key != choice and ufuncs[j] is not None:
+                pool.setdefault(aval_of[key], []).append(key)
         reuse.append(choice)
     return reuse
 
@@ -132,14 +153,15 @@ def _bound_kernel(prim, params_items):
     return lambda *xs: kernel(*xs, **params)
 
 
-def fused_source(chain, results, n_inputs):
-    """The generated source of the fused kernel, and its namespace."""
+def fused_source(chain, results, n_inputs, donate=()):
+    """The generated source of the fused kernel, and its namespace.
+    `donate`: operands the kernel may overwrite (see _plan_buffers)."""
     namespace = {"_errstate": np.errstate, "_asarray": np.asarray}
     ufuncs = [
         fast_ufunc(prim, [r[2] for r in refs], aval)
         for prim, _, refs, aval in chain
     ]
-    reuse = _plan_buffers(chain, results, ufuncs)
+    reuse = _plan_buffers(chain, results, ufuncs, donate)
     args = ", ".join(f"x{i}" for i in range(n_inputs))
     lines = [f"def fused({args}):", "    with _errstate(all='ignore'):"]
     for j, (prim, params_items, refs, aval) in enumerate(chain):
@@ -149,11 +171,15 @@ def fused_source(chain, results, n_inputs):
         if ufuncs[j] is not None:
             name = f"_{ufuncs[j].__name__}"
             namespace[name] = ufuncs[j]
-            out = f", out=t{reuse[j]}" if reuse[j] is not None else ""
+            out = ""
+            if reuse[j] is not None:
+                kind, k = reuse[j]
+                out = f", out={'x' if kind == 'in' else 't'}{k}"
             lines.append(f"        t{j} = {name}({operands}{out})  # {prim.name}")
         else:
             name = f"_k{j}"
-            namespace[name] = _bound_kernel(prim, params_items)
+            fast = fast_kernel(prim, [r[2] for r in refs], aval)
+            namespace[name] = fast or _bound_kernel(prim, params_items)
             lines.append(f"        t{j} = {name}({operands})  # {prim.name}")
     outs = "".join(
         (f"_asarray(t{j}), " if chain[j][3].ndim == 0 else f"t{j}, ")
@@ -163,8 +189,8 @@ def fused_source(chain, results, n_inputs):
     return "\n".join(lines), namespace
 
 
-def build_fused_kernel(chain, results, n_inputs):
-    source, namespace = fused_source(chain, results, n_inputs)
+def build_fused_kernel(chain, results, n_inputs, donate=()):
+    source, namespace = fused_source(chain, results, n_inputs, donate)
     exec(compile(source, "<fused_elementwise>", "exec"), namespace)  # noqa: S102
     fn = namespace["fused"]
     fn.source = source
@@ -172,7 +198,12 @@ def build_fused_kernel(chain, results, n_inputs):
 
 
 def _lower_fused(params, in_avals, out_avals):
-    return build_fused_kernel(params["chain"], params["results"], len(in_avals))
+    # Donation only in a compiled program, whose liveness it was planned
+    # with; the eager kernel above never writes into its operands.
+    return build_fused_kernel(
+        params["chain"], params["results"], len(in_avals),
+        params.get("donate", ()),
+    )
 
 
 LOWERINGS["fused_elementwise"] = _lower_fused
@@ -200,6 +231,12 @@ def _fusible(node):
 
 
 def fuse_elementwise(graph):
+    # Products fused with the transpose that follows them first: the
+    # elementwise chains then read contiguous arrays.
+    graph = fold_dot_transposes(graph)
+    # Sums of zero-padded pieces (slice gradients) first, or they would
+    # become fused chains of full-size additions.
+    graph = concatenate_padded_sums(graph)
     nodes = graph.nodes
     producer = {}  # Var -> node index
     for i, node in enumerate(nodes):
@@ -233,6 +270,23 @@ def fuse_elementwise(graph):
                     g.anchor = i
                 if joined is not None:
                     break
+        if joined is not None:
+            # Another group this node reads can come along (a chain fed by
+            # two chains, as `m * 0.9 - lr * g`) if it can move down to the
+            # anchor: nothing outside it has read its values yet.
+            for v in vars_in:
+                h = group_of.get(producer.get(v))
+                if (
+                    h is None
+                    or h is joined
+                    or h.sealed
+                    or h.shape != joined.shape
+                    or h.anchor > joined.anchor
+                ):
+                    continue
+                for m in h.members:
+                    group_of[m] = joined
+                joined.members.extend(h.members)
         # Values of other groups read here are read from outside them.
         for v in vars_in:
             g = group_of.get(producer.get(v))
@@ -267,7 +321,56 @@ def _emit(graph, group_of):
             continue
         done.add(id(g))
         new_nodes.append(_fused_node(nodes, g, readers_outside, graph_outputs))
-    return rebuilt(graph, new_nodes, {})
+    return rebuilt(graph, _with_donations(new_nodes, graph_outputs), {})
+
+
+def _fresh_outputs(node):
+    """The outputs of `node` that are new arrays its kernel allocated (no
+    view of anything else), as the lowered kernels compute them."""
+    prim = node.primitive
+    if prim.name == "dot_general":
+        return set(node.outputs)
+    if prim is fused_elementwise_p:
+        chain, results = node.params["chain"], node.params["results"]
+        fresh = set()
+        for out, j in zip(node.outputs, results):
+            step_prim, _, refs, aval = chain[j]
+            if aval.ndim > 0 and fast_ufunc(step_prim, [r[2] for r in refs], aval):
+                fresh.add(out)
+        return fresh
+    if is_elementwise(prim) and not prim.multiple_results:
+        aval = node.outputs[0].aval
+        if aval.ndim > 0 and fast_ufunc(prim, [v.aval for v in node.inputs], aval):
+            return set(node.outputs)
+    return set()
+
+
+def _with_donations(nodes, graph_outputs):
+    """Fused nodes annotated with the operands they may overwrite: fresh
+    arrays that they alone read (so no view of them exists elsewhere)."""
+    readers = {}
+    for node in nodes:
+        for v in set(node.inputs):
+            if type(v) is Var:
+                readers[v] = readers.get(v, 0) + 1
+    fresh = set()
+    out = []
+    for node in nodes:
+        if node.primitive is fused_elementwise_p:
+            donate = tuple(
+                k for k, v in enumerate(node.inputs)
+                if type(v) is Var
+                and v in fresh
+                and readers[v] == 1
+                and v not in graph_outputs
+                and v.aval.ndim > 0
+            )
+            if donate:
+                params = dict(node.params, donate=donate)
+                node = Node(node.primitive, node.inputs, params, node.outputs, node.source)
+        fresh |= _fresh_outputs(node)
+        out.append(node)
+    return out
 
 
 def _fused_node(nodes, group, readers_outside, graph_outputs):

@@ -12,6 +12,7 @@ import functools
 
 import numpy as np
 
+from keras_ipu.device.compiler.host_memory import tune_malloc
 from keras_ipu.device.primitives import elementwise
 from keras_ipu.device.primitives import special
 from keras_ipu.device.primitives.convert import convert_element_type_p
@@ -43,6 +44,33 @@ UFUNCS = {
 
 _UFUNC_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
+# Integer arithmetic the eager kernels also leave to these ufuncs (their
+# bool special case is excluded by the dtype test below).
+_INT_UFUNCS = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "neg": np.negative,
+}
+_BIT_UFUNCS = {
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+    "not": np.invert,
+}
+# Comparisons: the eager kernel is the same ufunc, whose result is always
+# bool, so any operand dtypes map exactly.
+_COMPARISONS = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+
 
 def _module_primitives(module):
     return {v for v in vars(module).values() if isinstance(v, Primitive)}
@@ -61,12 +89,111 @@ def is_elementwise(primitive):
 
 def fast_ufunc(primitive, in_avals, out_aval):
     """The NumPy ufunc computing this application exactly, or None."""
-    ufunc = UFUNCS.get(primitive.name)
-    if ufunc is None or out_aval.dtype not in _UFUNC_DTYPES:
+    name = primitive.name
+    if name in _COMPARISONS:
+        return _COMPARISONS[name]
+    dtype = out_aval.dtype
+    if any(a.dtype != dtype for a in in_avals):
         return None
-    if any(a.dtype != out_aval.dtype for a in in_avals):
+    if dtype in _UFUNC_DTYPES:
+        return UFUNCS.get(name)
+    if dtype.kind in "iu" and name in _INT_UFUNCS:
+        return _INT_UFUNCS[name]
+    if dtype.kind in "biu" and name in _BIT_UFUNCS:
+        return _BIT_UFUNCS[name]
+    return None
+
+
+# np.where branches per element: on an unpredictable mask (a ReLU's) it
+# runs at a few ns per element. Selecting bits with a mask of all-ones or
+# zeros is branch-free and exact for every value (NaN payloads, -0.0).
+_BIT_SELECT_MIN_SIZE = 4096
+_UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def select_kernel(in_avals, out_aval):
+    """select(pred, on_true, on_false) for operands of the output dtype."""
+    dtype, shape = out_aval.dtype, out_aval.shape
+    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if (
+        dtype.kind not in "biuf"
+        or dtype.itemsize not in _UINTS
+        or size < _BIT_SELECT_MIN_SIZE
+        or not out_aval.is_static()
+    ):
+        return np.where
+    uint = np.dtype(_UINTS[dtype.itemsize])
+    pred, on_true, on_false = in_avals
+    shape = tuple(shape)
+    # (m & a) | (~m & b) == b ^ (m & (a ^ b)), computed in place in
+    # whichever temporary already has the full shape.
+    if tuple(pred.shape) == shape:
+        into = "mask"
+    elif tuple(np.broadcast_shapes(on_true.shape, on_false.shape)) == shape:
+        into = "diff"
+    else:
+        into = None
+    band, bxor, neg = np.bitwise_and, np.bitwise_xor, np.negative
+    u8 = np.uint8
+
+    def bit_select(p, a, b):
+        mask = neg(p.view(u8), dtype=uint)  # True -> all ones
+        bits = b.view(uint)
+        diff = bxor(a.view(uint), bits)
+        if into == "mask":
+            band(mask, diff, out=mask)
+            return bxor(mask, bits, out=mask).view(dtype)
+        if into == "diff":
+            band(diff, mask, out=diff)
+            return bxor(diff, bits, out=diff).view(dtype)
+        return bxor(band(mask, diff), bits).view(dtype)
+
+    return bit_select
+
+
+# Elementwise primitives whose NumPy function (before exact_kernel's dtype
+# check) keeps a float operand's dtype.
+_RAW_FLOAT_KERNELS = {
+    "logistic": elementwise._logistic,
+    "rsqrt": elementwise._rsqrt,
+}
+
+
+def _identity(x):
+    return x
+
+
+def fast_kernel(primitive, in_avals, out_aval):
+    """A callable computing this application exactly without the eager
+    kernel's per-call checks (not a ufunc: no `out=`), or None. Its result
+    may alias an operand (a same-dtype convert returns it)."""
+    name = primitive.name
+    dtype = out_aval.dtype
+    if name == "select":
+        _, on_true, on_false = in_avals
+        if on_true.dtype == dtype and on_false.dtype == dtype:
+            return select_kernel(in_avals, out_aval)
         return None
-    return ufunc
+    if name in _RAW_FLOAT_KERNELS and dtype in _UFUNC_DTYPES:
+        if all(a.dtype == dtype for a in in_avals):
+            # The eager kernel's function without its per-call checks: on
+            # float operands it returns their dtype already.
+            return _RAW_FLOAT_KERNELS[name]
+        return None
+    if primitive is convert_element_type_p:
+        (x,) = in_avals
+        if x.dtype == dtype:
+            return _identity
+        # What the kernel does in these cases: a plain astype (float to
+        # int and anything from complex have their own rules there).
+        if x.dtype.kind in "biuf" and (
+            dtype.kind == "f" or (dtype.kind in "iu" and x.dtype.kind in "biu")
+        ):
+            def astype(v):
+                return v.astype(dtype)
+
+            return astype
+    return None
 
 
 def _wrapped(kernel, fn):
@@ -95,12 +222,15 @@ def _as_arrays(fn):
 
 def lower(primitive, params, in_avals, out_avals):
     """A callable f(*ndarrays) -> ndarray (or tuple if multiple results)."""
+    tune_malloc()  # once per process: compiled programs reuse heap blocks
     builder = LOWERINGS.get(primitive.name)
     if builder is not None:
         return builder(params, in_avals, out_avals)  # returns ndarrays
     fn = None
     if not primitive.multiple_results:
         fn = fast_ufunc(primitive, in_avals, out_avals[0])
+        if fn is None:
+            fn = fast_kernel(primitive, in_avals, out_avals[0])
     if fn is None:
         fn = primitive.kernel
         if params:

@@ -64,8 +64,25 @@ def _rsqrt(x):
 
 def _logistic(x):
     # Stable in both tails: exp of a non-positive number only.
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    if x.dtype.kind != "f" or x.ndim == 0:
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    # The same values as that where(): 1 / (1 + e) for x >= 0, e / (1 + e)
+    # below, with e = exp(-|x|): the numerator (1 or e) is picked bitwise,
+    # e ^ (mask & (e ^ 1)), as np.where branches per element (slow on a
+    # random sign pattern). One exp, in place where possible.
+    e = np.abs(x)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    d = np.add(e, 1)
+    uint = np.dtype(f"u{x.dtype.itemsize}")
+    mask = np.negative(np.greater_equal(x, 0).view(np.uint8), dtype=uint)
+    e_bits = e.view(uint)
+    num = np.bitwise_xor(e_bits, np.asarray(1, x.dtype).view(uint))
+    np.bitwise_and(num, mask, out=num)
+    np.bitwise_xor(num, e_bits, out=num)
+    num = num.view(x.dtype)
+    return np.divide(num, d, out=num)
 
 
 def _sign(x):

@@ -1,0 +1,51 @@
+"""Host memory settings for running compiled programs in NumPy.
+
+A compiled step allocates and frees the same arrays every time it runs.
+glibc's malloc serves blocks above its mmap threshold (128 KiB at first)
+with fresh mmap()s, and gives the top of the heap back to the system once
+more than the trim threshold is free: either way the next run touches new
+pages, and the kernel zero-fills each on its first fault. On an LSTM step
+(hundreds of 64-256 KiB arrays per step) that was about half the time.
+Raising both thresholds keeps those blocks in the heap for reuse, as
+XLA's and TensorFlow's own allocators keep their buffers.
+
+Applied once, when the first program is lowered, through mallopt (glibc
+only; elsewhere nothing happens). KERAS_IPU_HOST_MALLOC=0 leaves malloc
+alone. The cost: up to the trim threshold of freed memory stays mapped.
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+# mallopt parameter numbers from <malloc.h>.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+# Blocks up to this size come from the heap (glibc's own dynamic ceiling).
+MMAP_THRESHOLD = 32 * 1024 * 1024
+# Free memory kept at the top of the heap before it is returned.
+TRIM_THRESHOLD = 512 * 1024 * 1024
+
+_applied = None
+
+
+def tune_malloc():
+    """Raise malloc's mmap and trim thresholds (once). Returns whether the
+    settings are in effect."""
+    global _applied
+    if _applied is not None:
+        return _applied
+    _applied = False
+    if os.environ.get("KERAS_IPU_HOST_MALLOC", "1") == "0":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False  # not glibc: its allocator has its own policy
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    ok = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and ok
+    _applied = ok
+    return ok
