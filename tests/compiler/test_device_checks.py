@@ -510,3 +510,30 @@ def test_predict_for_a_workload_with_resident_weights():
     assert pred.batch_size == 64 and pred.steps_per_run == 4
     assert pred.cycles == full.cycles  # no step costed again
     assert exe.prediction is pred
+
+
+def test_fit_predicts_its_device_loop_workload(monkeypatch, caplog):
+    """The trainer tells the compiler how its loop runs: the prediction has
+    the batch size, the steps per run, and no host traffic for the weights
+    and optimizer state (they stay on the IPU)."""
+    from keras_ipu.device.simulator import profile
+
+    _configure(monkeypatch, flags="--log_cycle_count=0")
+    ran = []
+    listener = lambda exe, start, end: ran.append(exe)  # noqa: E731
+    profile.add_run_listener(listener)
+    try:
+        model = _mlp("workload_mlp")
+        model.compile("sgd", "mse", steps_per_execution=4)
+        with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
+            model.fit(np.ones((64, 784), np.float32), np.ones((64, 10), np.float32),
+                      batch_size=16, verbose=0)
+    finally:
+        profile.remove_run_listener(listener)
+    exe = ran[0]
+    pred = exe.prediction
+    assert pred.batch_size == 16 and pred.steps_per_run == 4
+    # In: 4 steps of x f32[16,784] and y f32[16,10]; the state stays.
+    assert pred.host_bytes_in == 4 * 16 * (784 + 10) * 4
+    assert pred.samples_per_second > 0
+    assert sum("Predicted cycles" in r.getMessage() for r in caplog.records) == 1

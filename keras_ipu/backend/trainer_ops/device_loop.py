@@ -22,6 +22,7 @@ from keras.src import tree
 
 from keras_ipu.backend.control_flow import scan
 from keras_ipu.device.array import Tensor
+from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.jit import jit
 
 
@@ -159,7 +160,17 @@ class DeviceLoop:
             stacked = [v[None] for v in flat_runs[0]]
         else:
             stacked = [np.stack(vs) for vs in zip(*flat_runs)]
-        flat_outputs, state = loop(state, stacked)
+        # How the program runs, for its cycle prediction: samples per step,
+        # steps per run, and the state (weights, optimizer, metrics) that
+        # stays on the IPU between runs: the first inputs, the last outputs.
+        n_state = len(tree.flatten(state))
+        with device_checks.workload(
+            batch_size=int(stacked[0].shape[1]) if stacked and stacked[0].ndim > 1 else None,
+            steps_per_run=len(flat_runs),
+            resident_inputs=tuple(range(n_state)),
+            resident_outputs=tuple(range(-n_state, 0)),
+        ):
+            flat_outputs, state = loop(state, stacked)
         # The executable's results are fresh arrays nobody else holds: as
         # Tensors, Variable.assign takes them as they are instead of copying
         # every weight again (about a tenth of a small model's step).

@@ -16,6 +16,8 @@ Compile time pays for the memory analysis only (well under a millisecond
 for an MLP train step); see tests/compiler/test_device_checks.py.
 """
 
+import contextlib
+import contextvars
 import dataclasses
 import logging
 import os
@@ -127,9 +129,29 @@ def check_executable(exe, target, context=None):
     return exe
 
 
+# What the caller compiling a program knows of how it will run (samples
+# per step, steps per run, inputs/outputs that stay on the IPU): the trainer
+# sets it around its device loop, predictions of the programs obtained
+# meanwhile use it.
+_WORKLOAD = contextvars.ContextVar("keras_ipu_workload", default=None)
+
+
+@contextlib.contextmanager
+def workload(**kwargs):
+    """Within: executables compiled (or loaded) are predicted for this
+    workload (predict_costs' batch_size, steps_per_run, resident_inputs,
+    resident_outputs; negative indices count from the end)."""
+    token = _WORKLOAD.set(kwargs)
+    try:
+        yield
+    finally:
+        _WORKLOAD.reset(token)
+
+
 def announce(exe, context=None):
     """What a newly obtained executable (compiled, or loaded from the disk
     cache) tells the user: --log_cycle_count, and the profile report."""
+    exe.workload = _WORKLOAD.get()
     context = context or compile_context()
     if context.flags.log_cycle_count >= 0:
         try:
@@ -145,6 +167,7 @@ def predict(exe, log=False, **workload):
     from keras_ipu.device.simulator.prediction import predict_costs
 
     target = exe.target if exe.target is not None else compile_context().target
+    workload = {**(getattr(exe, "workload", None) or {}), **workload}
     return predict_costs(exe, target, log=log, **workload)
 
 

@@ -88,6 +88,7 @@ class Executable:
     # bodies keep these defaults.
     target = None
     memory = None
+    workload = None  # device_checks.workload(...) of the compiling caller
     _prediction = None
 
     def __init__(self, graph, notes=(), passes=(), behaviour=_INHERIT, name=None):

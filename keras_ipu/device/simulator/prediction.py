@@ -198,7 +198,8 @@ def host_traffic(in_avals, out_avals, target, resident_inputs=(),
     output except the resident ones (weights kept on the IPU) and the
     streams --use_synthetic_data makes synthetic (values still come from
     the host: the simulator computes on the real data)."""
-    resident, kept = set(resident_inputs), set(resident_outputs)
+    resident = {j % len(in_avals) for j in resident_inputs} if in_avals else set()
+    kept = {j % len(out_avals) for j in resident_outputs} if out_avals else set()
     bytes_in = sum(a.nbytes or 0 for j, a in enumerate(in_avals) if j not in resident)
     bytes_out = sum(a.nbytes or 0 for j, a in enumerate(out_avals) if j not in kept)
     if _synthetic_data_for("infeed"):
