@@ -379,10 +379,11 @@ def jvp(fn, primals, tangents, has_aux=False):
             "one tangent per primal, in the same structure."
         )
     for p, t in zip(flat_p, flat_t):
-        if tuple(p.shape) != tuple(t.shape):
+        if tuple(np.shape(p)) != tuple(np.shape(t)):
             raise ValueError(
-                f"jvp: a tangent has shape {tuple(t.shape)} but its primal has "
-                f"shape {tuple(p.shape)}; each tangent must match its primal."
+                f"jvp: a tangent has shape {tuple(np.shape(t))} but its primal "
+                f"has shape {tuple(np.shape(p))}; each tangent must match its "
+                "primal."
             )
     result = vjp(fn, *primals, has_aux=has_aux)
     outputs, vjp_fn = result[0], result[1]
