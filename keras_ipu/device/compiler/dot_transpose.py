@@ -12,6 +12,8 @@ permutation moves the rhs free dims ahead of the lhs free dims (batch dims
 stay first), i.e. exactly the output layout of the swapped product.
 """
 
+from keras_ipu.device.compiler.graph_utils import producers
+from keras_ipu.device.compiler.graph_utils import reader_counts
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import Var
@@ -39,16 +41,9 @@ def _swapped_dims(node, permutation):
 
 
 def fold_dot_transposes(graph):
-    readers = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if type(v) is Var:
-                readers[v] = readers.get(v, 0) + 1
+    readers = reader_counts(graph.nodes)
     outputs = {v for v in graph.outputs if type(v) is Var}
-    producer = {}
-    for i, node in enumerate(graph.nodes):
-        for v in node.outputs:
-            producer[v] = i
+    producer = producers(graph.nodes)
 
     replaced = {}  # index of a folded transpose -> its new product node
     dropped = set()  # indices of products folded into a later transpose

@@ -18,6 +18,8 @@ ops allocates about one buffer instead of k.
 import numpy as np
 
 from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
+from keras_ipu.device.compiler.graph_utils import producers
+from keras_ipu.device.compiler.graph_utils import reader_counts
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
 from keras_ipu.device.compiler.lowering import LOWERINGS
@@ -238,10 +240,7 @@ def fuse_elementwise(graph):
     # become fused chains of full-size additions.
     graph = concatenate_padded_sums(graph)
     nodes = graph.nodes
-    producer = {}  # Var -> node index
-    for i, node in enumerate(nodes):
-        for v in node.outputs:
-            producer[v] = i
+    producer = producers(nodes)
     group_of = {}  # node index -> _Group
 
     def defined_at(var):
@@ -348,11 +347,7 @@ def _fresh_outputs(node):
 def _with_donations(nodes, graph_outputs):
     """Fused nodes annotated with the operands they may overwrite: fresh
     arrays that they alone read (so no view of them exists elsewhere)."""
-    readers = {}
-    for node in nodes:
-        for v in set(node.inputs):
-            if type(v) is Var:
-                readers[v] = readers.get(v, 0) + 1
+    readers = reader_counts(nodes, per_node=True)
     fresh = set()
     out = []
     for node in nodes:

@@ -7,6 +7,7 @@ from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.ir import Var
 
 
 def substitute(operand, env):
@@ -24,6 +25,22 @@ def rebuilt(graph, nodes, env):
     out.nodes = list(nodes)
     out.outputs = [substitute(v, env) for v in graph.outputs]
     return out
+
+
+def producers(nodes):
+    """Var -> index of the node that makes it."""
+    return {v: i for i, node in enumerate(nodes) for v in node.outputs}
+
+
+def reader_counts(nodes, per_node=False):
+    """Var -> how many times the nodes read it (per_node: how many nodes
+    read it, a node reading it twice counting once)."""
+    counts = {}
+    for node in nodes:
+        for v in (set(node.inputs) if per_node else node.inputs):
+            if type(v) is Var:
+                counts[v] = counts.get(v, 0) + 1
+    return counts
 
 
 def copy_node(node, inputs, params=None, outputs=None):

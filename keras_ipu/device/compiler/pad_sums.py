@@ -13,6 +13,8 @@ the result exactly once, side by side along one axis.
 
 import numpy as np
 
+from keras_ipu.device.compiler.graph_utils import producers
+from keras_ipu.device.compiler.graph_utils import reader_counts
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Node
@@ -53,16 +55,9 @@ def _tiling_axis(pieces, shape):
 
 
 def concatenate_padded_sums(graph):
-    readers = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if type(v) is Var:
-                readers[v] = readers.get(v, 0) + 1
+    readers = reader_counts(graph.nodes)
     outputs = {v for v in graph.outputs if type(v) is Var}
-    producer = {}
-    for i, node in enumerate(graph.nodes):
-        for v in node.outputs:
-            producer[v] = i
+    producer = producers(graph.nodes)
 
     def private(v):
         return type(v) is Var and readers.get(v) == 1 and v not in outputs
