@@ -104,6 +104,37 @@ _JAX_EQUIVALENTS = {
 }
 
 
+def _ported_to_ipu(body, where):
+    """A copy of a jax branch's statements using keras_ipu's jit and grad:
+    `import jax` dropped, jax.<name> -> _ipu_<name>, the imports added."""
+    import ast
+    import copy
+
+    body = [
+        b for b in copy.deepcopy(body)
+        if not (isinstance(b, ast.Import) and b.names[0].name == "jax")
+    ]
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        for field, value in ast.iter_fields(node):
+            if not (
+                isinstance(value, ast.Attribute)
+                and isinstance(value.value, ast.Name)
+                and value.value.id == "jax"
+            ):
+                continue
+            if value.attr not in _JAX_EQUIVALENTS:
+                raise ValueError(
+                    f"{where}: jax.{value.attr} has no keras_ipu equivalent; "
+                    "this branch cannot be ported"
+                )
+            setattr(node, field, ast.Name(f"_ipu_{value.attr}", ast.Load()))
+    imports = [
+        ast.parse(f"from {module} import {attr} as _ipu_{name}").body[0]
+        for name, (module, attr) in _JAX_EQUIVALENTS.items()
+    ]
+    return imports + body
+
+
 def port_jax_branches(tree, function_names):
     """In the named functions, each if-chain with a `backend() == "jax"`
     link gets a copy of that link as `elif backend() == "ipu"`, with jax.jit
@@ -122,39 +153,16 @@ def port_jax_branches(tree, function_names):
         ifs = [n for n in ast.walk(fn) if isinstance(n, ast.If)]
         elifs = {id(link) for n in ifs for link in _chain(n)[1:]}
         for stmt in ifs:
-            if id(stmt) in elifs:
-                continue
             links = _chain(stmt)
             jax_links = [
                 link for link in links if is_backend_compare(link.test, {"jax"})
             ]
-            if not jax_links:
+            if id(stmt) in elifs or not jax_links:
                 continue
-            body = copy.deepcopy(jax_links[0].body)
-            imports = []
-            for name, (module, attr) in _JAX_EQUIVALENTS.items():
-                imports.append(ast.parse(
-                    f"from {module} import {attr} as _ipu_{name}"
-                ).body[0])
-            body = [
-                b for b in body
-                if not (isinstance(b, ast.Import) and b.names[0].name == "jax")
-            ]
-            for node in ast.walk(ast.Module(body=body, type_ignores=[])):
-                for field, value in ast.iter_fields(node):
-                    if not isinstance(value, ast.Attribute):
-                        continue
-                    if isinstance(value.value, ast.Name) and value.value.id == "jax":
-                        if value.attr not in _JAX_EQUIVALENTS:
-                            raise ValueError(
-                                f"{fn.name}: jax.{value.attr} has no keras_ipu "
-                                "equivalent; this branch cannot be ported"
-                            )
-                        setattr(node, field, ast.Name(f"_ipu_{value.attr}", ast.Load()))
             test = copy.deepcopy(jax_links[0].test)
             test.comparators = [ast.Constant("ipu")]
-            last = links[-1]
-            last.orelse = [ast.If(test=test, body=imports + body, orelse=last.orelse)]
+            body = _ported_to_ipu(jax_links[0].body, fn.name)
+            links[-1].orelse = [ast.If(test=test, body=body, orelse=links[-1].orelse)]
             ported += 1
     return ported
 
