@@ -267,6 +267,26 @@ def test_float_to_int_conversion_saturates():
     np.testing.assert_array_equal(convert_element_type_p.bind(z, dtype=F32), [1.0])
 
 
+@pytest.mark.parametrize("target", ["int8", "uint8", "int16", "int32", "uint32", "int64"])
+@pytest.mark.parametrize("source", ["float16", "float32", "float64"])
+def test_float_to_int_in_range_fast_path_agrees_with_saturating_rule(source, target):
+    # In-range values take a plain cast; a bound a float rounds onto (2**31
+    # in float32 is above int32's max) and NaN must still saturate / zero.
+    info = np.iinfo(target)
+    with np.errstate(all="ignore"):
+        values = np.array(
+            [2.9, -2.9, 0.0, -0.0, 2**31, -(2**31), 2**31 - 128, 255.5, 256, -129,
+             127.9, np.nan, np.inf, -np.inf, 1e20],
+            source,
+        )
+    for x in [values] + [values[i : i + 1] for i in range(values.size)]:
+        got = convert_element_type_p.bind(x, dtype=np.dtype(target))
+        with np.errstate(all="ignore"):
+            wide = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
+            want = np.clip(wide, info.min, info.max).astype(target)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_view_mode_of_bitcast():
     x = np.arange(16, dtype=F32).reshape(2, 8)
     out = bitcast_convert_type_p.bind(x, dtype=np.dtype("int16"), view=True)

@@ -394,6 +394,8 @@ class Executable:
             source = getattr(kernel, "source", None)
             if source is not None:  # a fused kernel: show its generated code
                 lines.extend("      | " + ln.strip() for ln in source.splitlines()[2:])
+                if getattr(kernel, "native", False):
+                    lines.append("      | (runs in one pass, in C: native_fusion.py)")
             for label, sub in getattr(kernel, "subprograms", {}).items():
                 lines.append(f"      {label}:")
                 lines.extend("        " + ln for ln in str(sub).splitlines())

@@ -26,6 +26,7 @@ from keras_ipu.device.compiler.lowering import LOWERINGS
 from keras_ipu.device.compiler.lowering import fast_kernel
 from keras_ipu.device.compiler.lowering import fast_ufunc
 from keras_ipu.device.compiler.lowering import is_elementwise
+from keras_ipu.device.compiler.native_fusion import native_kernel
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import ShapedArray
@@ -202,10 +203,9 @@ def build_fused_kernel(chain, results, n_inputs, donate=()):
 def _lower_fused(params, in_avals, out_avals):
     # Donation only in a compiled program, whose liveness it was planned
     # with; the eager kernel above never writes into its operands.
-    return build_fused_kernel(
-        params["chain"], params["results"], len(in_avals),
-        params.get("donate", ()),
-    )
+    chain, results, donate = params["chain"], params["results"], params.get("donate", ())
+    kernel = build_fused_kernel(chain, results, len(in_avals), donate)
+    return native_kernel(chain, results, in_avals, donate, kernel) or kernel
 
 
 LOWERINGS["fused_elementwise"] = _lower_fused

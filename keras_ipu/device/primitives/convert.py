@@ -24,7 +24,14 @@ def _convert(x, *, dtype):
         # undefined). float64 holds every int32 bound exactly.
         info = np.iinfo(dtype)
         with np.errstate(invalid="ignore"):
-            x = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
+            x = np.trunc(x)
+            # Python float against Python int compares exactly (a NumPy
+            # float32 would round the bound: 2**31 - 1 becomes 2**31).
+            if x.size and info.min <= float(x.min()) and float(x.max()) <= info.max:
+                # Finite and in range (a NaN fails both tests): the cast is
+                # exact. The common case (labels, indices) skips the rest.
+                return x.astype(dtype)
+            x = np.nan_to_num(x.astype(np.float64), nan=0.0)
             x = np.clip(x, float(info.min), float(info.max))
     if dtype.kind == "b":
         return x != 0

@@ -1,0 +1,197 @@
+"""Fused elementwise chains run by the C kernel (native/_elementwise.c).
+
+The NumPy kernel of a fused chain (fusion.py) makes one pass over memory
+per step; the C kernel runs the whole chain block by block, one pass in all.
+A chain qualifies when the C kernel computes exactly what NumPy does:
+float32 and bool values, operations whose IEEE result is correctly
+rounded (add, sub, mul, div, sqrt, ...), comparisons, selects and the
+float32 <-> bool conversions, every step of the output's shape, and each
+operand either of that shape, a scalar, a row repeated along the leading
+axes (a bias) or a column repeated along the trailing ones (a per-row
+statistic). Transcendentals (exp, log, tanh) stay in NumPy, whose SIMD
+versions round differently from libm's.
+
+At run time the kernel falls back to the NumPy one when an operand does not
+fit (not C-contiguous, another dtype), before writing anything.
+"""
+
+import math
+
+import numpy as np
+
+from keras_ipu.device import native
+
+F32 = np.dtype(np.float32)
+BOOL = np.dtype(np.bool_)
+_DTYPE_CODE = {F32: 0, BOOL: 1}
+FULL, SCALAR, ROW, COL = 0, 1, 2, 3
+
+# Opcodes of _elementwise.c, by (primitive name, operand dtypes).
+_F32_BINARY = {"add": 1, "sub": 2, "mul": 3, "div": 4, "max": 5, "min": 6}
+_F32_UNARY = {"neg": 7, "abs": 8, "sqrt": 9, "square": 10, "reciprocal": 11,
+              "floor": 12, "ceil": 13}
+_COMPARE = {"gt": 14, "ge": 15, "lt": 16, "le": 17, "eq": 18, "ne": 19}
+_BOOL_BINARY = {"and": 20, "or": 21, "xor": 22}
+_NOT, _SELECT_F, _SELECT_B, _F2B, _B2F = 23, 24, 25, 26, 27
+
+# Block size: the chain's registers (block x 4 bytes each) stay within
+# about half of a 1 MiB L2; above a few thousand elements a longer block
+# saves nothing, below a few hundred the per-op call costs show.
+_SCRATCH_BYTES = 256 * 1024
+_MIN_BLOCK, _MAX_BLOCK = 256, 4096
+# A repeated row longer than this would make the blocks too large.
+_MAX_INNER = 16384
+
+
+def _opcode(name, in_dtypes, out_dtype):
+    """The C opcode computing this step exactly, or None."""
+    if name in _COMPARE and in_dtypes == (F32, F32):
+        return _COMPARE[name]
+    if out_dtype == F32:
+        if name in _F32_BINARY and in_dtypes == (F32, F32):
+            return _F32_BINARY[name]
+        if name in _F32_UNARY and in_dtypes == (F32,):
+            return _F32_UNARY[name]
+        if name == "select" and in_dtypes == (BOOL, F32, F32):
+            return _SELECT_F
+        if name == "convert_element_type" and in_dtypes == (BOOL,):
+            return _B2F
+    elif out_dtype == BOOL:
+        if name in _BOOL_BINARY and in_dtypes == (BOOL, BOOL):
+            return _BOOL_BINARY[name]
+        if name == "not" and in_dtypes == (BOOL,):
+            return _NOT
+        if name == "select" and in_dtypes == (BOOL, BOOL, BOOL):
+            return _SELECT_B
+        if name == "convert_element_type" and in_dtypes == (F32,):
+            return _F2B
+    return None
+
+
+def _mode(shape, out_shape):
+    """(mode, inner length) of an operand of `shape` in a result of
+    `out_shape`, or None when it broadcasts some other way."""
+    if math.prod(shape) == 1:
+        return SCALAR, 1
+    padded = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    if padded == tuple(out_shape):
+        return FULL, 1
+    for k in range(1, len(out_shape)):
+        inner = math.prod(out_shape[k:])
+        if all(d == 1 for d in padded[:k]) and padded[k:] == tuple(out_shape[k:]):
+            return ROW, inner
+        if padded[:k] == tuple(out_shape[:k]) and all(d == 1 for d in padded[k:]):
+            return COL, inner
+    return None
+
+
+def _block_size(n_regs, inner):
+    target = _SCRATCH_BYTES // (4 * max(n_regs, 1))
+    target = min(max(target, _MIN_BLOCK), _MAX_BLOCK)
+    return max(inner, (target // inner) * inner)
+
+
+def plan(chain, results, in_avals, donate=()):
+    """The C program of a fused chain, or None if it does not qualify.
+
+    Returns (code, n, inner, block, allocations, result_index) where
+    allocations[i] = (donated operand index or None, dtype) for each distinct
+    output buffer, and result_index maps each result to its buffer.
+    """
+    if not results:
+        return None
+    shape = tuple(chain[results[0]][3].shape)
+    n = math.prod(shape)
+    if n == 0 or any(tuple(step[3].shape) != shape for step in chain):
+        return None
+    modes, inner = [], 1
+    for aval in in_avals:
+        if aval.dtype not in _DTYPE_CODE:
+            return None
+        mode = _mode(tuple(aval.shape), shape)
+        if mode is None:
+            return None
+        if mode[0] in (ROW, COL):
+            if inner not in (1, mode[1]) or mode[1] > _MAX_INNER:
+                return None  # two different repeat lengths: not one block walk
+            inner = mode[1]
+        modes.append(mode[0])
+    n_in = len(in_avals)
+    reg_dtypes = [_DTYPE_CODE[a.dtype] for a in in_avals]
+    reg_of_step, ops = [], []
+    for prim, _, refs, aval in chain:
+        operands = [k if kind == "in" else reg_of_step[k] for kind, k, _ in refs]
+        in_dtypes = tuple(r[2].dtype for r in refs)
+        if aval.dtype not in _DTYPE_CODE:
+            return None
+        if prim.name == "convert_element_type" and in_dtypes == (aval.dtype,):
+            reg_of_step.append(operands[0])  # same dtype: the value itself
+            continue
+        opcode = _opcode(prim.name, in_dtypes, aval.dtype)
+        if opcode is None:
+            return None
+        dst = len(reg_dtypes)
+        reg_dtypes.append(_DTYPE_CODE[aval.dtype])
+        operands += [operands[0]] * (3 - len(operands))
+        ops.append((opcode, dst, *operands))
+        reg_of_step.append(dst)
+    last_read = {}  # register -> index of the last op reading it
+    for i, op in enumerate(ops):
+        for reg in op[2:]:
+            last_read[reg] = i
+    out_regs, allocations, result_index, buffer_of_reg = [], [], [], {}
+    free_donated = [
+        k for k in donate if modes[k] == FULL and tuple(in_avals[k].shape) == shape
+    ]
+    for j in results:
+        reg = reg_of_step[j]
+        if reg not in buffer_of_reg:
+            dtype = chain[j][3].dtype
+            into = next((k for k in free_donated if in_avals[k].dtype == dtype), None)
+            if into is not None:
+                free_donated.remove(into)
+            buffer_of_reg[reg] = len(allocations)
+            allocations.append((into, dtype))
+            # Written in place unless a later op still reads the donated
+            # operand it overwrites (reg - n_in is the op that makes it).
+            direct = reg >= n_in and (
+                into is None or last_read.get(into, -1) <= reg - n_in
+            )
+            out_regs += [reg, int(direct)]
+        result_index.append(buffer_of_reg[reg])
+    words = [n_in, len(reg_dtypes), len(ops), len(out_regs) // 2]
+    for mode, code in zip(modes, reg_dtypes):
+        words += [mode, code]
+    words += reg_dtypes
+    for op in ops:
+        words += op
+    words += out_regs
+    code = np.asarray(words, dtype=np.int32).tobytes()
+    return code, n, inner, _block_size(len(reg_dtypes), inner), tuple(allocations), tuple(result_index)
+
+
+def native_kernel(chain, results, in_avals, donate, fallback):
+    """A kernel running the chain in C, or None (use `fallback`, the NumPy
+    kernel with the same signature and donations)."""
+    if native.elementwise is None:
+        return None
+    planned = plan(chain, results, in_avals, donate)
+    if planned is None:
+        return None
+    code, n, inner, block, allocations, result_index = planned
+    run = native.elementwise.run
+    shape = tuple(chain[results[0]][3].shape)
+    empty = np.empty
+
+    def fused_native(*xs):
+        outs = tuple(
+            empty(shape, dtype) if into is None else xs[into]
+            for into, dtype in allocations
+        )
+        if run(code, n, inner, block, xs, outs):
+            return tuple(outs[i] for i in result_index)
+        return fallback(*xs)
+
+    fused_native.source = fallback.source
+    fused_native.native = True
+    return fused_native

@@ -1,0 +1,298 @@
+/* One pass over memory for a fused elementwise chain.
+
+   NumPy runs a fused chain one ufunc at a time: each step reads and writes
+   whole arrays, so a four-step optimizer update streams its megabytes
+   through the caches about nine times. Here the chain runs block by block
+   (a block is at most a few thousand elements, its temporaries stay in L1/L2):
+   every operand is read once and every result written once.
+
+   The program is built by keras_ipu/device/compiler/native_fusion.py, which
+   decides what qualifies (float32 and bool operands, operations whose
+   IEEE result is exact, so this kernel and NumPy's give the same bits).
+   run() returns False without touching anything when a buffer does not
+   match the program (not C-contiguous, wrong size or type): the caller then
+   runs its NumPy kernel. A result goes straight into its output array when
+   nothing reads that array later in the block (a fresh array, or a donated
+   operand past its last read); otherwise it is copied there at the end of
+   the block, after every read.
+
+   run(code, n, L, B, inputs, outputs)
+     code: int32 words
+       n_in n_regs n_ops n_out
+       n_in  x (mode dtype)        inputs are registers 0 .. n_in-1
+       n_regs x dtype
+       n_ops x (opcode dst a b c)
+       n_out x (reg direct)     direct: the step writes straight into the
+                                output (nothing reads that buffer after it)
+     n: elements of the result; L: the inner length that ROW/COL operands
+     repeat along (1 if none); B: block size, a multiple of L. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_F32 = 0, T_BOOL = 1 };
+/* FULL: n elements; SCALAR: one; ROW: L elements, element i is row[i % L];
+   COL: n / L elements, element i is col[i / L]. */
+enum { M_FULL = 0, M_SCALAR = 1, M_ROW = 2, M_COL = 3 };
+enum {
+    OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN,
+    OP_NEG, OP_ABS, OP_SQRT, OP_SQUARE, OP_RECIP, OP_FLOOR, OP_CEIL,
+    OP_GT, OP_GE, OP_LT, OP_LE, OP_EQ, OP_NE,
+    OP_AND, OP_OR, OP_XOR, OP_NOT,
+    OP_SELECT_F, OP_SELECT_B, OP_F2B, OP_B2F,
+    OP_LAST
+};
+
+#define MAX_REGS 512
+
+static int itemsize_of(int dtype) { return dtype == T_F32 ? 4 : 1; }
+
+static int format_ok(const char *format, int dtype) {
+    if (format == NULL) return 0;
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    if (dtype == T_F32) return format[0] == 'f' && format[1] == '\0';
+    return format[0] == '?' && format[1] == '\0';
+}
+
+static int get_buffer(PyObject *obj, Py_buffer *view, int dtype,
+                      Py_ssize_t count, int writable) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+    if (writable) flags |= PyBUF_WRITABLE;
+    if (PyObject_GetBuffer(obj, view, flags) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (view->itemsize != itemsize_of(dtype) || !format_ok(view->format, dtype)
+        || view->len != count * view->itemsize) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* The elementwise operations on one block of m elements. Not inlined: inside
+   run() GCC stops vectorizing these loops. Built twice, for AVX2 and for the
+   baseline, the loader picking the one the CPU runs (GCC's target_clones):
+   the same IEEE results, twice the width. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+VECTOR_CLONES __attribute__((noinline)) static void apply(int op, void *dst, void *a, void *b, void *c, Py_ssize_t m) {
+    float *d = (float *)dst, *x = (float *)a, *y = (float *)b;
+    uint8_t *db = (uint8_t *)dst, *xb = (uint8_t *)a, *yb = (uint8_t *)b;
+    Py_ssize_t i;
+    switch (op) {
+    case OP_ADD: for (i = 0; i < m; i++) d[i] = x[i] + y[i]; break;
+    case OP_SUB: for (i = 0; i < m; i++) d[i] = x[i] - y[i]; break;
+    case OP_MUL: for (i = 0; i < m; i++) d[i] = x[i] * y[i]; break;
+    case OP_DIV: for (i = 0; i < m; i++) d[i] = x[i] / y[i]; break;
+    /* NumPy's maximum/minimum: a NaN in either operand is the result, and
+       on equal values (-0.0 and 0.0) the second operand is. */
+    case OP_MAX:
+        for (i = 0; i < m; i++) d[i] = (x[i] != x[i] || x[i] > y[i]) ? x[i] : y[i];
+        break;
+    case OP_MIN:
+        for (i = 0; i < m; i++) d[i] = (x[i] != x[i] || x[i] < y[i]) ? x[i] : y[i];
+        break;
+    case OP_NEG: for (i = 0; i < m; i++) d[i] = -x[i]; break;
+    case OP_ABS: for (i = 0; i < m; i++) d[i] = fabsf(x[i]); break;
+    case OP_SQRT: for (i = 0; i < m; i++) d[i] = sqrtf(x[i]); break;
+    case OP_SQUARE: for (i = 0; i < m; i++) d[i] = x[i] * x[i]; break;
+    case OP_RECIP: for (i = 0; i < m; i++) d[i] = 1.0f / x[i]; break;
+    case OP_FLOOR: for (i = 0; i < m; i++) d[i] = floorf(x[i]); break;
+    case OP_CEIL: for (i = 0; i < m; i++) d[i] = ceilf(x[i]); break;
+    case OP_GT: for (i = 0; i < m; i++) db[i] = x[i] > y[i]; break;
+    case OP_GE: for (i = 0; i < m; i++) db[i] = x[i] >= y[i]; break;
+    case OP_LT: for (i = 0; i < m; i++) db[i] = x[i] < y[i]; break;
+    case OP_LE: for (i = 0; i < m; i++) db[i] = x[i] <= y[i]; break;
+    case OP_EQ: for (i = 0; i < m; i++) db[i] = x[i] == y[i]; break;
+    case OP_NE: for (i = 0; i < m; i++) db[i] = x[i] != y[i]; break;
+    case OP_AND: for (i = 0; i < m; i++) db[i] = xb[i] & yb[i]; break;
+    case OP_OR: for (i = 0; i < m; i++) db[i] = xb[i] | yb[i]; break;
+    case OP_XOR: for (i = 0; i < m; i++) db[i] = xb[i] ^ yb[i]; break;
+    case OP_NOT: for (i = 0; i < m; i++) db[i] = !xb[i]; break;
+    case OP_SELECT_F: {
+        /* On the bit patterns: NaN payloads and -0.0 pass unchanged. */
+        const uint8_t *p = (const uint8_t *)a;
+        const uint32_t *t = (const uint32_t *)b, *f = (const uint32_t *)c;
+        uint32_t *o = (uint32_t *)dst;
+        for (i = 0; i < m; i++) {
+            uint32_t mask = (uint32_t)0 - (uint32_t)(p[i] != 0);
+            o[i] = f[i] ^ (mask & (t[i] ^ f[i]));
+        }
+        break;
+    }
+    case OP_SELECT_B: {
+        const uint8_t *p = (const uint8_t *)a, *t = (const uint8_t *)b,
+                      *f = (const uint8_t *)c;
+        for (i = 0; i < m; i++) db[i] = p[i] ? t[i] : f[i];
+        break;
+    }
+    case OP_F2B: for (i = 0; i < m; i++) db[i] = x[i] != 0.0f; break;
+    case OP_B2F: for (i = 0; i < m; i++) d[i] = xb[i] ? 1.0f : 0.0f; break;
+    }
+}
+
+static void fill(char *dst, const char *src, Py_ssize_t count, int size,
+                 Py_ssize_t repeat) {
+    /* dst = src[0..count) each element repeated `repeat` times. */
+    Py_ssize_t i, r;
+    if (size == 4) {
+        uint32_t *d = (uint32_t *)dst;
+        const uint32_t *s = (const uint32_t *)src;
+        for (i = 0; i < count; i++)
+            for (r = 0; r < repeat; r++) *d++ = s[i];
+    } else {
+        for (i = 0; i < count; i++) {
+            memset(dst, src[i], (size_t)repeat);
+            dst += repeat;
+        }
+    }
+}
+
+static PyObject *run(PyObject *self, PyObject *args) {
+    Py_buffer code;
+    Py_ssize_t n, L, B;
+    PyObject *ins, *outs;
+    if (!PyArg_ParseTuple(args, "y*nnnO!O!", &code, &n, &L, &B, &PyTuple_Type,
+                          &ins, &PyTuple_Type, &outs))
+        return NULL;
+    const int32_t *w = (const int32_t *)code.buf;
+    Py_ssize_t words = code.len / 4;
+    PyObject *result = NULL;
+    Py_buffer views[MAX_REGS];
+    int n_views = 0;
+    char *scratch = NULL;
+
+    if (words < 4 || L < 1 || B < L || B % L != 0 || n < 0 || n % L != 0) {
+        PyErr_SetString(PyExc_ValueError, "native elementwise: bad header");
+        goto done;
+    }
+    int n_in = w[0], n_regs = w[1], n_ops = w[2], n_out = w[3];
+    if (n_in < 0 || n_regs > MAX_REGS || n_in > n_regs || n_ops < 0 || n_out < 0
+        || words != 4 + 2 * n_in + n_regs + 5 * n_ops + 2 * n_out
+        || PyTuple_GET_SIZE(ins) != n_in || PyTuple_GET_SIZE(outs) != n_out) {
+        PyErr_SetString(PyExc_ValueError, "native elementwise: bad program");
+        goto done;
+    }
+    const int32_t *in_desc = w + 4, *reg_dtype = in_desc + 2 * n_in;
+    const int32_t *ops = reg_dtype + n_regs, *out_regs = ops + 5 * n_ops;
+    for (int k = 0; k < n_ops; k++) {
+        const int32_t *o = ops + 5 * k;
+        for (int j = 1; j < 5; j++)
+            if (o[j] < 0 || o[j] >= n_regs) {
+                PyErr_SetString(PyExc_ValueError, "native elementwise: bad register");
+                goto done;
+            }
+        if (o[0] <= 0 || o[0] >= OP_LAST || o[1] < n_in) {
+            PyErr_SetString(PyExc_ValueError, "native elementwise: bad op");
+            goto done;
+        }
+    }
+    char *base[MAX_REGS];
+    Py_ssize_t counts[4] = {n, 1, L, n / L};
+    for (int k = 0; k < n_in; k++) {
+        int mode = in_desc[2 * k], dtype = in_desc[2 * k + 1];
+        if (mode < 0 || mode > 3 || dtype != reg_dtype[k]
+            || !get_buffer(PyTuple_GET_ITEM(ins, k), &views[n_views], dtype,
+                           counts[mode], 0)) {
+            result = Py_False;
+            goto done;
+        }
+        base[k] = (char *)views[n_views++].buf;
+    }
+    char *out_base[MAX_REGS];
+    if (n_out > MAX_REGS - n_views) {
+        result = Py_False;
+        goto done;
+    }
+    for (int k = 0; k < n_out; k++) {
+        int reg = out_regs[2 * k];
+        if (reg < 0 || reg >= n_regs || (out_regs[2 * k + 1] && reg < n_in)
+            || !get_buffer(PyTuple_GET_ITEM(outs, k), &views[n_views],
+                           reg_dtype[reg], n, 1)) {
+            result = Py_False;
+            goto done;
+        }
+        out_base[k] = (char *)views[n_views++].buf;
+    }
+    if (n == 0) {
+        result = Py_True;
+        goto done;
+    }
+    Py_ssize_t block = B < n ? B : n;
+    /* Registers a multiple of 4 KiB apart make every load look like it may
+       depend on the store before it (4K aliasing) and ran this loop at a
+       third of its speed: each slot is padded off that stride. */
+    size_t stride = (size_t)block * 4 + 192;
+    scratch = (char *)malloc((size_t)n_regs * stride + 64);
+    if (scratch == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    char *ptr[MAX_REGS];
+    Py_BEGIN_ALLOW_THREADS
+    /* Scalars and rows are the same in every block: expanded once. */
+    for (int k = 0; k < n_in; k++) {
+        int mode = in_desc[2 * k], size = itemsize_of(reg_dtype[k]);
+        char *slot = scratch + (size_t)k * stride;
+        if (mode == M_SCALAR) fill(slot, base[k], 1, size, block);
+        else if (mode == M_ROW) {
+            for (Py_ssize_t r = 0; r < block / L; r++)
+                memcpy(slot + r * L * size, base[k], L * size);
+        }
+    }
+    for (int r = 0; r < n_regs; r++) ptr[r] = scratch + (size_t)r * stride;
+    for (Py_ssize_t start = 0; start < n; start += block) {
+        Py_ssize_t m = n - start < block ? n - start : block;
+        for (int k = 0; k < n_in; k++) {
+            int mode = in_desc[2 * k], size = itemsize_of(reg_dtype[k]);
+            if (mode == M_FULL) ptr[k] = base[k] + start * size;
+            else if (mode == M_COL)
+                fill(scratch + (size_t)k * stride, base[k] + (start / L) * size,
+                     m / L, size, L);
+        }
+        for (int k = 0; k < n_out; k++)
+            if (out_regs[2 * k + 1])
+                ptr[out_regs[2 * k]] =
+                    out_base[k] + start * itemsize_of(reg_dtype[out_regs[2 * k]]);
+        for (int k = 0; k < n_ops; k++) {
+            const int32_t *o = ops + 5 * k;
+            apply(o[0], ptr[o[1]], ptr[o[2]], ptr[o[3]], ptr[o[4]], m);
+        }
+        for (int k = 0; k < n_out; k++) {
+            int reg = out_regs[2 * k], size = itemsize_of(reg_dtype[reg]);
+            if (!out_regs[2 * k + 1])
+                memcpy(out_base[k] + start * size, ptr[reg], m * size);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_True;
+
+done:
+    free(scratch);
+    for (int k = 0; k < n_views; k++) PyBuffer_Release(&views[k]);
+    PyBuffer_Release(&code);
+    Py_XINCREF(result);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"run", run, METH_VARARGS,
+     "run(code, n, L, B, inputs, outputs) -> bool: one fused chain, block by "
+     "block; False (nothing written) when a buffer does not fit the program."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_elementwise",
+    "Fused elementwise chains in one pass (see native_fusion.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__elementwise(void) { return PyModule_Create(&module); }

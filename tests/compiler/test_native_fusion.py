@@ -1,0 +1,246 @@
+"""The C kernel for fused elementwise chains (native_fusion.py,
+native/_elementwise.c) against the NumPy kernel it replaces: the same bits
+on every value (NaN, infinities, -0.0), every operand layout, donation,
+and the run-time fallback."""
+
+import os
+import shutil
+import sysconfig
+
+import numpy as np
+import pytest
+from compiler_graphs import aval
+from compiler_graphs import build
+from compiler_graphs import lit
+
+from keras_ipu.device import native
+from keras_ipu.device.compiler import native_fusion
+from keras_ipu.device.compiler.executable import Executable
+from keras_ipu.device.compiler.fusion import fuse_elementwise
+
+needs_native = pytest.mark.skipif(
+    native.elementwise is None, reason="the C extension is not built here"
+)
+_rng = np.random.default_rng(11)
+
+
+def _compiler_present():
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return any(shutil.which(name) for name in (cc, "cc", "gcc", "clang"))
+
+
+def test_extension_is_built_where_a_compiler_is():
+    # The install (hatch_build.py) builds it; a silent build failure would
+    # leave every chain on the slower NumPy path.
+    if os.environ.get("KERAS_IPU_NATIVE") == "0":
+        pytest.skip("KERAS_IPU_NATIVE=0 turns the extension off")
+    if not _compiler_present():
+        pytest.skip("no C compiler on this machine")
+    assert native.available(), "keras_ipu/device/native/_elementwise was not built"
+
+
+def _special(shape):
+    """Normal values with NaN, +-inf, +-0.0 and ties mixed in."""
+    x = _rng.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0], np.float32)
+    picks = _rng.random(flat.size) < 0.3
+    flat[picks] = _rng.choice(specials, picks.sum())
+    return x
+
+
+def _both(graph, *args):
+    """(native results, NumPy results, the native Executable)."""
+    fused = fuse_elementwise(graph)
+    with_c = Executable(fused)
+    saved = native.elementwise
+    native.elementwise = None
+    try:
+        without = Executable(fused)
+    finally:
+        native.elementwise = saved
+    copies = [np.array(a, copy=True) for a in args]
+    return with_c.run(*args), without.run(*copies), with_c
+
+
+def _assert_same_bits(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+        if g.dtype.kind == "f":
+            np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
+
+
+def _uses_native(exe):
+    return any(getattr(k, "native", False) for k in exe._kernels)
+
+
+@needs_native
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "max", "min"])
+def test_binary_ops_give_numpys_bits(op):
+    def body(b, x, y):  # times 1: a chain of two, which fusion takes
+        return b.op("mul", b.op(op, x, y), lit(1.0, "float32"))
+
+    shape = (37, 129)  # not a multiple of any block size
+    x, y = _special(shape), _special(shape)
+    got, want, exe = _both(build([aval(shape), aval(shape)], body), x, y)
+    assert _uses_native(exe)
+    _assert_same_bits(got, want)
+
+
+@needs_native
+@pytest.mark.parametrize("op", ["neg", "abs", "sqrt", "square", "reciprocal", "floor", "ceil"])
+def test_unary_ops_give_numpys_bits(op):
+    def body(b, x):
+        return b.op("mul", b.op(op, x), lit(1.0, "float32"))
+
+    x = _special((1000,)) * np.float32(7.3)
+    got, want, exe = _both(build([aval((1000,))], body), x)
+    assert _uses_native(exe)
+    _assert_same_bits(got, want)
+
+
+@needs_native
+def test_relu_and_its_derivative_mask_with_comparisons_and_selects():
+    # What the MLP's forward pass fuses: bias add, relu, and the 0/0.5/1
+    # derivative mask (ties split) kept for the backward pass.
+    def body(b, x, bias):
+        y = b.op("add", x, bias)
+        relu = b.op("max", y, lit(0.0, "float32"))
+        gt = b.op("gt", y, lit(0.0, "float32"))
+        eq = b.op("eq", y, lit(0.0, "float32"))
+        half = b.op("select", eq, lit(0.5, "float32"), lit(0.0, "float32"))
+        mask = b.op("select", gt, lit(1.0, "float32"), half)
+        return [relu, mask, b.op("ne", y, y)]
+
+    x, bias = _special((64, 300)), _special((300,))
+    got, want, exe = _both(build([aval((64, 300)), aval((300,))], body), x, bias)
+    assert _uses_native(exe)
+    _assert_same_bits(got, want)
+
+
+@needs_native
+def test_bool_logic_and_conversions():
+    def body(b, x, y):
+        p = b.op("lt", x, y)
+        q = b.op("ge", x, lit(0.5, "float32"))
+        both = b.op("and", p, q)
+        either = b.op("or", p, b.op("not", q))
+        odd = b.op("xor", p, q)
+        as_float = b.op("convert_element_type", either, dtype=np.dtype("float32"))
+        back = b.op("convert_element_type", x, dtype=np.dtype("bool"))
+        chosen = b.op("select", odd, both, back)
+        return [b.op("mul", as_float, y), chosen]
+
+    x, y = _special((50, 70)), _special((50, 70))
+    got, want, exe = _both(build([aval((50, 70)), aval((50, 70))], body), x, y)
+    assert _uses_native(exe)
+    _assert_same_bits(got, want)
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "small",
+    [(), (1,), (1, 1, 9), (9,), (5, 1, 1), (5, 7, 1), (1, 7, 9), (5, 1, 9)],
+)
+def test_operand_layouts_scalar_row_column_and_unsupported(small):
+    def body(b, x, s):
+        return b.op("sub", b.op("mul", x, s), s)
+
+    shape = (5, 7, 9)
+    x, s = _special(shape), _special(small)
+    got, want, exe = _both(build([aval(shape), aval(small)], body), x, s)
+    _assert_same_bits(got, want)
+    # (5, 1, 9) repeats neither along leading nor trailing axes only: NumPy.
+    assert _uses_native(exe) == (small != (5, 1, 9))
+
+
+@needs_native
+def test_optimizer_update_writes_into_the_donated_gradient():
+    # SGD momentum (the MLP's update): the gradient, a fresh product nobody
+    # else reads, is donated; the C kernel writes a result into it.
+    def body(b, x, w, m, lr):
+        g = b.op("dot_general", x, w, dimension_numbers=(((0,), (0,)), ((), ())))
+        new_m = b.op("sub", b.op("mul", m, lit(0.9, "float32")), b.op("mul", g, lr))
+        return [new_m, b.op("add", b.op("mul", g, lit(2.0, "float32")), new_m)]
+
+    x, w, m = _special((8, 40)), _special((8, 30)), _special((40, 30))
+    x, w = np.nan_to_num(x), np.nan_to_num(w)
+    lr = np.asarray(0.01, np.float32)
+    graph = build([aval((8, 40)), aval((8, 30)), aval((40, 30)), aval(())], body)
+    got, want, exe = _both(graph, x, w, m, lr)
+    node = [r for r in exe.records if r[0].name == "fused_elementwise"][0]
+    assert node[1]["donate"]
+    _assert_same_bits(got, want)
+
+
+@needs_native
+def test_direct_write_waits_for_the_last_read_of_a_donated_operand():
+    # Step 0's result goes into donated operand 0, which step 1 still reads:
+    # it is copied there at the end of each block, not written at once.
+    from keras_ipu.device.primitives.registry import REGISTRY
+
+    a, s = aval((3000,)), aval(())
+    chain = (
+        (REGISTRY["mul"], (), (("in", 0, a), ("in", 1, s)), a),
+        (REGISTRY["add"], (), (("t", 0, a), ("in", 0, a)), a),
+    )
+    planned = native_fusion.plan(chain, (0, 1), (a, s), donate=(0,))
+    code = np.frombuffer(planned[0], np.int32)
+    assert planned[4] == ((0, np.dtype("float32")), (None, np.dtype("float32")))
+    assert list(code[-4:]) == [2, 0, 3, 1]  # (register, direct) per output
+
+    def fallback(*xs):
+        pytest.fail("fell back to NumPy")
+
+    fallback.source = ""
+    kernel = native_fusion.native_kernel(chain, (0, 1), (a, s), (0,), fallback)
+    x = _special((3000,))
+    three = np.asarray(3.0, np.float32)
+    donated = x.copy()
+    got = kernel(donated, three)
+    assert got[0] is donated
+    _assert_same_bits(list(got), [x * three, x * three + x])
+
+
+@needs_native
+def test_views_and_foreign_buffers_fall_back_to_numpy():
+    def body(b, x, y):
+        return b.op("add", b.op("mul", x, y), lit(1.0, "float32"))
+
+    x, y = _special((30, 40)), _special((30, 40))
+    fused = fuse_elementwise(build([aval((30, 40)), aval((30, 40))], body))
+    exe = Executable(fused)
+    assert _uses_native(exe)
+    strided = np.asfortranarray(x)  # same values, not C-contiguous
+    (got,) = exe.run(strided, y)
+    with np.errstate(all="ignore"):
+        want = x * y + np.float32(1.0)
+    _assert_same_bits([got], [want])
+
+
+def test_plan_leaves_inexact_or_other_dtype_chains_to_numpy():
+    from keras_ipu.device.primitives.registry import REGISTRY
+
+    f32, f64, i32 = aval((100,)), aval((100,), "float64"), aval((100,), "int32")
+    exp = ((REGISTRY["exp"], (), (("in", 0, f32),), f32),)
+    assert native_fusion.plan(exp, (0,), (f32,)) is None
+    add64 = ((REGISTRY["add"], (), (("in", 0, f64), ("in", 0, f64)), f64),)
+    assert native_fusion.plan(add64, (0,), (f64,)) is None
+    addi = ((REGISTRY["add"], (), (("in", 0, i32), ("in", 0, i32)), i32),)
+    assert native_fusion.plan(addi, (0,), (i32,)) is None
+    add = ((REGISTRY["add"], (), (("in", 0, f32), ("in", 0, f32)), f32),)
+    assert native_fusion.plan(add, (0,), (f32,)) is not None
+
+
+@needs_native
+def test_printed_program_says_which_chains_run_in_c():
+    def body(b, x):
+        return b.op("mul", b.op("add", x, x), x)
+
+    g = build([aval((4, 4))], body)
+    text = str(Executable(fuse_elementwise(g)))
+    assert "runs in one pass, in C" in text
+    g = build([aval((4, 4))], lambda b, x: b.op("exp", b.op("add", x, x)))
+    assert "in C" not in str(Executable(fuse_elementwise(g)))
