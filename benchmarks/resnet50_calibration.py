@@ -75,7 +75,9 @@ def trace_train_step(model, x, y):
     from keras_ipu.device.trace import trace_flat
 
     model._symbolic_build(data_batch=(x, y))
-    state = model_state.read_state(model, model_state.TRAIN_STATE)
+    state = model_state.read_state(
+        model_state.state_variables(model, model_state.TRAIN_STATE)
+    )
     leaves, structure = flatten((state, (x, y)))
     avals = [ShapedArray(tuple(v.shape), v.dtype) for v in leaves]
     n_state = len(flatten(state)[0])

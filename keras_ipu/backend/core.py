@@ -42,11 +42,23 @@ def _np_dtype(dtype):
 
 
 class Variable(KerasVariable):
+    # True while the array the trainer stored here (a step's result) has
+    # not been read by anyone: the next compiled step may then update it in
+    # place (donation, model_state.read_owned_state). Any read of `value`
+    # or assignment from elsewhere clears it.
+    _ipu_private = False
+
     def _initialize(self, value):
         self._value = _owned_tensor(value, self._dtype)
 
     def _direct_assign(self, value):
+        self._ipu_private = False
         self._value = _owned_tensor(value, self._dtype)
+
+    @property
+    def value(self):
+        self._ipu_private = False  # whoever reads it may keep the array
+        return super().value
 
     def _convert_to_tensor(self, value, dtype=None):
         return convert_to_tensor(value, dtype=dtype)

@@ -286,14 +286,21 @@ class IPUTrainer(base_trainer.Trainer):
     def _runs_compiled(self):
         return not self.run_eagerly and self.jit_compile
 
-    def _make_execution(self, step, kinds):
+    def _make_execution(self, step, kinds, donate_state=False):
         _check_stateless_signature(step)
-        loop = DeviceLoop(step, compiled=self._runs_compiled())
+        compiled = self._runs_compiled()
+        # A train step replaces the whole state: the compiled program may
+        # update it in place (donation, as Keras' JAX trainer does), given
+        # arrays nobody else holds (read_owned_state).
+        donate = donate_state and compiled
+        loop = DeviceLoop(step, compiled=compiled, donate_state=donate)
+        read = model_state.read_owned_state if donate else model_state.read_state
 
         def run_execution(batches):
-            state = model_state.read_state(self, kinds)
+            variables = model_state.state_variables(self, kinds)
+            state = read(variables)
             chunks, state = loop(state, batches)
-            model_state.write_state(self, kinds, state)
+            model_state.write_state(variables, kinds, state, private=donate)
             return chunks
 
         run_execution.device_loop = loop
@@ -303,7 +310,7 @@ class IPUTrainer(base_trainer.Trainer):
         if self.train_function is not None and not force:
             return self.train_function
         execution = self._make_execution(
-            self.train_step, model_state.TRAIN_STATE
+            self.train_step, model_state.TRAIN_STATE, donate_state=True
         )
 
         def run_train_execution(batches):

@@ -19,6 +19,8 @@ system (other IPU version, tiles or floating-point behaviour) compiles
 again.
 """
 
+import dataclasses
+
 import numpy as np
 
 from keras_ipu.device.compiler import device_checks
@@ -74,14 +76,34 @@ def _as_array(x):
     return np.asarray(x)
 
 
+def _donated_leaves(structure, argnums):
+    """Flat positions of the leaves of the donated arguments."""
+    _, children = structure  # flatten(args): a tuple of the arguments
+    positions, start = [], 0
+    for i, child in enumerate(children):
+        count = _count_leaves(child)
+        if i in argnums:
+            positions.extend(range(start, start + count))
+        start += count
+    return tuple(positions)
+
+
+def _count_leaves(structure):
+    if structure is None:
+        return 1
+    children = structure[2] if structure[0] is dict else structure[1]
+    return sum(_count_leaves(c) for c in children)
+
+
 class Jitted:
     """A function compiled per input signature (see the module doc)."""
 
-    def __init__(self, fn, options=None, cache=None):
+    def __init__(self, fn, options=None, cache=None, donate_argnums=()):
         self.fn = fn
         self.options = options or CompileOptions()
+        self.donate_argnums = tuple(sorted(set(donate_argnums)))
         self.cache = CACHE if cache is None else cache
-        # (structure, avals, options id) -> (executable, out structure)
+        # (structure, (shape, dtype) per input, options id) -> (executable, out structure)
         self._signatures = {}
         # The options resolved for the configured system (target, fp
         # behaviour) and a small id for them: hashing the options on every
@@ -106,15 +128,18 @@ class Jitted:
         return self._lookup(structure, arrays)[0]
 
     def _lookup(self, structure, arrays):
-        avals = tuple(ShapedArray(a.shape, a.dtype) for a in arrays)
         context = device_checks.compile_context()
         if context is not self._context:
             options = device_checks.resolve_options(self.options, context)
             self._options_id = self._option_ids.setdefault(options, len(self._option_ids))
             self._options, self._context = options, context
-        key = (structure, avals, self._options_id)
+        # (shape, dtype) pairs: a ShapedArray per input on every call cost
+        # more than the rest of the lookup; built only to compile.
+        signature = tuple([(a.shape, a.dtype) for a in arrays])
+        key = (structure, signature, self._options_id)
         entry = self._signatures.get(key)
         if entry is None:
+            avals = tuple(ShapedArray(shape, dtype) for shape, dtype in signature)
             entry = self._compile(structure, avals, self._options)
             self._signatures[key] = entry
         return entry
@@ -132,6 +157,10 @@ class Jitted:
         self.trace_count += 1
         if captures:  # only possible inside another trace, which inlines
             raise AssertionError("a top-level trace captured outer values")
+        if self.donate_argnums:
+            options = dataclasses.replace(
+                options, donated_inputs=_donated_leaves(structure, self.donate_argnums)
+            )
         return self.cache.get(graph, options, name=self.__name__), out_structure[0]
 
     def __call__(self, *args):
@@ -143,8 +172,15 @@ class Jitted:
         return unflatten(out_structure, executable.run(*arrays))
 
 
-def jit(fn=None, *, options=None, cache=None):
-    """Compile `fn` for the IPU (see the module doc). Usable as @jit too."""
+def jit(fn=None, *, options=None, cache=None, donate_argnums=()):
+    """Compile `fn` for the IPU (see the module doc). Usable as @jit too.
+
+    `donate_argnums`: the positional arguments whose arrays the caller
+    gives up (as jax.jit's): the program may overwrite them, typically to
+    update state in place. The caller must not read them after the call;
+    the results may occupy their memory.
+    """
     if fn is None:
-        return lambda f: Jitted(f, options=options, cache=cache)
-    return Jitted(fn, options=options, cache=cache)
+        return lambda f: Jitted(f, options=options, cache=cache,
+                                donate_argnums=donate_argnums)
+    return Jitted(fn, options=options, cache=cache, donate_argnums=donate_argnums)

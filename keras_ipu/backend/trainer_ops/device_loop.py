@@ -119,9 +119,12 @@ class DeviceLoop:
     (chunks, state) (see the module doc).
     """
 
-    def __init__(self, step, compiled):
+    def __init__(self, step, compiled, donate_state=False):
         self.step = step
         self.compiled = compiled
+        # The caller gives up the state arrays (jit's donate_argnums): the
+        # program may update them in place.
+        self.donate_state = donate_state
         self._loops = {}  # batch structure -> Jitted loop
 
     def __call__(self, state, batches):
@@ -149,7 +152,10 @@ class DeviceLoop:
         if loop is None:
             template = run.batches()[0]
             output_structure = []
-            loop = jit(self._make_loop(template, output_structure))
+            loop = jit(
+                self._make_loop(template, output_structure),
+                donate_argnums=(0,) if self.donate_state else (),
+            )
             loop.output_structure = output_structure
             loop.__name__ = getattr(self.step, "__name__", "step") + "_loop"
             self._loops[run.structure] = loop

@@ -7,6 +7,10 @@ results back after it, so callbacks, evaluate() and the user always see
 the current weights between executions.
 """
 
+import numpy as np
+
+from keras_ipu.device.array import Tensor
+
 TRAIN_STATE = ("trainable", "non_trainable", "optimizer", "metrics")
 TEST_STATE = ("trainable", "non_trainable", "metrics")
 PREDICT_STATE = ("trainable", "non_trainable")
@@ -24,21 +28,63 @@ def variables_of(model, kind):
     raise ValueError(f"Unknown kind of model state {kind!r}; one of {TRAIN_STATE}.")
 
 
-def read_state(model, kinds):
-    """One list of current values per kind, in `kinds` order."""
-    return tuple([v.value for v in variables_of(model, kind)] for kind in kinds)
+def state_variables(model, kinds):
+    """One list of variables per kind, in `kinds` order (taken once per
+    execution: walking the layers costs about as much as the assigns)."""
+    return tuple(variables_of(model, kind) for kind in kinds)
 
 
-def write_state(model, kinds, state):
-    """Assign the values of `state` (as read_state gives it) to the model."""
-    for kind, values in zip(kinds, state):
-        variables = variables_of(model, kind)
-        if len(variables) != len(values):
+def read_state(variables):
+    """The current values of `variables` (as state_variables gives them)."""
+    return tuple([v.value for v in group] for group in variables)
+
+
+def read_owned_state(variables):
+    """read_state for a step that updates the state in place (donation): the
+    arrays it returns are given up to that step. A variable's array is given
+    as it is only when the trainer stored it there and nobody has read it
+    since (Variable._ipu_private); otherwise, or when another variable holds
+    the same array, a copy is given, so a weight a callback or the user
+    kept never changes under them."""
+    seen = set()
+    state = []
+    for group in variables:
+        values = []
+        for v in group:
+            tensor = v._value
+            array = np.asarray(tensor)
+            if not v._ipu_private or id(array) in seen:
+                tensor = Tensor(np.array(array))
+                array = tensor._value
+            seen.add(id(array))
+            values.append(tensor)
+        state.append(values)
+    return tuple(state)
+
+
+def write_state(variables, kinds, state, private=False):
+    """Assign the values of `state` (as read_state gives it) to `variables`.
+    `private`: the values are arrays nobody else holds (a compiled step's
+    results), which the next step may update in place."""
+    for kind, group, values in zip(kinds, variables, state):
+        if len(group) != len(values):
             raise ValueError(
                 f"The step returned {len(values)} {kind} values for the "
-                f"model's {len(variables)} {kind} variables. A custom "
+                f"model's {len(group)} {kind} variables. A custom "
                 "train_step/test_step must return the state it was given, "
                 "with the same number of entries of each kind."
             )
-        for variable, value in zip(variables, values):
-            variable.assign(value)
+        for variable, value in zip(group, values):
+            if (
+                private
+                and type(value) is Tensor
+                and value.shape == variable.shape
+                and value.dtype == variable._value.dtype
+            ):
+                # A step's result as the variable holds it: what assign()
+                # would store, without its conversions and checks.
+                variable._value = value
+            else:
+                variable.assign(value)
+            if private:
+                variable._ipu_private = True

@@ -11,7 +11,7 @@ import numpy as np
 from keras_ipu.device.compiler.lowering import LOWERINGS
 
 
-def _compile(graph):
+def _compile(graph, donated_inputs=()):
     # Imported here: the pipeline imports the executable, which lowers.
     from keras_ipu.device.compiler.executable import Executable
     from keras_ipu.device.compiler.options import CompileOptions
@@ -19,8 +19,9 @@ def _compile(graph):
 
     # The outer compile already demoted sub-graphs with the outer program
     # (their signatures must match it); never demote them on their own.
-    optimized, log = optimize(graph, CompileOptions(demote_64bit=False))
-    return Executable(optimized, passes=log)
+    options = CompileOptions(demote_64bit=False, donated_inputs=donated_inputs)
+    optimized, log = optimize(graph, options)
+    return Executable(optimized, passes=log, donated_inputs=donated_inputs)
 
 
 def _lower_cond(params, in_avals, out_avals):
@@ -54,13 +55,24 @@ def _lower_while(params, in_avals, out_avals):
 
 
 def _lower_scan(params, in_avals, out_avals):
-    body = _compile(params["body"])
     n_carry, n_xs = params["n_carry"], params["n_xs"]
     length, reverse = params["length"], params["reverse"]
+    # The body may update its carries in place (donation.py): the loop owns
+    # them. An initial carry the outer program does not own (`owned_carry`,
+    # from the Executable) is copied once before the loop when the body
+    # writes into it; a result the body did not allocate (a pass-through, a
+    # view) is copied before it becomes a carry the body writes into.
+    body = _compile(params["body"], donated_inputs=tuple(range(n_carry)))
+    owned = params.get("owned_carry", ())
+    written = [k for k in range(n_carry) if k in body.written_inputs]
+    copy_first = tuple(k for k in written if k not in owned)
+    recopy = tuple(k for k in written if not body.owned_outputs[k])
     y_avals = out_avals[n_carry:]
 
     def scan(*operands):
         carry = list(operands[:n_carry])
+        for k in copy_first:
+            carry[k] = np.array(carry[k])
         xs = operands[n_carry:n_carry + n_xs]
         consts = list(operands[n_carry + n_xs:])
         ys = [np.empty(a.shape, a.dtype) for a in y_avals]
@@ -68,6 +80,8 @@ def _lower_scan(params, in_avals, out_avals):
         for t in steps:
             outs = body.run_unchecked(carry + [x[t] for x in xs] + consts)
             carry = outs[:n_carry]
+            for k in recopy:
+                carry[k] = np.array(carry[k])
             for y, value in zip(ys, outs[n_carry:]):
                 y[t] = value
         return tuple(carry) + tuple(ys)

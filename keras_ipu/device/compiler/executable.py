@@ -28,11 +28,14 @@ import logging
 import numpy as np
 
 from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.compiler.donation import donatable_operands
+from keras_ipu.device.compiler.donation import fresh_outputs
 from keras_ipu.device.compiler.liveness import analyze_liveness
 from keras_ipu.device.compiler.lowering import lower
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import Var
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.config.enums import DeviceConnectionType
 from keras_ipu.device.simulator import system as _system
@@ -42,7 +45,7 @@ try:
 except ImportError:  # another helper's module; no run listeners until then
     _profile = None
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 logger = logging.getLogger("keras_ipu.device")
 
@@ -91,7 +94,8 @@ class Executable:
     workload = None  # device_checks.workload(...) of the compiling caller
     _prediction = None
 
-    def __init__(self, graph, notes=(), passes=(), behaviour=_INHERIT, name=None):
+    def __init__(self, graph, notes=(), passes=(), behaviour=_INHERIT, name=None,
+                 donated_inputs=()):
         if behaviour is _INHERIT:
             behaviour = _binding_behaviour.get()
         self.fp_behaviour = behaviour
@@ -144,6 +148,7 @@ class Executable:
             if last < len(graph.nodes):
                 dying.setdefault(last, []).append(slot_of[v])
         # (primitive, params, in_slots, out_slots, frees, in_avals, out_avals)
+        self._note_ownership(graph, donated_inputs)
         self.records = []
         for i, node in enumerate(graph.nodes):
             frees = tuple(sorted(dying.get(i, ())))
@@ -159,6 +164,38 @@ class Executable:
                 )
             )
         self._bind()
+
+    def _note_ownership(self, graph, donated_inputs):
+        """What donation (donation.py) means for this program: the inputs its
+        kernels may write into (`written_inputs`), which of its outputs are
+        arrays it owns (`owned_outputs`: allocated by a kernel, or a donated
+        input passed through; a loop may then update them in place), and
+        for each scan the initial carries it owns (`owned_operands`)."""
+        self.donated_inputs = tuple(donated_inputs)
+        input_index = {v: k for k, v in enumerate(graph.inputs)}
+        donate = donatable_operands(graph.nodes, graph.inputs, graph.outputs, donated_inputs)
+        self.owned_operands = {}
+        written = set()
+        for i, node in enumerate(graph.nodes):
+            positions = node.params.get("donate", ())
+            if node.primitive.name == "scan":
+                n_carry = node.params["n_carry"]
+                positions = tuple(k for k in donate.get(i, ()) if k < n_carry)
+                self.owned_operands[i] = positions
+            for k in positions:
+                if node.inputs[k] in input_index:
+                    written.add(input_index[node.inputs[k]])
+        self.written_inputs = frozenset(written)
+        fresh = set()
+        for node in graph.nodes:
+            fresh |= fresh_outputs(node)
+        fresh |= {graph.inputs[k] for k in donated_inputs}
+        seen = set()
+        owned = []
+        for v in graph.outputs:
+            owned.append(type(v) is Var and v in fresh and v not in seen)
+            seen.add(v if type(v) is Var else id(v))
+        self.owned_outputs = tuple(owned)
 
     # -- lowering to the run loop ----------------------------------------
     def _bind(self):
@@ -177,6 +214,8 @@ class Executable:
             for i, (prim, params, ins, outs, frees, in_avals, out_avals) in enumerate(
                 self.records
             ):
+                if i in self.owned_operands:  # a scan: its owned initial carries
+                    params = dict(params, owned_carry=self.owned_operands[i])
                 kernel = lower(prim, params, in_avals, out_avals)
                 kernels.append(kernel)
                 if wrap is not None:
@@ -191,9 +230,11 @@ class Executable:
         self._n_inputs = len(self.in_avals)
         self._in_dtypes = tuple(a.dtype for a in self.in_avals)
         self._in_shapes = tuple(a.shape for a in self.in_avals)
-        # Constants returned as outputs are copied: the caller owns results.
+        # Constants returned as outputs are copied, and a value returned
+        # twice is returned as two arrays: the caller owns its results.
         self._output_plan = tuple(
-            (s, s in self.constants) for s in self.output_slots
+            (s, s in self.constants or s in self.output_slots[:k])
+            for k, s in enumerate(self.output_slots)
         )
 
     def __getstate__(self):

@@ -17,9 +17,9 @@ ops allocates about one buffer instead of k.
 
 import numpy as np
 
+from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
 from keras_ipu.device.compiler.graph_utils import producers
-from keras_ipu.device.compiler.graph_utils import reader_counts
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
 from keras_ipu.device.compiler.lowering import LOWERINGS
@@ -232,7 +232,9 @@ def _fusible(node):
     )
 
 
-def fuse_elementwise(graph):
+def fuse_elementwise(graph, donated_inputs=()):
+    """`donated_inputs`: positions of graph inputs the caller gives up
+    (donation.py); fused chains may write into them."""
     # Products fused with the transpose that follows them first: the
     # elementwise chains then read contiguous arrays.
     graph = fold_dot_transposes(graph)
@@ -297,10 +299,10 @@ def fuse_elementwise(graph):
         elif _fusible(node):
             group_of[i] = _Group(i, node.outputs[0].aval.shape)
 
-    return _emit(graph, group_of)
+    return _emit(graph, group_of, donated_inputs)
 
 
-def _emit(graph, group_of):
+def _emit(graph, group_of, donated_inputs):
     nodes = graph.nodes
     readers_outside = {}  # Var -> groups of its readers (None: not fused)
     for i, node in enumerate(nodes):
@@ -320,50 +322,18 @@ def _emit(graph, group_of):
             continue
         done.add(id(g))
         new_nodes.append(_fused_node(nodes, g, readers_outside, graph_outputs))
-    return rebuilt(graph, _with_donations(new_nodes, graph_outputs), {})
+    return rebuilt(graph, _with_donations(graph, new_nodes, donated_inputs), {})
 
 
-def _fresh_outputs(node):
-    """The outputs of `node` that are new arrays its kernel allocated (no
-    view of anything else), as the lowered kernels compute them."""
-    prim = node.primitive
-    if prim.name == "dot_general":
-        return set(node.outputs)
-    if prim is fused_elementwise_p:
-        chain, results = node.params["chain"], node.params["results"]
-        fresh = set()
-        for out, j in zip(node.outputs, results):
-            step_prim, _, refs, aval = chain[j]
-            if aval.ndim > 0 and fast_ufunc(step_prim, [r[2] for r in refs], aval):
-                fresh.add(out)
-        return fresh
-    if is_elementwise(prim) and not prim.multiple_results:
-        aval = node.outputs[0].aval
-        if aval.ndim > 0 and fast_ufunc(prim, [v.aval for v in node.inputs], aval):
-            return set(node.outputs)
-    return set()
-
-
-def _with_donations(nodes, graph_outputs):
-    """Fused nodes annotated with the operands they may overwrite: fresh
-    arrays that they alone read (so no view of them exists elsewhere)."""
-    readers = reader_counts(nodes, per_node=True)
-    fresh = set()
+def _with_donations(graph, nodes, donated_inputs):
+    """Fused nodes annotated with the operands they may overwrite (see
+    donation.py)."""
+    donate = donatable_operands(nodes, graph.inputs, graph.outputs, donated_inputs)
     out = []
-    for node in nodes:
-        if node.primitive is fused_elementwise_p:
-            donate = tuple(
-                k for k, v in enumerate(node.inputs)
-                if type(v) is Var
-                and v in fresh
-                and readers[v] == 1
-                and v not in graph_outputs
-                and v.aval.ndim > 0
-            )
-            if donate:
-                params = dict(node.params, donate=donate)
-                node = Node(node.primitive, node.inputs, params, node.outputs, node.source)
-        fresh |= _fresh_outputs(node)
+    for i, node in enumerate(nodes):
+        if node.primitive is fused_elementwise_p and i in donate:
+            params = dict(node.params, donate=donate[i])
+            node = Node(node.primitive, node.inputs, params, node.outputs, node.source)
         out.append(node)
     return out
 

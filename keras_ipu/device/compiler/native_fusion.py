@@ -91,6 +91,23 @@ def _block_size(n_regs, inner):
     return max(inner, (target // inner) * inner)
 
 
+def _nearest_operand(chain, j, candidates):
+    """The candidate operand step j reads most directly (breadth first
+    through the steps it reads), else the first candidate, else None: the
+    new weights `w + update` go into the old weights' buffer, as a donated
+    state update does in XLA, rather than into some other dead operand."""
+    queue, seen = [j], set()
+    while queue:
+        step = queue.pop(0)
+        for kind, k, _ in chain[step][2]:
+            if kind == "in" and k in candidates:
+                return k
+            if kind == "t" and k not in seen:
+                seen.add(k)
+                queue.append(k)
+    return candidates[0] if candidates else None
+
+
 def plan(chain, results, in_avals, donate=()):
     """The C program of a fused chain, or None if it does not qualify.
 
@@ -147,7 +164,8 @@ def plan(chain, results, in_avals, donate=()):
         reg = reg_of_step[j]
         if reg not in buffer_of_reg:
             dtype = chain[j][3].dtype
-            into = next((k for k in free_donated if in_avals[k].dtype == dtype), None)
+            candidates = [k for k in free_donated if in_avals[k].dtype == dtype]
+            into = _nearest_operand(chain, j, candidates)
             if into is not None:
                 free_donated.remove(into)
             buffer_of_reg[reg] = len(allocations)

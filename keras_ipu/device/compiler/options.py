@@ -31,6 +31,10 @@ class CompileOptions:
     # The floating-point behaviour (inv, div0, oflo, esr, nanoo) the kernels
     # are built with; fixed at compile time, as on the IPU.
     fp_behaviour: object = CONFIGURED
+    # Positions of the flat inputs the caller gives up (donation.py): the
+    # program may overwrite them, as jax.jit's donate_argnums. The trainer
+    # donates the model state it replaces with the step's results.
+    donated_inputs: tuple = ()
 
     def cache_key(self):
         return repr(

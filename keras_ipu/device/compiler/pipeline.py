@@ -57,7 +57,8 @@ def optimize(graph, options=None, notes=None, on_pass=None):
         (options.eliminate_common_subexpressions, "cse",
          eliminate_common_subexpressions),
         (options.eliminate_dead_code, "dce", eliminate_dead_code),
-        (options.fuse_elementwise, "fuse", fuse_elementwise),
+        (options.fuse_elementwise, "fuse",
+         lambda g: fuse_elementwise(g, options.donated_inputs)),
     ]
     for enabled, name, fn in steps:
         if enabled:
@@ -85,7 +86,8 @@ def compile_graph(graph, options=None, name=None):
         if notes:
             warnings.warn(demotion_message(notes), DemotionWarning, stacklevel=3)
         exe = Executable(optimized, notes=notes, passes=log,
-                         behaviour=options.fp_behaviour, name=name)
+                         behaviour=options.fp_behaviour, name=name,
+                         donated_inputs=options.donated_inputs)
         bar.stage("lowering", len(exe.records))
         device_checks.check_executable(exe, options.target, context)
         bar.stage("memory and cycles")

@@ -1,0 +1,82 @@
+"""Donation: which operands a kernel may overwrite.
+
+A kernel may write its result into an operand's buffer when the program
+owns that buffer and nothing reads it afterwards: XLA's buffer donation.
+The program owns
+- the arrays its own kernels allocated (`fresh_outputs`: a product, a
+  ufunc's result; never a view of something else),
+- the inputs its caller donated (`donated_inputs`, e.g. the trainer's
+  weights and optimizer state, which the step replaces: the caller gives
+  them up, as with jax.jit's donate_argnums).
+Such a value may be overwritten by the node that reads it last, provided
+it is not a program output and no earlier reader made a view of it (every
+earlier reader allocated its results).
+
+fusion.py annotates fused chains with the operands they may write into
+(`donate`); the Executable tells a scan which of its initial carries it
+owns, so the loop body can update them in place.
+"""
+
+from keras_ipu.device.ir import Var
+
+# Primitives whose lowered kernel always returns a new array.
+_ALLOCATING = ("dot_general",)
+
+
+def fresh_outputs(node):
+    """The outputs of `node` that are new arrays its kernel allocated (no
+    view of anything else), as the lowered kernels compute them."""
+    from keras_ipu.device.compiler.lowering import fast_ufunc
+    from keras_ipu.device.compiler.lowering import is_elementwise
+
+    prim = node.primitive
+    if prim.name in _ALLOCATING:
+        return set(node.outputs)
+    if prim.name == "fused_elementwise":
+        chain, results = node.params["chain"], node.params["results"]
+        fresh = set()
+        for out, j in zip(node.outputs, results):
+            step_prim, _, refs, aval = chain[j]
+            if aval.ndim > 0 and fast_ufunc(step_prim, [r[2] for r in refs], aval):
+                fresh.add(out)
+        return fresh
+    if is_elementwise(prim) and not prim.multiple_results:
+        aval = node.outputs[0].aval
+        if aval.ndim > 0 and fast_ufunc(prim, [v.aval for v in node.inputs], aval):
+            return set(node.outputs)
+    return set()
+
+
+def donatable_operands(nodes, graph_inputs, graph_outputs, donated_inputs=()):
+    """{node index: operand positions that node may overwrite}.
+
+    `donated_inputs`: positions in `graph_inputs` the caller gives up.
+    """
+    owned = {graph_inputs[k] for k in donated_inputs}
+    last_reader = {}
+    readers = {}
+    for i, node in enumerate(nodes):
+        for v in node.inputs:
+            if type(v) is Var:
+                last_reader[v] = i
+                readers.setdefault(v, set()).add(i)
+    outputs = {v for v in graph_outputs if type(v) is Var}
+    allocates = [set(node.outputs) <= fresh_outputs(node) for node in nodes]
+    result = {}
+    for i, node in enumerate(nodes):
+        positions = []
+        for k, v in enumerate(node.inputs):
+            if (
+                type(v) is Var
+                and v in owned
+                and v not in outputs
+                and v.aval.ndim > 0
+                and last_reader[v] == i
+                and node.inputs.count(v) == 1
+                and all(allocates[r] for r in readers[v] if r != i)
+            ):
+                positions.append(k)
+        if positions:
+            result[i] = tuple(positions)
+        owned |= fresh_outputs(node)
+    return result
