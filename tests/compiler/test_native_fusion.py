@@ -72,6 +72,15 @@ def _assert_same_bits(got, want):
             np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
 
 
+def _agrees(body, *args):
+    """Builds the graph of `body` over arrays like `args`, checks that the C
+    and NumPy kernels give the same bits; returns the C-backed Executable."""
+    graph = build([aval(a.shape, a.dtype.name) for a in args], body)
+    got, want, exe = _both(graph, *args)
+    _assert_same_bits(got, want)
+    return exe
+
+
 def _uses_native(exe):
     return any(getattr(k, "native", False) for k in exe._kernels)
 
@@ -84,9 +93,7 @@ def test_binary_ops_give_numpys_bits(op):
 
     shape = (37, 129)  # not a multiple of any block size
     x, y = _special(shape), _special(shape)
-    got, want, exe = _both(build([aval(shape), aval(shape)], body), x, y)
-    assert _uses_native(exe)
-    _assert_same_bits(got, want)
+    assert _uses_native(_agrees(body, x, y))
 
 
 @needs_native
@@ -96,9 +103,7 @@ def test_unary_ops_give_numpys_bits(op):
         return b.op("mul", b.op(op, x), lit(1.0, "float32"))
 
     x = _special((1000,)) * np.float32(7.3)
-    got, want, exe = _both(build([aval((1000,))], body), x)
-    assert _uses_native(exe)
-    _assert_same_bits(got, want)
+    assert _uses_native(_agrees(body, x))
 
 
 @needs_native
@@ -115,9 +120,7 @@ def test_relu_and_its_derivative_mask_with_comparisons_and_selects():
         return [relu, mask, b.op("ne", y, y)]
 
     x, bias = _special((64, 300)), _special((300,))
-    got, want, exe = _both(build([aval((64, 300)), aval((300,))], body), x, bias)
-    assert _uses_native(exe)
-    _assert_same_bits(got, want)
+    assert _uses_native(_agrees(body, x, bias))
 
 
 @needs_native
@@ -134,9 +137,7 @@ def test_bool_logic_and_conversions():
         return [b.op("mul", as_float, y), chosen]
 
     x, y = _special((50, 70)), _special((50, 70))
-    got, want, exe = _both(build([aval((50, 70)), aval((50, 70))], body), x, y)
-    assert _uses_native(exe)
-    _assert_same_bits(got, want)
+    assert _uses_native(_agrees(body, x, y))
 
 
 @needs_native
@@ -150,10 +151,8 @@ def test_operand_layouts_scalar_row_column_and_unsupported(small):
 
     shape = (5, 7, 9)
     x, s = _special(shape), _special(small)
-    got, want, exe = _both(build([aval(shape), aval(small)], body), x, s)
-    _assert_same_bits(got, want)
     # (5, 1, 9) repeats neither along leading nor trailing axes only: NumPy.
-    assert _uses_native(exe) == (small != (5, 1, 9))
+    assert _uses_native(_agrees(body, x, s)) == (small != (5, 1, 9))
 
 
 @needs_native
