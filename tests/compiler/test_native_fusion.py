@@ -81,6 +81,13 @@ def _agrees(body, *args):
     return exe
 
 
+def _no_fallback(*xs):
+    pytest.fail("fell back to NumPy")
+
+
+_no_fallback.source = ""
+
+
 def _uses_native(exe):
     return any(getattr(k, "native", False) for k in exe._kernels)
 
@@ -190,17 +197,35 @@ def test_direct_write_waits_for_the_last_read_of_a_donated_operand():
     assert planned[4] == ((0, np.dtype("float32")), (None, np.dtype("float32")))
     assert list(code[-4:]) == [2, 0, 3, 1]  # (register, direct) per output
 
-    def fallback(*xs):
-        pytest.fail("fell back to NumPy")
-
-    fallback.source = ""
-    kernel = native_fusion.native_kernel(chain, (0, 1), (a, s), (0,), fallback)
+    kernel = native_fusion.native_kernel(chain, (0, 1), (a, s), (0,), _no_fallback)
     x = _special((3000,))
     three = np.asarray(3.0, np.float32)
     donated = x.copy()
     got = kernel(donated, three)
     assert got[0] is donated
     _assert_same_bits(list(got), [x * three, x * three + x])
+
+
+@needs_native
+def test_an_operand_returned_as_it_is_is_never_overwritten():
+    # Result 0 is operand 0 itself (a same-dtype convert); result 1 must not
+    # be written into operand 0 even though it is donated.
+    from keras_ipu.device.primitives.registry import REGISTRY
+
+    a = aval((500,))
+    chain = (
+        (REGISTRY["convert_element_type"], (("dtype", np.dtype("float32")),),
+         (("in", 0, a),), a),
+        (REGISTRY["mul"], (), (("in", 0, a), ("in", 1, a)), a),
+    )
+    planned = native_fusion.plan(chain, (0, 1), (a, a), donate=(0, 1))
+    assert 0 not in [into for into, _ in planned[4]]
+    kernel = native_fusion.native_kernel(chain, (0, 1), (a, a), (0, 1), _no_fallback)
+    x, y = _special((500,)), _special((500,))
+    got = kernel(x.copy(), y.copy())
+    with np.errstate(all="ignore"):
+        want = [x, x * y]
+    _assert_same_bits(list(got), want)
 
 
 @needs_native

@@ -157,8 +157,12 @@ def plan(chain, results, in_avals, donate=()):
         for reg in op[2:]:
             last_read[reg] = i
     out_regs, allocations, result_index, buffer_of_reg = [], [], [], {}
+    # An operand that is itself a result (a same-dtype convert of it) is
+    # copied out at the end of each block: nothing may overwrite it.
+    aliased = {reg_of_step[j] for j in results if reg_of_step[j] < n_in}
     free_donated = [
-        k for k in donate if modes[k] == FULL and tuple(in_avals[k].shape) == shape
+        k for k in donate
+        if modes[k] == FULL and tuple(in_avals[k].shape) == shape and k not in aliased
     ]
     for j in results:
         reg = reg_of_step[j]
