@@ -268,3 +268,26 @@ def test_printed_program_says_which_chains_run_in_c():
     assert "runs in one pass, in C" in text
     g = build([aval((4, 4))], lambda b, x: b.op("exp", b.op("add", x, x)))
     assert "in C" not in str(Executable(fuse_elementwise(g)))
+
+
+def test_numpy_kernel_never_reuses_a_buffer_a_convert_returned():
+    # Same hazard on the NumPy path, inside one chain: `c` is the product
+    # `t` itself (a same-dtype convert returns its operand); the step after
+    # it must not write into t's buffer.
+    def body(b, x, y):
+        t = b.op("mul", x, y)
+        c = b.op("convert_element_type", t, dtype=np.dtype("float32"))
+        return [c, b.op("mul", t, lit(3.0, "float32"))]
+
+    graph = fuse_elementwise(build([aval((300,)), aval((300,))], body))
+    saved = native.elementwise
+    native.elementwise = None
+    try:
+        exe = Executable(graph)
+    finally:
+        native.elementwise = saved
+    assert [r[0].name for r in exe.records] == ["fused_elementwise"]
+    x, y = _special((300,)), _special((300,))
+    with np.errstate(all="ignore"):
+        want = [x * y, x * y * np.float32(3.0)]
+    _assert_same_bits(exe.run(x, y), want)

@@ -119,7 +119,13 @@ def _plan_buffers(chain, results, ufuncs, donate=()):
     for _, _, refs, _ in chain:
         for kind, k, aval in refs:
             aval_of[(kind, k)] = aval
-    owned = {("in", k) for k in donate}
+    # A same-dtype convert returns its operand itself: that buffer lives on
+    # in the convert's result and is never overwritten.
+    aliased = {
+        refs[0][:2] for prim, _, refs, aval in chain
+        if prim.name == "convert_element_type" and refs[0][2].dtype == aval.dtype
+    }
+    owned = {("in", k) for k in donate} - aliased
     pool = {}  # aval -> dead owned buffers
     reuse = []
     for j, (_, _, refs, aval) in enumerate(chain):
@@ -137,7 +143,8 @@ def _plan_buffers(chain, results, ufuncs, donate=()):
                     break
             if choice is None and pool.get(aval):
                 choice = pool[aval].pop()
-            owned.add(("t", j))
+            if ("t", j) not in aliased:
+                owned.add(("t", j))
         for key in dict.fromkeys(dying):
             owned.discard(key)
             # Another kernel's result may alias its operand (a same-dtype
