@@ -147,8 +147,8 @@ class Executable:
         for v, last in live.last_use.items():
             if last < len(graph.nodes):
                 dying.setdefault(last, []).append(slot_of[v])
-        # (primitive, params, in_slots, out_slots, frees, in_avals, out_avals)
         self._note_ownership(graph, donated_inputs)
+        # (primitive, params, in_slots, out_slots, frees, in_avals, out_avals)
         self.records = []
         for i, node in enumerate(graph.nodes):
             frees = tuple(sorted(dying.get(i, ())))
