@@ -153,6 +153,19 @@ def test_log_cycle_count_flag_turns_logging_on(caplog, monkeypatch):
     assert "Predicted cycles" not in caplog.text
 
 
+def test_log_cycle_count_from_the_environment_without_a_system(caplog, monkeypatch):
+    # TF_POPLAR_FLAGS alone, before any system exists: the same flags the
+    # default system would be built with (system.configured_flags).
+    from keras_ipu.device.simulator import system
+
+    monkeypatch.setattr(system, "_current", None)
+    monkeypatch.setenv("TF_POPLAR_FLAGS", "--log_cycle_count=0")
+    with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
+        predict_costs(mlp_graph(), target=IPU2)
+    assert "Predicted cycles" in caplog.text
+    assert system._current is None  # reading a flag made no system
+
+
 @pytest.mark.parametrize(
     "flags, sent_in, read_out",
     [

@@ -14,6 +14,7 @@ import logging
 from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
+from keras_ipu.device.simulator import system as _system
 
 logger = logging.getLogger("keras_ipu.cycles")
 
@@ -222,24 +223,9 @@ def _indexed_output_avals(program):
     return [(j, avals[k]) for j, k in enumerate(program.outputs) if k in avals]
 
 
-def _current_flags():
-    from keras_ipu.device.simulator import system
-
-    current = system._current  # never create a system just to read a flag
-    if current is not None:
-        return current.flags
-    from keras_ipu.device import flags
-
-    return flags.read_flags(print_help=False)
-
-
 def _synthetic_data_for(category):
-    return _current_flags().synthetic_data_for(category)
+    return _system.configured_flags().synthetic_data_for(category)
 
 
 def _log_cycle_count_flag():
-    from keras_ipu.device.simulator import system
-
-    current = system._current  # never create a system just to read a flag
-    flags = getattr(current, "flags", None)
-    return getattr(flags, "log_cycle_count", -1)
+    return _system.configured_flags().log_cycle_count

@@ -355,6 +355,18 @@ def current_system():
         return _current
 
 
+def configured_flags():
+    """The PoplarFlags in force: the system's, or TF_POPLAR_FLAGS read now
+    when no system exists yet (never creates one just to read a flag; the
+    default system would read the same variable)."""
+    current = _current
+    if current is not None:
+        return current.flags
+    from keras_ipu.device import flags
+
+    return flags.read_flags(print_help=False)
+
+
 def install_system(system):
     global _current
     with _lock:
