@@ -1,6 +1,9 @@
 """Hand-built graphs for the simulator's cost and memory tests."""
 
+import numpy as np
+
 from keras_ipu.device.ir import Graph
+from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.ir import Var
@@ -9,6 +12,10 @@ from keras_ipu.device.primitives import REGISTRY
 
 def aval(shape, dtype="float32"):
     return ShapedArray(shape, dtype)
+
+
+def lit(value, dtype=None):
+    return Literal(np.asarray(value, dtype=dtype))
 
 
 class Builder:

@@ -145,28 +145,31 @@ def test_memory_and_liveness_by_hand():
 
     ipu = r["memory"]["ipus"][0]
     assert ipu["inputs"] == 1024
-    assert ipu["not_always_live"] == 2048
+    assert ipu["not_always_live"] == 1028
     assert ipu["always_live"] == 1024 + code * 1472
-    assert ipu["total"] == ipu["always_live"] + 2048
+    assert ipu["total"] == ipu["always_live"] + 1028
     assert ipu["capacity"] == 1472 * 624 * 1024
-    assert ipu["peak_step"] == 1 and "model/residual" in ipu["peak_step_name"]
+    assert ipu["peak_step"] == 2 and "model/pool" in ipu["peak_step_name"]
 
     # Linear mapping: a 1 KiB tensor is 128 B on each of tiles 0..7. The
-    # input is always live; a = exp x and b = a + x are live at the peak.
+    # input is always live; b = a + x (computed in place into a) and the
+    # 4-byte sum c (on tile 0) are live at the peak.
     tiles = r["memory"]["tiles"]
     assert len(tiles["always_live"]) == len(tiles["total"]) == 1472
     assert tiles["always_live"][0] == tiles["always_live"][7] == code + 128
     assert tiles["always_live"][8] == tiles["always_live"][1471] == code
-    assert tiles["total"][0] == tiles["total"][7] == code + 3 * 128
+    assert tiles["total"][0] == code + 2 * 128 + 4
+    assert tiles["total"][7] == code + 2 * 128
     assert tiles["total"][8] == code
-    assert tiles["fullest_tile"] == 0 and tiles["fullest_tile_bytes"] == code + 384
+    assert tiles["fullest_tile"] == 0 and tiles["fullest_tile_bytes"] == code + 260
     assert tiles["fullest_tile_bytes"] == analyze_memory(exe, IPU2).tile_bytes
 
     live = r["liveness"]
-    # step 0: {a}; step 1: {a, b}; step 2: {b, c} (a and x die at step 1).
-    assert live["not_always_live"] == [1024, 2048, 1028]
-    assert live["tile0"] == [128, 256, 132]
-    assert live["peak_step"] == 1
+    # step 0: {a}; step 1: {b}, in place of a (a and x die at step 1);
+    # step 2: {b, c}.
+    assert live["not_always_live"] == [1024, 1024, 1028]
+    assert live["tile0"] == [128, 128, 132]
+    assert live["peak_step"] == 2
     json.dumps(r)  # JSON-ready
 
 
@@ -309,10 +312,11 @@ def test_loop_bodies_are_opened_up_in_ops_trace_and_liveness():
     assert [e["op"] for e in loop["trace"]] == ["exp", "add"]
     assert loop["trace"][-1]["end"] * 4 == step["end"] - step["start"] == pred.cycles
 
-    # Liveness inside the body: t (1 KiB) at step 0; t and c' at step 1.
+    # Liveness inside the body: t (1 KiB) at step 0; c' = t + c at step 1,
+    # computed in place into t (its last use).
     (inside,) = r["liveness"]["bodies"]
     assert inside["op"] == "scan" and inside["step"] == 0
-    assert inside["not_always_live"] == [1024, 2048] and inside["peak"] == 2048
+    assert inside["not_always_live"] == [1024, 1024] and inside["peak"] == 1024
 
 
 def test_compiling_with_the_environment_set_writes_a_report(tmp_path, monkeypatch):

@@ -113,9 +113,9 @@ def test_two_stage_forward_by_hand():
     assert (m0.ipu, m1.ipu) == (0, 1)
     assert m0.input_bytes == (64 * 32 + 32 * 128) * 4
     assert m1.input_bytes == 128 * 16 * 4
-    # IPU 0: h and a (32 KiB each) live together at the tanh step; IPU 1:
-    # the received a and the output f32[64,16].
-    assert m0.not_always_live_bytes == 2 * 32768
+    # IPU 0: a = tanh h is computed in place into h (its last use): 32 KiB;
+    # IPU 1: the received a and the output f32[64,16].
+    assert m0.not_always_live_bytes == 32768
     assert m1.not_always_live_bytes == 32768 + 64 * 16 * 4
     assert "copy from IPU 0" in " ".join(x.made_by for x in m1.largest_live)
     assert "2 x ipu2" in str(p)

@@ -289,24 +289,55 @@ def dying_at(program):
     return dying
 
 
+def live_steps(program, tiles):
+    """Walks the schedule of `program`: yields (step index, step, keys live,
+    their bytes on the IPU, on tile 0, {key: (aval, step made)}) at each
+    step, the step's results live and the values it reads last not yet
+    freed. A result computed in place (_in_place) takes over its operand's
+    memory: not-always-live bytes pass to it, and one written into an
+    input stays in always-live memory. The yielded set is the walker's
+    own: copy it to keep it."""
+    steps = program.steps
+    dying = dying_at(program)
+    constants = {k for k, _ in program.constants}
+    # Values held in always-live memory: the inputs, and what was computed
+    # in place into them (a weight update, a loop's carried state).
+    resident = {k for k, _ in program.inputs}
+    made = {}  # key -> (aval, step index)
+    live = set()
+    ipu_live = tile_live = 0
+    for i, st in enumerate(steps):
+        dies_here = dying.get(i, ())
+        for k, aval, into in zip(st.outputs, st.out_avals,
+                                 _in_place(st, set(dies_here), constants)):
+            made[k] = (aval, i)
+            if into is not None and into in resident:
+                resident.add(k)  # written into always-live memory
+            elif into is not None and into in live:
+                live.discard(into)  # its bytes pass to k
+                live.add(k)
+            else:
+                live.add(k)
+                ipu_live += _nbytes(aval)
+                tile_live += tile_bytes(aval, tiles)
+        yield i, st, live, ipu_live, tile_live, made
+        for k in dies_here:
+            if k in live:
+                live.discard(k)
+                aval = made[k][0]
+                ipu_live -= _nbytes(aval)
+                tile_live -= tile_bytes(aval, tiles)
+
+
 def _liveness(program, tiles):
     """The not-always-live peak of a program's schedule: values made by its
     steps, from their step to their last use (outputs live to the end),
     plus, at a control-flow step, the peak inside its sub-graphs."""
     steps = program.steps
-    dying = dying_at(program)
-
-    made = {}  # key -> (aval, step index)
-    live = set()
-    ipu_live = tile_live = 0
+    made = {}
     peak_ipu = peak_tile = 0
     peak_at, peak_set, peak_inner = -1, set(), None
-    for i, st in enumerate(steps):
-        for k, aval in zip(st.outputs, st.out_avals):
-            made[k] = (aval, i)
-            live.add(k)
-            ipu_live += _nbytes(aval)
-            tile_live += tile_bytes(aval, tiles)
+    for i, st, live, ipu_live, tile_live, made in live_steps(program, tiles):
         inner = _inner_peak(st, tiles) if st.primitive.name in _CONTROL_FLOW else None
         inner_ipu = inner.ipu_bytes if inner else 0
         inner_tile = inner.tile_bytes if inner else 0
@@ -314,12 +345,6 @@ def _liveness(program, tiles):
         if tile_live + inner_tile > peak_tile:
             peak_tile, peak_at = tile_live + inner_tile, i
             peak_set, peak_inner = set(live), inner
-        for k in dying.get(i, ()):
-            if k in live:
-                live.discard(k)
-                aval = made[k][0]
-                ipu_live -= _nbytes(aval)
-                tile_live -= tile_bytes(aval, tiles)
 
     tensors = tuple(
         LiveTensor(_nbytes(made[k][0]), made[k][0],
@@ -334,6 +359,56 @@ def _liveness(program, tiles):
             name += f", at its step {peak_inner.step}: {peak_inner.name}"
             tensors += peak_inner.tensors
     return _Peak(peak_ipu, peak_tile, peak_at, name, tensors)
+
+
+def _in_place(step, dies_here, constants):
+    """For each output of `step`, the operand whose memory it takes over, or
+    None. Poplar updates in place where it can: a loop's carried state stays
+    in its tensors (carry k of the result in carry k of the operands), and
+    elementwise operations have in-place variants (mapInPlace, addInPlace
+    and the like in poplibs' popops/ElementWise.hpp), used when an operand
+    of the result's shape and type is not needed afterwards. Constants are never overwritten."""
+    name = step.primitive.name
+    if name in _LOOPS:
+        n_carry = _carry_count(step)
+        candidates = [[j] if j < n_carry else [] for j in range(len(step.outputs))]
+    elif name == "fused_elementwise" or _is_elementwise(step.primitive):
+        candidates = [range(len(step.inputs))] * len(step.outputs)
+    else:
+        return [None] * len(step.outputs)
+    taken = set()
+    result = []
+    for positions, aval in zip(candidates, step.out_avals):
+        choice = next(
+            (
+                step.inputs[k] for k in positions
+                if step.inputs[k] in dies_here
+                and step.inputs[k] not in taken
+                and step.inputs[k] not in constants
+                and step.in_avals[k] == aval
+            ),
+            None,
+        )
+        if choice is not None:
+            taken.add(choice)
+        result.append(choice)
+    return result
+
+
+_LOOPS = frozenset({"scan", "while_loop"})
+
+
+def _carry_count(step):
+    if step.primitive.name == "scan":
+        return step.params["n_carry"]
+    cond = step.params["cond_graph"]
+    return len(cond.inputs) - step.params["n_cond_consts"]
+
+
+def _is_elementwise(primitive):
+    from keras_ipu.device.compiler.lowering import is_elementwise  # no cycle at import
+
+    return is_elementwise(primitive)
 
 
 # Primitives whose params hold the graphs they run.

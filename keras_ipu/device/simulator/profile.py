@@ -283,31 +283,20 @@ def tile_distribution(nbytes, itemsize, tiles):
 
 def liveness(exe, target):
     """(not-always-live bytes per step on the IPU, on tile 0, tile peak step,
-    keys live at that peak), walking the schedule as memory_model does."""
+    keys live at that peak): memory_model's walk of the schedule (in-place
+    results included), step by step."""
     program = memory_model.program_of(exe)
-    tiles = target.tiles_per_ipu
-    steps = program.steps
-    dying = memory_model.dying_at(program)
-    made, live = {}, set()
-    ipu_live = tile_live = 0
     per_ipu, per_tile = [], []
-    peak_tile, peak_at, peak_set = 0, -1, set()
-    for i, st in enumerate(steps):
-        for k, aval in zip(st.outputs, st.out_avals):
-            made[k] = aval
-            live.add(k)
-            ipu_live += aval.nbytes or 0
-            tile_live += memory_model.tile_bytes(aval, tiles)
+    peak_tile, peak_at, peak_live = 0, -1, {}
+    for i, _, live, ipu_live, tile_live, made in memory_model.live_steps(
+        program, target.tiles_per_ipu
+    ):
         per_ipu.append(ipu_live)
         per_tile.append(tile_live)
         if tile_live > peak_tile:
-            peak_tile, peak_at, peak_set = tile_live, i, set(live)
-        for k in dying.get(i, ()):
-            if k in live:
-                live.discard(k)
-                ipu_live -= made[k].nbytes or 0
-                tile_live -= memory_model.tile_bytes(made[k], tiles)
-    return per_ipu, per_tile, peak_at, {k: made[k] for k in peak_set}
+            peak_tile, peak_at = tile_live, i
+            peak_live = {k: made[k][0] for k in live}
+    return per_ipu, per_tile, peak_at, peak_live
 
 
 def _memory_section(exe, mem, target):
