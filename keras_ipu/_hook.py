@@ -42,6 +42,9 @@ _BACKEND_UTILS = "keras.src.utils.backend_utils"
 # TensorBoard(profile_batch=...) refuses backends outside a tuple of names;
 # keras_ipu.backend.tensorboard provides the profiler it needs.
 _TENSORBOARD_CALLBACK = "keras.src.callbacks.tensorboard"
+# Equalization finds a histogram's first non-empty bin with nonzero (a
+# value-dependent shape) except on the backends listed beside "openvino".
+_EQUALIZATION = "keras.src.layers.preprocessing.image_preprocessing.equalization"
 
 
 class KerasVersionError(ImportError):
@@ -161,6 +164,29 @@ def _patch_backend_utils(tree, module_name):
     ).body
 
 
+def _add_ipu_to_name_tuple(scope, module_name, op, anchor, what):
+    """Adds "ipu" to the tuple of backend names in `<...> in (...)` (or
+    `not in`, by `op`) that holds `anchor`, inside the AST `scope`: the
+    branch Keras would take for one more backend of that kind."""
+    import ast
+
+    for node in ast.walk(scope):
+        if (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], op)
+            and isinstance(node.left, (ast.Call, ast.Attribute))
+            and isinstance(node.comparators[0], ast.Tuple)
+            and any(
+                isinstance(e, ast.Constant) and e.value == anchor
+                for e in node.comparators[0].elts
+            )
+        ):
+            node.comparators[0].elts.append(ast.Constant("ipu"))
+            return
+    raise _version_error(module_name, what)
+
+
 def _patch_tensorboard_callback(tree, module_name):
     """Adds "ipu" to the `backend.backend() not in ("jax", "tensorflow")`
     tuple of TensorBoard.__init__ (the backends that can profile)."""
@@ -181,22 +207,21 @@ def _patch_tensorboard_callback(tree, module_name):
     )
     if init is None:
         raise _version_error(module_name, "TensorBoard.__init__")
-    for node in ast.walk(init):
-        if (
-            isinstance(node, ast.Compare)
-            and len(node.ops) == 1
-            and isinstance(node.ops[0], ast.NotIn)
-            and isinstance(node.left, ast.Call)
-            and isinstance(node.comparators[0], ast.Tuple)
-            and any(
-                isinstance(e, ast.Constant) and e.value == "tensorflow"
-                for e in node.comparators[0].elts
-            )
-        ):
-            node.comparators[0].elts.append(ast.Constant("ipu"))
-            return
-    raise _version_error(
-        module_name, 'the `backend.backend() not in ("jax", "tensorflow")` check'
+    _add_ipu_to_name_tuple(
+        init, module_name, ast.NotIn, "tensorflow",
+        'the `backend.backend() not in ("jax", "tensorflow")` check',
+    )
+
+
+def _patch_equalization(tree, module_name):
+    """Adds "ipu" to Equalization's `self.backend.name in ("jax", "openvino")`:
+    the first non-empty histogram bin found with argmax (a static shape)
+    rather than nonzero, which no compiled IPU program can have."""
+    import ast
+
+    _add_ipu_to_name_tuple(
+        tree, module_name, ast.In, "openvino",
+        'the `self.backend.name in ("jax", "openvino")` check',
     )
 
 
@@ -209,6 +234,7 @@ def _runtime_transforms():
     }
     transforms[_BACKEND_UTILS] = _patch_backend_utils
     transforms[_TENSORBOARD_CALLBACK] = _patch_tensorboard_callback
+    transforms[_EQUALIZATION] = _patch_equalization
     return transforms
 
 

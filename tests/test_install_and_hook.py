@@ -221,6 +221,37 @@ def test_installed_backend_utils_accepts_ipu():
     assert len(names) >= 2  # the accepted names and the __getattr__ branch
 
 
+def test_installed_equalization_takes_the_static_shape_branch_under_ipu():
+    tree = ast.parse(_installed_keras_source(_hook._EQUALIZATION))
+    _hook._patch_equalization(tree, _hook._EQUALIZATION)
+    tuples = [
+        [e.value for e in n.elts]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Tuple) and any(
+            isinstance(e, ast.Constant) and e.value == "ipu" for e in n.elts)
+    ]
+    assert tuples == [["jax", "openvino", "ipu"]]
+    source = "def f(self):\n    if self.backend.name == 'jax':\n        pass\n"
+    with pytest.raises(_hook.KerasVersionError, match="Keras 3.15"):
+        _hook._patch_equalization(ast.parse(source), _hook._EQUALIZATION)
+
+
+def test_equalization_compiles_and_matches_eager():
+    # Keras' layer used ops.nonzero here (a value-dependent shape) on every
+    # backend but jax and openvino; under ipu it takes their argmax branch.
+    import keras
+    import numpy as np
+
+    from keras_ipu.device.jit import jit
+
+    x = np.random.default_rng(0).uniform(0, 255, (8, 6, 6, 3)).astype("float32")
+    layer = keras.layers.Equalization()
+    compiled = jit(lambda v: layer(v, training=True))(x)
+    eager = keras.ops.convert_to_numpy(layer(x, training=True))
+    np.testing.assert_allclose(compiled, eager, rtol=1e-6)
+    assert not np.array_equal(eager, x)  # it equalised
+
+
 def test_chain_starting_with_another_backend_gets_the_branch_before_else():
     tree = ast.parse(
         "if backend.backend() == 'jax':\n    T = 1\n"
