@@ -221,19 +221,30 @@ def test_installed_backend_utils_accepts_ipu():
     assert len(names) >= 2  # the accepted names and the __getattr__ branch
 
 
-def test_installed_equalization_takes_the_static_shape_branch_under_ipu():
-    tree = ast.parse(_installed_keras_source(_hook._EQUALIZATION))
-    _hook._patch_equalization(tree, _hook._EQUALIZATION)
+@pytest.mark.parametrize(
+    "module_name, patch, expected",
+    [
+        (_hook._TENSORBOARD_CALLBACK, _hook._patch_tensorboard_callback,
+         ["jax", "tensorflow", "ipu"]),
+        (_hook._EQUALIZATION, _hook._patch_equalization, ["jax", "openvino", "ipu"]),
+    ],
+    ids=["tensorboard", "equalization"],
+)
+def test_installed_backend_name_tuple_gets_ipu(module_name, patch, expected):
+    tree = ast.parse(_installed_keras_source(module_name))
+    patch(tree, module_name)
     tuples = [
         [e.value for e in n.elts]
         for n in ast.walk(tree)
         if isinstance(n, ast.Tuple) and any(
             isinstance(e, ast.Constant) and e.value == "ipu" for e in n.elts)
     ]
-    assert tuples == [["jax", "openvino", "ipu"]]
+    assert tuples == [expected]
+
+
+def test_changed_equalization_names_supported_version():
     source = "def f(self):\n    if self.backend.name == 'jax':\n        pass\n"
-    with pytest.raises(_hook.KerasVersionError, match="Keras 3.15"):
-        _hook._patch_equalization(ast.parse(source), _hook._EQUALIZATION)
+    _expect_version_error(_hook._patch_equalization, source, _hook._EQUALIZATION)
 
 
 def test_equalization_compiles_and_matches_eager():

@@ -49,16 +49,21 @@ def _special(shape):
     return x
 
 
+def _numpy_executable(graph):
+    """The Executable of `graph` lowered without the C kernel."""
+    saved = native.elementwise
+    native.elementwise = None
+    try:
+        return Executable(graph)
+    finally:
+        native.elementwise = saved
+
+
 def _both(graph, *args):
     """(native results, NumPy results, the native Executable)."""
     fused = fuse_elementwise(graph)
     with_c = Executable(fused)
-    saved = native.elementwise
-    native.elementwise = None
-    try:
-        without = Executable(fused)
-    finally:
-        native.elementwise = saved
+    without = _numpy_executable(fused)
     copies = [np.array(a, copy=True) for a in args]
     return with_c.run(*args), without.run(*copies), with_c
 
@@ -279,13 +284,7 @@ def test_numpy_kernel_never_reuses_a_buffer_a_convert_returned():
         c = b.op("convert_element_type", t, dtype=np.dtype("float32"))
         return [c, b.op("mul", t, lit(3.0, "float32"))]
 
-    graph = fuse_elementwise(build([aval((300,)), aval((300,))], body))
-    saved = native.elementwise
-    native.elementwise = None
-    try:
-        exe = Executable(graph)
-    finally:
-        native.elementwise = saved
+    exe = _numpy_executable(fuse_elementwise(build([aval((300,)), aval((300,))], body)))
     assert [r[0].name for r in exe.records] == ["fused_elementwise"]
     x, y = _special((300,)), _special((300,))
     with np.errstate(all="ignore"):

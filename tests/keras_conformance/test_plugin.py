@@ -204,6 +204,15 @@ def test_missing_optional_keras_dependency_is_recognised():
     assert plugin._missing_reference_library(info, __file__) is None
 
 
+def _executed(tree):
+    """The namespace of a transformed module's tree, run."""
+    import ast
+
+    namespace = {}
+    exec(compile(ast.fix_missing_locations(tree), "<t>", "exec"), namespace)
+    return namespace
+
+
 def test_backend_tables_get_the_jax_entry_for_ipu():
     import ast
 
@@ -212,8 +221,7 @@ def test_backend_tables_get_the_jax_entry_for_ipu():
         "U = {'jax': 1}\n"
     )
     assert plugin.add_ipu_to_backend_tables(tree) == 1
-    namespace = {}
-    exec(compile(ast.fix_missing_locations(tree), "<t>", "exec"), namespace)
+    namespace = _executed(tree)
     assert namespace["T"]["ipu"] == "cpu:0"
     assert "ipu" not in namespace["U"]
 
@@ -228,8 +236,7 @@ def test_listed_functions_take_the_jax_branch_and_others_do_not():
     )
     tree = ast.parse(source)
     assert plugin.take_jax_branches(tree, ("picked",)) == 1
-    namespace = {}
-    exec(compile(ast.fix_missing_locations(tree), "<t>", "exec"), namespace)
+    namespace = _executed(tree)
     assert namespace["picked"]() == "stateless"
     assert namespace["other"]() == "stateful"
 
@@ -257,8 +264,7 @@ def test_jax_training_branch_is_ported_with_keras_ipu_jit_and_grad():
     )
     tree = ast.parse(source)
     assert plugin.port_jax_branches(tree, ("test_step",)) == 1
-    namespace = {}
-    exec(compile(ast.fix_missing_locations(tree), "<t>", "exec"), namespace)
+    namespace = _executed(tree)
     grad_fn = namespace["test_step"]()
     np_grad = np.asarray(grad_fn(np.array([1.0, -2.0], np.float32)))
     np.testing.assert_allclose(np_grad, [2.0, -4.0])
