@@ -32,12 +32,11 @@ def producers(nodes):
     return {v: i for i, node in enumerate(nodes) for v in node.outputs}
 
 
-def reader_counts(nodes, per_node=False):
-    """Var -> how many times the nodes read it (per_node: how many nodes
-    read it, a node reading it twice counting once)."""
+def reader_counts(nodes):
+    """Var -> how many times the nodes read it."""
     counts = {}
     for node in nodes:
-        for v in (set(node.inputs) if per_node else node.inputs):
+        for v in node.inputs:
             if type(v) is Var:
                 counts[v] = counts.get(v, 0) + 1
     return counts

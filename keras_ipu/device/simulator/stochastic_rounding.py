@@ -48,12 +48,6 @@ def _raw_bits(rng, n, dtype):
     return np.asarray(raw, np.uint64).view(dtype)[:n]
 
 
-def random_words(rng, shape):
-    """Uniform uint32 words, one per element (tests pass their own)."""
-    n = int(np.prod(shape, dtype=np.int64))
-    return _raw_bits(rng, n, np.uint32).reshape(shape)
-
-
 def round_to_float16(x, rng=None, words=None):
     """Stochastically round `x` (any real array) to a float16 array.
 
@@ -112,22 +106,3 @@ def round_to_float16(x, rng=None, words=None):
         # Exact: multiples of 2**-24 below 2**-14 (or NaN).
         out[index] = np.where(nan, xs, small).astype(np.float16)
     return out.reshape(shape)
-
-
-def float16_neighbours(x):
-    """(lo, hi): the float16 values just at or below and at or above |x|'s
-    float32 value, with x's sign (for tests and diagnostics)."""
-    x = np.asarray(x, np.float32)
-    with np.errstate(over="ignore"):
-        return _neighbours(x)
-
-
-def _neighbours(x):
-    nearest = x.astype(np.float16)
-    wide = nearest.astype(np.float32)
-    toward = np.where(
-        wide > x, np.nextafter(nearest, np.float16(-np.inf)), nearest
-    ).astype(np.float16)
-    lo = toward
-    hi = np.where(lo.astype(np.float32) < x, np.nextafter(lo, np.float16(np.inf)), lo)
-    return lo, hi.astype(np.float16)
