@@ -47,12 +47,24 @@ def fresh_outputs(node):
     return set()
 
 
-def donatable_operands(nodes, graph_inputs, graph_outputs, donated_inputs=()):
+def owned_values(nodes, graph_inputs, donated_inputs=()):
+    """The values whose buffers the program owns: the donated inputs and
+    every result a kernel allocated."""
+    owned = {graph_inputs[k] for k in donated_inputs}
+    for node in nodes:
+        owned |= fresh_outputs(node)
+    return owned
+
+
+def donatable_operands(nodes, graph_inputs, graph_outputs, donated_inputs=(),
+                       owned=None):
     """{node index: operand positions that node may overwrite}.
 
-    `donated_inputs`: positions in `graph_inputs` the caller gives up.
+    `donated_inputs`: positions in `graph_inputs` the caller gives up;
+    `owned`: owned_values(...) when the caller has it already.
     """
-    owned = {graph_inputs[k] for k in donated_inputs}
+    if owned is None:
+        owned = owned_values(nodes, graph_inputs, donated_inputs)
     last_reader = {}
     readers = {}
     for i, node in enumerate(nodes):
@@ -61,7 +73,7 @@ def donatable_operands(nodes, graph_inputs, graph_outputs, donated_inputs=()):
                 last_reader[v] = i
                 readers.setdefault(v, set()).add(i)
     outputs = {v for v in graph_outputs if type(v) is Var}
-    allocates = [set(node.outputs) <= fresh_outputs(node) for node in nodes]
+    allocates = [all(v in owned for v in node.outputs) for node in nodes]
     result = {}
     for i, node in enumerate(nodes):
         positions = []
@@ -78,5 +90,4 @@ def donatable_operands(nodes, graph_inputs, graph_outputs, donated_inputs=()):
                 positions.append(k)
         if positions:
             result[i] = tuple(positions)
-        owned |= fresh_outputs(node)
     return result

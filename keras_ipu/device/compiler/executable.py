@@ -29,7 +29,7 @@ import numpy as np
 
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.donation import donatable_operands
-from keras_ipu.device.compiler.donation import fresh_outputs
+from keras_ipu.device.compiler.donation import owned_values
 from keras_ipu.device.compiler.liveness import analyze_liveness
 from keras_ipu.device.compiler.lowering import lower
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
@@ -173,7 +173,10 @@ class Executable:
         for each scan the initial carries it owns (`owned_operands`)."""
         self.donated_inputs = tuple(donated_inputs)
         input_index = {v: k for k, v in enumerate(graph.inputs)}
-        donate = donatable_operands(graph.nodes, graph.inputs, graph.outputs, donated_inputs)
+        owned = owned_values(graph.nodes, graph.inputs, donated_inputs)
+        donate = donatable_operands(
+            graph.nodes, graph.inputs, graph.outputs, donated_inputs, owned
+        )
         self.owned_operands = {}
         written = set()
         for i, node in enumerate(graph.nodes):
@@ -186,16 +189,12 @@ class Executable:
                 if node.inputs[k] in input_index:
                     written.add(input_index[node.inputs[k]])
         self.written_inputs = frozenset(written)
-        fresh = set()
-        for node in graph.nodes:
-            fresh |= fresh_outputs(node)
-        fresh |= {graph.inputs[k] for k in donated_inputs}
         seen = set()
-        owned = []
+        owned_outputs = []
         for v in graph.outputs:
-            owned.append(type(v) is Var and v in fresh and v not in seen)
+            owned_outputs.append(type(v) is Var and v in owned and v not in seen)
             seen.add(v if type(v) is Var else id(v))
-        self.owned_outputs = tuple(owned)
+        self.owned_outputs = tuple(owned_outputs)
 
     # -- lowering to the run loop ----------------------------------------
     def _bind(self):
