@@ -131,7 +131,11 @@ class Jitted:
         context = device_checks.compile_context()
         if context is not self._context:
             options = device_checks.resolve_options(self.options, context)
-            self._options_id = self._option_ids.setdefault(options, len(self._option_ids))
+            # The disk cache in force is part of the key: after configuring
+            # another --executable_cache_path, the first call of each
+            # signature asks the cache again, which stores the program there.
+            key = (options, context.flags.executable_cache_path)
+            self._options_id = self._option_ids.setdefault(key, len(self._option_ids))
             self._options, self._context = options, context
         # (shape, dtype) pairs: a ShapedArray per input on every call cost
         # more than the rest of the lookup; built only to compile.

@@ -84,13 +84,17 @@ class ExecutableCache:
         context = device_checks.compile_context()
         options = device_checks.resolve_options(options or CompileOptions(), context)
         key = cache_key(graph, options)
+        directory = cache_dir()
+        path = os.path.join(directory, key + SUFFIX) if directory else None
         exe = self._memory.get(key)
         if exe is not None:
             self._memory.move_to_end(key)
             self.stats["memory_hits"] += 1
+            if path is not None and not os.path.exists(path):
+                # Compiled before this cache directory was configured (a
+                # PRE_COMPILE run fills the cache with what it uses).
+                self._store(path, key, exe)
             return exe
-        directory = cache_dir()
-        path = os.path.join(directory, key + SUFFIX) if directory else None
         if path is not None and os.path.exists(path):
             exe = self._load(path, key)
             if exe is not None:
