@@ -24,6 +24,7 @@ from keras_ipu.backend.control_flow import scan
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.jit import jit
+from keras_ipu.device.simulator import system as _system
 
 
 def _host_array(x):
@@ -176,7 +177,13 @@ class DeviceLoop:
             resident_inputs=tuple(range(n_state)),
             resident_outputs=tuple(range(-n_state, 0)),
         ):
-            flat_outputs, state = loop(state, stacked)
+            flat_outputs, new_state = loop(state, stacked)
+        if not _programs_compute():
+            # PRE_COMPILE: the program was compiled (and cached) but not run,
+            # so its results are zeros; they are no new state. The donated
+            # arrays are untouched (nothing ran), so the state stays as it was.
+            return _fill_nones(loop.output_structure[0], list(flat_outputs)), state
+        state = new_state
         # The executable's results are fresh arrays nobody else holds: as
         # Tensors, Variable.assign takes them as they are instead of copying
         # every weight again (about a tenth of a small model's step).
@@ -208,6 +215,13 @@ class DeviceLoop:
             return [x for x in tree.flatten(outputs) if x is not None], state
 
         return device_loop
+
+
+def _programs_compute():
+    """False when the configured system only compiles (PRE_COMPILE): a run
+    returns zeros of the output shapes (NEVER raises when run)."""
+    current = _system._current
+    return current is None or current.executes
 
 
 def last_step(chunks):
