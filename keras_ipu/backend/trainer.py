@@ -37,6 +37,7 @@ from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import DeviceLoop
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
+from keras_ipu.backend.trainer_ops.interrupts import deferred_interrupts
 from keras_ipu.device.autodiff import value_and_grad
 
 
@@ -297,10 +298,12 @@ class IPUTrainer(base_trainer.Trainer):
         read = model_state.read_owned_state if donate else model_state.read_state
 
         def run_execution(batches):
-            variables = model_state.state_variables(self, kinds)
-            state = read(variables)
-            chunks, state = loop(state, batches)
-            model_state.write_state(variables, kinds, state, private=donate)
+            # A Ctrl-C waits until the whole state is stored (interrupts.py).
+            with deferred_interrupts(f"the running execution ({len(batches)} steps)"):
+                variables = model_state.state_variables(self, kinds)
+                state = read(variables)
+                chunks, state = loop(state, batches)
+                model_state.write_state(variables, kinds, state, private=donate)
             return chunks
 
         run_execution.device_loop = loop

@@ -1,0 +1,114 @@
+"""Ctrl-C during fit (steps_per_execution > 1) leaves every variable and
+optimizer.iterations at the last completed execution, never torn."""
+
+import signal
+
+import keras
+import numpy as np
+import pytest
+
+from keras_ipu.backend.trainer_ops import model_state
+from keras_ipu.device.compiler import executable as executable_module
+
+STEPS_PER_EXECUTION = 4
+BATCH = 4
+
+
+def _model(run_eagerly=False):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([
+        keras.Input((4,)),
+        keras.layers.Dense(8, activation="relu"),
+        keras.layers.Dense(3),
+    ])
+    model.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse",
+                  steps_per_execution=STEPS_PER_EXECUTION, run_eagerly=run_eagerly)
+    return model
+
+
+def _data():
+    rng = np.random.RandomState(0)
+    return rng.rand(64, 4).astype("float32"), rng.rand(64, 3).astype("float32")
+
+
+def _interrupt_inside_program(monkeypatch, at_call):
+    """Ctrl-C arriving while the compiled loop runs its `at_call`-th step
+    body (loop bodies run through run_unchecked)."""
+    original = executable_module.Executable.run_unchecked
+    calls = [0]
+
+    def run_unchecked(self, arrays):
+        calls[0] += 1
+        if calls[0] == at_call:
+            signal.raise_signal(signal.SIGINT)
+        return original(self, arrays)
+
+    monkeypatch.setattr(executable_module.Executable, "run_unchecked", run_unchecked)
+
+
+def _interrupt_while_storing(monkeypatch, at_execution):
+    """Ctrl-C arriving while the results of an execution are being stored
+    in the variables."""
+    original = model_state.write_state
+    calls = [0]
+
+    def write_state(variables, kinds, state, **kwargs):
+        calls[0] += 1
+        if calls[0] != at_execution:
+            return original(variables, kinds, state, **kwargs)
+        # The trainable weights are stored, the rest not yet.
+        original(variables[:1], kinds[:1], state[:1], **kwargs)
+        signal.raise_signal(signal.SIGINT)
+        return original(variables[1:], kinds[1:], state[1:], **kwargs)
+
+    monkeypatch.setattr(model_state, "write_state", write_state)
+
+
+@pytest.mark.parametrize(
+    "where", ["inside_program", "while_storing", "while_storing_eager"]
+)
+def test_ctrl_c_leaves_the_model_at_the_last_completed_execution(monkeypatch, where):
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler in this process")
+    x, y = _data()
+    eager = where.endswith("eager")
+    model = _model(run_eagerly=eager)
+    if where == "inside_program":
+        # Calls 1, 6, 11 run the executions, the others their step bodies:
+        # 13 is the 2nd step of the 3rd execution.
+        _interrupt_inside_program(monkeypatch, at_call=13)
+    else:
+        _interrupt_while_storing(monkeypatch, at_execution=3)
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(x, y, batch_size=BATCH, verbose=0, shuffle=False)
+    monkeypatch.undo()
+
+    steps = int(model.optimizer.iterations.numpy())
+    assert steps % STEPS_PER_EXECUTION == 0 and steps > 0
+    reference = _model(run_eagerly=eager)
+    reference.fit(x[: steps * BATCH], y[: steps * BATCH], batch_size=BATCH,
+                  verbose=0, shuffle=False)
+    assert int(reference.optimizer.iterations.numpy()) == steps
+    for mine, theirs in zip(model.variables + model.optimizer.variables,
+                            reference.variables + reference.optimizer.variables):
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs),
+                                   rtol=1e-6, atol=1e-7, err_msg=mine.path)
+    # The interrupted model trains on as any other.
+    model.fit(x, y, batch_size=BATCH, verbose=0, shuffle=False)
+    assert int(model.optimizer.iterations.numpy()) == steps + 64 // BATCH
+
+
+def test_interrupt_handler_is_restored(monkeypatch):
+    x, y = _data()
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda *a: seen.append(a))
+    try:
+        _interrupt_inside_program(monkeypatch, at_call=2)
+        model = _model()
+        model.fit(x[:16], y[:16], batch_size=BATCH, verbose=0, shuffle=False)
+        assert len(seen) == 1  # the user's handler got it, once, after the execution
+        assert int(model.optimizer.iterations.numpy()) == 4
+        assert signal.getsignal(signal.SIGINT) is not None
+        assert signal.getsignal(signal.SIGINT).__name__ == "<lambda>"
+    finally:
+        signal.signal(signal.SIGINT, previous)
