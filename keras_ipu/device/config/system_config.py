@@ -10,6 +10,7 @@ import os
 from keras_ipu.device import flags as poplar_flags
 from keras_ipu.device.config.enums import DeviceConnectionType, StochasticRoundingBehaviour
 from keras_ipu.device.config.ipu_config import IPUConfig
+from keras_ipu.device.simulator import partition
 from keras_ipu.device.simulator import system as sim
 from keras_ipu.device.simulator import targets
 
@@ -179,6 +180,23 @@ def _check_combinations(config, ipu_model, explicit_selection):
     )
 
 
+def _check_distribution(config):
+    """multi_replica_distribution must describe the processes MPI launched."""
+    mrd = config.experimental.multi_replica_distribution
+    if mrd.process_count == 0:
+        return
+    job = partition.current()
+    _require(
+        (mrd.process_count, mrd.process_index) == (job.num_instances, job.instance_index),
+        f"experimental.multi_replica_distribution.process_count = {mrd.process_count} and "
+        f"process_index = {mrd.process_index}, but this process is instance "
+        f"{job.instance_index} of {job.num_instances} launched by MPI. Launch "
+        f"{mrd.process_count} processes (python -m keras_ipu.poprun --num-instances "
+        f"{mrd.process_count} ..., or mpirun -np {mrd.process_count} ...) and let "
+        "keras_ipu.popdist.tensorflow.set_ipu_config set both values.",
+    )
+
+
 def build_system(config, flags=None, pod=None, default=False):
     """Check `config` and make the IPUSystem it describes (not installed)."""
     if not isinstance(config, IPUConfig):
@@ -188,12 +206,14 @@ def build_system(config, flags=None, pod=None, default=False):
             "not supported)."
         )
     flags = poplar_flags.read_flags() if flags is None else flags
-    pod = sim.Pod() if pod is None else pod
+    # A process of a poprun/mpirun job sees the Pod of the whole job.
+    pod = sim.Pod(partition.current().pod_size) if pod is None else pod
     selection, explicit = _check_selection(config)
     _check_connection(config)
     ipu_model, target = _target_for(config, flags, default)
     _check_numbers(config, target.tiles_per_ipu)
     _check_combinations(config, ipu_model and not default, explicit)
+    _check_distribution(config)
     if flags.executable_cache_path:
         _require(
             not os.path.isfile(flags.executable_cache_path),

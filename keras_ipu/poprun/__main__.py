@@ -1,0 +1,5 @@
+import sys
+
+from keras_ipu.poprun.launcher import main
+
+sys.exit(main())

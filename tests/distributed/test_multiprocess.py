@@ -1,0 +1,152 @@
+"""Multi-process jobs, launched for real: keras_ipu.poprun and plain mpiexec
+start MPI processes (MPICH from the `[mpi]` extra) running the programs in
+programs/; the tests read what each instance wrote and what the launcher
+said. CI runs them (the test extra includes the MPI extra): each job takes
+a few seconds, most of it Python start-up.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mpi4py")
+
+PROGRAMS = Path(__file__).parent / "programs"
+# Every fault must end the whole job within this many seconds of its start
+# (start-up included, on a loaded 2-core machine); the faults themselves are
+# noticed at once (raise, kill) or after EXIT_GRACE_S / the timeout below.
+JOB_LIMIT_S = 90
+COLLECTIVE_TIMEOUT_S = 4
+
+
+def _run(command, tmp_path, timeout=JOB_LIMIT_S, **env):
+    environment = dict(os.environ, KERAS_IPU_COLLECTIVE_TIMEOUT=str(COLLECTIVE_TIMEOUT_S), **env)
+    start = time.monotonic()
+    done = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return done, time.monotonic() - start
+
+
+def _poprun(*args):
+    return [sys.executable, "-m", "keras_ipu.poprun", *map(str, args)]
+
+
+def _mpiexec():
+    return os.path.join(os.path.dirname(sys.executable), "mpiexec")
+
+
+def _results(tmp_path, n):
+    return [json.loads((tmp_path / f"instance-{i}.json").read_text()) for i in range(n)]
+
+
+def test_poprun_two_instances_four_replicas(tmp_path):
+    done, _ = _run(
+        _poprun(
+            "--num-instances", 2, "--num-replicas", 4, "--print-topology", "yes",
+            sys.executable, PROGRAMS / "collectives.py", tmp_path,
+        ),
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| replicas  |" in done.stdout and "0-1" in done.stdout and "2-3" in done.stdout
+    r0, r1 = _results(tmp_path, 2)
+    for i, r in enumerate((r0, r1)):
+        assert r["popdist"] == {
+            "env_set": True, "instances": 2, "index": i, "total_replicas": 4,
+            "local_replicas": 2, "offset": 2 * i, "ipus_per_replica": 1,
+            # The 2-IPU devices of a Pod16's listing start at id 16.
+            "device_id": 16 + i,
+        }
+        assert r["system"]["pod"] == 16
+        assert r["system"]["process_count"] == 2 and r["system"]["process_index"] == i
+        assert r["hvd"] == {"size": 2, "rank": i, "local_size": 2, "local_rank": i}
+        assert r["on_instance_0"] == ("ran" if i == 0 else None)
+    # Instance 0 owns ladder positions 0-1, instance 1 positions 2-3 (PCIe
+    # ids of the reference's gc-info listing: 5, 7 and 4, 6).
+    assert r0["system"]["ipus"] == [5, 7] and r1["system"]["ipus"] == [4, 6]
+    x0, x1 = [0.0, 1.0, 2.0, 3.0], [10.0, 11.0, 12.0, 13.0]
+    for r in (r0, r1):
+        assert r["sum"] == [a + b for a, b in zip(x0, x1)]
+        assert r["average"] == [(a + b) / 2 for a, b in zip(x0, x1)]
+        assert r["scaled"] == r["sum"]  # 2x before, 0.5x after
+        assert r["half"] == r["sum"]
+        assert r["int_sum"] == [3]
+        assert r["broadcast"] == x1
+        assert r["allgather"] == [[0, 0], [1, 1], [1, 1]]
+
+
+def test_plain_mpiexec_one_replica_per_instance(tmp_path):
+    done, _ = _run(
+        [_mpiexec(), "-n", "2", sys.executable, PROGRAMS / "collectives.py", tmp_path], tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    for i, r in enumerate(_results(tmp_path, 2)):
+        assert r["popdist"]["env_set"] is False
+        assert (r["popdist"]["instances"], r["popdist"]["index"]) == (2, i)
+        assert (r["popdist"]["total_replicas"], r["popdist"]["local_replicas"]) == (2, 1)
+        # One IPU each: ladder positions 0 and 1, PCIe ids (= device ids) 5 and 7.
+        assert r["popdist"]["offset"] == i and r["popdist"]["device_id"] == [5, 7][i]
+        assert r["sum"] == [10.0, 12.0, 14.0, 16.0]
+
+
+def test_poprun_four_instances_of_two_ipu_replicas(tmp_path):
+    # 4 instances x 2 replicas x 4 IPUs = 32 IPUs: a Pod32 is simulated, and
+    # every instance owns an aligned block of 8.
+    done, _ = _run(
+        _poprun(
+            "--num-instances", 4, "--num-replicas", 8, "--ipus-per-replica", 4,
+            sys.executable, PROGRAMS / "collectives.py", tmp_path,
+        ),
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    results = _results(tmp_path, 4)
+    for i, r in enumerate(results):
+        assert r["system"]["pod"] == 32
+        assert r["system"]["ipus"] == list(range(8 * i, 8 * i + 8))
+        assert r["popdist"]["offset"] == 2 * i
+        assert r["allgather"] == [[k, k] for k in range(4) for _ in range(k + 1)]
+
+
+@pytest.mark.parametrize(
+    "mode, says",
+    [
+        ("raise", "instance 1 (replica 1) raised ValueError: instance 1 gives up"),
+        ("kill", "instance 1 (replica 1) was killed by signal 9 (SIGKILL)"),
+        ("exit", "Instance 1 of 2 ended its program while instance 0 waits for it"),
+        ("hang", f"waited {COLLECTIVE_TIMEOUT_S} s in allreduce"),
+        ("mismatch", "instance 1: broadcast from 0 of float64[5]"),
+    ],
+)
+def test_a_failing_instance_ends_the_job_and_is_named(tmp_path, mode, says):
+    done, seconds = _run(
+        _poprun("--num-instances", 2, sys.executable, PROGRAMS / "faults.py", mode, tmp_path),
+        tmp_path,
+    )
+    assert done.returncode != 0
+    assert says in done.stderr, done.stderr
+    last_line = done.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("keras_ipu.poprun: instance 1 (replica 1)") or (
+        mode in ("hang", "mismatch") and last_line.startswith("keras_ipu.poprun: instance 0")
+    ), last_line
+    # Instance 0 was working (it wrote progress) and was stopped.
+    assert (tmp_path / "progress-0").exists()
+    assert seconds < JOB_LIMIT_S
+
+
+def test_plain_mpiexec_exception_in_one_rank_ends_the_job(tmp_path):
+    done, _ = _run([_mpiexec(), "-n", "2", sys.executable, PROGRAMS / "faults.py", "raise", tmp_path], tmp_path)
+    assert done.returncode != 0
+    assert "instance 1 of 2 failed (ValueError: instance 1 gives up)" in done.stderr
