@@ -25,7 +25,7 @@ COLLECTIVE_TIMEOUT_S = 4
 
 
 def _run(command, tmp_path, timeout=JOB_LIMIT_S, **env):
-    environment = dict(os.environ, KERAS_IPU_COLLECTIVE_TIMEOUT=str(COLLECTIVE_TIMEOUT_S), **env)
+    environment = dict(os.environ, **env)
     start = time.monotonic()
     done = subprocess.run(
         command,
@@ -131,9 +131,13 @@ def test_poprun_four_instances_of_two_ipu_replicas(tmp_path):
     ],
 )
 def test_a_failing_instance_ends_the_job_and_is_named(tmp_path, mode, says):
+    # Only the stuck instance needs the short timeout; elsewhere a loaded
+    # machine may legitimately keep an instance away for seconds.
+    env = {"KERAS_IPU_COLLECTIVE_TIMEOUT": str(COLLECTIVE_TIMEOUT_S)} if mode == "hang" else {}
     done, seconds = _run(
         _poprun("--num-instances", 2, sys.executable, PROGRAMS / "faults.py", mode, tmp_path),
         tmp_path,
+        **env,
     )
     assert done.returncode != 0
     assert says in done.stderr, done.stderr
