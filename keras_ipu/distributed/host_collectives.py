@@ -117,11 +117,19 @@ def _reduce_array(array, op, prescale_factor, postscale_factor):
     if prescale_factor != 1.0:
         wire = (wire * prescale_factor).astype(wire.dtype)
     result = w.allreduce(wire, _mpi_op(op), f"allreduce ({op.value})")
+    _predict(wire.nbytes, w.size)
     if op == ReduceOp.AVERAGE:
         result = result / w.size if result.dtype.kind in "fc" else result // w.size
     if postscale_factor != 1.0:
         result = result * postscale_factor
     return result.astype(array.dtype, copy=False)
+
+
+def _predict(nbytes, instances):
+    """What the reduction would take on a Pod's hosts (the cycle report)."""
+    from keras_ipu.device.simulator import prediction
+
+    prediction.predict_host_allreduce(nbytes, instances)
 
 
 def _check_op(op):

@@ -285,3 +285,88 @@ def code_bytes_per_tile(n_steps):
 
 def cycles_to_seconds(cycles, target):
     return cycles / target.clock_hz
+
+
+# -- reductions between processes and between Pods (data parallelism) ---------
+# Sources:
+#   [BOW2000] Graphcore, Bow-2000 IPU-Machine datasheet: 4 IPUs per machine;
+#             "GW-Link - 2x 100Gbps Gateway-Links for communication between
+#             Bow Pods"; "Host-Link - PCIe Gen4 RoCEv2 NIC/SmartNIC Interface".
+#   [PODDA]   Graphcore, IPU-POD DA build and test guide: the host server
+#             connects through "1x 100GbE RoCEv2 NIC".
+#   [POD64]   Graphcore, IPU-POD64 build and test guide: the 64 IPUs of a Pod
+#             are joined by IPU-Links; the IPU-Gateway "enables IPU scaleout
+#             across 100GbE (IPU-GW-link) for rack-to-rack connectivity".
+#   [RING]    P. Patarasuk, X. Yuan, "Bandwidth optimal all-reduce algorithms
+#             for clusters of workstations", J. Parallel Distrib. Comput. 69
+#             (2009): the ring all-reduce of n bytes over p participants
+#             sends 2 (p - 1) / p x n bytes from each, in 2 (p - 1) steps,
+#             and no all-reduce sends less. Horovod's allreduce (and so
+#             ipu.distributed.allreduce, reference 21.10) is this ring.
+GW_LINK_BYTES_PER_S = 100e9 / 8  # one GW-Link, one direction [BOW2000]
+GW_LINKS_PER_MACHINE = 2  # [BOW2000]
+IPUS_PER_MACHINE = 4  # [BOW2000]
+HOST_NIC_BYTES_PER_S = 100e9 / 8  # the host's 100 GbE RoCE NIC, one direction [PODDA]
+IPU_LINK_DOMAIN_IPUS = 64  # IPUs joined by IPU-Links: one Pod64 [POD64]
+# Of an IPU's 10 IPU-Links [DESIGN], a ring through the replicas uses one
+# towards each neighbour: 2 links' worth of the IPU's bandwidth (assumption;
+# GCL may run several rings at once).
+IPU_LINKS_PER_RING = 2  # assumption
+# One step of a ring over the network: a RoCE message and MPI's software
+# around it (assumption; RoCE itself takes a few microseconds).
+NETWORK_STEP_LATENCY_S = 10e-6  # assumption
+
+
+def ring_allreduce_seconds(nbytes, participants, bytes_per_s, step_latency_s):
+    """[RING]: 2 (p - 1) steps, each moving n / p bytes over one link."""
+    p = int(participants)
+    if p <= 1 or not nbytes:
+        return 0.0
+    steps = 2 * (p - 1)
+    return steps * step_latency_s + steps * (nbytes / p) / bytes_per_s
+
+
+def ipu_link_allreduce_seconds(nbytes, replicas, target):
+    """The compiled all-reduce of `nbytes` per replica between replicas on
+    one Pod's IPU-Links: a ring [RING] over IPU_LINKS_PER_RING links of the
+    [DESIGN] bandwidth, each step an inter-IPU sync."""
+    if int(replicas) <= 1 or not nbytes:
+        return 0.0
+    per_link = ipu_link_seconds(1, target) * target.ipu_links  # s/B of one link
+    sync = cycles_to_seconds(INTER_IPU_SYNC_CYCLES, target)
+    return ring_allreduce_seconds(nbytes, replicas, IPU_LINKS_PER_RING / per_link, sync)
+
+
+def gateway_allreduce_seconds(nbytes, pods, ipus_per_pod=IPU_LINK_DOMAIN_IPUS):
+    """The all-reduce of `nbytes` (already reduced inside each Pod) between
+    `pods` Pods over their GW-Links [BOW2000]: a ring [RING] whose links are
+    all the Pod's machines' GW-Links together."""
+    if int(pods) <= 1 or not nbytes:
+        return 0.0
+    machines = max(1, int(ipus_per_pod) // IPUS_PER_MACHINE)
+    bandwidth = machines * GW_LINKS_PER_MACHINE * GW_LINK_BYTES_PER_S
+    return ring_allreduce_seconds(nbytes, pods, bandwidth, NETWORK_STEP_LATENCY_S)
+
+
+def host_allreduce_seconds(nbytes, instances, target):
+    """A reduction of `nbytes` per instance on the hosts (Horovod's
+    allreduce, ipu.distributed, IPUHorovodStrategy, a PopDist reduction on
+    the CPU): the tensor comes from the IPU over the host link, the hosts'
+    NICs run the ring [RING][PODDA], and the result goes back."""
+    if int(instances) <= 1 or not nbytes:
+        return 0.0
+    ring = ring_allreduce_seconds(nbytes, instances, HOST_NIC_BYTES_PER_S, NETWORK_STEP_LATENCY_S)
+    return 2 * host_transfer_seconds(nbytes, target) + ring
+
+
+def data_parallel_reduction_seconds(nbytes, replicas, target, ipus_per_replica=1):
+    """The gradient all-reduce of one training step of `replicas` replicas
+    (of `ipus_per_replica` IPUs each): over IPU-Links inside each Pod64,
+    then over GW-Links between Pods (GCL's hierarchical reduction, what
+    PopDistStrategy compiles in)."""
+    replicas, k = int(replicas), int(ipus_per_replica)
+    per_pod = max(1, min(replicas, IPU_LINK_DOMAIN_IPUS // k))
+    pods = math.ceil(replicas / per_pod)
+    return ipu_link_allreduce_seconds(nbytes, per_pod, target) + gateway_allreduce_seconds(
+        nbytes, pods, per_pod * k
+    )

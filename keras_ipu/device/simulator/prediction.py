@@ -229,3 +229,40 @@ def _synthetic_data_for(category):
 
 def _log_cycle_count_flag():
     return _system.configured_flags().log_cycle_count
+
+
+@dataclasses.dataclass
+class HostReduction:
+    """The predicted cost of one reduction of `nbytes` per instance on the
+    hosts of `instances` instances (cost_model.host_allreduce_seconds)."""
+
+    nbytes: int
+    instances: int
+    transfer_seconds: float  # IPU -> host and back, over the host link
+    network_seconds: float  # the ring between the hosts
+
+    @property
+    def seconds(self):
+        return self.transfer_seconds + self.network_seconds
+
+    def summary(self):
+        return (
+            f"host all-reduce of {self.nbytes:,} B over {self.instances} instances: "
+            f"{self.seconds * 1e6:,.1f} us (IPU<->host {self.transfer_seconds * 1e6:,.1f} us, "
+            f"network {self.network_seconds * 1e6:,.1f} us)"
+        )
+
+
+def predict_host_allreduce(nbytes, instances, target=None, log=None):
+    """The HostReduction of one host-side all-reduce (ipu.distributed and the
+    strategies' reductions on the CPU); logged with the cycle predictions
+    (TF_POPLAR_FLAGS=--log_cycle_count)."""
+    target = memory_model.resolve_target(target)
+    total = cost_model.host_allreduce_seconds(nbytes, instances, target)
+    transfer = 2 * cost_model.host_transfer_seconds(nbytes, target) if instances > 1 else 0.0
+    result = HostReduction(int(nbytes), int(instances), transfer, total - transfer)
+    if log is None:
+        log = _log_cycle_count_flag() >= 0
+    if log:
+        logger.info("Predicted %s", result.summary())
+    return result
