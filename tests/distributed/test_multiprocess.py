@@ -154,3 +154,19 @@ def test_plain_mpiexec_exception_in_one_rank_ends_the_job(tmp_path):
     done, _ = _run([_mpiexec(), "-n", "2", sys.executable, PROGRAMS / "faults.py", "raise", tmp_path], tmp_path)
     assert done.returncode != 0
     assert "instance 1 of 2 failed (ValueError: instance 1 gives up)" in done.stderr
+
+
+def test_horovod_ops_on_tensorflow_values(tmp_path):
+    done, _ = _run(
+        _poprun("--num-instances", 2, sys.executable, PROGRAMS / "tensorflow_collectives.py", tmp_path),
+        tmp_path,
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    assert done.returncode == 0, done.stderr
+    for r in _results(tmp_path, 2):
+        assert r["eager_type"] == "EagerTensor"
+        assert r["average"] == [1.5, 3.0]
+        assert r["variable_broadcast"] == [10.0]
+        assert r["graph_sum"] == [3.0, 6.0]
+        # IndexedSlices are gathered, as Horovod does.
+        assert r["slices"] == [[[0.0], [1.0]], [0, 1]]
