@@ -188,3 +188,23 @@ def test_collectives_refuse_traced_values_and_strings():
         host_collectives.allreduce(1.0, op=host_collectives.Adasum)
     with pytest.raises(ValueError, match="use ipu.distributed.Sum"):
         host_collectives.allreduce(1.0, op="sum")
+
+
+def test_tf_config_cluster_must_be_the_mpi_world(monkeypatch):
+    from keras_ipu.distributed import cluster
+
+    config = '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}'
+    resolver = cluster.TFConfigClusterResolver({"TF_CONFIG": config})
+    assert resolver.cluster_spec().num_tasks("worker") == 2 and resolver.task_id == 1
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("PMI_RANK", "1")
+    assert cluster.workers(resolver) == (2, 1)
+    monkeypatch.setenv("PMI_RANK", "0")
+    with pytest.raises(ValueError, match="worker 1, but it is MPI rank 0"):
+        cluster.workers(resolver)
+    monkeypatch.setenv("PMI_SIZE", "3")
+    with pytest.raises(ValueError, match=r"2 worker\(s\) .* but MPI launched 3"):
+        cluster.workers(resolver)
+    assert cluster.workers(cluster.TFConfigClusterResolver({})) == (3, 0)
+    with pytest.raises(ValueError, match="TF_CONFIG is not JSON"):
+        cluster.TFConfigClusterResolver({"TF_CONFIG": "{"})
