@@ -27,6 +27,7 @@ or waiting in a collective, and each of those ends), then finalises MPI.
 """
 
 import atexit
+import faulthandler
 import json
 import os
 import sys
@@ -82,7 +83,7 @@ def timeout_seconds():
     return value
 
 
-def _import_mpi():
+def _import_mpi(timeout):
     try:
         import mpi4py
     except ImportError:
@@ -92,8 +93,14 @@ def _import_mpi():
         ) from None
     # This module finalises MPI itself, after its exit handshake (see _World.exit).
     mpi4py.rc.finalize = False
-    from mpi4py import MPI
-
+    # MPI_Init waits for every process of the job to start MPI, holding the
+    # GIL: only faulthandler's own thread can end a wait for an instance that
+    # never comes (it exited first). It prints where this process waited.
+    faulthandler.dump_traceback_later(timeout, exit=True)
+    try:
+        from mpi4py import MPI
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     return MPI
 
 
@@ -123,14 +130,20 @@ class _World:
         self.calls = 0
         self.timeout = timeout_seconds()
         self._pending_sends = []
+        self.peers = []  # (host, pid) of every rank, once known
+        self._last_liveness = time.monotonic()
         # Notices travel on a communicator of their own, so they never match
         # a collective's messages.
-        self.notices = world.Dup()
-        self.comm = world.Dup()
+        self.notices = self._dup(world)
+        self.comm = self._dup(world)
         host = os.uname().nodename
-        self.peers = self.comm.allgather((host, os.getpid()))
+        self.peers = self.gather_objects((host, os.getpid()), "start-up")
         self.local_ranks = [r for r, (h, _) in enumerate(self.peers) if h == host]
-        self._last_liveness = time.monotonic()
+
+    def _dup(self, comm):
+        new, request = comm.Idup()
+        self.wait(request, "start-up")
+        return new
 
     # -- waiting -------------------------------------------------------------
     def wait(self, request, what, deadline=True):
@@ -155,6 +168,8 @@ class _World:
             pause = min(2 * pause + 1e-5, 1e-3 if deadline else 1e-2)
 
     def _check_notices(self, what, start, now):
+        if not hasattr(self, "notices"):
+            return
         status = self.MPI.Status()
         while self.notices.Iprobe(source=self.MPI.ANY_SOURCE, tag=self.MPI.ANY_TAG, status=status):
             source, tag = status.Get_source(), status.Get_tag()
@@ -177,6 +192,8 @@ class _World:
                 )
 
     def _check_peers_alive(self, what):
+        if not self.peers:
+            return
         for rank in self.local_ranks:
             if rank == self.rank or rank in self.exited:
                 continue
@@ -337,7 +354,7 @@ def world():
     global _world
     with _lock:
         if _world is None:
-            MPI = _import_mpi()
+            MPI = _import_mpi(timeout_seconds())
             _world = _World(MPI)
             _install_handlers(_world)
         return _world

@@ -178,7 +178,7 @@ def summarise(directory, num_instances, num_replicas):
     recorded how each program ended, and when.
     """
     local = num_replicas // num_instances
-    ended, errors = [], {}
+    ended, finished, errors = [], [], {}
     for i in range(num_instances):
         text = _read(directory, f"instance-{i}.exit")
         if text is not None:
@@ -186,6 +186,8 @@ def summarise(directory, num_instances, num_replicas):
             failed = record["signal"] is not None or record["code"] not in (0, None)
             if failed and not record["stopped"]:
                 ended.append((record["time"], i, record))
+            elif not failed:
+                finished.append((record["time"], i))
         text = _read(directory, f"instance-{i}.error")
         if text is not None:
             errors[i] = json.loads(text)
@@ -197,7 +199,7 @@ def summarise(directory, num_instances, num_replicas):
             "the other instances were stopped."
         )
     if ended:
-        _, index, record = min(ended)
+        when, index, record = min(ended)
         if record["signal"] is not None:
             try:
                 name = signal.Signals(record["signal"]).name
@@ -206,7 +208,16 @@ def summarise(directory, num_instances, num_replicas):
             how = f"was killed by signal {record['signal']} ({name})"
         else:
             how = f"exited with code {record['code']}"
-        return f"instance {index} ({_replicas(index, local)}) {how}; the other instances were stopped."
+        earlier = [
+            f"instance {i} had ended its program (code 0) {when - t:.1f} s before"
+            for t, i in sorted(finished)
+            if t < when
+        ]
+        note = f" ({'; '.join(earlier)}: the others waited for it)" if earlier else ""
+        return (
+            f"instance {index} ({_replicas(index, local)}) {how}{note}; the other "
+            "instances were stopped."
+        )
     if errors:
         index, error = min(errors.items())
         blamed = error["blames"]
