@@ -49,7 +49,7 @@ def _to_numpy(value, what):
             f"ipu.distributed.{what}: cannot send a value of dtype {array.dtype} between "
             "processes; give a numeric tensor."
         )
-    return np.ascontiguousarray(array)
+    return np.asarray(array, order="C")
 
 
 def _wire(array):

@@ -44,6 +44,7 @@ result = {
     "scaled": hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5).tolist(),
     "half": hvd.allreduce(x.astype(np.float16), op=hvd.Sum).tolist(),
     "int_sum": hvd.allreduce(np.array([rank + 1], np.int32), op=hvd.Sum).tolist(),
+    "scalar": hvd.allreduce(float(rank + 1)),
     "broadcast": hvd.broadcast(x, root_rank=hvd.size() - 1).tolist(),
     "allgather": hvd.allgather(np.full((rank + 1, 2), rank, np.int64)).tolist(),
     "on_instance_0": popdist.execute_on_instances({0}, lambda: "ran"),
