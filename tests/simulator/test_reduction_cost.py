@@ -32,28 +32,6 @@ def test_host_allreduce_is_two_host_transfers_and_a_ring_over_100gbe():
     assert c.host_allreduce_seconds(64e6, 1, IPU2) == 0.0
 
 
-def test_ipu_link_ring_uses_two_of_ten_links():
-    # ipu2: 320 GB/s over 10 links; 2 links = 64 GB/s; each step an inter-IPU sync.
-    sync = 900 / 1.33e9
-    expected = 6 * sync + 6 * (64e6 / 4) / 64e9
-    assert c.ipu_link_allreduce_seconds(64e6, 4, IPU2) == pytest.approx(expected)
-
-
-def test_data_parallel_reduction_crosses_pods_beyond_64_ipus():
-    n = 50e6
-    inside = c.data_parallel_reduction_seconds(n, 64, IPU2)
-    assert inside == pytest.approx(c.ipu_link_allreduce_seconds(n, 64, IPU2))
-    across = c.data_parallel_reduction_seconds(n, 256, IPU2)
-    assert across == pytest.approx(
-        c.ipu_link_allreduce_seconds(n, 64, IPU2) + c.gateway_allreduce_seconds(n, 4, 64)
-    )
-    # Replicas of 4 IPUs: 16 of them fill a Pod64.
-    assert c.data_parallel_reduction_seconds(n, 32, IPU2, ipus_per_replica=4) == pytest.approx(
-        c.ipu_link_allreduce_seconds(n, 16, IPU2) + c.gateway_allreduce_seconds(n, 2, 64)
-    )
-    assert c.data_parallel_reduction_seconds(n, 1, IPU2) == 0.0
-
-
 def test_host_allreduce_prediction_is_logged(caplog):
     with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
         result = prediction.predict_host_allreduce(64e6, 2, IPU2, log=True)

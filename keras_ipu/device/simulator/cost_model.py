@@ -308,10 +308,6 @@ GW_LINKS_PER_MACHINE = 2  # [BOW2000]
 IPUS_PER_MACHINE = 4  # [BOW2000]
 HOST_NIC_BYTES_PER_S = 100e9 / 8  # the host's 100 GbE RoCE NIC, one direction [PODDA]
 IPU_LINK_DOMAIN_IPUS = 64  # IPUs joined by IPU-Links: one Pod64 [POD64]
-# Of an IPU's 10 IPU-Links [DESIGN], a ring through the replicas uses one
-# towards each neighbour: 2 links' worth of the IPU's bandwidth (assumption;
-# GCL may run several rings at once).
-IPU_LINKS_PER_RING = 2  # assumption
 # One step of a ring over the network: a RoCE message and MPI's software
 # around it (assumption; RoCE itself takes a few microseconds).
 NETWORK_STEP_LATENCY_S = 10e-6  # assumption
@@ -324,17 +320,6 @@ def ring_allreduce_seconds(nbytes, participants, bytes_per_s, step_latency_s):
         return 0.0
     steps = 2 * (p - 1)
     return steps * step_latency_s + steps * (nbytes / p) / bytes_per_s
-
-
-def ipu_link_allreduce_seconds(nbytes, replicas, target):
-    """The compiled all-reduce of `nbytes` per replica between replicas on
-    one Pod's IPU-Links: a ring [RING] over IPU_LINKS_PER_RING links of the
-    [DESIGN] bandwidth, each step an inter-IPU sync."""
-    if int(replicas) <= 1 or not nbytes:
-        return 0.0
-    per_link = ipu_link_seconds(1, target) * target.ipu_links  # s/B of one link
-    sync = cycles_to_seconds(INTER_IPU_SYNC_CYCLES, target)
-    return ring_allreduce_seconds(nbytes, replicas, IPU_LINKS_PER_RING / per_link, sync)
 
 
 def gateway_allreduce_seconds(nbytes, pods, ipus_per_pod=IPU_LINK_DOMAIN_IPUS):
@@ -357,16 +342,3 @@ def host_allreduce_seconds(nbytes, instances, target):
         return 0.0
     ring = ring_allreduce_seconds(nbytes, instances, HOST_NIC_BYTES_PER_S, NETWORK_STEP_LATENCY_S)
     return 2 * host_transfer_seconds(nbytes, target) + ring
-
-
-def data_parallel_reduction_seconds(nbytes, replicas, target, ipus_per_replica=1):
-    """The gradient all-reduce of one training step of `replicas` replicas
-    (of `ipus_per_replica` IPUs each): over IPU-Links inside each Pod64,
-    then over GW-Links between Pods (GCL's hierarchical reduction, what
-    PopDistStrategy compiles in)."""
-    replicas, k = int(replicas), int(ipus_per_replica)
-    per_pod = max(1, min(replicas, IPU_LINK_DOMAIN_IPUS // k))
-    pods = math.ceil(replicas / per_pod)
-    return ipu_link_allreduce_seconds(nbytes, per_pod, target) + gateway_allreduce_seconds(
-        nbytes, pods, per_pod * k
-    )
