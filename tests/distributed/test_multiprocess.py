@@ -174,3 +174,16 @@ def test_horovod_ops_on_tensorflow_values(tmp_path):
         assert r["graph_sum"] == [3.0, 6.0]
         # IndexedSlices are gathered, as Horovod does.
         assert r["slices"] == [[[0.0], [1.0]], [0, 1]]
+
+
+def test_poprun_output_of_one_instance_and_verbose_command(tmp_path):
+    program = "import os; print('instance', os.environ['PMI_RANK'], os.environ['POPDIST_REPLICA_INDEX_OFFSET'])"
+    done, _ = _run(
+        _poprun("--num-instances", 3, "--num-replicas", 3, "--only-output-from-instance", 1, "-v",
+                sys.executable, "-c", program),
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "keras_ipu.poprun: running " in done.stdout and "-m keras_ipu.poprun.instance" in done.stdout
+    printed = [line for line in done.stdout.splitlines() if line.startswith("instance")]
+    assert printed == ["instance 1 1"]
