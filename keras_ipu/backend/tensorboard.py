@@ -4,12 +4,17 @@ While a trace is on, every executable run is recorded (the run path calls
 keras_ipu.device.simulator.profile.note_run). Stopping the trace with
 save=True writes, under the log directory Keras passes (its train dir):
 
-- `plugins/profile/<run>/<host>.trace.json.gz`: a Catapult (Chrome trace
-  event) file, where TensorBoard's profile plugin looks for traces. Process
+- `plugins/profile/<run>/<host>.xplane.pb`: an XSpace, what the current
+  TensorBoard profile plugin (xprof) reads (report/xspace.py): the host
+  plane with the profiled batches as step markers, and one plane per IPU
+  with the predicted timeline (report/timeline.py: program runs, host
+  transfers, program steps with op, Keras layer and cycles, loop bodies,
+  memory).
+- `plugins/profile/<run>/<host>.trace.json.gz`: the same as a Catapult
+  (Chrome trace event) file, for plugin versions up to 2.18. Process
   "Host": the profiled batches and each executable run as the simulator ran
-  it (wall time). Process "/device:IPU:0 (predicted)": each run at the
-  predicted length, and its program steps as the cost model lays them out
-  (compute, sync, exchange per step; op and Keras layer in the args).
+  it (wall time). Process "/device:IPU:0 (predicted)": the lanes of
+  report/timeline.py.
 - scalar summaries (tf.summary, so TensorFlow is imported here only):
   predicted cycles per step, step time, samples/s, and memory (IPU total,
   not-always-live peak, fullest tile), per executable run.
@@ -23,15 +28,9 @@ import threading
 import time
 
 from keras_ipu.device.simulator import profile
+from keras_ipu.report import timeline
 
-# Program steps are drawn for the first runs of each executable only, as
-# Poplar's autoReport.executionProfileProgramRunCount (default 2) does;
-# later runs appear as one event each.
-STEP_DETAIL_RUNS = 2
-HOST_PID, IPU_PID = 1, 2
-# Program-step events per run at most (a device loop of many iterations
-# would otherwise make a file TensorBoard cannot open).
-MAX_STEP_EVENTS = 20000
+HOST_PID, IPU_PID = 1, 2  # IPU n: IPU_PID + n
 
 _lock = threading.Lock()
 _trace = None
@@ -81,6 +80,7 @@ def stop_trace(save):
     if not (save and trace.logdir):
         return None
     path = write_trace(trace)
+    write_xspace(trace)
     write_scalars(trace)
     return path
 
@@ -106,96 +106,79 @@ def _meta(pid, tid, kind, name):
     return {"ph": "M", "pid": pid, "tid": tid, "name": kind, "args": {"name": name}}
 
 
-def _label(exe):
-    name = getattr(exe, "name", None) or "program"
-    return f"{name} ({profile.program_fingerprint(exe)})"
+def _sort(pid, tid, index):
+    kind = "thread_sort_index" if tid is not None else "process_sort_index"
+    event = {"ph": "M", "pid": pid, "name": kind, "args": {"sort_index": index}}
+    if tid is not None:
+        event["tid"] = tid
+    return event
+
+
+def device_name(ipu, targets):
+    return f"/device:IPU:{ipu} (predicted" + (
+        f", {', '.join(sorted(targets))})" if targets else ")")
 
 
 def trace_events(trace):
-    """The Chrome trace events of a finished trace."""
-    target_names = set()
+    """The Chrome trace events of a finished trace: the host's lanes, then
+    per IPU the lanes of report.timeline (runs, host transfers, program
+    steps, loop bodies) and its memory counter."""
     events = [
         _meta(HOST_PID, 0, "process_name", "Host"),
+        _sort(HOST_PID, None, 0),
         _meta(HOST_PID, 1, "thread_name", "Profiled batches"),
         _meta(HOST_PID, 2, "thread_name", "Executable runs (simulator, wall time)"),
-        _meta(IPU_PID, 1, "thread_name", "Program runs"),
-        _meta(IPU_PID, 2, "thread_name", "Program steps"),
-        _meta(IPU_PID, 3, "thread_name", "Loop and call bodies"),
-        _meta(IPU_PID, 4, "thread_name", "Nested bodies"),
     ]
     for batch, start, end in trace.batches:
         events.append({"ph": "X", "pid": HOST_PID, "tid": 1,
                        "name": f"Profiled batch {batch}", "ts": _us(trace, start),
                        "dur": (end - start) * 1e6, "args": {"batch": batch}})
-    detailed = {}
-    known = {}  # id(executable) -> (label, prediction): once per program
-    device_free = 0.0  # the IPU runs one program at a time
     for exe, start, end in trace.runs:
-        if id(exe) not in known:
-            known[id(exe)] = (_label(exe), profile.prediction_of(exe))
-        label, pred = known[id(exe)]
-        events.append({"ph": "X", "pid": HOST_PID, "tid": 2, "name": label,
-                       "ts": _us(trace, start), "dur": (end - start) * 1e6})
-        target = pred.target
-        target_names.add(target.name)
-        us_per_cycle = 1e6 / target.clock_hz
-        begin = max(_us(trace, start), device_free)
-        duration = pred.cycles * us_per_cycle
-        device_free = begin + duration
-        events.append({
-            "ph": "X", "pid": IPU_PID, "tid": 1, "name": label, "ts": begin,
-            "dur": duration,
-            "args": {"cycles": pred.cycles, "steps": len(pred.steps),
-                     "target": target.name},
-        })
-        seen = detailed.get(id(exe), 0)
-        detailed[id(exe)] = seen + 1
-        if seen >= STEP_DETAIL_RUNS:
-            continue
-        budget = [MAX_STEP_EVENTS]
-        _step_events(events, profile.execution_trace(pred, exe), begin, us_per_cycle,
-                     tid=2, budget=budget)
-    profile._graph_predictions.clear()
-    name = "/device:IPU:0 (predicted" + (
-        f", {', '.join(sorted(target_names))})" if target_names else ")")
-    events.insert(0, _meta(IPU_PID, 0, "process_name", name))
+        events.append({"ph": "X", "pid": HOST_PID, "tid": 2,
+                       "name": timeline.program_label(exe), "ts": _us(trace, start),
+                       "dur": (end - start) * 1e6})
+    slices, counters = timeline.lay_out(trace.runs, trace.t0)
+    targets = {}
+    for exe, _, _ in trace.runs:
+        targets.setdefault(0, set()).add(profile.prediction_of(exe).target.name)
+    for ipu in sorted({s.ipu for s in slices} | set(targets)):
+        pid = IPU_PID + ipu
+        events.append(_meta(pid, 0, "process_name", device_name(ipu, targets.get(ipu))))
+        events.append(_sort(pid, None, 1 + ipu))
+        for lane, name in enumerate(timeline.LANES):
+            events.append(_meta(pid, 1 + lane, "thread_name", name))
+            events.append(_sort(pid, 1 + lane, lane))
+    for s in slices:
+        events.append({"ph": "X", "pid": IPU_PID + s.ipu, "tid": 1 + s.lane,
+                       "name": s.name, "ts": s.start_us, "dur": s.dur_us,
+                       "args": s.args})
+    for c in counters:
+        events.append({"ph": "C", "pid": IPU_PID + c.ipu, "name": c.name,
+                       "ts": c.ts_us, "args": c.values})
     return events
 
 
-def _step_events(events, steps, origin, us_per_cycle, tid, budget):
-    """Events of predicted program steps starting at `origin` (us); loop
-    bodies are laid out pass after pass on the next lane."""
-    for step in steps:
-        if budget[0] <= 0:
-            return
-        if step["end"] == step["start"]:
-            continue
-        c, y, e = (b - a for a, b in (step["compute"], step["sync"], step["exchange"]))
-        events.append({
-            "ph": "X", "pid": IPU_PID, "tid": tid, "name": step["op"],
-            "ts": origin + step["start"] * us_per_cycle,
-            "dur": (step["end"] - step["start"]) * us_per_cycle,
-            "args": {"step": step["index"], "layer": step["source"] or "",
-                     "compute cycles": c, "sync cycles": y, "exchange cycles": e},
-        })
-        budget[0] -= 1
-        at = origin + step["start"] * us_per_cycle
-        for loop in step.get("loops", ()):
-            length = max((x["end"] for x in loop["trace"]), default=0) * us_per_cycle
-            for _ in range(loop["repeat"]):
-                if budget[0] <= 0 or not length:
-                    break
-                _step_events(events, loop["trace"], at, us_per_cycle, tid + 1, budget)
-                at += length
+def run_directory(trace):
+    """`<logdir>/plugins/profile/<run>`: where TensorBoard's profile plugin
+    looks for the runs of a log directory."""
+    run = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime(trace.wall0))
+    return os.path.join(trace.logdir, "plugins", "profile", run)
+
+
+def _host():
+    return socket.gethostname() or "localhost"
 
 
 def trace_path(trace):
-    run = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime(trace.wall0))
-    host = socket.gethostname() or "localhost"
-    return os.path.join(trace.logdir, "plugins", "profile", run, f"{host}.trace.json.gz")
+    return os.path.join(run_directory(trace), f"{_host()}.trace.json.gz")
+
+
+def xspace_path(trace):
+    return os.path.join(run_directory(trace), f"{_host()}.xplane.pb")
 
 
 def write_trace(trace):
+    """The Chrome trace JSON (what plugin versions up to 2.18 read)."""
     path = trace_path(trace)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     document = {"displayTimeUnit": "ns", "traceEvents": trace_events(trace),
@@ -205,6 +188,16 @@ def write_trace(trace):
         json.dump(document, f)
     os.replace(tmp, path)
     return path
+
+
+def write_xspace(trace):
+    """The XSpace (what plugin versions 2.19 and later, xprof, read)."""
+    from keras_ipu.report import xspace
+
+    path = xspace_path(trace)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    space = xspace.build_xspace(_host(), trace.wall0, trace.t0, trace.batches, trace.runs)
+    return xspace.write_xspace(path, space)
 
 
 # -- scalars -------------------------------------------------------------------

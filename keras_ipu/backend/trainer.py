@@ -195,7 +195,10 @@ class IPUTrainer(base_trainer.Trainer):
         self, metrics_variables, unscaled_loss, x, y, y_pred, sample_weight
     ):
         mapping = list(zip(self.metrics_variables, metrics_variables))
-        with backend.StatelessScope(state_mapping=mapping) as scope:
+        # The "metrics" name scope: profiles attribute these steps to the
+        # metrics (as TensorFlow graphs group them), not to "(no layer)".
+        with backend.StatelessScope(state_mapping=mapping) as scope, \
+                backend.name_scope("metrics"):
             self._loss_tracker.update_state(
                 unscaled_loss, sample_weight=_first_array(x).shape[0]
             )
@@ -294,7 +297,8 @@ class IPUTrainer(base_trainer.Trainer):
         # update it in place (donation, as Keras' JAX trainer does), given
         # arrays nobody else holds (read_owned_state).
         donate = donate_state and compiled
-        loop = DeviceLoop(step, compiled=compiled, donate_state=donate)
+        loop = DeviceLoop(step, compiled=compiled, donate_state=donate,
+                          state_kinds=kinds)
         read = model_state.read_owned_state if donate else model_state.read_state
 
         def run_execution(batches):

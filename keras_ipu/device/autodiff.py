@@ -204,8 +204,11 @@ class Linearized:
                     f"The gradient rule of `{prim.name}` returned "
                     f"{len(in_cts)} cotangents for {len(node.inputs)} inputs."
                 )
-            for var, ct in zip(node.inputs, in_cts):
-                accumulate(var, ct, prim)
+            # Summing the cotangents of a value read twice belongs to the
+            # layer whose gradient adds in (not to "no layer" in profiles).
+            with source_scope(node.source):
+                for var, ct in zip(node.inputs, in_cts):
+                    accumulate(var, ct, prim)
         return [cts.get(v.id) for v in graph.inputs]
 
 

@@ -164,6 +164,8 @@ class GraphBuilder:
         outs = [Var(a) for a in out_avals]
         if source is None:
             source = _source_override[-1] if _source_override else _source_provider()
+            if source is None and _source_default:
+                source = _source_default[-1]
         self.graph.nodes.append(Node(primitive, ins, params, outs, source))
         return [Tracer(self, v) for v in outs]
 
@@ -177,12 +179,25 @@ def _no_source():
 
 _source_provider = _no_source
 _source_override = []
+_source_default = []
 
 
 def set_source_provider(provider):
     """`provider()` -> the source of nodes recorded now (or None)."""
     global _source_provider
     _source_provider = provider or _no_source
+
+
+@contextlib.contextmanager
+def default_source(source):
+    """Nodes recorded inside that no layer claims get `source` (None: back
+    to no source): the device loop names its own scan this way, without
+    renaming the layers traced in its body."""
+    _source_default.append(source)
+    try:
+        yield
+    finally:
+        _source_default.pop()
 
 
 @contextlib.contextmanager

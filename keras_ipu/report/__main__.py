@@ -53,11 +53,10 @@ def main(argv=None):
     for report in reports:
         stem = os.path.basename(report["_path"])[: -len(".json")]
         figures = []
-        for kind, canvas, caption in _charts.draw_all(report):
-            png = canvas.png()
+        for kind, png, title in _charts.draw_all(report):
             with open(os.path.join(out, f"{stem}.{kind}.png"), "wb") as f:
                 f.write(png)
-            figures.append((kind, png, caption))
+            figures.append((kind, png, title))
         drawn.append(figures)
     index = os.path.join(out, "index.html")
     with open(index, "w", encoding="utf-8") as f:

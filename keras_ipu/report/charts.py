@@ -1,203 +1,325 @@
-"""The three pictures of a profile report, drawn on a png.Canvas.
+"""The pictures of a profile report, drawn with matplotlib.
 
-Each chart returns (canvas, caption): the caption holds the title, the
-axis ranges and the legend as text, because the rasters carry no lettering
-(the HTML page and the summary print the captions beside them).
+Each picture stands on its own: a title naming the program, axes with
+ticks and units, named lanes and a legend. matplotlib is imported only
+here, when pictures are asked for (`pip install keras_ipu[profile]`
+brings it); it draws on its own Figure objects (no pyplot state), so
+drawing works in any thread and without a display.
+
+    draw_all(report) -> [(kind, png bytes, title)]
+
+kinds: memory_ipu<N> (memory per tile by category, and the IPU's total by
+category against its capacity: one per IPU), liveness (bytes live over
+the program steps, peak marked), loop_body_liveness (inside the largest
+loop body), cycles_by_layer, timeline (the predicted run, lanes as in
+report/timeline.py).
 """
+
+import io
 
 import numpy as np
 
+from keras_ipu.device.simulator import profile
 from keras_ipu.report.format import fmt_bytes
-from keras_ipu.report.png import Canvas
 
-WIDTH, HEIGHT, MARGIN = 800, 260, 8
-AXIS = "#333333"
-ALWAYS = "#3b6ea5"  # always-live bytes
-NOT_ALWAYS = "#8fbce6"  # not-always-live bytes
-LIMIT = "#d62728"  # tile capacity, peak step
-PHASES = (("compute", "#2ca02c"), ("sync", "#999999"), ("exchange", "#ff7f0e"))
-STEP_SHADES = ("#4c78a8", "#9ecae9")
-
-
-def column_max(values, width):
-    """`values` squeezed (largest per column) or stretched to `width` columns."""
-    values = np.asarray(values, float)
-    n = len(values)
-    out = np.zeros(width)
-    if not n:
-        return out
-    np.maximum.at(out, (np.arange(n) * width) // n, values)
-    return np.maximum(out, values[(np.arange(width) * n) // width])
+# One colour per memory category (colour-blind-safe tableau order).
+CATEGORY_COLOURS = {
+    "weights": "#4e79a7", "optimizer state": "#f28e2b", "metric state": "#b07aa1",
+    "stream buffers": "#59a14f", "program inputs": "#76b7b2", "constants": "#9c755f",
+    "code": "#bab0ac", "activations": "#e15759",
+}
+PHASE_COLOURS = {"compute": "#4e79a7", "sync": "#bab0ac", "exchange": "#f28e2b"}
+LIMIT = "#d62728"
+DPI = 100
+MAX_TIMELINE_STEPS = 20000
 
 
-def coverage(spans, width):
-    """Fraction of each of `width` pixel columns that the [a, b) spans (in
-    pixels) cover; a span narrower than a pixel still shows at least a
-    quarter shade so that short phases stay visible."""
-    out = np.zeros(width + 1)
-    for a, b in spans:
-        if b <= a:
-            continue
-        ca, cb = int(a), int(b)
-        if ca == cb:
-            out[ca] += max(b - a, 0.25)
-            continue
-        out[ca] += ca + 1 - a
-        out[ca + 1:cb] += 1
-        out[cb] += b - cb
-    return np.minimum(out[:width], 1.0)
+def _matplotlib():
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter
+    except ImportError:
+        raise ImportError(
+            "Drawing the report's pictures needs matplotlib, which is not "
+            "installed. Install it with `pip install keras_ipu[profile]` (or "
+            "`pip install matplotlib`), or pass --no-pictures for the summary "
+            "only.") from None
+    return Figure, FuncFormatter
 
 
-def _frame(canvas):
-    x0, y1 = MARGIN, canvas.height - MARGIN
-    canvas.vline(x0 - 1, MARGIN, y1 + 1, AXIS)
-    canvas.hline(x0 - 1, canvas.width - MARGIN, y1, AXIS)
-    return x0, MARGIN, canvas.width - MARGIN, y1
+def _png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
 
 
-def memory_per_tile(report):
-    tiles = report["memory"]["tiles"]
-    always, total = np.asarray(tiles["always_live"]), np.asarray(tiles["total"])
+def _bytes_axis(axis, vmax):
+    """Ticks at round binary sizes (1, 2, 4, 8 ... KiB), labelled with units."""
+    from matplotlib.ticker import MultipleLocator
+
+    _, FuncFormatter = _matplotlib()
+    step = 2.0 ** max(0, int(np.ceil(np.log2(max(vmax, 1) / 6))))
+    axis.set_major_locator(MultipleLocator(step))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt_bytes(max(int(v), 0))))
+
+
+def label(report):
+    p = report["program"]
+    return f"{p['name']} ({p['fingerprint']})"
+
+
+def _target(report):
+    t = report["target"]
+    return f"{t['name']} ({t['product']})"
+
+
+# -- memory, one picture per IPU ----------------------------------------------
+def memory_ipu(report, ipu_index=0):
+    Figure, _ = _matplotlib()
+    memory = report["memory"]
+    tiles, ipu = memory["tiles"][ipu_index], memory["ipus"][ipu_index]
+    categories = [c for c in profile.CATEGORIES if c in tiles["categories"]]
+    per_tile = [np.asarray(tiles["categories"][c], float) for c in categories]
+    n = len(tiles["total"])
     capacity = tiles["capacity"]
-    top = max(int(total.max(initial=0)), 1)
-    show_capacity = capacity <= 1.5 * top
-    y_max = (max(top, capacity) * 1.05) if show_capacity else top * 1.1
-    canvas = Canvas(WIDTH, HEIGHT)
-    x0, y0, x1, y1 = _frame(canvas)
-    plot_w, plot_h = x1 - x0, y1 - y0
-    scale = plot_h / y_max
-    canvas.columns(x0, y1, column_max(total, plot_w) * scale, NOT_ALWAYS)
-    canvas.columns(x0, y1, column_max(always, plot_w) * scale, ALWAYS)
-    legend = [(ALWAYS, "always live"), (NOT_ALWAYS, "not always live (at the tile peak)")]
-    if show_capacity:
-        canvas.hline(x0, x1, y1 - capacity * scale, LIMIT)
-        legend.append((LIMIT, f"tile capacity {fmt_bytes(capacity)}"))
-    return canvas, {
-        "title": f"Memory per tile, IPU {tiles['ipu']} (fullest: tile "
-                 f"{tiles['fullest_tile']}, {fmt_bytes(tiles['fullest_tile_bytes'])} of "
-                 f"{fmt_bytes(capacity)})",
-        "x": f"tile 0 .. {len(total) - 1}",
-        "y": f"0 .. {fmt_bytes(y_max)}",
-        "legend": legend,
-    }
+    fig = Figure(figsize=(10, 6.2))
+    top_ax, bottom_ax = fig.subplots(2, 1, height_ratios=[3, 1])
+    x = np.arange(n)
+    top_ax.stackplot(x, *per_tile, labels=categories, step="post",
+                     colors=[CATEGORY_COLOURS[c] for c in categories], linewidth=0)
+    total = np.asarray(tiles["total"], float)
+    peak = max(total.max(initial=0), 1.0)
+    if capacity <= 1.6 * peak:
+        top_ax.axhline(capacity, color=LIMIT, linestyle="--",
+                       label=f"tile capacity ({fmt_bytes(capacity)})")
+    over = np.flatnonzero(total > capacity)
+    if len(over):
+        top_ax.plot(over, total[over], "v", color=LIMIT, markersize=4,
+                    label=f"{len(over)} tiles over capacity (by up to "
+                          f"{fmt_bytes(int((total - capacity).max()))})")
+    fullest = tiles["fullest_tile"]
+    top_ax.annotate(f"fullest: tile {fullest}, {fmt_bytes(tiles['fullest_tile_bytes'])}",
+                    xy=(fullest, total[fullest]), xytext=(0.25, 0.9),
+                    textcoords="axes fraction",
+                    arrowprops={"arrowstyle": "->", "color": "#333333"})
+    y_max = max(peak, capacity if capacity <= 1.6 * peak else 0) * 1.15
+    top_ax.set_xlim(0, n)
+    top_ax.set_ylim(0, y_max)
+    top_ax.set_xlabel(f"tile (0 .. {n - 1})")
+    top_ax.set_ylabel("bytes on the tile")
+    _bytes_axis(top_ax.yaxis, y_max)
+    top_ax.legend(loc="upper right", fontsize=8, ncol=2, title="at the peak (step "
+                  f"{ipu['peak_step']})", title_fontsize=8)
+    top_ax.grid(axis="y", alpha=0.3)
+    top_ax.set_title("Memory per tile by category", fontsize=10)
+
+    left = 0
+    for c in categories:
+        value = ipu["categories"].get(c, 0)
+        bottom_ax.barh([0], [value], left=left, color=CATEGORY_COLOURS[c],
+                       label=f"{c} {fmt_bytes(value)}")
+        left += value
+    if left * 20 >= ipu["capacity"]:
+        bottom_ax.axvline(ipu["capacity"], color=LIMIT, linestyle="--",
+                          label=f"IPU capacity ({fmt_bytes(ipu['capacity'])})")
+    x_max = (max(left, 1) * 1.05 if left * 20 < ipu["capacity"]
+             else max(left, ipu["capacity"]) * 1.05)
+    bottom_ax.set_xlim(0, x_max)
+    bottom_ax.set_yticks([0], [f"IPU {ipu['ipu']}"])
+    bottom_ax.set_xlabel("bytes on the IPU at the peak"
+                         + ("" if left * 20 >= ipu["capacity"] else
+                            f" (capacity {fmt_bytes(ipu['capacity'])} is off the scale)"))
+    _bytes_axis(bottom_ax.xaxis, x_max)
+    bottom_ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
+    bottom_ax.set_title(f"IPU {ipu['ipu']} total: {fmt_bytes(ipu['total'])} of "
+                        f"{fmt_bytes(ipu['capacity'])}"
+                        + ("" if ipu.get("fits", True) else " - DOES NOT FIT"),
+                        fontsize=10)
+    fig.suptitle(f"{label(report)} on IPU {ipu['ipu']} of {_target(report)}: memory at "
+                 f"the peak", fontsize=12)
+    fig.tight_layout()
+    return _png(fig), f"Memory of {label(report)} on IPU {ipu['ipu']}"
+
+
+# -- liveness ------------------------------------------------------------------
+def _liveness_plot(report, values, steps, title, peak, xlabel):
+    Figure, _ = _matplotlib()
+    fig = Figure(figsize=(10, 4))
+    ax = fig.subplots()
+    from matplotlib.ticker import MaxNLocator
+
+    values = np.asarray(values, float)
+    x = np.arange(len(values))
+    what = "not always live (values the steps make)"
+    if len(values) <= 80:
+        ax.bar(x, values, width=0.9, color=CATEGORY_COLOURS["activations"], label=what)
+    else:
+        ax.fill_between(x, values, step="mid", color=CATEGORY_COLOURS["activations"],
+                        alpha=0.8, label=what)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if peak is not None and 0 <= peak < len(values):
+        where = steps[peak] if steps and peak < len(steps) else None
+        text = f"peak: step {peak}, {fmt_bytes(values[peak])}"
+        if where:
+            text += f"\n{where['op']} in {where['source'] or '(no layer)'}"
+        ax.axvline(peak, color=LIMIT, linestyle="--", label="peak step")
+        ax.annotate(text, xy=(peak, values[peak]), xytext=(0.02, 0.85),
+                    textcoords="axes fraction", fontsize=8,
+                    arrowprops={"arrowstyle": "->", "color": "#333333"})
+    y_max = max(values.max(initial=0), 1.0) * 1.25
+    ax.set_xlim(-0.5, max(len(values) - 0.5, 0.5))
+    ax.set_ylim(0, y_max)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("bytes on the IPU")
+    _bytes_axis(ax.yaxis, y_max)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(title, fontsize=11)
+    fig.tight_layout()
+    return _png(fig)
 
 
 def liveness(report):
     live = report["liveness"]
-    values = np.asarray(live["not_always_live"], float)
-    top = max(values.max(initial=0), 1.0)
-    canvas = Canvas(WIDTH, HEIGHT)
-    x0, y0, x1, y1 = _frame(canvas)
-    plot_w, plot_h = x1 - x0, y1 - y0
-    scale = plot_h / (top * 1.1)
-    canvas.columns(x0, y1, column_max(values, plot_w) * scale, NOT_ALWAYS)
-    peak = live["peak_step"]
-    if peak >= 0 and len(values):
-        canvas.vline(x0 + (peak + 0.5) * plot_w / len(values), y0, y1, LIMIT)
-    return canvas, {
-        "title": f"Not-always-live memory over {len(values)} program steps "
-                 f"(peak {fmt_bytes(values.max(initial=0))} at step {peak}; always live "
-                 f"{fmt_bytes(live['always_live'])} on top)",
-        "x": f"program step 0 .. {max(len(values) - 1, 0)}",
-        "y": f"0 .. {fmt_bytes(top * 1.1)}",
-        "legend": [(NOT_ALWAYS, "not always live on the IPU"), (LIMIT, "tile peak step")],
-    }
+    title = (f"{label(report)}: memory live over {len(live['not_always_live'])} program "
+             f"steps ({fmt_bytes(live['always_live'])} always live on top)")
+    png = _liveness_plot(report, live["not_always_live"], live.get("steps"), title,
+                         live["peak_step"], "program step")
+    return png, f"Liveness of {label(report)}"
 
 
 def loop_body_liveness(report):
-    """The liveness inside the largest loop body (a device loop's step)."""
     body = report["liveness"]["bodies"][0]
-    values = np.asarray(body["not_always_live"], float)
-    top = max(values.max(initial=0), 1.0)
-    canvas = Canvas(WIDTH, HEIGHT)
-    x0, y0, x1, y1 = _frame(canvas)
-    scale = (y1 - y0) / (top * 1.1)
-    canvas.columns(x0, y1, column_max(values, x1 - x0) * scale, NOT_ALWAYS)
-    peak = int(np.argmax(values)) if len(values) else -1
-    if peak >= 0:
-        canvas.vline(x0 + (peak + 0.5) * (x1 - x0) / len(values), y0, y1, LIMIT)
-    where = f" ({body['source']})" if body.get("source") else ""
-    return canvas, {
-        "title": f"Memory inside the {body['op']} at program step {body['step']}{where}: "
-                 f"{body['steps']} body steps, peak {fmt_bytes(body['peak'])} at body "
-                 f"step {peak} (values of the body only)",
-        "x": f"body step 0 .. {max(len(values) - 1, 0)}",
-        "y": f"0 .. {fmt_bytes(top * 1.1)}",
-        "legend": [(NOT_ALWAYS, "bytes of the body's own values"), (LIMIT, "peak")],
-    }
+    values = body["not_always_live"]
+    peak = int(np.argmax(values)) if values else None
+    where = f" of {body['source']}" if body.get("source") else ""
+    title = (f"{label(report)}: inside the {body['op']}{where} (program step "
+             f"{body['step']}), {body['steps']} body steps")
+    png = _liveness_plot(report, values, body.get("details"), title, peak,
+                         "step of the loop body")
+    return png, f"Loop body liveness of {label(report)}"
 
 
-MAX_TIMELINE_STEPS = 50000
+# -- cycles --------------------------------------------------------------------
+def cycles_by_layer(report, top=12):
+    Figure, _ = _matplotlib()
+    cyc = report["cycles"]
+    layers = cyc["layers"][:top]
+    rest = sum(x["cycles"] for x in cyc["layers"][top:])
+    names = [x["layer"] for x in layers] + (["(other layers)"] if rest else [])
+    values = [x["cycles"] for x in layers] + ([rest] if rest else [])
+    total = cyc["total"] or 1
+    fig = Figure(figsize=(10, 0.9 + 0.32 * len(names)))
+    ax = fig.subplots()
+    y = np.arange(len(names))[::-1]
+    bars = ax.barh(y, values, color="#4e79a7")
+    for bar, v in zip(bars, values):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f" {100 * v / total:.1f}%", va="center", fontsize=8)
+    _, FuncFormatter = _matplotlib()
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_xlim(0, max(values, default=1) * 1.15)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.set_xlabel("predicted cycles per run (every step of the run)")
+    ax.grid(axis="x", alpha=0.3)
+    host = cyc["host"]["seconds"]
+    ax.set_title(
+        f"{label(report)}: cycles by Keras layer\n{cyc['total']:,} cycles per run of "
+        f"{cyc['steps_per_run']} step(s); host transfers add {host * 1e6:,.1f} us per run",
+        fontsize=10)
+    fig.tight_layout()
+    return _png(fig), f"Cycles by layer of {label(report)}"
 
 
-def _count_leaves(steps):
-    n = 0
+def _leaves(steps, origin, budget, depth=0):
+    """(start, end, op, source, depth) of the steps with loop bodies opened
+    pass after pass while the budget lasts."""
     for e in steps:
-        loops = e.get("loops")
-        n += sum(x["repeat"] * _count_leaves(x["trace"]) for x in loops) if loops else 1
-    return n
-
-
-def _leaves(steps, origin, budget):
-    """(start, end, {phase: (start, end)}) of the leaf steps, absolute
-    cycles; loop bodies opened up pass after pass while the budget lasts."""
-    for e in steps:
-        loops = e.get("loops")
-        if loops:
-            n = sum(x["repeat"] * _count_leaves(x["trace"]) for x in loops)
-            if n <= budget[0]:
-                at = origin + e["start"]
-                for loop in loops:
-                    length = max((x["end"] for x in loop["trace"]), default=0)
-                    for _ in range(loop["repeat"]):
-                        yield from _leaves(loop["trace"], at, budget)
-                        at += length
-                continue
-        budget[0] -= 1
-        yield (origin + e["start"], origin + e["end"],
-               {p: (origin + e[p][0], origin + e[p][1]) for p, _ in PHASES})
+        yield origin + e["start"], origin + e["end"], e["op"], e["source"], depth
+        at = origin + e["start"]
+        for loop in e.get("loops", ()):
+            length = max((x["end"] for x in loop["trace"]), default=0)
+            for _ in range(loop["repeat"]):
+                if budget[0] <= 0 or not length:
+                    break
+                budget[0] -= len(loop["trace"])
+                yield from _leaves(loop["trace"], at, budget, depth + 1)
+                at += length
 
 
 def timeline(report):
-    trace = report["execution_trace"]
-    end = max((e["end"] for e in trace), default=0) or 1
-    leaves = list(_leaves(trace, 0, [MAX_TIMELINE_STEPS]))
-    lanes = 1 + len(PHASES)
-    canvas = Canvas(WIDTH, 40 + 30 * lanes)
-    x0, y0, x1, y1 = _frame(canvas)
-    plot_w = x1 - x0
-    lane_h = (y1 - y0) / lanes
-    px = plot_w / end
-    for i, (start, stop, _) in enumerate(leaves):
-        canvas.fill(x0 + start * px, y0 + 2, x0 + stop * px, y0 + lane_h - 2,
-                    STEP_SHADES[i % 2])
-    for lane, (phase, color) in enumerate(PHASES, start=1):
-        spans = [(p[phase][0] * px, p[phase][1] * px) for _, _, p in leaves]
-        top = y0 + lane * lane_h
-        canvas.shade_columns(x0, top + 2, top + lane_h - 2, coverage(spans, plot_w), color)
-    opened = " (loop bodies opened up)" if len(leaves) > len(trace) else ""
-    return canvas, {
-        "title": f"Predicted execution timeline of one run: {len(leaves)} steps"
-                 f"{opened}, {end:,} cycles",
-        "x": f"cycle 0 .. {end:,}",
-        "y": "lanes: program steps, " + ", ".join(p for p, _ in PHASES),
-        "legend": [(STEP_SHADES[0], "program step (alternating shades)")]
-                  + [(c, p) for p, c in PHASES],
-    }
+    """The predicted run, lanes as the TensorBoard trace draws them."""
+    Figure, _ = _matplotlib()
+    from keras_ipu.report import timeline as _timeline
+
+    cyc = report["cycles"]
+    clock = report["target"]["clock_hz"]
+    us = 1e6 / clock
+    host_in, host_out = cyc["host"]["seconds_in"] * 1e6, cyc["host"]["seconds_out"] * 1e6
+    device = cyc["total"] * us
+    leaves = list(_leaves(report["execution_trace"], 0, [MAX_TIMELINE_STEPS]))
+    lanes = list(_timeline.LANES)
+    depth = max((d for *_, d in leaves), default=0)
+    lanes = lanes[:3 + depth] if depth < 2 else lanes
+    fig = Figure(figsize=(11, 1.2 + 0.55 * len(lanes)))
+    ax = fig.subplots()
+    rows = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
+    ax.broken_barh([(0, host_in + device + host_out)], (rows["Program runs"] - 0.4, 0.8),
+                   color="#76b7b2")
+    ax.broken_barh([(0, host_in), (host_in + device, host_out)],
+                   (rows["Host transfers"] - 0.4, 0.8), color=CATEGORY_COLOURS["stream buffers"])
+    layer_cycles = {}
+    for start, end, _, source, _ in leaves:
+        layer_cycles[source] = layer_cycles.get(source, 0) + end - start
+    named = sorted(layer_cycles, key=lambda k: -layer_cycles[k])[:8]
+    palette = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+               "#b07aa1", "#ff9da7"]
+    colour = {k: palette[i] for i, k in enumerate(named)}
+    for start, end, _, source, d in leaves:
+        lane = lanes[min(2 + d, len(lanes) - 1)]
+        ax.broken_barh([(host_in + start * us, max((end - start) * us, 1e-9))],
+                       (rows[lane] - 0.4, 0.8), color=colour.get(source, "#bab0ac"),
+                       linewidth=0)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colour[k], label=k or "(no layer)") for k in named]
+    handles.append(Patch(color="#bab0ac", label="other layers"))
+    handles.append(Patch(color=CATEGORY_COLOURS["stream buffers"],
+                         label="host transfers (PCIe)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7,
+              title="Keras layer", title_fontsize=8)
+    ax.set_yticks([rows[n] for n in lanes], lanes, fontsize=8)
+    ax.set_xlim(0, (host_in + device + host_out) * 1.01 or 1)
+    ax.set_xlabel("predicted time in the run (us)")
+    ax.grid(axis="x", alpha=0.3)
+    note = " (loop bodies drawn in part)" if sum(1 for _ in leaves) >= MAX_TIMELINE_STEPS else ""
+    ax.set_title(
+        f"{label(report)}: one predicted run, {cyc['steps_per_run']} step(s), "
+        f"{cyc['step_seconds'] * 1e6:,.1f} us per step{note}", fontsize=10)
+    fig.tight_layout()
+    return _png(fig), f"Timeline of {label(report)}"
 
 
 def _has_body(report):
     return bool((report.get("liveness") or {}).get("bodies"))
 
 
-CHARTS = (
-    ("memory_per_tile", lambda r: r.get("memory"), memory_per_tile),
-    ("liveness", lambda r: r.get("liveness"), liveness),
-    ("loop_body_liveness", _has_body, loop_body_liveness),
-    ("timeline", lambda r: r.get("execution_trace"), timeline),
-)
-
-
 def draw_all(report):
-    """[(kind, canvas, caption)] for the charts the report has data for."""
-    return [(kind, *draw(report)) for kind, has, draw in CHARTS if has(report)]
+    """[(kind, png bytes, title)] of the pictures the report has data for."""
+    out = []
+    memory = report.get("memory")
+    if memory:
+        for i, tiles in enumerate(memory["tiles"]):
+            out.append((f"memory_ipu{tiles['ipu']}", *memory_ipu(report, i)))
+    live = report.get("liveness")
+    # A program of a step or two (the device loop's scan) says more by its
+    # loop body than by its own steps.
+    if live and (len(live["not_always_live"]) > 2 or not _has_body(report)):
+        out.append(("liveness", *liveness(report)))
+    if _has_body(report):
+        out.append(("loop_body_liveness", *loop_body_liveness(report)))
+    if report.get("cycles"):
+        out.append(("cycles_by_layer", *cycles_by_layer(report)))
+    if report.get("execution_trace") is not None and report.get("cycles"):
+        out.append(("timeline", *timeline(report)))
+    return out

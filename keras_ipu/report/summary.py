@@ -19,11 +19,12 @@ def overview(reports):
         t, mem, cyc = r["target"], r.get("memory"), r.get("cycles")
         row = [label(r), r["program"]["steps"], t["name"]]
         if mem:
-            ipu = max(mem["ipus"], key=lambda m: m["total"])
-            tiles = mem["tiles"]
+            ipu = max(mem["ipus"], key=lambda m: m["fullest_tile_bytes"])
+            capacity = r["target"]["memory_per_tile"]
             row += [f"{fmt_bytes(ipu['total'])} ({pct(ipu['total'], ipu['capacity'])})",
-                    f"{tiles['fullest_tile']}: {fmt_bytes(tiles['fullest_tile_bytes'])} "
-                    f"({pct(tiles['fullest_tile_bytes'], tiles['capacity'])})"]
+                    f"{ipu['fullest_tile']}: {fmt_bytes(ipu['fullest_tile_bytes'])} "
+                    f"({pct(ipu['fullest_tile_bytes'], capacity)})"
+                    + ("" if ipu.get("fits", True) else " OOM")]
         else:
             row += ["-", "-"]
         if cyc:
@@ -33,7 +34,7 @@ def overview(reports):
         else:
             row += ["-", "-", "-"]
         rows.append(row)
-    return table(["program", "steps", "target", "peak memory / IPU", "fullest tile",
+    return table(["program", "steps", "target", "peak memory / IPU", "fullest tile (IPU 0)",
                   "cycles/step", "step time", "samples/s"], rows)
 
 
@@ -47,24 +48,35 @@ def details(report, top=5):
     ]
     mem = report.get("memory")
     if mem:
+        capacity = t["memory_per_tile"]
         for m in mem["ipus"]:
+            categories = ", ".join(f"{c} {fmt_bytes(v)}" for c, v in m["categories"].items())
             lines.append(
                 f"   IPU {m['ipu']}: {fmt_bytes(m['total'])} of {fmt_bytes(m['capacity'])} "
                 f"({pct(m['total'], m['capacity'])}); always live "
                 f"{fmt_bytes(m['always_live'])}, not always live "
                 f"{fmt_bytes(m['not_always_live'])} (peak at step {m['peak_step']}: "
                 f"{m['peak_step_name']})")
-        tiles = mem["tiles"]
-        lines.append(
-            f"   fullest tile {tiles['fullest_tile']}: "
-            f"{fmt_bytes(tiles['fullest_tile_bytes'])} of {fmt_bytes(tiles['capacity'])} "
-            f"({pct(tiles['fullest_tile_bytes'], tiles['capacity'])})")
+            lines.append(f"     by category: {categories}")
+            lines.append(
+                f"     fullest tile {m['fullest_tile']}: "
+                f"{fmt_bytes(m['fullest_tile_bytes'])} of {fmt_bytes(capacity)} "
+                f"({pct(m['fullest_tile_bytes'], capacity)})")
+            if not m.get("fits", True):
+                lines.append(
+                    f"     DOES NOT FIT: {m['tiles_over_capacity']} tiles over capacity, "
+                    f"the fullest by {fmt_bytes(m['most_over_bytes'])} (compiled with "
+                    "debug.allowOutOfMemory: a real IPU could not run it)")
     cyc = report.get("cycles")
     if cyc:
+        host = cyc["host"]
         lines.append(
             f"   predicted {cyc['cycles_per_step']:,.0f} cycles per step (compute "
             f"{cyc['compute']:,}, exchange {cyc['exchange']:,}, sync {cyc['sync']:,} per "
-            f"run), {fmt_seconds(cyc['step_seconds'])} per step")
+            f"run of {cyc['steps_per_run']} step(s)), {fmt_seconds(cyc['step_seconds'])} "
+            f"per step: device {fmt_seconds(cyc['device_seconds'])} + host transfers "
+            f"{fmt_seconds(host['seconds'])} ({host['bytes_in']:,} B in, "
+            f"{host['bytes_out']:,} B out) per run")
         total = cyc["total"] or 1
         rows = [[o["op"], o["count"], f"{o['cycles']:,}", pct(o["cycles"], total),
                  f"{o['compute']:,}", f"{o['exchange']:,}", f"{o['sync']:,}"]

@@ -22,6 +22,7 @@ from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.ir import Var
 from keras_ipu.device.primitives import REGISTRY
 from keras_ipu.device.simulator import profile
+from keras_ipu.report import timeline
 
 
 def tiny_executable():
@@ -66,28 +67,61 @@ def test_trace_records_runs_and_writes_a_catapult_file(tmp_path):
     assert trace_files(tmp_path) == [path]
     assert os.path.basename(path).endswith(".trace.json.gz")
     events = read_trace(path)["traceEvents"]
-    names = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert "Host" in names and any(n.startswith("/device:IPU:0 (predicted") for n in names)
+    lanes = {e["tid"]: e["args"]["name"] for e in events
+             if e["name"] == "thread_name" and e["pid"] == tb.IPU_PID}
+    assert [lanes[t] for t in sorted(lanes)] == list(timeline.LANES)
 
     complete = [e for e in events if e["ph"] == "X"]
     batches = [e for e in complete if e["name"] == "Profiled batch 3"]
     assert len(batches) == 1
+
+    def lane(name):
+        tid = 1 + timeline.LANES.index(name)
+        return [e for e in complete if e["pid"] == tb.IPU_PID and e["tid"] == tid]
+
     host_runs = [e for e in complete if e["pid"] == tb.HOST_PID and e["tid"] == 2]
-    ipu_runs = [e for e in complete if e["pid"] == tb.IPU_PID and e["tid"] == 1]
+    ipu_runs = lane("Program runs")
     assert len(host_runs) == len(ipu_runs) == 2  # the run before the trace is not there
     pred = profile.prediction_of(exe)
-    us = pred.cycles / pred.target.clock_hz * 1e6
+    device_us = pred.cycles / pred.target.clock_hz * 1e6
+    # One truth: a run lasts the predicted step time times the steps per
+    # run, host transfers included (they have a lane of their own).
     for run in ipu_runs:
-        assert run["dur"] == pytest.approx(us)
+        assert run["dur"] == pytest.approx(pred.step_seconds * pred.steps_per_run * 1e6)
         assert run["args"]["cycles"] == pred.cycles
+    transfers = lane("Host transfers")
+    assert [e["name"] for e in transfers] == ["host -> IPU", "IPU -> host"] * 2
+    assert sum(e["dur"] for e in transfers[:2]) == pytest.approx(pred.host_seconds * 1e6)
     # The IPU runs one program at a time: the second starts after the first.
     assert ipu_runs[1]["ts"] >= ipu_runs[0]["ts"] + ipu_runs[0]["dur"] - 1e-6
-    # Both runs' program steps, with their ops and Keras layers.
-    steps = [e for e in complete if e["pid"] == tb.IPU_PID and e["tid"] == 2]
-    assert [e["name"] for e in steps] == [s.name for s in pred.steps] * 2
-    assert sum(e["dur"] for e in steps[: len(pred.steps)]) == pytest.approx(us)
+    # Both runs' program steps, named by op and Keras layer, between the
+    # transfers in and out.
+    steps = lane("Program steps")
+    assert [e["args"]["op"] for e in steps] == [s.name for s in pred.steps] * 2
+    assert sum(e["dur"] for e in steps[: len(pred.steps)]) == pytest.approx(device_us)
+    assert steps[0]["ts"] == pytest.approx(transfers[0]["ts"] + transfers[0]["dur"])
     if len(pred.steps) == 2:  # unfused: one step per op
         assert [e["args"]["layer"] for e in steps[:2]] == ["model/act", "model/residual"]
+        assert steps[0]["name"] == "exp (model/act)"
+    # Memory as a counter track: always live and not always live per step.
+    counters = [e for e in events if e["ph"] == "C"]
+    assert counters and counters[0]["name"] == "IPU 0 memory (predicted bytes)"
+    mem = profile.memory_of(exe)
+    assert counters[0]["args"]["always live"] == mem.always_live_bytes
+    assert max(c["args"]["not always live"] for c in counters) == mem.not_always_live_bytes
+
+
+def test_runs_after_the_first_two_say_their_steps_are_not_drawn(tmp_path):
+    exe = tiny_executable()
+    tb.start_trace(str(tmp_path))
+    for _ in range(3):
+        exe.run(np.ones(64, np.float32))
+    events = read_trace(tb.stop_trace(save=True))["traceEvents"]
+    runs = [e for e in events if e["ph"] == "X" and e["pid"] == tb.IPU_PID and e["tid"] == 1]
+    assert [("steps not drawn" in e["name"]) for e in runs] == [False, False, True]
+    assert "only the first 2 runs" in runs[2]["args"]["program steps drawn"]
 
 
 def test_scalars_hold_predicted_cycles_and_memory(tmp_path):

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 
@@ -11,7 +12,6 @@ import pytest
 from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.simulator import profile
-from keras_ipu.report.png import png_size
 
 from sim_graphs import aval
 from sim_graphs import build
@@ -55,27 +55,32 @@ def test_summary_table_and_pictures(report_dir):
     assert re.search(r"predict_step \(\w+\)\s+3\s+ipu2", out), out
     assert f"{cyc['cycles_per_step']:,.0f}" in out
     assert "peak at step 2: reduce_sum in model/pool" in out
-    assert f"fullest tile 0: {report['memory']['tiles']['fullest_tile_bytes'] / 1024:.1f} KiB" in out
+    assert f"fullest tile 0: {ipu['fullest_tile_bytes'] / 1024:.1f} KiB" in out
+    assert "by category: program inputs 1.0 KiB" in out
     assert "not always live 1.0 KiB" in out and f"{ipu['total'] / 2**20:.1f} MiB" in out
     assert "top ops by cycles" in out and "model/residual" in out
 
     pictures = directory / "report_pictures"
     pngs = sorted(p for p in os.listdir(pictures) if p.endswith(".png"))
-    assert len(pngs) == 6  # 3 charts x 2 reports
-    for kind in ("memory_per_tile", "liveness", "timeline"):
+    kinds = ("memory_ipu0", "liveness", "cycles_by_layer", "timeline")
+    assert len(pngs) == 2 * len(kinds)
+    for kind in kinds:
         assert sum(f".{kind}.png" in p for p in pngs) == 2
     for p in pngs:
         data = (pictures / p).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
-        width, height = png_size(data)
-        assert width == 800 and 100 <= height <= 300
+        width, height = struct.unpack(">II", data[16:24])
+        assert 800 <= width <= 1200 and 100 <= height <= 700
 
     page = (pictures / "index.html").read_text()
     assert page.startswith("<!DOCTYPE html>")
-    # Self-contained: every image inline, nothing fetched from elsewhere.
-    assert page.count('src="data:image/png;base64,') == 6
+    # Self-contained: every image inline, nothing fetched from elsewhere,
+    # the data the views hover over inside the page.
+    assert page.count('src="data:image/png;base64,') == len(pngs)
     assert not re.search(r'(src|href)="(?!data:)', page)
-    assert "<script" not in page and "<link" not in page
+    assert not re.search(r"<script[^>]+src=", page) and "<link" not in page
+    assert page.count('class="report"') == 2
+    assert 'data-view="tiles"' in page and 'data-view="timeline"' in page
     assert "train_step" in page and "Memory per tile" in page
 
 

@@ -134,7 +134,7 @@ def test_memory_and_liveness_by_hand():
     exe = tiny_executable()
     r = profile.build_report(exe, name="tiny")
     code = cm.CONTROL_CODE_BYTES_PER_TILE + 3 * cm.CODE_BYTES_PER_STEP_PER_TILE
-    assert r["format_version"] == 1 and r["kind"] == "keras_ipu.profile"
+    assert r["format_version"] == 2 and r["kind"] == "keras_ipu.profile"
     assert r["program"]["name"] == "tiny"
     assert r["program"]["steps"] == 3
     assert r["program"]["input_bytes"] == 1024 and r["program"]["output_bytes"] == 4
@@ -154,7 +154,7 @@ def test_memory_and_liveness_by_hand():
     # Linear mapping: a 1 KiB tensor is 128 B on each of tiles 0..7. The
     # input is always live; b = a + x (computed in place into a) and the
     # 4-byte sum c (on tile 0) are live at the peak.
-    tiles = r["memory"]["tiles"]
+    (tiles,) = r["memory"]["tiles"]
     assert len(tiles["always_live"]) == len(tiles["total"]) == 1472
     assert tiles["always_live"][0] == tiles["always_live"][7] == code + 128
     assert tiles["always_live"][8] == tiles["always_live"][1471] == code
@@ -162,14 +162,34 @@ def test_memory_and_liveness_by_hand():
     assert tiles["total"][7] == code + 2 * 128
     assert tiles["total"][8] == code
     assert tiles["fullest_tile"] == 0 and tiles["fullest_tile_bytes"] == code + 260
-    assert tiles["fullest_tile_bytes"] == analyze_memory(exe, IPU2).tile_bytes
+    # One truth: the per-tile picture's fullest tile is the memory report's.
+    mem = analyze_memory(exe, IPU2)
+    assert tiles["fullest_tile_bytes"] == mem.tile_bytes == ipu["fullest_tile_bytes"]
+    assert ipu["fullest_tile"] == mem.tile == 0 and ipu["fits"]
+    # By category: the plain program's input is a "program input"; code and
+    # the values at the peak ("activations") make up the rest, per tile and
+    # on the IPU.
+    cats = tiles["categories"]
+    assert set(cats) == {"program inputs", "code", "activations"}
+    assert cats["program inputs"][0] == 128 and cats["activations"][0] == 128 + 4
+    assert [sum(v[t] for v in cats.values()) for t in (0, 7, 8)] == [
+        tiles["total"][0], tiles["total"][7], tiles["total"][8]]
+    assert ipu["categories"] == {"program inputs": 1024, "code": code * 1472,
+                                 "activations": 1028}
+    assert ipu["tiles_over_capacity"] == 0 and ipu["most_over_bytes"] == 0
+    # What a tile holds at the peak, for the page's hover.
+    tensors = {(t["tensor"], t["category"]): t for t in r["memory"]["tensors"]}
+    assert tensors[("f32[256]", "program inputs")]["tiles"] == 8
+    assert tensors[("f32[]", "activations")]["made_by"].startswith("model/pool")
 
     live = r["liveness"]
     # step 0: {a}; step 1: {b}, in place of a (a and x die at step 1);
     # step 2: {b, c}.
     assert live["not_always_live"] == [1024, 1024, 1028]
     assert live["tile0"] == [128, 128, 132]
-    assert live["peak_step"] == 2
+    assert live["peak_step"] == 2 == ipu["peak_step"]
+    assert [d["op"] for d in live["steps"]] == ["exp", "add", "reduce_sum"]
+    assert live["steps"][2]["live"][0][:2] == ["f32[256]", 1024]
     json.dumps(r)  # JSON-ready
 
 

@@ -25,6 +25,7 @@ from keras_ipu.device.array import Tensor
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.jit import jit
 from keras_ipu.device.simulator import system as _system
+from keras_ipu.device.trace import default_source
 
 
 def _host_array(x):
@@ -112,17 +113,25 @@ def _fill_nones(structure, arrays):
     return tree.pack_sequence_as(structure, leaves)
 
 
+# model_state's kinds of state -> the profile's memory categories.
+_STATE_CATEGORY = {"trainable": "weights", "non_trainable": "weights",
+                   "optimizer": "optimizer state", "metrics": "metric state"}
+
+
 class DeviceLoop:
     """Runs `step(state, batch) -> (outputs, state)` over an execution.
 
     `compiled`: one jit-compiled scan per batch signature; otherwise the
     step runs eagerly on the host. Call with (state, batches); returns
-    (chunks, state) (see the module doc).
+    (chunks, state) (see the module doc). `state_kinds`: the kind of each
+    group of the state (model_state.TRAIN_STATE & co.), for the memory
+    categories of the profile (weights, optimizer state, ...).
     """
 
-    def __init__(self, step, compiled, donate_state=False):
+    def __init__(self, step, compiled, donate_state=False, state_kinds=None):
         self.step = step
         self.compiled = compiled
+        self.state_kinds = tuple(state_kinds or ())
         # The caller gives up the state arrays (jit's donate_argnums): the
         # program may update them in place.
         self.donate_state = donate_state
@@ -176,6 +185,7 @@ class DeviceLoop:
             steps_per_run=len(flat_runs),
             resident_inputs=tuple(range(n_state)),
             resident_outputs=tuple(range(-n_state, 0)),
+            input_categories=self._input_categories(state, len(stacked)),
         ):
             flat_outputs, new_state = loop(state, stacked)
         if not _programs_compute():
@@ -193,6 +203,16 @@ class DeviceLoop:
         outputs = _fill_nones(loop.output_structure[0], list(flat_outputs))
         return outputs, state
 
+    def _input_categories(self, state, n_stacked):
+        """The memory category of each input of the compiled loop: the
+        state's groups by kind, then the infeed's stacked batches."""
+        if len(self.state_kinds) != len(state):
+            return None
+        categories = []
+        for kind, group in zip(self.state_kinds, state):
+            categories += [_STATE_CATEGORY.get(kind, "weights")] * len(tree.flatten(group))
+        return tuple(categories) + ("stream buffers",) * n_stacked
+
     def _make_loop(self, template, output_structure):
         step = self.step
         none_mask = [v is None for v in tree.flatten(template)]
@@ -204,10 +224,14 @@ class DeviceLoop:
 
         def device_loop(state, stacked):
             def body(carry, arrays):
-                outputs, carry = step(carry, rebuild(arrays))
+                with default_source(None):
+                    outputs, carry = step(carry, rebuild(arrays))
                 return carry, outputs
 
-            state, outputs = scan(body, state, stacked)
+            # Profiles name the loop's own steps "device loop"; the step
+            # traced in its body keeps its layers' names.
+            with default_source("device loop"):
+                state, outputs = scan(body, state, stacked)
             # Only the structure is kept (not the traced values).
             output_structure[:] = [
                 tree.map_structure(lambda x: None if x is None else 0, outputs)

@@ -140,7 +140,9 @@ _WORKLOAD = contextvars.ContextVar("keras_ipu_workload", default=None)
 def workload(**kwargs):
     """Within: executables compiled (or loaded) are predicted for this
     workload (predict_costs' batch_size, steps_per_run, resident_inputs,
-    resident_outputs; negative indices count from the end)."""
+    resident_outputs; negative indices count from the end), and profiled
+    with input_categories (the memory category of each input: "weights",
+    "optimizer state", "stream buffers", ... see simulator/profile.py)."""
     token = _WORKLOAD.set(kwargs)
     try:
         yield
@@ -168,6 +170,7 @@ def predict(exe, log=False, **workload):
 
     target = exe.target if exe.target is not None else compile_context().target
     workload = {**(getattr(exe, "workload", None) or {}), **workload}
+    workload.pop("input_categories", None)  # the profile's, not the cost model's
     return predict_costs(exe, target, log=log, **workload)
 
 

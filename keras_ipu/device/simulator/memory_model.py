@@ -329,6 +329,25 @@ def live_steps(program, tiles):
                 tile_live -= tile_bytes(aval, tiles)
 
 
+def liveness_by_step(program, tiles):
+    """live_steps with the peak inside each control-flow step's sub-graphs
+    added (a loop body's temporaries exist while the step runs): yields
+    (step index, step, keys live, IPU bytes, tile-0 bytes, made, inner
+    _Peak or None). The bytes are what the profile draws per step and what
+    the peak is the maximum of: one walk for the report and the check."""
+    for i, st, live, ipu_live, tile_live, made in live_steps(program, tiles):
+        inner = _inner_peak(st, tiles) if st.primitive.name in _CONTROL_FLOW else None
+        yield (i, st, live, ipu_live + (inner.ipu_bytes if inner else 0),
+               tile_live + (inner.tile_bytes if inner else 0), made, inner)
+
+
+def peak_liveness(obj, tiles):
+    """The not-always-live peak of a Graph, Executable or Program on an IPU
+    of `tiles` tiles: the one analyze_memory reports (its step, its bytes
+    on the IPU and on tile 0, the tensors live there, bodies included)."""
+    return _liveness(program_of(obj), tiles)
+
+
 def _liveness(program, tiles):
     """The not-always-live peak of a program's schedule: values made by its
     steps, from their step to their last use (outputs live to the end),
@@ -337,13 +356,10 @@ def _liveness(program, tiles):
     made = {}
     peak_ipu = peak_tile = 0
     peak_at, peak_set, peak_inner = -1, set(), None
-    for i, st, live, ipu_live, tile_live, made in live_steps(program, tiles):
-        inner = _inner_peak(st, tiles) if st.primitive.name in _CONTROL_FLOW else None
-        inner_ipu = inner.ipu_bytes if inner else 0
-        inner_tile = inner.tile_bytes if inner else 0
-        peak_ipu = max(peak_ipu, ipu_live + inner_ipu)
-        if tile_live + inner_tile > peak_tile:
-            peak_tile, peak_at = tile_live + inner_tile, i
+    for i, st, live, ipu_bytes, tile_bytes_, made, inner in liveness_by_step(program, tiles):
+        peak_ipu = max(peak_ipu, ipu_bytes)
+        if tile_bytes_ > peak_tile:
+            peak_tile, peak_at = tile_bytes_, i
             peak_set, peak_inner = set(live), inner
 
     tensors = tuple(

@@ -11,11 +11,14 @@ or an IPUConfig option whose value is an ExecutionProfileType other than
 NO_PROFILE. Without `autoReport.directory` reports go to the current
 directory, as Poplar's do. `python -m keras_ipu.report DIR` reads them.
 
-Report schema (format_version 1). All cycles are predicted IPU cycles of
+Report schema (format_version 2). All cycles are predicted IPU cycles of
 the target (cost_model); all bytes are predicted bytes (memory_model).
+"Fullest tile", "peak step" and step time are memory_model's and
+prediction's, the same numbers the out-of-memory error, the summary, the
+pictures, the TensorBoard scalars and the trace show.
 
     {
-      "format_version": 1,
+      "format_version": 2,
       "kind": "keras_ipu.profile",
       "created": "2026-11-22T19:30:00Z",   # UTC, when the report was written
       "program": {"name", "fingerprint", "steps", "inputs", "outputs",
@@ -23,28 +26,36 @@ the target (cost_model); all bytes are predicted bytes (memory_model).
       "target": {"name", "product", "tiles_per_ipu", "memory_per_tile",
                  "memory_per_ipu", "clock_hz", "ipu_model"},
       "options": {"directory", "graph_profile", "execution_profile",
-                  "execution_profile_type", "sources"},
+                  "execution_profile_type", "sources", "allow_out_of_memory"},
       "memory": null | {                     # null without a graph profile
         "ipus": [{"ipu", "always_live", "not_always_live", "total",
                   "capacity", "inputs", "constants", "code",
-                  "peak_step", "peak_step_name"}],
-        "tiles": {"ipu": 0, "capacity",       # per-tile bytes at the tile peak
-                  "always_live": [int per tile], "total": [int per tile],
-                  "fullest_tile", "fullest_tile_bytes"},
-        "largest_live": [{"bytes", "tensor", "made_by"}]
+                  "categories": {category: bytes},   # CATEGORIES, non-zero ones
+                  "peak_step", "peak_step_name", "fullest_tile",
+                  "fullest_tile_bytes", "fits", "tiles_over_capacity",
+                  "most_over_bytes"}],
+        "tiles": [{"ipu", "capacity",         # one per IPU, bytes per tile at
+                   "always_live": [int per tile], "total": [int per tile],  # the peak
+                   "categories": {category: [int per tile]},
+                   "fullest_tile", "fullest_tile_bytes"}],
+        "largest_live": [{"bytes", "tensor", "made_by"}],
+        "tensors": [{"tensor", "bytes", "category", "made_by",  # in memory at
+                     "tiles", "per_tile"}]                        # the peak
       },
       "liveness": null | {                   # one entry per program step
         "not_always_live": [bytes live on the IPU during step i],
         "tile0": [bytes of those on the fullest tile],
         "always_live": int, "peak_step": int,
+        "steps": [{"op", "source", "inside",  # its largest live values:
+                   "live": [[tensor, bytes, made_by]]}],
         "bodies": [{"step", "op", "source", "steps", "peak",   # inside loops
-                    "not_always_live": [bytes per body step]}]
+                    "not_always_live": [bytes per body step], "details": [...]}]
       },
       "cycles": null | {                     # null without an execution profile
         "total", "compute", "exchange", "sync", "steps_per_run",
         "cycles_per_step", "step_seconds", "device_seconds",
         "samples_per_second" (or null), "batch_size" (or null),
-        "host": {"bytes_in", "bytes_out", "seconds"},
+        "host": {"bytes_in", "bytes_out", "seconds", "seconds_in", "seconds_out"},
         "steps": [{"index", "op", "kind", "source", "tiles", "flops",
                    "macs", "compute", "exchange", "sync", "cycles"}],
         "ops": [{"op", "count", "compute", "exchange", "sync", "cycles"}],
@@ -58,6 +69,13 @@ the target (cost_model); all bytes are predicted bytes (memory_model).
          "loops": [{"repeat", "trace"}]}     # control flow only: one pass through
       ]                                      # each sub-graph, cycles from 0
     }
+
+Layers: a step's source is the Keras layer (name scope) that traced it;
+"metrics" are the metric updates, "device loop" the loop of
+steps_per_execution steps itself, the optimizer is its name scope ("sgd",
+"adam"); "(no layer)" is what remains (ops traced outside any layer and
+name scope). Host transfers are not cycles: `cycles.host` has them, and
+step_seconds = (device_seconds + host.seconds) / steps_per_run.
 
 `ops` and `layers` are sorted by cycles, largest first; `steps` and
 `execution_trace` are in program order.
@@ -79,7 +97,7 @@ from keras_ipu.device.config.enums import ExecutionProfileType
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 KIND = "keras_ipu.profile"
 ENV_VAR = "POPLAR_ENGINE_OPTIONS"
 SUFFIX = ".ipu_profile.json"
@@ -282,34 +300,114 @@ def tile_distribution(nbytes, itemsize, tiles):
 
 
 def liveness(exe, target):
-    """(not-always-live bytes per step on the IPU, on tile 0, tile peak step,
-    keys live at that peak): memory_model's walk of the schedule (in-place
-    results included), step by step."""
+    """(not-always-live bytes per step on the IPU, on tile 0, peak step):
+    memory_model's walk of the schedule, in-place results and the peak
+    inside loop bodies included, so that the curve's maximum is the peak
+    the memory report (and the out-of-memory check) names."""
     program = memory_model.program_of(exe)
     per_ipu, per_tile = [], []
-    peak_tile, peak_at, peak_live = 0, -1, {}
-    for i, _, live, ipu_live, tile_live, made in memory_model.live_steps(
+    peak_tile, peak_at = 0, -1
+    for i, _, _, ipu_bytes, tile_bytes, _, _ in memory_model.liveness_by_step(
         program, target.tiles_per_ipu
     ):
-        per_ipu.append(ipu_live)
-        per_tile.append(tile_live)
-        if tile_live > peak_tile:
-            peak_tile, peak_at = tile_live, i
-            peak_live = {k: made[k][0] for k in live}
-    return per_ipu, per_tile, peak_at, peak_live
+        per_ipu.append(ipu_bytes)
+        per_tile.append(tile_bytes)
+        if tile_bytes > peak_tile:
+            peak_tile, peak_at = tile_bytes, i
+    return per_ipu, per_tile, peak_at
+
+
+# Memory categories, in the order the pictures stack them. The always-live
+# ones come from the program's inputs (what the caller said they are:
+# device_checks.workload(input_categories=...)), its constants and the code
+# estimate; "activations" are the values the steps make (activations,
+# gradients, temporaries), live at the peak.
+STATE_CATEGORIES = ("weights", "optimizer state", "metric state")
+CATEGORIES = STATE_CATEGORIES + ("stream buffers", "program inputs", "constants",
+                                 "code", "activations")
+
+
+def input_categories(exe, program=None):
+    """The memory category of each program input: the workload's
+    input_categories when the compiling caller gave them (the trainer
+    does), else "program inputs"."""
+    program = program or memory_model.program_of(exe)
+    given = tuple((getattr(exe, "workload", None) or {}).get("input_categories") or ())
+    n = len(program.inputs)
+    if len(given) != n:
+        return ("program inputs",) * n
+    return tuple(c if c in CATEGORIES else "program inputs" for c in given)
+
+
+def _tile_categories(program, peak, categories, code_tile, tiles):
+    """{category: int64 bytes per tile} at the tile peak."""
+    per = {c: np.zeros(tiles, np.int64) for c in CATEGORIES}
+    per["code"][:] = code_tile
+    for (_, aval), category in zip(program.inputs, categories):
+        per[category] += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
+    for _, aval in program.constants:
+        per["constants"] += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
+    for t in peak.tensors:
+        per["activations"] += tile_distribution(t.nbytes, t.aval.dtype.itemsize, tiles)
+    return per
+
+
+def step_details(program, tiles, top=5):
+    """Per program step: its op, Keras layer and the `top` largest values
+    live there ([tensor, bytes, made by]), for the report's hover views."""
+    out = []
+    steps = program.steps
+    for i, st, live, _, _, made, inner in memory_model.liveness_by_step(program, tiles):
+        largest = sorted(live, key=lambda k: -(made[k][0].nbytes or 0))[:top]
+        out.append({
+            "op": st.primitive.name, "source": st.source,
+            "live": [[made[k][0].short(), made[k][0].nbytes or 0,
+                      memory_model._made_by(steps[made[k][1]], made[k][1])]
+                     for k in largest],
+            "inside": inner.name if inner is not None and inner.step >= 0 else None,
+        })
+    return out
+
+
+def _peak_tensors(program, peak, categories, tiles, top=200):
+    """The tensors in memory at the tile peak, largest first: the program's
+    inputs and constants (always live) and the values live there, each with
+    its category and its linear mapping (tiles 0..tiles-1, bytes on each
+    but the last), so a viewer can tell which of them a tile holds."""
+    items = [(aval, category, "program input")
+             for (_, aval), category in zip(program.inputs, categories)]
+    items += [(aval, "constants", "program constant") for _, aval in program.constants]
+    items += [(t.aval, "activations", t.made_by) for t in peak.tensors]
+    items.sort(key=lambda x: -(x[0].nbytes or 0))
+    out = []
+    for aval, category, made_by in items[:top]:
+        used, per_tile = cost_model.linear_mapping(aval.nbytes or 0, aval.dtype.itemsize,
+                                                   tiles)
+        out.append({"tensor": aval.short(), "bytes": aval.nbytes or 0,
+                    "category": category, "made_by": made_by,
+                    "tiles": used, "per_tile": per_tile})
+    return out
 
 
 def _memory_section(exe, mem, target):
     program = memory_model.program_of(exe)
     tiles = target.tiles_per_ipu
-    per_ipu, per_tile, peak_at, peak_live = liveness(exe, target)
-    always = np.full(tiles, cost_model.code_bytes_per_tile(len(program.steps)), np.int64)
-    for _, aval in program.inputs + program.constants:
-        always += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
-    total = always.copy()
-    for aval in peak_live.values():
-        total += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
+    per_ipu, per_tile, peak_at = liveness(exe, target)
+    peak = memory_model.peak_liveness(program, tiles)
+    categories = input_categories(exe, program)
+    code_tile = cost_model.code_bytes_per_tile(len(program.steps))
+    by_category = _tile_categories(program, peak, categories, code_tile, tiles)
+    always = sum(v for c, v in by_category.items() if c != "activations")
+    total = always + by_category["activations"]
     fullest = int(np.argmax(total))
+    capacity = target.sram_bytes_per_tile
+    over = np.maximum(total - capacity, 0)
+    ipu_categories = {c: 0 for c in CATEGORIES}
+    for (_, aval), category in zip(program.inputs, categories):
+        ipu_categories[category] += aval.nbytes or 0
+    ipu_categories["constants"] = mem.constant_bytes
+    ipu_categories["code"] = mem.code_bytes
+    ipu_categories["activations"] = mem.not_always_live_bytes
     memory = {
         "ipus": [{
             "ipu": mem.ipu,
@@ -320,27 +418,36 @@ def _memory_section(exe, mem, target):
             "inputs": mem.input_bytes,
             "constants": mem.constant_bytes,
             "code": mem.code_bytes,
+            "categories": {c: v for c, v in ipu_categories.items() if v},
             "peak_step": mem.peak_step,
             "peak_step_name": mem.peak_step_name,
+            "fullest_tile": mem.tile,
+            "fullest_tile_bytes": mem.tile_bytes,
+            "fits": mem.fits,
+            "tiles_over_capacity": int(np.count_nonzero(over)),
+            "most_over_bytes": int(over.max(initial=0)),
         }],
-        "tiles": {
+        "tiles": [{
             "ipu": mem.ipu,
-            "capacity": target.sram_bytes_per_tile,
+            "capacity": capacity,
             "always_live": always.tolist(),
             "total": total.tolist(),
+            "categories": {c: v.tolist() for c, v in by_category.items() if v.any()},
             "fullest_tile": fullest,
             "fullest_tile_bytes": int(total[fullest]),
-        },
+        }],
         "largest_live": [
             {"bytes": t.nbytes, "tensor": t.aval.short(), "made_by": t.made_by}
             for t in mem.largest_live
         ],
+        "tensors": _peak_tensors(program, peak, categories, tiles),
     }
     live = {
         "not_always_live": per_ipu,
         "tile0": per_tile,
         "always_live": mem.always_live_bytes,
         "peak_step": peak_at,
+        "steps": step_details(program, tiles),
         "bodies": _body_liveness(program, target),
     }
     return memory, live
@@ -356,11 +463,13 @@ def _body_liveness(program, target, top=3):
             graph = _sub_graph(st, k) if st.primitive.name != "cond" else None
             if graph is None:
                 break
-            per_ipu, _, _, _ = liveness(graph, target)
+            per_ipu, _, _ = liveness(graph, target)
             if per_ipu:
                 bodies.append({"step": i, "op": st.primitive.name, "source": st.source,
                                "steps": len(per_ipu), "peak": max(per_ipu),
-                               "not_always_live": per_ipu})
+                               "not_always_live": per_ipu,
+                               "details": step_details(memory_model.program_of(graph),
+                                                       target.tiles_per_ipu)})
     bodies.sort(key=lambda b: -b["peak"])
     return bodies[:top]
 
@@ -529,7 +638,11 @@ def _cycles_section(pred, program=None):
         "samples_per_second": pred.samples_per_second,
         "batch_size": pred.batch_size,
         "host": {"bytes_in": pred.host_bytes_in, "bytes_out": pred.host_bytes_out,
-                 "seconds": pred.host_seconds},
+                 "seconds": pred.host_seconds,
+                 "seconds_in": cost_model.host_transfer_seconds(pred.host_bytes_in,
+                                                                pred.target),
+                 "seconds_out": cost_model.host_transfer_seconds(pred.host_bytes_out,
+                                                                 pred.target)},
         "steps": [
             {"index": s.index, "op": s.name, "kind": s.kind, "source": s.source,
              "tiles": s.tiles, "flops": s.flops, "macs": s.macs,

@@ -1,0 +1,187 @@
+"""The predicted IPU timeline of program runs, laid out once for every view.
+
+The TensorBoard trace (the Chrome JSON file and the XSpace) and the report's
+timeline picture draw the same lanes, top-down:
+
+    Program runs     one slice per run: host -> IPU, the program, IPU -> host
+    Host transfers   the run's PCIe transfers (inputs in, outputs out)
+    Program steps    each step a superstep (compute, sync, exchange), named
+                     by op and Keras layer
+    Loop bodies      one pass after another through each loop body (the
+                     device loop's training step is the body of its scan)
+    Nested bodies    the bodies inside those
+
+and a memory counter per IPU (bytes live at each program step). A run lasts
+what the scalars and the summary call the step time times the steps per
+run: device cycles at the target's clock plus the host transfers
+(prediction.Prediction.step_seconds).
+"""
+
+import dataclasses
+
+from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import profile
+
+LANES = ("Program runs", "Host transfers", "Program steps", "Loop bodies",
+         "Nested bodies")
+RUNS, TRANSFERS, STEPS, BODIES = 0, 1, 2, 3
+# Program steps are drawn for the first runs of each program only, as
+# Poplar's autoReport.executionProfileProgramRunCount (default 2) does;
+# later runs are one slice each, which says so.
+STEP_DETAIL_RUNS = 2
+# Step slices per run at most (a device loop of many iterations would
+# otherwise make a file TensorBoard cannot open); a run cut short says so.
+MAX_STEP_EVENTS = 20000
+NO_LAYER = "(no layer)"
+MEMORY_COUNTER = "IPU {ipu} memory (predicted bytes)"
+
+
+@dataclasses.dataclass
+class Slice:
+    lane: int  # index into LANES
+    name: str
+    start_us: float
+    dur_us: float
+    args: dict
+    ipu: int = 0
+
+
+@dataclasses.dataclass
+class Counter:
+    name: str
+    ts_us: float
+    values: dict  # series name -> value
+    ipu: int = 0
+
+
+def transfer_seconds(pred):
+    """(seconds host -> IPU, seconds IPU -> host) of one run: they add up to
+    pred.host_seconds (cost_model.host_transfer_seconds of each way)."""
+    t = pred.target
+    return (cost_model.host_transfer_seconds(pred.host_bytes_in, t),
+            cost_model.host_transfer_seconds(pred.host_bytes_out, t))
+
+
+def run_seconds(pred):
+    """One run: the device's cycles and both transfers."""
+    return pred.device_seconds + pred.host_seconds
+
+
+def step_name(op, source):
+    """A program step's slice name: its op and the Keras layer it belongs to."""
+    return f"{op} ({source})" if source else f"{op} {NO_LAYER}"
+
+
+def run_slices(exe, pred, label, begin_us, detailed=True, budget=None):
+    """([Slice], [Counter]) of one run of `exe` starting at `begin_us`
+    (microseconds). `detailed`: draw its program steps and loop bodies
+    (else the run slice says they are not drawn). `budget`: [step slices
+    left], shared by the runs of a trace."""
+    budget = [MAX_STEP_EVENTS] if budget is None else budget
+    target = pred.target
+    us_per_cycle = 1e6 / target.clock_hz
+    seconds_in, seconds_out = transfer_seconds(pred)
+    device_us = pred.cycles * us_per_cycle
+    start_device = begin_us + seconds_in * 1e6
+    end_us = start_device + device_us + seconds_out * 1e6
+    run_args = {
+        "program": label, "target": target.name,
+        "cycles": pred.cycles, "device time (us)": round(device_us, 3),
+        "host transfers (us)": round((seconds_in + seconds_out) * 1e6, 3),
+        "steps per run": pred.steps_per_run,
+        "predicted step time (us)": round(pred.step_seconds * 1e6, 3),
+    }
+    slices = [Slice(RUNS, label, begin_us, end_us - begin_us, run_args)]
+    if seconds_in:
+        slices.append(Slice(TRANSFERS, "host -> IPU", begin_us, seconds_in * 1e6,
+                            {"bytes": pred.host_bytes_in}))
+    if seconds_out:
+        slices.append(Slice(TRANSFERS, "IPU -> host", start_device + device_us,
+                            seconds_out * 1e6, {"bytes": pred.host_bytes_out}))
+    if not detailed:
+        run_args["program steps drawn"] = (
+            f"no: only the first {STEP_DETAIL_RUNS} runs of each program are "
+            "drawn step by step")
+        slices[0].name = f"{label} (steps not drawn)"
+        return slices, []
+    trace = profile.execution_trace(pred, exe)
+    before = budget[0]
+    _step_slices(slices, trace, start_device, us_per_cycle, STEPS, budget)
+    if budget[0] <= 0:
+        run_args["program steps drawn"] = (
+            f"partly: the trace holds at most {MAX_STEP_EVENTS} step slices")
+    elif before == budget[0]:
+        run_args["program steps drawn"] = "no step takes any cycles"
+    return slices, memory_counters(exe, pred, trace, start_device, us_per_cycle)
+
+
+def _step_slices(out, steps, origin, us_per_cycle, lane, budget):
+    for step in steps:
+        if budget[0] <= 0:
+            return
+        if step["end"] == step["start"]:
+            continue
+        c, y, e = (b - a for a, b in (step["compute"], step["sync"], step["exchange"]))
+        out.append(Slice(
+            min(lane, len(LANES) - 1), step_name(step["op"], step["source"]),
+            origin + step["start"] * us_per_cycle,
+            (step["end"] - step["start"]) * us_per_cycle,
+            {"op": step["op"], "layer": step["source"] or NO_LAYER,
+             "step": step["index"], "cycles": c + y + e, "compute cycles": c,
+             "sync cycles": y, "exchange cycles": e}))
+        budget[0] -= 1
+        at = origin + step["start"] * us_per_cycle
+        for loop in step.get("loops", ()):
+            length = max((x["end"] for x in loop["trace"]), default=0) * us_per_cycle
+            for _ in range(loop["repeat"]):
+                if budget[0] <= 0 or not length:
+                    break
+                _step_slices(out, loop["trace"], at, us_per_cycle, lane + 1, budget)
+                at += length
+
+
+def memory_counters(exe, pred, trace, origin, us_per_cycle, ipu=0):
+    """The memory counter of a run: always-live and not-always-live bytes
+    (loop bodies' peaks included, as the memory report counts them) at the
+    start of each program step, and zero after the run."""
+    per_ipu, _, _ = profile.liveness(exe, pred.target)
+    always = profile.memory_of(exe, pred.target).always_live_bytes
+    name = MEMORY_COUNTER.format(ipu=ipu)
+    counters = []
+    for step, live in zip(trace, per_ipu):
+        counters.append(Counter(name, origin + step["start"] * us_per_cycle,
+                                {"always live": always, "not always live": live}, ipu))
+    end = origin + (trace[-1]["end"] if trace else 0) * us_per_cycle
+    counters.append(Counter(name, end, {"always live": 0, "not always live": 0}, ipu))
+    return counters
+
+
+def lay_out(runs, origin):
+    """(slices, counters) of the recorded runs [(executable, wall start,
+    wall end)] (perf_counter seconds; `origin`: the trace's start). The IPU
+    runs one program at a time: a run starts when its host call started or
+    when the previous run ended, whichever is later."""
+    slices, counters = [], []
+    detailed, known = {}, {}
+    device_free = 0.0
+    budget = [MAX_STEP_EVENTS]
+    try:
+        for exe, start, _ in runs:
+            if id(exe) not in known:
+                known[id(exe)] = (program_label(exe), profile.prediction_of(exe))
+            label, pred = known[id(exe)]
+            begin = max((start - origin) * 1e6, device_free)
+            seen = detailed.get(id(exe), 0)
+            detailed[id(exe)] = seen + 1
+            s, c = run_slices(exe, pred, label, begin, seen < STEP_DETAIL_RUNS, budget)
+            slices += s
+            counters += c
+            device_free = begin + run_seconds(pred) * 1e6
+    finally:
+        profile._graph_predictions.clear()
+    return slices, counters
+
+
+def program_label(exe):
+    name = getattr(exe, "name", None) or "program"
+    return f"{name} ({profile.program_fingerprint(exe)})"
