@@ -39,6 +39,7 @@ from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.backend.trainer_ops.interrupts import deferred_interrupts
 from keras_ipu.device.autodiff import value_and_grad
+from keras_ipu.report.graph_def import GraphSource
 
 
 class IPUEpochIterator(EpochIterator):
@@ -324,6 +325,11 @@ class IPUTrainer(base_trainer.Trainer):
             return last_step(execution(batches))
 
         run_train_execution.device_loop = execution.device_loop
+        # Keras' TensorBoard callback writes a tf.function's graph
+        # (write_graph=True): these two attributes give it the compiled
+        # program's, as a GraphDef named by Keras layer (report/graph_def.py).
+        run_train_execution.function_spec = None
+        run_train_execution._concrete_stateful_fn = GraphSource(execution.device_loop)
         self.train_function = run_train_execution
         return self.train_function
 

@@ -24,6 +24,7 @@ import dataclasses
 import numpy as np
 
 from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.compiler import progress
 from keras_ipu.device.compiler.cache import CACHE
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.ir import ShapedArray
@@ -127,6 +128,11 @@ class Jitted:
         arrays = [_as_array(x) for x in leaves]
         return self._lookup(structure, arrays)[0]
 
+    def executables(self):
+        """The Executables compiled so far, oldest first (for profiles and
+        TensorBoard's graph)."""
+        return [entry[0] for entry in self._signatures.values()]
+
     def _lookup(self, structure, arrays):
         context = device_checks.compile_context()
         if context is not self._context:
@@ -157,7 +163,13 @@ class Jitted:
             out_structure.append(s)
             return leaves
 
-        graph, captures = trace_flat(flat_fn, list(avals))
+        with progress.compiling(device_checks.compile_context().flags.show_progress_bar,
+                                self.__name__) as bar:
+            graph, captures = trace_flat(flat_fn, list(avals))
+            bar.done("tracing", progress.count_nodes(graph))
+            return self._compiled(graph, captures, structure, options, out_structure)
+
+    def _compiled(self, graph, captures, structure, options, out_structure):
         self.trace_count += 1
         if captures:  # only possible inside another trace, which inlines
             raise AssertionError("a top-level trace captured outer values")

@@ -203,6 +203,10 @@ class DeviceLoop:
         outputs = _fill_nones(loop.output_structure[0], list(flat_outputs))
         return outputs, state
 
+    def executables(self):
+        """The programs compiled for this loop so far, oldest first."""
+        return [exe for loop in self._loops.values() for exe in loop.executables()]
+
     def _input_categories(self, state, n_stacked):
         """The memory category of each input of the compiled loop: the
         state's groups by kind, then the infeed's stacked batches."""
