@@ -355,6 +355,33 @@ def test_no_cycle_log_without_the_flag(caplog):
 
 
 # -- the progress bar ---------------------------------------------------------------
+class Terminal:
+    """A terminal of `columns` columns (0: one that reports no width)."""
+
+    def __init__(self, columns=100, tty=True):
+        self.text, self.columns, self.tty = [], columns, tty
+
+    def isatty(self):
+        return self.tty
+
+    def fileno(self):
+        raise OSError("not a real terminal")
+
+    def write(self, s):
+        self.text.append(s)
+
+    def flush(self):
+        pass
+
+
+def _chain(n):
+    def body(b, x):
+        for _ in range(n):
+            x = b.op("exp", x)
+        return x
+    return build([aval((2,))], body)
+
+
 @pytest.mark.parametrize("mode", ["true", "false", "auto"])
 def test_progress_bar(monkeypatch, capsys, mode):
     monkeypatch.setenv("TF_POPLAR_FLAGS", f"--show_progress_bar={mode}")
@@ -363,7 +390,13 @@ def test_progress_bar(monkeypatch, capsys, mode):
     fast(np.ones(4, np.float32))
     err = capsys.readouterr().err
     if mode == "true":
-        assert "Compiling tiny_program" in err and "8/8" in err
+        # Not a terminal here: one plain line per stage, tracing first, the
+        # stage that runs next named, and the end.
+        lines = [x for x in err.splitlines() if x.startswith("Compiling tiny_program")]
+        assert lines[0] == "Compiling tiny_program: running: tracing"
+        assert "[1/9] running: static shapes (" in lines[1] and "nodes so far)" in lines[1]
+        assert "[9/9] done" in lines[-2] and lines[-1].endswith(" s")
+        assert "\r" not in err
     else:  # auto: not a terminal here (and a small program)
         assert "Compiling" not in err
 
@@ -371,36 +404,74 @@ def test_progress_bar(monkeypatch, capsys, mode):
 def test_progress_bar_auto_on_a_terminal_for_large_programs(monkeypatch):
     from keras_ipu.device.compiler import progress
 
-    class Terminal:
-        def __init__(self):
-            self.text = []
-
-        def isatty(self):
-            return True
-
-        def write(self, s):
-            self.text.append(s)
-
-        def flush(self):
-            pass
-
-    def chain(n):
-        def body(b, x):
-            for _ in range(n):
-                x = b.op("exp", x)
-            return x
-        return build([aval((2,))], body)
-
     term = Terminal()
-    bar = progress.start("auto", chain(progress.PROGRAM_NODES), 3, "big", file=term)
-    bar.stage("a")
+    bar = progress.start("auto", _chain(progress.PROGRAM_NODES), 3, "big", file=term)
+    bar.done("stage 1")
     bar.close()
     assert "Compiling big" in "".join(term.text)
     term = Terminal()
-    bar = progress.start("auto", chain(10), 3, "small", file=term)  # waits 1 s
-    bar.stage("a")
+    bar = progress.start("auto", _chain(10), 3, "small", file=term)  # waits 1 s
+    bar.done("stage 1")
     bar.close()
     assert "Compiling" not in "".join(term.text)
+
+
+def test_progress_bar_names_the_running_stage_and_counts_sub_graph_nodes():
+    from keras_ipu.device.compiler import progress
+
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.trace import trace_flat
+
+    graph, _ = trace_flat(
+        lambda x: [keras.ops.fori_loop(0, 3, lambda i, c: keras.ops.exp(c) * 2.0, x)],
+        [ShapedArray((2,), "float32")])
+    term = Terminal()
+    bar = progress.start("true", graph, ("tracing", "cse", "lowering"), "p", file=term)
+    bar.done("tracing", progress.count_nodes(graph))
+    text = "".join(term.text)
+    assert "running: cse" in text and f"{progress.count_nodes(graph):,} nodes" in text
+    bar.close()
+    sub = sum(len(n.params[k].nodes) for n in graph.nodes for k in n.params
+              if hasattr(n.params[k], "nodes"))
+    assert sub >= 2 and progress.count_nodes(graph) >= len(graph.nodes) + sub
+
+
+@pytest.mark.parametrize("columns", [0, 20])
+def test_progress_bar_on_a_terminal_without_width_prints_lines(monkeypatch, columns):
+    from keras_ipu.device.compiler import progress
+
+    monkeypatch.setattr(progress, "_columns", lambda file: columns)
+    term = Terminal(columns)
+    bar = progress.start("true", _chain(3), ("tracing", "cse"), "narrow", file=term)
+    bar.done("tracing", 3)
+    bar.done("cse", 3)
+    bar.close()
+    text = "".join(term.text)
+    if columns == 0:  # tqdm with a fixed width instead of a zero-column bar
+        assert "Compiling narrow" in text and "2/2" in text
+    else:  # too narrow for a bar: lines
+        assert "Compiling narrow: [2/2] done (3 nodes)" in text
+        assert "\r" not in text
+
+
+def test_progress_bar_from_jit_covers_tracing_and_a_cache_hit(monkeypatch):
+    from keras_ipu.device.compiler import progress
+
+    monkeypatch.setenv("TF_POPLAR_FLAGS", "--show_progress_bar=true")
+    term = Terminal(tty=False)
+    real_start = progress.start
+    monkeypatch.setattr(progress, "start",
+                        lambda *a, **k: real_start(*a[:4], file=term))
+    cache = ExecutableCache()
+    first = jit(lambda x: keras.ops.exp(x) * 2.0, cache=cache)
+    first.__name__ = "cached"
+    first(np.ones(3, np.float32))
+    second = jit(lambda x: keras.ops.exp(x) * 2.0, cache=cache)
+    second.__name__ = "cached"
+    second(np.ones(3, np.float32))
+    text = "".join(term.text)
+    assert text.count("Compiling cached: running: tracing") == 2
+    assert "loaded from the executable cache" in text
 
 
 # -- the floating-point behaviour hook ----------------------------------------------

@@ -46,11 +46,11 @@ def optimize(graph, options=None, notes=None, on_pass=None):
     log = [("traced", len(graph.nodes))]
     graph = check_static_shapes(graph)
     if on_pass is not None:
-        on_pass("static shapes", len(graph.nodes))
+        on_pass("static shapes", _progress.count_nodes(graph))
     if options.demote_64bit:
         graph = demote_64bit(graph, notes)
     if on_pass is not None:
-        on_pass("demote 64-bit", len(graph.nodes))
+        on_pass("demote 64-bit", _progress.count_nodes(graph))
     steps = [
         (options.fold_constants, "fold_constants",
          lambda g: fold_constants(g, options.fold_limit_bytes)),
@@ -65,12 +65,8 @@ def optimize(graph, options=None, notes=None, on_pass=None):
             graph = fn(graph)
             log.append((name, len(graph.nodes)))
         if on_pass is not None:
-            on_pass(name, len(graph.nodes))
+            on_pass(name, _progress.count_nodes(graph))
     return graph, log
-
-
-# static shapes, demotion, 4 passes, lowering, device checks
-_STAGES = 8
 
 
 def compile_graph(graph, options=None, name=None):
@@ -79,18 +75,20 @@ def compile_graph(graph, options=None, name=None):
     IPUOutOfMemoryError when the program does not fit a tile."""
     context = device_checks.compile_context()
     options = device_checks.resolve_options(options or CompileOptions(), context)
-    bar = _progress.start(context.flags.show_progress_bar, graph, _STAGES, name)
+    # jit's bar (opened before tracing) or one of our own.
+    bar, owned = _progress.take(context.flags.show_progress_bar, graph, name)
     try:
         notes = []
-        optimized, log = optimize(graph, options, notes, on_pass=bar.stage)
+        optimized, log = optimize(graph, options, notes, on_pass=bar.done)
         if notes:
             warnings.warn(demotion_message(notes), DemotionWarning, stacklevel=3)
         exe = Executable(optimized, notes=notes, passes=log,
                          behaviour=options.fp_behaviour, name=name,
                          donated_inputs=options.donated_inputs)
-        bar.stage("lowering", len(exe.records))
+        bar.done("lowering")
         device_checks.check_executable(exe, options.target, context)
-        bar.stage("memory and cycles")
+        bar.done("memory and cycles")
     finally:
-        bar.close()
+        if owned:
+            bar.close()
     return exe
