@@ -201,6 +201,23 @@ def write_xspace(trace):
 
 
 # -- scalars -------------------------------------------------------------------
+# What each scalar is, with its unit: TensorBoard shows it beside the chart.
+SCALAR_DESCRIPTIONS = {
+    "ipu/predicted_cycles_per_step": "Predicted IPU cycles per training step (cycles; "
+    "the program's cycles divided by the steps one run performs).",
+    "ipu/predicted_step_time_us": "Predicted time per step (microseconds): device "
+    "cycles at the target's clock plus the host transfers, divided by the steps per run.",
+    "ipu/predicted_samples_per_second": "Predicted throughput (samples per second): "
+    "batch size divided by the predicted step time.",
+    "ipu/memory_total_bytes": "Predicted memory on the IPU at the peak (bytes): always "
+    "live plus not always live.",
+    "ipu/memory_not_always_live_bytes": "Predicted not-always-live memory at the peak "
+    "step (bytes): the values the program's steps make.",
+    "ipu/memory_fullest_tile_bytes": "Predicted bytes on the fullest tile at the peak "
+    "(bytes; a tile holds 624 KiB on ipu2/ipu21, 256 KiB on ipu1).",
+}
+
+
 def scalar_values(exe):
     """{tag: value} of one executable's predicted cycles and memory."""
     pred = profile.prediction_of(exe)
@@ -238,6 +255,7 @@ def write_scalars(trace):
             if id(exe) not in values:
                 values[id(exe)] = scalar_values(exe)
             for tag, value in values[id(exe)].items():
-                tf.summary.scalar(tag, value, step=step)
+                tf.summary.scalar(tag, value, step=step,
+                                  description=SCALAR_DESCRIPTIONS.get(tag))
     writer.flush()
     writer.close()

@@ -145,6 +145,7 @@ def test_scalars_hold_predicted_cycles_and_memory(tmp_path):
     assert expected["ipu/predicted_cycles_per_step"] == pred.cycles_per_step
     assert expected["ipu/memory_fullest_tile_bytes"] == mem.tile_bytes
     for tag, value in expected.items():
+        assert tb.SCALAR_DESCRIPTIONS[tag] in acc.SummaryMetadata(tag).summary_description
         (event,) = acc.Tensors(tag)
         assert event.step == 5  # the profiled batch the run belongs to
         assert float(tf.make_ndarray(event.tensor_proto)) == pytest.approx(value, rel=1e-6)
