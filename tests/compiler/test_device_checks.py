@@ -4,6 +4,7 @@ out-of-memory error at compile time, the profile report, --log_cycle_count,
 the progress bar, device_connection.type at run time and the
 floating-point behaviour hook."""
 
+import dataclasses
 import logging
 import os
 import sys
@@ -608,3 +609,61 @@ def test_fit_predicts_its_device_loop_workload(monkeypatch, caplog):
     assert pred.host_bytes_in == 4 * 16 * (784 + 10) * 4
     assert pred.samples_per_second > 0
     assert sum("Predicted cycles" in r.getMessage() for r in caplog.records) == 1
+
+
+# -- programs that do not fit: debug.allowOutOfMemory ---------------------------------
+def _too_big():
+    """exp of 16 MiB on an ipu2 whose tiles hold 16 KiB: about 11 KiB of it
+    and 8 KiB of code on each tile."""
+    small = dataclasses.replace(targets.get_target("ipu2"), sram_bytes_per_tile=16 * 1024)
+    graph = build([aval((4 * 1024 * 1024,))], lambda b, x: b.op("exp", x, source="big/act"))
+    return graph, CompileOptions(target=small)
+
+
+def test_out_of_memory_error_names_allow_out_of_memory(monkeypatch):
+    monkeypatch.delenv("POPLAR_ENGINE_OPTIONS", raising=False)
+    graph, options = _too_big()
+    with pytest.raises(IPUOutOfMemoryError) as info:
+        compile_graph(graph, options)
+    text = str(info.value)
+    assert "To fit:" in text
+    assert "POPLAR_ENGINE_OPTIONS='{\"debug.allowOutOfMemory\": \"true\"}'" in text
+
+
+def test_allow_out_of_memory_compiles_reports_and_runs_with_a_warning(monkeypatch):
+    from keras_ipu.device.simulator import profile
+    from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryWarning
+
+    monkeypatch.setenv("POPLAR_ENGINE_OPTIONS", '{"debug.allowOutOfMemory": "true"}')
+    graph, options = _too_big()
+    with pytest.warns(IPUOutOfMemoryWarning) as record:
+        exe = compile_graph(graph, options, name="too_big")
+    text = str(record[0].message)
+    assert "too_big does not fit on IPU 0" in text and "a real IPU could not run it" in text
+    assert "1472 tiles" in text or " tiles are over" in text
+    assert isinstance(exe.out_of_memory, IPUOutOfMemoryError)
+    x = np.linspace(-1, 1, 4 * 1024 * 1024, dtype=np.float32)
+    (y,) = exe.run(x)
+    np.testing.assert_allclose(y[::4096], np.exp(x[::4096]), rtol=1e-6)
+
+    report = profile.build_report(exe, name="too_big")
+    (ipu,) = report["memory"]["ipus"]
+    (tiles,) = report["memory"]["tiles"]
+    capacity = 16 * 1024
+    assert not ipu["fits"] and tiles["capacity"] == capacity
+    over = [t for t in tiles["total"] if t > capacity]
+    assert ipu["tiles_over_capacity"] == len(over) > 0
+    assert ipu["most_over_bytes"] == max(over) - capacity == exe.memory.tile_bytes - capacity
+    assert report["options"]["allow_out_of_memory"] is True
+
+
+@pytest.mark.parametrize("value, expected", [('"true"', True), ('"false"', False),
+                                             ("true", True)])
+def test_allow_out_of_memory_option_values(value, expected):
+    from keras_ipu.device.simulator import profile
+
+    env = {"POPLAR_ENGINE_OPTIONS": '{"debug.allowOutOfMemory": %s}' % value}
+    assert profile.allow_out_of_memory(env, config=object()) is expected
+    with pytest.raises(profile.ProfileOptionsError, match="debug.allowOutOfMemory"):
+        profile.allow_out_of_memory(
+            {"POPLAR_ENGINE_OPTIONS": '{"debug.allowOutOfMemory": "yes"}'}, config=object())

@@ -125,8 +125,36 @@ def check_executable(exe, target, context=None):
     if not exe.memory.fits:
         error = memory_model.IPUOutOfMemoryError(exe.memory)
         error.executable = exe
-        raise error
+        if not _allow_out_of_memory():
+            raise error
+        _warn_out_of_memory(exe, target)
+        exe.out_of_memory = error  # compiled anyway: a real IPU could not run it
     return exe
+
+
+def _allow_out_of_memory():
+    from keras_ipu.device.simulator import profile
+
+    return profile.allow_out_of_memory()
+
+
+def _warn_out_of_memory(exe, target):
+    import warnings
+
+    from keras_ipu.device.simulator import profile
+    from keras_ipu.device.units import fmt_bytes
+
+    mem = exe.memory
+    tiles, over, fullest = profile.tile_overflow(exe, target)
+    warnings.warn(memory_model.IPUOutOfMemoryWarning(
+        f"{exe.name or 'This program'} does not fit on IPU {mem.ipu} of {target.name}: "
+        f"{tiles} of its {target.tiles_per_ipu} tiles are over their "
+        f"{fmt_bytes(target.sram_bytes_per_tile)}, the fullest (tile {mem.tile}, "
+        f"{fmt_bytes(fullest)}) by {fmt_bytes(over)}; peak at program step "
+        f"{mem.peak_step} ({mem.peak_step_name}). debug.allowOutOfMemory is set, so it "
+        "was compiled and the simulator runs it, but a real IPU could not run it. The "
+        "profile report (POPLAR_ENGINE_OPTIONS autoReport, python -m keras_ipu.report) "
+        "shows which tiles overflow and by how much."), stacklevel=4)
 
 
 # What the caller compiling a program knows of how it will run (samples

@@ -185,8 +185,18 @@ class IPUOutOfMemoryError(RuntimeError):
             "(IPUConfig / pipelining recomputation_mode, RecomputationCheckpoint); "
             "pipeline the model over more IPUs (set_pipeline_stage_assignment); "
             "lower availableMemoryProportion for matmuls and convolutions "
-            "(IPUConfig.matmuls.poplar_options / convolutions.poplar_options)."
+            "(IPUConfig.matmuls.poplar_options / convolutions.poplar_options).\n"
+            "  To look at it anyway: POPLAR_ENGINE_OPTIONS='{\"debug.allowOutOfMemory\": "
+            "\"true\"}' compiles it (Poplar's option for this), the profile report "
+            "shows which tiles overflow, and the simulator runs it with a warning "
+            "(a real IPU could not)."
         )
+
+
+class IPUOutOfMemoryWarning(UserWarning):
+    """A program that does not fit was compiled anyway (Poplar's engine
+    option debug.allowOutOfMemory): the simulator runs it, a real IPU
+    could not."""
 
 
 def _made_by(step, index):

@@ -140,6 +140,7 @@ class ReportOptions:
 
     def to_json(self):
         return {
+            "allow_out_of_memory": allow_out_of_memory(),
             "directory": self.directory,
             "graph_profile": self.graph_profile,
             "execution_profile": self.execution_profile,
@@ -274,6 +275,38 @@ def report_options(environ=None, config=None):
     )
 
 
+ALLOW_OUT_OF_MEMORY = "debug.allowOutOfMemory"
+
+
+def allow_out_of_memory(environ=None, config=None):
+    """Whether Poplar's engine option debug.allowOutOfMemory is "true" (in
+    IPUConfig.compilation_poplar_options or POPLAR_ENGINE_OPTIONS, the
+    environment winning): a program that does not fit compiles anyway, so
+    that its report shows where it overflows, and runs on the simulator."""
+    environ = os.environ if environ is None else environ
+    config = _current_config() if config is None else config
+    value = None
+    if config is not None:
+        poplar = getattr(config, "to_dict", lambda: {})().get("compilation_poplar_options")
+        if poplar and ALLOW_OUT_OF_MEMORY in poplar:
+            value = (poplar[ALLOW_OUT_OF_MEMORY], "IPUConfig.compilation_poplar_options")
+    text = environ.get(ENV_VAR, "")
+    if text.strip():
+        options = _parse_env(text)
+        if ALLOW_OUT_OF_MEMORY in options:
+            value = (options[ALLOW_OUT_OF_MEMORY], ENV_VAR)
+    if value is None:
+        return False
+    raw, origin = value
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise _option_error(origin, ALLOW_OUT_OF_MEMORY, raw, 'expected "true" or "false"',
+                        f'Set {ALLOW_OUT_OF_MEMORY} to "true" to compile programs that '
+                        "do not fit, or \"false\".")
+
+
 # -- building the report ---------------------------------------------------------
 def program_fingerprint(exe):
     """A short structural digest: the same program gives the same name."""
@@ -389,14 +422,30 @@ def _peak_tensors(program, peak, categories, tiles, top=200):
     return out
 
 
+def tile_memory(exe, target, program=None, peak=None):
+    """{category: int64 bytes per tile} at the tile peak of `exe` on an IPU
+    of `target`: what the per-tile picture stacks, and the overflow."""
+    program = program or memory_model.program_of(exe)
+    tiles = target.tiles_per_ipu
+    peak = peak or memory_model.peak_liveness(program, tiles)
+    code_tile = cost_model.code_bytes_per_tile(len(program.steps))
+    return _tile_categories(program, peak, input_categories(exe, program), code_tile, tiles)
+
+
+def tile_overflow(exe, target):
+    """(tiles over capacity, bytes the fullest is over, its bytes) at the peak."""
+    total = sum(tile_memory(exe, target).values())
+    over = total - target.sram_bytes_per_tile
+    return int(np.count_nonzero(over > 0)), int(max(over.max(initial=0), 0)), int(total.max())
+
+
 def _memory_section(exe, mem, target):
     program = memory_model.program_of(exe)
     tiles = target.tiles_per_ipu
     per_ipu, per_tile, peak_at = liveness(exe, target)
     peak = memory_model.peak_liveness(program, tiles)
     categories = input_categories(exe, program)
-    code_tile = cost_model.code_bytes_per_tile(len(program.steps))
-    by_category = _tile_categories(program, peak, categories, code_tile, tiles)
+    by_category = tile_memory(exe, target, program, peak)
     always = sum(v for c, v in by_category.items() if c != "activations")
     total = always + by_category["activations"]
     fullest = int(np.argmax(total))
