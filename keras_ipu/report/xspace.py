@@ -112,12 +112,16 @@ def build_xspace(hostname, wall0, origin, batches, runs):
     pb = _xplane_pb2()
     space = pb.XSpace()
     space.hostnames.append(hostname)
-    t0_ns = int(wall0 * 1e9)
+    # Times relative to the trace's start, as TensorFlow's profiler
+    # normalizes them before saving (absolute nanoseconds overflow the
+    # plugin's picoseconds); the start itself is a stat of the host plane.
+    t0_ns = 0
 
     def us(t):
         return (t - origin) * 1e6
 
     host = _Plane(space.planes.add(), 0, HOST_PLANE)
+    host.set_stats(host.plane, {"profile_start_time": int(wall0 * 1e9)})
     thread = host.line(1, "python (Keras fit: profiled batches, program runs)", t0_ns)
     events = [(us(start), us(end) - us(start), STEP_MARKER,
                {"step_num": int(batch), "_r": 1}) for batch, start, end in batches]
