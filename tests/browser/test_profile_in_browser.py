@@ -1,0 +1,218 @@
+"""The profile as a user sees it: TensorBoard (with the profile plugin of
+the test extra) and the report's HTML page, in headless Chromium.
+
+Needs Debian's `chromium` and `chromium-driver` packages (apt-get install
+chromium chromium-driver); without them every test here skips, saying so.
+With KERAS_IPU_SCREENSHOTS=DIR the tests save their screenshots there
+(the README's pictures come from such a run).
+"""
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="headless Chromium is not installed: apt-get install chromium chromium-driver "
+           "(Debian) to run the browser tests")
+SHOTS = os.environ.get("KERAS_IPU_SCREENSHOTS")
+HERE = os.path.dirname(__file__)
+
+
+def _shot(browser, name):
+    if SHOTS:
+        os.makedirs(SHOTS, exist_ok=True)
+        browser.save_screenshot(os.path.join(SHOTS, name))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (test extra)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile_dir = tempfile.mkdtemp(prefix="chromium_")
+    # The flags Chromium needs on a machine without network and as root.
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={profile_dir}", "--window-size=1500,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    """A Keras fit with TensorBoard(profile_batch=..., write_graph=True) and
+    autoReport profile reports, run in a subprocess (the ipu backend)."""
+    root = tmp_path_factory.mktemp("profiled")
+    env = dict(os.environ, KERAS_BACKEND="ipu",
+               POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true",
+                                                 "autoReport.directory": str(root / "reports")}))
+    subprocess.run([sys.executable, os.path.join(HERE, "profiled_fit.py"), str(root / "logs")],
+                   check=True, env=env, timeout=300, capture_output=True)
+    return root
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tensorboard(logdir):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir / "logs"),
+         "--port", str(port), "--host", "127.0.0.1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(url + "/data/plugins_listing", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _wait(browser, condition, seconds=60):
+    end = time.time() + seconds
+    while time.time() < end:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.5)
+    raise AssertionError("the page did not show what was expected in time")
+
+
+# Page text including the trace viewer's shadow DOM (Polymer elements).
+_DEEP_TEXT = """
+function walk(n, out) {
+  if (n.shadowRoot) walk(n.shadowRoot, out);
+  for (const c of n.children || []) {
+    if (c.tagName !== 'SCRIPT' && c.tagName !== 'STYLE') walk(c, out);
+  }
+  for (const t of n.childNodes || []) {
+    if (t.nodeType === 3 && t.textContent.trim()) out.push(t.textContent.trim());
+  }
+  return out;
+}
+return walk(document.body, []).join(' | ');
+"""
+
+
+def _text(browser):
+    return browser.execute_script(_DEEP_TEXT) or ""
+
+
+def _profile_tool(browser, url, tool):
+    from selenium.webdriver.common.by import By
+
+    browser.switch_to.default_content()
+    browser.get(url + "/#profile")
+    frame = _wait(browser, lambda: browser.find_elements(By.TAG_NAME, "iframe"))[0]
+    browser.switch_to.frame(frame)
+    selects = _wait(browser, lambda: [s for s in browser.find_elements(By.CSS_SELECTOR,
+                                                                        "mat-select")
+                                      if "Page" in s.text or "Viewer" in s.text])
+    selects[0].click()
+    option = _wait(browser, lambda: [o for o in browser.find_elements(
+        By.CSS_SELECTOR, "mat-option") if o.text.strip() == tool])
+    option[0].click()
+
+
+def test_profile_plugin_trace_viewer_shows_the_ipu_lanes(browser, tensorboard):
+    from selenium.webdriver.common.by import By
+
+    _profile_tool(browser, tensorboard, "Trace Viewer")
+    # The trace viewer is a page of its own inside the plugin's.
+    inner = _wait(browser, lambda: browser.find_elements(By.TAG_NAME, "iframe"))[0]
+    browser.switch_to.frame(inner)
+    text = _wait(browser, lambda: "Program steps" in _text(browser) and _text(browser))
+    assert "/device:CUSTOM:IPU:0 (predicted)" in text
+    lanes = ("IPU 0 memory (predicted bytes)", "Program runs", "Host transfers",
+             "Program steps", "Loop bodies")
+    positions = [text.index(lane) for lane in lanes]
+    assert positions == sorted(positions)  # top-down: runs, transfers, steps, bodies
+    assert "/host:CPU" in text and "profiled batches" in text
+    browser.switch_to.default_content()
+    _shot(browser, "tensorboard_trace_viewer.png")
+
+
+def test_profile_plugin_overview_and_memory_profile(browser, tensorboard):
+    from selenium.webdriver.common.by import By
+
+    _profile_tool(browser, tensorboard, "Overview Page")
+    text = _wait(browser, lambda: "Host Compute Time" in _text(browser) and _text(browser))
+    assert "No step marker observed" not in text
+    browser.switch_to.default_content()
+    _shot(browser, "tensorboard_overview.png")
+
+    _profile_tool(browser, tensorboard, "Memory Profile")
+    text = _wait(browser, lambda: "IPU 0 (predicted)" in _text(browser) and _text(browser))
+    assert "peak" in text.lower()
+    browser.switch_to.default_content()
+    _shot(browser, "tensorboard_memory_profile.png")
+
+
+def test_graphs_tab_shows_the_compiled_program(browser, tensorboard):
+    from selenium.webdriver.common.by import By
+
+    browser.switch_to.default_content()
+    browser.get(tensorboard + "/#graphs")
+    text = _wait(browser, lambda: "device loop" in _text(browser) and _text(browser),
+                 seconds=90)
+    assert "Graph visualization failed" not in text and "graph is empty" not in text
+    assert "inputs" in text
+    _shot(browser, "tensorboard_graphs.png")
+
+
+def test_report_page_hover_shows_the_numbers(browser, logdir):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    reports = logdir / "reports"
+    out = logdir / "pictures"
+    subprocess.run([sys.executable, "-m", "keras_ipu.report", str(reports), "--out", str(out)],
+                   check=True, timeout=300, capture_output=True)
+    assert glob.glob(str(out / "*.png"))
+    browser.switch_to.default_content()
+    browser.get((out / "index.html").as_uri())
+    tiles = _wait(browser, lambda: browser.find_elements(By.CSS_SELECTOR,
+                                                         'canvas[data-view="tiles"]'))
+    tip = browser.find_element(By.ID, "tip")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", tiles[0])
+    width = tiles[0].size["width"]
+    ActionChains(browser).move_to_element_with_offset(tiles[0], -width // 2 + 90, 0).perform()
+    text = _wait(browser, lambda: tip.text)
+    assert text.startswith("tile ") and " of 624.0 KiB" in text
+    assert "tensors on this tile" in text and "weights" in text
+    _shot(browser, "report_tile_hover.png")
+
+    (timeline,) = browser.find_elements(By.CSS_SELECTOR, 'canvas[data-view="timeline"]')[:1]
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", timeline)
+    ActionChains(browser).move_to_element_with_offset(timeline, 0, 5).perform()
+    text = _wait(browser, lambda: tip.text)
+    assert "cycles" in text and " in " in text
+    _shot(browser, "report_timeline_hover.png")
