@@ -39,6 +39,7 @@ from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.backend.trainer_ops.interrupts import deferred_interrupts
 from keras_ipu.device.autodiff import value_and_grad
+from keras_ipu.device.trace import default_source
 from keras_ipu.report.graph_def import GraphSource
 
 
@@ -196,10 +197,10 @@ class IPUTrainer(base_trainer.Trainer):
         self, metrics_variables, unscaled_loss, x, y, y_pred, sample_weight
     ):
         mapping = list(zip(self.metrics_variables, metrics_variables))
-        # The "metrics" name scope: profiles attribute these steps to the
-        # metrics (as TensorFlow graphs group them), not to "(no layer)".
+        # Profiles attribute these steps to "metrics", not to "(no layer)"
+        # (node sources only: variable paths stay as Keras makes them).
         with backend.StatelessScope(state_mapping=mapping) as scope, \
-                backend.name_scope("metrics"):
+                default_source("metrics"):
             self._loss_tracker.update_state(
                 unscaled_loss, sample_weight=_first_array(x).shape[0]
             )

@@ -19,7 +19,7 @@ from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import profile
 
 # numpy dtype name -> TensorFlow DataType number (types.proto).
-_TF_DTYPES = {"float32": 1, "float64": 2, "int32": 3, "uint8": 4, "int16": 5,
+TF_DTYPES = {"float32": 1, "float64": 2, "int32": 3, "uint8": 4, "int16": 5,
               "int8": 6, "int64": 9, "bool": 10, "bfloat16": 14, "uint16": 17,
               "float16": 19, "uint32": 22, "uint64": 23}
 
@@ -61,7 +61,7 @@ class _Writer:
             for d in aval.shape:
                 shape.dim.add().size = -1 if d is None else int(d)
         if avals:
-            node.attr["T"].type = _TF_DTYPES.get(str(avals[0].dtype), 0)
+            node.attr["T"].type = TF_DTYPES.get(str(avals[0].dtype), 0)
         for key, value in attrs.items():
             if value is None:
                 continue

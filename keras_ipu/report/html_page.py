@@ -161,7 +161,7 @@ function timelineView(canvas, report) {
   const hin = cyc.host.seconds_in * 1e6, hout = cyc.host.seconds_out * 1e6;
   const dev = cyc.total * us, total = hin + dev + hout || 1;
   const items = leaves(report.execution_trace, 0, [], 0, [20000]);
-  const lanes = ['Program runs', 'Host transfers', 'Program steps', 'Loop bodies', 'Nested bodies'];
+  const lanes = __LANES__;
   const pad = 110, palette = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948',
                               '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
   const colour = {}; let k = 0;
@@ -281,8 +281,11 @@ def _figure(png_bytes, title):
 
 def page(reports, charts, top=5):
     """`charts`: per report, [(kind, png bytes, title)]."""
-    script = SCRIPT.replace("__COLOURS__", json.dumps(_colours())).replace(
-        "__CATEGORIES__", json.dumps(list(profile.CATEGORIES)))
+    from keras_ipu.report.timeline import LANES
+
+    script = (SCRIPT.replace("__COLOURS__", json.dumps(_colours()))
+              .replace("__CATEGORIES__", json.dumps(list(profile.CATEGORIES)))
+              .replace("__LANES__", json.dumps(list(LANES))))
     parts = [
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\">",
         "<title>keras_ipu profile reports</title>",

@@ -19,7 +19,6 @@ run: device cycles at the target's clock plus the host transfers
 
 import dataclasses
 
-from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import profile
 
 LANES = ("Program runs", "Host transfers", "Program steps", "Loop bodies",
@@ -54,12 +53,7 @@ class Counter:
     ipu: int = 0
 
 
-def transfer_seconds(pred):
-    """(seconds host -> IPU, seconds IPU -> host) of one run: they add up to
-    pred.host_seconds (cost_model.host_transfer_seconds of each way)."""
-    t = pred.target
-    return (cost_model.host_transfer_seconds(pred.host_bytes_in, t),
-            cost_model.host_transfer_seconds(pred.host_bytes_out, t))
+transfer_seconds = profile.transfer_seconds
 
 
 def run_seconds(pred):

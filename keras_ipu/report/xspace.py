@@ -29,6 +29,7 @@ import numpy as np
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import profile
 from keras_ipu.report import timeline
+from keras_ipu.report.graph_def import TF_DTYPES
 
 HOST_PLANE = "/host:CPU"
 IPU_PLANE = "/device:CUSTOM:IPU:{ipu} (predicted)"
@@ -36,10 +37,6 @@ COUNTER_LINE = "_counters_"  # the plugin's name for counter (not slice) lines
 STEP_MARKER = "train"  # the plugin's explicit host step marker
 ALLOCATOR = "IPU {ipu} (predicted)"
 
-# TensorFlow's DataType numbers (types.proto), for the memory profile.
-_TF_DTYPES = {"float32": 1, "float64": 2, "int32": 3, "uint8": 4, "int16": 5,
-              "int8": 6, "int64": 9, "bool": 10, "bfloat16": 14, "uint16": 17,
-              "float16": 19, "uint32": 22, "uint64": 23}
 
 
 def _xplane_pb2():
@@ -195,7 +192,7 @@ def _memory_activity(plane, line, runs, origin, ipu):
                 "peak_bytes_in_use": state["peak"], "requested_bytes": nbytes,
                 "allocation_bytes": nbytes, "addr": addr, "tf_op": op,
                 "region_type": region,
-                "data_type": _TF_DTYPES.get(str(aval.dtype), 0) if aval is not None else None,
+                "data_type": TF_DTYPES.get(str(aval.dtype), 0) if aval is not None else None,
                 "tensor_shape": (f"[{','.join(map(str, aval.shape))}]"
                                  if aval is not None else None)})
 

@@ -664,6 +664,13 @@ def _grouped(flat, key):
     return sorted(groups.items(), key=lambda kv: -(kv[1][1] + kv[1][2] + kv[1][3]))
 
 
+def transfer_seconds(pred):
+    """(seconds host -> IPU, seconds IPU -> host) of one run: they add up to
+    pred.host_seconds (cost_model.host_transfer_seconds of each way)."""
+    return (cost_model.host_transfer_seconds(pred.host_bytes_in, pred.target),
+            cost_model.host_transfer_seconds(pred.host_bytes_out, pred.target))
+
+
 def _cycles_section(pred, program=None):
     flat = flat_costs(pred, program)
     ops = [
@@ -688,10 +695,8 @@ def _cycles_section(pred, program=None):
         "batch_size": pred.batch_size,
         "host": {"bytes_in": pred.host_bytes_in, "bytes_out": pred.host_bytes_out,
                  "seconds": pred.host_seconds,
-                 "seconds_in": cost_model.host_transfer_seconds(pred.host_bytes_in,
-                                                                pred.target),
-                 "seconds_out": cost_model.host_transfer_seconds(pred.host_bytes_out,
-                                                                 pred.target)},
+                 "seconds_in": transfer_seconds(pred)[0],
+                 "seconds_out": transfer_seconds(pred)[1]},
         "steps": [
             {"index": s.index, "op": s.name, "kind": s.kind, "source": s.source,
              "tiles": s.tiles, "flops": s.flops, "macs": s.macs,
