@@ -329,8 +329,9 @@ class IPUTrainer(base_trainer.Trainer):
         # Keras' TensorBoard callback writes a tf.function's graph
         # (write_graph=True): these two attributes give it the compiled
         # program's, as a GraphDef named by Keras layer (report/graph_def.py).
-        run_train_execution.function_spec = None
-        run_train_execution._concrete_stateful_fn = GraphSource(execution.device_loop)
+        if execution.device_loop.compiled:  # run_eagerly / jit_compile=False: no program
+            run_train_execution.function_spec = None
+            run_train_execution._concrete_stateful_fn = GraphSource(execution.device_loop)
         self.train_function = run_train_execution
         return self.train_function
 

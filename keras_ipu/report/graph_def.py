@@ -143,10 +143,9 @@ class GraphSource:
 
     @property
     def graph(self):
-        executables = self._device_loop.executables()
-        if not executables:
-            raise ValueError("No program has been compiled yet: the graph is written "
-                             "after the first training batch.")
         from tensorflow.core.framework import graph_pb2
 
+        executables = self._device_loop.executables()
+        if not executables:  # nothing compiled (yet): Keras must not fail for it
+            return graph_pb2.GraphDef()
         return graph_pb2.GraphDef.FromString(graph_def(executables[-1]).SerializeToString())
