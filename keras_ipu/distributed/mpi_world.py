@@ -44,6 +44,10 @@ DEFAULT_TIMEOUT_S = 300.0
 EXIT_GRACE_S = 2.0
 # How often a waiting instance checks that its peers' processes still exist.
 LIVENESS_PERIOD_S = 0.5
+# Before MPI_Abort: time for the output to pass the MPI launcher, and for a
+# failed instance's own abort to end an instance that stops because of it.
+OUTPUT_DRAIN_S = 0.3
+SECONDARY_ABORT_DELAY_S = 2.0
 # Where keras_ipu.poprun collects each instance's error, for its summary.
 STATUS_DIR_ENV = "KERAS_IPU_POPRUN_STATUS_DIR"
 
@@ -296,6 +300,11 @@ class _World:
                 time.sleep(0.001)
         sys.stderr.flush()
         sys.stdout.flush()
+        # MPI_Abort tears the job down at once, and output still on its way
+        # through the MPI launcher is lost: let it drain. An instance that
+        # only stops because of another waits for that one's abort, so that
+        # the first failure's traceback is what the user sees.
+        time.sleep(SECONDARY_ABORT_DELAY_S if secondary else OUTPUT_DRAIN_S)
         self.MPI.COMM_WORLD.Abort(1)
 
     def exit(self):
