@@ -10,7 +10,9 @@ import importlib as _importlib
 
 # Public submodules, imported on first attribute access so that
 # `import keras_ipu` stays light (DESIGN decision 8).
-_LAZY_SUBMODULES = frozenset({"config", "distributed", "popdist", "utils"})
+_LAZY_SUBMODULES = frozenset({
+    "config", "distribute", "distributed", "ipu_strategy", "popdist", "utils",
+})
 
 
 def __getattr__(name):

@@ -41,6 +41,7 @@ from keras_ipu.backend.trainer_ops.interrupts import deferred_interrupts
 from keras_ipu.device.autodiff import value_and_grad
 from keras_ipu.device.trace import default_source
 from keras_ipu.report.graph_def import GraphSource
+from keras_ipu.distribute import scope as _strategy_scope
 
 
 class IPUEpochIterator(EpochIterator):
@@ -135,6 +136,8 @@ class IPUTrainer(base_trainer.Trainer):
         self.train_function = None
         self.test_function = None
         self.predict_function = None
+        # A model made in an IPUStrategy scope gets the IPU extensions.
+        _strategy_scope.on_model_created(self)
 
     # ------------------------------------------------------------------
     # The stateless steps

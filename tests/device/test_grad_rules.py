@@ -885,6 +885,13 @@ def test_static_bincount_weights():
     check_grad(lambda w: red.static_bincount_p.bind(rows, w, length=3), r(2, 3))
 
 
+@pytest.mark.parametrize("name", ["cross_replica_sum", "cross_replica_mean"])
+def test_cross_replica_collectives_of_one_replica(name):
+    # One replica: the identity; several replicas (run side by side) are
+    # checked against finite differences in tests/distribute/test_replication.py.
+    check_grad(lambda x: REGISTRY[name].bind(x, replicas=1, group_size=1), r(2, 3))
+
+
 # -- every rule is exercised (keep this test last) ---------------------------
 
 # Rules checked in test_autodiff.py (control flow through the backend).

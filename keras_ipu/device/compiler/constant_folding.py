@@ -2,7 +2,7 @@
 compile time and its outputs become Literals.
 
 Not folded: random primitives (seeds must stay runtime values, design
-decision 6), value-dependent shapes, nodes with sub-graphs (control flow
+decision 6), collectives (their value depends on the other replicas), value-dependent shapes, nodes with sub-graphs (control flow
 runs its own programs), and results bigger than `limit_bytes` (a huge
 constant costs device memory; the computation that makes it does not).
 """
@@ -22,9 +22,14 @@ def is_random(primitive):
     return primitive.name.startswith("random") or primitive.name.startswith("rng")
 
 
+def is_collective(primitive):
+    return primitive.name.startswith("cross_replica")
+
+
 def _foldable(node, inputs, limit_bytes):
     prim = node.primitive
-    if prim.dynamic_shape or is_random(prim) or has_subgraphs(node):
+    if (prim.dynamic_shape or is_random(prim) or is_collective(prim)
+            or has_subgraphs(node)):
         return False
     if any(type(v) is not Literal for v in inputs):
         return False

@@ -3,6 +3,7 @@
 Importing this package registers every primitive in `registry.REGISTRY`.
 """
 
+from keras_ipu.device.primitives import collective  # noqa: F401
 from keras_ipu.device.primitives import control_flow  # noqa: F401
 from keras_ipu.device.primitives import conv  # noqa: F401
 from keras_ipu.device.primitives import convert  # noqa: F401

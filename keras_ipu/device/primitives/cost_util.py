@@ -17,14 +17,16 @@ from keras_ipu.device.simulator import cost_model
 # (data rearranged: transpose, slice, gather...; bytes_out is what it
 # writes, which for an in-place update is the update only), "matmul", "reduce",
 # "sort", "linalg", "fft", "random", "host" (dynamic shapes: never on the
-# device), "loop"/"call"/"cond" (control flow; see parts).
+# device), "loop"/"call"/"cond" (control flow; see parts), "collective" (an
+# all-reduce across replicas: link_bytes each IPU sends over its IPU-Links
+# in link_steps synchronised steps).
 # dtype: the compute dtype (selects fp16 vs fp32 rates).
 # parts: ((repeat, (Cost, ...)), ...) sub-programs; combine "sum" runs all
 # of them, "max" one of them (a cond: the costliest branch is counted).
 Cost = collections.namedtuple(
     "Cost",
-    "flops macs bytes_in bytes_out kind dtype parts combine",
-    defaults=(None, (), "sum"),
+    "flops macs bytes_in bytes_out kind dtype parts combine link_bytes link_steps",
+    defaults=(None, (), "sum", 0, 0),
 )
 
 

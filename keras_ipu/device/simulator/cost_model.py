@@ -271,6 +271,35 @@ def ipu_link_cycles(nbytes, target):
     return math.ceil(ipu_link_seconds(nbytes, target) * target.clock_hz) + INTER_IPU_SYNC_CYCLES
 
 
+# -- collectives across replicas [DESIGN], [RING] -------------------------------
+# [RING] P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce algorithms
+# for clusters of workstations", J. Parallel Distrib. Comput. 69 (2009): the
+# ring all-reduce of n bytes over k members moves 2 (k - 1) / k x n bytes in
+# and out of each member, in 2 (k - 1) steps (reduce-scatter, all-gather).
+# Graphcore's collectives run rings over the IPU-Links; taken here at the
+# full link bandwidth of [DESIGN] (an assumption: GCL spreads its rings over
+# all links), each step ending with a sync across the IPUs
+# (INTER_IPU_SYNC_CYCLES).
+
+
+def all_reduce_link_traffic(nbytes, replicas):
+    """[RING]: (bytes each IPU sends, synchronised steps) of an all-reduce
+    of `nbytes` over `replicas` IPUs (or groups of replicas)."""
+    k = int(replicas)
+    if k <= 1 or not nbytes:
+        return 0, 0
+    return math.ceil(2 * (k - 1) * nbytes / k), 2 * (k - 1)
+
+
+def collective_link_cycles(link_bytes, link_steps, target):
+    """(link cycles, sync cycles) of a collective's traffic: bytes over the
+    IPU-Links [DESIGN], one global sync per ring step."""
+    if not link_steps:
+        return 0, 0
+    return (math.ceil(ipu_link_seconds(link_bytes, target) * target.clock_hz),
+            link_steps * INTER_IPU_SYNC_CYCLES)
+
+
 def pipeline_utilisation(gradient_accumulation_count, n_stages):
     """[DESIGN]: about g / (g + n - 1) of a pipeline of n balanced stages
     over g micro-batches (the fill and drain of the pipeline idle the IPUs)."""

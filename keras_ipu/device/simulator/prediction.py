@@ -55,6 +55,12 @@ def _cycles(cost, target):
         return c, e, s, 0
     if cost.kind == "view":
         return 0, 0, 0, 0
+    if cost.kind == "collective":
+        tiles = cost_model.work_tiles(cost, target)
+        links, syncs = cost_model.collective_link_cycles(
+            cost.link_bytes, cost.link_steps, target)
+        return (cost_model.compute_cycles(cost, target, tiles), links,
+                syncs + cost_model.sync_cycles(1), tiles)
     tiles = cost_model.work_tiles(cost, target)
     compute = cost_model.compute_cycles(cost, target, tiles)
     moved = cost_model.exchange_bytes(cost, target, tiles)

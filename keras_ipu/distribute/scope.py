@@ -1,0 +1,50 @@
+"""Which IPUStrategy is in scope.
+
+`with strategy.scope():` pushes the strategy on this thread's stack;
+Keras models created meanwhile get the IPU extensions (models/extension.py)
+and remember the strategy, as Graphcore's IPUStrategy does. Entering the
+scope of a different strategy inside one fails with TensorFlow's message.
+This module is imported by every model's constructor: it stays light.
+"""
+
+import contextlib
+import threading
+
+_local = threading.local()
+
+
+def _stack():
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def current_strategy():
+    """The strategy whose scope the calling thread is in, or None."""
+    stack = _stack()
+    return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def strategy_scope(strategy):
+    stack = _stack()
+    if stack and stack[-1] is not strategy:
+        raise ValueError(
+            f"Mixing different tf.distribute.Strategy objects: {strategy} is "
+            f"not {stack[-1]}"
+        )
+    stack.append(strategy)
+    try:
+        yield strategy
+    finally:
+        stack.pop()
+
+
+def on_model_created(model):
+    """Called by every Keras model's constructor under the ipu backend: a
+    model made in an IPUStrategy scope gets the IPU extensions."""
+    strategy = current_strategy()
+    if strategy is None:
+        return
+    strategy._patch_keras_extension(model)

@@ -1,0 +1,2 @@
+"""The IPU side of Keras models: the extensions a model made in an
+IPUStrategy scope gets (extension.py)."""
