@@ -11,7 +11,8 @@ import importlib as _importlib
 # Public submodules, imported on first attribute access so that
 # `import keras_ipu` stays light (DESIGN decision 8).
 _LAZY_SUBMODULES = frozenset({
-    "config", "distribute", "distributed", "ipu_strategy", "popdist", "utils",
+    "config", "distribute", "distributed", "gradient_accumulation", "ipu_strategy",
+    "keras", "models", "ops", "popdist", "utils",
 })
 
 

@@ -364,6 +364,12 @@ class IPUTrainer(base_trainer.Trainer):
         self.predict_function = run_predict_execution
         return self.predict_function
 
+    def _make_epoch_iterator(self, mode, **kwargs):
+        """The infeed of fit, evaluate or predict (`mode`); a model made in an
+        IPUStrategy scope hands out its batches by the IPU's rules
+        (keras_ipu/models/data.py)."""
+        return IPUEpochIterator(**kwargs)
+
     def _build_for_prediction(self, batch):
         """Create an unbuilt model's variables from its first batch, before
         the state is read (a compiled step cannot create variables)."""
@@ -418,7 +424,8 @@ class IPUTrainer(base_trainer.Trainer):
                 data_adapter_utils.unpack_x_y_sample_weight(validation_data)
             )
 
-        epoch_iterator = IPUEpochIterator(
+        epoch_iterator = self._make_epoch_iterator(
+            "fit",
             x=x,
             y=y,
             sample_weight=sample_weight,
@@ -460,7 +467,8 @@ class IPUTrainer(base_trainer.Trainer):
                     epoch, validation_freq
                 ):
                     if getattr(self, "_eval_epoch_iterator", None) is None:
-                        self._eval_epoch_iterator = IPUEpochIterator(
+                        self._eval_epoch_iterator = self._make_epoch_iterator(
+                            "evaluate",
                             x=val_x,
                             y=val_y,
                             sample_weight=val_sample_weight,
@@ -539,7 +547,8 @@ class IPUTrainer(base_trainer.Trainer):
         if use_cached_eval_dataset:
             epoch_iterator = self._eval_epoch_iterator
         else:
-            epoch_iterator = IPUEpochIterator(
+            epoch_iterator = self._make_epoch_iterator(
+                "evaluate",
                 x=x,
                 y=y,
                 sample_weight=sample_weight,
@@ -577,7 +586,8 @@ class IPUTrainer(base_trainer.Trainer):
     def predict(
         self, x, batch_size=None, verbose="auto", steps=None, callbacks=None
     ):
-        epoch_iterator = IPUEpochIterator(
+        epoch_iterator = self._make_epoch_iterator(
+            "predict",
             x=x,
             batch_size=batch_size,
             steps_per_epoch=steps,

@@ -41,6 +41,15 @@ def strategy_scope(strategy):
         stack.pop()
 
 
+def current_pipeline_stage():
+    """The stage of the innermost PipelineStage context, or None."""
+    return getattr(_local, "pipeline_stage", None)
+
+
+def set_pipeline_stage(stage):
+    _local.pipeline_stage = stage
+
+
 def on_model_created(model):
     """Called by every Keras model's constructor under the ipu backend: a
     model made in an IPUStrategy scope gets the IPU extensions."""

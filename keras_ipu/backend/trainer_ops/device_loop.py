@@ -100,6 +100,15 @@ def _runs(batches):
     return runs
 
 
+def _infeed(run):
+    """Every array of the run stacked along a steps axis (a view for a
+    single step: the program never writes its inputs)."""
+    flat_runs = [[v for v in leaves if v is not None] for leaves in run.leaves]
+    if len(flat_runs) == 1:
+        return [v[None] for v in flat_runs[0]]
+    return [np.stack(vs) for vs in zip(*flat_runs)]
+
+
 def _to_host(outputs):
     return tree.map_structure(
         lambda x: None if x is None else np.asarray(x), outputs
@@ -157,7 +166,18 @@ class DeviceLoop:
         )
         return stacked, state
 
-    def _run_compiled(self, state, run):
+    def prepare(self, state, batches):
+        """Compile the loops these batches need, without running them (so
+        that replicas running the loop side by side find it compiled)."""
+        if not self.compiled:
+            return
+        for run in _runs(batches):
+            loop = self._loop_for(run)
+            stacked = _infeed(run)
+            with self._workload(state, stacked):
+                loop.executable(state, stacked)
+
+    def _loop_for(self, run):
         loop = self._loops.get(run.structure)
         if loop is None:
             template = run.batches()[0]
@@ -169,24 +189,25 @@ class DeviceLoop:
             loop.output_structure = output_structure
             loop.__name__ = getattr(self.step, "__name__", "step") + "_loop"
             self._loops[run.structure] = loop
-        # The infeed: every array of the run stacked along a steps axis (a
-        # view for a single step: the program never writes its inputs).
-        flat_runs = [[v for v in leaves if v is not None] for leaves in run.leaves]
-        if len(flat_runs) == 1:
-            stacked = [v[None] for v in flat_runs[0]]
-        else:
-            stacked = [np.stack(vs) for vs in zip(*flat_runs)]
+        return loop
+
+    def _workload(self, state, stacked):
         # How the program runs, for its cycle prediction: samples per step,
         # steps per run, and the state (weights, optimizer, metrics) that
         # stays on the IPU between runs: the first inputs, the last outputs.
         n_state = len(tree.flatten(state))
-        with device_checks.workload(
+        return device_checks.workload(
             batch_size=int(stacked[0].shape[1]) if stacked and stacked[0].ndim > 1 else None,
-            steps_per_run=len(flat_runs),
+            steps_per_run=int(stacked[0].shape[0]) if stacked else 1,
             resident_inputs=tuple(range(n_state)),
             resident_outputs=tuple(range(-n_state, 0)),
             input_categories=self._input_categories(state, len(stacked)),
-        ):
+        )
+
+    def _run_compiled(self, state, run):
+        loop = self._loop_for(run)
+        stacked = _infeed(run)
+        with self._workload(state, stacked):
             flat_outputs, new_state = loop(state, stacked)
         if not _programs_compute():
             # PRE_COMPILE: the program was compiled (and cached) but not run,

@@ -1,0 +1,150 @@
+"""Pipeline stage assignments, Graphcore's `keras.ipu.*PipelineStageAssignment`.
+
+A Sequential model has one assignment per layer; a Functional model (and a
+subclassed model, through the graph its `call` traces) one per layer
+*invocation* (a shared layer called twice has two, told apart by
+`node_index`); a nested model has one holding the assignments of its own
+layers. `model.get_pipeline_stage_assignment()` lists them in execution
+order with no stage set; set each `pipeline_stage` and give the list back
+to `model.set_pipeline_stage_assignment()`.
+"""
+
+
+class ModelLayerPipelineStageAssignment:
+    """The stage of one invocation of a layer in a subclassed `Model`."""
+
+    def __init__(self, layer, node_index, pipeline_stage=None):
+        self._layer = layer
+        self._node_index = node_index
+        self.pipeline_stage = pipeline_stage
+
+    @property
+    def layer(self):
+        """The Keras layer of this assignment."""
+        return self._layer
+
+    @property
+    def node_index(self):
+        """Which call of the layer: 0 for the first."""
+        return self._node_index
+
+    @property
+    def inbound_layers(self):
+        """The layers whose outputs this call takes: tells calls apart."""
+        node = self._layer._inbound_nodes[self.node_index]
+        return [n.operation for n in node.parent_nodes]
+
+    @property
+    def is_nested_model(self):
+        return False
+
+    def __str__(self):
+        return (f"Layer: {self.layer.name} (node index {self.node_index}) is "
+                f"assigned to pipeline stage: {self.pipeline_stage}")
+
+
+class FunctionalLayerPipelineStageAssignment(ModelLayerPipelineStageAssignment):
+    """The stage of one invocation of a layer in a Functional model."""
+
+
+class SequentialLayerPipelineStageAssignment:
+    """The stage of one layer of a Sequential model."""
+
+    def __init__(self, layer, pipeline_stage=None):
+        self._layer = layer
+        self.pipeline_stage = pipeline_stage
+
+    @property
+    def layer(self):
+        return self._layer
+
+    @property
+    def is_nested_model(self):
+        return False
+
+    def __str__(self):
+        return f"Layer: {self.layer.name} is assigned to pipeline stage: {self.pipeline_stage}"
+
+
+class NestedModelPipelineStageAssignment:
+    """The assignments of a model called inside a subclassed `Model` (one
+    per call of the nested model)."""
+
+    def __init__(self, nested_model, node_index, pipeline_stage_assignments):
+        self._nested_model = nested_model
+        self._node_index = node_index
+        self._pipeline_stage_assignments = list(pipeline_stage_assignments)
+
+    @property
+    def nested_model(self):
+        return self._nested_model
+
+    @property
+    def node_index(self):
+        return self._node_index
+
+    @property
+    def inbound_layers(self):
+        node = self._nested_model._inbound_nodes[self.node_index]
+        return [n.operation for n in node.parent_nodes]
+
+    @property
+    def pipeline_stage_assignments(self):
+        return list(self._pipeline_stage_assignments)
+
+    @property
+    def is_nested_model(self):
+        return True
+
+    def __str__(self):
+        inner = "".join(f"\n  {x}" for x in self.pipeline_stage_assignments)
+        return (f"Model: {self.nested_model.name} (node index {self.node_index}) "
+                f"has the following pipeline stage assignments:{inner}")
+
+
+class FunctionalNestedModelPipelineStageAssignment(NestedModelPipelineStageAssignment):
+    """The assignments of a model called inside a Functional model."""
+
+
+class SequentialNestedModelPipelineStageAssignment:
+    """The assignments of a model that is a layer of a Sequential model."""
+
+    def __init__(self, nested_model, pipeline_stage_assignments):
+        self._nested_model = nested_model
+        self._pipeline_stage_assignments = list(pipeline_stage_assignments)
+
+    @property
+    def nested_model(self):
+        return self._nested_model
+
+    @property
+    def pipeline_stage_assignments(self):
+        return list(self._pipeline_stage_assignments)
+
+    @property
+    def is_nested_model(self):
+        return True
+
+    def __str__(self):
+        inner = "".join(f"\n  {x}" for x in self.pipeline_stage_assignments)
+        return (f"Model: {self.nested_model.name} has the following pipeline "
+                f"stage assignments:{inner}")
+
+
+LAYER_ASSIGNMENTS = (
+    ModelLayerPipelineStageAssignment,
+    SequentialLayerPipelineStageAssignment,
+)
+NESTED_ASSIGNMENTS = (
+    NestedModelPipelineStageAssignment,
+    SequentialNestedModelPipelineStageAssignment,
+)
+
+
+def maximum_stage(assignments):
+    """The highest stage of a list of assignments (nested ones included)."""
+    return max(
+        maximum_stage(a.pipeline_stage_assignments) if a.is_nested_model
+        else a.pipeline_stage
+        for a in assignments
+    )

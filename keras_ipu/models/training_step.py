@@ -1,0 +1,105 @@
+"""The train step of a model with gradient accumulation, replication or
+pipelining: one optimizer step over `count` micro-batches.
+
+    step(state, micro_batches) -> (logs of each micro-batch, state)
+
+The micro-batches arrive stacked along a leading axis of `count` (the
+device loop groups them); a scan runs forward and backward on each with
+the weights fixed, accumulating the gradients by the reduction method
+(SUM, MEAN, RUNNING_MEAN, keras_ipu/gradient_accumulation.py), in the
+accumulator dtype; the metrics (and a BatchNormalization's statistics)
+are updated micro-batch by micro-batch. On `replicas` > 1 the accumulated
+gradients are all-reduced (mean over the replicas: the cross_replica_mean
+primitive, as Graphcore's CrossReplicaOptimizer) before the one weight
+update. A pipelined model's step is this one: its pipeline changes when the
+micro-batches run on which IPU, never the numbers.
+"""
+
+import numpy as np
+
+from keras.src import tree
+from keras.src.trainers.data_adapters import data_adapter_utils
+
+from keras_ipu.backend.control_flow import scan
+from keras_ipu.device.autodiff import value_and_grad
+from keras_ipu.device.primitives import collective
+from keras_ipu.gradient_accumulation import GradientAccumulationReductionMethod as Method
+
+
+def _zeros(variable, dtype):
+    from keras import ops
+
+    return ops.zeros(variable.shape, dtype or variable.dtype)
+
+
+def _combine(method, count, acc, grads, n):
+    """acc after the n-th micro-batch's grads (n: a traced float32)."""
+    from keras import ops
+
+    out = []
+    for a, g in zip(acc, grads):
+        g = ops.cast(g, a.dtype)
+        if method is Method.SUM:
+            out.append(a + g)
+        elif method is Method.MEAN:
+            out.append(a + g * (1.0 / count))
+        else:  # RUNNING_MEAN: acc * n / (n + 1) + grad / (n + 1)
+            n_a = ops.cast(n, a.dtype)
+            out.append(a * (n_a / (n_a + 1.0)) + g / (n_a + 1.0))
+    return out
+
+
+def accumulated_train_step(model, count, method, replicas, accumulator_dtype=None):
+    """The step described in the module doc, for `model` (an IPUTrainer)."""
+    method = Method.parse(method)
+
+    def micro_step(trainable, optimizer_variables, carry, batch):
+        non_trainable, metrics, acc, n = carry
+        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(batch)
+
+        def loss_of(weights):
+            return model.compute_loss_and_updates(
+                weights, non_trainable, metrics, x, y, sample_weight,
+                training=True, optimizer_variables=optimizer_variables,
+            )
+
+        (_, aux), grads = value_and_grad(loss_of, has_aux=True)(list(trainable))
+        unscaled_loss, y_pred, non_trainable, metrics = aux
+        acc = _combine(method, count, acc, grads, n)
+        logs, metrics = model._update_metrics_variables(
+            metrics, unscaled_loss, x, y, y_pred, sample_weight
+        )
+        return (non_trainable, metrics, acc, n + 1.0), logs
+
+    def step(state, micro_batches):
+        from keras import ops
+
+        trainable, non_trainable, optimizer_variables, metrics = state
+        acc = [_zeros(v, accumulator_dtype) for v in model.trainable_variables]
+        carry = (list(non_trainable), list(metrics), acc, np.float32(0.0))
+        if count == 1:
+            carry, logs = micro_step(trainable, optimizer_variables, carry, micro_batches)
+            logs = tree.map_structure(lambda v: ops.expand_dims(v, 0), logs)
+        else:
+            leaves = tree.flatten(micro_batches)
+            present = [v is not None for v in leaves]
+
+            def body(carry, arrays):
+                it = iter(arrays)
+                batch = tree.pack_sequence_as(
+                    micro_batches, [next(it) if p else None for p in present]
+                )
+                return micro_step(trainable, optimizer_variables, carry, batch)
+
+            carry, logs = scan(body, carry, [v for v in leaves if v is not None])
+        non_trainable, metrics, acc, _ = carry
+        grads = [ops.cast(a, v.dtype) for a, v in zip(acc, model.trainable_variables)]
+        if replicas > 1:
+            grads = [collective.cross_replica_mean(g, replicas) for g in grads]
+        trainable, optimizer_variables = model.optimizer.stateless_apply(
+            optimizer_variables, grads, trainable
+        )
+        return logs, (trainable, non_trainable, optimizer_variables, metrics)
+
+    step.__name__ = "train_step"
+    return step

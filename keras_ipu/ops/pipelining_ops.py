@@ -1,0 +1,66 @@
+"""keras_ipu.ops.pipelining_ops: the pipelining options of Graphcore's
+`tensorflow.python.ipu.ops.pipelining_ops` that Keras models take
+(PipelineSchedule, RecomputationMode, PipelineStageOptions).
+
+The schedule and the recomputation mode change what the simulator predicts
+(time and memory per IPU), never the values a pipeline computes.
+"""
+
+import enum
+
+
+class PipelineSchedule(enum.IntEnum):
+    """How the stages of a pipeline share the IPUs' time.
+
+    Grouped: the forward passes of all stages run together, then the
+    backward passes (more activations stashed, less waiting: the default).
+    Interleaved: a backward pass runs as soon as its forward pass made its
+    activations (less memory, slower when forward and backward differ).
+    Sequential: one stage at a time, as a sharded model (a debug mode).
+    """
+
+    Grouped = 0
+    Interleaved = 1
+    Sequential = 2
+
+
+class RecomputationMode(enum.Enum):
+    """How activations are recomputed in the backward pass of a pipeline
+    stage when recomputation is on (IPUConfig.allow_recompute).
+
+    Auto: RecomputeThenBackpropagate for Grouped and Interleaved,
+    RecomputeAndBackpropagateInterleaved for Sequential.
+    RecomputeThenBackpropagate: recompute the stage's forward pass from its
+    input, then backpropagate (the stage keeps only its inputs).
+    RecomputeAndBackpropagateInterleaved: recompute and backpropagate segment
+    by segment between RecomputationCheckpoint layers (lower peak liveness).
+    """
+
+    Auto = 0
+    RecomputeThenBackpropagate = 1
+    RecomputeAndBackpropagateInterleaved = 2
+
+
+class PipelineStageOptions:
+    """Poplar options of the convolutions, matmuls and slices of one
+    pipeline stage (forward, backward or weight update), as Graphcore's.
+    The simulator's planner has no such options: they are checked and kept
+    (and shown in reports), and change no prediction."""
+
+    def __init__(self, convolution_options=None, matmul_options=None, slice_options=None):
+        convolution_options = convolution_options if convolution_options else {}
+        if not isinstance(convolution_options, dict):
+            raise TypeError("PipelineStageOptions.convolution_options must be dictionary.")
+        matmul_options = matmul_options if matmul_options else {}
+        if not isinstance(matmul_options, dict):
+            raise TypeError("PipelineStageOptions.matmul_options must be dictionary.")
+        slice_options = slice_options if slice_options else {}
+        if not isinstance(slice_options, dict):
+            raise TypeError("PipelineStageOptions.slice_options must be dictionary.")
+        self.convolution_options = dict(convolution_options)
+        self.matmul_options = dict(matmul_options)
+        self.slice_options = dict(slice_options)
+
+    def __repr__(self):
+        return (f"PipelineStageOptions(convolution_options={self.convolution_options}, "
+                f"matmul_options={self.matmul_options}, slice_options={self.slice_options})")
