@@ -207,6 +207,16 @@ class KerasExtension:
             _set(self, "_ipu_assignment", tagged or [])
         return self._ipu_assignment
 
+    def _ipu_variable_stages(self):
+        """{id(variable): stage} of a pipelined model's trainable weights:
+        the first stage that uses each."""
+        graph = self._ipu_check_assignment(self._ipu_current_assignment())
+        stages = {}
+        for stage, node in graph.entries:
+            for v in getattr(node.operation, "trainable_variables", ()):
+                stages.setdefault(id(v), stage)
+        return stages
+
     def _ipu_is_pipelined(self):
         return bool(self._ipu_current_assignment())
 

@@ -25,6 +25,7 @@ from keras_ipu.backend.trainer import IPUTrainer
 from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
+from keras_ipu.device.ir import ShapedArray
 from keras_ipu.models.execution import ReplicatedExecution
 from keras_ipu.models.execution import flatten_micro_batches
 from keras_ipu.models.options import ReplicatedMetricReductionMethod as Reduction
@@ -160,6 +161,25 @@ def _pipelined(model, step):
     return pipelined_step
 
 
+def _check_pipeline_memory(model, batch):
+    """Before a pipelined model first trains: does every IPU hold its
+    stages (IPUOutOfMemoryError naming the IPU and stages), and the
+    prediction in the cycle log (TF_POPLAR_FLAGS=--log_cycle_count)."""
+    from keras_ipu.device.simulator import system
+    from keras_ipu.models.prediction import predict_training
+
+    parts = batch if isinstance(batch, tuple) else (batch,)
+    avals = tuple(
+        tree.map_structure(lambda v: ShapedArray(np.shape(v), np.asarray(v).dtype), part)
+        for part in parts if part is not None
+    )
+    size = int(np.shape(tree.flatten(parts[0])[0])[0])
+    prediction = predict_training(model, size, batch=avals)
+    if system.configured_flags().log_cycle_count >= 0:
+        logging.getLogger("keras_ipu.cycles").info("Predicted training:\n%s", prediction)
+    prediction.check_memory()
+
+
 # -- logs of several replicas -----------------------------------------------------
 def reduce_logs(model, per_replica_logs):
     """One replica's logs as they are; several reduced (set_replication_options)."""
@@ -223,6 +243,7 @@ def train_function(model):
     step = accumulated_train_step(
         model, count, options.gradient_accumulation_reduction_method, replicas,
         accumulator_dtype=accumulator_dtype,
+        variable_stages=model._ipu_variable_stages() if pipelined else None,
     )
     if pipelined:
         step = _pipelined(model, step)
@@ -230,8 +251,12 @@ def train_function(model):
         model, step, model_state.TRAIN_STATE, replicas, micro_batches=count, donate=True
     )
     accumulate = pipelined and options.pipelining_accumulate_outfeed
+    checked = []
 
     def run_train_execution(batches):
+        if pipelined and not checked:
+            _check_pipeline_memory(model, batches[0])
+            checked.append(True)
         per_replica = []
         for chunks in execution(batches):
             chunks = flatten_micro_batches(chunks)

@@ -20,9 +20,9 @@ def stage_scope(stage):
     """Nodes traced inside belong to pipeline stage `stage`: their source
     (the Keras layer path) starts with "pipeline_stage_<stage>/", which the
     simulator's stage placement reads."""
-    from keras import name_scope
+    from keras_ipu.distribute.scope import tracing_pipeline_stage
 
-    return name_scope(f"pipeline_stage_{stage}")
+    return tracing_pipeline_stage(stage)
 
 
 def stage_of_source(source):

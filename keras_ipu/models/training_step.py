@@ -15,6 +15,8 @@ update. A pipelined model's step is this one: its pipeline changes when the
 micro-batches run on which IPU, never the numbers.
 """
 
+import contextlib
+
 import numpy as np
 
 from keras.src import tree
@@ -32,28 +34,41 @@ def _zeros(variable, dtype):
     return ops.zeros(variable.shape, dtype or variable.dtype)
 
 
-def _combine(method, count, acc, grads, n):
-    """acc after the n-th micro-batch's grads (n: a traced float32)."""
+def _combine_one(method, count, a, g, n, stages, variable):
+    """acc after the n-th micro-batch's gradient (n: a traced float32)."""
     from keras import ops
 
-    out = []
-    for a, g in zip(acc, grads):
+    with _in_stage(stages, variable):
         g = ops.cast(g, a.dtype)
         if method is Method.SUM:
-            out.append(a + g)
-        elif method is Method.MEAN:
-            out.append(a + g * (1.0 / count))
-        else:  # RUNNING_MEAN: acc * n / (n + 1) + grad / (n + 1)
-            n_a = ops.cast(n, a.dtype)
-            out.append(a * (n_a / (n_a + 1.0)) + g / (n_a + 1.0))
-    return out
+            return a + g
+        if method is Method.MEAN:
+            return a + g * (1.0 / count)
+        n_a = ops.cast(n, a.dtype)  # RUNNING_MEAN: acc * n / (n + 1) + grad / (n + 1)
+        return a * (n_a / (n_a + 1.0)) + g / (n_a + 1.0)
 
 
-def accumulated_train_step(model, count, method, replicas, accumulator_dtype=None):
-    """The step described in the module doc, for `model` (an IPUTrainer)."""
+def _in_stage(stages, variable):
+    """The pipeline stage scope of a weight's own operations (its gradient's
+    accumulation and all-reduce run on the IPU that holds it)."""
+    stage = stages.get(id(variable)) if stages else None
+    if stage is None:
+        return contextlib.nullcontext()
+    from keras_ipu.models.staged_graph import stage_scope
+
+    return stage_scope(stage)
+
+
+def accumulated_train_step(model, count, method, replicas, accumulator_dtype=None,
+                           variable_stages=None):
+    """The step described in the module doc, for `model` (an IPUTrainer).
+    `variable_stages`: {id(variable): stage} of a pipelined model."""
     method = Method.parse(method)
+    weights = model.trainable_variables
 
     def micro_step(trainable, optimizer_variables, carry, batch):
+        from keras import ops
+
         non_trainable, metrics, acc, n = carry
         x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(batch)
 
@@ -65,7 +80,13 @@ def accumulated_train_step(model, count, method, replicas, accumulator_dtype=Non
 
         (_, aux), grads = value_and_grad(loss_of, has_aux=True)(list(trainable))
         unscaled_loss, y_pred, non_trainable, metrics = aux
-        acc = _combine(method, count, acc, grads, n)
+        if count == 1:  # nothing to accumulate: the gradients themselves
+            acc = [ops.cast(g, a.dtype) for a, g in zip(acc, grads)]
+        else:
+            acc = [
+                _combine_one(method, count, a, g, n, variable_stages, w)
+                for a, g, w in zip(acc, grads, weights)
+            ]
         logs, metrics = model._update_metrics_variables(
             metrics, unscaled_loss, x, y, y_pred, sample_weight
         )
@@ -95,7 +116,11 @@ def accumulated_train_step(model, count, method, replicas, accumulator_dtype=Non
         non_trainable, metrics, acc, _ = carry
         grads = [ops.cast(a, v.dtype) for a, v in zip(acc, model.trainable_variables)]
         if replicas > 1:
-            grads = [collective.cross_replica_mean(g, replicas) for g in grads]
+            reduced = []
+            for g, w in zip(grads, weights):
+                with _in_stage(variable_stages, w):
+                    reduced.append(collective.cross_replica_mean(g, replicas))
+            grads = reduced
         trainable, optimizer_variables = model.optimizer.stateless_apply(
             optimizer_variables, grads, trainable
         )

@@ -243,6 +243,16 @@ def host_transfer_seconds(nbytes, target):
     return HOST_TRANSFER_LATENCY_S + nbytes / host_bytes_per_s(target)
 
 
+# The infeed's prefetch [assumption]: with prefetch_depth >= 2 the host
+# streams the next batches while the IPU computes (IPUInfeedQueue's
+# prefetch), so transfers overlap the device time and a step takes the
+# longer of the two; without it (depth None or 1) they add up.
+def overlapped_host_seconds(device_seconds, host_seconds, prefetch_depth=None):
+    if prefetch_depth is not None and prefetch_depth >= 2:
+        return max(device_seconds, host_seconds)
+    return device_seconds + host_seconds
+
+
 def ipu_link_seconds(nbytes, target):
     """Inter-IPU copy over IPU-Links [DESIGN] (all links of one IPU)."""
     if not nbytes:

@@ -1,0 +1,261 @@
+"""What the simulator predicts for training an IPU-extended model: memory
+per IPU and stage, cycles per stage, copies between IPUs, the all-reduce
+across replicas, the pipeline's bubbles, samples per second.
+
+    pred = predict_training(model, batch_size=8)
+    print(pred)              # one row per IPU
+    pred.fits, pred.samples_per_second
+
+The program is one micro-batch's training step (forward stage by stage,
+loss, backward, the all-reduce of the gradients when replicated, the
+weight update), traced and optimized by the compiler's passes but not run
+(no data, no IPU memory needed: trace and compile only). The simulator's
+sharding model (device/simulator/sharding.py) places each step on the IPU
+of its stage and times the pipeline: `gradient_accumulation` micro-batches
+per weight update under the schedule, the weight update and the
+all-reduce once per step. Replicas run side by side: the system trains
+`replicas` times the samples of one pipeline in the same time.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from keras_ipu.backend.trainer_ops import model_state
+from keras_ipu.device.compiler import CompileOptions
+from keras_ipu.device.compiler import optimize
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.jit import flatten
+from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import memory_model
+from keras_ipu.device.simulator import sharding
+from keras_ipu.device.trace import trace_flat
+from keras_ipu.distribute.replication import tracing_replicas
+from keras_ipu.models.staged_graph import stage_of_source
+from keras_ipu.models.training_step import accumulated_train_step
+
+
+@dataclasses.dataclass
+class TrainingPrediction:
+    """The prediction of one model's training on the configured system."""
+
+    model_name: str
+    sharded: object  # sharding.ShardedPrediction of one replica
+    replicas: int
+    batch_size: int  # samples per micro-batch
+    device_mapping: tuple  # IPU of each stage
+    prefetch_depth: object  # infeed prefetch (None: the default, 1)
+
+    @property
+    def gradient_accumulation(self):
+        return self.sharded.gradient_accumulation_count
+
+    @property
+    def fits(self):
+        return self.sharded.fits
+
+    @property
+    def step_seconds(self):
+        """One weight update: device time and host transfers (which overlap
+        when the infeed prefetches, cost_model.overlapped_host_seconds)."""
+        device = cost_model.cycles_to_seconds(self.sharded.step_cycles, self.sharded.target)
+        return cost_model.overlapped_host_seconds(
+            device, self.sharded.host_seconds, self.prefetch_depth)
+
+    @property
+    def samples_per_second(self):
+        """Of the whole system: every replica's samples."""
+        samples = self.batch_size * self.gradient_accumulation * self.replicas
+        return samples / self.step_seconds if self.step_seconds else None
+
+    @property
+    def utilisation(self):
+        return self.sharded.utilisation
+
+    def stages_of_ipu(self, ipu):
+        return tuple(s for s, d in enumerate(self.device_mapping) if d == ipu)
+
+    def check_memory(self):
+        """Raise IPUOutOfMemoryError naming the IPU and its stages when one
+        does not fit."""
+        for p in self.sharded.ipus:
+            if not p.memory.fits:
+                error = memory_model.IPUOutOfMemoryError(p.memory)
+                stages = ", ".join(map(str, self.stages_of_ipu(p.ipu)))
+                error.args = (f"Pipeline stage(s) {stages} of {self.model_name}: "
+                              + error.args[0],)
+                error.stages = self.stages_of_ipu(p.ipu)
+                raise error
+
+    def __str__(self):
+        pred = self.sharded
+        fmt = memory_model._fmt_bytes
+        lines = [
+            f"Training {self.model_name} on {pred.target.name}: {len(pred.ipus)} IPU(s) per "
+            f"replica x {self.replicas} replica(s), micro-batch {self.batch_size}, "
+            f"gradient accumulation {self.gradient_accumulation}, schedule {pred.schedule}",
+            f"{'ipu':>4} {'stages':<8} {'forward':>12} {'backward':>12} {'update':>10} "
+            f"{'stash':>10} {'x':>3} {'memory':>11} {'tile peak':>11}",
+        ]
+        for p in pred.ipus:
+            m = p.memory
+            lines.append(
+                f"{p.ipu:>4} {','.join(map(str, self.stages_of_ipu(p.ipu))):<8} "
+                f"{p.forward_cycles:>12,} {p.backward_cycles:>12,} "
+                f"{p.weight_update_cycles:>10,} {fmt(p.stash_bytes):>10} {p.in_flight:>3} "
+                f"{fmt(m.total_bytes):>11} {fmt(m.tile_bytes):>11}"
+                + ("" if m.fits else "  OUT OF MEMORY")
+            )
+        sps = self.samples_per_second
+        lines.append(
+            f"  {len(pred.copies)} inter-IPU copies ({fmt(pred.copy_bytes)} per micro-batch), "
+            f"{pred.step_cycles:,} cycles per weight update, utilisation "
+            f"{100 * pred.utilisation:.0f}%, {self.step_seconds * 1e3:,.3f} ms per step"
+            + (f", {sps:,.1f} samples/s" if sps else "")
+        )
+        return "\n".join(lines)
+
+
+def _sample_batch(model, batch_size):
+    """Zero inputs and targets of the model's shapes (only their shapes and
+    dtypes are traced)."""
+    def zeros(tensor):
+        shape = (batch_size,) + tuple(tensor.shape[1:])
+        return ShapedArray(shape, np.dtype(tensor.dtype))
+
+    from keras.src import tree
+
+    graph = model._ipu_graph_function()
+    x = tree.map_structure(zeros, getattr(graph, "_inputs_struct", graph.inputs))
+    loss = getattr(model, "loss", None)
+    sparse = "sparse" in (loss if isinstance(loss, str) else type(loss).__name__.lower()
+                          if loss is not None else "")
+
+    def target(tensor):
+        shape = (batch_size,) + tuple(tensor.shape[1:])
+        if sparse:
+            return ShapedArray(shape[:-1], np.dtype("int32"))
+        return ShapedArray(shape, np.dtype(tensor.dtype))
+
+    outputs = graph.outputs if len(graph.outputs) > 1 else graph.outputs[0]
+    y = tree.map_structure(target, outputs)
+    return x, y
+
+
+def trace_training_step(model, batch_size, replicas=1, batch=None, options=None):
+    """The optimized Graph of one micro-batch's training step of `model`
+    (staged when pipelined), and the number of its state inputs."""
+    from keras_ipu.models.functions import _pipelined
+
+    if model.optimizer is None:
+        raise ValueError(
+            f"{model.name} has no optimizer: compile it (loss and optimizer) "
+            "before predicting its training."
+        )
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    pipelined = model._ipu_is_pipelined()
+    step = accumulated_train_step(
+        model, 1, model._ipu_options.gradient_accumulation_reduction_method, replicas,
+        variable_stages=model._ipu_variable_stages() if pipelined else None)
+    if pipelined:
+        step = _pipelined(model, step)
+    state = model_state.read_state(model_state.state_variables(model, model_state.TRAIN_STATE))
+    state_avals = [[ShapedArray(v.shape, np.dtype(v.dtype)) for v in group] for group in state]
+    batch = _sample_batch(model, batch_size) if batch is None else batch
+    leaves, structure = flatten((tuple(state_avals), batch))
+    n_state = sum(len(group) for group in state)
+
+    def flat_fn(*tracers):
+        from keras_ipu.device.jit import unflatten
+
+        state_in, data = unflatten(structure, tracers)
+        logs, new_state = step(state_in, data)
+        out, _ = flatten((logs, new_state))
+        return out
+
+    with tracing_replicas(replicas):
+        graph, _ = trace_flat(flat_fn, leaves)
+    graph, _ = optimize(graph, options or CompileOptions())
+    return graph, n_state
+
+
+def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=None,
+                     device_mapping=None, assignment=None, target=None, replicas=None,
+                     batch=None):
+    """The TrainingPrediction of `model` (made in an IPUStrategy scope,
+    compiled) training with micro-batches of `batch_size` samples.
+
+    Defaults come from the model's options: its stage assignment, device
+    mapping, pipeline schedule, gradient accumulation, and the replication
+    factor of the configured system. `assignment`: a list of stages, one
+    per layer invocation (get_pipeline_stage_assignment order), to predict
+    a split without setting it.
+    """
+    options = model._ipu_options
+    if assignment is not None:
+        saved = model._ipu_assignment
+        object.__setattr__(model, "_ipu_assignment", _assignment_of(model, assignment))
+    try:
+        pipelined = model._ipu_is_pipelined()
+        stages = model._ipu_stage_count()
+        if device_mapping is None:
+            device_mapping = options.pipelining_device_mapping or list(range(stages))
+        if gradient_accumulation is None:
+            if pipelined:
+                gradient_accumulation = options.pipelining_gradient_accumulation_steps_per_replica
+            else:
+                gradient_accumulation = options.gradient_accumulation_steps_per_replica
+            gradient_accumulation = gradient_accumulation or 1
+        if schedule is None:
+            schedule = options.pipeline_schedule
+        if replicas is None:
+            replicas = _replicas_or_one(model)
+        graph, n_state = trace_training_step(model, batch_size, replicas, batch=batch)
+    finally:
+        if assignment is not None:
+            object.__setattr__(model, "_ipu_assignment", saved)
+    optimizer = model.optimizer.name
+
+    def stage_of(index, step):
+        return stage_of_source(step.source)
+
+    def once_per_step(index, step):
+        source = step.source or ""
+        return (source.startswith(optimizer) or source.startswith(f"{optimizer}/")
+                or step.primitive.name.startswith("cross_replica"))
+
+    sharded = sharding.predict_sharded(
+        graph, stage_of if pipelined else (lambda i, st: 0), target=target,
+        gradient_accumulation_count=gradient_accumulation, schedule=schedule,
+        batch_size=batch_size,
+        device_mapping=device_mapping if pipelined else [0],
+        resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
+        weight_update=once_per_step,
+    )
+    return TrainingPrediction(
+        model_name=model.name, sharded=sharded, replicas=replicas, batch_size=batch_size,
+        device_mapping=tuple(device_mapping if pipelined else [0]),
+        prefetch_depth=options.prefetch_depth,
+    )
+
+
+def _replicas_or_one(model):
+    try:
+        return model._get_replication_factor()
+    except ValueError:
+        return 1  # the model needs more IPUs than configured: one replica
+
+
+def _assignment_of(model, stages):
+    """Assignments of `model` with the given stage per invocation."""
+    out = model._ipu_default_assignment()
+    if len(out) != len(stages):
+        raise ValueError(
+            f"{len(stages)} stages given for the {len(out)} layer invocations of "
+            f"{model.name}: give one stage per invocation "
+            "(get_pipeline_stage_assignment order)."
+        )
+    for a, s in zip(out, stages):
+        a.pipeline_stage = s
+    return out
