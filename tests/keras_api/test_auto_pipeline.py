@@ -1,0 +1,81 @@
+"""The automatic pipeline split and `python -m keras_ipu.plan`."""
+
+import keras
+import pytest
+
+import keras_ipu as ipu
+from keras_ipu.models.pipeline_planner import _balanced_split
+
+from ipu_keras_helpers import configure
+
+
+def test_balanced_split_minimises_the_slowest_stage():
+    costs = [5, 1, 1, 1, 4, 2, 2]
+    split = _balanced_split(costs, 4)
+    assert split == sorted(split) and set(split) == {0, 1, 2, 3}
+    # 5 alone is the lower bound of the largest part: the split reaches it.
+    assert max(sum(c for c, s in zip(costs, split) if s == k) for k in range(4)) == 5
+    assert _balanced_split([1, 1, 1, 1], 2) == [0, 0, 1, 1]
+    assert _balanced_split([9, 1, 1], 3) == [0, 1, 2]
+
+
+def mlp(strategy, widths, batch_inputs=256):
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        layers = [keras.Input((batch_inputs,))]
+        layers += [keras.layers.Dense(w, activation="relu") for w in widths]
+        model = keras.Sequential(layers)
+        model.compile(keras.optimizers.SGD(0.1), "mse")
+    return model
+
+
+def test_auto_pipeline_balances_and_applies():
+    configure(4)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    # One heavy layer (1024 x 1024) among light ones: it gets a stage alone.
+    model = mlp(strategy, [64, 64, 1024, 1024, 64, 64, 10])
+    lines = []
+    plan = ipu.models.auto_pipeline(model, 4, 32, print_fn=lines.append)
+    assert plan.fits and plan.num_stages == 4
+    assert plan.assignment == sorted(plan.assignment) and set(plan.assignment) == {0, 1, 2, 3}
+    heavy = plan.assignment[3]
+    assert plan.assignment.count(heavy) == 1  # the 1024x1024 layer alone
+    assert "why: boundaries balance the cycles" in lines[0]
+    cycles = [p.cycles for p in plan.prediction.sharded.ipus]
+    assert max(cycles) == plan.prediction.sharded.ipus[heavy].cycles
+    plan.apply(model)
+    assert [a.pipeline_stage for a in model.get_pipeline_stage_assignment()] == plan.assignment
+    assert model._ipu_options.pipelining_device_mapping == [0, 1, 2, 3]
+
+
+def test_does_not_fit_on_one_ipu_but_on_four():
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    # Traced, never run: activations of a micro-batch of 8192 are abstract.
+    model = mlp(strategy, [2048] * 6 + [10])
+    one = ipu.models.auto_pipeline(model, 1, 8192, gradient_accumulation=8, print_fn=None)
+    assert not one.fits and "no split over 1 IPU(s) fits" in one.reason
+    # The balanced split overflows IPU 0 (Grouped stashes 7 micro-batches of
+    # its activations); layers move on until every IPU fits.
+    four = ipu.models.auto_pipeline(model, 4, 8192, gradient_accumulation=8, print_fn=None)
+    assert four.fits and "moved between neighbour stages" in four.reason
+    assert four.assignment == sorted(four.assignment)
+
+
+def test_too_many_ipus_for_the_layers():
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    model = mlp(strategy, [8, 1])
+    with pytest.raises(ValueError, match="has 2 layer invocations: it cannot be split into 4"):
+        ipu.models.auto_pipeline(model, 4, 8, print_fn=None)
+
+
+def test_plan_command(tmp_path, capsys):
+    from keras_ipu import plan as plan_cli
+
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    path = str(tmp_path / "model.keras")
+    mlp(strategy, [256, 256, 10]).save(path)
+    assert plan_cli.main([path, "--ipus", "2", "--batch-size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "2 stages on 2 ipu2 IPUs, micro-batch 16" in out and "fits;" in out
+    assert plan_cli.main([path, "--ipus", "1", "--batch-size", "262144", "--ipu", "ipu21"]) == 1
+    assert "does NOT fit" in capsys.readouterr().out
