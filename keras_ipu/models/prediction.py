@@ -90,18 +90,21 @@ class TrainingPrediction:
     def __str__(self):
         pred = self.sharded
         fmt = memory_model._fmt_bytes
+        schedule = f", schedule {pred.schedule}" if len(pred.ipus) > 1 else ""
         lines = [
             f"Training {self.model_name} on {pred.target.name}: {len(pred.ipus)} IPU(s) per "
             f"replica x {self.replicas} replica(s), micro-batch {self.batch_size}, "
-            f"gradient accumulation {self.gradient_accumulation}, schedule {pred.schedule}",
+            f"gradient accumulation {self.gradient_accumulation}{schedule}",
             f"{'ipu':>4} {'stages':<8} {'forward':>12} {'backward':>12} {'update':>10} "
             f"{'stash':>10} {'x':>3} {'memory':>11} {'tile peak':>11}",
         ]
         for p in pred.ipus:
             m = p.memory
+            # One IPU: forward and backward are one program (all in "forward").
+            backward = f"{p.backward_cycles:>12,}" if len(pred.ipus) > 1 else f"{'(with fwd)':>12}"
             lines.append(
                 f"{p.ipu:>4} {','.join(map(str, self.stages_of_ipu(p.ipu))):<8} "
-                f"{p.forward_cycles:>12,} {p.backward_cycles:>12,} "
+                f"{p.forward_cycles:>12,} {backward} "
                 f"{p.weight_update_cycles:>10,} {fmt(p.stash_bytes):>10} {p.in_flight:>3} "
                 f"{fmt(m.total_bytes):>11} {fmt(m.tile_bytes):>11}"
                 + ("" if m.fits else "  OUT OF MEMORY")
