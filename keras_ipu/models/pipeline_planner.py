@@ -25,6 +25,7 @@ from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import sharding
 from keras_ipu.device.simulator.prediction import predict_costs
 from keras_ipu.models.prediction import TrainingPrediction
+from keras_ipu.models.prediction import stages_by_dataflow
 from keras_ipu.models.prediction import trace_training_step
 from keras_ipu.models.staged_graph import stage_of_source
 
@@ -155,7 +156,7 @@ def auto_pipeline(model, num_ipus, batch_size, *, gradient_accumulation=None,
                            resident_inputs=tuple(range(n_state)))
     optimizer = model.optimizer.name
     program = memory_model.program_of(graph)
-    homes = sharding.assign_stages(program, lambda i, st: invocation_of[i])
+    homes = stages_by_dataflow(program, lambda i, st: invocation_of[i])
     costs = [0.0] * m
     for i, step in enumerate(single.steps):
         once = (step.source or "").startswith(optimizer) or step.name.startswith("cross_replica")
@@ -166,7 +167,7 @@ def auto_pipeline(model, num_ipus, batch_size, *, gradient_accumulation=None,
 
     def predict(split):
         return sharding.predict_sharded(
-            graph, lambda i, st: split[homes[i]], target=target,
+            program, [split[h] for h in homes], target=target,
             gradient_accumulation_count=g, schedule=schedule.name, batch_size=batch_size,
             device_mapping=list(range(num_ipus)),
             resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),

@@ -9,7 +9,10 @@ across replicas, the pipeline's bubbles, samples per second.
 The program is one micro-batch's training step (forward stage by stage,
 loss, backward, the all-reduce of the gradients when replicated, the
 weight update), traced and optimized by the compiler's passes but not run
-(no data, no IPU memory needed: trace and compile only). The simulator's
+(no data, no IPU memory needed: trace and compile only). Only the shapes
+of the model's variables are read: a model built inside
+`keras.StatelessScope(initialize_variables=False)` (variables never
+allocated) can be predicted too, as the BERT-Large benchmark does. The simulator's
 sharding model (device/simulator/sharding.py) places each step on the IPU
 of its stage and times the pipeline: `gradient_accumulation` micro-batches
 per weight update under the schedule, the weight update and the
@@ -130,19 +133,19 @@ def _sample_batch(model, batch_size):
 
     graph = model._ipu_graph_function()
     x = tree.map_structure(zeros, getattr(graph, "_inputs_struct", graph.inputs))
-    loss = getattr(model, "loss", None)
-    sparse = "sparse" in (loss if isinstance(loss, str) else type(loss).__name__.lower()
-                          if loss is not None else "")
+    losses = getattr(model, "loss", None)
+    if not isinstance(losses, (list, tuple)):
+        losses = [losses] * len(graph.outputs)
 
-    def target(tensor):
+    def target(tensor, loss):
         shape = (batch_size,) + tuple(tensor.shape[1:])
-        if sparse:
+        name = loss if isinstance(loss, str) else type(loss).__name__
+        if "sparse" in (name or "").lower():  # integer labels, no class axis
             return ShapedArray(shape[:-1], np.dtype("int32"))
         return ShapedArray(shape, np.dtype(tensor.dtype))
 
-    outputs = graph.outputs if len(graph.outputs) > 1 else graph.outputs[0]
-    y = tree.map_structure(target, outputs)
-    return x, y
+    y = [target(t, loss) for t, loss in zip(graph.outputs, losses)]
+    return x, (y if len(y) > 1 else y[0])
 
 
 def trace_training_step(model, batch_size, replicas=1, batch=None, options=None):
@@ -163,11 +166,14 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None)
         variable_stages=model._ipu_variable_stages() if pipelined else None)
     if pipelined:
         step = _pipelined(model, step)
-    state = model_state.read_state(model_state.state_variables(model, model_state.TRAIN_STATE))
-    state_avals = [[ShapedArray(v.shape, np.dtype(v.dtype)) for v in group] for group in state]
+    # Only shapes and dtypes: the variables' values are never read (a model
+    # built in StatelessScope(initialize_variables=False) has none).
+    variables = model_state.state_variables(model, model_state.TRAIN_STATE)
+    state_avals = [[ShapedArray(tuple(v.shape), np.dtype(v.dtype)) for v in group]
+                   for group in variables]
     batch = _sample_batch(model, batch_size) if batch is None else batch
     leaves, structure = flatten((tuple(state_avals), batch))
-    n_state = sum(len(group) for group in state)
+    n_state = sum(len(group) for group in variables)
 
     def flat_fn(*tracers):
         from keras_ipu.device.jit import unflatten
@@ -228,8 +234,10 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
         return (source.startswith(optimizer) or source.startswith(f"{optimizer}/")
                 or step.primitive.name.startswith("cross_replica"))
 
+    program = memory_model.program_of(graph)
+    placed = stages_by_dataflow(program, stage_of) if pipelined else [0] * len(program.steps)
     sharded = sharding.predict_sharded(
-        graph, stage_of if pipelined else (lambda i, st: 0), target=target,
+        program, placed, target=target,
         gradient_accumulation_count=gradient_accumulation, schedule=schedule,
         batch_size=batch_size,
         device_mapping=device_mapping if pipelined else [0],
@@ -241,6 +249,36 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
         device_mapping=tuple(device_mapping if pipelined else [0]),
         prefetch_depth=options.prefetch_depth,
     )
+
+
+def stages_by_dataflow(program, tagged):
+    """The stage of every program step: `tagged(i, step)` where the trace
+    says (a layer's nodes); otherwise the stage of the weights and slots it
+    reads (where their layer runs), else the stage of the largest value it
+    reads (a weight's optimizer update runs where its gradient is made,
+    wherever the scalars it also reads come from; the loss after the last
+    stage), else the previous step's."""
+    steps = program.steps
+    tags = [tagged(i, st) for i, st in enumerate(steps)]
+    input_keys = {k for k, _ in program.inputs}
+    home = {}
+    for st, s in zip(steps, tags):
+        if s is not None:
+            for k in st.inputs:
+                if k in input_keys:
+                    home[k] = max(home.get(k, s), s)
+    made_by, stages, previous = {}, [], 0
+    for i, (st, s) in enumerate(zip(steps, tags)):
+        if s is None:
+            homes = [home[k] for k in st.inputs if k in home]
+            producers = [(a.nbytes or 0, stages[made_by[k]])
+                         for k, a in zip(st.inputs, st.in_avals) if k in made_by]
+            s = max(homes) if homes else (max(producers)[1] if producers else previous)
+        stages.append(s)
+        for k in st.outputs:
+            made_by[k] = i
+        previous = s
+    return stages
 
 
 def _replicas_or_one(model):

@@ -58,6 +58,27 @@ def test_batch_normalization_keeps_per_replica_statistics():
     assert any(np.allclose(m, 0.01 * batch1.mean(axis=0), rtol=1e-5, atol=1e-8) for m in means)
 
 
+def test_distributed_batch_norm_shares_the_statistics_of_a_replica_group():
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 2
+    cfg.norms.experimental.distributed_batch_norm_replica_group_size = 2
+    cfg.configure_ipu_system()
+    x, y = regression_data(n=8)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    model = mlp(strategy, batch_norm=True)
+    dense, bn = model.layers[1], model.layers[2]
+    kernel, bias = dense.kernel.numpy(), dense.bias.numpy()
+    with strategy.scope():
+        compile_sgd(model, 1)
+        model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+    both = np.maximum(x @ kernel + bias, 0)  # batch 0 (replica 0) and 1
+    np.testing.assert_allclose(bn.moving_mean.numpy(), 0.01 * both.mean(axis=0),
+                               rtol=1e-5, atol=1e-8)
+    replica1 = model.train_function.execution.states._copies[0]
+    means = [np.asarray(v) for v in replica1 if np.shape(v) == (16,)]
+    assert any(np.allclose(m, bn.moving_mean.numpy(), rtol=1e-6) for m in means)
+
+
 @pytest.mark.parametrize("method", ["NONE", "SUM", "MEAN", "LIST"])
 def test_metrics_of_the_replicas_are_reduced_as_asked(method):
     configure(2)

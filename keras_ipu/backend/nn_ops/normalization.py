@@ -56,15 +56,33 @@ def sparsemax(x, axis=-1):
     return lax.maximum(lax.sub(x, tau), 0)
 
 
-def moments(x, axes, keepdims=False, synchronized=False):
+def _replica_group(axes, ndim, synchronized):
+    """Replicas whose batches share the statistics (None: this replica's
+    own): all of them for `synchronized=True` (Keras' BatchNormalization
+    argument), groups of IPUConfig's
+    norms.experimental.distributed_batch_norm_replica_group_size for any
+    statistics over the batch axis (Graphcore's distributed batch norm);
+    only inside a replicated program."""
+    from keras_ipu.distribute.replication import replicas_in_trace
+
+    replicas = replicas_in_trace()
+    if replicas == 1:
+        return None
     if synchronized:
-        raise NotImplementedError(
-            "moments(synchronized=True) averages across replicas, which the "
-            "ipu backend does not wire into keras.ops yet. Use "
-            "synchronized=False (statistics of the local batch)."
-        )
+        return replicas
+    reduced = {a % ndim for a in (axes if isinstance(axes, tuple) else (axes,))}
+    if 0 not in reduced:
+        return None  # not a batch statistic (LayerNormalization's)
+    from keras_ipu.device.simulator import system
+
+    group = system.current_system().config.norms.experimental.distributed_batch_norm_replica_group_size
+    return min(group, replicas) if group > 1 else None
+
+
+def moments(x, axes, keepdims=False, synchronized=False):
     x = lax.float_tensor(x)
     axes = _axes(axes)
+    group = _replica_group(axes, len(x.shape), synchronized)
     dtype = x.dtype
     # float16 statistics overflow easily: compute in float32, then clip to
     # the float16 range before casting back (as the other backends do).
@@ -73,7 +91,13 @@ def moments(x, axes, keepdims=False, synchronized=False):
         x = lax.cast(x, "float32")
     # Two passes (mean, then mean squared deviation): no cancellation.
     mean = lax.mean(x, axes, keepdims=True)
+    if group is not None:  # the replicas' batches together (equal sizes)
+        from keras_ipu.distribute.cross_replica import cross_replica_mean
+
+        mean = cross_replica_mean(mean, replica_group_size=group)
     variance = lax.mean(lax.square(lax.sub(x, mean)), axes, keepdims=keepdims)
+    if group is not None:
+        variance = cross_replica_mean(variance, replica_group_size=group)
     if not keepdims:
         mean = lax.reshape(mean, variance.shape)
     if low:
