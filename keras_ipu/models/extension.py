@@ -25,8 +25,10 @@ What they change when the model trains (fit/evaluate/predict):
   micro-batches, each traced node tagged with its stage.
 """
 
+import json
 import logging
 import math
+import os
 
 import numpy as np
 
@@ -333,6 +335,8 @@ class KerasExtension:
         from keras_ipu.models.data import IPUDataIterator
 
         self._check_mode()
+        # Graphcore's examples pass a tensor (dataset.cardinality()).
+        kwargs["steps_per_execution"] = int(np.asarray(kwargs["steps_per_execution"]))
 
         def replicas(iterator):
             self._ipu_note_data(iterator)
@@ -413,6 +417,46 @@ class KerasExtension:
         if self._ipu_replicated_logs is not None and logs is self._ipu_replicated_logs:
             return logs
         return super()._get_metrics_result_or_logs(logs)
+
+    # -- saving -------------------------------------------------------------
+    # The options (not the pipeline()/optimizer kwargs, as Graphcore's) and
+    # the stage assignment are an asset of the saved model (.keras files keep
+    # assets per object): a model loaded in an IPUStrategy scope reads them
+    # back; a plain Keras model loaded elsewhere has no load_assets and
+    # leaves them alone.
+    _IPU_ASSET = "ipu_extension.json"
+
+    def save_assets(self, dir_path):
+        base = getattr(super(), "save_assets", None)
+        if base is not None:
+            base(dir_path)
+        saved = {"options": self._ipu_options.get_config()}
+        try:
+            assignment = self._ipu_current_assignment()
+        except RuntimeError:  # a subclassed model never built: none to save
+            assignment = None
+        if assignment:
+            saved["pipeline_stage_assignment"] = _encode_assignment(self, assignment)
+        path = os.path.join(dir_path, self._IPU_ASSET)
+        temporary = path + ".tmp"
+        with open(temporary, "w") as f:  # whole or absent: temp file + rename
+            json.dump(saved, f)
+        os.replace(temporary, path)
+
+    def load_assets(self, dir_path):
+        base = getattr(super(), "load_assets", None)
+        if base is not None:
+            base(dir_path)
+        path = os.path.join(dir_path, self._IPU_ASSET)
+        if not os.path.exists(path):
+            return
+        with open(path) as f:
+            saved = json.load(f)
+        _set(self, "_ipu_options", IPUOptions.from_config(saved.get("options", {})))
+        encoded = saved.get("pipeline_stage_assignment")
+        if encoded:
+            _set(self, "_ipu_assignment", _decode_assignment(self, encoded))
+        self._ipu_reset()
 
     # -- the pipelined forward pass -----------------------------------------
     def _ipu_run_staged(self, inputs, assignment, training=None):
@@ -629,6 +673,34 @@ def _print_summary(model, headers, widths, rows, line_length, print_fn):
             print_fn(("=" if last else "_") * line_length)
 
     walk(model.get_pipeline_stage_assignment())
+
+
+def _encode_assignment(model, assignments):
+    """Stage assignments as plain data: (layer index, node index, stage),
+    or (layer index, node index, [nested...]) for a nested model."""
+    index = {id(layer): i for i, layer in enumerate(model.layers)}
+    out = []
+    for a in assignments:
+        if a.is_nested_model:
+            out.append([index[id(a.nested_model)], getattr(a, "node_index", 0),
+                        _encode_assignment(a.nested_model, a.pipeline_stage_assignments)])
+        else:
+            out.append([index[id(a.layer)], getattr(a, "node_index", 0), a.pipeline_stage])
+    return out
+
+
+def _decode_assignment(model, encoded):
+    layer_cls, nested_cls = model._ipu_assignment_classes()
+    sequential = layer_cls is sa.SequentialLayerPipelineStageAssignment
+    out = []
+    for layer_index, node, stage in encoded:
+        layer = model.layers[layer_index]
+        if isinstance(stage, list):
+            inner = _decode_assignment(layer, stage)
+            out.append(nested_cls(layer, inner) if sequential else nested_cls(layer, node, inner))
+        else:
+            out.append(layer_cls(layer, stage) if sequential else layer_cls(layer, node, stage))
+    return out
 
 
 # -- attaching -------------------------------------------------------------

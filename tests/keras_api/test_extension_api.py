@@ -185,3 +185,40 @@ def test_overridden_train_step_is_refused_where_it_is_transformed():
         model.compile("sgd", "mse", steps_per_execution=2)
         with pytest.raises(RuntimeError, match="The function `train_step` for the model "):
             model.fit(x, y, batch_size=4, verbose=0)
+
+
+def test_options_and_stages_are_saved_with_the_model(tmp_path):
+    import numpy as np
+
+    from ipu_keras_helpers import mlp
+
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    model = mlp(strategy, stages=[0, 0, 1])
+    model.set_pipelining_options(gradient_accumulation_steps_per_replica=4, device_mapping=[0, 0],
+                                 accumulate_outfeed=True)
+    model.set_replication_options("MEAN")
+    model.compile("sgd", "mse")
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    with strategy.scope():
+        loaded = keras.saving.load_model(path)
+    options = loaded._ipu_options
+    assert options.pipelining_gradient_accumulation_steps_per_replica == 4
+    assert options.pipelining_device_mapping == [0, 0] and options.pipelining_accumulate_outfeed
+    assert options.replicated_metric_reduction_method.name == "MEAN"
+    assert [a.pipeline_stage for a in loaded.get_pipeline_stage_assignment()] == [0, 1]
+    plain = keras.saving.load_model(path)  # outside a scope: a plain Keras model
+    assert not hasattr(plain, "set_pipelining_options")
+    for mine, theirs in zip(plain.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(mine, theirs)
+    assert plain.predict(np.ones((2, 8), np.float32), verbose=0).shape == (2, 1)
+
+    with strategy.scope():
+        sequential = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2), keras.layers.Dense(1)])
+    sequential.set_pipeline_stage_assignment([0, 1])
+    sequential.set_gradient_accumulation_options(gradient_accumulation_steps_per_replica=3)
+    sequential.save(str(tmp_path / "sequential.keras"))
+    with strategy.scope():
+        loaded = keras.saving.load_model(str(tmp_path / "sequential.keras"))
+    assert [a.pipeline_stage for a in loaded.get_pipeline_stage_assignment()] == [0, 1]
+    assert loaded._ipu_options.gradient_accumulation_steps_per_replica == 3
