@@ -28,6 +28,7 @@ from keras_ipu.models.prediction import TrainingPrediction
 from keras_ipu.models.prediction import stages_by_dataflow
 from keras_ipu.models.prediction import trace_training_step
 from keras_ipu.models.staged_graph import stage_of_source
+from keras_ipu.models.training_step import GRADIENT_ALL_REDUCE
 
 
 @dataclasses.dataclass
@@ -159,7 +160,8 @@ def auto_pipeline(model, num_ipus, batch_size, *, gradient_accumulation=None,
     homes = stages_by_dataflow(program, lambda i, st: invocation_of[i])
     costs = [0.0] * m
     for i, step in enumerate(single.steps):
-        once = (step.source or "").startswith(optimizer) or step.name.startswith("cross_replica")
+        source = step.source or ""
+        once = source.startswith(optimizer) or GRADIENT_ALL_REDUCE in source
         costs[homes[i]] += step.cycles / g if once else step.cycles
 
     assignment = _balanced_split(costs, num_ipus) if num_ipus > 1 else [0] * m
@@ -172,7 +174,7 @@ def auto_pipeline(model, num_ipus, batch_size, *, gradient_accumulation=None,
             device_mapping=list(range(num_ipus)),
             resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
             weight_update=lambda i, st: (st.source or "").startswith(optimizer)
-            or st.primitive.name.startswith("cross_replica"),
+            or GRADIENT_ALL_REDUCE in (st.source or ""),
         )
 
     sharded = predict(assignment)

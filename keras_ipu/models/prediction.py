@@ -35,6 +35,7 @@ from keras_ipu.device.simulator import sharding
 from keras_ipu.device.trace import trace_flat
 from keras_ipu.distribute.replication import tracing_replicas
 from keras_ipu.models.staged_graph import stage_of_source
+from keras_ipu.models.training_step import GRADIENT_ALL_REDUCE
 from keras_ipu.models.training_step import accumulated_train_step
 
 
@@ -231,8 +232,7 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
 
     def once_per_step(index, step):
         source = step.source or ""
-        return (source.startswith(optimizer) or source.startswith(f"{optimizer}/")
-                or step.primitive.name.startswith("cross_replica"))
+        return source.startswith(optimizer) or GRADIENT_ALL_REDUCE in source
 
     program = memory_model.program_of(graph)
     placed = stages_by_dataflow(program, stage_of) if pipelined else [0] * len(program.steps)

@@ -28,6 +28,10 @@ from keras_ipu.device.primitives import collective
 from keras_ipu.gradient_accumulation import GradientAccumulationReductionMethod as Method
 
 
+# The source path of the gradients' all-reduce (once per optimizer step).
+GRADIENT_ALL_REDUCE = "gradient_all_reduce"
+
+
 def _zeros(variable, dtype):
     from keras import ops
 
@@ -116,9 +120,12 @@ def accumulated_train_step(model, count, method, replicas, accumulator_dtype=Non
         non_trainable, metrics, acc, _ = carry
         grads = [ops.cast(a, v.dtype) for a, v in zip(acc, model.trainable_variables)]
         if replicas > 1:
+            from keras import name_scope
+
             reduced = []
             for g, w in zip(grads, weights):
-                with _in_stage(variable_stages, w):
+                # Named, so that predictions count it once per step.
+                with _in_stage(variable_stages, w), name_scope(GRADIENT_ALL_REDUCE):
                     reduced.append(collective.cross_replica_mean(g, replicas))
             grads = reduced
         trainable, optimizer_variables = model.optimizer.stateless_apply(
