@@ -219,6 +219,23 @@ def _needs_ipu_functions(model, count):
     return model._get_replication_factor() > 1 or count > 1 or model._ipu_is_pipelined()
 
 
+def gradient_accumulator_dtype(model):
+    """The dtype of the gradient accumulators the options ask for (None:
+    each variable's own)."""
+    options = model._ipu_options
+    if model._ipu_is_pipelined():
+        dtype = options.pipelining_kwargs.get("gradient_accumulation_dtype")
+    else:
+        dtype = options.gradient_accumulation_optimizer_kwargs.get("dtype")
+    if callable(dtype):
+        raise NotImplementedError(
+            "A per-variable gradient_accumulation_dtype (a callable) is not "
+            "supported: give one dtype for every accumulator, or None for the "
+            "variables' own."
+        )
+    return dtype
+
+
 def train_function(model):
     count = model._ipu_accumulation_count("fit")
     if not _needs_ipu_functions(model, count):
@@ -231,15 +248,7 @@ def train_function(model):
     if pipelined:
         mapping = _check_pipeline(model, training=True)
         check_pipeline_iterations(count, options.pipeline_schedule, mapping, training=True)
-        accumulator_dtype = options.pipelining_kwargs.get("gradient_accumulation_dtype")
-    else:
-        accumulator_dtype = options.gradient_accumulation_optimizer_kwargs.get("dtype")
-    if callable(accumulator_dtype):
-        raise NotImplementedError(
-            "A per-variable gradient_accumulation_dtype (a callable) is not "
-            "supported: give one dtype for every accumulator, or None for the "
-            "variables' own."
-        )
+    accumulator_dtype = gradient_accumulator_dtype(model)
     step = accumulated_train_step(
         model, count, options.gradient_accumulation_reduction_method, replicas,
         accumulator_dtype=accumulator_dtype,

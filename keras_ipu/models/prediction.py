@@ -37,6 +37,7 @@ from keras_ipu.distribute.replication import tracing_replicas
 from keras_ipu.models.staged_graph import stage_of_source
 from keras_ipu.models.training_step import GRADIENT_ALL_REDUCE
 from keras_ipu.models.training_step import accumulated_train_step
+from keras_ipu.models.training_step import pipeline_step_with_accumulators
 
 
 @dataclasses.dataclass
@@ -149,10 +150,15 @@ def _sample_batch(model, batch_size):
     return x, (y if len(y) > 1 else y[0])
 
 
-def trace_training_step(model, batch_size, replicas=1, batch=None, options=None):
+def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
+                        accumulators=False):
     """The optimized Graph of one micro-batch's training step of `model`
-    (staged when pipelined), and the number of its state inputs."""
+    (staged when pipelined), and the number of its state inputs.
+    `accumulators`: the gradient accumulators (and the micro-batch count)
+    are resident state of the program, as when the step accumulates over
+    several micro-batches; else the gradients go straight to the update."""
     from keras_ipu.models.functions import _pipelined
+    from keras_ipu.models.functions import gradient_accumulator_dtype
 
     if model.optimizer is None:
         raise ValueError(
@@ -162,19 +168,28 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None)
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     pipelined = model._ipu_is_pipelined()
-    step = accumulated_train_step(
-        model, 1, model._ipu_options.gradient_accumulation_reduction_method, replicas,
-        variable_stages=model._ipu_variable_stages() if pipelined else None)
-    if pipelined:
-        step = _pipelined(model, step)
+    method = model._ipu_options.gradient_accumulation_reduction_method
+    stages = model._ipu_variable_stages() if pipelined else None
     # Only shapes and dtypes: the variables' values are never read (a model
     # built in StatelessScope(initialize_variables=False) has none).
     variables = model_state.state_variables(model, model_state.TRAIN_STATE)
     state_avals = [[ShapedArray(tuple(v.shape), np.dtype(v.dtype)) for v in group]
                    for group in variables]
+    if accumulators:
+        dtype = gradient_accumulator_dtype(model)
+        step = pipeline_step_with_accumulators(model, 2, method, replicas, stages)
+        state_avals.append([
+            ShapedArray(tuple(v.shape), np.dtype(_dtype_name(dtype) or v.dtype))
+            for v in model.trainable_variables
+        ])
+        state_avals.append(ShapedArray((), np.dtype("float32")))
+    else:
+        step = accumulated_train_step(model, 1, method, replicas, variable_stages=stages)
+    if pipelined:
+        step = _pipelined(model, step)
     batch = _sample_batch(model, batch_size) if batch is None else batch
     leaves, structure = flatten((tuple(state_avals), batch))
-    n_state = sum(len(group) for group in variables)
+    n_state = len(leaves) - len(flatten(batch)[0])
 
     def flat_fn(*tracers):
         from keras_ipu.device.jit import unflatten
@@ -188,6 +203,14 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None)
         graph, _ = trace_flat(flat_fn, leaves)
     graph, _ = optimize(graph, options or CompileOptions())
     return graph, n_state
+
+
+def _dtype_name(dtype):
+    if dtype is None:
+        return None
+    from keras import backend
+
+    return backend.standardize_dtype(dtype)
 
 
 def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=None,
@@ -221,7 +244,8 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
             schedule = options.pipeline_schedule
         if replicas is None:
             replicas = _replicas_or_one(model)
-        graph, n_state = trace_training_step(model, batch_size, replicas, batch=batch)
+        graph, n_state = trace_training_step(
+            model, batch_size, replicas, batch=batch, accumulators=gradient_accumulation > 1)
     finally:
         if assignment is not None:
             object.__setattr__(model, "_ipu_assignment", saved)

@@ -63,11 +63,10 @@ def _in_stage(stages, variable):
     return stage_scope(stage)
 
 
-def accumulated_train_step(model, count, method, replicas, accumulator_dtype=None,
-                           variable_stages=None):
-    """The step described in the module doc, for `model` (an IPUTrainer).
-    `variable_stages`: {id(variable): stage} of a pipelined model."""
-    method = Method.parse(method)
+def _micro_step(model, count, method, variable_stages):
+    """forward and backward of one micro-batch, its gradients combined into
+    the accumulators: (trainable, optimizer vars, carry, batch) -> (carry,
+    logs), carry = (non-trainable, metrics, accumulators, n)."""
     weights = model.trainable_variables
 
     def micro_step(trainable, optimizer_variables, carry, batch):
@@ -96,6 +95,41 @@ def accumulated_train_step(model, count, method, replicas, accumulator_dtype=Non
         )
         return (non_trainable, metrics, acc, n + 1.0), logs
 
+    return micro_step
+
+
+def _weight_update(model, replicas, variable_stages):
+    """The accumulated gradients all-reduced across the replicas, then the
+    one optimizer step: (trainable, optimizer vars, accumulators) ->
+    (trainable, optimizer vars)."""
+    weights = model.trainable_variables
+
+    def update(trainable, optimizer_variables, acc):
+        from keras import ops
+
+        grads = [ops.cast(a, v.dtype) for a, v in zip(acc, weights)]
+        if replicas > 1:
+            from keras import name_scope
+
+            reduced = []
+            for g, w in zip(grads, weights):
+                # Named, so that predictions count it once per step.
+                with _in_stage(variable_stages, w), name_scope(GRADIENT_ALL_REDUCE):
+                    reduced.append(collective.cross_replica_mean(g, replicas))
+            grads = reduced
+        return model.optimizer.stateless_apply(optimizer_variables, grads, trainable)
+
+    return update
+
+
+def accumulated_train_step(model, count, method, replicas, accumulator_dtype=None,
+                           variable_stages=None):
+    """The step described in the module doc, for `model` (an IPUTrainer).
+    `variable_stages`: {id(variable): stage} of a pipelined model."""
+    method = Method.parse(method)
+    micro_step = _micro_step(model, count, method, variable_stages)
+    update = _weight_update(model, replicas, variable_stages)
+
     def step(state, micro_batches):
         from keras import ops
 
@@ -118,20 +152,41 @@ def accumulated_train_step(model, count, method, replicas, accumulator_dtype=Non
 
             carry, logs = scan(body, carry, [v for v in leaves if v is not None])
         non_trainable, metrics, acc, _ = carry
-        grads = [ops.cast(a, v.dtype) for a, v in zip(acc, model.trainable_variables)]
-        if replicas > 1:
-            from keras import name_scope
-
-            reduced = []
-            for g, w in zip(grads, weights):
-                # Named, so that predictions count it once per step.
-                with _in_stage(variable_stages, w), name_scope(GRADIENT_ALL_REDUCE):
-                    reduced.append(collective.cross_replica_mean(g, replicas))
-            grads = reduced
-        trainable, optimizer_variables = model.optimizer.stateless_apply(
-            optimizer_variables, grads, trainable
-        )
+        trainable, optimizer_variables = update(trainable, optimizer_variables, acc)
         return logs, (trainable, non_trainable, optimizer_variables, metrics)
 
     step.__name__ = "train_step"
+    return step
+
+
+def pipeline_step_with_accumulators(model, count, method, replicas, variable_stages=None):
+    """What the pipeline program does for ONE micro-batch, for predictions:
+    `step(state, batch)` with state = (trainable, non-trainable, optimizer,
+    metrics, accumulators, n): the accumulators are resident buffers of the
+    program (inputs and outputs: memory as on the IPU), the micro-batch's
+    gradients are combined into them, then all-reduce and weight update
+    (the predictions count those once per `count` micro-batches)."""
+    method = Method.parse(method)
+    micro_step = _micro_step(model, count, method, variable_stages)
+    update = _weight_update(model, replicas, variable_stages)
+
+    def step(state, batch):
+        trainable, non_trainable, optimizer_variables, metrics, acc, n = state
+        carry = (list(non_trainable), list(metrics), list(acc), n)
+        carry, logs = micro_step(trainable, optimizer_variables, carry, batch)
+        non_trainable, metrics, acc, n = carry
+        # On the IPU the accumulation runs in every micro-batch's loop body,
+        # the update after the loop: nothing fuses across (a barrier keeps
+        # the compiler from fusing them here).
+        from keras_ipu.device.primitives.control_flow import optimization_barrier_p
+
+        barriers = []
+        for a, w in zip(acc, model.trainable_variables):
+            with _in_stage(variable_stages, w):
+                barriers.append(optimization_barrier_p.bind(a)[0])
+        acc = barriers
+        trainable, optimizer_variables = update(trainable, optimizer_variables, acc)
+        return logs, (trainable, non_trainable, optimizer_variables, metrics, acc, n)
+
+    step.__name__ = "pipeline_step"
     return step
