@@ -389,6 +389,12 @@ class KerasExtension:
         )
 
     def make_train_function(self, force=False):
+        if getattr(self, "_ipu_tf_strategy", None) is not None:
+            # A tf.keras model (KERAS_BACKEND=tensorflow): the TensorFlow
+            # front end compiles it (issue 11).
+            from keras_ipu.frontends.tensorflow import keras_trainer
+
+            return keras_trainer.make_train_function(self, force)
         if self.train_function is not None and not force:
             return self.train_function
         from keras_ipu.models import functions
@@ -397,6 +403,12 @@ class KerasExtension:
         return self.train_function
 
     def make_test_function(self, force=False):
+        if getattr(self, "_ipu_tf_strategy", None) is not None:
+            # A tf.keras model (KERAS_BACKEND=tensorflow): the TensorFlow
+            # front end compiles it (issue 11).
+            from keras_ipu.frontends.tensorflow import keras_trainer
+
+            return keras_trainer.make_test_function(self, force)
         if self.test_function is not None and not force:
             return self.test_function
         from keras_ipu.models import functions
@@ -405,6 +417,12 @@ class KerasExtension:
         return self.test_function
 
     def make_predict_function(self, force=False):
+        if getattr(self, "_ipu_tf_strategy", None) is not None:
+            # A tf.keras model (KERAS_BACKEND=tensorflow): the TensorFlow
+            # front end compiles it (issue 11).
+            from keras_ipu.frontends.tensorflow import keras_trainer
+
+            return keras_trainer.make_predict_function(self, force)
         if self.predict_function is not None and not force:
             return self.predict_function
         from keras_ipu.models import functions
