@@ -30,9 +30,19 @@ _LAZY = {
 }
 
 
+# Modules: ipu.keras.layers is keras_ipu.layers; ipu.keras.optimizers is
+# this package's optimizers module (the IPU optimizers' Keras wrappers).
+_MODULES = {"layers": "keras_ipu.layers", "optimizers": __name__ + ".optimizers"}
+
+
 def __getattr__(name):
-    if name == "layers":
-        module = _importlib.import_module("keras_ipu.layers")
+    if name in _MODULES:
+        try:
+            module = _importlib.import_module(_MODULES[name])
+        except ModuleNotFoundError as e:
+            if e.name != _MODULES[name]:
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
         globals()[name] = module
         return module
     if name in _LAZY:
@@ -44,4 +54,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY) | {"layers"})
+    return sorted(set(globals()) | set(_LAZY) | set(_MODULES))
