@@ -20,8 +20,11 @@ one); reaching a primitive with neither a rule nor a reason is an error.
 The rules only bind primitives, so the backward pass is itself traceable:
 called with Tracers (inside a trace: a compiled training step) it records
 the gradient computation into the running graph; called with concrete
-values it runs at once on the host. Control flow differentiates into
-control flow (cond -> cond of backward branches, scan -> reverse scan),
+values it runs at once on the host. Nodes recorded for the backward pass
+carry a trace.BackwardSource (the forward node's layer path, marked), so
+compiler passes can tell the two passes apart (compiler/recompute.py).
+Control flow differentiates into control flow (cond -> cond of backward
+branches, scan -> reverse scan),
 see primitives/control_flow.py. A primitive in RESIDUAL_RULES (scan) has
 its forward pass run by the autodiff itself, storing what its backward pass
 needs (each step's or the taken branch's values), so nothing is
@@ -44,6 +47,7 @@ from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives import ad_util
 from keras_ipu.device.primitives import control_flow
+from keras_ipu.device.trace import backward_source
 from keras_ipu.device.trace import source_scope
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import trace_flat
@@ -192,7 +196,7 @@ class Linearized:
                 raise _missing_rule_error(prim)
             inputs = [self.read(v) for v in node.inputs]
             outputs = [self.env[v.id] for v in node.outputs]
-            with source_scope(node.source):
+            with source_scope(backward_source(node.source)):
                 if index in self.residuals:
                     _, backward = RESIDUAL_RULES[prim]
                     in_cts = backward(node_cts, inputs, outputs,

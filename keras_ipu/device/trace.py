@@ -188,6 +188,28 @@ def set_source_provider(provider):
     _source_provider = provider or _no_source
 
 
+class BackwardSource(str):
+    """The source of a node the autodiff recorded for a backward pass: the
+    Keras layer path of the forward node it differentiates (it compares and
+    prints as that path, so reports are unchanged); its type records that
+    the node computes cotangents, which the recomputation pass
+    (compiler/recompute.py) needs to tell forward from backward."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return (BackwardSource, (str(self),))
+
+
+def backward_source(source):
+    """`source` marked as the source of a backward-pass node."""
+    return source if type(source) is BackwardSource else BackwardSource(source or "")
+
+
+def is_backward(source):
+    return type(source) is BackwardSource
+
+
 @contextlib.contextmanager
 def default_source(source):
     """Nodes recorded inside that no layer claims get `source` (None: back

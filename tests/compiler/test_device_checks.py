@@ -395,8 +395,8 @@ def test_progress_bar(monkeypatch, capsys, mode):
         # stage that runs next named, and the end.
         lines = [x for x in err.splitlines() if x.startswith("Compiling tiny_program")]
         assert lines[0] == "Compiling tiny_program: running: tracing"
-        assert "[1/9] running: static shapes (" in lines[1] and "nodes so far)" in lines[1]
-        assert "[9/9] done" in lines[-2] and lines[-1].endswith(" s")
+        assert "[1/10] running: static shapes (" in lines[1] and "nodes so far)" in lines[1]
+        assert "[10/10] done" in lines[-2] and lines[-1].endswith(" s")
         assert "\r" not in err
     else:  # auto: not a terminal here (and a small program)
         assert "Compiling" not in err

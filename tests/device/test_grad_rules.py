@@ -654,6 +654,16 @@ def test_gradient_through_stop_gradient_and_barrier():
         ew.sin_p.bind(v), v), x)
 
 
+def test_gradient_through_marker_identities():
+    from keras_ipu.device.primitives import markers
+
+    x = r(3)
+    check_grad(lambda v: markers.recomputation_checkpoint_p.bind(
+        ew.sin_p.bind(v)), x)
+    check_grad(lambda v: markers.assume_equal_across_replicas_p.bind(
+        ew.sin_p.bind(v), inplace=True), x)
+
+
 def test_trigamma_used_by_digamma_matches_scipy():
     from scipy import special as sp
 

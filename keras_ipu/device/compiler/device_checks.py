@@ -23,6 +23,7 @@ import logging
 import os
 
 from keras_ipu.device import flags as poplar_flags
+from keras_ipu.device.compiler import recompute as _recompute
 from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import system as _system
@@ -39,6 +40,8 @@ class CompileContext:
     fp_behaviour: object  # hashable; None: every behaviour off
     flags: object  # PoplarFlags in force
     ipu_model: bool
+    # IPUConfig.allow_recompute: CONFIGURED recomputation means Auto.
+    allow_recompute: bool = False
 
 
 # (system it was made for, TF_POPLAR_FLAGS text, context): one entry is
@@ -80,7 +83,8 @@ def compile_context():
         context = CompileContext(default.target, None, default.flags, default.ipu_model)
     else:
         context = CompileContext(
-            current.target, _fp_behaviour(), current.flags, current.ipu_model
+            current.target, _fp_behaviour(), current.flags, current.ipu_model,
+            bool(getattr(current.config, "allow_recompute", False)),
         )
     _memo = (current, env, context)
     return context
@@ -98,10 +102,13 @@ def _fp_behaviour():
 
 
 def resolve_options(options, context=None):
-    """`options` with its target and fp_behaviour made concrete (the
-    configured ones where they say so): the form the cache keys on."""
+    """`options` with its target, fp_behaviour and recomputation made
+    concrete (the configured ones where they say so): the form the cache
+    keys on."""
     target, behaviour = options.target, options.fp_behaviour
-    if target is not None and not isinstance(target, str) and behaviour != CONFIGURED:
+    recomputation = options.recomputation
+    if (target is not None and not isinstance(target, str)
+            and behaviour != CONFIGURED and recomputation != CONFIGURED):
         return options
     context = context or compile_context()
     if target is None:
@@ -110,7 +117,10 @@ def resolve_options(options, context=None):
         target = _targets.get_target(target)
     if behaviour == CONFIGURED:
         behaviour = context.fp_behaviour
-    return dataclasses.replace(options, target=target, fp_behaviour=behaviour)
+    if recomputation == CONFIGURED:
+        recomputation = True if context.allow_recompute else None
+    return dataclasses.replace(options, target=target, fp_behaviour=behaviour,
+                               recomputation=_recompute.as_mode(recomputation))
 
 
 # -- after compiling ------------------------------------------------------------

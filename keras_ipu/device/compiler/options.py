@@ -35,6 +35,10 @@ class CompileOptions:
     # program may overwrite them, as jax.jit's donate_argnums. The trainer
     # donates the model state it replaces with the step's results.
     donated_inputs: tuple = ()
+    # Recomputation of forward activations in the backward pass
+    # (recompute.py): a recompute.RecomputationMode, None for none, or
+    # CONFIGURED: Auto when the configured IPUConfig has allow_recompute.
+    recomputation: object = CONFIGURED
 
     def cache_key(self):
         return repr(

@@ -2,7 +2,8 @@
 
 Order: static-shape check (fail early, on what the user wrote), 64-bit
 demotion (so later passes see device dtypes), constant folding, CSE, DCE,
-elementwise fusion, then liveness and lowering in the Executable.
+recomputation (when on), elementwise fusion, then liveness and lowering in
+the Executable.
 
 Sub-graphs (cond branches, while/scan bodies) are checked for static
 shapes and demoted together with the outer program (their signatures must
@@ -34,7 +35,9 @@ from keras_ipu.device.compiler.fusion import fuse_elementwise
 from keras_ipu.device.compiler import control_flow  # noqa: F401 (lowerings)
 from keras_ipu.device.compiler import array_lowering  # noqa: F401 (lowerings)
 from keras_ipu.device.compiler import dot_lowering  # noqa: F401 (lowerings)
+from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device.compiler.recompute import recompute
 from keras_ipu.device.compiler.static_shapes import check_static_shapes
 
 
@@ -57,6 +60,13 @@ def optimize(graph, options=None, notes=None, on_pass=None):
         (options.eliminate_common_subexpressions, "cse",
          eliminate_common_subexpressions),
         (options.eliminate_dead_code, "dce", eliminate_dead_code),
+        # After CSE and DCE (which would otherwise see the copies), before
+        # fusion (which then fuses the copies with their backward readers).
+        # Off (None), it removes the checkpoint markers. Loop and branch
+        # bodies are rewritten with the program that holds them (their own
+        # compile has the recomputation CONFIGURED: nothing to do again).
+        (options.recomputation != CONFIGURED, "recompute",
+         lambda g: recompute(g, options.recomputation)),
         (options.fuse_elementwise, "fuse",
          lambda g: fuse_elementwise(g, options.donated_inputs)),
     ]

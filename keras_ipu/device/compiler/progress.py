@@ -27,7 +27,7 @@ from keras_ipu.device.compiler.graph_utils import subgraphs
 PROGRAM_NODES = 2000
 AUTO_DELAY_S = 1.0
 STAGES = ("tracing", "static shapes", "demote 64-bit", "fold_constants", "cse",
-          "dce", "fuse", "lowering", "memory and cycles")
+          "dce", "recompute", "fuse", "lowering", "memory and cycles")
 MIN_COLUMNS = 40  # narrower than this (or 0): plain lines, not a bar
 _CURRENT = contextvars.ContextVar("keras_ipu_progress", default=None)
 

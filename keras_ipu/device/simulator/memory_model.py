@@ -398,6 +398,8 @@ def _in_place(step, dies_here, constants):
     if name in _LOOPS:
         n_carry = _carry_count(step)
         candidates = [[j] if j < n_carry else [] for j in range(len(step.outputs))]
+    elif name in _IDENTITIES:
+        candidates = [[j] for j in range(len(step.outputs))]
     elif name == "fused_elementwise" or _is_elementwise(step.primitive):
         candidates = [range(len(step.inputs))] * len(step.outputs)
     else:
@@ -422,6 +424,9 @@ def _in_place(step, dies_here, constants):
 
 
 _LOOPS = frozenset({"scan", "while_loop"})
+# Identities that mark a value for the compiler (recompute.py): the result
+# is the operand's tensor.
+_IDENTITIES = frozenset({"optimization_barrier", "recomputation_checkpoint"})
 
 
 def _carry_count(step):
