@@ -1,0 +1,56 @@
+"""IpuOptimizerBase: what Graphcore's IPU Keras optimizers add to Keras'
+optimizers: the precision of the optimizer's computation and of each of its
+states, chosen apart from the weights' precision."""
+
+import keras
+from keras import ops
+
+
+def dtype_name(dtype):
+    """A dtype given as a string, a NumPy or TensorFlow dtype, as Keras'
+    string; None stays None."""
+    if dtype is None:
+        return None
+    return keras.backend.standardize_dtype(getattr(dtype, "name", dtype))
+
+
+class IpuOptimizerBase(keras.optimizers.Optimizer):
+    """Base class of the IPU optimizers (not used directly).
+
+    Args:
+      optimizer_compute_precisions: the dtypes the stages of the update are
+        computed in (one per stage of the subclass).
+      outline_apply_gradients: on the IPU, the update is outlined into one
+        reusable code block (less code, values unchanged); kept for the
+        config, the simulator's values do not depend on it.
+      outline_apply_gradients_kwargs: the outlining's options.
+      Other keyword arguments are Keras' optimizer arguments (clipnorm,
+      clipvalue, global_clipnorm, weight_decay, ...).
+    """
+
+    def __init__(self, *args, optimizer_compute_precisions=("float32",),
+                 outline_apply_gradients=False,
+                 outline_apply_gradients_kwargs=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.opt_dtypes = tuple(dtype_name(d) for d in optimizer_compute_precisions)
+        self.outline_apply_gradients = outline_apply_gradients
+        self.outline_apply_gradients_kwargs = dict(outline_apply_gradients_kwargs or {})
+
+    def add_state(self, variable, name, dtype=None):
+        """An optimizer state of `variable`'s shape, in `dtype` (None: the
+        variable's dtype)."""
+        return self.add_variable(
+            shape=variable.shape, dtype=dtype or variable.dtype,
+            name=f"{variable.path.replace('/', '_')}_{name}", initializer="zeros")
+
+    def compute(self, x):
+        """x in the precision of the update's first stage."""
+        return ops.cast(x, self.opt_dtypes[0])
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "optimizer_compute_precisions": list(self.opt_dtypes),
+            "outline_apply_gradients": self.outline_apply_gradients,
+            "outline_apply_gradients_kwargs": self.outline_apply_gradients_kwargs,
+        }
