@@ -12,7 +12,7 @@ import importlib as _importlib
 # `import keras_ipu` stays light (DESIGN decision 8).
 _LAZY_SUBMODULES = frozenset({
     "config", "distribute", "distributed", "gradient_accumulation", "ipu_strategy",
-    "keras", "models", "ops", "popdist", "utils",
+    "keras", "layers", "models", "ops", "optimizers", "popdist", "utils",
 })
 
 
