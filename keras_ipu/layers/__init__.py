@@ -21,6 +21,7 @@ from keras_ipu.layers.rnn import GRU
 from keras_ipu.layers.rnn import LSTM
 from keras_ipu.layers.rnn import PopnnGRU
 from keras_ipu.layers.rnn import PopnnLSTM
+from keras_ipu.layers.serial_dense import SerialDense
 
 __all__ = [
     "AssumeEqualAcrossReplicas",
@@ -40,4 +41,5 @@ __all__ = [
     "PopnnGRU",
     "PopnnLSTM",
     "RecomputationCheckpoint",
+    "SerialDense",
 ]
