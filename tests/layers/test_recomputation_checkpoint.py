@@ -122,3 +122,34 @@ def test_graphcore_conv_checkpoint_lowers_peak_liveness():
     assert checkpointed_peak < plain_peak
     for a, b in zip(plain, checkpointed):
         np.testing.assert_array_equal(a, b)
+
+
+def test_recomputed_dropout_and_batch_norm_train_the_same():
+    # Recomputed dropout masks come from the same keys; batch-norm moving
+    # statistics are outputs, kept as they are.
+    x = np.random.default_rng(0).normal(size=(64, 16)).astype("float32")
+
+    def trained(allow):
+        config = IPUConfig()
+        config.allow_recompute = allow
+        config.configure_ipu_system()
+        keras.utils.set_random_seed(0)
+        inp = keras.Input((16,))
+        h = inp
+        for i in range(4):
+            h = keras.layers.Dense(16, activation="tanh")(h)
+            h = keras.layers.Dropout(0.3)(h) if i % 2 else layers.Dropout(0.3)(h)
+            if i == 1:
+                h = layers.RecomputationCheckpoint()(h)
+            h = keras.layers.BatchNormalization()(h)
+        model = keras.Model(inp, keras.layers.Dense(2)(h))
+        model.compile("adam", "mse")
+        model.fit(x, x[:, :2], batch_size=16, epochs=2, verbose=0)
+        return model.get_weights()
+
+    try:
+        plain, recomputed = trained(False), trained(True)
+    finally:
+        IPUConfig().configure_ipu_system()
+    for a, b in zip(plain, recomputed):
+        np.testing.assert_array_equal(a, b)
