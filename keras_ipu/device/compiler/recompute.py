@@ -93,6 +93,8 @@ def recompute(graph, mode):
     if mode is not RecomputationMode.RecomputeAndBackpropagateInterleaved:
         nodes, env = _without_checkpoints(nodes)
     if mode is None or not any(is_backward(node.source) for node in nodes):
+        if not env and all(a is b for a, b in zip(nodes, graph.nodes)):
+            return graph  # nothing to do: the same graph (and bodies)
         return rebuilt(graph, nodes, env)
     return _Rewrite(rebuilt(graph, nodes, env), mode).run()
 
