@@ -66,8 +66,29 @@ def beam_search(data, data_length, blank_index, beam_width, top_paths):
     return ops.negative(scores), lengths, ops.cast(labels, "int32")
 
 
+class _CTCDecoder(keras.layers.Layer):
+    """The arguments of the beam-search layers."""
+
+    def __init__(self, blank_index=0, beam_width=100, top_paths=1,
+                 from_logits=False, **kwargs):
+        super().__init__(**kwargs)
+        self.blank_index = blank_index
+        self.beam_width = beam_width
+        self.top_paths = top_paths
+        self.from_logits = from_logits
+
+    def _search(self, data, data_length):
+        return beam_search(data, data_length, self.blank_index, self.beam_width,
+                           self.top_paths)
+
+    def get_config(self):
+        return {**super().get_config(), "blank_index": self.blank_index,
+                "beam_width": self.beam_width, "top_paths": self.top_paths,
+                "from_logits": self.from_logits}
+
+
 @serializable
-class CTCInferenceLayer(keras.layers.Layer):
+class CTCInferenceLayer(_CTCDecoder):
     """CTC predictions by beam search.
 
     Args:
@@ -83,17 +104,8 @@ class CTCInferenceLayer(keras.layers.Layer):
     [batch, top_paths, max_time], blank_index past each path's length).
     """
 
-    def __init__(self, blank_index=0, beam_width=100, top_paths=1,
-                 from_logits=False, **kwargs):
-        super().__init__(**kwargs)
-        self.blank_index = blank_index
-        self.beam_width = beam_width
-        self.top_paths = top_paths
-        self.from_logits = from_logits
-
     def call(self, data, data_length, **kwargs):
-        return beam_search(data, data_length, self.blank_index, self.beam_width,
-                           self.top_paths)
+        return self._search(data, data_length)
 
     def compute_output_spec(self, data, data_length, **kwargs):
         time, batch = data.shape[0], data.shape[1]
@@ -101,30 +113,16 @@ class CTCInferenceLayer(keras.layers.Layer):
                 keras.KerasTensor((batch, self.top_paths), dtype="int32"),
                 keras.KerasTensor((batch, self.top_paths, time), dtype="int32"))
 
-    def get_config(self):
-        return {**super().get_config(), "blank_index": self.blank_index,
-                "beam_width": self.beam_width, "top_paths": self.top_paths,
-                "from_logits": self.from_logits}
-
 
 @serializable
-class CTCPredictionsLayer(keras.layers.Layer):
+class CTCPredictionsLayer(_CTCDecoder):
     """The most probable CTC prediction of each sequence: the beam search of
     CTCInferenceLayer, its most probable path, and blank_index after the
     path's length. Arguments as CTCInferenceLayer's; call with (data,
     data_length); returns labels [batch, max_time]."""
 
-    def __init__(self, blank_index=0, beam_width=100, top_paths=1,
-                 from_logits=False, **kwargs):
-        super().__init__(**kwargs)
-        self.blank_index = blank_index
-        self.beam_width = beam_width
-        self.top_paths = top_paths
-        self.from_logits = from_logits
-
     def call(self, data, data_length, **kwargs):
-        probs, lengths, labels = beam_search(
-            data, data_length, self.blank_index, self.beam_width, self.top_paths)
+        probs, lengths, labels = self._search(data, data_length)
         # The smallest negative log probability is the most probable path.
         best = ops.expand_dims(ops.argmin(probs, axis=1), 1)
         best_labels = ops.take_along_axis(labels, ops.expand_dims(best, 2), axis=1)
@@ -135,8 +133,3 @@ class CTCPredictionsLayer(keras.layers.Layer):
 
     def compute_output_spec(self, data, data_length, **kwargs):
         return keras.KerasTensor((data.shape[1], data.shape[0]), dtype="int32")
-
-    def get_config(self):
-        return {**super().get_config(), "blank_index": self.blank_index,
-                "beam_width": self.beam_width, "top_paths": self.top_paths,
-                "from_logits": self.from_logits}

@@ -43,24 +43,46 @@ def activation_name(identifier):
 
 class _PopnnRNN(keras.layers.Layer):
     """What PopnnLSTM and PopnnGRU share: arguments, checks, weights, the
-    time loop, dropout and state."""
+    time loop, dropout and state.
+
+    Arguments: Keras' LSTM/GRU arguments (units, activation,
+    recurrent_activation, use_bias, the initializers, dropout,
+    return_sequences, return_state, stateful, ...; those PopLibs lacks
+    raise ValueError), and Graphcore's: dropout_seed (a seed pair),
+    partials_dtype, seed, time_major (inputs [time, batch, features]),
+    options and options_bwd (PopLibs planning options).
+    """
 
     _kind = None  # "LSTM" or "GRU"
     _gates = None
 
-    def __init__(self, units, activation, recurrent_activation, use_bias,
-                 kernel_initializer, recurrent_initializer, bias_initializer,
-                 regularizers, constraints, dropout, dropout_seed,
-                 recurrent_dropout, implementation, return_sequences,
-                 return_state, go_backwards, stateful, unroll, partials_dtype,
-                 seed, time_major, options, options_bwd, **kwargs):
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid",
+                 use_bias=True, kernel_initializer="glorot_uniform",
+                 recurrent_initializer="orthogonal", bias_initializer="zeros", *,
+                 kernel_regularizer=None, recurrent_regularizer=None,
+                 bias_regularizer=None, activity_regularizer=None,
+                 kernel_constraint=None, recurrent_constraint=None,
+                 bias_constraint=None, dropout=0.0, dropout_seed=None,
+                 recurrent_dropout=0.0, implementation=2, return_sequences=False,
+                 return_state=False, go_backwards=False, stateful=False,
+                 unroll=False, partials_dtype="float32", seed=None,
+                 time_major=False, options=None, options_bwd=None, **kwargs):
         kind = self._kind
         if implementation == 2:  # Keras' default; PopLibs has one
             implementation = 1
         if not use_bias:
             raise ValueError(
                 f"IPU custom {kind} layer does not support use_bias = False.")
-        for name, value in list(regularizers.items()) + list(constraints.items()):
+        refused = {
+            "kernel_regularizer": kernel_regularizer,
+            "recurrent_regularizer": recurrent_regularizer,
+            "bias_regularizer": bias_regularizer,
+            "activity_regularizer": activity_regularizer,
+            "kernel_constraint": kernel_constraint,
+            "recurrent_constraint": recurrent_constraint,
+            "bias_constraint": bias_constraint,
+        }
+        for name, value in refused.items():
             if value:
                 raise ValueError(
                     f"IPU custom {kind} layer does not support {name}.")
@@ -239,20 +261,6 @@ class _PopnnRNN(keras.layers.Layer):
         }
 
 
-def _restrictions(kernel_regularizer, recurrent_regularizer, bias_regularizer,
-                  activity_regularizer, kernel_constraint, recurrent_constraint,
-                  bias_constraint):
-    return (
-        {"kernel_regularizer": kernel_regularizer,
-         "recurrent_regularizer": recurrent_regularizer,
-         "bias_regularizer": bias_regularizer,
-         "activity_regularizer": activity_regularizer},
-        {"kernel_constraint": kernel_constraint,
-         "recurrent_constraint": recurrent_constraint,
-         "bias_constraint": bias_constraint},
-    )
-
-
 @serializable
 class PopnnLSTM(_PopnnRNN):
     """Long Short-Term Memory layer (Hochreiter and Schmidhuber 1997) as
@@ -267,28 +275,8 @@ class PopnnLSTM(_PopnnRNN):
     _gates = 4
     _n_states = 2
 
-    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid",
-                 use_bias=True, kernel_initializer="glorot_uniform",
-                 recurrent_initializer="orthogonal", bias_initializer="zeros",
-                 unit_forget_bias=True, kernel_regularizer=None,
-                 recurrent_regularizer=None, bias_regularizer=None,
-                 activity_regularizer=None, kernel_constraint=None,
-                 recurrent_constraint=None, bias_constraint=None, dropout=0.0,
-                 dropout_seed=None, recurrent_dropout=0.0, implementation=2,
-                 return_sequences=False, return_state=False, go_backwards=False,
-                 stateful=False, unroll=False, partials_dtype="float32",
-                 seed=None, time_major=False, options=None, options_bwd=None,
-                 **kwargs):
-        regularizers, constraints = _restrictions(
-            kernel_regularizer, recurrent_regularizer, bias_regularizer,
-            activity_regularizer, kernel_constraint, recurrent_constraint,
-            bias_constraint)
-        super().__init__(
-            units, activation, recurrent_activation, use_bias, kernel_initializer,
-            recurrent_initializer, bias_initializer, regularizers, constraints,
-            dropout, dropout_seed, recurrent_dropout, implementation,
-            return_sequences, return_state, go_backwards, stateful, unroll,
-            partials_dtype, seed, time_major, options, options_bwd, **kwargs)
+    def __init__(self, units, *args, unit_forget_bias=True, **kwargs):
+        super().__init__(units, *args, **kwargs)
         self.unit_forget_bias = unit_forget_bias
 
     def _bias_init(self):
@@ -334,29 +322,9 @@ class PopnnGRU(_PopnnRNN):
     _gates = 3
     _n_states = 1
 
-    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid",
-                 use_bias=True, kernel_initializer="glorot_uniform",
-                 recurrent_initializer="orthogonal", bias_initializer="zeros",
-                 kernel_regularizer=None, recurrent_regularizer=None,
-                 bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, recurrent_constraint=None,
-                 bias_constraint=None, dropout=0.0, dropout_seed=None,
-                 recurrent_dropout=0.0, implementation=2, return_sequences=False,
-                 return_state=False, go_backwards=False, stateful=False,
-                 unroll=False, reset_after=True, seed=None,
-                 partials_dtype="float32", time_major=False, options=None,
-                 options_bwd=None, **kwargs):
-        regularizers, constraints = _restrictions(
-            kernel_regularizer, recurrent_regularizer, bias_regularizer,
-            activity_regularizer, kernel_constraint, recurrent_constraint,
-            bias_constraint)
+    def __init__(self, units, *args, reset_after=True, **kwargs):
         self.reset_after = reset_after
-        super().__init__(
-            units, activation, recurrent_activation, use_bias, kernel_initializer,
-            recurrent_initializer, bias_initializer, regularizers, constraints,
-            dropout, dropout_seed, recurrent_dropout, implementation,
-            return_sequences, return_state, go_backwards, stateful, unroll,
-            partials_dtype, seed, time_major, options, options_bwd, **kwargs)
+        super().__init__(units, *args, **kwargs)
 
     def _bias_shape(self):
         if self.reset_after:

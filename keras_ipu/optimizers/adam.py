@@ -48,19 +48,10 @@ class AdamIpuOptimizer(keras.optimizers.Adam, IpuOptimizerBase):
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
-        m, v = self._momentums[index], self._velocities[index]
         c = self.compute
-        step = c(self.iterations + 1)
-        beta_1, beta_2 = c(self.beta_1), c(self.beta_2)
-        grad = c(gradient)
-        next_m = c(m) * beta_1 + grad * (1.0 - beta_1)
-        next_v = c(v) * beta_2 + ops.square(grad) * (1.0 - beta_2)
-        self.assign(m, ops.cast(next_m, m.dtype))
-        self.assign(v, ops.cast(next_v, v.dtype))
-        m_hat, v_hat = next_m, next_v
-        if self.debiasing:
-            m_hat = next_m / (1.0 - ops.power(beta_1, step))
-            v_hat = next_v / (1.0 - ops.power(beta_2, step))
+        m_hat, v_hat = self.adam_moments(
+            gradient, self._momentums[index], self._velocities[index],
+            self.beta_1, self.beta_2, self.debiasing)
         if self.amsgrad:
             vhat = self._velocity_hats[index]
             v_hat = ops.maximum(c(vhat), v_hat)

@@ -47,6 +47,22 @@ class IpuOptimizerBase(keras.optimizers.Optimizer):
         """x in the precision of the update's first stage."""
         return ops.cast(x, self.opt_dtypes[0])
 
+    def adam_moments(self, gradient, m, v, beta_1, beta_2, debiasing):
+        """Adam's moment update (m, v stored in their own dtypes) and the
+        moments the update uses: debiased unless `debiasing` is False."""
+        c = self.compute
+        beta_1, beta_2 = c(beta_1), c(beta_2)
+        grad = c(gradient)
+        next_m = c(m) * beta_1 + grad * (1.0 - beta_1)
+        next_v = c(v) * beta_2 + ops.square(grad) * (1.0 - beta_2)
+        self.assign(m, ops.cast(next_m, m.dtype))
+        self.assign(v, ops.cast(next_v, v.dtype))
+        if not debiasing:
+            return next_m, next_v
+        step = c(self.iterations + 1)
+        return (next_m / (1.0 - ops.power(beta_1, step)),
+                next_v / (1.0 - ops.power(beta_2, step)))
+
     def get_config(self):
         return {
             **super().get_config(),
