@@ -116,10 +116,17 @@ def test_save_and_load(tmp_path):
     # Time-major inputs straight in: keras.Input's leading axis is time.
     data = keras.Input((BATCH, CLASSES), batch_size=TIME)
     length = keras.Input((), batch_size=BATCH, dtype="int32")
-    out = layers.CTCPredictionsLayer(beam_width=8)(data, length)
-    model = keras.Model((data, length), out)
+    labels = keras.Input((2,), batch_size=BATCH, dtype="int32")
+    label_length = keras.Input((), batch_size=BATCH, dtype="int32")
+    outputs = [
+        layers.CTCPredictionsLayer(beam_width=8)(data, length),
+        *layers.CTCInferenceLayer(beam_width=8, top_paths=2)(data, length),
+        layers.CTCLoss()(labels, data, label_length, length),
+    ]
+    model = keras.Model((data, length, labels, label_length), outputs)
     path = tmp_path / "ctc.keras"
     model.save(path)
     loaded = keras.saving.load_model(path)
-    np.testing.assert_array_equal(np.asarray(loaded((LOG_PROBS, DATA_LENGTH))),
-                                  np.asarray(model((LOG_PROBS, DATA_LENGTH))))
+    inputs = (LOG_PROBS, DATA_LENGTH, LABELS, LABEL_LENGTH)
+    for got, want in zip(loaded(inputs), model(inputs)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
