@@ -229,10 +229,9 @@ class _Rewrite:
             # (CSE would merge it back), so the original stays alive.
             return
         outputs = [Var(v.aval) for v in node.outputs]
-        self.emitted.append(
-            Node(node.primitive, inputs, node.params, outputs,
-                 backward_source(node.source))
-        )
+        copy = copy_node(node, inputs, outputs=outputs)
+        copy.source = backward_source(node.source)  # a node of the backward pass
+        self.emitted.append(copy)
         for old, new in zip(node.outputs, outputs):
             self.replacement[old] = new
 
