@@ -13,6 +13,12 @@ import sys
 from pathlib import Path
 
 os.environ["KERAS_BACKEND"] = "ipu"
+# The suite checks the NumPy engine, the reference, deterministically (the
+# default "auto" would move programs that run long enough to XLA in the
+# background, by their timing). tests/compiler/test_xla_engine.py tests the
+# XLA engine and the tiered default; `KERAS_IPU_ENGINE=xla pytest ...` runs
+# any test file on XLA.
+os.environ.setdefault("KERAS_IPU_ENGINE", "numpy")
 
 if "keras" in sys.modules:  # a plugin imported keras before this file ran
     from keras.src.backend import backend as _keras_backend

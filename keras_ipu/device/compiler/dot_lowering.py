@@ -6,11 +6,16 @@ is known when the program is lowered, so the compiled kernel is just
 (cast) -> transpose -> reshape -> matmul -> reshape -> (cast), with the
 no-op steps left out. Same computation as the kernel in
 primitives/dot.py (including its float32 accumulation of half types).
+
+Threads (native/threads.py): a product worth it is split into row (or
+column, or batch) blocks, each a one-thread BLAS call on the host pool;
+small products stay on the caller's thread.
 """
 
 import numpy as np
 
 from keras_ipu.device.compiler.lowering import LOWERINGS
+from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives.dot import _compute_dtype
 from keras_ipu.device.primitives.dot import _parse
 
@@ -38,6 +43,9 @@ def _lower_dot_general(params, in_avals, out_avals):
     transpose_l = lperm != tuple(range(lhs.ndim))
     transpose_r = rperm != tuple(range(rhs.ndim))
     matmul, transpose = np.matmul, np.transpose
+    split = host_threads.matmul_plan(b if batched else 0, m, n, k, compute)
+    if split is not None:
+        matmul = split
 
     def dot_general(x, y):
         if cast_l:

@@ -93,6 +93,9 @@ class Executable:
     memory = None
     workload = None  # device_checks.workload(...) of the compiling caller
     _prediction = None
+    # What computes run()'s values (engines.runner: NumPy, XLA or tiered),
+    # chosen at the first run.
+    _engine_run = None
 
     def __init__(self, graph, notes=(), passes=(), behaviour=_INHERIT, name=None,
                  donated_inputs=()):
@@ -240,7 +243,7 @@ class Executable:
         state = dict(self.__dict__)
         for key in (
             "_template", "_program", "_kernels", "_n_inputs", "_in_dtypes",
-            "_in_shapes", "_output_plan", "_zeros_noted",
+            "_in_shapes", "_output_plan", "_zeros_noted", "_engine_run",
         ):
             state.pop(key, None)
         state["format_version"] = FORMAT_VERSION
@@ -336,14 +339,22 @@ class Executable:
         if _profile is not None and _profile._run_listeners:
             return self._run_noted(arrays)
         with np.errstate(all="ignore"):
-            return self.run_unchecked(self._check_inputs(arrays))
+            return self._engine(self._check_inputs(arrays))
+
+    def _engine(self, arrays):
+        run = self._engine_run
+        if run is None:
+            from keras_ipu.device.compiler import engines
+
+            run = self._engine_run = engines.runner(self)
+        return run(arrays)
 
     def _run_noted(self, arrays):
         import time
 
         start = time.perf_counter()
         with np.errstate(all="ignore"):
-            outs = self.run_unchecked(self._check_inputs(arrays))
+            outs = self._engine(self._check_inputs(arrays))
         _profile.note_run(self, start, time.perf_counter())
         return outs
 

@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from keras_ipu.device.compiler.host_memory import tune_malloc
+from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives import elementwise
 from keras_ipu.device.primitives import special
 from keras_ipu.device.primitives.convert import convert_element_type_p
@@ -223,6 +224,7 @@ def _as_arrays(fn):
 def lower(primitive, params, in_avals, out_avals):
     """A callable f(*ndarrays) -> ndarray (or tuple if multiple results)."""
     tune_malloc()  # once per process: compiled programs reuse heap blocks
+    host_threads.configure()  # once: the kernels pick their threads
     builder = LOWERINGS.get(primitive.name)
     if builder is not None:
         return builder(params, in_avals, out_avals)  # returns ndarrays

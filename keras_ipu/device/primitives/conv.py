@@ -25,6 +25,7 @@ tap, so the dilation holes are never multiplied.
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.registry import Primitive
 
@@ -247,7 +248,7 @@ def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
         win = np.moveaxis(win, 1 + nsp, 0)  # G, N, *P, Cg, *K
         patches = win.reshape(g, npix, width)
     filters = w.reshape(g, o // g, width).transpose(0, 2, 1)
-    out = np.matmul(patches, filters)  # G, N*P, Og
+    out = host_threads.matmul(patches, filters)  # G, N*P, Og
     out = out.reshape((g, n) + out_sp + (o // g,))
     out = np.moveaxis(out, 0, -2).reshape((n,) + out_sp + (o,))
     return np.moveaxis(out, -1, 1)  # N, O, *P
@@ -299,7 +300,7 @@ def _scatter_conv(x, w, padding, lhs_dilation, rhs_dilation, g):
     xs = np.moveaxis(xs, 2, -1).reshape(g, -1, i)
     ws = w.reshape((g, og, i) + ksize)
     ws = np.moveaxis(ws, 1, -1).reshape(g, i, taps * og)
-    y = np.matmul(xs, ws).reshape((g, n) + in_sp + ksize + (og,))
+    y = host_threads.matmul(xs, ws).reshape((g, n) + in_sp + ksize + (og,))
     # The buffer spans every index p can take, from lo - (k-1)d up.
     lows = [lo - (k - 1) * d for (lo, _), k, d in zip(padding, ksize, rhs_dilation)]
     length = [(m - 1) * s + (k - 1) * d + 1

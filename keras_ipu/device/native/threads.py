@@ -1,0 +1,250 @@
+"""How many threads the NumPy engine's kernels use, decided per kernel.
+
+OpenBLAS' own threading is wrong for compiled programs in two ways: it
+splits every product above a tiny size across all cores (a batch-32
+Dense layer's product costs more to hand out than to compute), and its
+idle workers spin for a while after each call before they sleep, taking a
+core from any other process that wants it (measured in issue 16: under
+one busy process, 48 ms per step with default threads, 18 ms with one).
+
+So, when the first program is lowered, OpenBLAS is set to one thread
+(threadpoolctl) and the compiled kernels decide themselves: a product
+whose work is worth it is split into row (or column) blocks, each a
+one-thread BLAS call, run by a small pool of our own threads together with
+the caller. Blocks are handed out one at a time, so a thread the OS does
+not schedule (a busy machine) delays nothing: the others take its blocks.
+Idle pool threads block on a queue; nothing spins.
+
+Caps, in order: `KERAS_IPU_HOST_THREADS`, then `OPENBLAS_NUM_THREADS`,
+`OMP_NUM_THREADS`, `MKL_NUM_THREADS` (the usual variables; the smallest
+set one wins), then the cores this process may run on
+(`os.sched_getaffinity`). With a cap of 1 everything runs on the caller's
+thread. When the user set one of the BLAS variables, OpenBLAS keeps what
+it was given.
+"""
+
+import os
+import queue
+import threading
+
+import numpy as np
+
+CAP_VARIABLES = (
+    "KERAS_IPU_HOST_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+# Floating-point operations per thread below which splitting costs more
+# than it gains: about 0.1 ms of one core's sgemm (~90 GFLOP/s here)
+# against some 20 us to hand out and join a block.
+FLOPS_PER_THREAD = 8_000_000
+# Blocks per thread: more than one, so threads that run late (a busy
+# machine) leave their share to the others.
+BLOCKS_PER_THREAD = 2
+
+_cap = None
+_configured = False
+_lock = threading.Lock()
+
+
+def _user_cap():
+    values = []
+    for name in CAP_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            try:
+                values.append(max(1, int(value)))
+            except ValueError:
+                raise ValueError(
+                    f"{name}={value!r} is not a number of threads: set it to a "
+                    "positive integer (1 runs every kernel on one thread)."
+                ) from None
+    return min(values) if values else None
+
+
+def max_threads():
+    """The most threads one kernel may use (see the module doc)."""
+    global _cap
+    if _cap is None:
+        cap = _user_cap()
+        if cap is None:
+            try:
+                cap = len(os.sched_getaffinity(0))
+            except (AttributeError, OSError):
+                cap = os.cpu_count() or 1
+        _cap = max(1, cap)
+    return _cap
+
+
+def configure():
+    """Once per process, when the first program is lowered: OpenBLAS on
+    one thread unless the user set a BLAS variable (threadpoolctl finds
+    whichever BLAS NumPy loaded)."""
+    global _configured
+    if _configured:
+        return
+    with _lock:
+        if _configured:
+            return
+        _configured = True
+        if any(os.environ.get(n) for n in CAP_VARIABLES[1:]):
+            return
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            return
+        threadpool_limits(limits=1, user_api="blas")
+
+
+def threads_for(flops):
+    """Threads worth using for a kernel of `flops` operations."""
+    cap = max_threads()
+    if cap == 1:
+        return 1
+    return int(max(1, min(cap, flops // FLOPS_PER_THREAD)))
+
+
+# -- the pool ------------------------------------------------------------
+
+
+class _Job:
+    __slots__ = ("fn", "count", "next", "left", "lock", "done", "error")
+
+    def __init__(self, fn, count):
+        self.fn = fn
+        self.count = count
+        self.next = 0
+        self.left = count
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.error = None
+
+    def work(self):
+        """Take blocks until none is left."""
+        while True:
+            with self.lock:
+                i = self.next
+                if i >= self.count:
+                    return
+                self.next = i + 1
+            try:
+                self.fn(i)
+            except BaseException as error:  # noqa: BLE001 - re-raised by run
+                self.error = error
+            with self.lock:
+                self.left -= 1
+                if self.left == 0:
+                    self.done.set()
+
+
+_queue = queue.SimpleQueue()
+_workers = []
+
+
+def _worker():
+    while True:
+        job = _queue.get()
+        job.work()
+
+
+def _ensure_workers(n):
+    with _lock:
+        while len(_workers) < n:
+            t = threading.Thread(target=_worker, daemon=True,
+                                 name=f"keras_ipu host kernel {len(_workers)}")
+            t.start()
+            _workers.append(t)
+
+
+def parallel_for(fn, count, threads):
+    """fn(0) .. fn(count - 1) on up to `threads` threads (the caller is
+    one); blocks are claimed one at a time. Returns when all are done."""
+    if threads <= 1 or count <= 1:
+        for i in range(count):
+            fn(i)
+        return
+    helpers = min(threads, count) - 1
+    _ensure_workers(helpers)
+    job = _Job(fn, count)
+    for _ in range(helpers):
+        _queue.put(job)
+    job.work()
+    job.done.wait()
+    if job.error is not None:
+        raise job.error
+
+
+# -- products ------------------------------------------------------------
+
+# Rows (or columns, batches) per block at least: thinner blocks run BLAS
+# below its efficiency.
+_MIN_BLOCK = 16
+
+
+def _blocks(size, threads, min_block=_MIN_BLOCK):
+    count = min(threads * BLOCKS_PER_THREAD, size // min_block)
+    count = max(count, 1)
+    edges = np.linspace(0, size, count + 1).astype(int)
+    return tuple(zip(edges[:-1], edges[1:]))
+
+
+def matmul_plan(b, m, n, k, compute):
+    """A function computing matmul(x, y) for x (b, m, k) (or (m, k) when b
+    is 0) and y (b, k, n) (or (k, n)) of dtype `compute`, split into blocks
+    over threads; None when one thread is right (small products, dtypes
+    BLAS does not run)."""
+    if np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    configure()
+    threads = threads_for(2 * max(b, 1) * m * n * k)
+    if threads <= 1:
+        return None
+    empty, matmul = np.empty, np.matmul
+    if b >= threads:  # enough batches: split them
+
+        def part(x, y, out, lo, hi):
+            matmul(x[lo:hi], y[lo:hi], out=out[lo:hi])
+
+        blocks = _blocks(b, threads, min_block=1)
+    elif m >= n:
+        blocks = _blocks(m, threads)
+
+        def part(x, y, out, lo, hi):
+            matmul(x[..., lo:hi, :], y, out=out[..., lo:hi, :])
+    else:
+        blocks = _blocks(n, threads)
+
+        def part(x, y, out, lo, hi):
+            matmul(x, y[..., lo:hi], out=out[..., lo:hi])
+    if len(blocks) <= 1:
+        return None
+    out_shape = (b, m, n) if b else (m, n)
+
+    def split_matmul(x, y):
+        out = empty(out_shape, compute)
+        parallel_for(lambda i: part(x, y, out, *blocks[i]), len(blocks), threads)
+        return out
+
+    return split_matmul
+
+
+_plans = {}
+
+
+def matmul(x, y):
+    """np.matmul(x, y) for 2-d or 3-d (batched) float operands, on the
+    threads its size is worth (the plan is kept per shape)."""
+    batched = x.ndim == 3
+    key = (x.shape, y.shape, x.dtype, batched)
+    plan = _plans.get(key, False)
+    if plan is False:
+        plan = None
+        if x.ndim == y.ndim and x.ndim in (2, 3) and x.dtype == y.dtype:
+            b = x.shape[0] if batched else 0
+            plan = matmul_plan(b, x.shape[-2], y.shape[-1], x.shape[-1], x.dtype)
+        if len(_plans) < 4096:
+            _plans[key] = plan
+    if plan is None:
+        return np.matmul(x, y)
+    return plan(x, y)

@@ -1,0 +1,12 @@
+"""keras_ipu IR -> TensorFlow ops (one rule per primitive, as jax2tf).
+
+`emit_graph(graph, inputs)` emits a Graph inside the caller's TensorFlow
+context; `missing_rules(graph)` names the primitives that have no rule.
+Importing this package imports TensorFlow: only the XLA engine
+(compiler/engines.py) and exporters import it, when they are used.
+"""
+
+from keras_ipu.device.to_tensorflow.emitter import RULES  # noqa: F401
+from keras_ipu.device.to_tensorflow.emitter import EmitError  # noqa: F401
+from keras_ipu.device.to_tensorflow.emitter import emit_graph  # noqa: F401
+from keras_ipu.device.to_tensorflow.emitter import missing_rules  # noqa: F401

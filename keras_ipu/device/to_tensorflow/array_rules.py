@@ -1,0 +1,218 @@
+"""TensorFlow rules of the primitives that move, select or place values
+(primitives/structure.py, indexing.py, reduce.py, cumulative.py, sort.py).
+"""
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.compiler.tf2xla.python import xla as tfxla
+
+from keras_ipu.device.to_tensorflow.emitter import EmitError
+from keras_ipu.device.to_tensorflow.emitter import rule
+from keras_ipu.device.to_tensorflow.emitter import tf_dtype
+
+
+@rule("reshape")
+def _reshape(ctx, x, *, new_shape):
+    return tf.reshape(x, ctx.out_aval.shape)
+
+
+@rule("broadcast_to")
+def _broadcast_to(ctx, x, *, shape):
+    return tf.broadcast_to(x, ctx.out_aval.shape)
+
+
+@rule("transpose")
+def _transpose(ctx, x, *, permutation):
+    return tf.transpose(x, permutation)
+
+
+@rule("concatenate")
+def _concatenate(ctx, *xs, axis):
+    return tf.concat(xs, axis=axis % ctx.out_aval.ndim)
+
+
+@rule("pad")
+def _pad(ctx, x, padding_value, *, config):
+    lo = [c[0] for c in config]
+    hi = [c[1] for c in config]
+    interior = [c[2] for c in config]
+    return tfxla.pad(x, padding_value, lo, hi, interior)
+
+
+@rule("rev")
+def _rev(ctx, x, *, axes):
+    if not axes:
+        return x
+    return tf.reverse(x, [a % ctx.out_aval.ndim for a in axes])
+
+
+@rule("iota")
+def _iota(ctx, *, dtype, shape, dimension):
+    n = shape[dimension]
+    ramp = tf.range(n, dtype=tf_dtype(dtype))
+    ramp = tf.reshape(ramp, tuple(n if i == dimension else 1 for i in range(len(shape))))
+    return tf.broadcast_to(ramp, shape)
+
+
+@rule("slice")
+def _slice(ctx, x, *, start_indices, limit_indices, strides):
+    begin, end = [], []
+    for d, s, l, st in zip(ctx.in_avals[0].shape, start_indices, limit_indices, strides):
+        s, l, _ = slice(s, l, st).indices(d)
+        begin.append(s)
+        end.append(max(l, s))
+    return tf.strided_slice(x, begin, end, strides)
+
+
+def _starts(starts):
+    return tf.stack([tf.cast(s, tf.int32) for s in starts]) if starts else tf.zeros((0,), tf.int32)
+
+
+@rule("dynamic_slice")
+def _dynamic_slice(ctx, x, *starts, slice_sizes):
+    # XLA clamps the window inside the operand, as the kernel does.
+    return tfxla.dynamic_slice(x, _starts(starts), slice_sizes)
+
+
+@rule("dynamic_update_slice")
+def _dynamic_update_slice(ctx, x, update, *starts):
+    return tfxla.dynamic_update_slice(x, update, _starts(starts))
+
+
+def _indices(ctx, x_shape, indices, batch_dims):
+    """The kernel's index rule as tf.gather_nd indices: negative counts
+    from the end; batch axes become explicit leading index columns."""
+    k = ctx.in_avals[1].shape[-1]
+    dims = tf.constant(np.asarray(x_shape[batch_dims:batch_dims + k]), indices.dtype)
+    idx = tf.where(indices < 0, indices + dims, indices)
+    valid = tf.reduce_all((idx >= 0) & (idx < dims), axis=-1)
+    return idx, dims, valid
+
+
+def _with_batch(idx, batch_dims, x_shape):
+    """Index columns for the batch axes prepended (gather_nd with full
+    indices works for scatter too)."""
+    if not batch_dims:
+        return idx
+    shape = idx.shape
+    cols = []
+    for j in range(batch_dims):
+        view = [1] * (len(shape) - 1)
+        view[j] = x_shape[j]
+        ramp = tf.reshape(tf.range(x_shape[j], dtype=idx.dtype), view)
+        cols.append(tf.broadcast_to(ramp, shape[:-1])[..., None])
+    return tf.concat(cols + [idx], axis=-1)
+
+
+def _default_fill(dtype):
+    if dtype.kind in "fc":
+        return np.nan
+    if dtype.kind == "b":
+        return True
+    if dtype.kind == "i":
+        return np.iinfo(dtype).min
+    return np.iinfo(dtype).max
+
+
+@rule("gather")
+def _gather(ctx, x, indices, *, mode, fill_value=None, batch_dims=0):
+    x_shape = ctx.in_avals[0].shape
+    idx, dims, valid = _indices(ctx, x_shape, indices, batch_dims)
+    idx = tf.clip_by_value(idx, tf.zeros((), idx.dtype), tf.maximum(dims - 1, 0))
+    out = tf.gather_nd(x, _with_batch(idx, batch_dims, x_shape))
+    if mode == "fill":
+        dtype = ctx.out_aval.dtype
+        fill = _default_fill(dtype) if fill_value is None else fill_value
+        fill = tf.constant(np.asarray(fill).astype(dtype))
+        mask = tf.reshape(valid, tuple(valid.shape) + (1,) * (out.shape.rank - valid.shape.rank))
+        out = tf.where(mask, out, fill)
+    return out
+
+
+_SCATTERS = {
+    "update": tf.tensor_scatter_nd_update,
+    "add": tf.tensor_scatter_nd_add,
+    "min": tf.tensor_scatter_nd_min,
+    "max": tf.tensor_scatter_nd_max,
+}
+
+
+@rule("scatter")
+def _scatter(ctx, x, indices, updates, *, mode, batch_dims=0):
+    x_shape = ctx.in_avals[0].shape
+    idx, dims, valid = _indices(ctx, x_shape, indices, batch_dims)
+    # Out-of-range rows are dropped (as XLA's scatter and the kernel do):
+    # they are sent to an index XLA skips.
+    idx = tf.where(valid[..., None], idx, tf.broadcast_to(dims, tf.shape(idx)))
+    idx = _with_batch(idx, batch_dims, x_shape)
+    if mode == "mul":  # TensorFlow has no tensor_scatter_nd_mul
+        raise EmitError("scatter mode 'mul' has no TensorFlow rule")
+    return _SCATTERS[mode](x, idx, updates)
+
+
+@rule("stop_gradient")
+def _stop_gradient(ctx, x):
+    return tf.stop_gradient(x)
+
+
+@rule("optimization_barrier")
+def _barrier(ctx, *xs):
+    return tuple(xs)
+
+
+_REDUCERS = {
+    "reduce_sum": tf.math.reduce_sum,
+    "reduce_prod": tf.math.reduce_prod,
+    "reduce_max": tf.math.reduce_max,
+    "reduce_min": tf.math.reduce_min,
+    "reduce_and": tf.math.reduce_all,
+    "reduce_or": tf.math.reduce_any,
+}
+
+
+def _reduction(fn, name):
+    def emit(ctx, x, *, axes):
+        if not axes:
+            return x
+        if x.dtype == tf.bool and name in ("reduce_sum", "reduce_prod", "reduce_max", "reduce_min"):
+            out = fn(tf.cast(x, tf.uint8), axis=list(axes))
+            return tf.cast(out, tf.bool)
+        if name in ("reduce_and", "reduce_or") and x.dtype != tf.bool:
+            x = tf.not_equal(x, tf.zeros((), x.dtype))
+        out = fn(x, axis=list(axes))
+        dtype = tf_dtype(ctx.out_aval.dtype)
+        return out if out.dtype == dtype else tf.cast(out, dtype)
+
+    return emit
+
+
+for _name, _fn in _REDUCERS.items():
+    rule(_name)(_reduction(_fn, _name))
+
+
+def _arg(fn):
+    def emit(ctx, x, *, axis, index_dtype):
+        return fn(x, axis=axis, output_type=tf_dtype(index_dtype))
+
+    return emit
+
+
+rule("argmax")(_arg(tf.math.argmax))
+rule("argmin")(_arg(tf.math.argmin))
+
+
+def _cumulative(fn):
+    def emit(ctx, x, *, axis, reverse=False):
+        return fn(x, axis=axis, reverse=reverse)
+
+    return emit
+
+
+rule("cumsum")(_cumulative(tf.math.cumsum))
+rule("cumprod")(_cumulative(tf.math.cumprod))
+
+
+@rule("top_k")
+def _top_k(ctx, x, *, k, index_dtype=np.dtype(np.int32)):
+    values, indices = tf.math.top_k(x, k=k, sorted=True)
+    return values, tf.cast(indices, tf_dtype(index_dtype))

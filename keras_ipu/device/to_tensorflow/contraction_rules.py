@@ -1,0 +1,108 @@
+"""TensorFlow rules of dot_general, conv_general_dilated and reduce_window:
+XLA's own DotGeneral, Conv and ReduceWindow (their params are XLA's)."""
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.compiler.tf2xla.python import xla as tfxla
+from tensorflow.compiler.xla import xla_data_pb2
+
+from keras_ipu.device.primitives.conv import resolve_padding
+from keras_ipu.device.primitives.pooling import identity
+from keras_ipu.device.to_tensorflow.emitter import rule
+from keras_ipu.device.to_tensorflow.emitter import tf_dtype
+
+
+@rule("dot_general")
+def _dot_general(ctx, lhs, rhs, *, dimension_numbers, preferred_element_type=None):
+    (lc, rc), (lb, rb) = dimension_numbers
+    dims = xla_data_pb2.DotDimensionNumbers()
+    dims.lhs_contracting_dimensions.extend(lc)
+    dims.rhs_contracting_dimensions.extend(rc)
+    dims.lhs_batch_dimensions.extend(lb)
+    dims.rhs_batch_dimensions.extend(rb)
+    out_dtype = tf_dtype(ctx.out_aval.dtype)
+    if lhs.dtype == tf.bool:
+        lhs, rhs = tf.cast(lhs, tf.int32), tf.cast(rhs, tf.int32)
+        out = tfxla.dot_general(lhs, rhs, dims, None, preferred_element_type=tf.int32, use_v2=True)
+        return tf.not_equal(out, 0) if out_dtype == tf.bool else tf.cast(out, out_dtype)
+    out = tfxla.dot_general(lhs, rhs, dims, None, preferred_element_type=out_dtype,
+                            use_v2=True)
+    return out
+
+
+@rule("conv_general_dilated")
+def _conv(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
+          dimension_numbers, feature_group_count):
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    lhs_aval, rhs_aval = ctx.in_avals
+    in_sizes = [lhs_aval.shape[a] for a in lhs_spec[2:]]
+    window = [rhs_aval.shape[a] for a in rhs_spec[2:]]
+    padding = resolve_padding(padding, in_sizes, window, window_strides,
+                              lhs_dilation, rhs_dilation)
+    # XLA's CPU backend runs a convolution through its fast (Eigen)
+    # kernels only in the canonical layout, batch-spatial-feature input,
+    # spatial-in-out kernel, batch-spatial-feature output; gradients come
+    # in other layouts (a weight gradient's batch is the input's feature),
+    # which it would run as a naive loop. Transposes to and from the
+    # canonical layout make every convolution the fast kind.
+    nsp = len(lhs_spec) - 2
+    lhs = tf.transpose(lhs, (lhs_spec[0],) + tuple(lhs_spec[2:]) + (lhs_spec[1],))
+    rhs = tf.transpose(rhs, tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0]))
+    spatial = list(range(1, nsp + 1))
+    dims = xla_data_pb2.ConvolutionDimensionNumbers()
+    dims.input_batch_dimension = 0
+    dims.input_feature_dimension = nsp + 1
+    dims.input_spatial_dimensions.extend(spatial)
+    dims.kernel_spatial_dimensions.extend(range(nsp))
+    dims.kernel_input_feature_dimension = nsp
+    dims.kernel_output_feature_dimension = nsp + 1
+    dims.output_batch_dimension = 0
+    dims.output_feature_dimension = nsp + 1
+    dims.output_spatial_dimensions.extend(spatial)
+    out = tfxla.conv(
+        lhs, rhs,
+        window_strides=list(window_strides),
+        padding=[list(p) for p in padding],
+        lhs_dilation=list(lhs_dilation),
+        rhs_dilation=list(rhs_dilation),
+        dimension_numbers=dims,
+        feature_group_count=feature_group_count,
+        precision_config=None,
+        preferred_element_type=tf_dtype(ctx.out_aval.dtype),
+        use_v2=True,
+    )
+    # Axis k of the canonical result is out_spec's role k (batch, spatial
+    # dims, feature): put each role where out_spec wants it.
+    roles = (out_spec[0],) + tuple(out_spec[2:]) + (out_spec[1],)
+    inverse = [0] * len(roles)
+    for k, axis in enumerate(roles):
+        inverse[axis] = k
+    return tf.transpose(out, inverse)
+
+
+_REDUCERS = {"sum": tf.math.add, "max": tf.math.maximum, "min": tf.math.minimum}
+
+
+@rule("reduce_window")
+def _reduce_window(ctx, x, *, op, window_dimensions, window_strides, padding,
+                   base_dilation, window_dilation):
+    aval = ctx.in_avals[0]
+    padding = resolve_padding(padding, aval.shape, window_dimensions,
+                              window_strides, base_dilation, window_dilation)
+    dtype = x.dtype
+    init = tf.constant(np.asarray(identity(op, aval.dtype), aval.dtype))
+    combine = _REDUCERS[op]
+    spec = tf.TensorSpec((), dtype)
+
+    def reducer(a, b):
+        return combine(a, b)
+
+    reducer = tf.function(reducer, autograph=False).get_concrete_function(spec, spec)
+    return tfxla.reduce_window(
+        x, init, reducer,
+        window_dimensions=list(window_dimensions),
+        window_strides=list(window_strides),
+        base_dilations=list(base_dilation),
+        window_dilations=list(window_dilation),
+        padding=[list(p) for p in padding],
+    )

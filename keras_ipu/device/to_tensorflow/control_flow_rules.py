@@ -1,0 +1,88 @@
+"""TensorFlow rules of the control-flow primitives: their sub-graphs are
+emitted inside tf.while_loop / tf.switch_case bodies (XLA's While and
+Conditional); remat and custom_vjp run their forward graph inline (the
+gradient is already part of the traced program)."""
+
+import tensorflow as tf
+
+from keras_ipu.device.to_tensorflow.emitter import rule
+
+
+@rule("scan")
+def _scan(ctx, *operands, body, length, reverse, n_carry, n_xs, unroll):
+    carry = list(operands[:n_carry])
+    xs = operands[n_carry:n_carry + n_xs]
+    consts = list(operands[n_carry + n_xs:])
+    y_avals = ctx.out_avals[n_carry:]
+    ys = [tf.zeros(a.shape, a.dtype.name) for a in y_avals]
+    if length == 0:
+        return tuple(carry) + tuple(ys)
+
+    def step(t, carry, ys):
+        index = (length - 1 - t) if reverse else t
+        x_t = [tf.gather(x, index) for x in xs]
+        outs = ctx.emit(body, list(carry) + x_t + consts)
+        new_carry = [tf.ensure_shape(tf.cast(o, c.dtype), c.shape)
+                     for o, c in zip(outs[:n_carry], carry)]
+        new_ys = [
+            tf.tensor_scatter_nd_update(buf, [[index]], tf.cast(y, buf.dtype)[None])
+            for buf, y in zip(ys, outs[n_carry:])
+        ]
+        return t + 1, new_carry, new_ys
+
+    _, carry, ys = tf.while_loop(
+        lambda t, c, y: t < length, step, (tf.constant(0), carry, ys),
+        maximum_iterations=length,
+    )
+    return tuple(carry) + tuple(ys)
+
+
+@rule("while_loop")
+def _while(ctx, *operands, cond_graph, body_graph, n_cond_consts):
+    n_carry = len(cond_graph.inputs) - n_cond_consts
+    carry = list(operands[:n_carry])
+    cond_consts = list(operands[n_carry:n_carry + n_cond_consts])
+    body_consts = list(operands[n_carry + n_cond_consts:])
+
+    def cond(*c):
+        (pred,) = ctx.emit(cond_graph, list(c) + cond_consts)
+        return tf.reshape(pred, ())
+
+    def body(*c):
+        outs = ctx.emit(body_graph, list(c) + body_consts)
+        return [tf.cast(o, v.dtype) for o, v in zip(outs, c)]
+
+    return tuple(tf.while_loop(cond, body, carry))
+
+
+@rule("cond")
+def _cond(ctx, index, *operands, branches):
+    last = len(branches) - 1
+    index = tf.clip_by_value(tf.cast(index, tf.int32), 0, last)
+    fns = [
+        (lambda g=g: ctx.emit(g, list(operands)))
+        for g in branches
+    ]
+    if len(fns) == 1:
+        return tuple(fns[0]())
+    return tuple(tf.switch_case(index, fns))
+
+
+@rule("remat")
+def _remat(ctx, *operands, graph):
+    return tuple(ctx.emit(graph, list(operands)))
+
+
+@rule("custom_vjp")
+def _custom_vjp(ctx, *operands, fwd, bwd, n_outputs, n_args, bwd_nonzero):
+    return tuple(ctx.emit(fwd, list(operands)))
+
+
+@rule("fused_elementwise")
+def _fused(ctx, *operands, chain, results, **_placement):
+    # The compiler's fused chain (compiler/fusion.py) is emitted op by op:
+    # XLA fuses it again its own way.
+    from keras_ipu.device.compiler.fusion import unfused_graph
+
+    graph = unfused_graph(chain, results, ctx.in_avals)
+    return tuple(ctx.emit(graph, list(operands)))

@@ -1,0 +1,157 @@
+"""Emit a keras_ipu Graph as TensorFlow ops, one rule per primitive.
+
+    outputs = emit_graph(graph, inputs)     # inside any TensorFlow context
+
+The shape of jax2tf: `RULES` maps a primitive's name to a function
+`rule(ctx, *operands, **params)` that receives TensorFlow tensors and the
+primitive's own params and returns a tensor (a tuple for primitives with
+multiple results). `ctx` gives the rule the abstract values of the node
+(`ctx.in_avals`, `ctx.out_avals`) and `ctx.emit(graph, args)` for the
+sub-graphs control flow holds. The rules use XLA's own operations where
+TensorFlow has them (`tensorflow.compiler.tf2xla.python.xla`: dot_general,
+conv, reduce_window, gather, scatter, pad), so a program emitted here is
+meant to be compiled by XLA (`tf.function(jit_compile=True)`); this is
+what the XLA execution engine does (compiler/engines.py), and what a
+SavedModel export can wrap in its own `tf.function`.
+
+The emitter knows nothing about how the program runs: no executable, no
+donation, no threads. It imports TensorFlow, so it is imported only by
+what chose TensorFlow (DESIGN.md decision 10).
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_ipu.device.ir import Literal
+
+# name -> rule(ctx, *operands, **params); filled by the *_rules modules.
+RULES = {}
+
+
+class EmitError(NotImplementedError):
+    """A primitive of the graph has no TensorFlow rule."""
+
+
+def rule(*names):
+    """Register the decorated function as the rule of `names`."""
+
+    def register(fn):
+        for name in names:
+            if name in RULES:
+                raise ValueError(f"Two TensorFlow rules for {name!r}.")
+            RULES[name] = fn
+        return fn
+
+    return register
+
+
+class RuleContext:
+    __slots__ = ("in_avals", "out_avals", "node")
+
+    def __init__(self, node):
+        self.node = node
+        self.in_avals = tuple(v.aval for v in node.inputs)
+        self.out_avals = tuple(v.aval for v in node.outputs)
+
+    @property
+    def out_aval(self):
+        return self.out_avals[0]
+
+    @staticmethod
+    def emit(graph, args):
+        return emit_graph(graph, args)
+
+
+def tf_dtype(dtype):
+    return tf.as_dtype(np.dtype(dtype))
+
+
+def constant(value):
+    array = np.asarray(value)
+    return tf.constant(array, dtype=tf_dtype(array.dtype))
+
+
+def _sub_graphs(params):
+    from keras_ipu.device.ir import Graph
+
+    for value in params.values():
+        if isinstance(value, Graph):
+            yield value
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, Graph):
+                    yield item
+
+
+def missing_rules(graph):
+    """The names of the primitives of `graph` (sub-graphs included) that
+    have no TensorFlow rule: empty when the whole graph can be emitted."""
+    _load_rules()
+    missing = set()
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for node in g.nodes:
+            name = node.primitive.name
+            if name == "fused_elementwise":
+                missing.update(
+                    step[0].name for step in node.params["chain"]
+                    if step[0].name not in RULES
+                )
+                continue
+            if name not in RULES:
+                missing.add(name)
+            stack.extend(_sub_graphs(node.params))
+    return missing
+
+
+def emit_graph(graph, inputs):
+    """The TensorFlow tensors of `graph`'s outputs for `inputs` (one
+    tensor per graph input, of its dtype and shape)."""
+    _load_rules()
+    if len(inputs) != len(graph.inputs):
+        raise TypeError(
+            f"emit_graph: the graph takes {len(graph.inputs)} inputs, got "
+            f"{len(inputs)}."
+        )
+    env = dict(zip(graph.inputs, inputs))
+    literals = {}
+
+    def read(v):
+        if type(v) is Literal:
+            key = id(v.value)
+            if key not in literals:
+                literals[key] = constant(v.value)
+            return literals[key]
+        return env[v]
+
+    for node in graph.nodes:
+        name = node.primitive.name
+        fn = RULES.get(name)
+        if fn is None:
+            raise EmitError(
+                f"No TensorFlow rule for the primitive `{name}`; this program "
+                "runs on the NumPy engine (KERAS_IPU_ENGINE=numpy)."
+            )
+        out = fn(RuleContext(node), *[read(v) for v in node.inputs], **node.params)
+        if node.primitive.multiple_results:
+            for v, t in zip(node.outputs, out):
+                env[v] = t
+        else:
+            env[node.outputs[0]] = out
+    return [read(v) for v in graph.outputs]
+
+
+_loaded = False
+
+
+def _load_rules():
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from keras_ipu.device.to_tensorflow import array_rules  # noqa: F401
+    from keras_ipu.device.to_tensorflow import contraction_rules  # noqa: F401
+    from keras_ipu.device.to_tensorflow import control_flow_rules  # noqa: F401
+    from keras_ipu.device.to_tensorflow import elementwise_rules  # noqa: F401
+    from keras_ipu.device.to_tensorflow import random_rules  # noqa: F401

@@ -1,0 +1,406 @@
+"""The XLA engine: programs emitted to TensorFlow (device/to_tensorflow) and
+compiled by XLA give the NumPy engine's values; the engine choice
+(compiler/engines.py): KERAS_IPU_ENGINE, the tiered default, the fallbacks.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from compiler_graphs import aval
+from compiler_graphs import build
+from compiler_graphs import lit
+
+from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device.compiler import engines
+
+pytest.importorskip("tensorflow")
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.fixture
+def xla(monkeypatch):
+    monkeypatch.setenv(engines.ENV, "xla")
+    monkeypatch.setenv(engines.STRICT_ENV, "1")
+
+
+def run_both(graph, inputs, monkeypatch):
+    """(NumPy results, XLA results) of the compiled graph."""
+    monkeypatch.setenv(engines.ENV, "numpy")
+    want = compile_graph(graph).run(*[np.array(x) for x in inputs])
+    monkeypatch.setenv(engines.ENV, "xla")
+    monkeypatch.setenv(engines.STRICT_ENV, "1")
+    exe = compile_graph(graph)
+    got = exe.run(*[np.array(x) for x in inputs])
+    assert engines.current_engine(exe) == "xla"
+    return want, got
+
+
+def check(graph, inputs, monkeypatch, rtol=1e-5, atol=1e-6, exact=False):
+    want, got = run_both(graph, inputs, monkeypatch)
+    assert len(want) == len(got)
+    for w, g in zip(want, got):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        if exact or w.dtype.kind not in "fc":
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def f32(*shape, low=-2.0, high=2.0):
+    return RNG.uniform(low, high, shape).astype(np.float32)
+
+
+def one(name, avals, **params):
+    return build([aval(s, d) for s, d in avals], lambda b, *xs: b.op(name, *xs, **params))
+
+
+UNARY = {
+    "neg": None, "abs": None, "floor": None, "ceil": None, "round": None,
+    "trunc": None, "sign": None, "exp": None, "expm1": None, "tanh": None,
+    "logistic": None, "sin": None, "cos": None, "square": None, "erf": None,
+    "atan": None, "sinh": None, "exp2": None, "cbrt": None,
+    "log": (0.1, 3.0), "log1p": (0.1, 3.0), "log2": (0.1, 3.0), "log10": (0.1, 3.0),
+    "sqrt": (0.1, 3.0), "rsqrt": (0.1, 3.0), "reciprocal": (0.1, 3.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_float_rules(name, monkeypatch):
+    low, high = UNARY[name] or (-2.0, 2.0)
+    x = f32(5, 7, low=low, high=high)
+    check(one(name, [((5, 7), "float32")]), [x], monkeypatch, rtol=2e-5, atol=1e-6)
+
+
+BINARY = ["add", "sub", "mul", "div", "max", "min", "atan2", "rem", "mod",
+          "floor_div", "hypot", "logaddexp", "copysign", "nextafter"]
+
+
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_float_rules_broadcast(name, monkeypatch):
+    x, y = f32(4, 6), f32(6)
+    check(one(name, [((4, 6), "float32"), ((6,), "float32")]), [x, y], monkeypatch,
+          rtol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_comparisons(name, monkeypatch):
+    x = np.array([1.0, np.nan, 2.0, -0.0, np.inf], np.float32)
+    y = np.array([1.0, 1.0, 3.0, 0.0, np.inf], np.float32)
+    check(one(name, [((5,), "float32"), ((5,), "float32")]), [x, y], monkeypatch)
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "max", "min", "rem",
+                                  "mod", "floor_div", "and", "or", "xor"])
+def test_integer_rules(name, monkeypatch):
+    x = np.array([7, -7, 9, -9, 0, 100], np.int32)
+    y = np.array([2, 2, -4, -4, 3, 7], np.int32)
+    check(one(name, [((6,), "int32"), ((6,), "int32")]), [x, y], monkeypatch)
+
+
+@pytest.mark.parametrize("name", ["add", "mul", "sub", "and", "or", "xor", "max"])
+def test_bool_rules(name, monkeypatch):
+    x = np.array([True, True, False, False])
+    y = np.array([True, False, True, False])
+    check(one(name, [((4,), "bool"), ((4,), "bool")]), [x, y], monkeypatch)
+
+
+@pytest.mark.parametrize("name", ["shift_left", "shift_right"])
+def test_shifts_by_the_width_or_more(name, monkeypatch):
+    x = np.array([1, -8, 255, -1, 3], np.int32)
+    y = np.array([1, 2, 31, 32, -1], np.int32)
+    check(one(name, [((5,), "int32"), ((5,), "int32")]), [x, y], monkeypatch)
+
+
+@pytest.mark.parametrize("target", ["int32", "uint8", "bool", "float16"])
+def test_convert_float_truncates_saturates_and_zeroes_nan(target, monkeypatch):
+    x = np.array([1.7, -1.7, np.nan, np.inf, -np.inf, 3e9, -3e9, 300.0, 0.0], np.float32)
+    check(one("convert_element_type", [((9,), "float32")], dtype=np.dtype(target)),
+          [x], monkeypatch)
+
+
+def test_select_clamp_and_bitcast(monkeypatch):
+    def body(b, p, x, y):
+        s = b.op("select", p, x, y)
+        c = b.op("clamp", lit(np.float32(-0.5)), s, lit(np.float32(0.5)))
+        bits = b.op("bitcast_convert_type", c, dtype=np.dtype("int32"))
+        return [s, c, bits, b.op("signbit", x), b.op("isnan", y)]
+
+    graph = build([aval((3, 4), "bool"), aval((3, 4)), aval((4,))], body)
+    check(graph, [RNG.random((3, 4)) > 0.5, f32(3, 4), f32(4)], monkeypatch, exact=True)
+
+
+@pytest.mark.parametrize("name", ["reduce_sum", "reduce_max", "reduce_min", "reduce_prod"])
+@pytest.mark.parametrize("axes", [(0,), (1, 2), (0, 1, 2), ()])
+def test_reductions(name, axes, monkeypatch):
+    check(one(name, [((3, 4, 5), "float32")], axes=axes), [f32(3, 4, 5)], monkeypatch, rtol=1e-5)
+
+
+def test_logical_reductions_argmax_cumsum(monkeypatch):
+    def body(b, p, x):
+        return [
+            b.op("reduce_and", p, axes=(1,)), b.op("reduce_or", p, axes=(0,)),
+            b.op("argmax", x, axis=1, index_dtype=np.dtype("int32")),
+            b.op("argmin", x, axis=0, index_dtype=np.dtype("int32")),
+            b.op("cumsum", x, axis=1, reverse=True), b.op("cumprod", x, axis=0),
+        ]
+
+    graph = build([aval((3, 4), "bool"), aval((3, 4))], body)
+    check(graph, [RNG.random((3, 4)) > 0.3, f32(3, 4)], monkeypatch)
+
+
+def test_structure_rules(monkeypatch):
+    def body(b, x, y):
+        r = b.op("reshape", x, new_shape=(6, 4))
+        t = b.op("transpose", r, permutation=(1, 0))
+        c = b.op("concatenate", t, t, axis=-1)
+        p = b.op("pad", x, lit(np.float32(9.0)), config=((1, -1, 0), (0, 2, 1), (2, 0, 0)))
+        v = b.op("rev", x, axes=(0, 2))
+        i = b.op("iota", dtype=np.dtype("int32"), shape=(3, 5), dimension=1)
+        s = b.op("slice", x, start_indices=(0, 1, 0), limit_indices=(2, 3, 4), strides=(1, 1, 2))
+        bc = b.op("broadcast_to", y, shape=(3, 2, 4))
+        return [t, c, p, v, i, s, bc]
+
+    graph = build([aval((2, 3, 4)), aval((2, 4))], body)
+    check(graph, [f32(2, 3, 4), f32(2, 4)], monkeypatch, exact=True)
+
+
+def test_dynamic_slices_clamp_their_starts(monkeypatch):
+    def body(b, x, u, i, j):
+        return [
+            b.op("dynamic_slice", x, i, j, slice_sizes=(2, 3)),
+            b.op("dynamic_update_slice", x, u, i, j),
+        ]
+
+    graph = build([aval((4, 5)), aval((2, 3)), aval((), "int32"), aval((), "int32")], body)
+    for i, j in [(1, 1), (3, 4), (-2, 9)]:
+        check(graph, [f32(4, 5), f32(2, 3), np.int32(i), np.int32(j)], monkeypatch, exact=True)
+
+
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+def test_gather_wraps_negative_and_clips_or_fills(mode, monkeypatch):
+    x = f32(5, 3)
+    idx = np.array([[0], [4], [-1], [7], [-9]], np.int32)
+    check(one("gather", [((5, 3), "float32"), ((5, 1), "int32")], mode=mode),
+          [x, idx], monkeypatch, exact=True)
+
+
+def test_gather_with_batch_dims(monkeypatch):
+    x = f32(2, 5, 3)
+    idx = np.array([[[1], [4]], [[0], [2]]], np.int32)
+    check(one("gather", [((2, 5, 3), "float32"), ((2, 2, 1), "int32")], mode="clip",
+              batch_dims=1), [x, idx], monkeypatch, exact=True)
+
+
+@pytest.mark.parametrize("mode", ["add", "update", "max", "min"])
+def test_scatter_drops_out_of_range_rows(mode, monkeypatch):
+    x = f32(5, 3)
+    idx = np.array([[0], [2], [-1], [9], [2]], np.int32)
+    upd = f32(5, 3)
+    if mode == "update":  # duplicate rows: XLA leaves the order open
+        idx[4, 0] = 1
+    check(one("scatter", [((5, 3), "float32"), ((5, 1), "int32"), ((5, 3), "float32")],
+              mode=mode), [x, idx, upd], monkeypatch)
+
+
+def test_dot_general_batched_and_transposed(monkeypatch):
+    def body(b, x, y):
+        return [
+            b.op("dot_general", x, y, dimension_numbers=(((2,), (1,)), ((0,), (0,)))),
+            b.op("dot_general", x, y, dimension_numbers=(((1,), (2,)), ((0,), (0,)))),
+        ]
+
+    graph = build([aval((3, 4, 5)), aval((3, 5, 4))], body)
+    check(graph, [f32(3, 4, 5), f32(3, 5, 4)], monkeypatch, rtol=1e-5, atol=1e-5)
+
+
+CONVS = [
+    # (lhs shape, rhs shape, dimension numbers, extra params)
+    ((2, 9, 9, 3), (3, 3, 3, 4), ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)), {}),
+    ((2, 9, 9, 3), (3, 3, 3, 4), ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)),
+     dict(window_strides=(2, 2), padding=((1, 1), (0, 1)))),
+    ((2, 5, 5, 4), (3, 4, 3, 3), ((0, 3, 1, 2), (0, 1, 2, 3), (0, 3, 1, 2)),
+     dict(padding=((2, 2), (2, 2)), lhs_dilation=(2, 2))),
+    # A weight gradient's layout: the input's batch is the feature.
+    ((2, 7, 7, 3), (2, 5, 5, 4), ((3, 0, 1, 2), (3, 0, 1, 2), (0, 1, 2, 3)), {}),
+    ((2, 6, 6, 4), (3, 3, 1, 4), ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)),
+     dict(feature_group_count=4, rhs_dilation=(2, 1))),
+    ((2, 3, 10), (4, 3, 3), ((0, 1, 2), (0, 1, 2), (0, 1, 2)), dict(padding=((1, 1),))),
+]
+
+
+@pytest.mark.parametrize("lhs,rhs,dims,extra", CONVS)
+def test_convolutions_in_every_layout(lhs, rhs, dims, extra, monkeypatch):
+    nsp = len(lhs) - 2
+    params = dict(window_strides=(1,) * nsp, padding=((0, 0),) * nsp,
+                  lhs_dilation=(1,) * nsp, rhs_dilation=(1,) * nsp,
+                  dimension_numbers=dims, feature_group_count=1)
+    params.update(extra)
+    graph = one("conv_general_dilated", [(lhs, "float32"), (rhs, "float32")], **params)
+    check(graph, [f32(*lhs), f32(*rhs)], monkeypatch, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["max", "sum", "min"])
+def test_reduce_window(op, monkeypatch):
+    graph = one("reduce_window", [((2, 7, 7, 3), "float32")], op=op,
+                window_dimensions=(1, 3, 3, 1), window_strides=(1, 2, 2, 1),
+                padding=((0, 0), (1, 1), (0, 1), (0, 0)), base_dilation=(1, 1, 1, 1),
+                window_dilation=(1, 1, 1, 1))
+    check(graph, [f32(2, 7, 7, 3)], monkeypatch, rtol=1e-5)
+
+
+@pytest.mark.parametrize("bit_width,stream", [(32, 0), (8, 3), (64, 2**40 + 5)])
+def test_random_bits_are_the_numpy_bits(bit_width, stream, monkeypatch):
+    graph = one("random_bits", [((2,), "uint32")], shape=(3, 5), bit_width=bit_width,
+                stream=stream)
+    check(graph, [np.array([1234, 99], np.uint32)], monkeypatch, exact=True)
+
+
+def _jit_both(fn, args, monkeypatch):
+    from keras_ipu.device.jit import jit
+
+    monkeypatch.setenv(engines.ENV, "numpy")
+    want = jit(fn)(*args)
+    monkeypatch.setenv(engines.ENV, "xla")
+    monkeypatch.setenv(engines.STRICT_ENV, "1")
+    fast = jit(fn)
+    got = fast(*args)
+    return want, got
+
+
+def test_control_flow_scan_while_and_cond(monkeypatch):
+    import keras
+
+    def fn(x, n):
+        def step(carry, xs):
+            carry = carry * 0.5 + xs
+            return carry, carry.sum()
+
+        last, sums = keras.ops.scan(step, keras.ops.zeros((3,)), x, reverse=True)
+        loop = keras.ops.fori_loop(0, n, lambda i, v: v + i, last)
+        branch = keras.ops.cond(n > 2, lambda: loop * 2.0, lambda: loop - 1.0)
+        return sums, loop, branch
+
+    x = f32(5, 3)
+    for n in (1, 4):
+        want, got = _jit_both(fn, (x, np.int32(n)), monkeypatch)
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+# -- the engine choice ------------------------------------------------------
+
+
+def _mlp_losses(engine, extra_env=None):
+    code = textwrap.dedent(
+        """
+        import numpy as np, keras
+        from keras import layers
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((64, 20)).astype("float32")
+        y = rng.integers(0, 4, 64)
+        keras.utils.set_random_seed(1)
+        m = keras.Sequential([keras.Input((20,)), layers.Dense(32, activation="relu"),
+                              layers.Dropout(0.2), layers.Dense(4)])
+        m.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), steps_per_execution=2)
+        h = m.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+        import sys
+        from keras_ipu.device.compiler import engines
+        from keras_ipu.device.compiler.executable import Executable
+        import gc
+        used = sorted({engines.current_engine(e) for e in gc.get_objects()
+                       if isinstance(e, Executable) and e.name == "train_step_loop"})
+        print(h.history["loss"], used, "keras_ipu.device.to_tensorflow" in sys.modules)
+        """
+    )
+    env = dict(os.environ, KERAS_BACKEND="ipu", KERAS_IPU_ENGINE=engine, **(extra_env or {}))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = out.stdout.strip().splitlines()[-1]
+    losses = eval(line[: line.index("]") + 1])
+    rest = line[line.index("]") + 1:].split()
+    return losses, rest
+
+
+def test_fit_on_xla_matches_numpy_and_numpy_never_emits():
+    numpy_losses, numpy_rest = _mlp_losses("numpy")
+    xla_losses, xla_rest = _mlp_losses("xla", {engines.STRICT_ENV: "1"})
+    np.testing.assert_allclose(xla_losses, numpy_losses, rtol=1e-5)
+    assert numpy_rest == ["['numpy']", "False"]
+    assert xla_rest == ["['xla']", "True"]
+    # The default (auto): a program this short never leaves NumPy.
+    auto_losses, auto_rest = _mlp_losses("auto")
+    assert auto_losses == numpy_losses and auto_rest == ["['numpy']", "False"]
+
+
+def _graph():
+    def body(b, x, w):
+        y = b.op("dot_general", x, w, dimension_numbers=(((1,), (0,)), ((), ())))
+        return [b.op("max", y, lit(np.float32(0.0))), b.op("reduce_sum", y, axes=(0, 1))]
+
+    return build([aval((8, 6)), aval((6, 5))], body)
+
+
+def test_auto_compiles_hot_programs_in_the_background_and_keeps_the_faster(monkeypatch):
+    monkeypatch.setenv(engines.ENV, "auto")
+    monkeypatch.setattr(engines, "HOT_SECONDS", 1e-9)
+    exe = compile_graph(_graph())
+    x, w = f32(8, 6), f32(6, 5)
+    want = exe.run_unchecked([x, w])
+    first = exe.run(x, w)  # NumPy; the next run starts the compile
+    runner = exe._engine_run
+    assert isinstance(runner, engines.TieredRunner) and runner.engine == "numpy"
+    exe.run(x, w)
+    assert runner.engine in ("compiling", "timing")
+    runner.thread.join(timeout=120)
+    assert runner.engine == "timing"
+    results = [exe.run(x, w) for _ in range(engines.TIMED_RUNS + 2)]
+    assert runner.engine in ("xla", "numpy-final")
+    for outs in [first] + results:
+        for g, wv in zip(outs, want):
+            np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)
+
+
+def test_numpy_after_xla_copies_read_only_donated_inputs(monkeypatch):
+    exe = compile_graph(_graph())
+    runner = engines.TieredRunner(exe)
+    runner._xla_ran = True
+    runner._written = (0,)
+    x = f32(8, 6)
+    x.setflags(write=False)
+    arrays = [x, f32(6, 5)]
+    runner._numpy(arrays)
+    assert arrays[0] is not x and arrays[0].flags.writeable
+
+
+def test_fp_behaviour_and_setting_numpy_keep_numpy(monkeypatch):
+    exe = compile_graph(_graph())
+    monkeypatch.setenv(engines.ENV, "numpy")
+    assert engines.runner(exe) == exe.run_unchecked
+    monkeypatch.setenv(engines.ENV, "xla")
+    exe.fp_behaviour = {"esr": True}
+    monkeypatch.setattr(engines.device_checks, "is_active", lambda b: bool(b))
+    assert engines.runner(exe) == exe.run_unchecked
+
+
+def test_unknown_engine_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv(engines.ENV, "gpu")
+    with pytest.raises(ValueError, match=r"KERAS_IPU_ENGINE='gpu'.*auto, numpy, xla"):
+        engines.engine_setting()
+
+
+def test_a_primitive_without_a_rule_runs_on_numpy(monkeypatch, caplog):
+    monkeypatch.setenv(engines.ENV, "xla")
+    graph = one("svd", [((3, 3), "float32")], full_matrices=False, compute_uv=False)
+    exe = compile_graph(graph)
+    x = f32(3, 3)
+    with caplog.at_level("INFO", logger="keras_ipu.device"):
+        out = exe.run(x)
+    np.testing.assert_allclose(out[0], np.linalg.svd(x, compute_uv=False), rtol=1e-5)
+    assert engines.current_engine(exe) == "numpy"

@@ -1,0 +1,84 @@
+"""The NumPy engine's thread policy (device/native/threads.py): caps from
+the usual variables, small products on one thread, split products giving
+np.matmul's values, the pool's errors reaching the caller."""
+
+import numpy as np
+import pytest
+
+from keras_ipu.device.native import threads
+
+
+@pytest.fixture
+def cap(monkeypatch):
+    """Set the cap as the environment would (the cap is read once)."""
+
+    def set_cap(value):
+        for name in threads.CAP_VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+        if value is not None:
+            monkeypatch.setenv("KERAS_IPU_HOST_THREADS", str(value))
+        monkeypatch.setattr(threads, "_cap", None)
+        monkeypatch.setattr(threads, "_plans", {})
+
+    return set_cap
+
+
+def test_the_smallest_user_variable_caps_threads(cap, monkeypatch):
+    cap(None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert threads.max_threads() == 2
+
+
+def test_without_variables_the_cap_is_the_cores_we_may_use(cap):
+    cap(None)
+    assert threads.max_threads() == len(__import__("os").sched_getaffinity(0))
+
+
+def test_a_bad_variable_names_itself(cap, monkeypatch):
+    cap(None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "many")
+    with pytest.raises(ValueError, match="OMP_NUM_THREADS='many'.*positive integer"):
+        threads.max_threads()
+
+
+def test_small_products_stay_on_one_thread(cap):
+    cap(8)
+    assert threads.threads_for(threads.FLOPS_PER_THREAD - 1) == 1
+    assert threads.threads_for(3 * threads.FLOPS_PER_THREAD) == 3
+    assert threads.threads_for(100 * threads.FLOPS_PER_THREAD) == 8
+    cap(1)
+    assert threads.threads_for(100 * threads.FLOPS_PER_THREAD) == 1
+    assert threads.matmul_plan(0, 512, 512, 512, np.float32) is None
+
+
+@pytest.mark.parametrize("shapes", [
+    ((256, 300), (300, 64)),     # rows
+    ((64, 300), (300, 256)),     # columns
+    ((8, 64, 100), (8, 100, 96)),  # batches
+    ((1, 256, 200), (1, 200, 64)),  # one batch: its rows
+])
+def test_split_products_equal_numpy(cap, shapes, monkeypatch):
+    cap(4)
+    monkeypatch.setattr(threads, "FLOPS_PER_THREAD", 1000)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shapes[0]).astype(np.float32)
+    y = rng.standard_normal(shapes[1]).astype(np.float32)
+    b = x.shape[0] if x.ndim == 3 else 0
+    plan = threads.matmul_plan(b, x.shape[-2], y.shape[-1], x.shape[-1], np.float32)
+    assert plan is not None
+    np.testing.assert_allclose(plan(x, y), np.matmul(x, y), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(threads.matmul(x, y), np.matmul(x, y), rtol=1e-5, atol=1e-4)
+
+
+def test_parallel_for_runs_every_block_once_and_reraises():
+    seen = []
+    threads.parallel_for(seen.append, 10, 3)
+    assert sorted(seen) == list(range(10))
+
+    def fail(i):
+        if i == 5:
+            raise KeyError(i)
+
+    with pytest.raises(KeyError):
+        threads.parallel_for(fail, 8, 2)
