@@ -37,12 +37,33 @@ import tempfile
 import time
 from pathlib import Path
 
-BACKENDS = ("ipu", "tensorflow", "jax")
+# Each entry runs in its own process: (Keras backend, extra environment,
+# jit_compile for TensorFlow). The ipu engines (KERAS_IPU_ENGINE): "ipu" is
+# the default (auto: NumPy first, XLA for programs that keep running),
+# "ipu-numpy" and "ipu-xla" pin one engine; "tensorflow-xla" is TensorFlow
+# with jit_compile=True (XLA), as a user who wants speed runs it.
+VARIANTS = {
+    "ipu": ("ipu", {}, None),
+    "ipu-numpy": ("ipu", {"KERAS_IPU_ENGINE": "numpy"}, None),
+    "ipu-xla": ("ipu", {"KERAS_IPU_ENGINE": "xla"}, None),
+    "tensorflow": ("tensorflow", {}, None),
+    "tensorflow-xla": ("tensorflow", {}, True),
+    "jax": ("jax", {}, None),
+}
+BACKENDS = tuple(VARIANTS)
+DEFAULT_BACKENDS = ("ipu", "tensorflow", "jax")
 # The module whose absence means the backend is not installed.
 BACKEND_MODULE = {"ipu": "keras_ipu", "tensorflow": "tensorflow", "jax": "jax"}
-MODELS = ("mlp", "cnn", "transformer", "lstm")
+for _name, (_keras_backend, _, _) in VARIANTS.items():
+    BACKEND_MODULE.setdefault(_name, BACKEND_MODULE[_keras_backend])
+MODELS = ("mlp", "cnn", "transformer", "lstm", "demo_functional", "resnet18",
+          "bert_small")
+DEFAULT_MODELS = ("mlp", "cnn", "transformer", "lstm")
 BATCH_SIZE = 128
 SEED = 1234
+# Steps per epoch when --steps is not given: the large models take seconds
+# per step on a small machine.
+DEFAULT_STEPS = {"resnet18": 6, "bert_small": 4}
 
 # Model and data sizes: full, and tiny ones for --quick (a smoke test).
 SIZES = {
@@ -55,6 +76,18 @@ SIZES = {
         },
         "lstm": {"vocab": 1000, "seq": 32, "dim": 64, "units": 128,
                  "classes": 10},
+        # Keras' examples/demo_functional.py: Dense 512 layers with
+        # residual adds on 100 features, 16 regression outputs, MSE.
+        "demo_functional": {"features": 100, "hidden": 512, "outputs": 16},
+        # ResNet-18's layout (4 stages of 2 basic blocks) on 32x32 CIFAR
+        # images with a 3x3 stem; base width 64 as in the paper's CIFAR
+        # adaptations.
+        "resnet18": {"image": 32, "width": 64, "blocks": (2, 2, 2, 2),
+                     "classes": 10},
+        # BERT-Small (Turc et al. 2019): 4 layers, hidden 512, 8 heads,
+        # feed-forward 2048, on 128 tokens; classification from token 0.
+        "bert_small": {"vocab": 30522, "seq": 128, "layers": 4, "dim": 512,
+                       "heads": 8, "ff": 2048, "classes": 2},
     },
     "quick": {
         "mlp": {"features": 16, "hidden": 8, "classes": 3},
@@ -64,6 +97,11 @@ SIZES = {
             "classes": 2,
         },
         "lstm": {"vocab": 20, "seq": 5, "dim": 4, "units": 4, "classes": 3},
+        "demo_functional": {"features": 6, "hidden": 8, "outputs": 2},
+        "resnet18": {"image": 8, "width": 4, "blocks": (1, 1, 1, 1),
+                     "classes": 3},
+        "bert_small": {"vocab": 20, "seq": 6, "layers": 1, "dim": 8,
+                       "heads": 2, "ff": 8, "classes": 2},
     },
 }
 
@@ -125,7 +163,68 @@ def build_model(keras, name, size):
             ],
             name="lstm",
         )
+    if name == "demo_functional":
+        inputs = keras.Input((size["features"],))
+        h = size["hidden"]
+        x = layers.Dense(h, activation="relu")(inputs)
+        for _ in range(4):  # four residual pairs: nine Dense 512 in all
+            residual = x
+            x = layers.Dense(h, activation="relu")(x)
+            x = layers.Dense(h, activation="relu")(x)
+            x = layers.Add()([x, residual])
+        outputs = layers.Dense(size["outputs"])(x)
+        return keras.Model(inputs, outputs, name="demo_functional")
+    if name == "resnet18":
+        return _resnet18(keras, size)
+    if name == "bert_small":
+        return _bert_small(keras, size)
     raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
+
+
+def _resnet18(keras, size):
+    layers = keras.layers
+
+    def conv_bn(x, filters, strides=1, relu=True):
+        x = layers.Conv2D(filters, 3, strides=strides, padding="same",
+                          use_bias=False)(x)
+        x = layers.BatchNormalization()(x)
+        return layers.ReLU()(x) if relu else x
+
+    inputs = keras.Input((size["image"], size["image"], 3))
+    x = conv_bn(inputs, size["width"])
+    for stage, count in enumerate(size["blocks"]):
+        filters = size["width"] * 2 ** stage
+        for block in range(count):
+            strides = 2 if stage > 0 and block == 0 else 1
+            shortcut = x
+            y = conv_bn(x, filters, strides)
+            y = conv_bn(y, filters, relu=False)
+            if strides != 1 or shortcut.shape[-1] != filters:
+                shortcut = layers.Conv2D(filters, 1, strides=strides,
+                                         use_bias=False)(shortcut)
+                shortcut = layers.BatchNormalization()(shortcut)
+            x = layers.ReLU()(layers.Add()([y, shortcut]))
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(size["classes"])(x), name="resnet18")
+
+
+def _bert_small(keras, size):
+    layers = keras.layers
+    tokens = keras.Input((size["seq"],), dtype="int32")
+    x = layers.Embedding(size["vocab"], size["dim"])(tokens)
+    positions = layers.Embedding(size["seq"], size["dim"])(
+        keras.ops.arange(size["seq"])[None, :])
+    x = layers.LayerNormalization(epsilon=1e-12)(x + positions)
+    for _ in range(size["layers"]):
+        attn = layers.MultiHeadAttention(
+            size["heads"], size["dim"] // size["heads"])(x, x)
+        x = layers.LayerNormalization(epsilon=1e-12)(x + attn)
+        ff = layers.Dense(size["ff"], activation="gelu")(x)
+        ff = layers.Dense(size["dim"])(ff)
+        x = layers.LayerNormalization(epsilon=1e-12)(x + ff)
+    pooled = layers.Dense(size["dim"], activation="tanh")(x[:, 0])
+    return keras.Model(tokens, layers.Dense(size["classes"])(pooled),
+                       name="bert_small")
 
 
 def make_data(name, size, samples):
@@ -133,15 +232,18 @@ def make_data(name, size, samples):
     import numpy as np
 
     rng = np.random.default_rng(SEED)
-    if name == "mlp":
+    if name in ("mlp", "demo_functional"):
         x = rng.standard_normal((samples, size["features"]), dtype=np.float32)
-    elif name == "cnn":
-        shape = (samples, size["image"], size["image"], size["channels"])
+    elif name in ("cnn", "resnet18"):
+        shape = (samples, size["image"], size["image"], size.get("channels", 3))
         x = rng.standard_normal(shape, dtype=np.float32)
     else:
         x = rng.integers(0, size["vocab"], (samples, size["seq"]),
                          dtype=np.int32)
-    y = rng.integers(0, size["classes"], (samples,), dtype=np.int32)
+    if name == "demo_functional":
+        y = rng.random((samples, size["outputs"]), dtype=np.float32)
+    else:
+        y = rng.integers(0, size["classes"], (samples,), dtype=np.int32)
     return x, y
 
 
@@ -152,18 +254,50 @@ def weights_checksum(model):
                      for w in model.get_weights()))
 
 
+def make_optimizer(keras, name):
+    if name == "adam":
+        return keras.optimizers.Adam(learning_rate=0.001)
+    return keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
+
+
+OPTIMIZERS = {"sgd": "SGD(learning_rate=0.001, momentum=0.9)",
+              "adam": "Adam(learning_rate=0.001)"}
+
+
+def train_step_flops(model, steps_per_execution):
+    """Floating-point operations of one training step, as keras_ipu's cost
+    model counts them (a matmul 2 per multiply-add, an elementwise op 1 per
+    element) on the compiled train program; None off the ipu backend."""
+    import gc
+
+    from keras_ipu.device.compiler.executable import Executable
+
+    programs = [o for o in gc.get_objects()
+                if isinstance(o, Executable) and o.name == "train_step_loop"]
+    if not programs:
+        return None
+    exe = programs[-1]
+    total = sum(step.flops for step in exe.prediction.steps)
+    return total / max(1, exe.prediction.steps_per_run)
+
+
 def run_model(keras, name, size, args, weights_path):
-    steps, epochs = args.steps, 1 + args.timed_epochs
-    x, y = make_data(name, size, steps * BATCH_SIZE)
+    steps, epochs = model_steps(args, name), 1 + args.timed_epochs
+    batch = args.batch_size
+    x, y = make_data(name, size, steps * batch)
     keras.utils.set_random_seed(SEED)
     model = build_model(keras, name, size)
     if args.save_weights:
         model.save_weights(weights_path)
     else:
         model.load_weights(weights_path)
+    if name == "demo_functional":
+        loss = keras.losses.MeanSquaredError()
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(
-        optimizer=keras.optimizers.SGD(learning_rate=0.001, momentum=0.9),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=make_optimizer(keras, args.optimizer),
+        loss=loss,
         steps_per_execution=args.steps_per_execution,
         jit_compile="auto" if args.jit_compile == "auto" else True,
     )
@@ -182,12 +316,15 @@ def run_model(keras, name, size, args, weights_path):
             marks[("loss", epoch)] = float(logs["loss"])
 
     fit_start = time.perf_counter()
-    model.fit(x, y, batch_size=BATCH_SIZE, epochs=epochs, shuffle=False,
+    model.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False,
               verbose=0, callbacks=[Clock()])
     fit_s = time.perf_counter() - fit_start
     epoch_s = [marks[("end", e)] - marks[("begin", e)]
                for e in range(1, epochs)]
-    rates = [steps * BATCH_SIZE / s for s in epoch_s]
+    rates = [steps * batch / s for s in epoch_s]
+    flops = None
+    if keras.backend.backend() == "ipu":
+        flops = train_step_flops(model, args.steps_per_execution)
     return {
         "samples_per_s": statistics.median(rates) if rates else None,
         "samples_per_s_min": min(rates) if rates else None,
@@ -199,6 +336,10 @@ def run_model(keras, name, size, args, weights_path):
         "initial_weights_abs_sum": None,  # filled below
         "jit_compile": bool(model.jit_compile),
         "parameters": int(model.count_params()),
+        "steps_per_epoch": steps,
+        "train_step_flops": flops,
+        "engine": os.environ.get("KERAS_IPU_ENGINE", "auto")
+        if keras.backend.backend() == "ipu" else None,
     }
 
 
@@ -214,6 +355,12 @@ def configure_threads_in_process(backend, threads):
             "tf_inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
         }
     return {}
+
+
+def model_steps(args, name):
+    if args.steps is not None:
+        return args.steps
+    return 3 if args.quick else DEFAULT_STEPS.get(name, 30)
 
 
 def worker_main(args):
@@ -286,23 +433,28 @@ def installed(backend):
     return importlib.util.find_spec(BACKEND_MODULE[backend]) is not None
 
 
-def run_worker(backend, args, weights_dir, save_weights, result_file):
+def run_worker(variant, args, weights_dir, save_weights, result_file):
+    backend, extra_env, jit = VARIANTS[variant]
     env = dict(os.environ)
     env.update(thread_environment(args.threads))
+    env.update(extra_env)
     env["KERAS_BACKEND"] = backend
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["JAX_PLATFORMS"] = "cpu"
     cmd = [
         sys.executable, os.path.abspath(__file__), "--worker",
         "--models", ",".join(args.model_list),
-        "--steps", str(args.steps),
         "--timed-epochs", str(args.timed_epochs),
         "--steps-per-execution", str(args.steps_per_execution),
         "--threads", str(args.threads),
-        "--jit-compile", args.jit_compile,
+        "--jit-compile", "true" if jit else args.jit_compile,
+        "--batch-size", str(args.batch_size),
+        "--optimizer", args.optimizer,
         "--weights-dir", weights_dir,
         "--result-file", result_file,
     ]
+    if args.steps is not None:
+        cmd += ["--steps", str(args.steps)]
     if args.quick:
         cmd.append("--quick")
     if save_weights:
@@ -313,8 +465,9 @@ def run_worker(backend, args, weights_dir, save_weights, result_file):
         os.sched_setaffinity(0, cores)
 
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, preexec_fn=pin, capture_output=True,
-                          text=True, timeout=args.timeout)
+    with busy_processes(cores if args.load else ()):
+        proc = subprocess.run(cmd, env=env, preexec_fn=pin, capture_output=True,
+                              text=True, timeout=args.timeout)
     wall = time.perf_counter() - start
     if proc.returncode != 0 or not Path(result_file).exists():
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
@@ -324,44 +477,141 @@ def run_worker(backend, args, weights_dir, save_weights, result_file):
     return info
 
 
+BUSY_LOOP = "while True:\n    pass\n"
+
+
+class busy_processes:
+    """`--load`: one process spinning on the benchmark's cores while a
+    backend runs (another user's job on the same machine)."""
+
+    def __init__(self, cores):
+        self.cores = list(cores)
+        self.procs = []
+
+    def __enter__(self):
+        if self.cores:
+            cores = self.cores
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-c", BUSY_LOOP],
+                preexec_fn=lambda: os.sched_setaffinity(0, cores)))
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+BLAS_PEAK_CODE = """
+import json, time, numpy as np
+n = {n}
+a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+np.matmul(a, b)
+best = float("inf")
+for _ in range({repeats}):
+    start = time.perf_counter()
+    np.matmul(a, b)
+    best = min(best, time.perf_counter() - start)
+print(json.dumps(2 * n ** 3 / best / 1e9))
+"""
+
+
+def blas_peak(threads, quick=False):
+    """GFLOP/s of NumPy's sgemm (OpenBLAS) on a large square product with
+    `threads` threads on the benchmark's cores: this host's practical
+    float32 limit, the yardstick for every backend's GFLOP/s."""
+    n, repeats = (256, 2) if quick else (2048, 5)
+    env = dict(os.environ)
+    env.update(thread_environment(threads))
+    cores = sorted(os.sched_getaffinity(0))[:threads]
+    proc = subprocess.run(
+        [sys.executable, "-c", BLAS_PEAK_CODE.format(n=n, repeats=repeats)],
+        env=env, capture_output=True, text=True, timeout=600,
+        preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    if proc.returncode != 0:
+        return None
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def _rate(results, backend, name):
+    return results.get(backend, {}).get("models", {}).get(name, {})
+
+
 def ratios(results, models):
+    """Per model, each ipu variant over each other backend, and over the
+    fastest of them (`/best`), of samples/s and first-epoch time."""
     out = {}
+    ipus = [b for b in results if VARIANTS.get(b, ("",))[0] == "ipu"]
+    peers = [b for b in results if VARIANTS.get(b, ("",))[0] != "ipu"]
     for name in models:
-        ipu = results.get("ipu", {}).get("models", {}).get(name, {})
         row = {}
-        for other in ("tensorflow", "jax"):
-            ref = results.get(other, {}).get("models", {}).get(name, {})
-            if ipu.get("samples_per_s") and ref.get("samples_per_s"):
-                row[f"ipu/{other}"] = {
-                    "samples_per_s": ipu["samples_per_s"] / ref["samples_per_s"],
-                    "first_epoch_s": ipu["first_epoch_s"] / ref["first_epoch_s"],
+        for ipu_name in ipus:
+            ipu = _rate(results, ipu_name, name)
+            if not ipu.get("samples_per_s"):
+                continue
+            best, compared = None, 0
+            for other in peers:
+                ref = _rate(results, other, name)
+                if ipu.get("samples_per_s") and ref.get("samples_per_s"):
+                    compared += 1
+                    row[f"{ipu_name}/{other}"] = {
+                        "samples_per_s": ipu["samples_per_s"] / ref["samples_per_s"],
+                        "first_epoch_s": ipu["first_epoch_s"] / ref["first_epoch_s"],
+                    }
+                    if best is None or ref["samples_per_s"] > best[1]["samples_per_s"]:
+                        best = (other, ref)
+            if compared > 1:
+                row[f"{ipu_name}/best"] = {
+                    "samples_per_s": ipu["samples_per_s"] / best[1]["samples_per_s"],
+                    "first_epoch_s": ipu["first_epoch_s"] / best[1]["first_epoch_s"],
+                    "best": best[0],
                 }
         out[name] = row
     return out
 
 
+def _flops(report, name):
+    """The training step's FLOPs (keras_ipu's count, the same model for
+    every backend)."""
+    for entry in report["results"].values():
+        flops = entry.get("models", {}).get(name, {}).get("train_step_flops")
+        if flops:
+            return flops
+    return None
+
+
 def format_table(report):
+    peak = report["config"].get("blas_peak_gflops")
+    batch = report["config"]["batch_size"]
     lines = [
-        "| model | backend | samples/s (median) | min..max | first epoch s "
-        "| loss after epoch 1 |",
-        "|---|---|---:|---:|---:|---:|",
+        "| model | backend | samples/s (median) | min..max | GFLOP/s "
+        "| % of BLAS peak | first epoch s | loss after epoch 1 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name in report["config"]["models"]:
+        flops = _flops(report, name)
         for backend in report["config"]["backends"]:
             entry = report["results"].get(backend, {})
             res = entry.get("models", {}).get(name)
             if res is None:
                 why = entry.get("skipped") or entry.get("error", "no result")
                 lines.append(f"| {name} | {backend} | skipped: "
-                             f"{why.splitlines()[0]} | | | |")
+                             f"{why.splitlines()[0]} | | | | | |")
             elif "error" in res:
                 lines.append(f"| {name} | {backend} | error: "
-                             f"{res['error'].splitlines()[0][:80]} | | | |")
+                             f"{res['error'].splitlines()[0][:80]} | | | | | |")
             else:
+                gflops = pct = ""
+                if flops:
+                    rate = flops * res["samples_per_s"] / batch / 1e9
+                    gflops = f"{rate:.1f}"
+                    if peak:
+                        pct = f"{100 * rate / peak:.0f}%"
                 lines.append(
                     f"| {name} | {backend} | {res['samples_per_s']:.0f} | "
                     f"{res['samples_per_s_min']:.0f}..."
-                    f"{res['samples_per_s_max']:.0f} | "
+                    f"{res['samples_per_s_max']:.0f} | {gflops} | {pct} | "
                     f"{res['first_epoch_s']:.2f} | "
                     f"{res['loss_after_first_epoch']:.4f} |"
                 )
@@ -370,7 +620,8 @@ def format_table(report):
               "|---|---|---:|---:|"]
     for name, row in report["ratios"].items():
         for key, val in row.items():
-            lines.append(f"| {name} | {key} | {val['samples_per_s']:.3f} | "
+            label = f"{key} ({val['best']})" if "best" in val else key
+            lines.append(f"| {name} | {label} | {val['samples_per_s']:.3f} | "
                          f"{val['first_epoch_s']:.3f} |")
     return "\n".join(lines)
 
@@ -388,6 +639,7 @@ def driver_main(args):
     if args.threads > len(available):
         sys.exit(f"--threads {args.threads} is more than the "
                  f"{len(available)} CPU cores this process may use")
+    peak = blas_peak(args.threads, args.quick)
 
     results = {}
     for backend in backends:
@@ -420,16 +672,18 @@ def driver_main(args):
         "config": {
             "models": args.model_list,
             "backends": backends,
-            "batch_size": BATCH_SIZE,
+            "batch_size": args.batch_size,
             "dtype": "float32",
-            "steps_per_epoch": args.steps,
+            "steps_per_epoch": {m: model_steps(args, m) for m in args.model_list},
             "timed_epochs": args.timed_epochs,
             "steps_per_execution": args.steps_per_execution,
             "jit_compile": args.jit_compile,
             "quick": args.quick,
             "sizes": {m: SIZES["quick" if args.quick else "full"][m]
                       for m in args.model_list},
-            "optimizer": "SGD(learning_rate=0.001, momentum=0.9)",
+            "optimizer": OPTIMIZERS[args.optimizer],
+            "load": bool(args.load),
+            "blas_peak_gflops": peak,
             "threads": args.threads,
             "thread_environment": thread_environment(args.threads),
             "cpu_affinity": sorted(available)[: args.threads],
@@ -444,8 +698,11 @@ def driver_main(args):
     report["table"] = format_table(report)
     print(report["table"])
     cfg = report["config"]
-    print(f"\nbatch {BATCH_SIZE}, float32, {args.steps} steps/epoch, "
+    print(f"\nbatch {args.batch_size}, float32, {args.optimizer}, steps/epoch "
+          f"{cfg['steps_per_epoch']}, "
           f"{args.timed_epochs} timed epochs after the first, "
+          f"{'one busy process beside it, ' if args.load else ''}"
+          f"BLAS peak {peak and round(peak, 1)} GFLOP/s, "
           f"steps_per_execution {args.steps_per_execution}, "
           f"threads {args.threads} (cores {cfg['cpu_affinity']}; "
           f"{cfg['thread_environment']})")
@@ -457,12 +714,20 @@ def driver_main(args):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=",".join(MODELS),
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS),
                    help=f"comma-separated subset of {','.join(MODELS)}")
-    p.add_argument("--backends", default=",".join(BACKENDS),
+    p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
                    help=f"comma-separated subset of {','.join(BACKENDS)}")
     p.add_argument("--steps", type=int, default=None,
-                   help="training steps per epoch (default 30, --quick 3)")
+                   help="training steps per epoch (default 30; resnet18 6, "
+                        "bert_small 4; --quick 3)")
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE,
+                   help="samples per step (default 128)")
+    p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="sgd",
+                   help="sgd (momentum 0.9, the default) or adam")
+    p.add_argument("--load", action="store_true",
+                   help="run one busy process on the same cores beside each "
+                        "backend (a shared machine)")
     p.add_argument("--timed-epochs", type=int, default=None,
                    help="epochs timed after the first (default 3, --quick 2)")
     p.add_argument("--steps-per-execution", type=int, default=1,
@@ -483,12 +748,11 @@ def parse_args(argv=None):
     p.add_argument("--save-weights", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.steps is None:
-        args.steps = 3 if args.quick else 30
     if args.timed_epochs is None:
         args.timed_epochs = 2 if args.quick else 3
-    if args.steps < 1 or args.timed_epochs < 1 or args.threads < 1:
-        p.error("--steps, --timed-epochs and --threads must be >= 1")
+    if ((args.steps is not None and args.steps < 1) or args.timed_epochs < 1
+            or args.threads < 1 or args.batch_size < 1):
+        p.error("--steps, --timed-epochs, --threads and --batch-size must be >= 1")
     return args
 
 

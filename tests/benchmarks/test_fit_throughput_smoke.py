@@ -87,3 +87,29 @@ def test_ratios_divide_ipu_by_the_reference():
     assert bench.ratios(results, ["mlp"]) == {
         "mlp": {"ipu/tensorflow": {"samples_per_s": 3.0, "first_epoch_s": 0.5}}
     }
+    # With two peers, each ipu variant is also divided by the faster one.
+    results["jax"] = {"models": {"mlp": {"samples_per_s": 150.0, "first_epoch_s": 1.0}}}
+    results["ipu-xla"] = {"models": {"mlp": {"samples_per_s": 450.0, "first_epoch_s": 8.0}}}
+    got = bench.ratios(results, ["mlp"])["mlp"]
+    assert got["ipu/best"] == {"samples_per_s": 2.0, "first_epoch_s": 2.0, "best": "jax"}
+    assert got["ipu-xla/best"]["samples_per_s"] == 3.0
+    assert got["ipu-xla/tensorflow"]["first_epoch_s"] == 2.0
+
+
+def test_gflops_and_peak_in_the_table():
+    bench = _load_script()
+    report = {
+        "config": {"models": ["mlp"], "backends": ["ipu", "jax"], "batch_size": 100,
+                   "blas_peak_gflops": 50.0},
+        "results": {
+            "ipu": {"models": {"mlp": {
+                "samples_per_s": 1000.0, "samples_per_s_min": 900.0,
+                "samples_per_s_max": 1100.0, "first_epoch_s": 1.0,
+                "loss_after_first_epoch": 2.0, "train_step_flops": 2e9}}},
+            "jax": {"skipped": "not installed"},
+        },
+        "ratios": {"mlp": {}},
+    }
+    # 2 GFLOP per step of 100 samples at 1000 samples/s: 20 GFLOP/s, 40%.
+    assert "| mlp | ipu | 1000 | 900...1100 | 20.0 | 40% | 1.00 | 2.0000 |" in (
+        bench.format_table(report))

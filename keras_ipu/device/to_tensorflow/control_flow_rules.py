@@ -17,6 +17,11 @@ def _scan(ctx, *operands, body, length, reverse, n_carry, n_xs, unroll):
     ys = [tf.zeros(a.shape, a.dtype.name) for a in y_avals]
     if length == 0:
         return tuple(carry) + tuple(ys)
+    if length == 1:
+        # One step (steps_per_execution=1): no loop, so XLA fuses and
+        # updates the carried state as it would a plain step.
+        outs = ctx.emit(body, carry + [x[0] for x in xs] + consts)
+        return tuple(outs[:n_carry]) + tuple(y[None] for y in outs[n_carry:])
 
     def step(t, carry, ys):
         index = (length - 1 - t) if reverse else t

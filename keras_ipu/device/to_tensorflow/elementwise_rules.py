@@ -105,6 +105,8 @@ _UNARY = {
     "digamma": tf.math.digamma,
     "i0e": tf.math.special.bessel_i0e,
     "i1e": tf.math.special.bessel_i1e,
+    "i0": lambda x: tf.math.special.bessel_i0e(x) * tf.math.exp(tf.math.abs(x)),
+    "i1": lambda x: tf.math.special.bessel_i1e(x) * tf.math.exp(tf.math.abs(x)),
     "logical_not": lambda x: tf.math.logical_not(tf.cast(x, tf.bool)),
 }
 for _name, _fn in _UNARY.items():
