@@ -290,3 +290,27 @@ def test_numpy_kernel_never_reuses_a_buffer_a_convert_returned():
     with np.errstate(all="ignore"):
         want = [x * y, x * y * np.float32(3.0)]
     _assert_same_bits(exe.run(x, y), want)
+
+
+@needs_native
+@pytest.mark.parametrize("small", [(), (1, 1, 24), (40, 1, 1)])
+def test_large_chains_split_over_threads_give_the_same_bits(small, monkeypatch):
+    from keras_ipu.device.native import threads
+
+    # Four threads, and a "large" chain from a few thousand elements: the
+    # chain runs as several element ranges (scalar, row and column
+    # operands included), with NumPy's bits.
+    monkeypatch.setattr(threads, "_cap", 4)
+    monkeypatch.setattr(threads, "ELEMENTS_PER_THREAD", 1000)
+    calls = []
+    real_ranges = threads.ranges
+    monkeypatch.setattr(threads, "ranges",
+                        lambda *a: calls.append(real_ranges(*a)) or calls[-1])
+
+    def body(b, x, s):
+        y = b.op("sub", b.op("mul", x, s), s)
+        return [y, b.op("max", y, lit(0.0, "float32"))]
+
+    exe = _agrees(body, _special((40, 31, 24)), _special(small))
+    assert _uses_native(exe)
+    assert calls and len(calls[-1]) > 1

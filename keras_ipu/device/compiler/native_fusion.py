@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from keras_ipu.device.native import threads as host_threads
+
 from keras_ipu.device import native
 
 F32 = np.dtype(np.float32)
@@ -205,12 +207,35 @@ def native_kernel(chain, results, in_avals, donate, fallback):
     shape = tuple(chain[results[0]][3].shape)
     empty = np.empty
 
+    threads = host_threads.max_threads()
+    threads = min(threads, n // host_threads.ELEMENTS_PER_THREAD)
+    parts = host_threads.ranges(n, block, threads)
+    if len(parts) > 1:
+        # Large chains on several threads: each call computes its own
+        # element range (the C loop releases the GIL); ranges are
+        # disjoint and every op is elementwise, so they never interact.
+        parallel_for = host_threads.parallel_for
+
+        def run_all(xs, outs):
+            ok = []
+
+            def part(i):
+                lo, hi = parts[i]
+                ok.append(run(code, n, inner, block, xs, outs, lo, hi))
+
+            parallel_for(part, len(parts), threads)
+            # Every call checks the same buffers first: all agree.
+            return all(ok)
+    else:
+        def run_all(xs, outs):
+            return run(code, n, inner, block, xs, outs)
+
     def fused_native(*xs):
         outs = tuple(
             empty(shape, dtype) if into is None else xs[into]
             for into, dtype in allocations
         )
-        if run(code, n, inner, block, xs, outs):
+        if run_all(xs, outs):
             return tuple(outs[i] for i in result_index)
         return fallback(*xs)
 

@@ -158,10 +158,10 @@ static void fill(char *dst, const char *src, Py_ssize_t count, int size,
 
 static PyObject *run(PyObject *self, PyObject *args) {
     Py_buffer code;
-    Py_ssize_t n, L, B;
+    Py_ssize_t n, L, B, lo = 0, hi = -1;
     PyObject *ins, *outs;
-    if (!PyArg_ParseTuple(args, "y*nnnO!O!", &code, &n, &L, &B, &PyTuple_Type,
-                          &ins, &PyTuple_Type, &outs))
+    if (!PyArg_ParseTuple(args, "y*nnnO!O!|nn", &code, &n, &L, &B, &PyTuple_Type,
+                          &ins, &PyTuple_Type, &outs, &lo, &hi))
         return NULL;
     const int32_t *w = (const int32_t *)code.buf;
     Py_ssize_t words = code.len / 4;
@@ -170,7 +170,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
     int n_views = 0;
     char *scratch = NULL;
 
-    if (words < 4 || L < 1 || B < L || B % L != 0 || n < 0 || n % L != 0) {
+    if (hi < 0) hi = n;
+    if (words < 4 || L < 1 || B < L || B % L != 0 || n < 0 || n % L != 0
+        || lo < 0 || lo > hi || hi > n || lo % B != 0) {
         PyErr_SetString(PyExc_ValueError, "native elementwise: bad header");
         goto done;
     }
@@ -249,8 +251,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
         }
     }
     for (int r = 0; r < n_regs; r++) ptr[r] = scratch + (size_t)r * stride;
-    for (Py_ssize_t start = 0; start < n; start += block) {
-        Py_ssize_t m = n - start < block ? n - start : block;
+    /* [lo, hi): the part of the elements this call computes (threads
+       split a large chain into such ranges, lo a multiple of the block). */
+    for (Py_ssize_t start = lo; start < hi; start += block) {
+        Py_ssize_t m = hi - start < block ? hi - start : block;
         for (int k = 0; k < n_in; k++) {
             int mode = in_desc[2 * k], size = itemsize_of(reg_dtype[k]);
             if (mode == M_FULL) ptr[k] = base[k] + start * size;
@@ -285,8 +289,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
-     "run(code, n, L, B, inputs, outputs) -> bool: one fused chain, block by "
-     "block; False (nothing written) when a buffer does not fit the program."},
+     "run(code, n, L, B, inputs, outputs[, lo, hi]) -> bool: one fused chain, "
+     "block by block, over elements [lo, hi) (default all); False (nothing "
+     "written) when a buffer does not fit the program."},
     {NULL, NULL, 0, NULL},
 };
 

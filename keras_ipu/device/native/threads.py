@@ -39,6 +39,10 @@ CAP_VARIABLES = (
 # than it gains: about 0.1 ms of one core's sgemm (~90 GFLOP/s here)
 # against some 20 us to hand out and join a block.
 FLOPS_PER_THREAD = 8_000_000
+# Elements per thread below which a fused elementwise chain stays on one
+# thread (about 0.1 ms of a few-op chain: memory-bound, so more elements
+# per thread than a product's flops).
+ELEMENTS_PER_THREAD = 1 << 17
 # Blocks per thread: more than one, so threads that run late (a busy
 # machine) leave their share to the others.
 BLOCKS_PER_THREAD = 2
@@ -103,6 +107,18 @@ def threads_for(flops):
     if cap == 1:
         return 1
     return int(max(1, min(cap, flops // FLOPS_PER_THREAD)))
+
+
+def ranges(n, block, threads):
+    """[lo, hi) element ranges of about equal size, lo a multiple of
+    `block`, for `threads` threads (BLOCKS_PER_THREAD each); one range when
+    the work is not worth splitting."""
+    if threads <= 1:
+        return ((0, n),)
+    count = threads * BLOCKS_PER_THREAD
+    step = -(-n // count)
+    step = -(-step // block) * block
+    return tuple((lo, min(lo + step, n)) for lo in range(0, n, step))
 
 
 # -- the pool ------------------------------------------------------------
