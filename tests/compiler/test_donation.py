@@ -1,6 +1,7 @@
 """Donation (donation.py): which buffers a program may overwrite, jit's
 donate_argnums, and scans updating their carries in place."""
 
+import pytest
 import numpy as np
 from compiler_graphs import aval
 from compiler_graphs import build
@@ -64,6 +65,7 @@ def test_no_donation_past_a_view_or_into_an_output():
     assert all(g.nodes[i].inputs[k] is not w for i, ks in donate.items() for k in ks)
 
 
+@pytest.mark.numpy_engine
 def test_jit_donate_argnums_updates_in_place_and_keeps_other_arguments():
     def sgd(state, grad):
         w, m = state

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from compiler_graphs import aval
 from compiler_graphs import build
 from compiler_graphs import lit
@@ -180,6 +181,7 @@ def _executable(graph):
     return Executable(graph)
 
 
+@pytest.mark.numpy_engine
 def test_chain_fed_by_two_chains_is_one_node():
     # The SGD-with-momentum update: m' = m * 0.9 - g * lr; w' = w + m'.
     def body(b, m, g, lr, w):

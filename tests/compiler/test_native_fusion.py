@@ -234,6 +234,7 @@ def test_an_operand_returned_as_it_is_is_never_overwritten():
 
 
 @needs_native
+@pytest.mark.numpy_engine
 def test_views_and_foreign_buffers_fall_back_to_numpy():
     def body(b, x, y):
         return b.op("add", b.op("mul", x, y), lit(1.0, "float32"))

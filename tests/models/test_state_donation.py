@@ -38,6 +38,7 @@ def test_in_place_training_matches_the_eager_step(make_optimizer):
         np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.numpy_engine
 def test_weights_are_updated_in_their_own_buffers():
     x, y = _data()
     model = _model(keras.optimizers.SGD(0.05, momentum=0.9))
