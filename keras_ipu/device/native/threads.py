@@ -35,14 +35,17 @@ CAP_VARIABLES = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
 )
-# Floating-point operations per thread below which splitting costs more
-# than it gains: about 0.1 ms of one core's sgemm (~90 GFLOP/s here)
-# against some 20 us to hand out and join a block.
-FLOPS_PER_THREAD = 8_000_000
+# Floating-point operations per thread below which a product stays on one
+# thread: about 0.35 ms of one core's sgemm (~90 GFLOP/s here). Handing
+# out and joining a block costs some 20 us on an idle machine, but on a
+# busy one a helper thread may wait milliseconds for a core, and the
+# caller waits for its block: only products long enough to absorb that
+# are split.
+FLOPS_PER_THREAD = 32_000_000
 # Elements per thread below which a fused elementwise chain stays on one
-# thread (about 0.1 ms of a few-op chain: memory-bound, so more elements
-# per thread than a product's flops).
-ELEMENTS_PER_THREAD = 1 << 17
+# thread (about 0.3 ms of a few-op chain; memory-bound, so far fewer
+# operations per thread than a product's).
+ELEMENTS_PER_THREAD = 1 << 18
 # Blocks per thread: more than one, so threads that run late (a busy
 # machine) leave their share to the others.
 BLOCKS_PER_THREAD = 2
