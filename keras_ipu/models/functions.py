@@ -26,6 +26,7 @@ from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.simulator import partition
 from keras_ipu.models.execution import ReplicatedExecution
 from keras_ipu.models.execution import flatten_micro_batches
 from keras_ipu.models.options import ReplicatedMetricReductionMethod as Reduction
@@ -216,7 +217,14 @@ def _mean_over_steps(chunks, count):
 
 # -- the functions --------------------------------------------------------------
 def _needs_ipu_functions(model, count):
-    return model._get_replication_factor() > 1 or count > 1 or model._ipu_is_pipelined()
+    # Replicas in other processes (multi_replica_distribution) need the
+    # all-reduce of the replicated step even with one replica here.
+    return (
+        model._get_replication_factor() > 1
+        or partition.configured_instances()[0] > 1
+        or count > 1
+        or model._ipu_is_pipelined()
+    )
 
 
 def gradient_accumulator_dtype(model):

@@ -44,7 +44,7 @@ def _kernel(op):
                     "through IPUStrategy.run (or a model's fit/evaluate/predict), "
                     "which runs every replica."
                 )
-            return np.array(x)
+            return _replicas.reduce_alone(x, op)
         group, index = here
         if group.n != replicas:
             raise RuntimeError(

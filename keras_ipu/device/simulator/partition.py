@@ -152,3 +152,22 @@ def current(environ=None):
         ipus_per_replica=per_replica,
         from_poprun=from_poprun,
     )
+
+
+def configured_instances(system=None):
+    """(process count, process index) of the replicas' multi-process
+    distribution in the configured system; (1, 0) when it is off."""
+    if system is None:
+        system = _system.current_system()
+    mrd = system.config.experimental.multi_replica_distribution
+    if mrd.process_count <= 1:
+        return 1, 0
+    return mrd.process_count, mrd.process_index
+
+
+def sum_over_instances(array):
+    """`array` summed over the instances of the job, by MPI."""
+    # Imported here: MPI is loaded only by multi-process jobs.
+    from keras_ipu.distributed import mpi_world
+
+    return mpi_world.sum_over_instances(array)

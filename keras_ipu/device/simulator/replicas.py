@@ -23,6 +23,8 @@ import threading
 
 import numpy as np
 
+from keras_ipu.device.simulator import partition as _partition
+
 # Seconds a replica waits for the others at a collective before giving up:
 # only a replica stuck in an endless kernel makes the others wait this long.
 BARRIER_TIMEOUT_S = 600.0
@@ -66,9 +68,9 @@ class ReplicaGroup:
             # spare for n identical sums. Fixed order: identical bits everywhere.
             for start in range(0, self.n, group_size):
                 members = self._operands[start:start + group_size]
-                total = functools.reduce(np.add, members)
-                if op == "mean":
-                    total = total / np.asarray(group_size, dtype=total.dtype)
+                total = _across_instances(
+                    functools.reduce(np.add, members), op, group_size, group_size == self.n
+                )
                 total = np.asarray(total, dtype=members[0].dtype)
                 for k in range(start, start + group_size):
                     self._results[k] = total
@@ -77,6 +79,26 @@ class ReplicaGroup:
         # shared results are overwritten only after every replica has
         # deposited its next operand, i.e. finished reading this one.
         return np.array(self._results[index])
+
+
+def _across_instances(total, op, count, whole_group):
+    """Finish an all-reduce whose local part summed `count` replicas into
+    `total`: in a multi-process job (multi_replica_distribution) a group of
+    every local replica spans every instance, whose partial sums MPI adds
+    (the gateway's part of the reduction); a mean divides by the global
+    count."""
+    instances, _ = _partition.configured_instances()
+    if instances > 1 and whole_group:
+        total = _partition.sum_over_instances(np.asarray(total))
+        count *= instances
+    if op == "mean":
+        total = total / np.asarray(count, dtype=np.asarray(total).dtype)
+    return total
+
+
+def reduce_alone(value, op):
+    """The all-reduce of a program that runs one replica per instance."""
+    return np.asarray(_across_instances(np.asarray(value), op, 1, True), dtype=np.asarray(value).dtype)
 
 
 _local = threading.local()
@@ -88,9 +110,13 @@ def current():
 
 
 def replica_index():
-    """The index of the calling replica (0 outside a replicated run)."""
+    """The global index of the calling replica: its index in this process's
+    replicated run (0 outside one), after the replicas of the instances
+    before this one in a multi-process job."""
     here = current()
-    return 0 if here is None else here[1]
+    local = 0 if here is None else here[1]
+    instances, _ = _partition.configured_instances()
+    return local + (_partition.current().replica_index_offset if instances > 1 else 0)
 
 
 def run_replicated(fn, per_replica_args):
