@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("mpi4py")
@@ -83,6 +84,7 @@ def test_poprun_two_instances_four_replicas(tmp_path):
         assert r["scaled"] == r["sum"]  # 2x before, 0.5x after
         assert r["half"] == r["sum"]
         assert r["int_sum"] == [3]
+        assert r["scalar"] == 1.5  # a Python number stays a scalar
         assert r["broadcast"] == x1
         assert r["allgather"] == [[0, 0], [1, 1], [1, 1]]
 
@@ -187,3 +189,34 @@ def test_poprun_output_of_one_instance_and_verbose_command(tmp_path):
     assert "keras_ipu.poprun: running " in done.stdout and "-m keras_ipu.poprun.instance" in done.stdout
     printed = [line for line in done.stdout.splitlines() if line.startswith("instance")]
     assert printed == ["instance 1 1"]
+@pytest.mark.parametrize("reduction", ["NONE", "MEAN"])
+def test_two_processes_of_two_replicas_train_as_one_process_of_four(tmp_path, reduction):
+    """fit in a PopDistStrategy scope: 2 instances x 2 replicas x batch 4
+    reach the weights of 1 instance x 4 replicas x batch 4 (float32
+    rounding: the instances' partial sums are added in another order), and
+    instance 1, which starts from other random weights, gets instance 0's."""
+    program = PROGRAMS / "data_parallel_fit.py"
+    runs = {}
+    for instances in (1, 2):
+        out = tmp_path / f"x{instances}"
+        out.mkdir()
+        done, _ = _run(
+            _poprun("--num-instances", instances, "--num-replicas", 4,
+                    sys.executable, program, out, reduction),
+            tmp_path, TF_CPP_MIN_LOG_LEVEL="3",
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[instances] = _results(out, instances)
+    (one,), (first, second) = runs[1], runs[2]
+    assert one["replicas_in_sync"] == first["replicas_in_sync"] == 4
+    for w1, w2a, w2b in zip(one["weights"], first["weights"], second["weights"]):
+        np.testing.assert_array_equal(w2a, w2b)  # the instances stay identical
+        np.testing.assert_allclose(w2a, w1, rtol=1e-5, atol=1e-6)
+    if reduction == "MEAN":
+        # The mean over the replicas of every instance: the same everywhere.
+        np.testing.assert_allclose(first["loss"], one["loss"], rtol=1e-5)
+        assert first["loss"] == second["loss"]
+    else:
+        # Graphcore's NONE: the last replica of each instance (the outfeed is
+        # per instance): instance 1's last replica is the job's last.
+        np.testing.assert_allclose(second["loss"], one["loss"], rtol=1e-5)

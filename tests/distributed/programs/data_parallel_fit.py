@@ -1,0 +1,58 @@
+"""Run by tests/distributed/test_multiprocess.py in every instance of a
+job: a Keras model without batch statistics trained with fit in a
+PopDistStrategy scope on this instance's share of one fixed data set;
+instance 0 writes the final weights and the losses to OUT_DIR (argv[1]).
+
+The data set is dealt as Graphcore's infeed deals it on one process of R
+replicas (batch t * R + r is global replica r's step t): instance i takes,
+of every R consecutive batches, the L of its replicas (its offset ... + L).
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+os.environ.setdefault("KERAS_BACKEND", "ipu")
+
+import keras  # noqa: E402
+
+import keras_ipu.popdist.tensorflow  # noqa: E402
+from keras_ipu import popdist  # noqa: E402
+from keras_ipu.config import IPUConfig  # noqa: E402
+from keras_ipu.distributed.popdist_strategy import PopDistStrategy  # noqa: E402
+
+BATCH = 4  # per replica
+STEPS = 6
+
+out = sys.argv[1]
+reduction = sys.argv[2] if len(sys.argv) > 2 else "NONE"
+config = keras_ipu.popdist.tensorflow.set_ipu_config(IPUConfig())
+config.configure_ipu_system()
+strategy = PopDistStrategy()
+
+total, local = popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()
+offset = popdist.getReplicaIndexOffset()
+rng = np.random.default_rng(7)
+x = rng.normal(size=(STEPS * total * BATCH, 5)).astype(np.float32)
+y = (x @ rng.normal(size=(5, 1)) + 0.1).astype(np.float32)
+# (steps, replicas, batch, ...) -> this instance's replicas, back in infeed order.
+mine = lambda a: a.reshape(STEPS, total, BATCH, -1)[:, offset:offset + local].reshape(-1, a.shape[-1])
+
+keras.utils.set_random_seed(1 + popdist.getInstanceIndex())  # rank 0's weights are broadcast
+with strategy.scope():
+    model = keras.Sequential(
+        [keras.Input((5,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=STEPS)
+    model.set_replication_options(replicated_metric_reduction_method=reduction)
+    history = model.fit(mine(x), mine(y), batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
+
+result = {
+    "weights": [w.tolist() for w in model.get_weights()],
+    "loss": [float(v) for v in history.history["loss"]],
+    "replicas_in_sync": strategy.num_replicas_in_sync,
+}
+with open(os.path.join(out, f"instance-{popdist.getInstanceIndex()}.json"), "w") as f:
+    json.dump(result, f)
