@@ -327,6 +327,7 @@ def cycles_to_seconds(cycles, target):
 
 
 # -- reductions between processes and between Pods (data parallelism) ---------
+# The ring of [RING] (above) between hosts or Pods instead of IPUs.
 # Sources:
 #   [BOW2000] Graphcore, Bow-2000 IPU-Machine datasheet: 4 IPUs per machine;
 #             "GW-Link - 2x 100Gbps Gateway-Links for communication between
@@ -336,12 +337,8 @@ def cycles_to_seconds(cycles, target):
 #   [POD64]   Graphcore, IPU-POD64 build and test guide: the 64 IPUs of a Pod
 #             are joined by IPU-Links; the IPU-Gateway "enables IPU scaleout
 #             across 100GbE (IPU-GW-link) for rack-to-rack connectivity".
-#   [RING]    P. Patarasuk, X. Yuan, "Bandwidth optimal all-reduce algorithms
-#             for clusters of workstations", J. Parallel Distrib. Comput. 69
-#             (2009): the ring all-reduce of n bytes over p participants
-#             sends 2 (p - 1) / p x n bytes from each, in 2 (p - 1) steps,
-#             and no all-reduce sends less. Horovod's allreduce (and so
-#             ipu.distributed.allreduce, reference 21.10) is this ring.
+#   [HOROVOD] Horovod's allreduce (and so ipu.distributed.allreduce, reference
+#             21.10, "a bandwidth-optimal ring allreduce") is the ring of [RING].
 GW_LINK_BYTES_PER_S = 100e9 / 8  # one GW-Link, one direction [BOW2000]
 GW_LINKS_PER_MACHINE = 2  # [BOW2000]
 IPUS_PER_MACHINE = 4  # [BOW2000]
@@ -352,32 +349,66 @@ IPU_LINK_DOMAIN_IPUS = 64  # IPUs joined by IPU-Links: one Pod64 [POD64]
 NETWORK_STEP_LATENCY_S = 10e-6  # assumption
 
 
-def ring_allreduce_seconds(nbytes, participants, bytes_per_s, step_latency_s):
-    """[RING]: 2 (p - 1) steps, each moving n / p bytes over one link."""
-    p = int(participants)
-    if p <= 1 or not nbytes:
-        return 0.0
-    steps = 2 * (p - 1)
-    return steps * step_latency_s + steps * (nbytes / p) / bytes_per_s
+def network_allreduce_seconds(nbytes, participants, bytes_per_s):
+    """[RING] over a network: each of the 2 (p - 1) steps pays
+    NETWORK_STEP_LATENCY_S, and each participant sends 2 (p - 1) / p x n bytes."""
+    link_bytes, steps = all_reduce_link_traffic(nbytes, participants)
+    return steps * NETWORK_STEP_LATENCY_S + link_bytes / bytes_per_s
 
 
 def gateway_allreduce_seconds(nbytes, pods, ipus_per_pod=IPU_LINK_DOMAIN_IPUS):
     """The all-reduce of `nbytes` (already reduced inside each Pod) between
     `pods` Pods over their GW-Links [BOW2000]: a ring [RING] whose links are
     all the Pod's machines' GW-Links together."""
-    if int(pods) <= 1 or not nbytes:
-        return 0.0
     machines = max(1, int(ipus_per_pod) // IPUS_PER_MACHINE)
     bandwidth = machines * GW_LINKS_PER_MACHINE * GW_LINK_BYTES_PER_S
-    return ring_allreduce_seconds(nbytes, pods, bandwidth, NETWORK_STEP_LATENCY_S)
+    return network_allreduce_seconds(nbytes, pods, bandwidth)
 
 
 def host_allreduce_seconds(nbytes, instances, target):
-    """A reduction of `nbytes` per instance on the hosts (Horovod's
-    allreduce, ipu.distributed, IPUHorovodStrategy, a PopDist reduction on
-    the CPU): the tensor comes from the IPU over the host link, the hosts'
-    NICs run the ring [RING][PODDA], and the result goes back."""
+    """A reduction of `nbytes` per instance on the hosts ([HOROVOD]:
+    ipu.distributed.allreduce, IPUHorovodStrategy, IPUMultiWorkerStrategy,
+    a PopDist reduction on the CPU): the tensor comes from the IPU over the
+    host link, the hosts' NICs run the ring [RING][PODDA], and the result
+    goes back."""
     if int(instances) <= 1 or not nbytes:
         return 0.0
-    ring = ring_allreduce_seconds(nbytes, instances, HOST_NIC_BYTES_PER_S, NETWORK_STEP_LATENCY_S)
+    ring = network_allreduce_seconds(nbytes, instances, HOST_NIC_BYTES_PER_S)
     return 2 * host_transfer_seconds(nbytes, target) + ring
+
+
+def ipu_link_allreduce_seconds(nbytes, replicas, target):
+    """The compiled all-reduce of `nbytes` between `replicas` IPUs over the
+    IPU-Links (all_reduce_link_traffic, collective_link_cycles)."""
+    links, syncs = collective_link_cycles(*all_reduce_link_traffic(nbytes, replicas), target)
+    return cycles_to_seconds(links + syncs, target)
+
+
+def data_parallel_reduction_seconds(nbytes, replicas, target, ipus_per_replica=1):
+    """The gradient all-reduce of one training step of `replicas` replicas
+    (of `ipus_per_replica` IPUs each) as GCL compiles it for PopDistStrategy:
+    over the IPU-Links inside each Pod64, then over the GW-Links between
+    Pods."""
+    replicas, k = int(replicas), int(ipus_per_replica)
+    per_pod = max(1, min(replicas, IPU_LINK_DOMAIN_IPUS // k))
+    pods = math.ceil(replicas / per_pod)
+    return ipu_link_allreduce_seconds(nbytes, per_pod, target) + gateway_allreduce_seconds(
+        nbytes, pods, per_pod * k
+    )
+
+
+def cross_instance_reduction_seconds(nbytes, local_replicas, instances, target, on_hosts=False):
+    """What a compiled all-reduce of `nbytes` over `local_replicas` replicas
+    adds when `instances` processes share the job: with GCL
+    (PopDistStrategy) the ring spans every replica (IPU-Links, then GW-Links
+    between Pods) instead of the local ones; on the hosts
+    (IPUHorovodStrategy, IPUMultiWorkerStrategy: the all-reduce taken out
+    of the compiled program, [HOROVOD]) the local result goes to the host
+    and through host_allreduce_seconds."""
+    if int(instances) <= 1 or not nbytes:
+        return 0.0
+    if on_hosts:
+        return host_allreduce_seconds(nbytes, instances, target)
+    return data_parallel_reduction_seconds(
+        nbytes, local_replicas * instances, target
+    ) - ipu_link_allreduce_seconds(nbytes, local_replicas, target)

@@ -154,9 +154,30 @@ def current(environ=None):
     )
 
 
+# Set by the strategies that reduce on the hosts whatever the IPUConfig
+# says (IPUHorovodStrategy, IPUMultiWorkerStrategy: Horovod's allreduce).
+_reduce_on_hosts = False
+
+
+def reduce_on_hosts():
+    """From now on the replicas' all-reduces span every MPI process of the
+    job, on the hosts (a Horovod-style strategy was made)."""
+    global _reduce_on_hosts
+    _reduce_on_hosts = True
+
+
+def reduces_on_hosts():
+    return _reduce_on_hosts
+
+
 def configured_instances(system=None):
-    """(process count, process index) of the replicas' multi-process
-    distribution in the configured system; (1, 0) when it is off."""
+    """(process count, process index) of the instances whose replicas
+    all-reduce together: the configured system's multi_replica_distribution,
+    or every MPI process once a Horovod-style strategy exists; (1, 0)
+    otherwise."""
+    if _reduce_on_hosts:
+        rank, size = mpi_rank_and_size()
+        return (size, rank) if size > 1 else (1, 0)
     if system is None:
         system = _system.current_system()
     mrd = system.config.experimental.multi_replica_distribution

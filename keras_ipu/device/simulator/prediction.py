@@ -9,11 +9,13 @@ With TF_POPLAR_FLAGS=--log_cycle_count=N the prediction is logged.
 """
 
 import dataclasses
+import math
 import logging
 
 from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
+from keras_ipu.device.simulator import partition
 from keras_ipu.device.simulator import system as _system
 
 logger = logging.getLogger("keras_ipu.cycles")
@@ -59,6 +61,7 @@ def _cycles(cost, target):
         tiles = cost_model.work_tiles(cost, target)
         links, syncs = cost_model.collective_link_cycles(
             cost.link_bytes, cost.link_steps, target)
+        links += _cross_instance_cycles(cost, target)
         return (cost_model.compute_cycles(cost, target, tiles), links,
                 syncs + cost_model.sync_cycles(1), tiles)
     tiles = cost_model.work_tiles(cost, target)
@@ -66,6 +69,18 @@ def _cycles(cost, target):
     moved = cost_model.exchange_bytes(cost, target, tiles)
     exchange = cost_model.exchange_cycles(moved, tiles, target)
     return compute, exchange, cost_model.sync_cycles(1), tiles
+
+
+def _cross_instance_cycles(cost, target):
+    """The instances' part of an all-reduce in a multi-process job (its
+    replicas: 2 (k - 1) ring steps, cost_model.all_reduce_link_traffic)."""
+    instances, _ = partition.configured_instances()
+    if instances <= 1:
+        return 0
+    local = (cost.link_steps or 0) // 2 + 1
+    seconds = cost_model.cross_instance_reduction_seconds(
+        cost.bytes_in, local, instances, target, on_hosts=partition.reduces_on_hosts())
+    return math.ceil(seconds * target.clock_hz)
 
 
 @dataclasses.dataclass
