@@ -11,8 +11,9 @@ import importlib as _importlib
 # Public submodules, imported on first attribute access so that
 # `import keras_ipu` stays light (DESIGN decision 8).
 _LAZY_SUBMODULES = frozenset({
-    "config", "distribute", "distributed", "gradient_accumulation", "ipu_strategy",
-    "keras", "layers", "models", "ops", "optimizers", "popdist", "utils",
+    "config", "distribute", "distributed", "gradient_accumulation", "horovod",
+    "ipu_multi_worker_strategy", "ipu_strategy", "keras", "layers", "models", "ops",
+    "optimizers", "popdist", "utils",
 })
 
 

@@ -220,3 +220,31 @@ def test_two_processes_of_two_replicas_train_as_one_process_of_four(tmp_path, re
         # Graphcore's NONE: the last replica of each instance (the outfeed is
         # per instance): instance 1's last replica is the job's last.
         np.testing.assert_allclose(second["loss"], one["loss"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["horovod", "multiworker"])
+def test_horovod_style_strategies_reduce_over_plain_mpi_processes(tmp_path, kind):
+    """IPUHorovodStrategy / IPUMultiWorkerStrategy (TF_CONFIG's cluster) under
+    plain mpiexec, one replica per process and no multi-process IPUConfig:
+    the same weights as one process of two replicas."""
+    program = PROGRAMS / "data_parallel_fit.py"
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    done, _ = _run(
+        _poprun("--num-instances", 1, "--num-replicas", 2, sys.executable, program, reference),
+        tmp_path, TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / kind
+    out.mkdir()
+    cluster = json.dumps({"cluster": {"worker": ["localhost:1", "localhost:2"]}})
+    done, _ = _run(
+        [_mpiexec(), "-n", "2", sys.executable, program, out, "NONE", kind],
+        tmp_path, TF_CPP_MIN_LOG_LEVEL="3", TF_CONFIG=cluster,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (one,), (first, second) = _results(reference, 1), _results(out, 2)
+    assert first["replicas_in_sync"] == 2
+    for w1, w2a, w2b in zip(one["weights"], first["weights"], second["weights"]):
+        np.testing.assert_array_equal(w2a, w2b)
+        np.testing.assert_allclose(w2a, w1, rtol=1e-5, atol=1e-6)

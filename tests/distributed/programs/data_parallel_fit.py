@@ -1,7 +1,9 @@
 """Run by tests/distributed/test_multiprocess.py in every instance of a
-job: a Keras model without batch statistics trained with fit in a
-PopDistStrategy scope on this instance's share of one fixed data set;
-instance 0 writes the final weights and the losses to OUT_DIR (argv[1]).
+job: a Keras model without batch statistics trained with fit in the scope
+of a multi-process strategy (argv[3]: popdist, the default, horovod or
+multiworker) on this instance's share of one fixed data set; each instance
+writes its final weights and losses to OUT_DIR (argv[1]). argv[2]: the
+replicated metric reduction method.
 
 The data set is dealt as Graphcore's infeed deals it on one process of R
 replicas (batch t * R + r is global replica r's step t): instance i takes,
@@ -21,6 +23,8 @@ import keras  # noqa: E402
 import keras_ipu.popdist.tensorflow  # noqa: E402
 from keras_ipu import popdist  # noqa: E402
 from keras_ipu.config import IPUConfig  # noqa: E402
+from keras_ipu import ipu_multi_worker_strategy  # noqa: E402
+from keras_ipu.distributed.ipu_horovod_strategy import IPUHorovodStrategy  # noqa: E402
 from keras_ipu.distributed.popdist_strategy import PopDistStrategy  # noqa: E402
 
 BATCH = 4  # per replica
@@ -28,9 +32,22 @@ STEPS = 6
 
 out = sys.argv[1]
 reduction = sys.argv[2] if len(sys.argv) > 2 else "NONE"
-config = keras_ipu.popdist.tensorflow.set_ipu_config(IPUConfig())
-config.configure_ipu_system()
-strategy = PopDistStrategy()
+kind = sys.argv[3] if len(sys.argv) > 3 else "popdist"
+if kind == "popdist":
+    config = keras_ipu.popdist.tensorflow.set_ipu_config(IPUConfig())
+    config.configure_ipu_system()
+    strategy = PopDistStrategy()
+else:
+    # Horovod-style strategies reduce over every process whatever the
+    # IPUConfig says: a plain one-device config per process.
+    config = IPUConfig()
+    config.auto_select_ipus = popdist.getNumLocalReplicas()
+    config.configure_ipu_system()
+    if kind == "horovod":
+        strategy = IPUHorovodStrategy()
+    else:
+        resolver = ipu_multi_worker_strategy.TFConfigClusterResolver()
+        strategy = ipu_multi_worker_strategy.IPUMultiWorkerStrategy(resolver)
 
 total, local = popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()
 offset = popdist.getReplicaIndexOffset()
