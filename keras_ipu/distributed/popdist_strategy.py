@@ -37,6 +37,9 @@ from keras_ipu.distribute.strategy import ReduceOp
 from keras_ipu.distribute.strategy import _reduce_op
 from keras_ipu.distributed import callbacks as _callbacks
 from keras_ipu.distributed import mpi_world
+from keras_ipu.models.execution import _REPLICA_SEED_STRIDE
+from keras_ipu.models.execution import _identical_replica_seeds
+from keras_ipu.models.execution import _is_seed_state
 
 
 class PopDistStrategy(IPUStrategyV1):
@@ -116,7 +119,14 @@ class PopDistStrategy(IPUStrategyV1):
 
 def broadcast_state(model, root=0):
     """Give every instance instance `root`'s model and optimizer state (one
-    MPI broadcast per dtype)."""
+    MPI broadcast per dtype); random seed states are then moved to each
+    instance's first replica, so that no two replicas of the job draw the
+    same numbers (unless reset_ipu_seed(..., experimental_identical_replicas=True))."""
+    from keras_ipu import popdist
+
+    offset = popdist.getReplicaIndexOffset()
+    strategy = getattr(model, "_ipu_strategy", None)
+    identical_seeds = strategy is not None and _identical_replica_seeds(strategy)
     variables = list(model.variables)
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and getattr(optimizer, "built", False):
@@ -135,8 +145,19 @@ def broadcast_state(model, root=0):
         at = 0
         for v in group:
             size = int(np.prod(v.shape))
-            v.assign(received[at : at + size].reshape(v.shape))
+            value = received[at : at + size].reshape(v.shape)
+            if _is_seed_state(v) and not identical_seeds:
+                value = _seed_of_replica(value, offset)
+            v.assign(value)
             at += size
+
+
+def _seed_of_replica(seed_state, replica):
+    """A seed generator's state for global replica `replica` (replicas of
+    one process differ the same way, models/execution.py)."""
+    value = np.array(seed_state)
+    value.reshape(-1)[0] = (int(value.reshape(-1)[0]) + replica * _REPLICA_SEED_STRIDE) % 2**32
+    return value
 
 
 def _callbacks_argument(method, args, kwargs):

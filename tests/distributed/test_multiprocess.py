@@ -209,6 +209,11 @@ def test_two_processes_of_two_replicas_train_as_one_process_of_four(tmp_path, re
         runs[instances] = _results(out, instances)
     (one,), (first, second) = runs[1], runs[2]
     assert one["replicas_in_sync"] == first["replicas_in_sync"] == 4
+    # Instance 1's first replica is the job's replica 2: its seeds are moved
+    # by two replicas' stride (models/execution.py), never instance 0's.
+    stride = 0x9E3779B9
+    assert first["seed_state"] == one["seed_state"]
+    assert second["seed_state"][0][0] == (first["seed_state"][0][0] + 2 * stride) % 2**32
     for w1, w2a, w2b in zip(one["weights"], first["weights"], second["weights"]):
         np.testing.assert_array_equal(w2a, w2b)  # the instances stay identical
         np.testing.assert_allclose(w2a, w1, rtol=1e-5, atol=1e-6)

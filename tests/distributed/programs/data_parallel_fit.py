@@ -66,7 +66,16 @@ with strategy.scope():
     model.set_replication_options(replicated_metric_reduction_method=reduction)
     history = model.fit(mine(x), mine(y), batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
 
+with strategy.scope():
+    # Random state: broadcast from instance 0, then moved to this instance's
+    # first replica (predict starts with the broadcast).
+    dropout = keras.Sequential([keras.Input((2,)), keras.layers.Dropout(0.5, seed=11)])
+    dropout.compile()
+    dropout.predict(np.ones((4 * local, 2), np.float32), batch_size=4, verbose=0)
+seed_state = [np.asarray(v.value).tolist() for v in dropout.variables if "seed" in v.name]
+
 result = {
+    "seed_state": seed_state,
     "weights": [w.tolist() for w in model.get_weights()],
     "loss": [float(v) for v in history.history["loss"]],
     "replicas_in_sync": strategy.num_replicas_in_sync,
