@@ -17,8 +17,9 @@ training step of the same model is traced, compiled and costed on one IPU
 CNN figures); on N IPUs every replica runs it on its own micro-batch and the
 gradients are all-reduced as PopDistStrategy compiles it (GCL: a ring over
 the IPU-Links inside each Pod64, then over the GW-Links between Pods,
-`cost_model.data_parallel_reduction_seconds`). With `--accumulation g` one
-reduction serves g micro-batches.
+`cost_model.data_parallel_reduction_seconds`). With gradient accumulation
+g (`--accumulation 1,8`: one table each) one reduction serves g
+micro-batches.
 
 For ResNet-50 (`--model resnet50`: its trace takes a minute or two) the
 prediction is set beside Graphcore's published scaling: the Mk2 IPU-POD16
@@ -95,10 +96,17 @@ def worker(args):
             steps_per_execution=steps,
         )
         seconds = []
-        for _ in range(args.epochs):
-            start = time.perf_counter()
-            model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
-            seconds.append(time.perf_counter() - start)
+
+        class EpochTimes(keras.callbacks.Callback):
+            # Epoch by epoch inside one fit: fit's own set-up is not a step.
+            def on_epoch_begin(self, epoch, logs=None):
+                self.start = time.perf_counter()
+
+            def on_epoch_end(self, epoch, logs=None):
+                seconds.append(time.perf_counter() - self.start)
+
+        model.fit(x, y, batch_size=batch, epochs=args.epochs, verbose=0, shuffle=False,
+                  callbacks=[EpochTimes()])
     if popdist.getInstanceIndex() == 0:
         with open(args.worker, "w") as f:
             json.dump({"epoch_seconds": seconds}, f)
@@ -150,8 +158,9 @@ def gradient_bytes(model):
     return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.trainable_variables)
 
 
-def predict(model_name, micro_batch, target, accumulation, ipu_counts, quick=False):
-    """(one-IPU Prediction, gradient bytes, [Row]) for the model."""
+def predict(model_name, micro_batch, target, accumulations, ipu_counts, quick=False):
+    """(one-IPU Prediction, gradient bytes, {g: [Row]}) for the model, one
+    table per gradient accumulation count g."""
     from keras_ipu.device.simulator import cost_model
 
     calibration = _calibration_module()
@@ -164,16 +173,18 @@ def predict(model_name, micro_batch, target, accumulation, ipu_counts, quick=Fal
     cal = calibration.calibrate(micro_batch, target, model_fn=model_fn)
     prediction = cal.prediction
     nbytes = gradient_bytes(built[-1])
-    rows = []
-    for n in ipu_counts:
-        reduction = cost_model.data_parallel_reduction_seconds(nbytes, n, prediction.target)
-        step = accumulation * prediction.step_seconds + reduction
-        samples = n * accumulation * micro_batch / step
-        rows.append(Row(n, step, reduction, samples, 0.0))
-    single = rows[0].samples_per_second / rows[0].ipus
-    for row in rows:
-        row.efficiency = row.samples_per_second / (row.ipus * single)
-    return prediction, nbytes, rows
+    tables = {}
+    for g in accumulations:
+        rows = []
+        for n in ipu_counts:
+            reduction = cost_model.data_parallel_reduction_seconds(nbytes, n, prediction.target)
+            step = g * prediction.step_seconds + reduction
+            rows.append(Row(n, step, reduction, n * g * micro_batch / step, 0.0))
+        single = rows[0].samples_per_second / rows[0].ipus
+        for row in rows:
+            row.efficiency = row.samples_per_second / (row.ipus * single)
+        tables[g] = rows
+    return prediction, nbytes, tables
 
 
 def table(model_name, prediction, nbytes, rows, measured, accumulation):
@@ -214,9 +225,9 @@ def main(argv=None):
     parser.add_argument("--processes", default="1,2,4")
     parser.add_argument("--ipus", default=",".join(map(str, IPU_COUNTS)))
     parser.add_argument("--micro-batch", type=int, default=32)
-    parser.add_argument("--accumulation", type=int, default=1)
+    parser.add_argument("--accumulation", default="1,8", help="gradient accumulation counts")
     parser.add_argument("--steps", type=int, default=20, help="steps per epoch (measured)")
-    parser.add_argument("--epochs", type=int, default=3, help="epochs (the first is warm-up)")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs (the first is warm-up)")
     parser.add_argument("--target", default="ipu21")
     parser.add_argument("--quick", action="store_true", help="tiny model, few steps: checks it runs")
     parser.add_argument("--out", default=None, help="JSON report")
@@ -233,16 +244,19 @@ def main(argv=None):
     measured = {}
     if args.model == "mlp":
         measured = measure(args, [int(n) for n in args.processes.split(",")])
-    prediction, nbytes, rows = predict(
-        args.model, args.micro_batch, args.target, args.accumulation, ipu_counts, args.quick
+    accumulations = [int(g) for g in str(args.accumulation).split(",")]
+    prediction, nbytes, tables = predict(
+        args.model, args.micro_batch, args.target, accumulations, ipu_counts, args.quick
     )
-    print(table(args.model, prediction, nbytes, rows, measured, args.accumulation))
+    for i, (g, rows) in enumerate(tables.items()):
+        print(table(args.model, prediction, nbytes, rows, measured if i == 0 else {}, g))
+        print()
     if args.out:
         report = {
-            "model": args.model, "micro_batch": args.micro_batch, "accumulation": args.accumulation,
+            "model": args.model, "micro_batch": args.micro_batch, "accumulation": accumulations,
             "target": args.target, "gradient_bytes": nbytes, "quick": args.quick,
             "measured_seconds_per_step": {str(k): v for k, v in measured.items()},
-            "predicted": [dataclasses.asdict(r) for r in rows],
+            "predicted": {str(g): [dataclasses.asdict(r) for r in rows] for g, rows in tables.items()},
             "published": PUBLISHED.get(args.model),
         }
         with open(args.out, "w") as f:

@@ -26,7 +26,8 @@ def test_quick_run_writes_report(tmp_path):
     assert "overhead, not speed-up" in done.stdout
     report = json.loads(out.read_text())
     assert sorted(report["measured_seconds_per_step"]) == ["1", "2"]
-    rows = report["predicted"]
+    assert sorted(report["predicted"]) == ["1", "8"]
+    rows = report["predicted"]["1"]
     assert [r["ipus"] for r in rows] == [1, 4, 16, 64]
     assert rows[0]["reduction_seconds"] == 0.0 and rows[0]["efficiency"] == 1.0
     for r in rows[1:]:
