@@ -51,6 +51,7 @@ PUBLISHED = {
         "source": "Graphcore, MLPerf Training v1.1 (Krell et al., Graphcore blog, Jan 2022): "
         "Mk2 IPU-POD16 about 30,000 images/s, IPU-POD256 12x that",
         "samples_per_s": {16: 30000.0, 256: 12 * 30000.0},
+        "target": "ipu2",  # Mk2 GC200: predict on the same IPU
     }
 }
 
@@ -228,7 +229,10 @@ def main(argv=None):
     parser.add_argument("--accumulation", default="1,8", help="gradient accumulation counts")
     parser.add_argument("--steps", type=int, default=20, help="steps per epoch (measured)")
     parser.add_argument("--epochs", type=int, default=4, help="epochs (the first is warm-up)")
-    parser.add_argument("--target", default="ipu21")
+    parser.add_argument(
+        "--target", default=None,
+        help="IPU of the prediction (default: the published figures' for resnet50, ipu21 otherwise)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny model, few steps: checks it runs")
     parser.add_argument("--out", default=None, help="JSON report")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -238,6 +242,8 @@ def main(argv=None):
         return 0
     if args.quick:
         args.steps, args.epochs = 2, 2
+    if args.target is None:
+        args.target = PUBLISHED.get(args.model, {}).get("target", "ipu21")
     ipu_counts = tuple(int(n) for n in args.ipus.split(","))
     if args.model == "resnet50" and 256 not in ipu_counts:
         ipu_counts += (256,)  # where Graphcore's published scaling is
