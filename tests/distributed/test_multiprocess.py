@@ -253,3 +253,47 @@ def test_horovod_style_strategies_reduce_over_plain_mpi_processes(tmp_path, kind
     for w1, w2a, w2b in zip(one["weights"], first["weights"], second["weights"]):
         np.testing.assert_array_equal(w2a, w2b)
         np.testing.assert_allclose(w2a, w1, rtol=1e-5, atol=1e-6)
+
+
+def _atomic_saves_active():
+    from keras.src.saving import saving_lib
+
+    return getattr(saving_lib.save_weights_only, "writes_atomically", False)
+
+
+def test_a_checkpoint_being_written_when_an_instance_dies_is_whole_and_the_job_resumes(tmp_path):
+    """Instance 1 is killed while instance 0 writes its BackupAndRestore
+    backup: the job ends, the backup and the checkpoint on disk are whole
+    (the previous epoch's), and the job run again resumes from that backup
+    and ends with the weights of a job that never stopped."""
+    import keras
+
+    if not _atomic_saves_active():
+        pytest.skip("needs the atomic saves of the import hook (issue 14, item 8)")
+    program = PROGRAMS / "checkpointed_fit.py"
+    job = tmp_path / "job"
+    job.mkdir()
+    done, _ = _run(_poprun("--num-instances", 2, sys.executable, program, job, "crash"),
+                   tmp_path, TF_CPP_MIN_LOG_LEVEL="3")
+    assert done.returncode != 0
+    assert "instance 1 (replica 1) was killed by signal 9" in done.stderr, done.stderr[-2000:]
+    assert (job / "instance-0-is-writing").exists()  # the kill landed mid-write
+    metadata = json.loads((job / "backup" / "training_metadata.json").read_text())
+    assert metadata["epoch"] == 1  # the backup of epoch 0: resume at epoch 1
+    for path in (job / "backup" / "latest.weights.h5", job / "ckpt.weights.h5"):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+        model.load_weights(str(path))  # whole: it loads
+    (job / "instance-0-is-writing").unlink()
+    done, _ = _run(_poprun("--num-instances", 2, sys.executable, program, job, "resume"),
+                   tmp_path, TF_CPP_MIN_LOG_LEVEL="3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    done, _ = _run(_poprun("--num-instances", 2, sys.executable, program, reference, "reference"),
+                   tmp_path, TF_CPP_MIN_LOG_LEVEL="3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    resumed = json.loads((job / "result-0.json").read_text())
+    whole = json.loads((reference / "result-0.json").read_text())
+    assert resumed["epochs"] == [1, 2, 3] and whole["epochs"] == [0, 1, 2, 3]
+    for a, b in zip(resumed["weights"], whole["weights"]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
