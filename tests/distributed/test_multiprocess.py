@@ -308,7 +308,8 @@ def test_graphcore_popdist_tutorial_ported(tmp_path):
     done, _ = _run(
         _poprun("--num-instances", 2, "--num-replicas", 4, sys.executable, example,
                 "--samples", 256, "--save", saved),
-        tmp_path, TF_CPP_MIN_LOG_LEVEL="3",
+        # Compiling the CNN takes most of it: minutes on a loaded machine.
+        tmp_path, timeout=600, TF_CPP_MIN_LOG_LEVEL="3",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Data distribution within each instance (2 local replica(s))" in done.stdout
