@@ -223,15 +223,17 @@ def _raise(flag, op, mask, out_dtype, behaviour):
 # -- the random bits of stochastic rounding -------------------------------------
 
 
-class _DeviceRandomSource:
-    """The stochastic rounding unit's random state for /device:IPU:0.
+class DeviceRandomSource:
+    """A random stream of /device:IPU:0 (the stochastic rounding unit's, or
+    another hardware random stream named by `stream`).
 
     reset_ipu_seed stores a new (seed, identical_replicas) entry in the
-    system's `seeds`; the next rounding after that restarts the stream from
+    system's `seeds`; the next draw after that restarts the stream from
     the seed. A new system (configure_ipu_system) starts a new random stream.
     """
 
-    def __init__(self):
+    def __init__(self, stream=0x5EED5):
+        self.stream = stream
         self._rng = None
         self._system = None
         self._entry = None
@@ -247,11 +249,11 @@ class _DeviceRandomSource:
                 self._rng = np.random.default_rng()
             else:
                 # A stream of its own: not the one the same seed gives elsewhere.
-                self._rng = np.random.default_rng([int(entry[0]) % 2**64, 0x5EED5])
+                self._rng = np.random.default_rng([int(entry[0]) % 2**64, self.stream])
         return self._rng
 
 
-RANDOM_SOURCE = _DeviceRandomSource()
+RANDOM_SOURCE = DeviceRandomSource()
 
 
 def stochastic_round(x):
