@@ -88,6 +88,7 @@ EXCHANGE_FRACTION = {  # assumption
     "fft": 1.0,
     "random": 0.0,
     "host": 1.0,
+    "stream": 0.0,  # over the host link, not the exchange: stream_cycles()
 }
 
 # -- while loops --------------------------------------------------------------
@@ -251,6 +252,15 @@ def overlapped_host_seconds(device_seconds, host_seconds, prefetch_depth=None):
     if prefetch_depth is not None and prefetch_depth >= 2:
         return max(device_seconds, host_seconds)
     return device_seconds + host_seconds
+
+
+def stream_cycles(nbytes, target):
+    """Cycles the IPU spends on a data stream inside a program (an infeed
+    read, an outfeed write, a host region's transfers): the host transfer
+    of `nbytes` in the IPU's clock."""
+    if not nbytes:
+        return 0
+    return math.ceil(host_transfer_seconds(nbytes, target) * target.clock_hz)
 
 
 def ipu_link_seconds(nbytes, target):

@@ -64,6 +64,9 @@ def _cycles(cost, target):
         links += _cross_instance_cycles(cost, target)
         return (cost_model.compute_cycles(cost, target, tiles), links,
                 syncs + cost_model.sync_cycles(1), tiles)
+    if cost.kind == "stream":
+        moved = cost.bytes_in + cost.bytes_out
+        return 0, cost_model.stream_cycles(moved, target), cost_model.sync_cycles(1), 0
     tiles = cost_model.work_tiles(cost, target)
     compute = cost_model.compute_cycles(cost, target, tiles)
     moved = cost_model.exchange_bytes(cost, target, tiles)
