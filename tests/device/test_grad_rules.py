@@ -905,7 +905,9 @@ def test_cross_replica_collectives_of_one_replica(name):
 # -- every rule is exercised (keep this test last) ---------------------------
 
 # Rules checked in test_autodiff.py (control flow through the backend).
-CHECKED_ELSEWHERE = {"cond", "scan", "remat", "custom_vjp", "while_loop", "fused_elementwise"}
+CHECKED_ELSEWHERE = {"cond", "scan", "remat", "custom_vjp", "while_loop", "fused_elementwise",
+                     # tests/frontends/tensorflow/test_host_transfer_primitives.py
+                     "host_region"}
 
 
 def test_every_rule_is_checked_against_finite_differences(request):

@@ -13,6 +13,7 @@ from keras_ipu.device.primitives import dot  # noqa: F401
 from keras_ipu.device.primitives import dynamic  # noqa: F401
 from keras_ipu.device.primitives import elementwise  # noqa: F401
 from keras_ipu.device.primitives import fft  # noqa: F401
+from keras_ipu.device.primitives import host_transfer  # noqa: F401
 from keras_ipu.device.primitives import indexing  # noqa: F401
 from keras_ipu.device.primitives import linalg  # noqa: F401
 from keras_ipu.device.primitives import markers  # noqa: F401
@@ -22,5 +23,6 @@ from keras_ipu.device.primitives import reduce  # noqa: F401
 from keras_ipu.device.primitives import sort  # noqa: F401
 from keras_ipu.device.primitives import special  # noqa: F401
 from keras_ipu.device.primitives import structure  # noqa: F401
+from keras_ipu.device.primitives import xla_random  # noqa: F401
 from keras_ipu.device.primitives.registry import REGISTRY  # noqa: F401
 from keras_ipu.device.primitives.registry import Primitive  # noqa: F401
