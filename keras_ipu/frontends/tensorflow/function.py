@@ -1,0 +1,308 @@
+"""A TensorFlow function compiled for the simulated IPU through XLA.
+
+    step = bridge(tf_function)        # or a plain Python function of TF ops
+    outputs = step(*args)             # one executable run per call
+
+Per call: TensorFlow traces the function (its own cache decides when to
+retrace); the first time a trace is seen, TensorFlow's tf2xla bridge lowers
+it to HLO (the program TensorFlow would hand to XLA: `jit_compile=True`,
+stage "hlo"), the importer turns the HLO into a keras_ipu graph and the
+compiler makes an Executable for the configured IPU system. The run reads
+the function's tensor arguments and the variables it uses, runs the
+executable on the simulated IPU, writes every variable the function
+updated (XLA reports them as outputs aliased to their inputs) and returns
+the function's outputs as TensorFlow tensors.
+
+XLA decides what compiles: an op with no XLA kernel fails with
+TensorFlow's own message, as on the IPU. Graphcore's SDK does the same
+(TensorFlow -> XLA -> Poplar); see 003_*.txt of the reference.
+"""
+
+import dataclasses
+import threading
+import weakref
+
+import numpy as np
+
+from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.compiler.cache import CACHE
+from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.frontends.tensorflow import hlo_proto
+from keras_ipu.frontends.tensorflow.importer import import_module
+
+_state = threading.local()
+
+
+def tracing_for_ipu():
+    """True while the front end is tracing a function for the IPU (the
+    compat entry points, loops and queues check it)."""
+    return getattr(_state, "depth", 0) > 0
+
+
+class _Tracing:
+    def __enter__(self):
+        _state.depth = getattr(_state, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _state.depth -= 1
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def as_xla_function(fn):
+    """`fn` as a tf.function that compiles with XLA: a tf.function with
+    jit_compile=True as it is; another tf.function recompiled with it; a
+    Python function wrapped."""
+    tf = _tf()
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+    if isinstance(fn, polymorphic_function.Function):
+        if fn._jit_compile:  # noqa: SLF001 - no public accessor
+            return fn
+        return tf.function(fn.python_function, jit_compile=True,
+                           reduce_retracing=False)
+    return tf.function(fn, jit_compile=True)
+
+
+@dataclasses.dataclass
+class Program:
+    """One trace of the function (for given values of the arguments XLA
+    takes as compile-time constants), imported and compiled."""
+
+    graph: object  # the imported keras_ipu graph
+    param_inputs: tuple  # per HLO parameter: its position among the inputs
+    n_outputs: int  # the function's own outputs (then the updated variables)
+    updates: tuple  # per updated variable: (output position, input position)
+    uses_token: bool
+    structured_outputs: object
+    name: str
+    resident: tuple  # graph inputs that stay on the IPU (variables)
+    executable: object = None
+    context: object = None
+
+
+@dataclasses.dataclass
+class _Trace:
+    """A TensorFlow trace: its inputs (flat arguments, then captured
+    values), which of them XLA bakes in as constants, and one Program per
+    value of those."""
+
+    constant_inputs: tuple
+    programs: dict
+
+
+class BridgedFunction:
+    """`fn` (a tf.function or a Python function of TensorFlow ops) run on
+    the simulated IPU through XLA; see the module doc."""
+
+    def __init__(self, fn, options=None):
+        self.python_function = fn
+        self.tf_function = as_xla_function(fn)
+        self.options = options or CompileOptions(demote_64bit=False)
+        self._traces = weakref.WeakKeyDictionary()
+        self.__name__ = getattr(fn, "__name__", "tf_function")
+        self.compile_count = 0
+
+    # -- tracing and compiling --------------------------------------------
+
+    def concrete(self, *args, **kwargs):
+        with _Tracing():
+            return self.tf_function.get_concrete_function(*args, **kwargs)
+
+    def flat_inputs(self, cf, args, kwargs):
+        """The inputs of a call: flat tensor arguments, then captured values."""
+        from tensorflow.python.eager.polymorphic_function import function_type_utils
+
+        bound = function_type_utils.canonicalize_function_inputs(args, kwargs, cf.function_type)
+        return list(cf.function_type.unpack_inputs(bound)), list(cf.captured_inputs)
+
+    def program(self, *args, **kwargs):
+        """(concrete function, inputs, arrays, Program) of this call; the
+        Program is compiled on first use."""
+        cf = self.concrete(*args, **kwargs)
+        flat, captured = self.flat_inputs(cf, args, kwargs)
+        inputs = flat + captured
+        arrays = [_value_of(x) for x in inputs]
+        trace = self._traces.get(cf)
+        key = None if trace is None else _constant_key(arrays, trace.constant_inputs)
+        program = None if trace is None else trace.programs.get(key)
+        if program is None:
+            program, constants = self._import(cf, flat, captured, arrays)
+            if trace is None:
+                trace = self._traces[cf] = _Trace(constants, {})
+            trace.programs[_constant_key(arrays, constants)] = program
+        return cf, inputs, arrays, program
+
+    def hlo_module(self, cf, flat, captured):
+        from tensorflow.python.eager import context
+
+        with _Tracing():
+            serialized = context.context().get_compiler_ir(
+                device_name=None, platform_name="CPU", function_name=cf.name,
+                flat_args=list(flat), captured_inputs=list(captured),
+                stage="hlo_serialized")
+        return hlo_proto.parse_module(serialized)
+
+    def _import(self, cf, flat, captured, arrays):
+        module = self.hlo_module(cf, flat, captured)
+        imported = import_module(module)
+        param_avals = [(tuple(v.aval.shape), v.aval.dtype)
+                       for v in imported.graph.inputs[:imported.n_params]]
+        input_avals = [(tuple(a.shape), a.dtype) for a in arrays]
+        param_inputs = _align(param_avals, input_avals, self.__name__)
+        constants = tuple(i for i in range(len(arrays)) if i not in param_inputs)
+        n_outputs = len(cf.outputs)
+        aliases = {tuple(e.output_shape_index): e.parameter_number
+                   for e in module.input_output_alias.entries}
+        # One output is returned bare (shape index ()), several as a tuple.
+        single = not isinstance(imported.output_structure, tuple)
+        updates = []
+        for k in range(n_outputs, imported.n_outputs):
+            param = aliases.get(() if single else (k,))
+            if param is None:
+                raise NotImplementedError(
+                    f"{self.__name__}: output {k} of the XLA program is neither a "
+                    "function output nor a variable update."
+                )
+            updates.append((k, param_inputs[param]))
+        inputs = list(flat) + list(captured)
+        resident = tuple(p for p, i in enumerate(param_inputs) if _is_resource(inputs[i]))
+        self.compile_count += 1
+        program = Program(
+            graph=imported.graph, param_inputs=tuple(param_inputs), n_outputs=n_outputs,
+            updates=tuple(updates), uses_token=imported.uses_token,
+            structured_outputs=cf.structured_outputs, name=self.__name__,
+            resident=resident,
+        )
+        return program, constants
+
+    def executable(self, program):
+        context = device_checks.compile_context()
+        if program.executable is None or program.context is not context:
+            program.executable = CACHE.get(program.graph, self.options, name=program.name)
+            program.context = context
+        return program.executable
+
+    # -- running --------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        cf, inputs, arrays, program = self.program(*args, **kwargs)
+        feed = [arrays[i] for i in program.param_inputs]
+        if program.uses_token:
+            feed.append(np.zeros((), np.uint32))
+        results = list(self.executable(program).run(*feed))
+        for out_pos, in_pos in program.updates:
+            _assign(inputs[in_pos], results[out_pos])
+        return _pack(program.structured_outputs, results[:program.n_outputs])
+
+
+def _constant_key(arrays, positions):
+    return tuple((arrays[i].dtype.str, arrays[i].shape, arrays[i].tobytes()) for i in positions)
+
+
+def _align(params, inputs, name):
+    """The input position of each HLO parameter. XLA drops the inputs it
+    takes as compile-time constants (a shape, an axis, a slice start): the
+    parameters are the other inputs, in order, with their shapes and
+    dtypes. Fails when that leaves more than one choice."""
+    if len(params) == len(inputs):
+        return list(range(len(inputs)))
+    n, m = len(params), len(inputs)
+    # ways[i][j]: alignments of params[i:] within inputs[j:]
+    ways = [[0] * (m + 1) for _ in range(n + 1)]
+    for j in range(m + 1):
+        ways[n][j] = 1
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            ways[i][j] = ways[i][j + 1] + (ways[i + 1][j + 1] if params[i] == inputs[j] else 0)
+    if ways[0][0] != 1:
+        raise NotImplementedError(
+            f"{name}: XLA compiled {n} parameters for {m} inputs (arguments and "
+            "captured values): some arguments are compile-time constants (a "
+            "shape, an axis, a slice start) and which ones cannot be told "
+            "apart. Pass such values as Python numbers, not tensors."
+        )
+    out, j = [], 0
+    for i in range(n):
+        while not (params[i] == inputs[j] and ways[i + 1][j + 1] == 1 and ways[i][j + 1] == 0):
+            j += 1
+        out.append(j)
+        j += 1
+    return out
+
+
+def _is_resource(x):
+    dtype = getattr(x, "dtype", None)
+    return getattr(dtype, "name", None) == "resource" or _is_variable(x)
+
+
+def _is_variable(x):
+    return hasattr(x, "handle") and hasattr(x, "assign") and hasattr(x, "read_value")
+
+
+def _value_of(x):
+    """The NumPy value of a flat input: a tensor, a variable or a resource
+    handle (read now)."""
+    if _is_variable(x):
+        return np.asarray(x.numpy())
+    if getattr(getattr(x, "dtype", None), "name", None) == "resource":
+        from tensorflow.python.ops import gen_resource_variable_ops
+
+        dtype = _handle_dtype(x)
+        return gen_resource_variable_ops.read_variable_op(x, dtype).numpy()
+    if hasattr(x, "numpy"):
+        return np.asarray(x.numpy())
+    return np.asarray(x)
+
+
+def _handle_dtype(handle):
+    data = handle._handle_data  # noqa: SLF001 - the dtype of a raw resource handle
+    if data is None or not data.shape_and_type:
+        raise TypeError("A resource handle without dtype information was passed.")
+    from tensorflow.python.framework import dtypes
+
+    return dtypes.as_dtype(data.shape_and_type[0].dtype)
+
+
+def _assign(target, value):
+    if _is_variable(target):
+        target.assign(value)
+        return
+    from tensorflow.python.ops import gen_resource_variable_ops
+
+    gen_resource_variable_ops.assign_variable_op(target, value)
+
+
+def _pack(structured, outputs):
+    """The function's outputs in its structure, as TensorFlow tensors."""
+    tf = _tf()
+    it = iter(outputs)
+    leaves = tf.nest.flatten(structured, expand_composites=True)
+    filled = []
+    for leaf in leaves:
+        if isinstance(leaf, tf.Tensor):
+            filled.append(tf.convert_to_tensor(next(it)))
+        elif isinstance(leaf, tf.Operation):
+            filled.append(None)
+        else:
+            filled.append(leaf)
+    return tf.nest.pack_sequence_as(structured, filled, expand_composites=True)
+
+
+_bridged = weakref.WeakKeyDictionary()
+
+
+def bridge(fn):
+    """The BridgedFunction of `fn` (one per function object)."""
+    try:
+        found = _bridged.get(fn)
+    except TypeError:  # not weak-referenceable
+        return BridgedFunction(fn)
+    if found is None:
+        found = BridgedFunction(fn)
+        _bridged[fn] = found
+    return found

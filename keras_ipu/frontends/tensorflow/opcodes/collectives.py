@@ -1,0 +1,61 @@
+"""Collectives TensorFlow emits on CPU: all-reduce, reduce-scatter,
+replica-id (XlaAllReduce, XlaReduceScatter, XlaReplicaId; TensorFlow's
+all-to-all and collective-permute have no CPU kernels).
+
+The front end compiles the program of one replica. In a group of one,
+all-reduce and reduce-scatter return their operand and replica-id is 0,
+as XLA defines them for a single participant. Programs of several replicas
+(replication_factor > 1) fail with NotImplementedError.
+"""
+
+import numpy as np
+
+from keras_ipu.frontends.tensorflow.importer import HloImportError
+from keras_ipu.frontends.tensorflow.importer import rule
+from keras_ipu.frontends.tensorflow.opcodes.reductions import monoid
+
+
+def _group_size(imp, instr):
+    groups = [list(g.replica_ids) for g in instr.replica_groups]
+    if groups and any(groups):
+        return max(len(g) for g in groups)
+    return imp.replicas
+
+
+def _single(imp, instr):
+    size = _group_size(imp, instr)
+    if size != 1:
+        raise NotImplementedError(
+            f"{instr.opcode} across {size} replicas: replicated TensorFlow "
+            "programs are not supported by the TensorFlow front end yet "
+            "(replication_factor must be 1 here)."
+        )
+
+
+def _values(operands):
+    return operands[0] if len(operands) == 1 else tuple(operands)
+
+
+@rule("all-reduce")
+def _all_reduce(imp, instr, operands):
+    op = monoid(imp.called(instr))
+    if op not in ("add", "multiply", "maximum", "minimum", "and", "or"):
+        raise HloImportError("all-reduce with a reducer other than add/multiply/maximum/minimum/and/or.")
+    _single(imp, instr)
+    return _values(operands)
+
+
+@rule("reduce-scatter")
+def _reduce_scatter(imp, instr, operands):
+    _single(imp, instr)
+    return _values(operands)
+
+
+@rule("replica-id")
+def _replica_id(imp, instr, operands):
+    if imp.replicas != 1:
+        raise NotImplementedError(
+            "replica-id in a replicated TensorFlow program: replication_factor "
+            "must be 1 for the TensorFlow front end."
+        )
+    return np.zeros((), np.uint32)
