@@ -14,6 +14,8 @@ _LAZY_SUBMODULES = frozenset({
     "config", "distribute", "distributed", "gradient_accumulation", "horovod",
     "ipu_multi_worker_strategy", "ipu_strategy", "keras", "layers", "models", "ops",
     "optimizers", "popdist", "utils",
+    # TensorFlow code compiled through XLA (keras_ipu/frontends/tensorflow).
+    "ipu_compiler", "ipu_infeed_queue", "ipu_outfeed_queue", "loops", "scopes",
 })
 
 

@@ -48,3 +48,21 @@ def move_variable_initialization_to_cpu(graph=None):
 def device_listing():
     """The simulated Pod's device listing, in the format of `gc-info -l`."""
     return _system().pod.listing()
+
+
+def export_dataset_to_file(dataset_or_infeed, output_filename, num_elements,
+                           feed_name="", apply_options=True):
+    """Export `num_elements` elements of a dataset or IPUInfeedQueue as binary
+    files (one per element component); see
+    keras_ipu/frontends/tensorflow/dataset_export.py for the format."""
+    from keras_ipu.frontends.tensorflow import dataset_export
+
+    return dataset_export.export_dataset_to_file(
+        dataset_or_infeed, output_filename, num_elements, feed_name, apply_options)
+
+
+def export_inputs_to_file(inputs, output_filename, feed_dict):
+    """Export the values of `inputs` (feed_dict values first) as binary files."""
+    from keras_ipu.frontends.tensorflow import dataset_export
+
+    return dataset_export.export_inputs_to_file(inputs, output_filename, feed_dict)
