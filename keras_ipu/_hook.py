@@ -299,8 +299,66 @@ class IPUBackendFinder:
         return spec
 
 
+# `from tensorflow.python import ipu` (Graphcore's SDK) resolves to keras_ipu:
+# stock TensorFlow has no `tensorflow.python.ipu`, so no module of
+# TensorFlow's is shadowed. KERAS_IPU_TF_ALIAS=0 turns the alias off.
+TF_IPU = "tensorflow.python.ipu"
+TF_ALIAS_ENV = "KERAS_IPU_TF_ALIAS"
+
+
+class _AliasLoader:
+    """Loads `tensorflow.python.ipu[.X]` as the module `keras_ipu[.X]`
+    itself (one module object under both names)."""
+
+    def __init__(self, target):
+        self.target = target
+        self._own_spec = None
+
+    def create_module(self, spec):
+        from importlib import import_module
+
+        module = import_module(self.target)
+        self._own_spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # The import system gave the module the alias's spec; keras_ipu's
+        # own spec (its name, its loader) stays what it was.
+        module.__spec__ = self._own_spec
+
+
+class TensorFlowIPUAlias:
+    """Meta-path finder: `tensorflow.python.ipu` and its submodules are
+    keras_ipu's modules of the same path (see TF_IPU)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != TF_IPU and not fullname.startswith(TF_IPU + "."):
+            return None
+        import os
+
+        if os.environ.get(TF_ALIAS_ENV, "1") == "0":
+            return None
+        from importlib.util import find_spec
+        from importlib.util import spec_from_loader
+
+        name = "keras_ipu" + fullname[len(TF_IPU):]
+        try:
+            found = find_spec(name)
+        except ModuleNotFoundError:
+            found = None
+        if found is None:
+            return None
+        is_package = found.submodule_search_locations is not None
+        spec = spec_from_loader(fullname, _AliasLoader(name), is_package=is_package)
+        if is_package:
+            spec.submodule_search_locations = list(found.submodule_search_locations)
+        return spec
+
+
 def install():
     if not any(
         isinstance(f, IPUBackendFinder) and f.runtime for f in sys.meta_path
     ):
         sys.meta_path.insert(0, IPUBackendFinder())
+    if not any(isinstance(f, TensorFlowIPUAlias) for f in sys.meta_path):
+        sys.meta_path.insert(0, TensorFlowIPUAlias())
