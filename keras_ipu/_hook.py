@@ -278,6 +278,7 @@ class IPUBackendFinder:
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in self.transforms or _selected_backend() != "ipu":
             return None
+        transform = self.transforms[fullname]
         from importlib.machinery import PathFinder
         from importlib.util import spec_from_loader
 
@@ -287,7 +288,7 @@ class IPUBackendFinder:
         is_package = original.submodule_search_locations is not None
         spec = spec_from_loader(
             fullname,
-            _PatchingLoader(fullname, original.loader, self.transforms[fullname]),
+            _PatchingLoader(fullname, original.loader, transform),
             origin=original.origin,
             is_package=is_package,
         )
@@ -301,9 +302,15 @@ class IPUBackendFinder:
 
 # `from tensorflow.python import ipu` (Graphcore's SDK) resolves to keras_ipu:
 # stock TensorFlow has no `tensorflow.python.ipu`, so no module of
-# TensorFlow's is shadowed. KERAS_IPU_TF_ALIAS=0 turns the alias off.
+# TensorFlow's is shadowed. KERAS_IPU_TF_HOOK=0 turns it off.
 TF_IPU = "tensorflow.python.ipu"
-TF_ALIAS_ENV = "KERAS_IPU_TF_ALIAS"
+TF_HOOK_ENV = "KERAS_IPU_TF_HOOK"
+
+
+def _tf_hook_enabled():
+    import os
+
+    return os.environ.get(TF_HOOK_ENV, "1") != "0"
 
 
 class _AliasLoader:
@@ -334,9 +341,7 @@ class TensorFlowIPUAlias:
     def find_spec(self, fullname, path=None, target=None):
         if fullname != TF_IPU and not fullname.startswith(TF_IPU + "."):
             return None
-        import os
-
-        if os.environ.get(TF_ALIAS_ENV, "1") == "0":
+        if not _tf_hook_enabled():
             return None
         from importlib.util import find_spec
         from importlib.util import spec_from_loader

@@ -2,7 +2,7 @@
 
 The import hook (keras_ipu/_hook.py, installed by the .pth file) maps
 `tensorflow.python.ipu[.X]` to `keras_ipu[.X]`. Stock TensorFlow has no
-such module, so nothing of TensorFlow's is shadowed; KERAS_IPU_TF_ALIAS=0
+such module, so nothing of TensorFlow's is shadowed; KERAS_IPU_TF_HOOK=0
 turns the alias off. Each check runs in a fresh interpreter (the .pth runs
 at start-up).
 """
@@ -57,7 +57,7 @@ def test_tensorflow_python_ipu_is_keras_ipu():
 
 
 def test_the_alias_can_be_turned_off():
-    proc = _run("from tensorflow.python import ipu", KERAS_IPU_TF_ALIAS="0")
+    proc = _run("from tensorflow.python import ipu", KERAS_IPU_TF_HOOK="0")
     assert proc.returncode != 0
     assert "cannot import name 'ipu'" in proc.stderr
 
