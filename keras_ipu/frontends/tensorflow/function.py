@@ -83,16 +83,53 @@ class Program:
     resident: tuple  # graph inputs that stay on the IPU (variables)
     executable: object = None
     context: object = None
+    trace: object = None
 
 
 @dataclasses.dataclass
 class _Trace:
     """A TensorFlow trace: its inputs (flat arguments, then captured
-    values), which of them XLA bakes in as constants, and one Program per
-    value of those."""
+    values), which of them XLA bakes in as constants, one Program per value
+    of those, and the reads and writes of its captured variables."""
 
     constant_inputs: tuple
     programs: dict
+    captured: object  # _Captured
+
+
+class _Captured:
+    """The captured inputs of one trace: the variables (resource handles),
+    all read in one TensorFlow call (a tf.function over them: one call
+    instead of one eager op per variable; writes stay eager ops, which
+    convert NumPy values fastest), and the captured tensors (constants of
+    the trace, converted once)."""
+
+    def __init__(self, captured, first):
+        import tensorflow as tf
+        from tensorflow.python.ops import gen_resource_variable_ops as rv
+
+        self.n = len(captured)
+        self.resources = [k for k, x in enumerate(captured) if _is_resource(x)]
+        self.constants = {k: first[k] for k in range(self.n) if k not in self.resources}
+        handles = [(captured[k], _handle_dtype(captured[k])) for k in self.resources]
+
+        def read():
+            return [rv.read_variable_op(h, d) for h, d in handles]
+
+        self._read = tf.function(read, autograph=False) if handles else None
+        self._handles = dict(zip(self.resources, (h for h, _ in handles)))
+
+    def read(self):
+        values = dict(self.constants)
+        if self._read is not None:
+            for k, t in zip(self.resources, self._read()):
+                values[k] = np.asarray(t)
+        return [values[k] for k in range(self.n)]
+
+    def write(self, positions, values):
+        """Assign `values` to the captured variables at `positions`."""
+        for k, v in zip(positions, values):
+            _assign(self._handles[k], v)
 
 
 class BridgedFunction:
@@ -125,17 +162,22 @@ class BridgedFunction:
         Program is compiled on first use."""
         cf = self.concrete(*args, **kwargs)
         flat, captured = self.flat_inputs(cf, args, kwargs)
-        inputs = flat + captured
-        arrays = [_value_of(x) for x in inputs]
         trace = self._traces.get(cf)
+        flat_arrays = [_value_of(x) for x in flat]
+        if trace is None:
+            captured_arrays = [_value_of(x) for x in captured]
+        else:
+            captured_arrays = trace.captured.read()
+        arrays = flat_arrays + captured_arrays
         key = None if trace is None else _constant_key(arrays, trace.constant_inputs)
         program = None if trace is None else trace.programs.get(key)
         if program is None:
             program, constants = self._import(cf, flat, captured, arrays)
             if trace is None:
-                trace = self._traces[cf] = _Trace(constants, {})
+                trace = self._traces[cf] = _Trace(constants, {}, _Captured(captured, captured_arrays))
             trace.programs[_constant_key(arrays, constants)] = program
-        return cf, inputs, arrays, program
+        program.trace = trace
+        return cf, flat + captured, arrays, program
 
     def hlo_module(self, cf, flat, captured):
         from tensorflow.python.eager import context
@@ -195,8 +237,15 @@ class BridgedFunction:
         if program.uses_token:
             feed.append(np.zeros((), np.uint32))
         results = list(self.executable(program).run(*feed))
+        n_flat = len(inputs) - program.trace.captured.n
+        positions, values = [], []
         for out_pos, in_pos in program.updates:
-            _assign(inputs[in_pos], results[out_pos])
+            if in_pos < n_flat:
+                _assign(inputs[in_pos], results[out_pos])
+            else:
+                positions.append(in_pos - n_flat)
+                values.append(results[out_pos])
+        program.trace.captured.write(positions, values)
         return _pack(program.structured_outputs, results[:program.n_outputs])
 
 
@@ -248,14 +297,12 @@ def _value_of(x):
     """The NumPy value of a flat input: a tensor, a variable or a resource
     handle (read now)."""
     if _is_variable(x):
-        return np.asarray(x.numpy())
+        return np.asarray(x.read_value())
     if getattr(getattr(x, "dtype", None), "name", None) == "resource":
         from tensorflow.python.ops import gen_resource_variable_ops
 
         dtype = _handle_dtype(x)
-        return gen_resource_variable_ops.read_variable_op(x, dtype).numpy()
-    if hasattr(x, "numpy"):
-        return np.asarray(x.numpy())
+        return np.asarray(gen_resource_variable_ops.read_variable_op(x, dtype))
     return np.asarray(x)
 
 
