@@ -144,6 +144,8 @@ class Importer:
         self.vectorized = False  # applying a scalar computation to arrays
         self._effects = {}
         self._materialized = {}
+        # custom-call Qr results -> (R, Q) (opcodes/linalg.py)
+        self.qr_factors = {}
         self.uses_token = any(self.has_effects(c) for c in module.computations)
 
     # -- computations -----------------------------------------------------

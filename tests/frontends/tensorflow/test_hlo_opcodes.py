@@ -147,6 +147,10 @@ CASES = {
                                     tf.linalg.triangular_solve(tf.linalg.band_part(m, 0, -1) + 8 * tf.eye(8), m,
                                                                lower=False, adjoint=True)], 1), (M,)),
     "eigh": (lambda m: tf.abs(tf.linalg.eigh(m + tf.transpose(m))[0]), (M,)),
+    "qr_inv_solve": (lambda m: tf.concat([tf.abs(tf.linalg.qr(m)[1]), tf.abs(tf.linalg.qr(m)[0]),
+                                          tf.linalg.inv(m + 8 * tf.eye(8)),
+                                          tf.linalg.solve(m + 8 * tf.eye(8), m)], 1), (M,)),
+    "qr_batched_rect": (lambda x: [tf.abs(t) for t in tf.linalg.qr(tf.reshape(x, (2, 4, 4))[:, :, :3])], (X,)),
     "fft": (lambda x: tf.concat([tf.abs(tf.signal.fft(tf.cast(x, tf.complex64))), tf.abs(tf.signal.rfft(x)),
                                  tf.signal.irfft(tf.signal.rfft(x))], 1), (X,)),
     "stateless_random": (lambda x: tf.concat([

@@ -212,10 +212,12 @@ def _custom_call(imp, instr, operands):
 
 def _eigh(imp, instr, operands):
     """TensorFlow's self_adjoint_eig on CPU: custom-call "Eigh" returning
-    (eigenvectors, eigenvalues), eigenvalues ascending; the backend config
-    says which triangle is read ("lower" by default)."""
+    (eigenvectors, eigenvalues), eigenvalues ascending; its backend config
+    is "lower,sort_eigenvalues,max_iter,tolerance" (lower=1: the lower
+    triangle is read)."""
     (a,) = operands
-    lower = b"upper" not in bytes(instr.backend_config or b"").lower()
+    fields = bytes(instr.backend_config or b"").decode("ascii", "replace").split(",")
+    lower = fields[0].strip() != "0" if fields and fields[0].strip() else True
     w, v = imp.bind(linalg.eigh_p, imp.array(a), lower=lower)
     shapes = [tuple(t.dimensions) for t in instr.shape.tuple_shapes]
     if shapes and shapes[0] == tuple(shape_of(v)):
@@ -223,7 +225,45 @@ def _eigh(imp, instr, operands):
     return (w, v)
 
 
-CUSTOM_CALLS = {"Eigh": _eigh}
+def _qr(imp, instr, operands):
+    """custom-call "Qr" (LAPACK geqrf: R in the upper triangle, Householder
+    reflectors below it and in `taus`), as TensorFlow uses it: its result
+    only goes to the upper-triangle reads of R and to
+    ProductOfElementaryHouseholderReflectors, which makes Q. The QR
+    factorization (the qr primitive, LAPACK's signs as XLA's) gives R, with
+    zeros below the diagonal, and Q, kept for that product."""
+    (a,) = operands
+    q, r = imp.bind(linalg.qr_p, imp.array(a), mode="complete")
+    taus_dims, taus_dtype = hlo_proto.array_shape(instr.shape.tuple_shapes[1])
+    taus = np.zeros(taus_dims, taus_dtype)
+    imp.qr_factors[id(r)] = (r, q)
+    return (r, taus)
+
+
+def _householder_product(imp, instr, operands):
+    """custom-call "ProductOfElementaryHouseholderReflectors" of a "Qr"
+    result: the first n columns of its Q."""
+    packed, _ = operands
+    entry = imp.qr_factors.get(id(packed))
+    if entry is None or entry[0] is not packed:
+        raise HloImportError(
+            "ProductOfElementaryHouseholderReflectors of reflectors that do not "
+            "come straight from a Qr custom-call is not supported.")
+    q = entry[1]
+    out = tuple(int(d) for d in instr.shape.dimensions)
+    qshape = shape_of(q)
+    if out[-1] > qshape[-1]:
+        raise HloImportError(f"a Householder product of {out[-1]} columns from a {qshape[-1]}-column Q.")
+    if out == qshape:
+        return q
+    from keras_ipu.device.primitives import indexing
+
+    return imp.bind(indexing.slice_p, q, start_indices=(0,) * len(out), limit_indices=out,
+                    strides=(1,) * len(out))
+
+
+CUSTOM_CALLS = {"Eigh": _eigh, "Qr": _qr,
+                "ProductOfElementaryHouseholderReflectors": _householder_product}
 
 
 def register_custom_call(target):
