@@ -188,3 +188,18 @@ def test_tracing_flag_is_scoped():
     with _Tracing():
         assert tracing_for_ipu()
     assert not tracing_for_ipu()
+
+
+def test_out_of_memory_names_the_tensorflow_op():
+    """A program that does not fit one IPU fails to compile, as Poplar's
+    would, and the error names the TensorFlow op (nodes carry it)."""
+    from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryError
+
+    def fn(a):
+        # 3 x 576 MB: more than an IPU's 900 MB (nothing that large is ever
+        # allocated: the compile refuses it first).
+        big = tf.broadcast_to(a, (12000, 12000)) + 1.0
+        return tf.matmul(big, big, name="huge_matmul")
+
+    with pytest.raises(IPUOutOfMemoryError, match="huge_matmul"):
+        BridgedFunction(tf.function(fn, jit_compile=True))(tf.ones((1, 12000)))
