@@ -1,5 +1,6 @@
-"""keras_ipu.utils: the general utilities of tensorflow.python.ipu.utils that
-concern the IPU system (device sizes, IPU Model, seeds, synthetic data).
+"""keras_ipu.utils: the general utilities of tensorflow.python.ipu.utils:
+the IPU system (device sizes, IPU Model, seeds, synthetic data) and the
+export of infeed data to binary files (TensorFlow, imported when used).
 """
 
 import numbers
