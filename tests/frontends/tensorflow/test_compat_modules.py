@@ -192,3 +192,21 @@ def test_export_dataset_to_file(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["my_dataset.0.bin", "my_dataset.1.bin", "single.bin"]
     ipu.utils.export_inputs_to_file([tf.constant(DATA[0])], str(tmp_path / "in.bin"), {})
     np.testing.assert_array_equal(np.fromfile(tmp_path / "in.bin", np.float32), DATA[0])
+
+
+def test_reset_ipu_seed_reseeds_stateful_random_ops():
+    """tf.random.uniform in a compiled function draws from the device's
+    random stream: reset_ipu_seed makes the draws repeat."""
+    def draw():
+        return tf.random.uniform((4,))
+
+    try:
+        ipu.utils.reset_ipu_seed(7)
+        first = [ipu.ipu_compiler.compile(draw)[0].numpy() for _ in range(2)]
+        ipu.utils.reset_ipu_seed(7)
+        again = [ipu.ipu_compiler.compile(draw)[0].numpy() for _ in range(2)]
+    finally:
+        ipu.utils._system().seeds.pop(0, None)  # unseeded again for the next tests
+    np.testing.assert_array_equal(first[0], again[0])
+    np.testing.assert_array_equal(first[1], again[1])
+    assert not np.array_equal(first[0], first[1])
