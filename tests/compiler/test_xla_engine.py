@@ -171,6 +171,29 @@ def test_structure_rules(monkeypatch):
     check(graph, [f32(2, 3, 4), f32(2, 4)], monkeypatch, exact=True)
 
 
+def test_marker_identities(monkeypatch):
+    from keras_ipu.device.compiler import CompileOptions
+    from keras_ipu.device.compiler.recompute import RecomputationMode
+
+    def body(b, x):
+        c = b.op("recomputation_checkpoint", b.op("sin", x))
+        return [b.op("assume_equal_across_replicas", c, inplace=True),
+                *b.op("optimization_barrier", c)]
+
+    graph = build([aval((3, 4))], body)
+    # Compiled with recomputation on, the checkpoint stays in the program.
+    monkeypatch.setenv(engines.ENV, "xla")
+    monkeypatch.setenv(engines.STRICT_ENV, "1")
+    exe = compile_graph(graph, CompileOptions(
+        recomputation=RecomputationMode.RecomputeAndBackpropagateInterleaved))
+    x = f32(3, 4)
+    got = exe.run(x)
+    assert engines.current_engine(exe) == "xla"
+    assert "recomputation_checkpoint" in str(exe)
+    for g in got:
+        np.testing.assert_allclose(g, np.sin(x), rtol=1e-6)
+
+
 def test_dynamic_slices_clamp_their_starts(monkeypatch):
     def body(b, x, u, i, j):
         return [

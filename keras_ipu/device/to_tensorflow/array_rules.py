@@ -160,6 +160,17 @@ def _barrier(ctx, *xs):
     return tuple(xs)
 
 
+# Markers for the compiler (primitives/markers.py): their values pass through.
+@rule("recomputation_checkpoint")
+def _checkpoint(ctx, x):
+    return x
+
+
+@rule("assume_equal_across_replicas")
+def _assume_equal(ctx, x, *, inplace):
+    return x
+
+
 _REDUCERS = {
     "reduce_sum": tf.math.reduce_sum,
     "reduce_prod": tf.math.reduce_prod,
