@@ -12,6 +12,7 @@ optimizer step are combined before the weight update:
 """
 
 import enum
+from enum import Enum  # noqa: F401 (in Graphcore's module namespace)
 
 
 class GradientAccumulationReductionMethod(enum.Enum):

@@ -7,6 +7,10 @@ The schedule and the recomputation mode change what the simulator predicts
 """
 
 import enum
+from functools import reduce  # noqa: F401 (in Graphcore's module namespace)
+
+from keras_ipu._unavailable import unavailable_class
+from keras_ipu._unavailable import unavailable_function
 
 
 class PipelineSchedule(enum.IntEnum):
@@ -64,3 +68,10 @@ class PipelineStageOptions:
     def __repr__(self):
         return (f"PipelineStageOptions(convolution_options={self.convolution_options}, "
                 f"matmul_options={self.matmul_options}, slice_options={self.slice_options})")
+
+
+# The functional (TensorFlow) pipeline API, issue 12 item 2.
+_PLANNED = "not implemented yet (issue 12)."
+OptimizerFunctionOutput = unavailable_class("pipelining_ops.OptimizerFunctionOutput", _PLANNED)
+pipeline = unavailable_function("pipelining_ops.pipeline", _PLANNED)
+recomputation_checkpoint = unavailable_function("pipelining_ops.recomputation_checkpoint", _PLANNED)

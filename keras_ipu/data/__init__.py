@@ -1,0 +1,1 @@
+"""keras_ipu.data: Graphcore's `tensorflow.python.ipu.data` (dataset wrappers)."""

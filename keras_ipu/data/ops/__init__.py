@@ -1,0 +1,1 @@
+"""keras_ipu.data.ops: Graphcore's `tensorflow.python.ipu.data.ops`."""
