@@ -1,3 +1,4 @@
+import hashlib
 import json
 import os
 import pickle
@@ -73,9 +74,10 @@ def test_bad_entry_is_recompiled_with_a_warning(cache_dir, damage):
         path.write_bytes(data[: len(data) // 2])
     else:
         magic = b"keras_ipu executable\n"
-        entry = pickle.loads(data[len(magic):])
+        entry = pickle.loads(data[len(magic) + 32:])  # after the SHA-256
         entry["version"] = -1
-        path.write_bytes(magic + pickle.dumps(entry))
+        stale = pickle.dumps(entry)
+        path.write_bytes(magic + hashlib.sha256(stale).digest() + stale)
     cache = ExecutableCache()
     with pytest.warns(CacheWarning, match="recompiling"):
         exe = cache.get(_graph())

@@ -4,9 +4,19 @@
 The key is a hash of (format version, a digest of the compiler's source,
 graph fingerprint, input avals, compile options); the options hold the IPU
 target (version and tiles) and the floating-point behaviour, so an
-executable compiled for another IPU is never reused. Disk entries are written to a temporary file in DIR and
-renamed into place, so a reader never sees half an entry. A corrupt or
-stale entry is recompiled (and overwritten) with a warning, never a crash.
+executable compiled for another IPU is never reused.
+
+Disk entries are written whole or not at all (keras_ipu._atomic_files:
+a temporary file in DIR renamed into place), with the permissions a plain
+file gets (readable by the group under the usual umask: a cache shared by
+a team). Each entry carries a SHA-256 checksum of its content: an entry
+changed after it was written (a flipped bit, a truncated copy) is treated
+like any corrupt or stale entry: a warning, a recompile, the entry
+replaced; never a crash, never a silently different program. The first
+use of DIR in a process removes the temporary files of writers that were
+killed before their rename. (The checksum finds damage, not tampering: an
+entry is a pickle, so DIR must be writable only by people you trust.)
+
 `stats` counts what happened; a log line on the "keras_ipu.compiler"
 logger reports every disk hit.
 """
@@ -16,9 +26,9 @@ import hashlib
 import logging
 import os
 import pickle
-import tempfile
 import warnings
 
+from keras_ipu import _atomic_files
 from keras_ipu.device import flags as poplar_flags
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.executable import FORMAT_VERSION
@@ -30,6 +40,8 @@ logger = logging.getLogger("keras_ipu.compiler")
 
 SUFFIX = ".ipu_exe"
 _MAGIC = b"keras_ipu executable\n"
+_CHECKSUM = hashlib.sha256  # of the pickled entry, stored after _MAGIC
+_CHECKSUM_SIZE = _CHECKSUM().digest_size
 
 
 class CacheWarning(UserWarning):
@@ -73,19 +85,38 @@ class ExecutableCache:
         self.capacity = capacity
         self._memory = collections.OrderedDict()
         self.stats = collections.Counter()
+        self._swept = set()  # directories whose orphans were removed
 
     def clear(self):
         self._memory.clear()
         self.stats.clear()
 
+    def lookup(self, key):
+        """The Executable stored under `key` in memory (None when it was
+        never compiled or has been dropped); counts as a use."""
+        exe = self._memory.get(key)
+        if exe is not None:
+            self._memory.move_to_end(key)
+        return exe
+
     def get(self, graph, options=None, name=None):
         """The Executable of `graph` (compiled, or from the cache) for the
         configured IPU; `name` names it in reports and logs."""
+        return self.get_keyed(graph, options, name)[1]
+
+    def get_keyed(self, graph, options=None, name=None):
+        """(key, Executable): get(), with the key `lookup` finds it by."""
         context = device_checks.compile_context()
         options = device_checks.resolve_options(options or CompileOptions(), context)
         key = cache_key(graph, options)
         directory = cache_dir()
         path = os.path.join(directory, key + SUFFIX) if directory else None
+        if directory and directory not in self._swept:
+            self._swept.add(directory)
+            removed = _atomic_files.remove_orphans(directory, SUFFIX)
+            if removed:
+                logger.info("executable cache %s: removed %d temporary file(s) "
+                            "of killed writers", directory, len(removed))
         exe = self._memory.get(key)
         if exe is not None:
             self._memory.move_to_end(key)
@@ -94,7 +125,7 @@ class ExecutableCache:
                 # Compiled before this cache directory was configured (a
                 # PRE_COMPILE run fills the cache with what it uses).
                 self._store(path, key, exe)
-            return exe
+            return key, exe
         if path is not None and os.path.exists(path):
             exe = self._load(path, key)
             if exe is not None:
@@ -107,14 +138,21 @@ class ExecutableCache:
         self._memory[key] = exe
         if len(self._memory) > self.capacity:
             self._memory.popitem(last=False)
-        return exe
+        return key, exe
 
     def _load(self, path, key):
         try:
             with open(path, "rb") as f:
                 if f.read(len(_MAGIC)) != _MAGIC:
                     raise ValueError("not a keras_ipu executable")
-                entry = pickle.load(f)
+                checksum = f.read(_CHECKSUM_SIZE)
+                data = f.read()
+            if _CHECKSUM(data).digest() != checksum:
+                raise ValueError(
+                    "its checksum does not match its content: the file was "
+                    "changed or cut short after it was written"
+                )
+            entry = pickle.loads(data)
             if entry.get("version") != FORMAT_VERSION or entry.get("key") != key:
                 raise ValueError(
                     f"stale entry (format {entry.get('version')}, this "
@@ -142,15 +180,10 @@ class ExecutableCache:
                 {"version": FORMAT_VERSION, "key": key, "executable": exe},
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=SUFFIX)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(_MAGIC)
-                    f.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            _atomic_files.write_bytes(
+                path, (_MAGIC, _CHECKSUM(data).digest(), data),
+                mode=_atomic_files.default_mode(),
+            )
         except Exception as e:  # noqa: BLE001 - caching is an optimisation
             self.stats["disk_write_errors"] += 1
             logger.warning("executable not cached in %s: %s", directory, e)

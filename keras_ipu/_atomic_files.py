@@ -1,0 +1,156 @@
+"""Files written whole or not at all.
+
+A file is written under a temporary name in its own directory, flushed to
+disk, given the permissions a plain `open(path, "w")` would give (or those
+of the file it replaces), and renamed over the target: a reader, or the
+next run after a crash or a kill, finds the old file or the new one, never
+half of one. The executable cache and the ipu backend's model saves
+(.keras, .weights.h5, ModelCheckpoint, through the import hook) use it.
+
+A writer killed before the rename leaves its temporary file behind. The
+name says who wrote it (`.tmp-<host>-<pid>-...`), so `remove_orphans`
+deletes those of writers that are gone (same host, process no longer
+alive) and any older than an hour (another host's, which cannot be
+asked).
+
+Stdlib only: the import hook uses it in every process that saves a model.
+"""
+
+import contextlib
+import os
+import socket
+import time
+import uuid
+
+PREFIX = ".tmp-"
+ORPHAN_AGE_SECONDS = 3600.0
+
+
+def _host():
+    return socket.gethostname().replace("-", "_") or "host"
+
+
+def temporary_name(path):
+    """The temporary name of `path`'s next write: same directory, same
+    ending (Keras checks `.keras` / `.weights.h5`), the writer's host and
+    pid first."""
+    directory, base = os.path.split(os.path.abspath(path))
+    tag = f"{PREFIX}{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
+    return os.path.join(directory, tag + base)
+
+
+_UMASK = []
+
+
+def _umask():
+    if not _UMASK:
+        value = None
+        try:  # Linux: read it without changing it (os.umask is process-wide)
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("Umask:"):
+                        value = int(line.split()[1], 8)
+                        break
+        except OSError:
+            pass
+        if value is None:
+            value = os.umask(0o022)
+            os.umask(value)
+        _UMASK.append(value)
+    return _UMASK[0]
+
+
+def default_mode():
+    """The permissions `open(path, "w")` gives a new file (0o666 less the
+    umask: 0o644 or 0o664 usually, readable by the group)."""
+    return 0o666 & ~_umask()
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path, mode=None):
+    """Yields a temporary path to write `path`'s new content to; when the
+    block ends without an exception it replaces `path`, otherwise it is
+    removed. `mode`: the new file's permissions (default: the replaced
+    file's, or `default_mode()` for a new file)."""
+    path = os.fspath(path)
+    tmp = temporary_name(path)
+    try:
+        yield tmp
+        if mode is None:
+            try:
+                mode = os.stat(path).st_mode & 0o7777
+            except OSError:
+                mode = default_mode()
+        os.chmod(tmp, mode)
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes(path, chunks, mode=None):
+    """Write the bytes of `chunks` (bytes or an iterable of bytes) to
+    `path` atomically."""
+    if isinstance(chunks, (bytes, bytearray, memoryview)):
+        chunks = (chunks,)
+    with atomic_path(path, mode=mode) as tmp:
+        with open(tmp, "xb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+
+
+def _writer_gone(name, host):
+    """Whether the writer named in a temporary file name has ended (only
+    answerable for this host's processes)."""
+    parts = name[len(PREFIX):].split("-", 2)
+    if len(parts) < 3 or parts[0] != host:
+        return False
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def remove_orphans(directory, suffix="", max_age=ORPHAN_AGE_SECONDS):
+    """Delete the temporary files in `directory` (ending in `suffix`) whose
+    writer is gone or that are older than `max_age` seconds; returns their
+    names. Errors (a file another process removed first, no permission)
+    are ignored: cleaning up is a courtesy."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    host = _host()
+    now = time.time()
+    for name in names:
+        if not (name.startswith(PREFIX) and name.endswith(suffix)):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            old = now - os.stat(path).st_mtime > max_age
+            if old or _writer_gone(name, host):
+                os.unlink(path)
+                removed.append(name)
+        except OSError:
+            continue
+    return removed
