@@ -17,9 +17,21 @@ The program is compiled for the configured IPU system (compile errors such
 as IPUOutOfMemoryError come from the first call); configuring another
 system (other IPU version, tiles or floating-point behaviour) compiles
 again.
+
+Every new input signature (a new batch size, say) is a new program, as on
+the IPU, whose programs have static shapes. A jitted function keeps only
+the keys of its programs; the programs themselves live in the executable
+cache (compiler/cache.py, 256 by default, least recently used dropped), so
+memory stays bounded however many signatures come, and a dropped program
+is traced and compiled again when its signature returns. When one function
+has compiled RECOMPILE_WARNING_AT programs for one system (and again at
+each doubling), a RecompileWarning says so and how to avoid it, as
+TensorFlow's retracing warning does.
 """
 
+import collections
 import dataclasses
+import warnings
 
 import numpy as np
 
@@ -96,6 +108,38 @@ def _count_leaves(structure):
     return sum(_count_leaves(c) for c in children)
 
 
+# Distinct programs one jitted function may compile for one system before
+# the RecompileWarning. fit() needs up to 3 per loop function (a full
+# execution, the shortened last one, a smaller last batch).
+RECOMPILE_WARNING_AT = 8
+
+
+class RecompileWarning(UserWarning):
+    """One function compiled for many input signatures."""
+
+
+def _user_stacklevel():
+    """The stacklevel of warnings.warn (called by our caller) that points
+    at the first frame outside keras_ipu and keras: the user's call."""
+    import os
+    import sys
+
+    import keras
+
+    ours = (
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+        os.path.dirname(os.path.abspath(keras.__file__)) + os.sep,
+    )
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(ours):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _short_signature(signature):
+    return ", ".join(ShapedArray(shape, dtype).short() for shape, dtype in signature)
+
+
 class Jitted:
     """A function compiled per input signature (see the module doc)."""
 
@@ -104,8 +148,11 @@ class Jitted:
         self.options = options or CompileOptions()
         self.donate_argnums = tuple(sorted(set(donate_argnums)))
         self.cache = CACHE if cache is None else cache
-        # (structure, (shape, dtype) per input, options id) -> (executable, out structure)
-        self._signatures = {}
+        # (structure, (shape, dtype) per input, options id) -> (cache key,
+        # out structure); the executable itself stays in the cache. Bounded
+        # like the cache (least recently used dropped).
+        self._signatures = collections.OrderedDict()
+        self._compiles = collections.Counter()  # options id -> programs compiled
         # The options resolved for the configured system (target, fp
         # behaviour) and a small id for them: hashing the options on every
         # call would cost more than the lookup itself.
@@ -129,9 +176,15 @@ class Jitted:
         return self._lookup(structure, arrays)[0]
 
     def executables(self):
-        """The Executables compiled so far, oldest first (for profiles and
-        TensorBoard's graph)."""
-        return [entry[0] for entry in self._signatures.values()]
+        """The Executables compiled so far and still in the cache, oldest
+        first (for profiles and TensorBoard's graph)."""
+        found = (self.cache.peek(key) for key, _ in self._signatures.values())
+        return [exe for exe in found if exe is not None]
+
+    @property
+    def signature_count(self):
+        """How many input signatures this function has programs for now."""
+        return len(self._signatures)
 
     def _lookup(self, structure, arrays):
         context = device_checks.compile_context()
@@ -148,11 +201,39 @@ class Jitted:
         signature = tuple([(a.shape, a.dtype) for a in arrays])
         key = (structure, signature, self._options_id)
         entry = self._signatures.get(key)
-        if entry is None:
-            avals = tuple(ShapedArray(shape, dtype) for shape, dtype in signature)
-            entry = self._compile(structure, avals, self._options)
-            self._signatures[key] = entry
-        return entry
+        if entry is not None:
+            executable = self.cache.lookup(entry[0])
+            if executable is not None:
+                return executable, entry[1]
+            # Dropped from the cache meanwhile: traced and compiled again.
+        avals = tuple(ShapedArray(shape, dtype) for shape, dtype in signature)
+        cache_key, executable, out_structure = self._compile(structure, avals, self._options)
+        self._signatures[key] = (cache_key, out_structure)
+        self._signatures.move_to_end(key)
+        if len(self._signatures) > self.cache.capacity:
+            self._signatures.popitem(last=False)
+        self._note_compile(signature)
+        return executable, out_structure
+
+    def _note_compile(self, signature):
+        count = self._compiles[self._options_id] = self._compiles[self._options_id] + 1
+        if count < RECOMPILE_WARNING_AT or count & (count - 1):
+            return  # below the threshold, or not a power of two
+        warnings.warn(
+            f"`{self.__name__}` has been compiled {count} times for this IPU "
+            f"system, once per new input signature (the latest: "
+            f"{_short_signature(signature)}). IPU programs have static "
+            "shapes, so every new batch size (or other shape) traces and "
+            "compiles a new program, which is slow; at most "
+            f"{self.cache.capacity} programs are kept, older ones compile "
+            "again when needed. To compile once, feed one shape: a fixed "
+            "batch size (tf.data: `.batch(n, drop_remainder=True)`; with "
+            "arrays: a number of samples that the batch size divides, or "
+            "pad the last batch), and call predict() with the same "
+            "batch_size each time.",
+            RecompileWarning,
+            stacklevel=_user_stacklevel(),
+        )
 
     def _compile(self, structure, avals, options):
         out_structure = []
@@ -177,7 +258,8 @@ class Jitted:
             options = dataclasses.replace(
                 options, donated_inputs=_donated_leaves(structure, self.donate_argnums)
             )
-        return self.cache.get(graph, options, name=self.__name__), out_structure[0]
+        cache_key, executable = self.cache.get_keyed(graph, options, name=self.__name__)
+        return cache_key, executable, out_structure[0]
 
     def __call__(self, *args):
         leaves, structure = flatten(args)

@@ -91,6 +91,11 @@ class ExecutableCache:
         self._memory.clear()
         self.stats.clear()
 
+    def peek(self, key):
+        """The Executable stored under `key` in memory, or None; not a use
+        (the order in which programs are dropped stays)."""
+        return self._memory.get(key)
+
     def lookup(self, key):
         """The Executable stored under `key` in memory (None when it was
         never compiled or has been dropped); counts as a use."""
