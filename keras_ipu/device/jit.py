@@ -38,6 +38,7 @@ import numpy as np
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler import progress
 from keras_ipu.device.compiler.cache import CACHE
+from keras_ipu.device.compiler.demotion import InputRangeError
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.trace import Tracer
@@ -77,6 +78,29 @@ def unflatten(structure, leaves):
         return kind(items)
 
     return build(structure)
+
+
+def _leaf_paths(structure, prefix=""):
+    """The path of each leaf of flatten's `structure`, in its order."""
+    if structure is None:
+        return [prefix]
+    if structure[0] is dict:
+        return [p for k, c in zip(structure[1], structure[2])
+                for p in _leaf_paths(c, f"{prefix}[{k!r}]")]
+    return [p for i, c in enumerate(structure[1])
+            for p in _leaf_paths(c, f"{prefix}[{i}]")]
+
+
+def describe_leaf(structure, index):
+    """How an error names leaf `index` of flatten(args): `argument 1[0]`."""
+    _, arguments = structure
+    start = 0
+    for i, child in enumerate(arguments):
+        paths = _leaf_paths(child)
+        if index < start + len(paths):
+            return f"argument {i}{paths[index - start]}"
+        start += len(paths)
+    return f"input {index}"
 
 
 def _as_array(x):
@@ -267,7 +291,12 @@ class Jitted:
             return self.fn(*args)
         arrays = [_as_array(x) for x in leaves]
         executable, out_structure = self._lookup(structure, arrays)
-        return unflatten(out_structure, executable.run(*arrays))
+        try:
+            results = executable.run(*arrays)
+        except InputRangeError as e:
+            name = f"{describe_leaf(structure, e.index)} of `{self.__name__}`"
+            raise e.renamed(name) from None
+        return unflatten(out_structure, results)
 
 
 def jit(fn=None, *, options=None, cache=None, donate_argnums=()):

@@ -23,6 +23,7 @@ from keras.src import tree
 from keras_ipu.backend.control_flow import scan
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.compiler.demotion import InputRangeError
 from keras_ipu.device.jit import jit
 from keras_ipu.device.simulator import system as _system
 from keras_ipu.device.trace import default_source
@@ -208,7 +209,12 @@ class DeviceLoop:
         loop = self._loop_for(run)
         stacked = _infeed(run)
         with self._workload(state, stacked):
-            flat_outputs, new_state = loop(state, stacked)
+            try:
+                flat_outputs, new_state = loop(state, stacked)
+            except InputRangeError as e:
+                n_state = len(tree.flatten(state))
+                name = _batch_leaf_name(run.first, e.index - n_state)
+                raise e.renamed(name) from None
         if not _programs_compute():
             # PRE_COMPILE: the program was compiled (and cached) but not run,
             # so its results are zeros; they are no new state. The donated
@@ -264,6 +270,24 @@ class DeviceLoop:
             return [x for x in tree.flatten(outputs) if x is not None], state
 
         return device_loop
+
+
+_BATCH_PARTS = ("x", "y", "sample_weight")
+
+
+def _batch_leaf_name(batch, index):
+    """How an error names array `index` of a batch's non-None arrays:
+    `y`, `x['ids']`, `x[1]` (Keras' (x, y, sample_weight) batches)."""
+    paths = [p for p, v in tree.flatten_with_path(batch) if v is not None]
+    if not 0 <= index < len(paths):
+        return "a model state value"
+    path = paths[index]
+    # As keras' unpack_x_y_sample_weight reads a batch.
+    if isinstance(batch, (tuple, list)) and 1 <= len(batch) <= 3:
+        name, path = _BATCH_PARTS[path[0]], path[1:]
+    else:
+        name = "x"
+    return name + "".join(f"[{p!r}]" for p in path)
 
 
 def _programs_compute():

@@ -6,6 +6,17 @@ to float64, iota of int64, ...) are demoted, in sub-graphs too; then every
 node's output avals are re-derived with its shape rule, so the demoted
 graph is checked, not just relabelled. What was demoted is appended to
 `notes`; the compile pipeline turns the notes into ONE warning.
+
+Demotion never changes a value silently:
+- An int64 input that the program only converts to a float type (integer
+  features of a Dense layer, integer targets of a regression loss) becomes
+  an input of that float type: the host converts int64 to float directly,
+  as Keras' TensorFlow backend does, instead of wrapping it to int32 first
+  (3_000_000_000 stays 3e9, it does not become -1.29e9). Through a scan
+  (the device loop) too: its body's input follows the operand.
+- Any other int64 input is int32 on the device, and the executable checks
+  the range of each such input on the host before running
+  (InputRangeError names the input, the value and the fix).
 """
 
 import numpy as np
@@ -26,6 +37,81 @@ DEMOTED = {
 
 class DemotionWarning(UserWarning):
     pass
+
+
+class InputRangeError(OverflowError):
+    """An integer input holds a value its device type (int32) cannot hold.
+
+    `index`: the input's position among the executable's inputs; `name`:
+    how the message names it (callers that know better rename it).
+    """
+
+    def __init__(self, index, value, from_dtype, to_dtype, name=None):
+        self.index, self.value = index, value
+        self.from_dtype, self.to_dtype = np.dtype(from_dtype), np.dtype(to_dtype)
+        self.name = name or f"input {index} of the program"
+        info = np.iinfo(self.to_dtype)
+        super().__init__(
+            f"{self.name} holds the value {value} ({self.from_dtype.name}), "
+            f"outside the range of {self.to_dtype.name} ({info.min} to "
+            f"{info.max}), the type the IPU computes it in (the IPU has no "
+            "64-bit integers). Converting it would wrap the value, so the "
+            "program did not run. Fix: if it is a numeric feature or "
+            "target, cast it to float32 before passing it "
+            "(`x.astype('float32')`); if it holds ids or class labels, map "
+            "them into the int32 range (`np.unique(ids, return_inverse=True)`"
+            ", or a keras.layers.Hashing / IntegerLookup layer)."
+        )
+
+    def renamed(self, name):
+        return InputRangeError(
+            self.index, self.value, self.from_dtype, self.to_dtype, name
+        )
+
+
+def check_integer_range(index, x, dtype):
+    """Raise InputRangeError when the integer array `x` has a value outside
+    the range of the integer `dtype` it is about to be converted to."""
+    if not x.size or np.can_cast(x.dtype, dtype, "safe"):
+        return
+    info = np.iinfo(dtype)
+    low, high = x.min(), x.max()
+    if high > info.max:
+        raise InputRangeError(index, int(high), x.dtype, dtype)
+    if low < info.min:
+        raise InputRangeError(index, int(low), x.dtype, dtype)
+
+
+_INT64 = np.dtype(np.int64)
+_HOST_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _float_only(graph, var):
+    """The float dtype `var` (an int64 value) is only ever converted to in
+    `graph`, directly or as a scan's xs/const operand whose body input is
+    float-only too; None if it is used any other way."""
+    if any(out is var for out in graph.outputs):
+        return None
+    found = set()
+    for node in graph.nodes:
+        for position, operand in enumerate(node.inputs):
+            if operand is not var:
+                continue
+            name = node.primitive.name
+            if name == "convert_element_type":
+                dtype = np.dtype(node.params["dtype"])
+                if dtype not in _HOST_FLOATS:
+                    return None
+                found.add(_demote_dtype(dtype))
+            elif name == "scan" and position >= node.params["n_carry"]:
+                body = node.params["body"]
+                dtype = _float_only(body, body.inputs[position])
+                if dtype is None:
+                    return None
+                found.add(dtype)
+            else:
+                return None
+    return found.pop() if len(found) == 1 else None
 
 
 def _demote_dtype(dtype):
@@ -86,17 +172,39 @@ def _demote_literal(lit, notes, where):
         return Literal(value.astype(DEMOTED[value.dtype]))
 
 
-def demote_64bit(graph, notes=None):
-    """The graph computing in 32 bits. `notes` (a list) collects what changed."""
+def _input_aval(graph, i, var, notes, input_dtypes):
+    if input_dtypes and i in input_dtypes:  # a scan body following its operand
+        return ShapedArray(var.aval.shape, input_dtypes[i])
+    if var.aval.dtype == _INT64:
+        dtype = _float_only(graph, var)
+        if dtype is not None:  # what the program does with it: no note
+            return ShapedArray(var.aval.shape, dtype)
+    if var.aval.dtype in DEMOTED:
+        notes.append(f"input {i}: {var.aval.short()}")
+    return _demote_aval(var.aval)
+
+
+def _scan_body_dtypes(node, inputs):
+    """Body inputs of a scan whose operand became a float while the body
+    still reads an int64 (see _float_only)."""
+    body = node.params["body"]
+    return {
+        position: operand.aval.dtype
+        for position, (operand, body_input) in enumerate(zip(inputs, body.inputs))
+        if body_input.aval.dtype == _INT64 and operand.aval.dtype.kind == "f"
+    }
+
+
+def demote_64bit(graph, notes=None, input_dtypes=None):
+    """The graph computing in 32 bits. `notes` (a list) collects what changed;
+    `input_dtypes` (input index -> dtype) sets the dtype of some inputs."""
     notes = [] if notes is None else notes
-    if not needs_demotion(graph):
+    if not input_dtypes and not needs_demotion(graph):
         return graph
     env = {}
     out = Graph()
     for i, var in enumerate(graph.inputs):
-        new = Var(_demote_aval(var.aval))
-        if var.aval.dtype in DEMOTED:
-            notes.append(f"input {i}: {var.aval.short()}")
+        new = Var(_input_aval(graph, i, var, notes, input_dtypes))
         env[var] = new
         out.inputs.append(new)
 
@@ -109,7 +217,11 @@ def demote_64bit(graph, notes=None):
         name = node.primitive.name
         inputs = [operand(v, name) for v in node.inputs]
         params = {k: _demote_param(v, notes, name) for k, v in node.params.items()}
-        if any(True for _ in subgraphs(params)):
+        if name == "scan":
+            params["body"] = demote_64bit(
+                params["body"], notes, _scan_body_dtypes(node, inputs)
+            )
+        elif any(True for _ in subgraphs(params)):
             params = map_subgraphs(params, lambda g: demote_64bit(g, notes))
         try:
             avals = node.primitive.abstract_eval(*(v.aval for v in inputs), **params)

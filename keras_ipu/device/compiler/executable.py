@@ -28,6 +28,7 @@ import logging
 import numpy as np
 
 from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.compiler.demotion import check_integer_range
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.donation import owned_values
 from keras_ipu.device.compiler.liveness import analyze_liveness
@@ -286,6 +287,9 @@ class Executable:
                         f"was compiled for {self.in_avals[i].short()}. Cast "
                         "the input, or compile again for its dtype."
                     )
+                if dtype.kind in "iu" and x.dtype.kind in "iu":
+                    # Demoted int64: never wrap a value silently.
+                    check_integer_range(i, x, dtype)
                 x = x.astype(dtype)
             out.append(x)
         return out
