@@ -52,14 +52,43 @@ class KerasVersionError(ImportError):
 
 
 def _selected_backend():
-    # keras.src.backend.config is imported before any of our targets (they
+    # keras.src.backend.config is imported before our other targets (they
     # all import it), so asking it is both correct and free.
     config = sys.modules.get("keras.src.backend.config")
     if config is not None:
         return config.backend()
+    # keras.src.backend itself is found before its config module runs:
+    # decide as that module will.
+    return _keras_config_backend()
+
+
+def _keras_config_backend():
+    """The backend keras.src.backend.config will choose: KERAS_BACKEND when
+    set and not empty, else "backend" of keras.json in KERAS_HOME (or
+    ~/.keras, or /tmp/.keras when the home directory is not writable),
+    else "tensorflow" (Keras 3.15's rules, read without importing Keras)."""
     import os
 
-    return os.environ.get("KERAS_BACKEND", "")
+    chosen = os.environ.get("KERAS_BACKEND")
+    if chosen:
+        return chosen
+    if "KERAS_HOME" in os.environ:
+        keras_dir = os.environ.get("KERAS_HOME")
+    else:
+        base = os.path.expanduser("~")
+        if not os.access(base, os.W_OK):
+            base = "/tmp"
+        keras_dir = os.path.join(base, ".keras")
+    path = os.path.expanduser(os.path.join(keras_dir, "keras.json"))
+    try:
+        import json
+
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError):  # Keras ignores an unreadable file too
+        return "tensorflow"
+    backend = config.get("backend", "tensorflow") if isinstance(config, dict) else None
+    return backend if isinstance(backend, str) else "tensorflow"
 
 
 def _version_error(module_name, what):
