@@ -154,3 +154,43 @@ def remove_orphans(directory, suffix="", max_age=ORPHAN_AGE_SECONDS):
         except OSError:
             continue
     return removed
+
+
+def writes_atomically(save, writes_one_file=None):
+    """`save(obj, filepath, ...)` made atomic: the file is written under a
+    temporary name in its directory and renamed over `filepath` when
+    `save` returns, so a kill or an error during the save leaves the
+    previous file whole (and no temporary file once the next save of that
+    name runs). Calls that write something else than one local file (a
+    file object, a remote path, a directory or shards, as
+    `writes_one_file(args, kwargs)` says) run as they are."""
+    import functools
+
+    @functools.wraps(save)
+    def atomic_save(obj, filepath, *args, **kwargs):
+        if not _is_local_path(filepath) or (
+            writes_one_file is not None and not writes_one_file(args, kwargs)
+        ):
+            return save(obj, filepath, *args, **kwargs)
+        path = os.fspath(filepath)
+        directory, base = os.path.split(os.path.abspath(path))
+        remove_orphans(directory, "-" + base)
+        with atomic_path(path) as tmp:
+            return save(obj, tmp, *args, **kwargs)
+
+    atomic_save.writes_atomically = True
+    return atomic_save
+
+
+def _is_local_path(filepath):
+    if isinstance(filepath, bytes) or not isinstance(filepath, (str, os.PathLike)):
+        return False  # a file object, an open h5py.File, ...
+    path = os.fspath(filepath)
+    if "://" in path:  # gs://, s3://, hf://, ...
+        return False
+    try:
+        from keras.src.utils import file_utils
+
+        return not file_utils.is_remote_path(path)
+    except ImportError:  # pragma: no cover - outside Keras
+        return True

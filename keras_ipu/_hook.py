@@ -47,6 +47,24 @@ _TENSORBOARD_CALLBACK = "keras.src.callbacks.tensorboard"
 _EQUALIZATION = "keras.src.layers.preprocessing.image_preprocessing.equalization"
 
 
+# Keras writes its model files in place: a kill during a save destroys the
+# previous file. Under "ipu" these writers go through
+# keras_ipu._atomic_files.writes_atomically (module -> function ->
+# the condition, on (args, kwargs) after (model, filepath), for the call
+# to write one local file; None: always).
+_ATOMIC_SAVES = {
+    "keras.src.saving.saving_lib": {
+        # zipped=False writes a directory.
+        "save_model": "lambda args, kwargs: kwargs.get('zipped', args[1] if len(args) > 1 else True)",
+        # max_shard_size writes several files.
+        "save_weights_only": "lambda args, kwargs: kwargs.get('max_shard_size', args[0] if args else None) is None",
+    },
+    "keras.src.legacy.saving.legacy_h5_format": {
+        "save_model_to_hdf5": "None",
+    },
+}
+
+
 class KerasVersionError(ImportError):
     pass
 
@@ -254,6 +272,26 @@ def _patch_equalization(tree, module_name):
     )
 
 
+def _make_saves_atomic(tree, module_name):
+    """Rebinds the module's save functions of _ATOMIC_SAVES, after their
+    definitions, to atomic versions of themselves."""
+    import ast
+
+    functions = _ATOMIC_SAVES[module_name]
+    defined = {
+        s.name for s in tree.body if isinstance(s, ast.FunctionDef)
+    }
+    for name in functions:
+        if name not in defined:
+            raise _version_error(module_name, f"the function {name}")
+    lines = ["from keras_ipu._atomic_files import writes_atomically as _ipu_atomic"]
+    lines += [
+        f"{name} = _ipu_atomic({name}, {condition})"
+        for name, condition in functions.items()
+    ]
+    tree.body.extend(ast.parse("\n".join(lines)).body)
+
+
 def _runtime_transforms():
     """module name -> transform(tree, module_name) for Keras' own modules."""
     transforms = {
@@ -264,6 +302,8 @@ def _runtime_transforms():
     transforms[_BACKEND_UTILS] = _patch_backend_utils
     transforms[_TENSORBOARD_CALLBACK] = _patch_tensorboard_callback
     transforms[_EQUALIZATION] = _patch_equalization
+    for name in _ATOMIC_SAVES:
+        transforms[name] = _make_saves_atomic
     return transforms
 
 
