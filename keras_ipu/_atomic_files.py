@@ -74,27 +74,36 @@ def _fsync(path):
         os.close(fd)
 
 
+def _publish(tmp, path, mode):
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except OSError:
+            mode = default_mode()
+    os.chmod(tmp, mode)
+    _fsync(tmp)
+    os.replace(tmp, path)
+
+
 @contextlib.contextmanager
-def atomic_path(path, mode=None):
+def atomic_path(path, mode=None, keep_new_on_error=False):
     """Yields a temporary path to write `path`'s new content to; when the
     block ends without an exception it replaces `path`, otherwise it is
     removed. `mode`: the new file's permissions (default: the replaced
-    file's, or `default_mode()` for a new file)."""
+    file's, or `default_mode()` for a new file). `keep_new_on_error`: when
+    the block raises and `path` did not exist, what was written is put
+    there anyway (what a writer in place leaves; nothing is replaced)."""
     path = os.fspath(path)
     tmp = temporary_name(path)
     try:
         yield tmp
-        if mode is None:
-            try:
-                mode = os.stat(path).st_mode & 0o7777
-            except OSError:
-                mode = default_mode()
-        os.chmod(tmp, mode)
-        _fsync(tmp)
-        os.replace(tmp, path)
+        _publish(tmp, path, mode)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            if keep_new_on_error and os.path.exists(tmp) and not os.path.exists(path):
+                _publish(tmp, path, mode)
+            else:
+                os.unlink(tmp)
         raise
 
 
@@ -161,8 +170,10 @@ def writes_atomically(save, writes_one_file=None):
     temporary name in its directory and renamed over `filepath` when
     `save` returns, so a kill or an error during the save leaves the
     previous file whole (and no temporary file once the next save of that
-    name runs). Calls that write something else than one local file (a
-    file object, a remote path, a directory or shards, as
+    name runs). A save that raises where no file was leaves what Keras
+    leaves there on every backend (the file as far as it got; Keras' own
+    saving tests check it). Calls that write something else than one local
+    file (a file object, a remote path, a directory or shards, as
     `writes_one_file(args, kwargs)` says) run as they are."""
     import functools
 
@@ -175,7 +186,7 @@ def writes_atomically(save, writes_one_file=None):
         path = os.fspath(filepath)
         directory, base = os.path.split(os.path.abspath(path))
         remove_orphans(directory, "-" + base)
-        with atomic_path(path) as tmp:
+        with atomic_path(path, keep_new_on_error=True) as tmp:
             return save(obj, tmp, *args, **kwargs)
 
     atomic_save.writes_atomically = True
