@@ -120,7 +120,17 @@ def _parse_value(token, name, kind, raw):
 def parse_flags(text):
     """PoplarFlags from a TF_POPLAR_FLAGS string; ValueError for an unknown flag."""
     values = {}
-    for token in shlex.split(text or ""):
+    try:
+        tokens = shlex.split(text or "")
+    except ValueError as e:  # shlex: "No closing quotation" / "No escaped character"
+        raise ValueError(
+            f"{ENV_VAR}={text!r} cannot be read: {str(e).lower()} (a quote "
+            "opened and never closed, or a trailing backslash). Flags are "
+            "split like shell words: close the quote (--executable_cache_path="
+            "'/path with spaces') or remove it, in the environment variable "
+            f"{ENV_VAR}."
+        ) from None
+    for token in tokens:
         if not token.startswith("--"):
             raise _flag_error(token, "a flag must start with '--'")
         name, eq, raw = token[2:].partition("=")

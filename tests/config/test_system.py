@@ -146,7 +146,7 @@ def test_select_ipus_reference_examples():
         ("auto_select_ipus", [16, 1], "asks for 17 IPUs in all, but the system has 16"),
         ("auto_select_ipus", 32, "a device of 32 IPUs, but the system has 16"),
         ("auto_select_ipus", [3], "power of two"),
-        ("auto_select_ipus", [0], "power of two"),
+        ("auto_select_ipus", [0], "at least 1 IPU"),
         ("select_ipus", [24, 5], "share IPU 5"),
         ("select_ipus", [31], "ids go from 0 to 30"),
     ],

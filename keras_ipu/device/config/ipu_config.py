@@ -213,7 +213,27 @@ class IPUConfig(_Category):
 
     def from_json(self, json_cfg):
         """Set the options of a JSON string made by to_json."""
-        self.from_dict(json.loads(json_cfg))
+        if not isinstance(json_cfg, (str, bytes, bytearray)):
+            raise TypeError(
+                "IPUConfig.from_json takes a JSON string (as to_json makes); "
+                f"got {type(json_cfg).__name__}. To read a file: "
+                "config.from_json(open(path).read())."
+            )
+        try:
+            dct = json.loads(json_cfg)
+        except json.JSONDecodeError as e:
+            text = json_cfg if isinstance(json_cfg, str) else json_cfg.decode(errors="replace")
+            shown = text if len(text) <= 80 else text[:77] + "..."
+            hint = ""
+            if "{" not in text and "\n" not in text and len(text) < 4096:
+                hint = (" It looks like a file name: pass the file's content, "
+                        "config.from_json(open(path).read()).")
+            raise ValueError(
+                f"IPUConfig.from_json: {shown!r} is not valid JSON ({e.msg} at "
+                f"line {e.lineno}, column {e.colno}). Pass the string "
+                f"IPUConfig.to_json() made, e.g. '{{\"auto_select_ipus\": 1}}'.{hint}"
+            ) from None
+        self.from_dict(dct)
 
     def _set_full(self, full, value):
         path, _, leaf = full.rpartition(".")

@@ -190,15 +190,26 @@ def auto_select(pod, sizes):
     """
     sizes = [sizes] if isinstance(sizes, int) else list(sizes)
     for i, n in enumerate(sizes):
-        if not (isinstance(n, int) and n >= 1 and _is_power_of_two(n)):
+        name = f"auto_select_ipus[{i}]" if len(sizes) > 1 else "auto_select_ipus"
+        if not isinstance(n, int) or n < 1:
             raise ValueError(
-                f"auto_select_ipus[{i}] = {n!r}: a device has 1, 2, 4, 8, ... IPUs "
-                "(a power of two). Round it up to a power of two."
+                f"{name} = {n!r}: a device has at least 1 IPU. Set "
+                "config.auto_select_ipus to the number of IPUs each device "
+                f"needs: 1, 2, 4, ... up to the {pod.num_ipus} of this system."
             )
         if n > pod.num_ipus:
             raise ValueError(
-                f"auto_select_ipus asks for a device of {n} IPUs, but the system has "
-                f"{pod.num_ipus} IPUs. Ask for at most {pod.num_ipus}."
+                f"{name} = {n} asks for a device of {n} IPUs, but the system "
+                f"has {pod.num_ipus} IPUs (the simulated Pod). Ask for at most "
+                f"{pod.num_ipus}."
+            )
+        if not _is_power_of_two(n):
+            larger = 1 << n.bit_length()
+            fits = (f"round it up to {larger}" if larger <= pod.num_ipus
+                    else f"round it down to {larger // 2}")
+            raise ValueError(
+                f"{name} = {n}: a device has 1, 2, 4, 8, ... IPUs (a power of "
+                f"two); {fits}."
             )
     total = sum(sizes)
     if total > pod.num_ipus:
