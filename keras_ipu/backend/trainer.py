@@ -33,12 +33,15 @@ from keras.src.trainers.epoch_iterator import EpochIterator
 from keras.src.utils import traceback_utils
 from keras.src.utils.python_utils import pythonify_logs
 
+from keras_ipu.backend.trainer_ops import loss_scaling
 from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import DeviceLoop
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.backend.trainer_ops.interrupts import deferred_interrupts
 from keras_ipu.device.autodiff import value_and_grad
+from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.simulator.numerics import IPUFloatingPointError
 from keras_ipu.device.trace import default_source
 from keras_ipu.report.graph_def import GraphSource
 from keras_ipu.distribute import scope as _strategy_scope
@@ -124,6 +127,12 @@ def _check_stateless_signature(step):
         "signature, calling `super().{name}(state, data)` for the default "
         "behaviour."
     )
+
+
+def _fp_traps_on():
+    """Whether programs compiled now trap floating-point exceptions."""
+    behaviour = device_checks.compile_context().fp_behaviour
+    return bool(getattr(behaviour, "traps", False))
 
 
 def _first_array(x):
@@ -310,8 +319,16 @@ class IPUTrainer(base_trainer.Trainer):
             # A Ctrl-C waits until the whole state is stored (interrupts.py).
             with deferred_interrupts(f"the running execution ({len(batches)} steps)"):
                 variables = model_state.state_variables(self, kinds)
-                state = read(variables)
-                chunks, state = loop(state, batches)
+                # A floating-point trap can stop the program midway: then it
+                # updates copies, and the variables stay whole.
+                copies = donate and _fp_traps_on()
+                state = (model_state.read_copied_state if copies else read)(variables)
+                try:
+                    chunks, state = loop(state, batches)
+                except Exception as e:
+                    if donate and not copies:
+                        e.add_note(model_state.TORN_STATE_NOTE)
+                    raise
                 model_state.write_state(variables, kinds, state, private=donate)
             return chunks
 
@@ -326,7 +343,10 @@ class IPUTrainer(base_trainer.Trainer):
         )
 
         def run_train_execution(batches):
-            return last_step(execution(batches))
+            try:
+                return last_step(execution(batches))
+            except IPUFloatingPointError as e:
+                raise loss_scaling.explain_overflow(self, e) from None
 
         run_train_execution.device_loop = execution.device_loop
         # Keras' TensorBoard callback writes a tf.function's graph

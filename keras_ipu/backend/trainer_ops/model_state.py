@@ -62,6 +62,22 @@ def read_owned_state(variables):
     return tuple(state)
 
 
+def read_copied_state(variables):
+    """read_owned_state for a step that may stop midway (floating-point
+    traps): it is given copies, so the variables keep their values until
+    the whole new state is stored."""
+    return tuple([Tensor(np.array(v._value)) for v in group] for group in variables)
+
+
+# Added to an error that stopped a program updating the state in place.
+TORN_STATE_NOTE = (
+    "The compiled step updates the model's weights and optimizer state in "
+    "place, and this error stopped it midway: the model's variables may be "
+    "partly updated (not all at one step). Restore them (model.load_weights "
+    "from a checkpoint) or re-create the model before training on or saving."
+)
+
+
 def write_state(variables, kinds, state, private=False):
     """Assign the values of `state` (as read_state gives it) to `variables`.
     `private`: the values are arrays nobody else holds (a compiled step's

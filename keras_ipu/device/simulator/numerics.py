@@ -127,7 +127,8 @@ class IPUFloatingPointError(ArithmeticError):
     """A floating-point exception trapped by the (simulated) IPU.
 
     Attributes: flag ("inv", "div0" or "oflo"), primitive (the op's name),
-    source (the Keras layer path, or None), count (results affected).
+    source (the Keras layer path, or None), count (results affected),
+    backward (whether the op computes gradients: the backward pass).
     """
 
     flag = None
@@ -137,6 +138,7 @@ class IPUFloatingPointError(ArithmeticError):
         self.primitive = primitive
         self.source = source
         self.count = count
+        self.backward = bool(getattr(source, "backward", False))
 
 
 class IPUInvalidOperationError(IPUFloatingPointError):
@@ -205,10 +207,12 @@ def _raise(flag, op, mask, out_dtype, behaviour):
         nanoo="; with nanoo, a float16 overflow is NaN too" if behaviour.nanoo else "",
     )
     where = (
-        f"layer {op.source!r}"
+        f"layer {str(op.source)!r}"
         if op.source
         else "an op outside any recorded Keras layer"
     )
+    if getattr(op.source, "backward", False):
+        where = "the backward pass (the gradients) of " + where
     message = (
         f"IPU floating-point exception: {title} "
         f"(floating_point_behaviour.{flag} is on) in `{op.name}`{op.context} of "
