@@ -168,8 +168,11 @@ class IPUOutOfMemoryError(RuntimeError):
     """A program does not fit in the memory of a tile. `.report` holds the
     MemoryReport (written even so, as Poplar's IPU Model does)."""
 
-    def __init__(self, report):
+    def __init__(self, report, advice=None):
+        from keras_ipu.device.simulator import memory_remedies
+
         self.report = report
+        self.advice = advice
         r = report
         over = r.tile_bytes - r.tile_capacity
         tensors = "\n".join("    " + x.describe() for x in r.largest_live) or "    (none)"
@@ -181,15 +184,7 @@ class IPUOutOfMemoryError(RuntimeError):
             f"always live {_fmt_bytes(r.always_live_bytes)}, not always live "
             f"{_fmt_bytes(r.not_always_live_bytes)} on the IPU.\n"
             f"  Largest live tensors:\n{tensors}\n"
-            "  To fit: use a smaller batch size; enable recomputation "
-            "(IPUConfig / pipelining recomputation_mode, RecomputationCheckpoint); "
-            "pipeline the model over more IPUs (set_pipeline_stage_assignment); "
-            "lower availableMemoryProportion for matmuls and convolutions "
-            "(IPUConfig.matmuls.poplar_options / convolutions.poplar_options).\n"
-            "  To look at it anyway: POPLAR_ENGINE_OPTIONS='{\"debug.allowOutOfMemory\": "
-            "\"true\"}' compiles it (Poplar's option for this), the profile report "
-            "shows which tiles overflow, and the simulator runs it with a warning "
-            "(a real IPU could not)."
+            + memory_remedies.describe(report, advice)
         )
 
 
