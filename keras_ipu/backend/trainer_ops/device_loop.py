@@ -22,11 +22,13 @@ from keras.src import tree
 
 from keras_ipu.backend.control_flow import scan
 from keras_ipu.device.array import Tensor
+from keras_ipu.backend.trainer_ops import memory_advice
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.demotion import InputRangeError
 from keras_ipu.device.jit import jit
 from keras_ipu.device.simulator import system as _system
 from keras_ipu.device.trace import default_source
+from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryError
 
 
 def _host_array(x):
@@ -135,7 +137,8 @@ class DeviceLoop:
     step runs eagerly on the host. Call with (state, batches); returns
     (chunks, state) (see the module doc). `state_kinds`: the kind of each
     group of the state (model_state.TRAIN_STATE & co.), for the memory
-    categories of the profile (weights, optimizer state, ...).
+    categories of the profile and the advice of an out-of-memory error
+    (weights, optimizer state, ...).
     """
 
     def __init__(self, step, compiled, donate_state=False, state_kinds=None):
@@ -215,6 +218,9 @@ class DeviceLoop:
                 n_state = len(tree.flatten(state))
                 name = _batch_leaf_name(run.first, e.index - n_state)
                 raise e.renamed(name) from None
+            except IPUOutOfMemoryError as e:
+                raise memory_advice.explain_out_of_memory(
+                    e, loop, state, stacked, self.state_kinds) from None
         if not _programs_compute():
             # PRE_COMPILE: the program was compiled (and cached) but not run,
             # so its results are zeros; they are no new state. The donated

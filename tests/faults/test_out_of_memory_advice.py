@@ -1,0 +1,61 @@
+"""Out-of-memory errors list only remedies keras_ipu has, chosen by what
+fills the tile, with the effect the simulator computes for each."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+
+from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryError
+
+
+@pytest.fixture
+def eight_tiles(monkeypatch):
+    monkeypatch.setenv("TF_POPLAR_FLAGS", "--use_ipu_model --ipu_model_tiles=8")
+
+
+def _mlp(optimizer, width, inputs):
+    model = keras.Sequential([
+        keras.Input((inputs,)),
+        keras.layers.Dense(width, activation="relu"),
+        keras.layers.Dense(width, activation="relu"),
+        keras.layers.Dense(10),
+    ])
+    model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=2)
+    return model
+
+
+def _fit(model, samples, inputs, batch_size):
+    x = np.ones((samples, inputs), np.float32)
+    model.fit(x, np.zeros(samples, np.int32), batch_size=batch_size, verbose=0)
+
+
+def test_activations_overflow_the_tile_smaller_batches_are_compiled(eight_tiles):
+    model = _mlp("sgd", 512, 256)
+    with pytest.raises(IPUOutOfMemoryError) as info:
+        _fit(model, 2048, 256, 1024)
+    text = str(info.value)
+    assert "not always live" in text and "Program inputs on this tile: weights" in text
+    assert "A smaller batch size: the activations shrink with it" in text
+    assert "Float16 activations" in text
+    for absent in ("availableMemoryProportion", "pipeline", "always-live memory alone"):
+        assert absent not in text, absent
+    fitting = re.findall(r"With batch_size=(\d+) \(not 1024\), tile 0 would need [^:]+: fits", text)
+    assert fitting, text
+    # The simulator's prediction holds: that batch size trains.
+    _fit(_mlp("sgd", 512, 256), 2048, 256, int(fitting[0]))
+
+
+def test_weights_and_optimizer_state_overflow_the_tile_no_batch_advice(eight_tiles):
+    model = _mlp("adam", 2048, 16)
+    with pytest.raises(IPUOutOfMemoryError) as info:
+        _fit(model, 16, 16, 8)
+    text = str(info.value)
+    assert "The always-live memory alone needs" in text
+    assert "a smaller batch shrinks only the data and the activations" in text
+    assert re.search(r"An optimizer with less state: its slots take [\d.]+ MiB here", text)
+    assert "Fewer or smaller layers: the weights take" in text
+    assert "With batch_size" not in text and "A smaller batch size" not in text
+    assert "availableMemoryProportion" not in text
