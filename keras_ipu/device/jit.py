@@ -35,6 +35,7 @@ import warnings
 
 import numpy as np
 
+from keras_ipu.device import user_code
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler import progress
 from keras_ipu.device.compiler.cache import CACHE
@@ -142,24 +143,6 @@ class RecompileWarning(UserWarning):
     """One function compiled for many input signatures."""
 
 
-def _user_stacklevel():
-    """The stacklevel of warnings.warn (called by our caller) that points
-    at the first frame outside keras_ipu and keras: the user's call."""
-    import os
-    import sys
-
-    import keras
-
-    ours = (
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
-        os.path.dirname(os.path.abspath(keras.__file__)) + os.sep,
-    )
-    frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_code.co_filename.startswith(ours):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 def _short_signature(signature):
     return ", ".join(ShapedArray(shape, dtype).short() for shape, dtype in signature)
 
@@ -256,7 +239,7 @@ class Jitted:
             "pad the last batch), and call predict() with the same "
             "batch_size each time.",
             RecompileWarning,
-            stacklevel=_user_stacklevel(),
+            stacklevel=user_code.stacklevel(),
         )
 
     def _compile(self, structure, avals, options):

@@ -54,8 +54,9 @@ def test_a_flipped_bit_in_a_stored_constant_is_recompiled(cache_dir):
     path.write_bytes(bytes(data))
 
     cache = ExecutableCache()
-    with pytest.warns(CacheWarning, match="checksum"):
+    with pytest.warns(CacheWarning, match="checksum") as caught:
         exe = cache.get(_graph())
+    assert caught[0].filename == __file__  # the warning points at the caller
     assert cache.stats["disk_errors"] == 1 and cache.stats["compiles"] == 1
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(exe.run(x)[0], x * SCALE)

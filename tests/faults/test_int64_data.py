@@ -92,3 +92,10 @@ def test_jit_names_the_argument():
     # A Python int beyond int32 that the program uses as a float is exact.
     as_float = jit(lambda n: keras.ops.cast(n, "float32") * 2.0)
     assert float(as_float(BIG)) == 2.0 * BIG
+
+
+def test_the_demotion_warning_points_at_the_users_call():
+    model = _embedding_model()
+    with pytest.warns(DemotionWarning) as caught:  # a shape no other test compiles
+        model.predict(np.array([[1, 2]] * 5), batch_size=5, verbose=0)
+    assert caught[0].filename == __file__

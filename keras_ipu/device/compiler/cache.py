@@ -29,6 +29,7 @@ import pickle
 import warnings
 
 from keras_ipu import _atomic_files
+from keras_ipu.device import user_code
 from keras_ipu.device import flags as poplar_flags
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.executable import FORMAT_VERSION
@@ -170,7 +171,7 @@ class ExecutableCache:
                 f"The cached executable {path} cannot be used ({e}); "
                 "recompiling and replacing it.",
                 CacheWarning,
-                stacklevel=4,
+                stacklevel=user_code.stacklevel(),
             )
             return None
         self.stats["disk_hits"] += 1

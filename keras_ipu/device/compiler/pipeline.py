@@ -20,6 +20,8 @@ target it is compiled for, the out-of-memory error, the profile report and
 
 import warnings
 
+from keras_ipu.device import user_code
+
 from keras_ipu.device.compiler.common_subexpressions import (
     eliminate_common_subexpressions,
 )
@@ -91,7 +93,8 @@ def compile_graph(graph, options=None, name=None):
         notes = []
         optimized, log = optimize(graph, options, notes, on_pass=bar.done)
         if notes:
-            warnings.warn(demotion_message(notes), DemotionWarning, stacklevel=3)
+            warnings.warn(demotion_message(notes), DemotionWarning,
+                          stacklevel=user_code.stacklevel())
         exe = Executable(optimized, notes=notes, passes=log,
                          behaviour=options.fp_behaviour, name=name,
                          donated_inputs=options.donated_inputs)
