@@ -42,6 +42,9 @@ def test_activations_overflow_the_tile_smaller_batches_are_compiled(eight_tiles)
     assert "Float16 activations" in text
     for absent in ("availableMemoryProportion", "pipeline", "always-live memory alone"):
         assert absent not in text, absent
+    # The alternatives compiled into a cache of their own, not the model's.
+    (loop,) = model.train_function.device_loop._loops.values()
+    assert loop.signature_count == 0
     fitting = re.findall(r"With batch_size=(\d+) \(not 1024\), tile 0 would need [^:]+: fits", text)
     assert fitting, text
     # The simulator's prediction holds: that batch size trains.

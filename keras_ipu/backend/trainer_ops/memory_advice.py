@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from keras_ipu.device.compiler.cache import ExecutableCache
+from keras_ipu.device.jit import Jitted
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryError
 from keras_ipu.device.simulator.memory_remedies import Advice
@@ -49,12 +51,19 @@ def _parts(exe, report, state_sizes, state_kinds):
     return tuple(parts)
 
 
-def _needs(loop, state, stacked):
+def _needs(probe, state, stacked):
     """The fullest tile's bytes of the loop compiled for `stacked`."""
     try:
-        return loop.executable(state, stacked).memory.tile_bytes
+        return probe.executable(state, stacked).memory.tile_bytes
     except IPUOutOfMemoryError as e:
         return e.report.tile_bytes
+
+
+def _probe(loop):
+    """The jitted loop again, compiling into a cache of its own (no disk
+    entries, no place taken in the process' cache, no recompile count)."""
+    return Jitted(loop.fn, options=loop.options, donate_argnums=loop.donate_argnums,
+                  cache=ExecutableCache(capacity=1, disk=False))
 
 
 def _alternatives(loop, state, stacked, capacity, fixed):
@@ -63,6 +72,7 @@ def _alternatives(loop, state, stacked, capacity, fixed):
     found = []
     if fixed > capacity:
         return ()
+    loop = _probe(loop)
     deadline = time.monotonic() + _BUDGET_SECONDS
     steps = stacked[0].shape[0] if stacked and stacked[0].ndim else 1
     if steps > 1:

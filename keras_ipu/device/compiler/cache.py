@@ -82,8 +82,11 @@ def cache_dir():
 
 
 class ExecutableCache:
-    def __init__(self, capacity=256):
+    def __init__(self, capacity=256, disk=True):
         self.capacity = capacity
+        # False: never reads or writes --executable_cache_path (programs
+        # compiled to be measured, not run).
+        self.disk = disk
         self._memory = collections.OrderedDict()
         self.stats = collections.Counter()
         self._swept = set()  # directories whose orphans were removed
@@ -115,7 +118,7 @@ class ExecutableCache:
         context = device_checks.compile_context()
         options = device_checks.resolve_options(options or CompileOptions(), context)
         key = cache_key(graph, options)
-        directory = cache_dir()
+        directory = cache_dir() if self.disk else None
         path = os.path.join(directory, key + SUFFIX) if directory else None
         if directory and directory not in self._swept:
             self._swept.add(directory)
