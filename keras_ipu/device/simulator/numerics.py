@@ -58,6 +58,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from keras_ipu.device.trace import is_backward
 from keras_ipu.device.simulator import stochastic_rounding
 
 F16 = np.dtype(np.float16)
@@ -138,7 +139,7 @@ class IPUFloatingPointError(ArithmeticError):
         self.primitive = primitive
         self.source = source
         self.count = count
-        self.backward = bool(getattr(source, "backward", False))
+        self.backward = is_backward(source)
 
 
 class IPUInvalidOperationError(IPUFloatingPointError):
@@ -211,7 +212,7 @@ def _raise(flag, op, mask, out_dtype, behaviour):
         if op.source
         else "an op outside any recorded Keras layer"
     )
-    if getattr(op.source, "backward", False):
+    if is_backward(op.source):
         where = "the backward pass (the gradients) of " + where
     message = (
         f"IPU floating-point exception: {title} "
