@@ -147,3 +147,29 @@ def read_flags(environ=None, print_help=True):
     if flags.help and print_help:
         print(help_text())
     return flags
+
+
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
+
+
+def env_switch(name, default=True, environ=None):
+    """An on/off environment variable of keras_ipu (KERAS_IPU_NATIVE,
+    KERAS_IPU_HOST_MALLOC): 1/true/yes/on or 0/false/no/off in any case;
+    unset or empty means `default`. Anything else is an error naming the
+    variable, the value and the fix (a misspelt "off" must not be on)."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(name, "")
+    value = raw.strip().lower()
+    if not value:
+        return default
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ValueError(
+        f"{name}={raw!r} is neither on nor off. Set it to 0 (or false, no, "
+        f"off) to turn it off, 1 (or true, yes, on) to turn it on, or unset "
+        "it for the default."
+    )
+

@@ -3,7 +3,6 @@ native/_elementwise.c) against the NumPy kernel it replaces: the same bits
 on every value (NaN, infinities, -0.0), every operand layout, donation,
 and the run-time fallback."""
 
-import os
 import shutil
 import sysconfig
 
@@ -14,6 +13,7 @@ from compiler_graphs import build
 from compiler_graphs import lit
 
 from keras_ipu.device import native
+from keras_ipu.device.flags import env_switch
 from keras_ipu.device.compiler import native_fusion
 from keras_ipu.device.compiler.executable import Executable
 from keras_ipu.device.compiler.fusion import fuse_elementwise
@@ -32,7 +32,7 @@ def _compiler_present():
 def test_extension_is_built_where_a_compiler_is():
     # The install (hatch_build.py) builds it; a silent build failure would
     # leave every chain on the slower NumPy path.
-    if os.environ.get("KERAS_IPU_NATIVE") == "0":
+    if not env_switch("KERAS_IPU_NATIVE"):
         pytest.skip("KERAS_IPU_NATIVE=0 turns the extension off")
     if not _compiler_present():
         pytest.skip("no C compiler on this machine")

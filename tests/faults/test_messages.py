@@ -10,6 +10,20 @@ from keras_ipu.device.simulator.numerics import IPUInvalidOperationError
 from keras_ipu.device.simulator.numerics import IPUOverflowError
 
 
+@pytest.mark.parametrize("raw, expected", [
+    ("0", False), ("off", False), ("False", False), ("no", False),
+    ("1", True), ("ON", True), ("", True), (None, True),
+])
+def test_on_off_environment_variables(raw, expected):
+    environ = {} if raw is None else {"KERAS_IPU_NATIVE": raw}
+    assert flags.env_switch("KERAS_IPU_NATIVE", environ=environ) is expected
+
+
+def test_a_misspelt_switch_is_an_error_not_on():
+    with pytest.raises(ValueError, match=r"KERAS_IPU_HOST_MALLOC='of' is neither on nor off"):
+        flags.env_switch("KERAS_IPU_HOST_MALLOC", environ={"KERAS_IPU_HOST_MALLOC": "of"})
+
+
 def test_an_unterminated_quote_in_tf_poplar_flags():
     text = '--executable_cache_path="/tmp/my cache'
     with pytest.raises(ValueError) as info:

@@ -16,7 +16,8 @@ alone. The cost: up to the trim threshold of freed memory stays mapped.
 
 import ctypes
 import ctypes.util
-import os
+
+from keras_ipu.device.flags import env_switch
 
 # mallopt parameter numbers from <malloc.h>.
 _M_TRIM_THRESHOLD = -1
@@ -36,7 +37,7 @@ def tune_malloc():
     if _applied is not None:
         return _applied
     _applied = False
-    if os.environ.get("KERAS_IPU_HOST_MALLOC", "1") == "0":
+    if not env_switch("KERAS_IPU_HOST_MALLOC"):
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

@@ -3,10 +3,10 @@
 was not built or `KERAS_IPU_NATIVE=0` turns it off; every caller then runs
 its NumPy kernel, which computes the same bits."""
 
-import os
+from keras_ipu.device.flags import env_switch
 
 elementwise = None
-if os.environ.get("KERAS_IPU_NATIVE", "1") != "0":
+if env_switch("KERAS_IPU_NATIVE"):
     try:
         from keras_ipu.device.native import _elementwise as elementwise
     except ImportError:
