@@ -179,7 +179,11 @@ class DeviceLoop:
             loop = self._loop_for(run)
             stacked = _infeed(run)
             with self._workload(state, stacked):
-                loop.executable(state, stacked)
+                try:
+                    loop.executable(state, stacked)
+                except IPUOutOfMemoryError as e:
+                    raise memory_advice.explain_out_of_memory(
+                        e, loop, state, stacked, self.state_kinds) from None
 
     def _loop_for(self, run):
         loop = self._loops.get(run.structure)
