@@ -64,8 +64,11 @@ def _interrupt_while_storing(monkeypatch, at_execution):
     monkeypatch.setattr(model_state, "write_state", write_state)
 
 
+# Faults injected inside a program go through the NumPy engine's loop.
 @pytest.mark.parametrize(
-    "where", ["inside_program", "while_storing", "while_storing_eager"]
+    "where",
+    [pytest.param("inside_program", marks=pytest.mark.numpy_engine),
+     "while_storing", "while_storing_eager"],
 )
 def test_ctrl_c_leaves_the_model_at_the_last_completed_execution(monkeypatch, where):
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
@@ -98,6 +101,7 @@ def test_ctrl_c_leaves_the_model_at_the_last_completed_execution(monkeypatch, wh
     assert int(model.optimizer.iterations.numpy()) == steps + 64 // BATCH
 
 
+@pytest.mark.numpy_engine
 def test_interrupt_handler_is_restored(monkeypatch):
     x, y = _data()
     seen = []

@@ -144,6 +144,7 @@ def test_a_trap_midway_leaves_the_model_at_the_last_completed_execution():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
 
 
+@pytest.mark.numpy_engine  # the error is injected in the NumPy engine's loop
 def test_an_error_inside_an_in_place_step_says_the_model_may_be_torn(monkeypatch):
     from keras_ipu.device.compiler import executable as executable_module
 
