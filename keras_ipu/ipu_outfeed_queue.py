@@ -54,7 +54,6 @@ class IPUOutfeedQueue:
         self._buffer_depth = buffer_depth
         self._enqueued = False
         self._leaf_specs = None
-        self._replicas = 1
 
     @property
     def enqueued(self):
@@ -102,20 +101,13 @@ class IPUOutfeedQueue:
                         "The outfeed is in IPUOutfeedMode.LAST and holds no element: "
                         + ("--use_synthetic_data returns no data." if synthetic else
                            "nothing was enqueued since the last dequeue."))
-                leaves.append(tf.convert_to_tensor(self._unreplicate(got[-1])))
+                leaves.append(tf.convert_to_tensor(got[-1]))
             else:
                 if synthetic:
                     got = []
-                stacked = (np.stack([self._unreplicate(v) for v in got]) if got else
-                           np.zeros((0,) + self._replica_shape(shape), dtype))
+                stacked = np.stack(got) if got else np.zeros((0,) + shape, dtype)
                 leaves.append(tf.convert_to_tensor(stacked))
         return tf.nest.pack_sequence_as(structure, leaves)
-
-    def _replica_shape(self, shape):
-        return ((self._replicas,) + shape) if self._replicas > 1 else shape
-
-    def _unreplicate(self, value):
-        return value
 
     def __iter__(self):
         """Each element sent since the last dequeue (IPUOutfeedMode.ALL)."""

@@ -15,6 +15,7 @@ element per dequeue, the dataset read as the device consumes it.
 
 import collections
 import itertools
+import threading
 
 import numpy as np
 
@@ -25,6 +26,14 @@ from keras_ipu.frontends.tensorflow.opcodes.effects import COMPONENT_ATTRIBUTE
 from keras_ipu.frontends.tensorflow.opcodes.effects import STREAM_ATTRIBUTE
 
 _sites = itertools.count()
+
+
+def _replica():
+    """(index, count) of the replica whose program calls the host now."""
+    from keras_ipu.device.simulator import replicas
+
+    here = replicas.current()
+    return (0, 1) if here is None else (here[1], here[0].n)
 
 
 class FeedError(RuntimeError):
@@ -72,8 +81,14 @@ class Infeed:
                 )
         self.stream_id = host_streams.register(self)
         self._iterator = None if is_dataset else source
-        self._pending = [collections.deque() for _ in self.specs]
+        # replica -> one queue per component: replica r of n reads elements
+        # r, r + n, r + 2n, ... (an element per replica per dequeue).
+        self._pending = {}
+        self._lock = threading.Lock()
         self.elements_read = 0
+        # The elements read since begin_execution() (for replay), or None.
+        self._recorded = None
+        self._replicas = 1
 
     # -- host side (called by the simulator) -----------------------------------
 
@@ -91,14 +106,32 @@ class Infeed:
                 f"{self.elements_read}; the program asked for more. Repeat the "
                 "dataset (`dataset.repeat()`) or run fewer steps.") from None
         self.elements_read += 1
-        for queue, value in zip(self._pending, tf.nest.flatten(element)):
-            queue.append(np.asarray(value))
+        values = [np.asarray(v) for v in tf.nest.flatten(element)]
+        if self._recorded is not None:
+            self._recorded.append(values)
+        return values
+
+    def _queues(self, replica):
+        queues = self._pending.get(replica)
+        if queues is None:
+            queues = self._pending[replica] = [collections.deque() for _ in self.specs]
+        return queues
+
+    def _distribute(self, elements):
+        for j, values in enumerate(elements):
+            for queue, value in zip(self._queues(j % self._replicas), values):
+                queue.append(value)
 
     def receive(self, component, shape, dtype):
-        queue = self._pending[component]
-        if not queue:
-            self._next_element()
-        return queue.popleft()
+        replica, count = _replica()
+        with self._lock:
+            self._replicas = count
+            queue = self._queues(replica)[component]
+            if not queue:
+                # One element for every replica: a replica short of its
+                # element would wait for the others forever.
+                self._distribute([self._next_element() for _ in range(count)])
+            return queue.popleft()
 
     # -- trace side ------------------------------------------------------------
 
@@ -118,13 +151,35 @@ class Infeed:
                     tensor_name=_tensor_name("infeed", self.stream_id, i)))
         return tf.nest.pack_sequence_as(self.element_spec, values)
 
+    def rebind(self, iterator):
+        """Read from `iterator` (an iterator over elements of the same
+        spec) from now on."""
+        if iterator is not self._iterator:
+            self._iterator = iterator
+            self._pending.clear()
+
+    def begin_execution(self):
+        """Record the elements read from now on (see replay_execution)."""
+        self._recorded = []
+
+    @property
+    def recorded(self):
+        return len(self._recorded or ())
+
+    def replay_execution(self):
+        """Serve the elements read since begin_execution() again, then go on
+        with the source: a program that stopped because the data ran out
+        runs again on the elements it had."""
+        recorded, self._recorded = self._recorded or [], None
+        self._pending.clear()
+        self._distribute(recorded)
+
     def reset(self):
         """Start the dataset again (a new iterator); an infeed over an
         iterator drops what it buffered."""
         if self.dataset is not None:
             self._iterator = None
-        for queue in self._pending:
-            queue.clear()
+        self._pending.clear()
 
 
 class Outfeed:
@@ -138,21 +193,36 @@ class Outfeed:
         self.name = name
         self.structure = None
         self.stream_id = host_streams.register(self)
-        self._values = []
+        self._lock = threading.Lock()
+        self._values = {}  # replica -> per component: the values it sent
 
     # -- host side --------------------------------------------------------------
 
     def send(self, component, value):
-        while len(self._values) <= component:
-            self._values.append([])
-        if self.keep == "last":
-            self._values[component][:] = [value]
-        else:
-            self._values[component].append(value)
+        replica, _ = _replica()
+        with self._lock:
+            sent = self._values.setdefault(replica, [])
+            while len(sent) <= component:
+                sent.append([])
+            if self.keep == "last":
+                sent[component][:] = [value]
+            else:
+                sent[component].append(value)
 
     def take(self):
-        """(structure, per-leaf list of values) sent so far; clears them."""
-        values, self._values = self._values, []
+        """(structure, per-leaf list of values) sent so far; clears them.
+        With several replicas each value has a replica axis first (replica
+        0's value, then replica 1's, ...)."""
+        with self._lock:
+            sent, self._values = self._values, {}
+        if len(sent) <= 1:
+            return self.structure, sent.get(0, [])
+        replicas = [sent[r] for r in sorted(sent)]
+        values = []
+        for component in range(len(replicas[0])):
+            per_replica = [rep[component] for rep in replicas]
+            count = min(len(v) for v in per_replica)
+            values.append([np.stack([v[k] for v in per_replica]) for k in range(count)])
         return self.structure, values
 
     # -- trace side ---------------------------------------------------------------

@@ -157,9 +157,11 @@ class BridgedFunction:
         bound = function_type_utils.canonicalize_function_inputs(args, kwargs, cf.function_type)
         return list(cf.function_type.unpack_inputs(bound)), list(cf.captured_inputs)
 
-    def program(self, *args, **kwargs):
-        """(concrete function, inputs, arrays, Program) of this call; the
-        Program is compiled on first use."""
+    def program(self, args, kwargs=None, replicas=1):
+        """(concrete function, inputs, arrays, Program) of a call with `args`
+        and `kwargs` on `replicas` replicas; the Program is compiled on
+        first use."""
+        kwargs = kwargs or {}
         cf = self.concrete(*args, **kwargs)
         flat, captured = self.flat_inputs(cf, args, kwargs)
         trace = self._traces.get(cf)
@@ -169,13 +171,13 @@ class BridgedFunction:
         else:
             captured_arrays = trace.captured.read()
         arrays = flat_arrays + captured_arrays
-        key = None if trace is None else _constant_key(arrays, trace.constant_inputs)
+        key = None if trace is None else (replicas, _constant_key(arrays, trace.constant_inputs))
         program = None if trace is None else trace.programs.get(key)
         if program is None:
-            program, constants = self._import(cf, flat, captured, arrays)
+            program, constants = self._import(cf, flat, captured, arrays, replicas)
             if trace is None:
                 trace = self._traces[cf] = _Trace(constants, {}, _Captured(captured, captured_arrays))
-            trace.programs[_constant_key(arrays, constants)] = program
+            trace.programs[(replicas, _constant_key(arrays, constants))] = program
         program.trace = trace
         return cf, flat + captured, arrays, program
 
@@ -189,9 +191,9 @@ class BridgedFunction:
                 stage="hlo_serialized")
         return hlo_proto.parse_module(serialized)
 
-    def _import(self, cf, flat, captured, arrays):
+    def _import(self, cf, flat, captured, arrays, replicas=1):
         module = self.hlo_module(cf, flat, captured)
-        imported = import_module(module)
+        imported = import_module(module, replicas=replicas)
         param_avals = [(tuple(v.aval.shape), v.aval.dtype)
                        for v in imported.graph.inputs[:imported.n_params]]
         input_avals = [(tuple(a.shape), a.dtype) for a in arrays]
@@ -222,6 +224,12 @@ class BridgedFunction:
         )
         return program, constants
 
+    def executables(self):
+        """The Executables compiled for this function so far (memory,
+        prediction, profile: as for any keras_ipu program)."""
+        return [p.executable for trace in list(self._traces.values())
+                for p in trace.programs.values() if p.executable is not None]
+
     def executable(self, program):
         context = device_checks.compile_context()
         if program.executable is None or program.context is not context:
@@ -232,11 +240,24 @@ class BridgedFunction:
     # -- running --------------------------------------------------------------
 
     def __call__(self, *args, **kwargs):
-        cf, inputs, arrays, program = self.program(*args, **kwargs)
+        return self.run(args, kwargs)
+
+    def run(self, args, kwargs=None, replicas=1):
+        """Run the function on `replicas` replicas of its program (SPMD: each
+        replica in its own host thread, meeting in collectives, reading its
+        own infeed elements; simulator/replicas.py). Returns replica 0's
+        outputs; the variables get replica 0's values."""
+        cf, inputs, arrays, program = self.program(args, kwargs, replicas)
         feed = [arrays[i] for i in program.param_inputs]
         if program.uses_token:
             feed.append(np.zeros((), np.uint32))
-        results = list(self.executable(program).run(*feed))
+        exe = self.executable(program)
+        if replicas == 1:
+            results = list(exe.run(*feed))
+        else:
+            from keras_ipu.device.simulator.replicas import run_replicated
+
+            results = list(run_replicated(lambda *xs: exe.run(*xs), [feed] * replicas)[0])
         n_flat = len(inputs) - program.trace.captured.n
         positions, values = [], []
         for out_pos, in_pos in program.updates:

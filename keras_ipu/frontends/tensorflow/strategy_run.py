@@ -7,6 +7,12 @@ A tf.data iterator among the arguments is streamed through an infeed (an
 every call): `next(iterator)` inside the function reads the next element
 when the program gets there, as Graphcore's IPUStrategy does with dataset
 iterators.
+
+On a device of several replicas (the strategy's replication factor) the
+function runs on each (SPMD): every replica dequeues its own elements of
+the infeeds (element i goes to replica i mod n), an outfeed returns a
+replica axis after the enqueue axis, collectives (XLA all-reduce) meet
+across replicas, and the outputs and variables are replica 0's.
 """
 
 import weakref
@@ -47,11 +53,6 @@ def run(strategy, fn, args=(), kwargs=None):
     from keras_ipu.frontends.tensorflow.function import bridge
 
     replicas = strategy._replication_factor() if hasattr(strategy, "_replication_factor") else 1  # noqa: SLF001
-    if replicas != 1:
-        raise NotImplementedError(
-            f"IPUStrategy.run of TensorFlow code on {replicas} replicas: replicated "
-            "TensorFlow programs are not supported by the TensorFlow front end yet; "
-            "configure one IPU per replica group (replication factor 1).")
     args = _substitute(list(args or ()))
     kwargs = _substitute(dict(kwargs or {}))
-    return bridge(fn)(*args, **kwargs)
+    return bridge(fn).run(args, kwargs, replicas=replicas)

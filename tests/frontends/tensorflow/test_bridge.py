@@ -84,7 +84,7 @@ def test_outside_compilation_runs_on_the_host_with_its_transfers_predicted():
     bridged = BridgedFunction(tf.function(fn, jit_compile=True))
     got = bridged(tf.constant(X))
     np.testing.assert_allclose(np.asarray(got), X * X + np.sin(X * X) + 2, rtol=1e-6)
-    cf, _, _, program = bridged.program(tf.constant(X))
+    cf, _, _, program = bridged.program((tf.constant(X),))
     regions = [n for n in program.graph.nodes if n.primitive is host_transfer.host_region_p]
     assert len(regions) == 1
     inner = {n.primitive.name for n in regions[0].params["graph"].nodes}

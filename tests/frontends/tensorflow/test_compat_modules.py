@@ -210,3 +210,36 @@ def test_reset_ipu_seed_reseeds_stateful_random_ops():
     np.testing.assert_array_equal(first[0], again[0])
     np.testing.assert_array_equal(first[1], again[1])
     assert not np.array_equal(first[0], first[1])
+
+
+def test_replicated_strategy_run_deals_the_infeed_and_stacks_the_outfeed():
+    """IPUStrategy.run of TensorFlow code on a device of two replicas: each
+    replica reads every other element, an all-reduce meets across them, the
+    outfeed has a replica axis after the enqueue axis."""
+    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+
+    from keras_ipu.device.simulator import system as sim
+
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 2
+    cfg.configure_ipu_system()
+    try:
+        strategy = ipu.ipu_strategy.IPUStrategy()
+        outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+        @tf.function(jit_compile=True)
+        def loop(iterator):
+            for _ in tf.range(2):
+                x = next(iterator)
+                total = gen_xla_ops.xla_all_reduce(tf.reduce_sum(x), [[0, 1]], "Add", "CrossReplica")
+                outfeed.enqueue((x, total))
+
+        with strategy.scope():
+            strategy.run(loop, args=[iter(_dataset())])
+        xs, totals = outfeed.dequeue()
+        assert xs.shape == (2, 2, 4) and totals.shape == (2, 2)
+        np.testing.assert_array_equal(xs.numpy().reshape(4, 4), DATA[:4])
+        expected = [DATA[0:2].sum(), DATA[2:4].sum()]
+        np.testing.assert_allclose(totals.numpy(), np.array([expected, expected]).T)
+    finally:
+        sim.clear_system()

@@ -2,10 +2,13 @@
 replica-id (XlaAllReduce, XlaReduceScatter, XlaReplicaId; TensorFlow's
 all-to-all and collective-permute have no CPU kernels).
 
-The front end compiles the program of one replica. In a group of one,
-all-reduce and reduce-scatter return their operand and replica-id is 0,
-as XLA defines them for a single participant. Programs of several replicas
-(replication_factor > 1) fail with NotImplementedError.
+The front end compiles the program of one replica (SPMD). In a group of
+one, all-reduce and reduce-scatter return their operand and replica-id is
+0, as XLA defines them for a single participant. Across replicas, an
+all-reduce with add is the cross_replica_sum primitive (replicas meet in
+its kernel, simulator/replicas.py; its cost is the ring all-reduce over
+the IPU-Links); the other collectives across replicas are not supported
+yet (NotImplementedError).
 """
 
 import numpy as np
@@ -41,8 +44,18 @@ def _all_reduce(imp, instr, operands):
     op = monoid(imp.called(instr))
     if op not in ("add", "multiply", "maximum", "minimum", "and", "or"):
         raise HloImportError("all-reduce with a reducer other than add/multiply/maximum/minimum/and/or.")
-    _single(imp, instr)
-    return _values(operands)
+    size = _group_size(imp, instr)
+    if size == 1:
+        return _values(operands)
+    if op != "add":
+        raise NotImplementedError(
+            f"all-reduce with {op} across {size} replicas: only sums are supported "
+            "across replicas (cross_replica_sum).")
+    from keras_ipu.device.primitives import collective
+
+    out = [collective.cross_replica_sum(imp.raw(imp.array(x)), imp.replicas, size)
+           for x in operands]
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 @rule("reduce-scatter")
