@@ -345,9 +345,13 @@ class IPUBackendFinder:
         self.transforms = _runtime_transforms() if self.runtime else transforms
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.transforms or _selected_backend() != "ipu":
+        if fullname in self.transforms and _selected_backend() == "ipu":
+            transform = self.transforms[fullname]
+        elif (self.runtime and fullname == _TF_TRAINER
+              and _selected_backend() == "tensorflow" and _tf_hook_enabled()):
+            transform = _patch_tensorflow_trainer
+        else:
             return None
-        transform = self.transforms[fullname]
         from importlib.machinery import PathFinder
         from importlib.util import spec_from_loader
 
@@ -371,15 +375,51 @@ class IPUBackendFinder:
 
 # `from tensorflow.python import ipu` (Graphcore's SDK) resolves to keras_ipu:
 # stock TensorFlow has no `tensorflow.python.ipu`, so no module of
-# TensorFlow's is shadowed. KERAS_IPU_TF_HOOK=0 turns it off.
+# TensorFlow's is shadowed. And under KERAS_BACKEND=tensorflow, Keras'
+# TensorFlow trainer gets the IPUStrategy hooks (_patch_tensorflow_trainer).
+# KERAS_IPU_TF_HOOK=0 turns both off.
 TF_IPU = "tensorflow.python.ipu"
 TF_HOOK_ENV = "KERAS_IPU_TF_HOOK"
+_TF_TRAINER = "keras.src.backend.tensorflow.trainer"
 
 
 def _tf_hook_enabled():
     import os
 
     return os.environ.get(TF_HOOK_ENV, "1") != "0"
+
+
+def _patch_tensorflow_trainer(tree, module_name):
+    """Keras' TensorFlowTrainer: a model made in an IPUStrategy scope is
+    attached to it (end of __init__), and its make_train/test/predict_function
+    compile through keras_ipu's TensorFlow front end
+    (keras_ipu/frontends/tensorflow/keras_trainer.py)."""
+    import ast
+
+    cls = next((s for s in tree.body if isinstance(s, ast.ClassDef)
+                and s.name == "TensorFlowTrainer"), None)
+    methods = {f.name: f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef)}
+    wanted = ("__init__", "make_train_function", "make_test_function", "make_predict_function")
+    if any(name not in methods for name in wanted):
+        raise _version_error(module_name, "TensorFlowTrainer and its make_*_function methods")
+
+    def located(source, method):
+        # Tracebacks point at the method the statements were added to.
+        body = ast.parse(source).body
+        for node in body:
+            for sub in ast.walk(node):
+                ast.copy_location(sub, method)
+        return body
+
+    init = methods["__init__"]
+    init.body.extend(located(
+        "from keras_ipu.frontends.tensorflow import keras_trainer as _keras_ipu_trainer\n"
+        "_keras_ipu_trainer.on_model_created(self)\n", init))
+    for name in wanted[1:]:
+        methods[name].body[:0] = located(
+            "if getattr(self, '_ipu_tf_strategy', None) is not None:\n"
+            "    from keras_ipu.frontends.tensorflow import keras_trainer as _keras_ipu_trainer\n"
+            f"    return _keras_ipu_trainer.{name}(self, force)\n", methods[name])
 
 
 class _AliasLoader:

@@ -76,13 +76,9 @@ def graphcore_custom_loop():
     import tensorflow as tf
     from tensorflow import keras
     from tensorflow.python.ipu import ipu_outfeed_queue
+    from tensorflow.python.ipu import ipu_strategy
 
     from keras_ipu.frontends.tensorflow.function import bridge
-    from keras_ipu.frontends.tensorflow.strategy_run import run
-
-    class Strategy:  # IPUStrategy's TensorFlow path
-        def run(self, fn, args=(), kwargs=None):
-            return run(self, fn, args, kwargs)
 
     rng = np.random.default_rng(0)
     x_train = rng.integers(0, 255, size=(256, 28, 28)).astype(np.float32) / 255.0
@@ -106,12 +102,13 @@ def graphcore_custom_loop():
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             outfeed_queue.enqueue(loss)
 
-    strategy = Strategy()
-    iterator = iter(ds)
-    outfeed_queue = ipu_outfeed_queue.IPUOutfeedQueue()
-    for _ in range(0, 30, 10):
-        strategy.run(training_loop, args=[iterator, outfeed_queue, model, opt, 10])
-    losses = outfeed_queue.dequeue().numpy()
+    strategy = ipu_strategy.IPUStrategy()
+    with strategy.scope():
+        iterator = iter(ds)
+        outfeed_queue = ipu_outfeed_queue.IPUOutfeedQueue()
+        for _ in range(0, 30, 10):
+            strategy.run(training_loop, args=[iterator, outfeed_queue, model, opt, 10])
+        losses = outfeed_queue.dequeue().numpy()
 
     # The same 30 steps by TensorFlow, from the same weights and data.
     keras.utils.set_random_seed(1)
@@ -134,7 +131,136 @@ def graphcore_custom_loop():
             "programs": bridge(training_loop).compile_count}
 
 
-SCENARIOS = {"conv_net_losses": conv_net_losses, "graphcore_custom_loop": graphcore_custom_loop}
+def _mlp(keras, steps_per_execution, metrics=("accuracy",), batch_norm=True):
+    keras.utils.set_random_seed(2)
+    layers = [keras.Input((10,)), keras.layers.Dense(16, activation="relu")]
+    if batch_norm:
+        layers.append(keras.layers.BatchNormalization())
+    model = keras.Sequential(layers + [keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=list(metrics), steps_per_execution=steps_per_execution)
+    return model
+
+
+def _xy(n=64):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 10)).astype(np.float32)
+    return x, (x.sum(1) > 0).astype(np.int32)
+
+
+def _max_diff(a, b):
+    return max(float(np.max(np.abs(np.asarray(u) - np.asarray(v)))) for u, v in zip(a, b))
+
+
+def keras_fit_evaluate_predict():
+    """fit/evaluate/predict of a model made in an IPUStrategy scope: the
+    numbers of TensorFlow's own fit, steps_per_execution steps per program
+    (one program compiled per kind, each run once per execution)."""
+    import keras
+    from tensorflow.python.ipu import ipu_strategy
+
+    x, y = _xy()
+    strategy = ipu_strategy.IPUStrategy()
+    with strategy.scope():
+        model = _mlp(keras, 4)
+        history = model.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False)
+        evaluated = model.evaluate(x, y, batch_size=8, verbose=0)
+        predicted = model.predict(x[:44], batch_size=8, verbose=0)
+    ref = _mlp(keras, 1)
+    ref_history = ref.fit(x, y, batch_size=8, epochs=2, verbose=0, shuffle=False)
+    return {
+        "on_ipu": getattr(model, "_ipu_tf_strategy", None) is strategy,
+        "loss": history.history["loss"], "ref_loss": ref_history.history["loss"],
+        "accuracy": history.history["accuracy"], "ref_accuracy": ref_history.history["accuracy"],
+        "evaluate": evaluated, "ref_evaluate": ref.evaluate(x, y, batch_size=8, verbose=0),
+        "predict_shape": list(predicted.shape),
+        "predict_diff": float(np.max(np.abs(predicted - ref.predict(x[:44], batch_size=8, verbose=0)))),
+        "weights_diff": _max_diff(model.weights, ref.weights),
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "train_programs": model.train_function.execution.runs,
+        "compiled": sum(p[2].compile_count for p in model.train_function.execution._by_spec.values()),
+    }
+
+
+def keras_gradient_accumulation():
+    """set_gradient_accumulation_options(2): the gradients of two batches
+    summed (Graphcore's default reduction), one update per two batches."""
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.ipu import ipu_strategy
+
+    x, y = _xy()
+    strategy = ipu_strategy.IPUStrategy()
+    with strategy.scope():
+        model = _mlp(keras, 4, metrics=())
+        model.set_gradient_accumulation_options(gradient_accumulation_steps_per_replica=2)
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        bad = _mlp(keras, 3, metrics=())
+        bad.set_gradient_accumulation_options(gradient_accumulation_steps_per_replica=2)
+        try:
+            bad.fit(x, y, batch_size=8, epochs=1, verbose=0)
+            error = None
+        except ValueError as e:
+            error = str(e)
+    ref = _mlp(keras, 1, metrics=())
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    for i in range(0, 64, 16):
+        grads = None
+        for j in (i, i + 8):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y[j:j + 8], ref(x[j:j + 8], training=True))
+            g = tape.gradient(loss, ref.trainable_variables)
+            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+        ref.optimizer.apply_gradients(zip(grads, ref.trainable_variables))
+    return {"weights_diff": _max_diff(model.weights, ref.weights),
+            "iterations": int(model.optimizer.iterations.numpy()), "error": error}
+
+
+def keras_replication():
+    """Two replicas: each takes every other batch, the gradients are
+    averaged across them before the update (the mean of two batches'
+    gradients); predictions come back in batch order."""
+    import keras
+    import tensorflow as tf
+    from tensorflow.python import ipu
+
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 2
+    cfg.configure_ipu_system()
+    x, y = _xy()
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    with strategy.scope():
+        # No BatchNormalization: each replica keeps its own moving statistics.
+        model = _mlp(keras, 2, metrics=(), batch_norm=False)
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        predicted = model.predict(x[:44], batch_size=8, verbose=0)
+        replicas = strategy._replication_factor()
+        runs = model.train_function.execution.runs
+    ref = _mlp(keras, 1, metrics=(), batch_norm=False)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    for i in range(0, 64, 16):
+        grads = None
+        for j in (i, i + 8):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y[j:j + 8], ref(x[j:j + 8], training=True))
+            g = tape.gradient(loss, ref.trainable_variables)
+            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+        ref.optimizer.apply_gradients(zip([g / 2 for g in grads], ref.trainable_variables))
+    return {"replicas": replicas, "iterations": int(model.optimizer.iterations.numpy()),
+            "train_programs": runs,
+            "weights_diff": _max_diff(model.trainable_weights, ref.trainable_weights),
+            "predict_diff": float(np.max(np.abs(predicted - ref.predict(x[:44], batch_size=8,
+                                                                          verbose=0))))}
+
+
+SCENARIOS = {
+    "conv_net_losses": conv_net_losses,
+    "graphcore_custom_loop": graphcore_custom_loop,
+    "keras_fit_evaluate_predict": keras_fit_evaluate_predict,
+    "keras_gradient_accumulation": keras_gradient_accumulation,
+    "keras_replication": keras_replication,
+}
 
 
 if __name__ == "__main__":

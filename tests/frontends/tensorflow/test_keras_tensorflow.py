@@ -20,7 +20,8 @@ SCRIPT = Path(__file__).parent / "keras_tf_scenarios.py"
 def results():
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "conv_net_losses", "graphcore_custom_loop"],
+        [sys.executable, str(SCRIPT), "conv_net_losses", "graphcore_custom_loop",
+         "keras_fit_evaluate_predict", "keras_gradient_accumulation", "keras_replication"],
         env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"the TensorFlow scenarios failed:\n{proc.stderr[-6000:]}")
@@ -52,3 +53,32 @@ def test_graphcore_custom_training_loop(results):
     r = results["graphcore_custom_loop"]
     assert len(r["losses"]) == 30 and r["iterations"] == 30 and r["programs"] == 1
     assert _rel(r["losses"], r["reference"]) < 1e-4
+
+
+def test_fit_evaluate_predict_in_ipu_strategy(results):
+    """A tf.keras model made in an IPUStrategy scope trains through the
+    front end with TensorFlow's numbers: 2 epochs of 8 batches with
+    steps_per_execution=4 are 4 runs of one compiled program."""
+    r = results["keras_fit_evaluate_predict"]
+    assert r["on_ipu"]
+    assert _rel(r["loss"], r["ref_loss"]) < 1e-5
+    assert r["accuracy"] == r["ref_accuracy"]
+    assert _rel(r["evaluate"], r["ref_evaluate"]) < 1e-5
+    assert r["predict_shape"] == [44, 2] and r["predict_diff"] < 1e-5
+    assert r["weights_diff"] < 1e-5 and r["iterations"] == 16
+    assert r["train_programs"] == 4 and r["compiled"] == 1
+
+
+def test_gradient_accumulation(results):
+    r = results["keras_gradient_accumulation"]
+    assert r["weights_diff"] < 1e-5 and r["iterations"] == 4
+    assert "must be a multiple of gradient_accumulation_steps_per_replica (2)" in r["error"]
+
+
+def test_replication(results):
+    """Two replicas: the mean of two batches' gradients per update, an
+    execution takes 2 x steps_per_execution batches, predictions in
+    batch order."""
+    r = results["keras_replication"]
+    assert r["replicas"] == 2 and r["iterations"] == 4 and r["train_programs"] == 2
+    assert r["weights_diff"] < 1e-5 and r["predict_diff"] < 1e-5

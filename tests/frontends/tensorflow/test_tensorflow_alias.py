@@ -65,3 +65,32 @@ def test_the_alias_can_be_turned_off():
 def test_unknown_submodules_are_not_found():
     proc = _run("import tensorflow.python.ipu.no_such_module")
     assert "No module named 'tensorflow.python.ipu.no_such_module'" in proc.stderr
+
+
+TRAINER_CHECK = r"""
+import json
+import keras
+from keras_ipu import ipu_strategy
+from keras.src.backend.tensorflow import trainer
+strategy = ipu_strategy.IPUStrategy()
+with strategy.scope():
+    inside = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+outside = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+print(json.dumps({"inside": getattr(inside, "_ipu_tf_strategy", None) is strategy,
+                  "outside": hasattr(outside, "_ipu_tf_strategy"),
+                  "patched": trainer.__loader__.__class__.__name__ == "_PatchingLoader"}))
+"""
+
+
+def test_tensorflow_trainer_patch_under_the_tensorflow_backend():
+    """Under KERAS_BACKEND=tensorflow a model made in an IPUStrategy scope is
+    attached to it (its fit/evaluate/predict compile through the front end);
+    others are left alone; KERAS_IPU_TF_HOOK=0 leaves Keras as it is."""
+    on = _run(TRAINER_CHECK, KERAS_BACKEND="tensorflow")
+    assert on.returncode == 0, on.stderr[-3000:]
+    assert json.loads(on.stdout.strip().splitlines()[-1]) == {
+        "inside": True, "outside": False, "patched": True}
+    off = _run(TRAINER_CHECK, KERAS_BACKEND="tensorflow", KERAS_IPU_TF_HOOK="0")
+    assert off.returncode == 0, off.stderr[-3000:]
+    assert json.loads(off.stdout.strip().splitlines()[-1]) == {
+        "inside": False, "outside": False, "patched": False}
