@@ -120,19 +120,21 @@ class ReplicatedExecution:
 
     `kinds`: the model state the step takes (model_state.TRAIN_STATE, ...);
     `micro_batches`: batches per step (> 1: the step takes them stacked);
-    `donate`: the step replaces the whole state (training).
+    `donate`: the step replaces the whole state (training); `options`: the
+    CompileOptions of its programs.
     Call with the execution's batches; returns the chunks of each replica
     (see device_loop: per run of same-shaped batches, each output with a
     leading axis of one entry per step).
     """
 
-    def __init__(self, model, step, kinds, replicas, micro_batches=1, donate=False):
+    def __init__(self, model, step, kinds, replicas, micro_batches=1, donate=False,
+                 options=None):
         self.model = model
         self.kinds = kinds
         self.replicas = replicas
         self.micro_batches = micro_batches
         self.donate = donate
-        self.loop = DeviceLoop(step, compiled=True, donate_state=donate)
+        self.loop = DeviceLoop(step, compiled=True, donate_state=donate, options=options)
         self.device_loop = self.loop
         strategy = getattr(model, "_ipu_strategy", None)
         identical = strategy is not None and _identical_replica_seeds(strategy)

@@ -25,11 +25,13 @@ from keras_ipu.backend.trainer import IPUTrainer
 from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
+from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.simulator import partition
 from keras_ipu.models.execution import ReplicatedExecution
 from keras_ipu.models.execution import flatten_micro_batches
 from keras_ipu.models.options import ReplicatedMetricReductionMethod as Reduction
+from keras_ipu.models.recomputation import training_recomputation
 from keras_ipu.models.training_step import accumulated_train_step
 from keras_ipu.ops.pipelining_ops import PipelineSchedule
 
@@ -265,7 +267,8 @@ def train_function(model):
     if pipelined:
         step = _pipelined(model, step)
     execution = ReplicatedExecution(
-        model, step, model_state.TRAIN_STATE, replicas, micro_batches=count, donate=True
+        model, step, model_state.TRAIN_STATE, replicas, micro_batches=count, donate=True,
+        options=CompileOptions(recomputation=training_recomputation(model)),
     )
     accumulate = pipelined and options.pipelining_accumulate_outfeed
     checked = []

@@ -236,11 +236,32 @@ class IPUOptions:
 
     @property
     def recomputation_mode(self):
+        """The pipeline's recomputation mode, Auto resolved by the schedule
+        (Grouped, Interleaved: RecomputeThenBackpropagate; Sequential:
+        RecomputeAndBackpropagateInterleaved); NotImplementedError with
+        Poplar's message for a mode the schedule does not support."""
         mode = self.pipelining_kwargs.get("recomputation_mode") or RecomputationMode.Auto
+        schedule = PipelineSchedule(self.pipeline_schedule)
+        sequential = schedule == PipelineSchedule.Sequential
         if mode == RecomputationMode.Auto:
-            if self.pipeline_schedule == PipelineSchedule.Sequential:
+            if sequential:
                 return RecomputationMode.RecomputeAndBackpropagateInterleaved
             return RecomputationMode.RecomputeThenBackpropagate
+        supported = {
+            RecomputationMode.RecomputeThenBackpropagate: not sequential,
+            RecomputationMode.RecomputeAndBackpropagateInterleaved:
+                schedule != PipelineSchedule.Interleaved,
+        }
+        if not supported[mode]:
+            poplar_name = {
+                RecomputationMode.RecomputeThenBackpropagate: "Recompute_then_backpropagate",
+                RecomputationMode.RecomputeAndBackpropagateInterleaved:
+                    "Recompute_and_backpropagate_interleaved",
+            }[mode]
+            raise NotImplementedError(
+                f"Pipeline schedule {schedule.name} does not support "
+                f"'{poplar_name}' recomputation mode."
+            )
         return mode
 
     @property

@@ -34,6 +34,7 @@ from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import sharding
 from keras_ipu.device.trace import trace_flat
 from keras_ipu.distribute.replication import tracing_replicas
+from keras_ipu.models.recomputation import training_recomputation
 from keras_ipu.models.staged_graph import stage_of_source
 from keras_ipu.models.training_step import GRADIENT_ALL_REDUCE
 from keras_ipu.models.training_step import accumulated_train_step
@@ -201,7 +202,9 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
 
     with tracing_replicas(replicas):
         graph, _ = trace_flat(flat_fn, leaves)
-    graph, _ = optimize(graph, options or CompileOptions())
+    if options is None:
+        options = CompileOptions(recomputation=training_recomputation(model))
+    graph, _ = optimize(graph, options)
     return graph, n_state
 
 

@@ -12,6 +12,8 @@ from functools import reduce  # noqa: F401 (in Graphcore's module namespace)
 from keras_ipu._unavailable import unavailable_class
 from keras_ipu._unavailable import unavailable_function
 
+from keras_ipu.device.compiler import recompute as _recompute
+
 
 class PipelineSchedule(enum.IntEnum):
     """How the stages of a pipeline share the IPUs' time.
@@ -28,21 +30,11 @@ class PipelineSchedule(enum.IntEnum):
     Sequential = 2
 
 
-class RecomputationMode(enum.Enum):
-    """How activations are recomputed in the backward pass of a pipeline
-    stage when recomputation is on (IPUConfig.allow_recompute).
-
-    Auto: RecomputeThenBackpropagate for Grouped and Interleaved,
-    RecomputeAndBackpropagateInterleaved for Sequential.
-    RecomputeThenBackpropagate: recompute the stage's forward pass from its
-    input, then backpropagate (the stage keeps only its inputs).
-    RecomputeAndBackpropagateInterleaved: recompute and backpropagate segment
-    by segment between RecomputationCheckpoint layers (lower peak liveness).
-    """
-
-    Auto = 0
-    RecomputeThenBackpropagate = 1
-    RecomputeAndBackpropagateInterleaved = 2
+# The compiler's recomputation pass (device/compiler/recompute.py) takes
+# these members: Auto, RecomputeThenBackpropagate,
+# RecomputeAndBackpropagateInterleaved (Graphcore's values). A pipeline
+# resolves Auto by its schedule (models/options.py), as Poplar does.
+RecomputationMode = _recompute.RecomputationMode
 
 
 class PipelineStageOptions:

@@ -141,9 +141,11 @@ class DeviceLoop:
     (weights, optimizer state, ...).
     """
 
-    def __init__(self, step, compiled, donate_state=False, state_kinds=None):
+    def __init__(self, step, compiled, donate_state=False, state_kinds=None, options=None):
         self.step = step
         self.compiled = compiled
+        # CompileOptions of the loop's programs (None: the defaults).
+        self.options = options
         self.state_kinds = tuple(state_kinds or ())
         # The caller gives up the state arrays (jit's donate_argnums): the
         # program may update them in place.
@@ -192,6 +194,7 @@ class DeviceLoop:
             output_structure = []
             loop = jit(
                 self._make_loop(template, output_structure),
+                options=self.options,
                 donate_argnums=(0,) if self.donate_state else (),
             )
             loop.output_structure = output_structure
