@@ -501,16 +501,3 @@ def test_traced_nodes_name_the_keras_layer_forward_and_backward():
     dot_sources = [n.source for n in graph.nodes if n.primitive.name == "dot_general"]
     assert None not in dot_sources
     assert dot_sources.count("net/d2") == 3 and dot_sources.count("net/d1") >= 2
-
-
-def test_saved_model_export_says_why_and_what_to_do(tmp_path):
-    import keras
-
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    with pytest.raises(NotImplementedError) as info:
-        model.export(str(tmp_path / "exported"), format="tf_saved_model")
-    message = str(info.value)
-    assert "only currently supports the tensorflow, jax and torch backends" in message
-    assert "model.save('model.keras')" in message
-    assert "KERAS_BACKEND=tensorflow" in message
-    assert not (tmp_path / "exported").exists()

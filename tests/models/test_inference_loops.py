@@ -262,9 +262,3 @@ def test_training_methods_update_the_weights(data, method):
         model.train_on_batch(x, y)
     after = [keras.ops.convert_to_numpy(v) for v in model.weights]
     assert all(not np.array_equal(a, b) for a, b in zip(before, after))
-
-
-def test_saved_model_export_is_not_supported(tmp_path):
-    model = make_model()
-    with pytest.raises(NotImplementedError, match="SavedModel"):
-        model.export(str(tmp_path / "exported"), format="tf_saved_model")

@@ -7,18 +7,45 @@ import tensorflow as tf
 from tensorflow.compiler.tf2xla.python import xla as tfxla
 
 from keras_ipu.device.to_tensorflow.emitter import EmitError
+from keras_ipu.device.to_tensorflow.emitter import dynamic_shape
 from keras_ipu.device.to_tensorflow.emitter import rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
+from keras_ipu.device.to_tensorflow.emitter import unknown_dimension_error
+
+
+def _unknown_from_operand(ctx, x, name):
+    """The output shape, its unknown dimensions read from the operand `x`
+    where they line up with its own unknown dimensions (counted from the
+    right, as broadcasting aligns them); one left over is -1 (reshape)."""
+    out, src = ctx.out_aval.shape, ctx.in_avals[0].shape
+    if None not in out:
+        return out
+    offset = len(out) - len(src)
+    runtime = tf.shape(x)
+    shape, free = [], []
+    for i, d in enumerate(out):
+        j = i - offset
+        if d is not None:
+            shape.append(d)
+        elif 0 <= j < len(src) and src[j] is None and all(
+                out[k] == src[k - offset] for k in range(max(offset, 0), i)):
+            shape.append(runtime[j])
+        else:
+            free.append(i)
+            shape.append(-1)
+    if len(free) > (1 if name == "reshape" else 0):
+        raise unknown_dimension_error(name, out)
+    return shape
 
 
 @rule("reshape")
 def _reshape(ctx, x, *, new_shape):
-    return tf.reshape(x, ctx.out_aval.shape)
+    return tf.reshape(x, _unknown_from_operand(ctx, x, "reshape"))
 
 
 @rule("broadcast_to")
 def _broadcast_to(ctx, x, *, shape):
-    return tf.broadcast_to(x, ctx.out_aval.shape)
+    return tf.broadcast_to(x, _unknown_from_operand(ctx, x, "broadcast_to"))
 
 
 @rule("transpose")
@@ -48,6 +75,8 @@ def _rev(ctx, x, *, axes):
 
 @rule("iota")
 def _iota(ctx, *, dtype, shape, dimension):
+    if None in shape:
+        raise unknown_dimension_error("iota", shape)
     n = shape[dimension]
     ramp = tf.range(n, dtype=tf_dtype(dtype))
     ramp = tf.reshape(ramp, tuple(n if i == dimension else 1 for i in range(len(shape))))
@@ -56,6 +85,11 @@ def _iota(ctx, *, dtype, shape, dimension):
 
 @rule("slice")
 def _slice(ctx, x, *, start_indices, limit_indices, strides):
+    if None in ctx.in_avals[0].shape:
+        # Python slice rules on a dimension known only at run time, as the
+        # primitive's params are written (None: the end; negative: from it).
+        return x[tuple(slice(s, l, st) for s, l, st in
+                       zip(start_indices, limit_indices, strides))]
     begin, end = [], []
     for d, s, l, st in zip(ctx.in_avals[0].shape, start_indices, limit_indices, strides):
         s, l, _ = slice(s, l, st).indices(d)
@@ -83,7 +117,11 @@ def _indices(ctx, x_shape, indices, batch_dims):
     """The kernel's index rule as tf.gather_nd indices: negative counts
     from the end; batch axes become explicit leading index columns."""
     k = ctx.in_avals[1].shape[-1]
-    dims = tf.constant(np.asarray(x_shape[batch_dims:batch_dims + k]), indices.dtype)
+    indexed = x_shape[batch_dims:batch_dims + k]
+    if all(isinstance(d, int) for d in indexed):
+        dims = tf.constant(np.asarray(indexed), indices.dtype)
+    else:  # sizes known at run time only (dynamic_shape)
+        dims = tf.cast(tf.stack(indexed), indices.dtype)
     idx = tf.where(indices < 0, indices + dims, indices)
     valid = tf.reduce_all((idx >= 0) & (idx < dims), axis=-1)
     return idx, dims, valid
@@ -94,7 +132,7 @@ def _with_batch(idx, batch_dims, x_shape):
     indices works for scatter too)."""
     if not batch_dims:
         return idx
-    shape = idx.shape
+    shape = dynamic_shape(idx, tuple(idx.shape))
     cols = []
     for j in range(batch_dims):
         view = [1] * (len(shape) - 1)
@@ -116,7 +154,7 @@ def _default_fill(dtype):
 
 @rule("gather")
 def _gather(ctx, x, indices, *, mode, fill_value=None, batch_dims=0):
-    x_shape = ctx.in_avals[0].shape
+    x_shape = dynamic_shape(x, ctx.in_avals[0].shape)
     idx, dims, valid = _indices(ctx, x_shape, indices, batch_dims)
     idx = tf.clip_by_value(idx, tf.zeros((), idx.dtype), tf.maximum(dims - 1, 0))
     out = tf.gather_nd(x, _with_batch(idx, batch_dims, x_shape))
@@ -124,7 +162,8 @@ def _gather(ctx, x, indices, *, mode, fill_value=None, batch_dims=0):
         dtype = ctx.out_aval.dtype
         fill = _default_fill(dtype) if fill_value is None else fill_value
         fill = tf.constant(np.asarray(fill).astype(dtype))
-        mask = tf.reshape(valid, tuple(valid.shape) + (1,) * (out.shape.rank - valid.shape.rank))
+        mask = tf.reshape(valid, tuple(dynamic_shape(valid, tuple(valid.shape)))
+                          + (1,) * (out.shape.rank - valid.shape.rank))
         out = tf.where(mask, out, fill)
     return out
 
@@ -139,7 +178,7 @@ _SCATTERS = {
 
 @rule("scatter")
 def _scatter(ctx, x, indices, updates, *, mode, batch_dims=0):
-    x_shape = ctx.in_avals[0].shape
+    x_shape = dynamic_shape(x, ctx.in_avals[0].shape)
     idx, dims, valid = _indices(ctx, x_shape, indices, batch_dims)
     # Out-of-range rows are dropped (as XLA's scatter and the kernel do):
     # they are sent to an index XLA skips.

@@ -6,6 +6,8 @@ gradient is already part of the traced program)."""
 import tensorflow as tf
 
 from keras_ipu.device.to_tensorflow.emitter import rule
+from keras_ipu.device.to_tensorflow.emitter import tf_dtype
+from keras_ipu.device.to_tensorflow.emitter import unknown_dimension_error
 
 
 @rule("scan")
@@ -14,14 +16,20 @@ def _scan(ctx, *operands, body, length, reverse, n_carry, n_xs, unroll):
     xs = operands[n_carry:n_carry + n_xs]
     consts = list(operands[n_carry + n_xs:])
     y_avals = ctx.out_avals[n_carry:]
-    ys = [tf.zeros(a.shape, a.dtype.name) for a in y_avals]
-    if length == 0:
-        return tuple(carry) + tuple(ys)
     if length == 1:
         # One step (steps_per_execution=1): no loop, so XLA fuses and
         # updates the carried state as it would a plain step.
         outs = ctx.emit(body, carry + [x[0] for x in xs] + consts)
         return tuple(outs[:n_carry]) + tuple(y[None] for y in outs[n_carry:])
+    if any(None in a.shape for a in y_avals):
+        # Stacked outputs of a size known at run time only (a program
+        # traced with an open batch size, for export).
+        if length == 0:
+            raise unknown_dimension_error("scan", y_avals[0].shape)
+        return _scan_into_arrays(ctx, carry, xs, consts, body, length, reverse, n_carry, y_avals)
+    ys = [tf.zeros(a.shape, a.dtype.name) for a in y_avals]
+    if length == 0:
+        return tuple(carry) + tuple(ys)
 
     def step(t, carry, ys):
         index = (length - 1 - t) if reverse else t
@@ -40,6 +48,25 @@ def _scan(ctx, *operands, body, length, reverse, n_carry, n_xs, unroll):
         maximum_iterations=length,
     )
     return tuple(carry) + tuple(ys)
+
+
+def _scan_into_arrays(ctx, carry, xs, consts, body, length, reverse, n_carry, y_avals):
+    arrays = [tf.TensorArray(tf_dtype(a.dtype), size=length,
+                             element_shape=tf.TensorShape(a.shape[1:])) for a in y_avals]
+
+    def step(t, carry, arrays):
+        index = (length - 1 - t) if reverse else t
+        outs = ctx.emit(body, list(carry) + [tf.gather(x, index) for x in xs] + consts)
+        new_carry = [tf.ensure_shape(tf.cast(o, c.dtype), c.shape)
+                     for o, c in zip(outs[:n_carry], carry)]
+        arrays = [a.write(index, tf.cast(y, a.dtype)) for a, y in zip(arrays, outs[n_carry:])]
+        return t + 1, new_carry, arrays
+
+    _, carry, arrays = tf.while_loop(
+        lambda t, c, a: t < length, step, (tf.constant(0), carry, arrays),
+        maximum_iterations=length,
+    )
+    return tuple(carry) + tuple(a.stack() for a in arrays)
 
 
 @rule("while_loop")

@@ -66,6 +66,26 @@ def tf_dtype(dtype):
     return tf.as_dtype(np.dtype(dtype))
 
 
+def dynamic_shape(x, shape):
+    """`shape` (an abstract value's) with each unknown dimension read from
+    the tensor `x` at run time: a program traced with None dimensions
+    (an export with a batch size left open) is emitted once for all
+    sizes. Static shapes come back as they are."""
+    if None not in shape:
+        return tuple(shape)
+    runtime = tf.shape(x)
+    return [runtime[i] if d is None else d for i, d in enumerate(shape)]
+
+
+def unknown_dimension_error(primitive, shape):
+    return EmitError(
+        f"`{primitive}` makes a value of shape {shape} with a dimension that is "
+        "unknown when the program is traced and cannot be read from its "
+        "operands; give the input signature fixed sizes (for example a fixed "
+        "batch size) to emit it."
+    )
+
+
 def constant(value):
     array = np.asarray(value)
     return tf.constant(array, dtype=tf_dtype(array.dtype))
