@@ -10,11 +10,16 @@ the resolver's cluster must be that job (keras_ipu/distributed/cluster.py).
 """
 
 from keras_ipu.distributed.cluster import TFConfigClusterResolver  # noqa: F401
+from keras_ipu.distributed.extended import IPUMirroredVariable  # noqa: F401
+from keras_ipu.distributed.extended import IPUMultiWorkerExtended
+from keras_ipu.distributed.extended import IPUSyncOnReadVariable  # noqa: F401
 from keras_ipu.distributed.ipu_horovod_strategy import IPUHorovodStrategyV1
 
 
 class IPUMultiWorkerStrategyV1(IPUHorovodStrategyV1):
     """Synchronous training on the IPUs of several workers (MPI processes)."""
+
+    _extended_class = IPUMultiWorkerExtended
 
     def __init__(self, cluster_resolver, ipu_device="/device:IPU:0", variables_on_host=False):
         from keras_ipu.distributed import cluster

@@ -12,6 +12,7 @@ multi_replica_distribution, and the reduction costed on the hosts
 import warnings
 
 from keras_ipu.device.simulator import partition
+from keras_ipu.distributed.extended import IPUHorovodExtended
 from keras_ipu.distributed.popdist_strategy import PopDistStrategy
 
 
@@ -22,18 +23,19 @@ class IPUHorovodStrategyV1(PopDistStrategy):
     not supported.
     """
 
+    _extended_class = IPUHorovodExtended
+
     def __init__(self, ipu_device="/device:IPU:0", variables_on_host=False):
         warnings.warn(
             f"{type(self).__name__} is deprecated: use PopDistStrategy instead.",
             DeprecationWarning,
             stacklevel=2,
         )
-        if variables_on_host:
-            raise NotImplementedError(
-                "variables_on_host=True is not supported: the weights and their update "
-                "stay on the IPU (leave variables_on_host at False)."
-            )
+        extended = self._extended_class(
+            self, getattr(self, "_cluster_resolver", None), ipu_device, variables_on_host
+        )
         super().__init__(ipu_device=ipu_device)
+        self.extended = extended
         partition.reduce_on_hosts()
 
 

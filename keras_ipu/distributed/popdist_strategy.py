@@ -37,6 +37,9 @@ from keras_ipu.distribute.strategy import ReduceOp
 from keras_ipu.distribute.strategy import _reduce_op
 from keras_ipu.distributed import callbacks as _callbacks
 from keras_ipu.distributed import mpi_world
+from keras_ipu.distributed.extended import IPUMirroredVariable  # noqa: F401
+from keras_ipu.distributed.extended import IPUSyncOnReadVariable  # noqa: F401
+from keras_ipu.distributed.extended import PopDistExtendedV1
 from keras_ipu.models.execution import _REPLICA_SEED_STRIDE
 from keras_ipu.models.execution import _identical_replica_seeds
 from keras_ipu.models.execution import _is_seed_state
@@ -60,18 +63,14 @@ class PopDistStrategy(IPUStrategyV1):
     ):
         from keras_ipu import popdist
 
+        extended = PopDistExtendedV1(self, None, ipu_device, add_ipu_cross_replica_reductions)
         popdist.init()
         super().__init__(
             ipu_device=ipu_device,
             enable_dataset_iterators=enable_dataset_iterators,
             enable_keras_extensions=enable_keras_extensions,
         )
-        if not add_ipu_cross_replica_reductions:
-            raise NotImplementedError(
-                "PopDistStrategy(add_ipu_cross_replica_reductions=False) is not "
-                "supported: the compiled all-reduces always cover every replica of "
-                "the job (leave the argument at True)."
-            )
+        self.extended = extended
         self._world = mpi_world.world()
 
     def __repr__(self):

@@ -26,10 +26,6 @@ AWAITING = {
     "scopes": "issue 11 (the TensorFlow front end) brings it",
     "utils.export_dataset_to_file": "issue 11 (the TensorFlow front end) brings it",
     "utils.export_inputs_to_file": "issue 11 (the TensorFlow front end) brings it",
-    "ipu_multi_worker_strategy": "issue 13 (multi-process) brings it",
-    "distributed.popdist_strategy": "issue 13 (multi-process) brings it",
-    "distributed.ipu_horovod_strategy": "issue 13 (multi-process) brings it",
-    "horovod": "issue 13 (multi-process) brings it",
 }
 
 FOUND, LOST = reference_names.read_list()

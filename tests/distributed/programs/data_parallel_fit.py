@@ -74,7 +74,19 @@ with strategy.scope():
     dropout.predict(np.ones((4 * local, 2), np.float32), batch_size=4, verbose=0)
 seed_state = [np.asarray(v.value).tolist() for v in dropout.variables if "seed" in v.name]
 
+# strategy.extended.read_var: a sync-on-read variable holds this instance's
+# part and is read as its aggregate over the instances (read by all at once).
+rank = popdist.getInstanceIndex()
+read_var = {}
+with strategy.scope():
+    for aggregation in ("sum", "mean", "only_first_replica"):
+        variable = keras.Variable(float(rank + 1), synchronization="on_read", aggregation=aggregation)
+        read_var[aggregation] = float(strategy.extended.read_var(variable))
+    read_var["on_write"] = float(strategy.extended.read_var(keras.Variable(float(rank + 1))))
+
 result = {
+    "extended": type(strategy.extended).__name__,
+    "read_var": read_var,
     "seed_state": seed_state,
     "weights": [w.tolist() for w in model.get_weights()],
     "loss": [float(v) for v in history.history["loss"]],
