@@ -1,10 +1,9 @@
 """keras_ipu.ipu_estimator: Graphcore's `tensorflow.python.ipu.ipu_estimator`
-(IPUEstimator, IPUEstimatorSpec)."""
+(IPUEstimator, IPUEstimatorSpec; ModeKeys, as tf.estimator.ModeKeys is gone
+from TensorFlow 2.16). The implementation is keras_ipu/estimators."""
 
-from keras_ipu._unavailable import unavailable_class
-from keras_ipu._unavailable import unavailable_function
+from keras_ipu.estimators.estimator import IPUEstimator
+from keras_ipu.estimators.spec import IPUEstimatorSpec
+from keras_ipu.estimators.spec import ModeKeys
 
-_PLANNED = "not implemented yet (issue 12)."
-
-IPUEstimator = unavailable_class("ipu_estimator.IPUEstimator", _PLANNED)
-IPUEstimatorSpec = unavailable_class("ipu_estimator.IPUEstimatorSpec", _PLANNED)
+__all__ = ["IPUEstimator", "IPUEstimatorSpec", "ModeKeys"]

@@ -1,9 +1,7 @@
-"""keras_ipu.ipu_run_config: Graphcore's `tensorflow.python.ipu.ipu_run_config`."""
+"""keras_ipu.ipu_run_config: Graphcore's `tensorflow.python.ipu.ipu_run_config`
+(the implementation is keras_ipu/estimators/run_config.py)."""
 
-from keras_ipu._unavailable import unavailable_class
-from keras_ipu._unavailable import unavailable_function
+from keras_ipu.estimators.run_config import IPURunConfig
+from keras_ipu.estimators.run_config import RunConfig
 
-_PLANNED = "not implemented yet (issue 12)."
-
-IPURunConfig = unavailable_class("ipu_run_config.IPURunConfig", _PLANNED)
-RunConfig = unavailable_class("ipu_run_config.RunConfig", _PLANNED)
+__all__ = ["IPURunConfig", "RunConfig"]

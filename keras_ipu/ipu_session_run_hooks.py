@@ -1,9 +1,7 @@
 """keras_ipu.ipu_session_run_hooks: Graphcore's
-`tensorflow.python.ipu.ipu_session_run_hooks`."""
+`tensorflow.python.ipu.ipu_session_run_hooks` (the implementation is
+keras_ipu/estimators/hooks.py)."""
 
-from keras_ipu._unavailable import unavailable_class
-from keras_ipu._unavailable import unavailable_function
+from keras_ipu.estimators.hooks import IPULoggingTensorHook
 
-_PLANNED = "not implemented yet (issue 12)."
-
-IPULoggingTensorHook = unavailable_class("ipu_session_run_hooks.IPULoggingTensorHook", _PLANNED)
+__all__ = ["IPULoggingTensorHook"]
