@@ -469,7 +469,60 @@ class TensorFlowIPUAlias:
         return spec
 
 
+# TensorFlow's profiler (tf.profiler.experimental.start/stop, Keras'
+# TensorBoard under the tensorflow backend) also records the IPU programs of
+# the TensorFlow front end and writes their planes into its XSpace
+# (keras_ipu/frontends/tensorflow/profiler.py). KERAS_IPU_TF_HOOK=0 turns it
+# off too.
+TF_PROFILER = "tensorflow.python.profiler.profiler_v2"
+
+
+class _ThenLoader:
+    """Runs a module's own loader, then `after(module)`."""
+
+    def __init__(self, original, after):
+        self.original = original
+        self.after = after
+
+    def create_module(self, spec):
+        return self.original.create_module(spec)
+
+    def exec_module(self, module):
+        self.original.exec_module(module)
+        self.after(module)
+
+    def get_source(self, name):
+        return self.original.get_source(name)
+
+    def get_filename(self, name):
+        return self.original.get_filename(name)
+
+
+def _wrap_tensorflow_profiler(module):
+    from keras_ipu.frontends.tensorflow import profiler
+
+    profiler.wrap(module)
+
+
+class TensorFlowProfilerHook:
+    """Meta-path finder: TensorFlow's profiler_v2 module, loaded as it is,
+    then wrapped (see TF_PROFILER)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != TF_PROFILER or not _tf_hook_enabled():
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _ThenLoader(spec.loader, _wrap_tensorflow_profiler)
+        return spec
+
+
 def install():
+    if not any(isinstance(f, TensorFlowProfilerHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, TensorFlowProfilerHook())
     if not any(
         isinstance(f, IPUBackendFinder) and f.runtime for f in sys.meta_path
     ):

@@ -43,6 +43,7 @@ class _Trace:
         self.wall0 = time.time()
         self.runs = []  # (executable, start, end), perf_counter seconds
         self.batches = []  # (batch, start, end)
+        self.run_dir = None  # TensorFlow's, when its profiler ran too
 
     def on_run(self, exe, start, end):
         self.runs.append((exe, start, end))
@@ -56,7 +57,7 @@ class _BatchTrace:
 
 def start_trace(logdir):
     """Starts recording executable runs (logdir "" only warms up, as Keras
-    does before the first profiled batch)."""
+    does before the first profiled batch). Returns the trace."""
     global _trace
     with _lock:
         if _trace is not None:
@@ -66,19 +67,37 @@ def start_trace(logdir):
             )
         _trace = _Trace(logdir)
         profile.add_run_listener(_trace.on_run)
+        return _trace
+
+
+def take_trace(trace=None):
+    """Stops recording and returns the trace (`trace`: only if it is the one
+    running), or None."""
+    global _trace
+    with _lock:
+        if _trace is None or (trace is not None and _trace is not trace):
+            return None
+        trace, _trace = _trace, None
+    profile.remove_run_listener(trace.on_run)
+    return trace
 
 
 def stop_trace(save):
     """Stops the trace; with `save`, writes its files (see the module doc).
     Returns the trace file's path, or None."""
-    global _trace
-    with _lock:
-        trace, _trace = _trace, None
-    if trace is None:
+    trace = take_trace()
+    if trace is None or not (save and trace.logdir):
         return None
-    profile.remove_run_listener(trace.on_run)
-    if not (save and trace.logdir):
-        return None
+    return save_trace(trace)
+
+
+def save_trace(trace, tensorflow_dir=None):
+    """Writes the files of a stopped trace; returns the trace JSON's path.
+    `tensorflow_dir`: the run directory where TensorFlow's profiler wrote
+    its `<host>.xplane.pb` for the same session (the TensorFlow front end,
+    frontends/tensorflow/profiler.py): the IPU planes are merged into that
+    file and the trace JSON goes beside it."""
+    trace.run_dir = tensorflow_dir
     path = write_trace(trace)
     write_xspace(trace)
     write_scalars(trace)
@@ -160,7 +179,10 @@ def trace_events(trace):
 
 def run_directory(trace):
     """`<logdir>/plugins/profile/<run>`: where TensorBoard's profile plugin
-    looks for the runs of a log directory."""
+    looks for the runs of a log directory (TensorFlow's, when its profiler
+    wrote one for the same session)."""
+    if trace.run_dir:
+        return trace.run_dir
     run = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime(trace.wall0))
     return os.path.join(trace.logdir, "plugins", "profile", run)
 
@@ -174,6 +196,12 @@ def trace_path(trace):
 
 
 def xspace_path(trace):
+    """Ours, or the one TensorFlow's profiler wrote in its run directory."""
+    if trace.run_dir:
+        written = sorted(name for name in os.listdir(trace.run_dir)
+                         if name.endswith(".xplane.pb"))
+        if written:
+            return os.path.join(trace.run_dir, written[0])
     return os.path.join(run_directory(trace), f"{_host()}.xplane.pb")
 
 
@@ -191,11 +219,22 @@ def write_trace(trace):
 
 
 def write_xspace(trace):
-    """The XSpace (what plugin versions 2.19 and later, xprof, read)."""
+    """The XSpace (what plugin versions 2.19 and later, xprof, read); merged
+    into TensorFlow's when its profiler wrote one for the same session."""
     from keras_ipu.report import xspace
 
     path = xspace_path(trace)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    if trace.run_dir and os.path.exists(path):
+        base = xspace.read_xspace(path)
+        # On TensorFlow's clock: its times count from its session's start.
+        start_ns = xspace.profile_start_ns(base)
+        t0_ns = int(trace.wall0 * 1e9) - start_ns if start_ns else 0
+        ours = xspace.build_xspace(
+            base.hostnames[0] if base.hostnames else _host(), trace.wall0, trace.t0,
+            trace.batches, trace.runs, t0_ns=max(t0_ns, 0),
+            thread_name="keras_ipu program runs (simulator, wall time)")
+        return xspace.write_xspace(path, xspace.merge_xspace(base, ours))
     space = xspace.build_xspace(_host(), trace.wall0, trace.t0, trace.batches, trace.runs)
     return xspace.write_xspace(path, space)
 

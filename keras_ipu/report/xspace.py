@@ -101,25 +101,29 @@ class _Plane:
         return event
 
 
-def build_xspace(hostname, wall0, origin, batches, runs):
+HOST_THREAD = "python (Keras fit: profiled batches, program runs)"
+
+
+def build_xspace(hostname, wall0, origin, batches, runs, t0_ns=0,
+                 thread_name=HOST_THREAD):
     """The XSpace of a finished trace. `wall0`: the trace's start (time.time()
     seconds); `origin`: the same instant in perf_counter seconds;
     `batches`: [(batch, start, end)]; `runs`: [(executable, start, end)]
-    (perf_counter seconds)."""
+    (perf_counter seconds). Times count from the trace's start, as
+    TensorFlow's profiler normalizes them before saving (absolute
+    nanoseconds overflow the plugin's picoseconds; the start itself is a
+    stat of the host plane); `t0_ns`: where the trace's start lies on the
+    clock of an XSpace this one is merged into (merge_xspace)."""
     pb = _xplane_pb2()
     space = pb.XSpace()
     space.hostnames.append(hostname)
-    # Times relative to the trace's start, as TensorFlow's profiler
-    # normalizes them before saving (absolute nanoseconds overflow the
-    # plugin's picoseconds); the start itself is a stat of the host plane.
-    t0_ns = 0
 
     def us(t):
         return (t - origin) * 1e6
 
     host = _Plane(space.planes.add(), 0, HOST_PLANE)
     host.set_stats(host.plane, {"profile_start_time": int(wall0 * 1e9)})
-    thread = host.line(1, "python (Keras fit: profiled batches, program runs)", t0_ns)
+    thread = host.line(1, thread_name, t0_ns)
     events = [(us(start), us(end) - us(start), STEP_MARKER,
                {"step_num": int(batch), "_r": 1}) for batch, start, end in batches]
     # Not named after the program: the plugin takes any event whose name
@@ -236,6 +240,75 @@ def _memory_activity(plane, line, runs, origin, ipu):
                  "activation", aval, addresses.pop(k))
         for addr, nbytes, category, aval in resident:
             emit("MemoryDeallocation", end, nbytes, "program end", category, aval, addr)
+
+
+def read_xspace(path):
+    space = _xplane_pb2().XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    return space
+
+
+def profile_start_ns(space):
+    """When the profiling session of an XSpace TensorFlow's profiler wrote
+    started (ns since the epoch: its "Task Environment" plane's
+    profile_start_time), or None."""
+    for plane in space.planes:
+        names = {k: m.name for k, m in plane.stat_metadata.items()}
+        for stat in plane.stats:
+            if names.get(stat.metadata_id) == "profile_start_time":
+                return int(getattr(stat, stat.WhichOneof("value")))
+    return None
+
+
+def merge_xspace(base, extra):
+    """`base` with the planes of `extra` added: a plane both have by name
+    (the host's) gets the other's lines, their event and stat metadata
+    renumbered into its own; the others are appended with ids of their
+    own. Returns `base`."""
+    by_name = {p.name: p for p in base.planes}
+    next_id = max((p.id for p in base.planes), default=-1) + 1
+    for plane in extra.planes:
+        into = by_name.get(plane.name)
+        if into is None:
+            added = base.planes.add()
+            added.CopyFrom(plane)
+            added.id = next_id
+            next_id += 1
+            continue
+        _merge_lines(into, plane)
+    for host in extra.hostnames:
+        if host not in base.hostnames:
+            base.hostnames.append(host)
+    return base
+
+
+def _merge_lines(into, plane):
+    events = {m.name: k for k, m in into.event_metadata.items()}
+    stats = {m.name: k for k, m in into.stat_metadata.items()}
+
+    def renumber(table, metadata, name):
+        if name not in table:
+            k = max(list(metadata.keys()) + [0]) + 1
+            table[name] = k
+            m = metadata[k]
+            m.id, m.name = k, name
+        return table[name]
+
+    event_ids = {k: renumber(events, into.event_metadata, m.name)
+                 for k, m in plane.event_metadata.items()}
+    stat_ids = {k: renumber(stats, into.stat_metadata, m.name)
+                for k, m in plane.stat_metadata.items()}
+    line_id = max((x.id for x in into.lines), default=0) + 1
+    for line in plane.lines:
+        added = into.lines.add()
+        added.CopyFrom(line)
+        added.id = added.display_id = line_id
+        line_id += 1
+        for event in added.events:
+            event.metadata_id = event_ids[event.metadata_id]
+            for stat in event.stats:
+                stat.metadata_id = stat_ids[stat.metadata_id]
 
 
 def write_xspace(path, space):
