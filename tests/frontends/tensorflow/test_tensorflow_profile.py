@@ -188,3 +188,23 @@ def test_autoreport_writes_a_report_per_tensorflow_program(tmp_path, monkeypatch
     assert report["memory"]["ipus"][0]["total"] > 0
     assert report["cycles"]["total"] > 0
     assert any("dense" in layer["layer"] for layer in report["cycles"]["layers"])
+
+
+def test_keras_tensorboard_under_the_tensorflow_backend(tmp_path):
+    """fit of a tf.keras model in an IPUStrategy scope with
+    TensorBoard(profile_batch=(2, 3)) under KERAS_BACKEND=tensorflow: the
+    XSpace TensorFlow writes holds the IPU plane of the two profiled
+    batches' program runs (a subprocess: this session runs the ipu backend)."""
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "tensorboard_tf_scenario.py")
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, script, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["on_ipu"]
+    assert "/host:CPU" in result["planes"] and IPU_PLANE in result["planes"]
+    assert result["runs"] == 2 and len(result["steps"]) == 2
+    assert result["trace_json"]
