@@ -30,12 +30,19 @@ from keras_ipu.estimators.run_config import RunConfig
 from keras_ipu.estimators.run_config import resolve_model_dir
 from keras_ipu.estimators.spec import ModeKeys
 from keras_ipu.estimators.variable_store import VariableStore
+from keras_ipu.ops import cross_replica_ops
 
 _GLOBAL_STEP_INCREMENTED = (
     "Illegal increment of the `global_step` variable in the `model_fn`. This is "
     "usually caused by passing it as an argument to the `Optimizer.minimize()` "
     "function. Please remove this argument as the IPUEstimator itself is "
     "responsible for incrementing it.")
+
+
+_NOT_REPLICATED = (
+    "This is not a valid replicated training graph because no CrossReplicaSum "
+    "operations were found. Did you remember to use the "
+    "`tensorflow.python.ipu.optimizers.CrossReplicaOptimizer` optimizer?")
 
 
 class IPUEstimator:
@@ -77,12 +84,11 @@ class IPUEstimator:
 
     @staticmethod
     def _check_supported(ipu):
-        if ipu.num_replicas > 1 or ipu.num_shards > 1:
+        if ipu.num_shards > 1:
             raise NotImplementedError(
-                f"IPURunConfig(num_replicas={ipu.num_replicas}, num_shards={ipu.num_shards}): "
-                "the estimator runs its model_fn through the TensorFlow front end, "
-                "which runs TensorFlow programs on one replica and one IPU; "
-                "replicated or sharded estimators are not supported yet.")
+                f"IPURunConfig(num_shards={ipu.num_shards}): the TensorFlow front end "
+                "runs a TensorFlow program's shards on one IPU, so a sharded "
+                "estimator is not supported; use num_shards=1.")
 
     # -- properties of tf.estimator.Estimator --------------------------------
 
@@ -182,7 +188,7 @@ class IPUEstimator:
             t0 = time.time()
             program()
             step = self._add_to_global_step(ipl)
-            losses = program.outfeed.dequeue()["loss"].numpy()
+            losses = _replica_mean(program.outfeed.dequeue()["loss"].numpy(), program.replicas)
             if not np.all(np.isfinite(losses)):
                 raise FloatingPointError(
                     f"Loss is {losses[~np.isfinite(losses)][0]} at global step {step}: "
@@ -235,8 +241,11 @@ class IPUEstimator:
             hook_lib.call_before_run(all_hooks, hook_lib.RunContext(step, ipl))
             program()
             out = program.outfeed.dequeue()
-            losses.append(out["loss"].numpy())
-            metrics = {k: v.numpy()[-1] for k, v in out["metrics"].items()}
+            losses.append(_replica_mean(out["loss"].numpy(), program.replicas))
+            # The last update's value is the metric over the loop; replicas
+            # saw equal shares of the data, so their metrics are averaged.
+            metrics = {k: _replica_mean(v.numpy(), program.replicas)[-1]
+                       for k, v in out["metrics"].items()}
             hook_lib.call_after_run(all_hooks, hook_lib.RunContext(step, ipl))
         for hook in all_hooks:
             hook.end(None)
@@ -280,7 +289,7 @@ class IPUEstimator:
                     if _is_end_of_data(error):
                         return
                     raise
-                out = program.outfeed.dequeue()["predictions"]
+                out = _replica_batches(program.outfeed.dequeue()["predictions"], program.replicas)
                 hook_lib.call_after_run(all_hooks, hook_lib.RunContext(step, ipl))
                 for batch in _per_step(out, predict_keys):
                     for item in (_per_example(batch) if single else [batch]):
@@ -470,6 +479,7 @@ class _LoopProgram:
         self.infeed = IPUInfeedQueue(dataset)
         self.outfeed = IPUOutfeedQueue()
         self.spec_hooks = ()
+        self.replicas = estimator.config.ipu_run_config.num_replicas
         self._bridged = None
 
     def _loop(self):
@@ -491,6 +501,8 @@ class _LoopProgram:
                                ModeKeys.PREDICT: spec.prediction_hooks}[mode]
             if mode == ModeKeys.TRAIN:
                 _check_global_step_not_incremented(global_step)
+                if self.replicas > 1 and cross_replica_ops.reductions_traced() == reductions_before:
+                    raise ValueError(_NOT_REPLICATED)
                 with tf.control_dependencies([spec.train_op]):
                     loss = tf.identity(spec.loss)
                 return self.outfeed.enqueue({"loss": loss})
@@ -504,6 +516,8 @@ class _LoopProgram:
                     updates[key] = update
                 return self.outfeed.enqueue({"loss": spec.loss, "metrics": updates})
             return self.outfeed.enqueue({"predictions": spec.predictions})
+
+        reductions_before = cross_replica_ops.reductions_traced()
 
         def loop():
             with store.trace():
@@ -519,7 +533,24 @@ class _LoopProgram:
         self._bridged.concrete()
 
     def __call__(self):
-        self._bridged()
+        self._bridged.run((), {}, replicas=self.replicas)
+
+
+def _replica_mean(values, replicas):
+    """Per-step values of an outfeed: with replication the replica axis
+    (after the step axis) is averaged."""
+    return values.mean(axis=1) if replicas > 1 else values
+
+
+def _replica_batches(out, replicas):
+    """Predictions [steps, replicas, batch, ...] as [steps * replicas,
+    batch, ...]: replica r of step t had the dataset's batch t * replicas + r."""
+    import tensorflow as tf
+
+    if replicas == 1:
+        return out
+    return tf.nest.map_structure(
+        lambda v: tf.reshape(v, [-1] + v.shape.as_list()[2:]), out)
 
 
 def _features_and_labels(element, named, mode):
