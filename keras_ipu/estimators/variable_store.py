@@ -23,8 +23,16 @@ new TF1 graph.
 
 import contextlib
 import dataclasses
+import threading
 
 import numpy as np
+
+_active = threading.local()
+
+
+def active_store():
+    """The store whose trace() is open on this thread, or None."""
+    return getattr(_active, "store", None)
 
 
 @dataclasses.dataclass
@@ -81,12 +89,14 @@ class VariableStore:
         for key in func_graph.ALLOWLIST_COLLECTIONS:
             graph._collections[key] = []  # noqa: SLF001 - no public way to detach
         self._seen = {}
+        outer, _active.store = active_store(), self
         try:
             with variable_scope.with_variable_store(variable_scope._VariableStore()):  # noqa: SLF001
                 with tf.variable_creator_scope(self._creator):
                     yield self
         finally:
             self._seen = None
+            _active.store = outer
 
     def _creator(self, next_creator, **kwargs):
         import tensorflow as tf

@@ -1,6 +1,8 @@
-"""keras_ipu.ops.pipelining_ops: the pipelining options of Graphcore's
-`tensorflow.python.ipu.ops.pipelining_ops` that Keras models take
-(PipelineSchedule, RecomputationMode, PipelineStageOptions).
+"""keras_ipu.ops.pipelining_ops: Graphcore's
+`tensorflow.python.ipu.ops.pipelining_ops`: the pipelining options Keras
+models take (PipelineSchedule, RecomputationMode, PipelineStageOptions) and
+the functional pipeline of TensorFlow code (pipeline,
+OptimizerFunctionOutput: keras_ipu/ops/functional_pipeline.py).
 
 The schedule and the recomputation mode change what the simulator predicts
 (time and memory per IPU), never the values a pipeline computes.
@@ -9,7 +11,6 @@ The schedule and the recomputation mode change what the simulator predicts
 import enum
 from functools import reduce  # noqa: F401 (in Graphcore's module namespace)
 
-from keras_ipu._unavailable import unavailable_class
 from keras_ipu._unavailable import unavailable_function
 
 from keras_ipu.device.compiler import recompute as _recompute
@@ -62,8 +63,9 @@ class PipelineStageOptions:
                 f"matmul_options={self.matmul_options}, slice_options={self.slice_options})")
 
 
-# The functional (TensorFlow) pipeline API, issue 12 item 2.
+# The functional (TensorFlow) pipeline API: keras_ipu/ops/functional_pipeline.py.
+from keras_ipu.ops.functional_pipeline import OptimizerFunctionOutput  # noqa: E402
+from keras_ipu.ops.functional_pipeline import pipeline  # noqa: E402
+
 _PLANNED = "not implemented yet (issue 12)."
-OptimizerFunctionOutput = unavailable_class("pipelining_ops.OptimizerFunctionOutput", _PLANNED)
-pipeline = unavailable_function("pipelining_ops.pipeline", _PLANNED)
 recomputation_checkpoint = unavailable_function("pipelining_ops.recomputation_checkpoint", _PLANNED)
