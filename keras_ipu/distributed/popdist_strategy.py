@@ -29,6 +29,7 @@ all `popdist.getNumTotalReplicas()` replicas. Around that:
 
 import functools
 import inspect
+import weakref
 
 import numpy as np
 
@@ -72,6 +73,7 @@ class PopDistStrategy(IPUStrategyV1):
         )
         self.extended = extended
         self._world = mpi_world.world()
+        self._new_models = []  # weak references, in creation order
 
     def __repr__(self):
         return f"<{type(self).__name__} on {self._ipu_device}, instance {self._world.rank} of {self._world.size}>"
@@ -108,8 +110,43 @@ class PopDistStrategy(IPUStrategyV1):
 
         return tree.map_structure(over_instances, local)
 
+    def run(self, fn, args=(), kwargs=None, options=None):
+        """As IPUStrategy's (Keras code, or TensorFlow code through the
+        TensorFlow front end); models made in the scope first get instance
+        0's state, as Graphcore broadcasts the initial values of variables
+        (a custom training loop has no fit to do it)."""
+        from keras_ipu.distribute import run as _run
+
+        if _run.inside_trace():
+            return super().run(fn, args, kwargs, options)
+        unbuilt = self._broadcast_new_models()
+        result = super().run(fn, args, kwargs, options)
+        built = [m for m in unbuilt if m.variables]
+        if built:
+            raise ValueError(
+                f"The model {built[0].name!r} made in the PopDistStrategy scope was built "
+                "inside strategy.run, so instance 0's initial weights could not be "
+                "broadcast to the other instances before its first step (each instance "
+                "trained from its own random weights). Build it before the first "
+                "strategy.run: give it a keras.Input, or call model.build(input_shape)."
+            )
+        return result
+
+    def _broadcast_new_models(self):
+        """Broadcast the state of the built models made in the scope since
+        the last run (in creation order: the same on every instance);
+        returns the models not built yet."""
+        pending = [m for m in (ref() for ref in self._new_models) if m is not None]
+        unbuilt = [m for m in pending if not m.variables]
+        for model in pending:
+            if model.variables:
+                broadcast_state(model)
+        self._new_models = [weakref.ref(m) for m in unbuilt]
+        return unbuilt
+
     # -- models ---------------------------------------------------------------
     def _patch_keras_extension(self, model):
+        self._new_models.append(weakref.ref(model))
         super()._patch_keras_extension(model)
         if getattr(type(model), "_keras_ipu_instance_sync", False):
             return

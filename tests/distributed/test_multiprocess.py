@@ -233,6 +233,31 @@ def test_two_processes_of_two_replicas_train_as_one_process_of_four(tmp_path, re
         np.testing.assert_allclose(second["loss"], one["loss"], rtol=1e-5)
 
 
+def test_tensorflow_custom_loop_on_two_processes_trains_as_one_process(tmp_path):
+    """A Graphcore-style TF2 custom loop (tf.GradientTape and
+    optimizer.apply_gradients in strategy.run, strategy.reduce) of a tf.keras
+    model under PopDistStrategy on 2 instances x 2 replicas: the weights of
+    plain TensorFlow training on the same global batches in one process
+    (float32 rounding), both instances identical (instance 1 starts from
+    other random weights: instance 0's are broadcast). One replica per
+    instance: tests/frontends/tensorflow/test_replica_context.py."""
+    replicas = 4
+    program = PROGRAMS / "tensorflow_custom_loop.py"
+    done, _ = _run(
+        _poprun("--num-instances", 2, "--num-replicas", replicas, sys.executable, program, tmp_path),
+        # Two TensorFlow traces and XLA bridge compiles per instance.
+        tmp_path, timeout=2 * JOB_LIMIT_S, TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = _results(tmp_path, 2)
+    assert first["replicas_in_sync"] == second["replicas_in_sync"] == replicas
+    for w0, w1, reference in zip(first["weights"], second["weights"], first["reference_weights"]):
+        np.testing.assert_array_equal(w0, w1)
+        np.testing.assert_allclose(w0, reference, rtol=1e-5, atol=1e-6)
+    # strategy.reduce(MEAN) of the job's loss (all-reduced inside the program).
+    assert first["loss"] == second["loss"] and first["loss"][1] < first["loss"][0]
+
+
 @pytest.mark.parametrize("kind", ["horovod", "multiworker"])
 def test_horovod_style_strategies_reduce_over_plain_mpi_processes(tmp_path, kind):
     """IPUHorovodStrategy / IPUMultiWorkerStrategy (TF_CONFIG's cluster) under

@@ -12,10 +12,15 @@ On a device of several replicas (the strategy's replication factor) the
 function runs on each (SPMD): every replica dequeues its own elements of
 the infeeds (element i goes to replica i mod n), an outfeed returns a
 replica axis after the enqueue axis, collectives (XLA all-reduce) meet
-across replicas, and the outputs and variables are replica 0's.
+across replicas, and the outputs and variables are replica 0's. The
+function is traced in a TensorFlow replica context (replica_context.py),
+so Keras' optimizer sums the gradients over the replicas as on Graphcore's
+IPUStrategy.
 """
 
 import weakref
+
+from keras_ipu.frontends.tensorflow.replica_context import replica_context
 
 _owned = weakref.WeakKeyDictionary()
 
@@ -55,4 +60,6 @@ def run(strategy, fn, args=(), kwargs=None):
     replicas = strategy._replication_factor() if hasattr(strategy, "_replication_factor") else 1  # noqa: SLF001
     args = _substitute(list(args or ()))
     kwargs = _substitute(dict(kwargs or {}))
-    return bridge(fn).run(args, kwargs, replicas=replicas)
+    in_sync = getattr(strategy, "num_replicas_in_sync", 1)
+    with replica_context(replicas, in_sync):  # traced in it: the replicas' reductions
+        return bridge(fn).run(args, kwargs, replicas=replicas)

@@ -7,8 +7,9 @@ one, all-reduce and reduce-scatter return their operand and replica-id is
 0, as XLA defines them for a single participant. Across replicas, an
 all-reduce with add is the cross_replica_sum primitive (replicas meet in
 its kernel, simulator/replicas.py; its cost is the ring all-reduce over
-the IPU-Links); the other collectives across replicas are not supported
-yet (NotImplementedError).
+the IPU-Links; in a multi-process job the kernel adds the other
+instances' partial sums, even for a program of one replica); the other
+collectives across replicas are not supported yet (NotImplementedError).
 """
 
 import numpy as np
@@ -35,6 +36,15 @@ def _single(imp, instr):
         )
 
 
+def _other_instances():
+    """Whether the replicas' all-reduces span other processes of the job
+    (multi_replica_distribution, or a Horovod-style strategy): then the
+    all-reduce of a program of one replica is not its operand."""
+    from keras_ipu.device.simulator import partition
+
+    return partition.configured_instances()[0] > 1
+
+
 def _values(operands):
     return operands[0] if len(operands) == 1 else tuple(operands)
 
@@ -45,7 +55,7 @@ def _all_reduce(imp, instr, operands):
     if op not in ("add", "multiply", "maximum", "minimum", "and", "or"):
         raise HloImportError("all-reduce with a reducer other than add/multiply/maximum/minimum/and/or.")
     size = _group_size(imp, instr)
-    if size == 1:
+    if size == 1 and not (imp.replicas == 1 and _other_instances()):
         return _values(operands)
     if op != "add":
         raise NotImplementedError(
