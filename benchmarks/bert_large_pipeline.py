@@ -129,6 +129,19 @@ def bert_large(stage_layers=GRAPHCORE_STAGES):
     return keras.Model([ids, types, positions], [mlm, nsp], name="bert_large")
 
 
+def configure():
+    """A Bow Pod16 (4 replicas of the 4-IPU pipeline) with recomputation
+    allowed, as Graphcore's configuration runs it (the pipeline's
+    recomputation_mode applies only with IPUConfig.allow_recompute)."""
+    import keras_ipu as ipu
+
+    config = ipu.config.IPUConfig()
+    config.ipu_model.version = "ipu21"
+    config.auto_select_ipus = 4 * REPLICAS
+    config.allow_recompute = True
+    config.configure_ipu_system()
+
+
 def predict(stage_layers=GRAPHCORE_STAGES, device_mapping=GRAPHCORE_DEVICE_MAPPING,
             target="ipu21"):
     """Build (without allocating), compile and predict one configuration."""
@@ -137,6 +150,7 @@ def predict(stage_layers=GRAPHCORE_STAGES, device_mapping=GRAPHCORE_DEVICE_MAPPI
     import keras_ipu as ipu
     from keras_ipu.ops.pipelining_ops import RecomputationMode
 
+    configure()
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float16")
     strategy = ipu.ipu_strategy.IPUStrategy()
