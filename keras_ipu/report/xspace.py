@@ -173,6 +173,9 @@ def _memory_activity(plane, line, runs, origin, ipu):
     slices, _ = timeline.lay_out(runs, origin)
     starts = [s for s in slices if s.lane == timeline.RUNS]
     address = itertools.count(1)  # an identity per allocation: the model has no addresses
+    # One allocator, one high-water mark over all its programs: the plugin
+    # reads the last event's peak as the lifetime peak.
+    state = {"in_use": 0, "peak": 0}
     for (exe, _, _), run in zip(runs, starts):
         if id(exe) in seen:
             continue
@@ -184,7 +187,6 @@ def _memory_activity(plane, line, runs, origin, ipu):
         us_per_cycle = 1e6 / target.clock_hz
         begin = run.start_us + timeline.transfer_seconds(pred)[0] * 1e6
         capacity = target.sram_bytes_per_ipu
-        state = {"in_use": 0, "peak": 0}
         allocator = ALLOCATOR.format(ipu=ipu)
 
         def emit(kind, at, nbytes, op, region, aval=None, addr=0):

@@ -154,3 +154,36 @@ def test_the_plugins_converter_reads_it(profiled):
     assert allocator == "IPU 0 (predicted)"
     peak = int(memory[allocator]["profileSummary"]["peakStats"]["peakBytesInUse"])
     assert peak == profile.memory_of(exe).total_bytes
+
+
+def test_memory_profile_of_two_programs_has_one_peak(tmp_path):
+    """Two programs on one allocator: the memory profile's lifetime peak and
+    its window peak are the same number, the larger program's total (the
+    plugin takes the lifetime peak from the last event)."""
+    raw_to_tool_data = pytest.importorskip(
+        "xprof.convert.raw_to_tool_data",
+        reason="the profile plugin (tensorboard-plugin-profile) is not installed")
+    import keras
+
+    from keras_ipu.device.jit import jit
+
+    small = jit(lambda x: keras.ops.exp(x) + x)
+    large = jit(lambda x: keras.ops.matmul(keras.ops.tanh(x), x) + 1.0)
+    a, b = np.ones(64, np.float32), np.ones((256, 256), np.float32)
+    small(a), large(b)  # compiled before the trace
+    tb.start_trace(str(tmp_path))
+    large(b)
+    small(a)  # the smaller program last
+    tb.stop_trace(save=True)
+    (path,) = glob.glob(os.path.join(tmp_path, "plugins", "profile", "*", "*.xplane.pb"))
+    data, _ = raw_to_tool_data.xspace_to_tool_data([path], "memory_profile", {})
+    allocator = json.loads(data)["memoryProfilePerAllocator"]["IPU 0 (predicted)"]
+    summary = allocator["profileSummary"]
+    totals = [profile.memory_of(f.executables()[0]).total_bytes for f in (small, large)]
+    assert int(summary["peakStats"]["peakBytesInUse"]) == max(totals)
+    assert int(summary["peakBytesUsageLifetime"]) == max(totals)
+    # What the memory timeline graph plots: rising to each program's total.
+    timeline_bytes = [int(s["aggregationStats"]["heapAllocatedBytes"])
+                      for s in allocator["sampledTimelineSnapshots"]]
+    assert len(timeline_bytes) > 4 and max(timeline_bytes) == max(totals)
+    assert timeline_bytes[-1] == 0
