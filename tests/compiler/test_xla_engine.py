@@ -320,8 +320,8 @@ def test_control_flow_scan_while_and_cond(monkeypatch):
 # -- the engine choice ------------------------------------------------------
 
 
-def _mlp_losses(engine, extra_env=None):
-    code = textwrap.dedent(
+def _mlp_losses(engine, extra_env=None, prelude=""):
+    code = prelude + textwrap.dedent(
         """
         import numpy as np, keras
         from keras import layers
@@ -364,6 +364,32 @@ def test_fit_on_xla_matches_numpy_and_numpy_never_emits():
     assert auto_losses == numpy_losses and auto_rest == ["['numpy']", "False"]
 
 
+# auto, made to switch at once: the first run on NumPy starts the compile
+# and waits for it, the next runs are XLA's (all "timing" runs).
+_SWITCH_AT_ONCE = textwrap.dedent(
+    """
+    from keras_ipu.device.compiler import engines as _engines
+    _engines.HOT_SECONDS = 0.0
+    _engines.TIMED_RUNS = 10**6
+    _start = _engines.TieredRunner._start_compile
+    def _start_and_wait(self, arrays):
+        _start(self, arrays)
+        self.thread.join()
+    _engines.TieredRunner._start_compile = _start_and_wait
+    """
+)
+
+
+def test_auto_switching_engines_mid_fit_matches_numpy():
+    # Donated state crosses from NumPy to XLA mid-epoch; the losses stay
+    # within the tolerance the XLA engine meets alone.
+    numpy_losses, _ = _mlp_losses("numpy")
+    auto_losses, auto_rest = _mlp_losses(
+        "auto", {engines.STRICT_ENV: "1"}, prelude=_SWITCH_AT_ONCE)
+    assert auto_rest == ["['xla']", "True"]
+    np.testing.assert_allclose(auto_losses, numpy_losses, rtol=1e-5)
+
+
 def _graph():
     def body(b, x, w):
         y = b.op("dot_general", x, w, dimension_numbers=(((1,), (0,)), ((), ())))
@@ -392,16 +418,18 @@ def test_auto_compiles_hot_programs_in_the_background_and_keeps_the_faster(monke
             np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)
 
 
-def test_numpy_after_xla_copies_read_only_donated_inputs(monkeypatch):
+def test_numpy_copies_read_only_donated_inputs(monkeypatch):
+    # XLA's results are read-only; a NumPy program donated them (this one
+    # after the tiered switch, or another) writes into a copy.
     exe = compile_graph(_graph())
-    runner = engines.TieredRunner(exe)
-    runner._xla_ran = True
-    runner._written = (0,)
+    exe.written_inputs = frozenset({0})
     x = f32(8, 6)
     x.setflags(write=False)
-    arrays = [x, f32(6, 5)]
-    runner._numpy(arrays)
-    assert arrays[0] is not x and arrays[0].flags.writeable
+    for run in (engines.TieredRunner(exe)._numpy, engines.numpy_runner(exe)):
+        arrays = [x, f32(6, 5)]
+        run(arrays)
+        assert arrays[0] is not x and arrays[0].flags.writeable
+        np.testing.assert_array_equal(arrays[0], x)
 
 
 def test_fp_behaviour_and_setting_numpy_keep_numpy(monkeypatch):
@@ -425,7 +453,98 @@ def test_a_primitive_without_a_rule_runs_on_numpy(monkeypatch, caplog):
     graph = one("svd", [((3, 3), "float32")], full_matrices=False, compute_uv=False)
     exe = compile_graph(graph)
     x = f32(3, 3)
-    with caplog.at_level("INFO", logger="keras_ipu.device"):
+    with caplog.at_level("DEBUG", logger="keras_ipu.device"):
         out = exe.run(x)
     np.testing.assert_allclose(out[0], np.linalg.svd(x, compute_uv=False), rtol=1e-5)
     assert engines.current_engine(exe) == "numpy"
+    assert [r.levelname for r in caplog.records if "svd" in r.message] == ["DEBUG"]
+
+
+class _FailingProgram(engines.XlaProgram):
+    """Emits fine, fails in XLA's compile (its first run)."""
+
+    def __init__(self, executable, check=None):
+        self.name = "failing"
+        self._fast = None
+
+    def run(self, arrays):
+        raise RuntimeError("XLA compile failed (test)")
+
+
+@pytest.mark.parametrize("setting", ["xla", "auto"])
+def test_a_failing_xla_compile_falls_back_to_numpy_silently(monkeypatch, caplog, setting):
+    monkeypatch.setenv(engines.ENV, setting)
+    monkeypatch.delenv(engines.STRICT_ENV, raising=False)
+    monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
+    monkeypatch.setattr(engines, "_noted", set())
+    monkeypatch.setattr(engines.XlaProgram, "build", classmethod(
+        lambda cls, exe, check=None: _FailingProgram(exe)))
+    exe = compile_graph(_graph())
+    x, w = f32(8, 6), f32(6, 5)
+    want = exe.run_unchecked([x, w])
+    with caplog.at_level("DEBUG", logger="keras_ipu.device"):
+        results = [exe.run(x, w) for _ in range(3)]
+        runner = exe._engine_run
+        if isinstance(runner, engines.TieredRunner):
+            runner.thread.join(timeout=60)
+            assert runner.engine == "numpy-final"
+        results += [exe.run(x, w) for _ in range(3)]
+    for outs in results:
+        for g, wv in zip(outs, want):
+            np.testing.assert_array_equal(g, wv)
+    assert engines.current_engine(exe) == "numpy"
+    failures = [r for r in caplog.records if "could not compile" in r.message]
+    assert failures and {r.levelname for r in failures} == {"DEBUG"}
+
+
+# -- the process's exit never waits for a background compile ---------------
+
+_EXIT_PROGRAM = """
+import atexit, sys, time
+sys.path.insert(0, {tests!r})
+import numpy as np
+from compiler_graphs import aval, build
+from keras_ipu.device.compiler import compile_graph, engines
+
+phase = sys.argv[1]
+
+
+class Slow(engines.XlaProgram):
+    # A compile of ten minutes: in its trace (Python, one node after
+    # another) or in XLA's compiler (native code, the GIL released).
+    def __init__(self, executable, check=None):
+        self.name = "slow"
+        self._fast = None
+        while phase == "trace":
+            check()
+            time.sleep(0.01)
+
+    def run(self, arrays):
+        time.sleep(600)
+        raise AssertionError("an abandoned compile ran on")
+
+
+engines.HOT_SECONDS = 0.0
+engines.XlaProgram.build = classmethod(lambda cls, exe, check=None: Slow(exe, check))
+exe = compile_graph(build([aval((4, 3))], lambda b, x: b.op("exp", x)))
+x = np.ones((4, 3), np.float32)
+exe.run(x)
+exe.run(x)
+assert exe._engine_run.engine == "compiling", exe._engine_run.engine
+time.sleep(0.3)
+atexit.register(print, "atexit handlers ran", flush=True)
+print("main done", flush=True)
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("phase", ["trace", "native"])
+def test_exit_does_not_wait_for_a_background_compile(phase):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = _EXIT_PROGRAM.format(tests=tests)
+    env = dict(os.environ, KERAS_IPU_ENGINE="auto")
+    out = subprocess.run([sys.executable, "-c", code, phase], env=env,
+                         capture_output=True, text=True, timeout=120)
+    # Before: the interpreter joined the compile thread (ten minutes here).
+    assert out.returncode == 3, out.stderr[-3000:]
+    assert out.stdout.split() == "main done atexit handlers ran".split(), out

@@ -26,12 +26,23 @@ cycles, profiles) always come from the Executable's own program:
 - `numpy`: never XLA.
 
 A program with a floating-point behaviour set, with a primitive that has
-no TensorFlow rule, or whose XLA compile fails, runs on NumPy (logged once
-on the `keras_ipu.device` logger). Threads: XLA uses TensorFlow's intra-op
+no TensorFlow rule, or whose XLA compile fails, runs on NumPy (a debug
+message, once, on the `keras_ipu.device` logger; nothing else changes).
+
+The process's exit never waits for a background compile (ResNet-50's
+XLA compile takes minutes): at exit, a compile still in Python
+(tracing) stops at the next node it emits; one inside XLA's C++ compiler
+cannot be stopped, so it is left running, and the process then ends with
+its exit status without running the C libraries' exit handlers, which
+could otherwise break under the running compile (Python's own
+finalization, atexit handlers included, runs as usual). An abandoned
+compile's result is never used. Threads: XLA uses TensorFlow's intra-op
 pool (all cores it may run on); `OMP_NUM_THREADS` caps it, when set before
 TensorFlow starts.
 """
 
+import atexit
+import ctypes
 import logging
 import os
 import threading
@@ -77,13 +88,33 @@ def runner(executable):
     checked input arrays (Executable.run calls it)."""
     setting = engine_setting()
     if setting == "numpy" or device_checks.is_active(executable.fp_behaviour):
-        return executable.run_unchecked
+        return numpy_runner(executable)
     if setting == "xla":
         program = XlaProgram.build(executable)
         if program is None:
-            return executable.run_unchecked
+            return numpy_runner(executable)
         return program.runner_for(executable)
     return TieredRunner(executable)
+
+
+def numpy_runner(executable):
+    """The NumPy engine's run: the kernel list, after copying any input
+    it writes into (a donated one) that is read-only. Arrays XLA returned
+    are read-only views of TensorFlow's buffers, and another program
+    (or this one after a fallback) may take them as donated state."""
+    written = tuple(sorted(executable.written_inputs))
+    run = executable.run_unchecked
+    if not written:
+        return run
+
+    def run_copying_read_only(arrays):
+        for k in written:
+            if not arrays[k].flags.writeable:
+                arrays[k] = np.array(arrays[k])
+        return run(arrays)
+
+    run_copying_read_only.engine = "numpy"
+    return run_copying_read_only
 
 
 # -- the program as a Graph again -----------------------------------------
@@ -136,13 +167,19 @@ def _tensorflow():
         return tf
 
 
-class XlaProgram:
-    """An Executable's program emitted to TensorFlow and compiled by XLA
-    (on the first call of `run`)."""
+class Abandoned(Exception):
+    """A background compile stopped because the process is exiting."""
 
-    def __init__(self, executable):
+
+class XlaProgram:
+    """An Executable's program emitted to TensorFlow (traced here) and
+    compiled by XLA (on the first call of `run`). `check`, when given, is
+    called before each node is emitted; it raises Abandoned to stop."""
+
+    def __init__(self, executable, check=None):
         tf = _tensorflow()
         from keras_ipu.device.to_tensorflow import emit_graph
+        from keras_ipu.device.to_tensorflow.emitter import checked_between_nodes
         from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 
         graph = graph_of(executable)
@@ -156,6 +193,10 @@ class XlaProgram:
             program, input_signature=specs, jit_compile=True, autograph=False,
             reduce_retracing=False,
         )
+        if check is not None:
+            check()  # after TensorFlow's import
+        with checked_between_nodes(check):
+            self._function.get_concrete_function()  # the trace
         self._fast = self._fast_call()
 
     def _fast_call(self):
@@ -188,9 +229,9 @@ class XlaProgram:
         return run
 
     @classmethod
-    def build(cls, executable, quiet=False):
+    def build(cls, executable, check=None):
         """The XlaProgram, or None (logged) when the program cannot be
-        emitted."""
+        emitted; Abandoned passes through."""
         from keras_ipu.device.to_tensorflow import missing_rules
 
         name = executable.name or "a program"
@@ -200,7 +241,9 @@ class XlaProgram:
                 _note(f"{name} runs on NumPy: no TensorFlow rule for "
                       f"{', '.join(sorted(missing))}")
                 return None
-            return cls(executable)
+            return cls(executable, check)
+        except Abandoned:
+            raise
         except Exception as error:  # noqa: BLE001 - any failure means NumPy
             _note(f"{name} runs on NumPy: emitting it for XLA failed ({error!r})")
             return None
@@ -215,17 +258,20 @@ class XlaProgram:
         program (the failure is logged once)."""
         state = {"ok": None}
 
+        numpy_run = numpy_runner(executable)
+
         def run(arrays):
             if state["ok"] is False:
-                return executable.run_unchecked(arrays)
+                return numpy_run(arrays)
             if state["ok"] is None:
                 try:
                     out = self.run(arrays)
                 except Exception as error:  # noqa: BLE001
                     state["ok"] = False
+                    run.engine = "numpy"
                     _note(f"{self.name} runs on NumPy: XLA could not compile it "
                           f"({type(error).__name__}: {str(error)[:500]})")
-                    return executable.run_unchecked(arrays)
+                    return numpy_run(arrays)
                 state["ok"] = True
                 return out
             return self.run(arrays)
@@ -242,7 +288,7 @@ def _note(message):
         raise RuntimeError(message)
     if message not in _noted:
         _noted.add(message)
-        logger.info(message)
+        logger.debug(message)
 
 
 # -- auto: NumPy first, XLA for hot programs ---------------------------------
@@ -260,8 +306,13 @@ class TieredRunner:
         self.xla_times = []
         self.program = None
         self.thread = None
-        self._written = tuple(sorted(executable.written_inputs))
-        self._xla_ran = False
+        self._numpy_run = numpy_runner(executable)
+        # Set by the process's exit: the compile stops and its result is
+        # never used.
+        self.abandoned = threading.Event()
+        # Set once the compile thread can no longer be stopped (inside XLA's
+        # C++ compiler) or has ended: what the exit waits for.
+        self.unstoppable = threading.Event()
 
     def __call__(self, arrays):
         engine = self.engine
@@ -282,38 +333,50 @@ class TieredRunner:
         return out
 
     def _numpy(self, arrays):
-        if self._xla_ran:
-            # XLA's results are read-only views of TensorFlow's buffers; the
-            # NumPy program writes into the inputs it was donated.
-            for k in self._written:
-                if not arrays[k].flags.writeable:
-                    arrays[k] = np.array(arrays[k])
-        return self.executable.run_unchecked(arrays)
+        return self._numpy_run(arrays)
 
     def _start_compile(self, arrays):
         self.engine = "compiling"
         # The compile's first run needs inputs the NumPy runs will not
         # overwrite meanwhile (donated state): its own copies.
         sample = [np.array(a) for a in arrays]
-        # Not a daemon: the interpreter waits for it at exit; killing a
-        # thread inside TensorFlow's C++ code aborts the process.
+        # A daemon, so that the interpreter's exit does not join it; the
+        # exit handler (_at_exit) makes ending it safe.
         self.thread = threading.Thread(
-            target=self._compile, args=(sample,), daemon=False,
+            target=self._compile, args=(sample,), daemon=True,
             name=f"keras_ipu XLA compile of {self.executable.name}",
         )
+        _in_flight_add(self)
         self.thread.start()
 
+    def _check(self):
+        if self.abandoned.is_set():
+            raise Abandoned()
+
     def _compile(self, sample):
-        program = XlaProgram.build(self.executable)
+        try:
+            self._compile_stoppably(sample)
+        except Abandoned:
+            logger.debug("%s: XLA compile abandoned at exit", self.executable.name)
+        finally:
+            self.unstoppable.set()
+            _in_flight_discard(self)
+
+    def _compile_stoppably(self, sample):
+        program = XlaProgram.build(self.executable, check=self._check)
         if program is None:
             self.engine = "numpy-final"
             return
+        self._check()
+        self.unstoppable.set()
         try:
             program.run(sample)  # XLA compiles on the first call
         except Exception as error:  # noqa: BLE001
             _note(f"{program.name} runs on NumPy: XLA could not compile it "
                   f"({type(error).__name__}: {str(error)[:500]})")
             self.engine = "numpy-final"
+            return
+        if self.abandoned.is_set():
             return
         self.program = program
         self.engine = "timing"
@@ -322,7 +385,6 @@ class TieredRunner:
         start = time.perf_counter()
         out = self.program.run(arrays)
         self.xla_times.append(time.perf_counter() - start)
-        self._xla_ran = True
         if len(self.xla_times) >= TIMED_RUNS:
             xla = min(self.xla_times)
             numpy_ = min(self.numpy_times[-TIMED_RUNS:]) if self.numpy_times else float("inf")
@@ -333,6 +395,55 @@ class TieredRunner:
                 "XLA" if self.engine == "xla" else "NumPy",
             )
         return out
+
+
+# -- the process's exit -------------------------------------------------------
+
+_in_flight = set()
+_in_flight_lock = threading.Lock()
+_exit_registered = False
+
+
+def _in_flight_add(runner):
+    global _exit_registered
+    with _in_flight_lock:
+        _in_flight.add(runner)
+        if not _exit_registered:
+            _exit_registered = True
+            atexit.register(_at_exit)
+
+
+def _in_flight_discard(runner):
+    with _in_flight_lock:
+        _in_flight.discard(runner)
+
+
+def _at_exit():
+    """Abandons the background compiles: waits only until each has stopped
+    or is inside XLA's C++ compiler. A thread that returns from C++ into a
+    finalized interpreter aborts the process, and C++ exit handlers may
+    tear down what a running compile uses: if one is left running, the
+    process ends with its exit status as soon as Python's finalization
+    is done (glibc's on_exit calls _exit before the other exit handlers)."""
+    with _in_flight_lock:
+        runners = list(_in_flight)
+    for runner in runners:
+        runner.abandoned.set()
+    for runner in runners:
+        runner.unstoppable.wait()
+    if any(runner.thread.is_alive() for runner in runners):
+        _end_at_exit_status()
+
+
+def _end_at_exit_status():
+    try:
+        libc = ctypes.CDLL(None)
+        on_exit = libc.on_exit
+        underscore_exit = libc._exit
+    except (OSError, AttributeError):  # not glibc: the usual exit
+        return
+    on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    on_exit(ctypes.cast(underscore_exit, ctypes.c_void_p), None)
 
 
 def current_engine(executable):

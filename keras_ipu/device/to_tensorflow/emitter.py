@@ -19,6 +19,9 @@ donation, no threads. It imports TensorFlow, so it is imported only by
 what chose TensorFlow (DESIGN.md decision 10).
 """
 
+import contextlib
+import threading
+
 import numpy as np
 import tensorflow as tf
 
@@ -26,6 +29,22 @@ from keras_ipu.device.ir import Literal
 
 # name -> rule(ctx, *operands, **params); filled by the *_rules modules.
 RULES = {}
+
+# Per thread: a callable emit_graph calls before each node (it raises to
+# stop an emission midway; the XLA engine abandons a background compile so
+# when the process exits).
+_between_nodes = threading.local()
+
+
+@contextlib.contextmanager
+def checked_between_nodes(check):
+    """Within the block, this thread's emit_graph calls `check()` before
+    emitting each node, sub-graphs' nodes included."""
+    _between_nodes.check = check
+    try:
+        yield
+    finally:
+        _between_nodes.check = None
 
 
 class EmitError(NotImplementedError):
@@ -145,7 +164,10 @@ def emit_graph(graph, inputs):
             return literals[key]
         return env[v]
 
+    check = getattr(_between_nodes, "check", None)
     for node in graph.nodes:
+        if check is not None:
+            check()
         name = node.primitive.name
         fn = RULES.get(name)
         if fn is None:
