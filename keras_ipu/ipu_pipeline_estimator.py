@@ -1,10 +1,8 @@
 """keras_ipu.ipu_pipeline_estimator: Graphcore's
-`tensorflow.python.ipu.ipu_pipeline_estimator`."""
+`tensorflow.python.ipu.ipu_pipeline_estimator` (the implementation is
+keras_ipu/estimators/pipeline_estimator.py)."""
 
-from keras_ipu._unavailable import unavailable_class
-from keras_ipu._unavailable import unavailable_function
+from keras_ipu.estimators.pipeline_estimator import IPUPipelineEstimator
+from keras_ipu.estimators.pipeline_estimator import IPUPipelineEstimatorSpec
 
-_PLANNED = "not implemented yet (issue 12)."
-
-IPUPipelineEstimator = unavailable_class("ipu_pipeline_estimator.IPUPipelineEstimator", _PLANNED)
-IPUPipelineEstimatorSpec = unavailable_class("ipu_pipeline_estimator.IPUPipelineEstimatorSpec", _PLANNED)
+__all__ = ["IPUPipelineEstimator", "IPUPipelineEstimatorSpec"]

@@ -188,7 +188,7 @@ class IPUEstimator:
             t0 = time.time()
             program()
             step = self._add_to_global_step(ipl)
-            losses = _replica_mean(program.outfeed.dequeue()["loss"].numpy(), program.replicas)
+            losses = _replica_mean(program.results()["loss"].numpy(), program.replicas)
             if not np.all(np.isfinite(losses)):
                 raise FloatingPointError(
                     f"Loss is {losses[~np.isfinite(losses)][0]} at global step {step}: "
@@ -240,7 +240,7 @@ class IPUEstimator:
         for _ in range(steps // ipl):
             hook_lib.call_before_run(all_hooks, hook_lib.RunContext(step, ipl))
             program()
-            out = program.outfeed.dequeue()
+            out = program.results()
             losses.append(_replica_mean(out["loss"].numpy(), program.replicas))
             # The last update's value is the metric over the loop; replicas
             # saw equal shares of the data, so their metrics are averaged.
@@ -289,7 +289,7 @@ class IPUEstimator:
                     if _is_end_of_data(error):
                         return
                     raise
-                out = _replica_batches(program.outfeed.dequeue()["predictions"], program.replicas)
+                out = _replica_batches(program.results()["predictions"], program.replicas)
                 hook_lib.call_after_run(all_hooks, hook_lib.RunContext(step, ipl))
                 for batch in _per_step(out, predict_keys):
                     for item in (_per_example(batch) if single else [batch]):
@@ -307,10 +307,13 @@ class IPUEstimator:
         """A _LoopProgram of `mode` over input_fn's dataset, traced now (its
         variables made and initialised)."""
         dataset = self._call_input_fn(input_fn, mode)
-        program = _LoopProgram(self, mode, dataset)
+        program = self._loop_program(mode, dataset)
         program.trace()
         self._initialise_new_variables()
         return program
+
+    def _loop_program(self, mode, dataset):
+        return _LoopProgram(self, mode, dataset)
 
     def _call_input_fn(self, input_fn, mode):
         import tensorflow as tf
@@ -534,6 +537,11 @@ class _LoopProgram:
 
     def __call__(self):
         self._bridged.run((), {}, replicas=self.replicas)
+
+    def results(self):
+        """What the last run sent: {"loss": per step} (train), {"loss",
+        "metrics": {name: per step}} (eval), {"predictions"} (predict)."""
+        return self.outfeed.dequeue()
 
 
 def _replica_mean(values, replicas):
