@@ -91,11 +91,19 @@ KERAS_TEST_JAX_PORTS = {
     "keras.src.layers.core.dense_test": ("test_quantize_float8",),
     "keras.src.layers.core.einsum_dense_test": ("test_quantize_float8",),
 }
+# - in the test functions listed in KERAS_TEST_EXPORTING, a tuple of the
+#   backends that export SavedModels ("tensorflow", "jax", "torch") gets
+#   "ipu": the ipu backend exports them too (keras_ipu/backend/export.py).
+KERAS_TEST_EXPORTING = {
+    "keras.src.models.model_test": ("test_export_error",),
+}
+_EXPORTING_BACKENDS = ("tensorflow", "jax", "torch")
 _PATCHED_TEST_MODULES = (
     frozenset(KERAS_TEST_BRANCHES)
     | KERAS_TEST_TABLES
     | frozenset(KERAS_TEST_JAX_BRANCHES)
     | frozenset(KERAS_TEST_JAX_PORTS)
+    | frozenset(KERAS_TEST_EXPORTING)
 )
 # jax.<name> -> keras_ipu's equivalent, for ported branches.
 _JAX_EQUIVALENTS = {
@@ -188,6 +196,23 @@ def take_jax_branches(tree, function_names):
     return changed
 
 
+def add_ipu_to_exporting_backends(tree, function_names):
+    """In the named functions, each tuple literal equal to
+    _EXPORTING_BACKENDS gets "ipu"; returns how many changed."""
+    import ast
+
+    changed = 0
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or fn.name not in function_names:
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Tuple) and tuple(
+                    getattr(e, "value", None) for e in node.elts) == _EXPORTING_BACKENDS:
+                node.elts.append(ast.Constant("ipu"))
+                changed += 1
+    return changed
+
+
 def add_ipu_to_backend_tables(tree):
     """Adds `"ipu": <the "jax" value>` to every dict literal whose keys
     include "jax" and "tensorflow"; returns how many it changed."""
@@ -221,6 +246,12 @@ def patch_keras_test_module(tree, module_name):
         raise RuntimeError(
             f"{module_name}: a function of {ports} no longer has a jax "
             "branch to port; update KERAS_TEST_JAX_PORTS"
+        )
+    exporting = KERAS_TEST_EXPORTING.get(module_name, ())
+    if exporting and add_ipu_to_exporting_backends(tree, exporting) < len(exporting):
+        raise RuntimeError(
+            f"{module_name}: a function of {exporting} no longer lists the "
+            "exporting backends; update KERAS_TEST_EXPORTING"
         )
     names = KERAS_TEST_JAX_BRANCHES.get(module_name, ())
     if names and take_jax_branches(tree, names) < len(names):
