@@ -240,7 +240,8 @@ def test_tensorflow_custom_loop_on_two_processes_trains_as_one_process(tmp_path)
     plain TensorFlow training on the same global batches in one process
     (float32 rounding), both instances identical (instance 1 starts from
     other random weights: instance 0's are broadcast). One replica per
-    instance: tests/frontends/tensorflow/test_replica_context.py."""
+    instance: tests/frontends/tensorflow/test_replica_context.py. Then
+    tf.keras fit of the same model in the scope, to the same weights."""
     replicas = 4
     program = PROGRAMS / "tensorflow_custom_loop.py"
     done, _ = _run(
@@ -254,6 +255,11 @@ def test_tensorflow_custom_loop_on_two_processes_trains_as_one_process(tmp_path)
     for w0, w1, reference in zip(first["weights"], second["weights"], first["reference_weights"]):
         np.testing.assert_array_equal(w0, w1)
         np.testing.assert_allclose(w0, reference, rtol=1e-5, atol=1e-6)
+    # tf.keras fit of the same model in the scope (the front end's trainer):
+    # the gradients averaged over all 4 replicas of both instances.
+    for f0, f1, reference in zip(first["fit_weights"], second["fit_weights"], first["reference_weights"]):
+        np.testing.assert_array_equal(f0, f1)
+        np.testing.assert_allclose(f0, reference, rtol=1e-5, atol=1e-6)
     # strategy.reduce(MEAN) of the job's loss (all-reduced inside the program).
     assert first["loss"] == second["loss"] and first["loss"][1] < first["loss"][0]
 

@@ -41,6 +41,7 @@ import numpy as np
 
 from keras_ipu.frontends.tensorflow.feeds import Infeed
 from keras_ipu.frontends.tensorflow.feeds import Outfeed
+from keras_ipu.frontends.tensorflow import replica_context
 from keras_ipu.frontends.tensorflow.function import bridge
 
 
@@ -153,7 +154,7 @@ class _Execution:
                           name=f"{model.name} {self.kind} outfeed")
         count, method = _accumulation(model) if self.kind == "train" else (1, None)
 
-        if self.kind == "train" and (count > 1 or replicas > 1):
+        if self.kind == "train" and (count > 1 or replica_context.participants(replicas) > 1):
             def loop(n):
                 for _ in tf.range(n // count):
                     _accumulated_step(model, infeed, outfeed, count, method, replicas)
@@ -217,7 +218,6 @@ def _accumulated_step(model, infeed, outfeed, count, method, replicas):
     (SUM for one micro-batch) and, on several replicas, averaged across
     them (all-reduce) before the update."""
     import tensorflow as tf
-    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
     from keras.src import tree
     from keras.src.losses import loss as loss_module
     from keras.src.trainers.data_adapters import data_adapter_utils
@@ -251,9 +251,9 @@ def _accumulated_step(model, infeed, outfeed, count, method, replicas):
                 new.append(a * (n_a / (n_a + 1.0)) + g / (n_a + 1.0))
         acc = new
         outfeed.enqueue(model.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
-    if replicas > 1:
-        group = [list(range(replicas))]
-        acc = [gen_xla_ops.xla_all_reduce(a, group, "Add", "CrossReplica") / replicas for a in acc]
+    # The mean over every replica of the job (a multi-process job's other
+    # instances too, also with one replica per instance).
+    acc = [replica_context.all_reduce("MEAN", a, replicas) for a in acc]
     model.optimizer.apply_gradients(zip(acc, weights))
 
 

@@ -30,13 +30,20 @@ import contextlib
 import functools
 
 
-def _participants(local):
+def participants(local):
     """How many replicas an all-reduce over the program's `local` replicas
     reaches: the instances' too in a multi-process job."""
     from keras_ipu.device.simulator import partition
 
     instances, _ = partition.configured_instances()
     return local * instances
+
+
+def all_reduce(reduce_op, value, local):
+    """`value` (a tensor of the trace) reduced ("SUM" or "MEAN") over the
+    program's `local` replicas and the other instances of the job; itself
+    when that is one replica."""
+    return _all_reduce(reduce_op, value, local, participants(local))
 
 
 def _all_reduce(reduce_op, value, local, participants):
@@ -65,7 +72,7 @@ def _strategy_class():
         def __init__(self, container_strategy, local, in_sync):
             super().__init__(container_strategy)
             self._local = local
-            self._participants = _participants(local)
+            self._participants = participants(local)
             self._in_sync = in_sync
 
         def _scope(self, strategy):

@@ -5,8 +5,9 @@ dataset iterator; strategy.reduce on the host) of a tf.keras model
 (KERAS_BACKEND=tensorflow) in a PopDistStrategy scope, on this instance's
 share of one fixed data set (dealt as in data_parallel_fit.py). Each
 instance writes its final weights and losses to OUT_DIR (argv[1]);
-instance 0 also trains the same model from the same initial weights with
-plain TensorFlow (no strategy, eager) on the global batches, as reference.
+then the same training by tf.keras fit in the scope; instance 0 also
+trains the same model from the same initial weights with plain
+TensorFlow (no strategy, eager) on the global batches, as reference.
 
 The imports are Graphcore's after the porting contract's edits.
 """
@@ -77,6 +78,19 @@ with strategy.scope():
         loss = strategy.run(training_loop, args=[iterator, STEPS_PER_EXECUTION])
         losses.append(float(strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)))
 
+# The same training by tf.keras fit (the front end's Keras trainer) from the
+# same initial weights: its gradients are averaged over every replica of
+# the job.
+with strategy.scope():
+    fitted = keras.Sequential(
+        [keras.Input((5,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+    )
+    fitted.set_weights(initial)
+    fitted.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse",
+                   steps_per_execution=STEPS_PER_EXECUTION)
+    fitted.fit(mine(x), mine(y), batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+
+
 def plain_tensorflow_reference():
     reference = keras.Sequential(
         [keras.Input((5,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
@@ -94,6 +108,7 @@ def plain_tensorflow_reference():
 
 
 result = {
+    "fit_weights": [w.tolist() for w in fitted.get_weights()],
     "reference_weights": plain_tensorflow_reference() if popdist.getInstanceIndex() == 0 else None,
     "weights": [w.tolist() for w in model.get_weights()],
     "loss": losses,
