@@ -19,12 +19,18 @@ def overview(reports):
         t, mem, cyc = r["target"], r.get("memory"), r.get("cycles")
         row = [label(r), r["program"]["steps"], t["name"]]
         if mem:
-            ipu = max(mem["ipus"], key=lambda m: m["fullest_tile_bytes"])
+            # Several IPUs: the fullest one's numbers, saying which it is.
+            fullest = max(mem["ipus"], key=lambda m: m["total"])
+            tile = max(mem["ipus"], key=lambda m: m["fullest_tile_bytes"])
+            several = len(mem["ipus"]) > 1
             capacity = r["target"]["memory_per_tile"]
-            row += [f"{fmt_bytes(ipu['total'])} ({pct(ipu['total'], ipu['capacity'])})",
-                    f"{ipu['fullest_tile']}: {fmt_bytes(ipu['fullest_tile_bytes'])} "
-                    f"({pct(ipu['fullest_tile_bytes'], capacity)})"
-                    + ("" if ipu.get("fits", True) else " OOM")]
+            row += [(f"IPU {fullest['ipu']}: " if several else "")
+                    + f"{fmt_bytes(fullest['total'])} "
+                    f"({pct(fullest['total'], fullest['capacity'])})",
+                    (f"IPU {tile['ipu']} tile " if several else "")
+                    + f"{tile['fullest_tile']}: {fmt_bytes(tile['fullest_tile_bytes'])} "
+                    f"({pct(tile['fullest_tile_bytes'], capacity)})"
+                    + ("" if all(m.get("fits", True) for m in mem["ipus"]) else " OOM")]
         else:
             row += ["-", "-"]
         if cyc:
@@ -34,7 +40,7 @@ def overview(reports):
         else:
             row += ["-", "-", "-"]
         rows.append(row)
-    return table(["program", "steps", "target", "peak memory / IPU", "fullest tile (IPU 0)",
+    return table(["program", "steps", "target", "peak memory / IPU", "fullest tile",
                   "cycles/step", "step time", "samples/s"], rows)
 
 
@@ -77,6 +83,11 @@ def details(report, top=5):
             f"per step: device {fmt_seconds(cyc['device_seconds'])} + host transfers "
             f"{fmt_seconds(host['seconds'])} ({host['bytes_in']:,} B in, "
             f"{host['bytes_out']:,} B out) per run")
+        per_ipu = cyc.get("ipus") or []
+        if len(per_ipu) > 1:
+            lines.append("   cycles per run by IPU: " + ", ".join(
+                f"IPU {x['ipu']} {x['cycles']:,} ({pct(x['cycles'], cyc['total'] or 1)})"
+                for x in per_ipu))
         total = cyc["total"] or 1
         rows = [[o["op"], o["count"], f"{o['cycles']:,}", pct(o["cycles"], total),
                  f"{o['compute']:,}", f"{o['exchange']:,}", f"{o['sync']:,}"]

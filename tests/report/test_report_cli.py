@@ -119,3 +119,20 @@ def test_help():
     proc = run_cli("--help")
     assert proc.returncode == 0
     assert "DIR" in proc.stdout and "POPLAR_ENGINE_OPTIONS" in proc.stdout
+
+
+def test_a_fused_step_counts_for_its_layer_once():
+    """Elementwise ops of one layer fused into one step: the cycles by layer
+    name the layer, not "model/act+model/act+model/act"."""
+    def body(b, x):
+        a = b.op("exp", x, source="model/act")
+        a = b.op("tanh", a, source="model/act")
+        a = b.op("add", a, x, source="model/act")
+        return b.op("reduce_sum", a, axes=(0,), source="model/pool")
+
+    exe = compile_graph(build([aval((256,))], body))
+    report = profile.build_report(exe)
+    assert any("fused" in o["op"] for o in report["cycles"]["ops"])
+    assert sorted(x["layer"] for x in report["cycles"]["layers"]) == ["model/act", "model/pool"]
+    # One IPU: all the cycles are its own.
+    assert report["cycles"]["ipus"] == [{"ipu": 0, "cycles": report["cycles"]["total"]}]

@@ -55,6 +55,7 @@ pictures, the TensorBoard scalars and the trace show.
         "total", "compute", "exchange", "sync", "steps_per_run",
         "cycles_per_step", "step_seconds", "device_seconds",
         "samples_per_second" (or null), "batch_size" (or null),
+        "ipus": [{"ipu", "cycles"}],         # each IPU's cycles per run
         "host": {"bytes_in", "bytes_out", "seconds", "seconds_in", "seconds_out"},
         "steps": [{"index", "op", "kind", "source", "tiles", "flops",
                    "macs", "compute", "exchange", "sync", "cycles"}],
@@ -655,6 +656,14 @@ def flat_costs(prediction, program=None, repeat=1, source=None, depth=4):
     return out
 
 
+def layer_name(source):
+    """The layer a step's cycles count for: its source; a fused step's
+    ("a+a+b", one part per member) names each layer once ("a+b")."""
+    if not source:
+        return "(no layer)"
+    return "+".join(dict.fromkeys(source.split("+")))
+
+
 def _grouped(flat, key):
     groups = {}
     for item in flat:
@@ -680,7 +689,7 @@ def _cycles_section(pred, program=None):
     ]
     layers = [
         {"layer": name, "count": n, "cycles": c + e + y}
-        for name, (n, c, e, y) in _grouped(flat, lambda x: x[1] or "(no layer)")
+        for name, (n, c, e, y) in _grouped(flat, lambda x: layer_name(x[1]))
     ]
     return {
         "total": pred.cycles,
@@ -693,6 +702,10 @@ def _cycles_section(pred, program=None):
         "device_seconds": pred.device_seconds,
         "samples_per_second": pred.samples_per_second,
         "batch_size": pred.batch_size,
+        # Cycles each IPU works per run (a placed program's IPUs work side by
+        # side, a copy on both ends); one IPU: all of them.
+        "ipus": [{"ipu": int(k), "cycles": int(c)} for k, c in sorted(
+            (getattr(pred, "ipu_cycles", None) or {0: pred.cycles}).items())],
         "host": {"bytes_in": pred.host_bytes_in, "bytes_out": pred.host_bytes_out,
                  "seconds": pred.host_seconds,
                  "seconds_in": transfer_seconds(pred)[0],
