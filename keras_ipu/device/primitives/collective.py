@@ -14,6 +14,7 @@ operand itself.
 
 import numpy as np
 
+from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives.registry import Primitive
 from keras_ipu.device.simulator import replicas as _replicas
 from keras_ipu.device.trace import current_builder
@@ -77,6 +78,33 @@ cross_replica_sum_p, cross_replica_sum = _make("sum")
 cross_replica_mean_p, cross_replica_mean = _make("mean")
 
 
+# The index of the replica running the program (XLA's replica-id): a run
+# time value of each replica, named cross_replica_* so that constant folding
+# leaves it to the run (compiler/constant_folding.is_collective). In a
+# multi-process job it counts the replicas of the instances before this one.
+def _index_rule(*, replicas):
+    return ShapedArray((), np.dtype(np.uint32))
+
+
+def _index_kernel(*, replicas):
+    return np.asarray(_replicas.replica_index(), np.uint32)
+
+
+cross_replica_index_p = Primitive(
+    "cross_replica_index", _index_rule, _index_kernel, nondiff="an integer index"
+)
+
+
+def cross_replica_index(replicas):
+    """The running replica's index (uint32 scalar) in a program compiled for
+    `replicas` replicas."""
+    _check(replicas, replicas)
+    builder = current_builder()
+    if builder is not None:
+        return cross_replica_index_p.bind_traced(builder, replicas=replicas)
+    return cross_replica_index_p.bind(replicas=replicas)
+
+
 # -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
 # y = sum_r x_r on every replica: d loss / d x_r = sum over the replicas of
 # their cotangents of y, again an all-reduce (the mean: of the mean).
@@ -112,3 +140,4 @@ def _cost(ins, outs, *, replicas, group_size):
 
 cross_replica_sum_p.cost = _cost
 cross_replica_mean_p.cost = _cost
+cross_replica_index_p.cost = lambda ins, outs, **params: cost_util.make(ins, outs, "elementwise")

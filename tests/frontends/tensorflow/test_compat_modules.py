@@ -243,3 +243,57 @@ def test_replicated_strategy_run_deals_the_infeed_and_stacks_the_outfeed():
         np.testing.assert_allclose(totals.numpy(), np.array([expected, expected]).T)
     finally:
         sim.clear_system()
+
+
+def test_replica_id_is_each_replicas_index():
+    """XLA's replica-id in a program on two replicas: each replica's own
+    index, a run-time value (not folded to 0 at compile time)."""
+    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+
+    from keras_ipu.device.simulator import system as sim
+
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 2
+    cfg.configure_ipu_system()
+    try:
+        strategy = ipu.ipu_strategy.IPUStrategy()
+        outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+        @tf.function(jit_compile=True)
+        def step():
+            outfeed.enqueue(gen_xla_ops.xla_replica_id())
+
+        with strategy.scope():
+            strategy.run(step)
+        ids = outfeed.dequeue().numpy()
+        np.testing.assert_array_equal(ids, [[0, 1]])
+    finally:
+        sim.clear_system()
+
+
+def test_one_replica_per_instance_all_reduce_spans_the_instances(monkeypatch):
+    """In a multi-process job (multi_replica_distribution) with one replica
+    per instance, an all-reduce over the local group still adds the other
+    instances' partial sums (simulator/replicas.reduce_alone), and replica-id
+    counts the replicas of the instances before this one. Here a stand-in
+    for MPI: the job has two identical instances and this is the second."""
+    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+
+    import dataclasses
+
+    from keras_ipu.device.simulator import partition
+
+    second = dataclasses.replace(partition.current(), num_instances=2, instance_index=1,
+                                 num_total_replicas=2, replica_index_offset=1)
+    monkeypatch.setattr(partition, "configured_instances", lambda system=None: (2, 1))
+    monkeypatch.setattr(partition, "sum_over_instances", lambda array: array * 2)
+    monkeypatch.setattr(partition, "current", lambda environ=None: second)
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        total = gen_xla_ops.xla_all_reduce(tf.reduce_sum(x), [[0]], "Add", "CrossReplica")
+        return total, gen_xla_ops.xla_replica_id()
+
+    total, index = _Strategy().run(step, args=[tf.constant(DATA[0])])
+    assert float(total) == 2 * float(DATA[0].sum())
+    assert int(index) == 1

@@ -3,12 +3,14 @@ replica-id (XlaAllReduce, XlaReduceScatter, XlaReplicaId; TensorFlow's
 all-to-all and collective-permute have no CPU kernels).
 
 The front end compiles the program of one replica (SPMD). In a group of
-one, all-reduce and reduce-scatter return their operand and replica-id is
-0, as XLA defines them for a single participant. Across replicas, an
-all-reduce with add is the cross_replica_sum primitive (replicas meet in
-its kernel, simulator/replicas.py; its cost is the ring all-reduce over
-the IPU-Links; in a multi-process job the kernel adds the other
-instances' partial sums, even for a program of one replica); the other
+one, all-reduce and reduce-scatter return their operand, as XLA defines
+them for a single participant. Across replicas, an all-reduce with add is
+the cross_replica_sum primitive (replicas meet in its kernel,
+simulator/replicas.py; its cost is the ring all-reduce over the
+IPU-Links; in a multi-process job the kernel adds the other instances'
+partial sums, even for a program of one replica). replica-id is the
+running replica's index (cross_replica_index, counting the replicas of the
+instances before this one; 0 on one replica of one instance). The other
 collectives across replicas are not supported yet (NotImplementedError).
 """
 
@@ -76,9 +78,8 @@ def _reduce_scatter(imp, instr, operands):
 
 @rule("replica-id")
 def _replica_id(imp, instr, operands):
-    if imp.replicas != 1:
-        raise NotImplementedError(
-            "replica-id in a replicated TensorFlow program: replication_factor "
-            "must be 1 for the TensorFlow front end."
-        )
-    return np.zeros((), np.uint32)
+    if imp.replicas == 1 and not _other_instances():
+        return np.zeros((), np.uint32)
+    from keras_ipu.device.primitives import collective
+
+    return collective.cross_replica_index(imp.replicas)
