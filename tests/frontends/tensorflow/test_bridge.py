@@ -203,3 +203,31 @@ def test_out_of_memory_names_the_tensorflow_op():
 
     with pytest.raises(IPUOutOfMemoryError, match="huge_matmul"):
         BridgedFunction(tf.function(fn, jit_compile=True))(tf.ones((1, 12000)))
+
+
+def test_executable_cache_path_serves_a_new_process(tmp_path, monkeypatch):
+    """--executable_cache_path in TF_POPLAR_FLAGS: a bridged program is
+    written to the cache directory, and a fresh process (an empty memory
+    cache) tracing the same TensorFlow function loads it instead of
+    compiling (Graphcore's TF2_recompilation tutorial relies on it)."""
+    from keras_ipu.device.compiler import ExecutableCache
+    from keras_ipu.device.compiler.cache import SUFFIX
+    from keras_ipu.frontends.tensorflow import function as bridge_module
+
+    monkeypatch.setenv("TF_POPLAR_FLAGS", f"--executable_cache_path={tmp_path}")
+
+    def fn(x):
+        return tf.nn.relu(x) * 3.0 + 1.0
+
+    first = ExecutableCache()
+    monkeypatch.setattr(bridge_module, "CACHE", first)
+    out = BridgedFunction(tf.function(fn, jit_compile=True))(tf.constant(X))
+    assert first.stats["compiles"] == 1
+    assert [p.name.endswith(SUFFIX) for p in tmp_path.iterdir()] == [True]
+
+    fresh = ExecutableCache()
+    monkeypatch.setattr(bridge_module, "CACHE", fresh)
+    again = BridgedFunction(tf.function(fn, jit_compile=True))(tf.constant(X))
+    assert fresh.stats["disk_hits"] == 1 and fresh.stats["compiles"] == 0
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(again))
+    np.testing.assert_allclose(np.asarray(out), np.maximum(X, 0) * 3 + 1, rtol=1e-6)
