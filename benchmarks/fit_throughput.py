@@ -14,6 +14,9 @@ Per model and backend it reports:
     the end of epoch 1 (tracing, compiling and the first steps included);
   - samples_per_s: the median over the timed epochs (epochs 2..) of
     steps * batch_size / epoch time, i.e. after warm-up;
+  - cpu_ms_per_step: the process's CPU time (all threads) per step over the
+    timed epochs (median): the work, where wall time on a busy machine is
+    mostly the scheduler's share;
   - the loss after the first epoch, which should agree across backends
     (same data, weights and order; a check that they ran the same thing).
 Ratios ipu/tensorflow and ipu/jax of samples_per_s (> 1: ipu is faster) and
@@ -310,9 +313,11 @@ def run_model(keras, name, size, args, weights_path):
 
         def on_epoch_begin(self, epoch, logs=None):
             marks[("begin", epoch)] = time.perf_counter()
+            marks[("cpu begin", epoch)] = time.process_time()
 
         def on_epoch_end(self, epoch, logs=None):
             marks[("end", epoch)] = time.perf_counter()
+            marks[("cpu end", epoch)] = time.process_time()
             marks[("loss", epoch)] = float(logs["loss"])
 
     fit_start = time.perf_counter()
@@ -322,6 +327,11 @@ def run_model(keras, name, size, args, weights_path):
     epoch_s = [marks[("end", e)] - marks[("begin", e)]
                for e in range(1, epochs)]
     rates = [steps * batch / s for s in epoch_s]
+    # CPU seconds of the whole process (all its threads) per step: on a
+    # busy machine wall time measures the scheduler's share as much as the
+    # work; this measures the work (threads that spin count too).
+    cpu_ms = [1e3 * (marks[("cpu end", e)] - marks[("cpu begin", e)]) / steps
+              for e in range(1, epochs)]
     flops = None
     if keras.backend.backend() == "ipu":
         flops = train_step_flops(model, args.steps_per_execution)
@@ -331,6 +341,7 @@ def run_model(keras, name, size, args, weights_path):
         "samples_per_s_max": max(rates) if rates else None,
         "first_epoch_s": marks[("end", 0)] - marks["begin"],
         "timed_epoch_s": epoch_s,
+        "cpu_ms_per_step": statistics.median(cpu_ms) if cpu_ms else None,
         "fit_total_s": fit_s,
         "loss_after_first_epoch": marks[("loss", 0)],
         "initial_weights_abs_sum": None,  # filled below
@@ -586,8 +597,8 @@ def format_table(report):
     batch = report["config"]["batch_size"]
     lines = [
         "| model | backend | samples/s (median) | min..max | GFLOP/s "
-        "| % of BLAS peak | first epoch s | loss after epoch 1 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| % of BLAS peak | CPU ms/step | first epoch s | loss after epoch 1 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in report["config"]["models"]:
         flops = _flops(report, name)
@@ -597,10 +608,10 @@ def format_table(report):
             if res is None:
                 why = entry.get("skipped") or entry.get("error", "no result")
                 lines.append(f"| {name} | {backend} | skipped: "
-                             f"{why.splitlines()[0]} | | | | | |")
+                             f"{why.splitlines()[0]} | | | | | | |")
             elif "error" in res:
                 lines.append(f"| {name} | {backend} | error: "
-                             f"{res['error'].splitlines()[0][:80]} | | | | | |")
+                             f"{res['error'].splitlines()[0][:80]} | | | | | | |")
             else:
                 gflops = pct = ""
                 if flops:
@@ -608,11 +619,13 @@ def format_table(report):
                     gflops = f"{rate:.1f}"
                     if peak:
                         pct = f"{100 * rate / peak:.0f}%"
+                cpu = res.get("cpu_ms_per_step")
+                cpu = "" if cpu is None else f"{cpu:.1f}"
                 lines.append(
                     f"| {name} | {backend} | {res['samples_per_s']:.0f} | "
                     f"{res['samples_per_s_min']:.0f}..."
                     f"{res['samples_per_s_max']:.0f} | {gflops} | {pct} | "
-                    f"{res['first_epoch_s']:.2f} | "
+                    f"{cpu} | {res['first_epoch_s']:.2f} | "
                     f"{res['loss_after_first_epoch']:.4f} |"
                 )
     lines += ["", "| model | ratio | samples/s ratio (>1: ipu faster) "

@@ -46,7 +46,7 @@ def test_quick_ipu_run_writes_report(tmp_path):
     assert "error" not in mlp, mlp
     for field in ("samples_per_s", "samples_per_s_min", "samples_per_s_max",
                   "first_epoch_s", "loss_after_first_epoch",
-                  "initial_weights_abs_sum"):
+                  "initial_weights_abs_sum", "cpu_ms_per_step"):
         assert isinstance(mlp[field], float), (field, mlp[field])
         assert mlp[field] > 0, (field, mlp[field])
     assert mlp["samples_per_s_min"] <= mlp["samples_per_s"] <= mlp["samples_per_s_max"]
@@ -105,11 +105,12 @@ def test_gflops_and_peak_in_the_table():
             "ipu": {"models": {"mlp": {
                 "samples_per_s": 1000.0, "samples_per_s_min": 900.0,
                 "samples_per_s_max": 1100.0, "first_epoch_s": 1.0,
-                "loss_after_first_epoch": 2.0, "train_step_flops": 2e9}}},
+                "loss_after_first_epoch": 2.0, "train_step_flops": 2e9,
+                "cpu_ms_per_step": 12.34}}},
             "jax": {"skipped": "not installed"},
         },
         "ratios": {"mlp": {}},
     }
     # 2 GFLOP per step of 100 samples at 1000 samples/s: 20 GFLOP/s, 40%.
-    assert "| mlp | ipu | 1000 | 900...1100 | 20.0 | 40% | 1.00 | 2.0000 |" in (
+    assert "| mlp | ipu | 1000 | 900...1100 | 20.0 | 40% | 12.3 | 1.00 | 2.0000 |" in (
         bench.format_table(report))

@@ -1,0 +1,115 @@
+"""Where the NumPy engine's time goes in one training step, kernel by kernel.
+
+    python benchmarks/step_profile.py --model demo_functional --batch-size 32 --optimizer adam
+
+Builds one of fit_throughput.py's models under KERAS_BACKEND=ipu with the
+NumPy engine, fits one short epoch (so the train program is compiled), then
+runs the kernels of the compiled step program (the device loop's body) one
+by one on the same inputs and sums each kernel's CPU time (this thread's:
+`time.thread_time`, so a busy machine inflates it far less than wall time)
+by primitive and output shape. Prints the table, largest first, and the
+total per step; `--out` writes it as JSON.
+
+The step on the NumPy engine is the sum of its kernels plus the executor's
+Python (Executable.run_unchecked, the device loop, Keras' fit loop), which
+this table leaves out: compare its total with fit_throughput.py's
+cpu_ms_per_step to see that part.
+"""
+
+import argparse
+import collections
+import gc
+import json
+import os
+import sys
+import time
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="demo_functional")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--optimizer", default="adam", choices=("sgd", "adam"))
+    parser.add_argument("--repeats", type=int, default=20,
+                        help="timed runs of the step's kernels (after 3 untimed)")
+    parser.add_argument("--quick", action="store_true", help="tiny model sizes")
+    parser.add_argument("--out", help="JSON report")
+    args = parser.parse_args(argv)
+
+    os.environ["KERAS_BACKEND"] = "ipu"
+    os.environ["KERAS_IPU_ENGINE"] = "numpy"
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import keras
+    import numpy as np
+
+    import fit_throughput as ft
+    from keras_ipu.device.compiler.executable import Executable
+
+    size = ft.SIZES["quick" if args.quick else "full"][args.model]
+    x, y = ft.make_data(args.model, size, 4 * args.batch_size)
+    keras.utils.set_random_seed(ft.SEED)
+    model = ft.build_model(keras, args.model, size)
+    if args.model == "demo_functional":
+        loss = keras.losses.MeanSquaredError()
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=ft.make_optimizer(keras, args.optimizer), loss=loss)
+    model.fit(x, y, batch_size=args.batch_size, epochs=1, verbose=0, shuffle=False)
+
+    # The step: the executable with the most kernels (the device loop's body).
+    step = max((o for o in gc.get_objects() if isinstance(o, Executable)),
+               key=lambda e: len(e._program))
+    records = getattr(step, "records", None)
+    rng = np.random.default_rng(0)
+    inputs = [np.asarray(rng.uniform(0.01, 0.1, a.shape)).astype(a.dtype)
+              for a in step.in_avals]
+
+    totals = collections.defaultdict(lambda: [0, 0.0])
+    warmup = 3
+    for rep in range(warmup + args.repeats):
+        env = step._template[:]
+        env[: step._n_inputs] = [a.copy() for a in inputs]  # donated: fresh
+        for k, (kernel, ins, out, multi, frees) in enumerate(step._program):
+            start = time.thread_time()
+            result = kernel(*[env[i] for i in ins])
+            seconds = time.thread_time() - start
+            if multi:
+                for s, value in zip(out, result):
+                    env[s] = value
+            else:
+                env[out] = result
+            for s in frees:
+                env[s] = None
+            if rep < warmup:
+                continue
+            if records is not None:
+                prim, out_avals = records[k][0], records[k][6]
+                shape = tuple(out_avals[0].shape) if out_avals else ()
+                key = f"{prim.name} {shape}"
+            else:
+                key = getattr(kernel, "__name__", type(kernel).__name__)
+            totals[key][0] += 1
+            totals[key][1] += seconds
+
+    rows = sorted(
+        ({"kernel": key, "per_step": n // args.repeats,
+          "ms_per_step": 1e3 * t / args.repeats} for key, (n, t) in totals.items()),
+        key=lambda r: -r["ms_per_step"])
+    total = sum(r["ms_per_step"] for r in rows)
+    print(f"{args.model}, batch {args.batch_size}, {args.optimizer}: "
+          f"{len(step._program)} kernels, {total:.2f} ms CPU per step "
+          f"(kernels only; {args.repeats} runs)")
+    print("| kernel (primitive, output shape) | per step | ms per step | share |")
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['kernel']} | {r['per_step']} | {r['ms_per_step']:.3f} | "
+              f"{100 * r['ms_per_step'] / total:.1f}% |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"model": args.model, "batch_size": args.batch_size,
+                       "optimizer": args.optimizer, "kernels_ms_per_step": total,
+                       "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
