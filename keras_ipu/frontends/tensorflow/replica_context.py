@@ -23,7 +23,8 @@ Graphcore's reports; the job's replicas for PopDistStrategy). With one
 replica in the whole job nothing is added to the program. Everything else
 (variable updates, scopes) behaves as TensorFlow's default strategy. The
 function is traced once for all replicas (SPMD), so
-`replica_id_in_sync_group` reads 0.
+`replica_id_in_sync_group` reads 0, as on Graphcore's IPUStrategy and
+PopDistStrategy (each replica's own index is the XLA replica-id).
 """
 
 import contextlib
