@@ -1,8 +1,8 @@
-"""keras_ipu.serving: Graphcore's `tensorflow.python.ipu.serving`."""
+"""keras_ipu.serving: Graphcore's `tensorflow.python.ipu.serving`
+(export_single_step: keras_ipu/export/serving_export.py)."""
 
-from keras_ipu._unavailable import unavailable_class
 from keras_ipu._unavailable import unavailable_function
-
+from keras_ipu.export.serving_export import export_single_step  # noqa: F401
 
 
 def __getattr__(name):
@@ -19,4 +19,3 @@ def __getattr__(name):
 _PLANNED = "not implemented yet (issue 12)."
 
 export_pipeline = unavailable_function("serving.export_pipeline", _PLANNED)
-export_single_step = unavailable_function("serving.export_single_step", _PLANNED)
