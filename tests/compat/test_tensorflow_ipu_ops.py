@@ -54,3 +54,17 @@ def test_normalise_image_pads_a_fourth_channel():
     expected = (image.astype("float32") / 255 - np.array(offsets)) * np.array(scales)
     np.testing.assert_allclose(out[..., :3], expected, rtol=2e-3, atol=2e-3)
     assert not out[..., 3].any()
+
+
+def test_replication_index_is_each_replicas_own():
+    from keras_ipu.frontends.tensorflow.function import bridge
+
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+    def step():
+        outfeed.enqueue(ipu.replication_ops.replication_index() * 10)
+
+    bridge(step).run((), {}, replicas=2)
+    np.testing.assert_array_equal(outfeed.dequeue().numpy(), [[0, 10]])
+    (alone,) = on_ipu(lambda: ipu.replication_ops.replication_index())
+    assert alone == 0
