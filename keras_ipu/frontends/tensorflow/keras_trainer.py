@@ -97,6 +97,11 @@ def _accumulation(model):
 
 
 def replication_factor(model):
+    """Replicas of the model's program: the device's IPUs over the IPUs one
+    replica spans (a pipeline's shards), as on the ipu backend."""
+    per_model = getattr(model, "_get_replication_factor", None)
+    if per_model is not None:
+        return per_model()  # the extension method (models/extension.py)
     strategy = model._ipu_tf_strategy
     return strategy._replication_factor() if hasattr(strategy, "_replication_factor") else 1
 

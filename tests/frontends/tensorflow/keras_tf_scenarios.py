@@ -254,7 +254,36 @@ def keras_replication():
                                                                           verbose=0))))}
 
 
+def keras_pipelined_replicas():
+    """A two-stage pipelined model on four IPUs: two replicas of two IPUs
+    (as Graphcore's and the ipu backend's), so an execution of
+    steps_per_execution=2 takes 2 x 2 batches and makes one optimizer step
+    (accumulation over 2): 8 batches, 2 executions, 2 updates."""
+    import keras
+    from tensorflow.python import ipu
+
+    from keras_ipu.frontends.tensorflow import keras_trainer
+
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 4
+    cfg.configure_ipu_system()
+    x, y = _xy()
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(4),
+                                  keras.layers.Dense(3)])
+        model.set_pipeline_stage_assignment([0, 1])
+        model.set_pipelining_options(gradient_accumulation_steps_per_replica=2)
+        model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      steps_per_execution=2)
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+        return {"replicas": keras_trainer.replication_factor(model),
+                "iterations": int(model.optimizer.iterations.numpy()),
+                "train_programs": model.train_function.execution.runs}
+
+
 SCENARIOS = {
+    "keras_pipelined_replicas": keras_pipelined_replicas,
     "conv_net_losses": conv_net_losses,
     "graphcore_custom_loop": graphcore_custom_loop,
     "keras_fit_evaluate_predict": keras_fit_evaluate_predict,

@@ -21,7 +21,7 @@ def results():
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "conv_net_losses", "graphcore_custom_loop",
-         "keras_fit_evaluate_predict", "keras_gradient_accumulation", "keras_replication"],
+         "keras_fit_evaluate_predict", "keras_gradient_accumulation", "keras_replication", "keras_pipelined_replicas"],
         env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"the TensorFlow scenarios failed:\n{proc.stderr[-6000:]}")
@@ -82,3 +82,10 @@ def test_replication(results):
     r = results["keras_replication"]
     assert r["replicas"] == 2 and r["iterations"] == 4 and r["train_programs"] == 2
     assert r["weights_diff"] < 1e-5 and r["predict_diff"] < 1e-5
+
+
+def test_pipelined_model_replicas_span_its_stages(results):
+    """Four IPUs, a two-stage pipeline: two replicas, as Graphcore's
+    (the device's IPUs over the IPUs of one replica)."""
+    r = results["keras_pipelined_replicas"]
+    assert r == {"replicas": 2, "iterations": 2, "train_programs": 2}
