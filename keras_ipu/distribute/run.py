@@ -27,6 +27,7 @@ from keras.src import tree
 from keras.src.backend.common.stateless_scope import StatelessScope
 from keras.src.backend.common.variables import Variable
 
+from keras_ipu.device.compiler.executable import programs_compute
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.jit import jit
 from keras_ipu.device.simulator import replicas as _replicas
@@ -169,8 +170,9 @@ class _Program:
         )
         flat = results[0]
         n_out = len(flat) - len(self.assigned)
-        for v, value in zip(self.assigned, flat[n_out:]):
-            v.assign(value)
+        if programs_compute():  # PRE_COMPILE's zeros are no new values
+            for v, value in zip(self.assigned, flat[n_out:]):
+                v.assign(value)
         it = iter(flat[:n_out])
         leaves = [None if none else next(it) for none in self.out_mask]
         return tree.pack_sequence_as(self.out_structure, leaves)

@@ -72,3 +72,42 @@ def test_pre_compile_leaves_every_variable_as_it_was(monkeypatch, tmp_path, loop
     np.testing.assert_allclose(
         model.predict(x, verbose=0), reference.predict(x, verbose=0), rtol=1e-6
     )
+
+
+def test_pre_compile_strategy_run_of_keras_code_leaves_its_variables(monkeypatch, tmp_path):
+    """IPUStrategy.run of a step that assigns a Keras variable: compiled
+    and cached, the variable keeps its value (not the zeros of the run)."""
+    from keras_ipu.ipu_strategy import IPUStrategy
+
+    _pre_compile(monkeypatch, tmp_path)
+    strategy = IPUStrategy()
+    with strategy.scope():
+        v = keras.Variable(np.ones(3, np.float32))
+
+        def step():
+            v.assign(v + 1.0)
+            return v.value
+
+        out = strategy.run(step)
+    assert not np.asarray(out).any()
+    assert [f for f in os.listdir(tmp_path) if not f.startswith(".")]
+    np.testing.assert_array_equal(np.array(v), np.ones(3, np.float32))
+
+
+def test_pre_compile_tensorflow_function_leaves_its_variables(monkeypatch, tmp_path):
+    """The TensorFlow front end: a tf.function that updates a tf.Variable,
+    run under PRE_COMPILE, leaves the variable as it was."""
+    tf = pytest.importorskip("tensorflow")
+    from keras_ipu.frontends.tensorflow.function import BridgedFunction
+
+    w = tf.Variable(np.full(4, 2.0, np.float32))
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        w.assign_add(x)
+        return w * 1.0
+
+    _pre_compile(monkeypatch, tmp_path)
+    out = BridgedFunction(step)(tf.constant(np.ones(4, np.float32)))
+    assert not np.asarray(out).any()
+    np.testing.assert_array_equal(w.numpy(), np.full(4, 2.0, np.float32))

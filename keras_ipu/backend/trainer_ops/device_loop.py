@@ -24,9 +24,9 @@ from keras_ipu.backend.control_flow import scan
 from keras_ipu.device.array import Tensor
 from keras_ipu.backend.trainer_ops import memory_advice
 from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.compiler.executable import programs_compute
 from keras_ipu.device.compiler.demotion import InputRangeError
 from keras_ipu.device.jit import jit
-from keras_ipu.device.simulator import system as _system
 from keras_ipu.device.trace import default_source
 from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryError
 
@@ -228,7 +228,7 @@ class DeviceLoop:
             except IPUOutOfMemoryError as e:
                 raise memory_advice.explain_out_of_memory(
                     e, loop, state, stacked, self.state_kinds) from None
-        if not _programs_compute():
+        if not programs_compute():
             # PRE_COMPILE: the program was compiled (and cached) but not run,
             # so its results are zeros; they are no new state. The donated
             # arrays are untouched (nothing ran), so the state stays as it was.
@@ -301,13 +301,6 @@ def _batch_leaf_name(batch, index):
     else:
         name = "x"
     return name + "".join(f"[{p!r}]" for p in path)
-
-
-def _programs_compute():
-    """False when the configured system only compiles (PRE_COMPILE): a run
-    returns zeros of the output shapes (NEVER raises when run)."""
-    current = _system._current
-    return current is None or current.executes
 
 
 def last_step(chunks):

@@ -18,7 +18,9 @@ control-flow bodies lowered inside this executable inherit it.
 
 Running honours the configured device_connection.type (`run`): ALWAYS and
 ON_DEMAND compute; PRE_COMPILE returns zeros of the output shapes, as
-Graphcore documents; NEVER raises DeviceNotAttachedError.
+Graphcore documents; NEVER raises DeviceNotAttachedError. Those zeros
+are no result: a caller that writes a program's outputs back into state
+(variables, optimizer slots) asks `programs_compute()` first.
 """
 
 import contextvars
@@ -55,6 +57,14 @@ _INHERIT = object()
 # The floating-point behaviour of the executable being bound: sub-programs
 # (cond branches, loop bodies) lowered meanwhile are built with it.
 _binding_behaviour = contextvars.ContextVar("fp_behaviour", default=None)
+
+
+def programs_compute():
+    """False when the configured system only compiles (PRE_COMPILE): a run
+    returns zeros of the output shapes, which must not become new state
+    (NEVER raises when run)."""
+    current = _system._current
+    return current is None or current.executes
 
 
 class DeviceNotAttachedError(RuntimeError):
