@@ -5,7 +5,8 @@ disk, given the permissions a plain `open(path, "w")` would give (or those
 of the file it replaces), and renamed over the target: a reader, or the
 next run after a crash or a kill, finds the old file or the new one, never
 half of one. The executable cache and the ipu backend's model saves
-(.keras, .weights.h5, ModelCheckpoint, through the import hook) use it.
+(.keras, .weights.h5, ModelCheckpoint, BackupAndRestore's
+training_metadata.json, through the import hook) use it.
 
 A writer killed before the rename leaves its temporary file behind. The
 name says who wrote it (`.tmp-<host>-<pid>-...`), so `remove_orphans`
@@ -116,6 +117,22 @@ def write_bytes(path, chunks, mode=None):
         with open(tmp, "xb") as f:
             for chunk in chunks:
                 f.write(chunk)
+
+
+@contextlib.contextmanager
+def open_atomically(path, mode="w", fallback=open):
+    """`open(path, mode)` for writing a whole file atomically: the file
+    object writes a temporary file renamed over `path` when the block ends
+    without an exception (removed otherwise). Paths that are not one local
+    file, and modes that do not replace the file ("a", "r+"), go to
+    `fallback(path, mode)` (Keras' file_utils.File for remote paths)."""
+    if not (mode.startswith("w") and _is_local_path(path)):
+        with fallback(path, mode) as f:
+            yield f
+        return
+    with atomic_path(path) as tmp:
+        with open(tmp, "x" + mode[1:]) as f:
+            yield f
 
 
 def _writer_gone(name, host):

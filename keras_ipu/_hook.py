@@ -65,6 +65,16 @@ _ATOMIC_SAVES = {
 }
 
 
+# Files Keras writes in place with `file_utils.File(path, "w")` inside a
+# method (module -> (class, method)): under "ipu" those opens write a
+# temporary file renamed when the block ends, so a kill leaves the
+# previous content (a torn training_metadata.json makes every later
+# BackupAndRestore fit fail with a JSON error).
+_ATOMIC_OPENS = {
+    "keras.src.callbacks.backup_and_restore": ("BackupAndRestore", "_save_model"),
+}
+
+
 class KerasVersionError(ImportError):
     pass
 
@@ -292,6 +302,44 @@ def _make_saves_atomic(tree, module_name):
     tree.body.extend(ast.parse("\n".join(lines)).body)
 
 
+def _make_opens_atomic(tree, module_name):
+    """Replaces `file_utils.File(path, "w")` in the method of
+    _ATOMIC_OPENS by keras_ipu._atomic_files.open_atomically(path, "w",
+    file_utils.File)."""
+    import ast
+
+    class_name, method_name = _ATOMIC_OPENS[module_name]
+    replaced = 0
+    for cls in tree.body:
+        if not (isinstance(cls, ast.ClassDef) and cls.name == class_name):
+            continue
+        for method in cls.body:
+            if not (isinstance(method, ast.FunctionDef) and method.name == method_name):
+                continue
+            for node in ast.walk(method):
+                if not (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "File"
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "file_utils"
+                    and len(node.args) == 2
+                    and isinstance(node.args[1], ast.Constant)
+                    and node.args[1].value == "w"
+                ):
+                    continue
+                node.args.append(node.func)
+                node.func = ast.Name("_ipu_open_atomically", ast.Load())
+                replaced += 1
+    if not replaced:
+        raise _version_error(
+            module_name, f'`file_utils.File(..., "w")` in {class_name}.{method_name}'
+        )
+    tree.body.extend(ast.parse(
+        "from keras_ipu._atomic_files import open_atomically as _ipu_open_atomically"
+    ).body)
+
+
 def _runtime_transforms():
     """module name -> transform(tree, module_name) for Keras' own modules."""
     transforms = {
@@ -304,6 +352,8 @@ def _runtime_transforms():
     transforms[_EQUALIZATION] = _patch_equalization
     for name in _ATOMIC_SAVES:
         transforms[name] = _make_saves_atomic
+    for name in _ATOMIC_OPENS:
+        transforms[name] = _make_opens_atomic
     return transforms
 
 

@@ -140,3 +140,47 @@ def test_a_keras_without_the_writer_names_the_supported_version():
     with pytest.raises(_hook.KerasVersionError, match="save_model"):
         _hook._make_saves_atomic(ast.parse("def other():\n    pass\n"),
                                  "keras.src.saving.saving_lib")
+
+
+def test_a_failed_backup_leaves_the_previous_training_metadata(tmp_path, monkeypatch):
+    """BackupAndRestore writes training_metadata.json with a plain open:
+    a kill or an error mid-write left an empty file, and every later fit
+    with that backup failed with a JSON error. Under ipu the previous
+    metadata stays whole and the job resumes from it."""
+    import json
+    import types
+
+    from keras.src.callbacks import backup_and_restore
+
+    backup = str(tmp_path / "backup")
+    metadata = os.path.join(backup, "training_metadata.json")
+    x, y = np.ones((8, 3), "float32"), np.ones((8, 2), "float32")
+    model = _model(1)
+    model.fit(x, y, epochs=1, verbose=0,
+              callbacks=[keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)])
+    assert json.loads(open(metadata).read())["epoch"] == 1
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("killed mid-write")
+
+    monkeypatch.setattr(backup_and_restore, "json",
+                        types.SimpleNamespace(dumps=broken, loads=json.loads))
+    with pytest.raises(RuntimeError, match="killed mid-write"):
+        model.fit(x, y, epochs=2, verbose=0,
+                  callbacks=[keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)])
+    monkeypatch.undo()
+    assert json.loads(open(metadata).read())["epoch"] == 1
+    assert not [n for n in os.listdir(backup) if n.startswith(".tmp-")]
+    history = model.fit(x, y, epochs=2, verbose=0,
+                        callbacks=[keras.callbacks.BackupAndRestore(backup, delete_checkpoint=False)])
+    assert len(history.history["loss"]) == 1  # resumed at epoch 1 of 2
+
+
+def test_a_keras_without_the_metadata_write_names_the_supported_version():
+    import ast
+
+    from keras_ipu import _hook
+
+    with pytest.raises(_hook.KerasVersionError, match="BackupAndRestore._save_model"):
+        _hook._make_opens_atomic(ast.parse("class BackupAndRestore:\n    pass\n"),
+                                 "keras.src.callbacks.backup_and_restore")
