@@ -38,7 +38,7 @@ from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import DeviceLoop
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
-from keras_ipu.backend.trainer_ops.interrupts import deferred_interrupts
+from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.autodiff import value_and_grad
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.simulator.numerics import IPUFloatingPointError

@@ -28,6 +28,7 @@ from keras.src.backend.common.stateless_scope import StatelessScope
 from keras.src.backend.common.variables import Variable
 
 from keras_ipu.device.compiler.executable import programs_compute
+from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.jit import jit
 from keras_ipu.device.simulator import replicas as _replicas
@@ -171,8 +172,10 @@ class _Program:
         flat = results[0]
         n_out = len(flat) - len(self.assigned)
         if programs_compute():  # PRE_COMPILE's zeros are no new values
-            for v, value in zip(self.assigned, flat[n_out:]):
-                v.assign(value)
+            # A Ctrl-C waits until every assigned variable is stored.
+            with deferred_interrupts("the step's variable updates"):
+                for v, value in zip(self.assigned, flat[n_out:]):
+                    v.assign(value)
         it = iter(flat[:n_out])
         leaves = [None if none else next(it) for none in self.out_mask]
         return tree.pack_sequence_as(self.out_structure, leaves)

@@ -27,7 +27,7 @@ from keras.src import tree
 
 from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import DeviceLoop
-from keras_ipu.backend.trainer_ops.interrupts import deferred_interrupts
+from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.simulator import replicas as sim_replicas
 from keras_ipu.distribute.replication import tracing_replicas

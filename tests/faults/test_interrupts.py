@@ -116,3 +116,80 @@ def test_interrupt_handler_is_restored(monkeypatch):
         assert signal.getsignal(signal.SIGINT).__name__ == "<lambda>"
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _default_sigint():
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler in this process")
+
+
+def test_ctrl_c_while_strategy_run_stores_keras_variables_leaves_none_behind(monkeypatch):
+    """IPUStrategy.run of a step that updates two variables: a Ctrl-C
+    after the first is stored waits until the second is too."""
+    _default_sigint()
+    from keras_ipu.ipu_strategy import IPUStrategy
+
+    strategy = IPUStrategy()
+    with strategy.scope():
+        a = keras.Variable(np.zeros(2, np.float32))
+        b = keras.Variable(np.zeros(3, np.float32))
+
+        def step():
+            a.assign(a + 1.0)
+            b.assign(b + 1.0)
+            return a.value
+
+        strategy.run(step)
+        original = type(a).assign
+        stored = []
+
+        def assign(self, value):
+            result = original(self, value)
+            stored.append(self)
+            if len(stored) == 1:
+                signal.raise_signal(signal.SIGINT)
+            return result
+
+        monkeypatch.setattr(type(a), "assign", assign)
+        with pytest.raises(KeyboardInterrupt):
+            strategy.run(step)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(np.array(a), np.full(2, 2.0))
+    np.testing.assert_array_equal(np.array(b), np.full(3, 2.0))
+
+
+def test_ctrl_c_while_a_tensorflow_function_stores_its_variables_leaves_none_behind(monkeypatch):
+    """The TensorFlow front end (Graphcore's custom training loops): a
+    Ctrl-C after the first variable update is stored waits until every
+    update of that run is."""
+    _default_sigint()
+    tf = pytest.importorskip("tensorflow")
+    from keras_ipu.frontends.tensorflow import function as bridge
+
+    w = tf.Variable(np.zeros(2, np.float32))
+    v = tf.Variable(np.zeros(3, np.float32))
+
+    @tf.function(jit_compile=True)
+    def step():
+        w.assign_add(tf.ones(2))
+        v.assign_add(tf.ones(3))
+        return w * 1.0
+
+    bridged = bridge.BridgedFunction(step)
+    bridged()
+    original = bridge._assign
+    stored = []
+
+    def assign(target, value):
+        original(target, value)
+        stored.append(target)
+        if len(stored) == 1:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(bridge, "_assign", assign)
+    with pytest.raises(KeyboardInterrupt):
+        bridged()
+    monkeypatch.undo()
+    assert len(stored) == 2
+    np.testing.assert_array_equal(w.numpy(), np.full(2, 2.0))
+    np.testing.assert_array_equal(v.numpy(), np.full(3, 2.0))

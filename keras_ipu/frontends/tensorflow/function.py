@@ -27,6 +27,7 @@ import numpy as np
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.cache import CACHE
 from keras_ipu.device.compiler.executable import programs_compute
+from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.frontends.tensorflow import hlo_proto
 from keras_ipu.frontends.tensorflow.importer import import_module
@@ -263,13 +264,15 @@ class BridgedFunction:
             return _pack(program.structured_outputs, results[:program.n_outputs])
         n_flat = len(inputs) - program.trace.captured.n
         positions, values = [], []
-        for out_pos, in_pos in program.updates:
-            if in_pos < n_flat:
-                _assign(inputs[in_pos], results[out_pos])
-            else:
-                positions.append(in_pos - n_flat)
-                values.append(results[out_pos])
-        program.trace.captured.write(positions, values)
+        # A Ctrl-C waits until every variable this run updates is stored.
+        with deferred_interrupts(f"the variable updates of {self.__name__}"):
+            for out_pos, in_pos in program.updates:
+                if in_pos < n_flat:
+                    _assign(inputs[in_pos], results[out_pos])
+                else:
+                    positions.append(in_pos - n_flat)
+                    values.append(results[out_pos])
+            program.trace.captured.write(positions, values)
         return _pack(program.structured_outputs, results[:program.n_outputs])
 
 

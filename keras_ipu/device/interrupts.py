@@ -9,6 +9,11 @@ step and some at another (kernels at step 12, biases and
 without complaint. The IPU itself cannot be stopped inside a device loop
 either: Graphcore's runtime finishes the loop it started.
 
+The same holds wherever a program's results are written back into
+variables: IPUStrategy.run of Keras code (distribute/run.py) and
+TensorFlow functions run through the front end (frontends/tensorflow/
+function.py), where one run updates several variables.
+
 So while an execution runs and its state is stored, SIGINT is only
 recorded; the interrupt is raised (by the handler that was there before)
 as soon as the state is complete. Every variable and
