@@ -67,3 +67,24 @@ def test_fit_with_a_short_last_execution_does_not_warn():
         warnings.simplefilter("error", RecompileWarning)
         model.fit(x, y, batch_size=4, epochs=2, validation_split=0.2, verbose=0)
     assert RECOMPILE_WARNING_AT > 3
+
+
+def test_a_tensorflow_function_called_with_many_shapes_keeps_the_cache_bounded(monkeypatch):
+    """The TensorFlow front end: each new shape is a new program; the
+    cache alone holds their executables, so at most its capacity stay
+    alive, and a dropped one compiles again when its shape returns."""
+    tf = pytest.importorskip("tensorflow")
+    from keras_ipu.device.compiler import cache as cache_module
+    from keras_ipu.frontends.tensorflow.function import BridgedFunction
+
+    monkeypatch.setattr(cache_module.CACHE, "capacity", 4)
+    cache_module.CACHE.clear()
+
+    def doubled(x):
+        return x * 2.0
+
+    bridged = BridgedFunction(tf.function(doubled, jit_compile=True))
+    for n in range(1, 13):
+        bridged(tf.constant(np.ones(n, np.float32)))
+    assert _alive_executables("doubled") <= 4
+    np.testing.assert_array_equal(bridged(tf.constant(np.ones(1, np.float32))), [2.0])

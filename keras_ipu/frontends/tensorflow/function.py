@@ -83,7 +83,7 @@ class Program:
     structured_outputs: object
     name: str
     resident: tuple  # graph inputs that stay on the IPU (variables)
-    executable: object = None
+    cache_key: object = None  # of its executable in CACHE
     context: object = None
     trace: object = None
 
@@ -227,17 +227,26 @@ class BridgedFunction:
         return program, constants
 
     def executables(self):
-        """The Executables compiled for this function so far (memory,
-        prediction, profile: as for any keras_ipu program)."""
-        return [p.executable for trace in list(self._traces.values())
-                for p in trace.programs.values() if p.executable is not None]
+        """The Executables compiled for this function so far and still in
+        the cache (memory, prediction, profile: as for any keras_ipu
+        program)."""
+        found = (CACHE.peek(p.cache_key) for trace in list(self._traces.values())
+                 for p in trace.programs.values() if p.cache_key is not None)
+        return [exe for exe in found if exe is not None]
 
     def executable(self, program):
+        # The program keeps the cache key, not the executable: the cache
+        # alone holds executables, so a function called with many shapes
+        # keeps at most the cache's capacity alive (a dropped one compiles
+        # again, or loads from the disk cache).
         context = device_checks.compile_context()
-        if program.executable is None or program.context is not context:
-            program.executable = CACHE.get(program.graph, self.options, name=program.name)
+        exe = None
+        if program.cache_key is not None and program.context is context:
+            exe = CACHE.lookup(program.cache_key)
+        if exe is None:
+            program.cache_key, exe = CACHE.get_keyed(program.graph, self.options, name=program.name)
             program.context = context
-        return program.executable
+        return exe
 
     # -- running --------------------------------------------------------------
 
