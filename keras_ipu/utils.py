@@ -6,11 +6,7 @@ export of infeed data to binary files (TensorFlow, imported when used).
 import numbers
 
 from keras_ipu.device.flags import SyntheticDataCategory  # noqa: F401 (public name)
-from keras_ipu.device.simulator import system as _sim
-
-
-def _system():
-    return _sim.current_system()
+from keras_ipu.device.config.system_config import current_system as _system
 
 
 def get_num_of_ipus_in_device(ipu_device, device="cpu"):

@@ -41,6 +41,7 @@ from keras_ipu.device.compiler import progress
 from keras_ipu.device.compiler.cache import CACHE
 from keras_ipu.device.compiler.demotion import InputRangeError
 from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device.config import system_config
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import current_builder
@@ -194,7 +195,7 @@ class Jitted:
         return len(self._signatures)
 
     def _lookup(self, structure, arrays):
-        context = device_checks.compile_context()
+        context = system_config.configuration()
         if context is not self._context:
             options = device_checks.resolve_options(self.options, context)
             # The disk cache in force is part of the key: after configuring
@@ -251,7 +252,7 @@ class Jitted:
             out_structure.append(s)
             return leaves
 
-        with progress.compiling(device_checks.compile_context().flags.show_progress_bar,
+        with progress.compiling(system_config.configuration().flags.show_progress_bar,
                                 self.__name__) as bar:
             graph, captures = trace_flat(flat_fn, list(avals))
             bar.done("tracing", progress.count_nodes(graph))

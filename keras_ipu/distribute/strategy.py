@@ -169,9 +169,9 @@ class IPUStrategyV1:
         return True
 
     def _device(self):
-        from keras_ipu.device.simulator import system
+        from keras_ipu.device.config import system_config
 
-        return system.current_system().device(self._ipu_device)
+        return system_config.current_system().device(self._ipu_device)
 
     def _replication_factor(self, num_shards=1):
         """Replicas of a `num_shards`-IPU program on the strategy's device."""

@@ -42,9 +42,9 @@ def _is_seed_state(variable):
 
 
 def _identical_replica_seeds(strategy):
-    from keras_ipu.device.simulator import system
+    from keras_ipu.device.config import system_config
 
-    current = system.current_system()
+    current = system_config.current_system()
     try:
         index = current.device(strategy._ipu_device).index
     except ValueError:

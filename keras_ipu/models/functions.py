@@ -27,7 +27,7 @@ from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.ir import ShapedArray
-from keras_ipu.device.simulator import partition
+from keras_ipu.device.config import system_config
 from keras_ipu.models.execution import ReplicatedExecution
 from keras_ipu.models.execution import flatten_micro_batches
 from keras_ipu.models.options import ReplicatedMetricReductionMethod as Reduction
@@ -168,7 +168,6 @@ def _check_pipeline_memory(model, batch):
     """Before a pipelined model first trains: does every IPU hold its
     stages (IPUOutOfMemoryError naming the IPU and stages), and the
     prediction in the cycle log (TF_POPLAR_FLAGS=--log_cycle_count)."""
-    from keras_ipu.device.simulator import system
     from keras_ipu.models.prediction import predict_training
 
     parts = batch if isinstance(batch, tuple) else (batch,)
@@ -178,7 +177,7 @@ def _check_pipeline_memory(model, batch):
     )
     size = int(np.shape(tree.flatten(parts[0])[0])[0])
     prediction = predict_training(model, size, batch=avals)
-    if system.configured_flags().log_cycle_count >= 0:
+    if system_config.configuration().flags.log_cycle_count >= 0:
         logging.getLogger("keras_ipu.cycles").info("Predicted training:\n%s", prediction)
     prediction.check_memory()
 
@@ -223,7 +222,7 @@ def _needs_ipu_functions(model, count):
     # all-reduce of the replicated step even with one replica here.
     return (
         model._get_replication_factor() > 1
-        or partition.configured_instances()[0] > 1
+        or system_config.configured_instances()[0] > 1
         or count > 1
         or model._ipu_is_pipelined()
     )

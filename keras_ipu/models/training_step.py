@@ -25,7 +25,7 @@ from keras.src.trainers.data_adapters import data_adapter_utils
 from keras_ipu.backend.control_flow import scan
 from keras_ipu.device.autodiff import value_and_grad
 from keras_ipu.device.primitives import collective
-from keras_ipu.device.simulator import partition
+from keras_ipu.device.config import system_config
 from keras_ipu.gradient_accumulation import GradientAccumulationReductionMethod as Method
 
 
@@ -109,7 +109,7 @@ def _weight_update(model, replicas, variable_stages):
         from keras import ops
 
         grads = [ops.cast(a, v.dtype) for a, v in zip(acc, weights)]
-        if replicas > 1 or partition.configured_instances()[0] > 1:
+        if replicas > 1 or system_config.configured_instances()[0] > 1:
             from keras import name_scope
 
             reduced = []

@@ -160,7 +160,7 @@ def test_warm_up_and_unsaved_traces_write_nothing(tmp_path):
     exe.run(np.ones(64, np.float32))
     assert tb.stop_trace(save=False) is None
     assert os.listdir(tmp_path) == []
-    assert not profile._run_listeners  # nothing keeps listening
+    assert not profile.RUN_LISTENERS  # nothing keeps listening
     assert tb.stop_trace(save=True) is None  # none running: nothing to stop
 
 

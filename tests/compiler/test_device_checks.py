@@ -8,7 +8,6 @@ import dataclasses
 import logging
 import os
 import sys
-import types
 
 import keras
 import numpy as np
@@ -16,7 +15,6 @@ import pytest
 from compiler_graphs import aval
 from compiler_graphs import build
 
-import keras_ipu.device.simulator as simulator_pkg
 from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler import ExecutableCache
 from keras_ipu.device.compiler import compile_graph
@@ -28,7 +26,7 @@ from keras_ipu.device.config import DeviceConnectionType
 from keras_ipu.device.config import IPUConfig
 from keras_ipu.device.config import configure_ipu_system
 from keras_ipu.device.jit import jit
-from keras_ipu.device.simulator import system as sim
+from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import targets
 from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryError
 from keras_ipu.device.simulator.memory_model import MemoryReport
@@ -39,9 +37,9 @@ from keras_ipu.device.simulator.prediction import Prediction
 def fresh_system(monkeypatch):
     monkeypatch.delenv("TF_POPLAR_FLAGS", raising=False)
     monkeypatch.delenv("POPLAR_ENGINE_OPTIONS", raising=False)
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
     yield
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
 
 
 def _configure(monkeypatch=None, flags=None, **attrs):
@@ -94,7 +92,7 @@ def test_executable_knows_its_memory_and_cycles_on_the_default_target():
     assert again.samples_per_second == pytest.approx(64 / again.step_seconds)
     assert exe.prediction is again  # kept for reports
     # Compiling made no system: a script may still configure or set flags.
-    assert sim._current is None
+    assert system_config.configured_system() is None
 
 
 def test_explicit_target_and_configured_target():
@@ -188,20 +186,15 @@ def test_out_of_memory_from_fit_names_the_layer(monkeypatch):
 @pytest.fixture
 def report_calls(monkeypatch):
     """profile.report_options / write_executable_report replaced by a
-    recorder (a stub module when profile.py does not exist)."""
+    recorder."""
     calls = []
 
     def write(exe, options=None, name=None):
         calls.append((exe, exe.memory, options, name))
         return "report.json"
 
-    try:
-        from keras_ipu.device.simulator import profile
-    except ImportError:
-        profile = types.ModuleType("keras_ipu.device.simulator.profile")
-        profile._run_listeners = []
-        monkeypatch.setitem(sys.modules, profile.__name__, profile)
-        monkeypatch.setattr(simulator_pkg, "profile", profile, raising=False)
+    from keras_ipu.device.simulator import profile
+
     monkeypatch.setattr(profile, "report_options", lambda *a, **k: "OPTIONS", raising=False)
     monkeypatch.setattr(profile, "write_executable_report", write, raising=False)
     return calls
@@ -476,44 +469,37 @@ def test_progress_bar_from_jit_covers_tracing_and_a_cache_hit(monkeypatch):
     assert "loaded from the executable cache" in text
 
 
-# -- the floating-point behaviour hook ----------------------------------------------
+# -- the floating-point behaviour in the kernels --------------------------------------
 @pytest.fixture
-def numerics_stub(monkeypatch):
-    """A numerics module of the contract: current_fp_behaviour, wrap_kernel."""
-    stub = types.ModuleType("keras_ipu.device.simulator.numerics")
-    stub.behaviour = (("inv", False), ("div0", False))
-    stub.wrapped = []
+def wrapped(monkeypatch):
+    """The (primitive name, behaviour) of every kernel numerics wraps."""
+    from keras_ipu.device.simulator import numerics
 
-    def wrap_kernel(kernel, primitive, params, in_avals, out_avals, source, behaviour):
-        stub.wrapped.append((primitive.name, behaviour))
+    seen = []
+    real = numerics.wrap_kernel
 
-        def checked(*args):
-            out = kernel(*args)
-            if dict(behaviour).get("div0") and primitive.name == "div":
-                if not np.all(np.isfinite(out)):
-                    raise FloatingPointError(f"div0 in {primitive.name}")
-            return out
+    def recording(kernel, primitive, params, in_avals, out_avals, source, behaviour,
+                  context=""):
+        seen.append((primitive.name, behaviour))
+        return real(kernel, primitive, params, in_avals, out_avals, source, behaviour,
+                    context)
 
-        return checked
-
-    stub.current_fp_behaviour = lambda: stub.behaviour
-    stub.wrap_kernel = wrap_kernel
-    monkeypatch.setitem(sys.modules, stub.__name__, stub)
-    monkeypatch.setattr(simulator_pkg, "numerics", stub, raising=False)
-    return stub
+    monkeypatch.setattr(numerics, "wrap_kernel", recording)
+    return seen
 
 
-def test_kernels_run_unwrapped_when_every_behaviour_is_off(numerics_stub):
+def test_kernels_run_unwrapped_when_every_behaviour_is_off(wrapped):
     _configure()
     fast = jit(lambda x: x / 0.0, cache=ExecutableCache())
     assert np.isinf(fast(np.ones(2, np.float32))).all()
-    assert numerics_stub.wrapped == []
+    assert wrapped == []
     assert fast.executable(np.ones(2, np.float32)).fp_behaviour is None  # all off
 
 
-def test_kernels_are_wrapped_with_the_compile_time_behaviour(numerics_stub):
-    numerics_stub.behaviour = (("inv", False), ("div0", True))
-    _configure()
+def test_kernels_are_wrapped_with_the_compile_time_behaviour(wrapped):
+    from keras_ipu.device.simulator.numerics import IPUDivideByZeroError
+
+    _configure(floating_point_behaviour__div0=True)
     cache = ExecutableCache()
 
     def f(x):
@@ -524,12 +510,12 @@ def test_kernels_are_wrapped_with_the_compile_time_behaviour(numerics_stub):
 
     fast = jit(f, cache=cache)
     x = np.array([1.0, 0.0, 2.0], np.float32)
-    with pytest.raises(FloatingPointError, match="div0 in div"):
+    with pytest.raises(IPUDivideByZeroError, match="`div`"):
         fast(x)
-    names = [name for name, _ in numerics_stub.wrapped]
-    assert "scan" in names and "div" in names  # the loop body's kernels too
+    names = [name for name, _ in wrapped]
+    assert "div" in names  # the loop body's kernels too
+    assert all(b.div0 for _, b in wrapped)
     # The behaviour is part of the key: turning it off compiles again.
-    numerics_stub.behaviour = (("inv", False), ("div0", False))
     _configure()
     carry, ys = fast(x)
     assert np.isinf(ys[1]) and carry == 4.0

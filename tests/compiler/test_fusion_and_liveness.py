@@ -167,7 +167,8 @@ def test_fused_node_is_differentiable_through_its_chain():
 # -- speed work of issue 3 item 5: merging, donation, folds, scan pruning ----
 
 from keras_ipu.device.compiler.dead_code import eliminate_dead_code  # noqa: E402
-from keras_ipu.device.compiler.executable import Executable  # noqa: E402
+from keras_ipu.device.compiler.options import CompileOptions  # noqa: E402
+from keras_ipu.device.compiler.pipeline import build_executable  # noqa: E402
 
 _MATMUL = (((1,), (0,)), ((), ()))
 _rng = np.random.default_rng(5)
@@ -178,7 +179,8 @@ def rng_array(shape):
 
 
 def _executable(graph):
-    return Executable(graph)
+    # Lowered as it is (its bodies compiled with the default passes).
+    return build_executable(graph, CompileOptions(fp_behaviour=None))
 
 
 @pytest.mark.numpy_engine

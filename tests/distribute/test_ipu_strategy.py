@@ -14,16 +14,16 @@ from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives import REGISTRY
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import replicas as sim_replicas
-from keras_ipu.device.simulator import system as sim
+from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import targets
 from keras_ipu.device.simulator.prediction import predict_costs
 
 
 @pytest.fixture(autouse=True)
 def fresh_ipu_system():
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
     yield
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
 
 
 def configure(num_ipus):
@@ -163,7 +163,7 @@ def test_distributed_dataset_gives_each_replica_its_element():
     assert [v[0] for v in x.values] == [2.0, 3.0] and list(y.values) == [2, 3]
     out = strategy.run(lambda x, y: ipu.distribute.cross_replica_sum(x), args=elements[1])
     np.testing.assert_array_equal(out, [5.0, 5.0])
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
     single = list(ipu.ipu_strategy.IPUStrategy().experimental_distribute_dataset(data))
     assert len(single) == 5 and not isinstance(single[0][0], ipu.distribute.PerReplica)
 

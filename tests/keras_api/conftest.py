@@ -1,11 +1,11 @@
 import pytest
 
-from keras_ipu.device.simulator import system as sim
+from keras_ipu.device.config import system_config
 
 
 @pytest.fixture(autouse=True)
 def fresh_ipu_system(monkeypatch):
     monkeypatch.delenv("TF_POPLAR_FLAGS", raising=False)
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
     yield
-    sim.clear_system()
+    system_config.reset_ipu_configuration()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import keras_ipu as ipu
-from keras_ipu.device.simulator import system as sim
+from keras_ipu.device.config import system_config
 from keras_ipu.ops.pipelining_ops import PipelineSchedule
 from keras_ipu.ops.pipelining_ops import RecomputationMode
 
@@ -83,7 +83,7 @@ def test_pipelined_model_trains_as_gradient_accumulation():
         train(accumulated, x, y, batch_size=4, steps_per_execution=8, epochs=2)
     assert pipelined._get_replication_factor() == 1 and accumulated._get_replication_factor() == 2
     # 2 replicas of batch 4 vs 1 pipeline of batch 4: compare on one replica.
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
     accumulated_one = mlp(strategy, batch_norm=True)
     with strategy.scope():
         accumulated_one.set_gradient_accumulation_options(gradient_accumulation_steps_per_replica=4)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import keras_ipu as ipu
-from keras_ipu.device.simulator import system as sim
+from keras_ipu.device.config import system_config
 
 from ipu_keras_helpers import configure
 from ipu_keras_helpers import max_weight_difference
@@ -35,7 +35,7 @@ def test_pipeline_sequential_trains_as_accumulation():
         assert accumulated.replication_factor == 2
     # The same weights from 2 replicas of 8 and 1 pipeline of 16 micro-batches
     # differ; compare the pipeline with one replica.
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
     with strategy.scope():
         single = ipu.keras.Sequential(layers(4), gradient_accumulation_count=4)
         single.compile(keras.optimizers.SGD(0.05), "mse")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import keras_ipu as ipu
-from keras_ipu.device.simulator import system as sim
+from keras_ipu.device.config import system_config
 
 from ipu_keras_helpers import configure
 from ipu_keras_helpers import max_weight_difference
@@ -61,7 +61,7 @@ def test_functional_assignment_has_one_entry_per_invocation():
     with strategy.scope():
         fit_pipelined(model, x, y)
     reference = shared_layer_model(strategy)
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
     with strategy.scope():
         fit_accumulated(reference, x, y)
     assert max_weight_difference(model, reference) < 1e-6
@@ -187,7 +187,7 @@ def test_nested_functional_model():
     with strategy.scope():
         fit_pipelined(pipelined, x, y)
     reference = build(False)
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
     with strategy.scope():
         fit_accumulated(reference, x, y)
     assert pipelined._get_shard_count() == 2
@@ -230,7 +230,7 @@ def test_subclassed_model():
     keras.utils.set_random_seed(9)
     with strategy.scope():
         reference = Subclassed()
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
     with strategy.scope():
         fit_accumulated(reference, x, y)
     assert max_weight_difference(model, reference) < 1e-6

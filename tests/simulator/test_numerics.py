@@ -164,11 +164,11 @@ def test_zero_dimensional_and_float64_inputs():
 
 def test_behaviour_defaults_and_configured_values():
     assert numerics.current_fp_behaviour() == numerics.FPBehaviour()
-    assert not numerics.is_active(numerics.current_fp_behaviour())
+    assert not numerics.current_fp_behaviour().active
     configure(esr=ON, div0=True)
     b = numerics.current_fp_behaviour()
     assert b == numerics.FPBehaviour(div0=True, esr="ON")
-    assert b.traps and b.stochastic_rounding and numerics.is_active(b)
+    assert b.traps and b.stochastic_rounding and b.active
     assert pickle.loads(pickle.dumps(b)) == b and hash(b) == hash(pickle.loads(pickle.dumps(b)))
     configure(set_all=True)
     assert numerics.current_fp_behaviour() == numerics.FPBehaviour(True, True, True, "ON", True)

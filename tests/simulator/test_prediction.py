@@ -9,6 +9,8 @@ import pytest
 
 from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device.config import IPUConfig
+from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import cost_model as cm
 from keras_ipu.device.simulator.prediction import predict_costs
 from keras_ipu.device.simulator.targets import TARGETS
@@ -136,34 +138,37 @@ def test_unknown_object_is_refused():
         predict_costs(np.zeros(3), target=IPU2)
 
 
-def test_log_cycle_count_flag_turns_logging_on(caplog, monkeypatch):
-    from types import SimpleNamespace
+@pytest.fixture
+def no_system():
+    system_config.reset_ipu_configuration()
+    yield
+    system_config.reset_ipu_configuration()
 
-    from keras_ipu.device.flags import PoplarFlags
-    from keras_ipu.device.simulator import system
 
-    monkeypatch.setattr(system, "_current", SimpleNamespace(flags=PoplarFlags(log_cycle_count=0)))
+def test_log_cycle_count_flag_turns_logging_on(caplog, monkeypatch, no_system):
+    # The flags of the configured system count, not the environment's now.
+    monkeypatch.setenv("TF_POPLAR_FLAGS", "--log_cycle_count=0")
+    system_config.configure_ipu_system(IPUConfig())
+    monkeypatch.delenv("TF_POPLAR_FLAGS")
     with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
         predict_costs(mlp_graph(), target=IPU2)
     assert "Predicted cycles" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(system, "_current", SimpleNamespace(flags=PoplarFlags()))
+    system_config.configure_ipu_system(IPUConfig())
     with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
         predict_costs(mlp_graph(), target=IPU2)
     assert "Predicted cycles" not in caplog.text
 
 
-def test_log_cycle_count_from_the_environment_without_a_system(caplog, monkeypatch):
+def test_log_cycle_count_from_the_environment_without_a_system(caplog, monkeypatch,
+                                                                 no_system):
     # TF_POPLAR_FLAGS alone, before any system exists: the same flags the
-    # default system would be built with (system.configured_flags).
-    from keras_ipu.device.simulator import system
-
-    monkeypatch.setattr(system, "_current", None)
+    # default system would be built with (system_config.configuration).
     monkeypatch.setenv("TF_POPLAR_FLAGS", "--log_cycle_count=0")
     with caplog.at_level(logging.INFO, logger="keras_ipu.cycles"):
         predict_costs(mlp_graph(), target=IPU2)
     assert "Predicted cycles" in caplog.text
-    assert system._current is None  # reading a flag made no system
+    assert system_config.configured_system() is None  # reading a flag made no system
 
 
 @pytest.mark.parametrize(
@@ -175,10 +180,8 @@ def test_log_cycle_count_from_the_environment_without_a_system(caplog, monkeypat
         ("--synthetic_data_categories=outfeed", True, False),
     ],
 )
-def test_synthetic_data_removes_its_host_transfers(monkeypatch, flags, sent_in, read_out):
-    from keras_ipu.device.simulator import system
-
-    monkeypatch.setattr(system, "_current", None)
+def test_synthetic_data_removes_its_host_transfers(monkeypatch, flags, sent_in, read_out,
+                                                  no_system):
     monkeypatch.setenv("TF_POPLAR_FLAGS", flags)
     p = predict_costs(mlp_graph(), IPU2)
     # in: x f32[64,32] + w f32[32,128]; out: f32[64,128].

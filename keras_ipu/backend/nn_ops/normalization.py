@@ -73,9 +73,9 @@ def _replica_group(axes, ndim, synchronized):
     reduced = {a % ndim for a in (axes if isinstance(axes, tuple) else (axes,))}
     if 0 not in reduced:
         return None  # not a batch statistic (LayerNormalization's)
-    from keras_ipu.device.simulator import system
+    from keras_ipu.device.config import system_config
 
-    group = system.current_system().config.norms.experimental.distributed_batch_norm_replica_group_size
+    group = system_config.current_system().config.norms.experimental.distributed_batch_norm_replica_group_size
     return min(group, replicas) if group > 1 else None
 
 

@@ -36,6 +36,7 @@ from keras_ipu.device.compiler.executable import FORMAT_VERSION
 from keras_ipu.device.compiler.fingerprint import fingerprint
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.pipeline import compile_graph
+from keras_ipu.device.config import system_config
 
 logger = logging.getLogger("keras_ipu.compiler")
 
@@ -115,7 +116,7 @@ class ExecutableCache:
 
     def get_keyed(self, graph, options=None, name=None):
         """(key, Executable): get(), with the key `lookup` finds it by."""
-        context = device_checks.compile_context()
+        context = system_config.configuration()
         options = device_checks.resolve_options(options or CompileOptions(), context)
         key = cache_key(graph, options)
         directory = cache_dir() if self.disk else None

@@ -1,31 +1,62 @@
 """Lowering of control flow with compiled sub-graphs.
 
 cond branches and while/scan bodies are compiled to Executables of their
-own (with the same passes) when the outer program is lowered, and the loop
-runs them directly: no per-iteration graph interpretation. The semantics
-are those of the primitives' eager kernels in primitives/control_flow.py.
+own before the outer program is lowered (`compile_bodies`, called by the
+pipeline with the outer program's options), and the loop runs them
+directly: no per-iteration graph interpretation. The semantics are those
+of the primitives' eager kernels in primitives/control_flow.py.
 """
 
 import numpy as np
 
 from keras_ipu.device.compiler.lowering import LOWERINGS
+from keras_ipu.device.primitives.control_flow import cond_p
+from keras_ipu.device.primitives.control_flow import scan_p
+from keras_ipu.device.primitives.control_flow import while_p
 
 
-def _compile(graph, donated_inputs=()):
-    # Imported here: the pipeline imports the executable, which lowers.
-    from keras_ipu.device.compiler.executable import Executable
-    from keras_ipu.device.compiler.options import CompileOptions
-    from keras_ipu.device.compiler.pipeline import optimize
+def _cond_bodies(params, compile_body):
+    return tuple(compile_body(g) for g in params["branches"])
 
-    # The outer compile already demoted sub-graphs with the outer program
-    # (their signatures must match it); never demote them on their own.
-    options = CompileOptions(demote_64bit=False, donated_inputs=donated_inputs)
-    optimized, log = optimize(graph, options)
-    return Executable(optimized, passes=log, donated_inputs=donated_inputs)
+
+def _while_bodies(params, compile_body):
+    return compile_body(params["cond_graph"]), compile_body(params["body_graph"])
+
+
+def _scan_body(params, compile_body):
+    # The body may update its carries in place (donation.py): the loop owns
+    # them.
+    return compile_body(params["body"], tuple(range(params["n_carry"])))
+
+
+# primitive -> how its sub-graphs are compiled:
+# fn(params, compile_body) -> what its lowering finds in params["compiled"];
+# compile_body(graph, donated_inputs=()) -> Executable.
+_BODIES = {cond_p: _cond_bodies, while_p: _while_bodies, scan_p: _scan_body}
+
+
+def compile_bodies(graph, compile_body):
+    """{node index: compiled sub-graphs} for the control-flow nodes of
+    `graph` that run compiled bodies."""
+    return {
+        i: _BODIES[node.primitive](node.params, compile_body)
+        for i, node in enumerate(graph.nodes)
+        if node.primitive in _BODIES
+    }
+
+
+def _compiled(params, name):
+    compiled = params.get("compiled")
+    if compiled is None:
+        raise ValueError(
+            f"`{name}` runs compiled sub-graphs: compile the program with "
+            "keras_ipu.device.compiler.compile_graph, which compiles them first."
+        )
+    return compiled
 
 
 def _lower_cond(params, in_avals, out_avals):
-    branches = [_compile(g) for g in params["branches"]]
+    branches = _compiled(params, "cond")
     last = len(branches) - 1
 
     def cond(index, *operands):
@@ -37,8 +68,7 @@ def _lower_cond(params, in_avals, out_avals):
 
 
 def _lower_while(params, in_avals, out_avals):
-    cond_exe = _compile(params["cond_graph"])
-    body_exe = _compile(params["body_graph"])
+    cond_exe, body_exe = _compiled(params, "while_loop")
     n_carry = len(params["cond_graph"].inputs) - params["n_cond_consts"]
     n_cond = params["n_cond_consts"]
 
@@ -57,12 +87,11 @@ def _lower_while(params, in_avals, out_avals):
 def _lower_scan(params, in_avals, out_avals):
     n_carry, n_xs = params["n_carry"], params["n_xs"]
     length, reverse = params["length"], params["reverse"]
-    # The body may update its carries in place (donation.py): the loop owns
-    # them. An initial carry the outer program does not own (`owned_carry`,
-    # from the Executable) is copied once before the loop when the body
-    # writes into it; a result the body did not allocate (a pass-through, a
-    # view) is copied before it becomes a carry the body writes into.
-    body = _compile(params["body"], donated_inputs=tuple(range(n_carry)))
+    body = _compiled(params, "scan")
+    # An initial carry the outer program does not own (`owned_carry`, from
+    # the Executable) is copied once before the loop when the body writes
+    # into it; a result the body did not allocate (a pass-through, a view)
+    # is copied before it becomes a carry the body writes into.
     owned = params.get("owned_carry", ())
     written = [k for k in range(n_carry) if k in body.written_inputs]
     copy_first = tuple(k for k in written if k not in owned)

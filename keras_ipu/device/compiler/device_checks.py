@@ -1,16 +1,17 @@
 """What the compiler asks the simulator about a program it compiles.
 
-- For which IPU: the target of the configured system. Nothing here creates
-  or installs a system: when none is configured, a transient default one
-  (what current_system() would make from TF_POPLAR_FLAGS now) answers, so
-  flags set later in the script still apply, as they would on the IPU.
+- For which IPU: the target of the configured system
+  (system_config.configuration(): the installed system's, or the default one
+  TF_POPLAR_FLAGS describe now, made to answer and not installed, so flags
+  set later in the script still apply, as they would on the IPU).
 - Does it fit: memory_model.analyze_memory gives `exe.memory` at compile
   time; a tile that overflows fails the compile with IPUOutOfMemoryError,
   after the profile report is written (Poplar's IPU Model writes it too).
 - How fast: prediction.predict_costs gives `exe.prediction`, computed once
   per executable when first asked for (a report, --log_cycle_count, or the
   caller), not on every compile: it costs more than the memory check.
-- With which floating-point behaviour: numerics.current_fp_behaviour().
+- With which floating-point behaviour: the configured system's, fixed in the
+  executable's kernels by numerics.wrap_kernel.
 
 Compile time pays for the memory analysis only (well under a millisecond
 for an MLP train step); see tests/compiler/test_device_checks.py.
@@ -20,103 +21,38 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
-import os
 
-from keras_ipu.device import flags as poplar_flags
 from keras_ipu.device.compiler import recompute as _recompute
 from keras_ipu.device.compiler.options import CONFIGURED
+from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import memory_model
-from keras_ipu.device.simulator import system as _system
+from keras_ipu.device.simulator import numerics
+from keras_ipu.device.simulator import profile
 from keras_ipu.device.simulator import targets as _targets
+from keras_ipu.device.simulator.prediction import predict_costs
 
 logger = logging.getLogger("keras_ipu.compiler")
 
 
-@dataclasses.dataclass(frozen=True)
-class CompileContext:
-    """What a compile depends on besides the graph and the pass options."""
-
-    target: object  # IPUTarget
-    fp_behaviour: object  # hashable; None: every behaviour off
-    flags: object  # PoplarFlags in force
-    ipu_model: bool
-    # IPUConfig.allow_recompute: CONFIGURED recomputation means Auto.
-    allow_recompute: bool = False
-
-
-# (system it was made for, TF_POPLAR_FLAGS text, context): one entry is
-# enough, the system changes rarely; jit asks on every call.
-_memo = (object(), None, None)
-_ENV_KEY = os.environ.encodekey(poplar_flags.ENV_VAR) if hasattr(
-    os.environ, "encodekey") else poplar_flags.ENV_VAR
-
-
-def _flags_text():
-    # os.environ.get of an unset variable raises and catches a KeyError
-    # inside (microseconds); jit asks on every call, so read the mapping.
-    data = getattr(os.environ, "_data", None)
-    if data is None:
-        return os.environ.get(poplar_flags.ENV_VAR)
-    return data.get(_ENV_KEY)
-
-
-def compile_context():
-    """The CompileContext of the configured system (memoised)."""
-    global _memo
-    current = _system._current  # never create a system just to compile
-    memo_system, memo_env, context = _memo
-    if current is not None:
-        if memo_system is current:
-            return context
-        env = None
-    else:
-        env = _flags_text()
-        if memo_system is None and memo_env == env:
-            return context
-    if current is None:
-        from keras_ipu.device.config.ipu_config import IPUConfig
-        from keras_ipu.device.config.system_config import build_system
-
-        default = build_system(
-            IPUConfig(), flags=poplar_flags.read_flags(print_help=False), default=True
-        )
-        context = CompileContext(default.target, None, default.flags, default.ipu_model)
-    else:
-        context = CompileContext(
-            current.target, _fp_behaviour(), current.flags, current.ipu_model,
-            bool(getattr(current.config, "allow_recompute", False)),
-        )
-    _memo = (current, env, context)
-    return context
-
-
-def _fp_behaviour():
-    try:
-        from keras_ipu.device.simulator import numerics
-    except ImportError:  # written by another helper; nothing to honour yet
-        return None
-    behaviour = numerics.current_fp_behaviour()
-    # All off is one key, None, whatever its spelling: programs compiled
-    # before and after configuring a default IPUConfig are the same.
-    return behaviour if is_active(behaviour) else None
-
-
 def resolve_options(options, context=None):
     """`options` with its target, fp_behaviour and recomputation made
-    concrete (the configured ones where they say so): the form the cache
-    keys on."""
+    concrete (the configured ones where they say so; recomputation
+    CONFIGURED is Auto when the IPUConfig has allow_recompute): the form the
+    cache keys on. All off is one key, None, whatever its spelling:
+    programs compiled before and after configuring a default IPUConfig are
+    the same."""
     target, behaviour = options.target, options.fp_behaviour
     recomputation = options.recomputation
     if (target is not None and not isinstance(target, str)
             and behaviour != CONFIGURED and recomputation != CONFIGURED):
         return options
-    context = context or compile_context()
+    context = context or system_config.configuration()
     if target is None:
         target = context.target
     elif isinstance(target, str):
         target = _targets.get_target(target)
     if behaviour == CONFIGURED:
-        behaviour = context.fp_behaviour
+        behaviour = context.fp_behaviour if context.fp_behaviour.active else None
     if recomputation == CONFIGURED:
         recomputation = True if context.allow_recompute else None
     return dataclasses.replace(options, target=target, fp_behaviour=behaviour,
@@ -128,7 +64,7 @@ def check_executable(exe, target, context=None):
     """Attach the memory report of `exe` on `target`, write its profile
     report and log its cycles when asked; raise IPUOutOfMemoryError when a
     tile overflows (after the report is written)."""
-    context = context or compile_context()
+    context = context or system_config.configuration()
     exe.target = target
     exe.memory = memory_model.analyze_memory(exe, target)
     announce(exe, context)
@@ -192,7 +128,7 @@ def announce(exe, context=None):
     """What a newly obtained executable (compiled, or loaded from the disk
     cache) tells the user: --log_cycle_count, and the profile report."""
     exe.workload = _WORKLOAD.get()
-    context = context or compile_context()
+    context = context or system_config.configuration()
     if context.flags.log_cycle_count >= 0:
         try:
             exe._prediction = predict(exe, log=True)
@@ -204,19 +140,13 @@ def announce(exe, context=None):
 
 def predict(exe, log=False, **workload):
     """The Prediction of `exe` on the target it was compiled for."""
-    from keras_ipu.device.simulator.prediction import predict_costs
-
-    target = exe.target if exe.target is not None else compile_context().target
+    target = exe.target if exe.target is not None else system_config.configuration().target
     workload = {**(getattr(exe, "workload", None) or {}), **workload}
     workload.pop("input_categories", None)  # the profile's, not the cost model's
     return predict_costs(exe, target, log=log, **workload)
 
 
 def _write_report(exe):
-    try:
-        from keras_ipu.device.simulator import profile
-    except ImportError:  # written by another helper; no reports until then
-        return None
     options = profile.report_options()  # bad options: the user's error, raised
     if options is None:
         return None
@@ -234,43 +164,6 @@ def _write_report(exe):
 def kernel_wrapper(behaviour):
     """numerics.wrap_kernel when `behaviour` asks for anything, else None
     (kernels then run untouched)."""
-    if not is_active(behaviour):
-        return None
-    try:
-        from keras_ipu.device.simulator import numerics
-    except ImportError:
+    if behaviour is None or not behaviour.active:
         return None
     return numerics.wrap_kernel
-
-
-def is_active(behaviour):
-    """Whether a floating-point behaviour turns anything on: any true flag
-    or any mode other than OFF, however the value is structured."""
-    if behaviour is None or behaviour is False:
-        return False
-    try:
-        from keras_ipu.device.simulator import numerics
-    except ImportError:
-        numerics = None
-    decide = getattr(numerics, "is_active", None)
-    if decide is not None:
-        return bool(decide(behaviour))
-    if isinstance(behaviour, dict):
-        return any(is_active(v) for v in behaviour.values())
-    if dataclasses.is_dataclass(behaviour):
-        return any(is_active(getattr(behaviour, f.name))
-                   for f in dataclasses.fields(behaviour))
-    if isinstance(behaviour, (tuple, list, set, frozenset)):
-        # (name, value) pairs count by their value; a bare name (in a set of
-        # the behaviours turned on) counts as on.
-        return any(
-            is_active(v[1]) if isinstance(v, tuple) and len(v) == 2
-            and isinstance(v[0], str) else is_active(v)
-            for v in behaviour
-        )
-    name = getattr(behaviour, "name", None)  # an enum such as StochasticRounding
-    if name is not None:
-        return name != "OFF"
-    if isinstance(behaviour, str):
-        return behaviour.lower() not in ("", "off", "false", "none")
-    return bool(behaviour)

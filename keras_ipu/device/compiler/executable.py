@@ -13,8 +13,9 @@ what the compiler learnt about it on its target (`memory`, `prediction`,
 see device_checks.py).
 
 The floating-point behaviour (numerics) is fixed at compile time: when it
-asks for anything, every lowered kernel is wrapped by numerics.wrap_kernel;
-control-flow bodies lowered inside this executable inherit it.
+asks for anything, every lowered kernel is wrapped by numerics.wrap_kernel.
+Control-flow bodies come compiled (`subprograms`, by the pipeline, with the
+same options): their lowerings run them.
 
 Running honours the configured device_connection.type (`run`): ALWAYS and
 ON_DEMAND compute; PRE_COMPILE returns zeros of the output shapes, as
@@ -23,7 +24,6 @@ are no result: a caller that writes a program's outputs back into state
 (variables, optimizer slots) asks `programs_compute()` first.
 """
 
-import contextvars
 import dataclasses
 import logging
 
@@ -41,29 +41,21 @@ from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Var
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.config.enums import DeviceConnectionType
-from keras_ipu.device.simulator import system as _system
+from keras_ipu.device.config import system_config
+from keras_ipu.device.simulator import profile
 
-try:
-    from keras_ipu.device.simulator import profile as _profile
-except ImportError:  # another helper's module; no run listeners until then
-    _profile = None
-
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 logger = logging.getLogger("keras_ipu.device")
 
 _ALWAYS = DeviceConnectionType.ALWAYS
-_INHERIT = object()
-# The floating-point behaviour of the executable being bound: sub-programs
-# (cond branches, loop bodies) lowered meanwhile are built with it.
-_binding_behaviour = contextvars.ContextVar("fp_behaviour", default=None)
 
 
 def programs_compute():
     """False when the configured system only compiles (PRE_COMPILE): a run
     returns zeros of the output shapes, which must not become new state
     (NEVER raises when run)."""
-    current = _system._current
+    current = system_config.configured_system()
     return current is None or current.executes
 
 
@@ -108,11 +100,12 @@ class Executable:
     # chosen at the first run.
     _engine_run = None
 
-    def __init__(self, graph, notes=(), passes=(), behaviour=_INHERIT, name=None,
-                 donated_inputs=()):
-        if behaviour is _INHERIT:
-            behaviour = _binding_behaviour.get()
+    def __init__(self, graph, notes=(), passes=(), behaviour=None, name=None,
+                 donated_inputs=(), subprograms=None):
         self.fp_behaviour = behaviour
+        # {step index: compiled sub-graphs} of control-flow steps
+        # (control_flow.compile_bodies), given to their lowerings.
+        self.subprograms = dict(subprograms or {})
         self.name = name
         self.in_avals = tuple(v.aval for v in graph.inputs)
         self.out_avals = tuple(v.aval for v in graph.outputs)
@@ -222,22 +215,20 @@ class Executable:
         sources = self.sources
         program = []
         kernels = []
-        token = _binding_behaviour.set(behaviour)
-        try:
-            for i, (prim, params, ins, outs, frees, in_avals, out_avals) in enumerate(
-                self.records
-            ):
-                if i in self.owned_operands:  # a scan: its owned initial carries
-                    params = dict(params, owned_carry=self.owned_operands[i])
-                kernel = lower(prim, params, in_avals, out_avals)
-                kernels.append(kernel)
-                if wrap is not None:
-                    kernel = wrap(kernel, prim, params, in_avals, out_avals,
-                                  sources[i], behaviour)
-                multi = prim.multiple_results
-                program.append((kernel, ins, outs if multi else outs[0], multi, frees))
-        finally:
-            _binding_behaviour.reset(token)
+        for i, (prim, params, ins, outs, frees, in_avals, out_avals) in enumerate(
+            self.records
+        ):
+            if i in self.subprograms:
+                params = dict(params, compiled=self.subprograms[i])
+            if i in self.owned_operands:  # a scan: its owned initial carries
+                params = dict(params, owned_carry=self.owned_operands[i])
+            kernel = lower(prim, params, in_avals, out_avals)
+            kernels.append(kernel)
+            if wrap is not None:
+                kernel = wrap(kernel, prim, params, in_avals, out_avals,
+                              sources[i], behaviour)
+            multi = prim.multiple_results
+            program.append((kernel, ins, outs if multi else outs[0], multi, frees))
         self._program = tuple(program)
         self._kernels = tuple(kernels)  # unwrapped, for printing
         self._n_inputs = len(self.in_avals)
@@ -345,12 +336,12 @@ class Executable:
 
     # -- running ---------------------------------------------------------
     def run(self, *arrays):
-        current = _system._current
+        current = system_config.configured_system()
         if current is not None and current.connection is not _ALWAYS:
             if not self._attach(current):
                 self._check_inputs(arrays)
                 return [np.zeros(a.shape, a.dtype) for a in self.out_avals]
-        if _profile is not None and _profile._run_listeners:
+        if profile.RUN_LISTENERS:
             return self._run_noted(arrays)
         with np.errstate(all="ignore"):
             return self._engine(self._check_inputs(arrays))
@@ -369,7 +360,7 @@ class Executable:
         start = time.perf_counter()
         with np.errstate(all="ignore"):
             outs = self._engine(self._check_inputs(arrays))
-        _profile.note_run(self, start, time.perf_counter())
+        profile.note_run(self, start, time.perf_counter())
         return outs
 
     def _attach(self, system):

@@ -7,17 +7,18 @@ the Executable.
 
 Sub-graphs (cond branches, while/scan bodies) are checked for static
 shapes and demoted together with the outer program (their signatures must
-match it); when the program is lowered they are compiled recursively, with
-the same passes, to Executables the control-flow kernels of
-compiler/control_flow.py run (no graph interpretation per iteration).
-Other primitives holding graphs (remat, custom_vjp) keep their own kernels,
-which interpret the sub-graph.
+match it); then they are compiled (`build_executable`), with the outer
+program's options (`body_options`), to Executables the control-flow
+kernels of compiler/control_flow.py run (no graph interpretation per
+iteration). Other primitives holding graphs (remat, custom_vjp) keep their
+own kernels, which interpret the sub-graph.
 
 Then the device checks (device_checks.py): the program's memory on the
 target it is compiled for, the out-of-memory error, the profile report and
 --log_cycle_count. A progress bar follows the stages (progress.py).
 """
 
+import dataclasses
 import warnings
 
 from keras_ipu.device import user_code
@@ -34,45 +35,51 @@ from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler import progress as _progress
 from keras_ipu.device.compiler.executable import Executable
 from keras_ipu.device.compiler.fusion import fuse_elementwise
-from keras_ipu.device.compiler import control_flow  # noqa: F401 (lowerings)
+from keras_ipu.device.compiler import control_flow
 from keras_ipu.device.compiler import array_lowering  # noqa: F401 (lowerings)
 from keras_ipu.device.compiler import dot_lowering  # noqa: F401 (lowerings)
 from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.recompute import recompute
 from keras_ipu.device.compiler.static_shapes import check_static_shapes
+from keras_ipu.device.config import system_config
 
 
-def optimize(graph, options=None, notes=None, on_pass=None):
-    """The optimized graph, and the list of (pass name, node count).
-    `on_pass(name, nodes)` is called after each pass (the progress bar)."""
-    options = options or CompileOptions()
-    notes = [] if notes is None else notes
-    log = [("traced", len(graph.nodes))]
-    graph = check_static_shapes(graph)
-    if on_pass is not None:
-        on_pass("static shapes", _progress.count_nodes(graph))
-    if options.demote_64bit:
-        graph = demote_64bit(graph, notes)
-    if on_pass is not None:
-        on_pass("demote 64-bit", _progress.count_nodes(graph))
-    steps = [
-        (options.fold_constants, "fold_constants",
+def _passes(options, notes):
+    """(name, enabled, pass) in order; each pass maps a Graph to a Graph."""
+    return (
+        ("static shapes", True, check_static_shapes),
+        ("demote 64-bit", options.demote_64bit, lambda g: demote_64bit(g, notes)),
+        ("fold_constants", options.fold_constants,
          lambda g: fold_constants(g, options.fold_limit_bytes)),
-        (options.eliminate_common_subexpressions, "cse",
-         eliminate_common_subexpressions),
-        (options.eliminate_dead_code, "dce", eliminate_dead_code),
+        ("cse", options.eliminate_common_subexpressions, eliminate_common_subexpressions),
+        ("dce", options.eliminate_dead_code, eliminate_dead_code),
         # After CSE and DCE (which would otherwise see the copies), before
         # fusion (which then fuses the copies with their backward readers).
         # Off (None), it removes the checkpoint markers. Loop and branch
         # bodies are rewritten with the program that holds them (their own
         # compile has the recomputation CONFIGURED: nothing to do again).
-        (options.recomputation != CONFIGURED, "recompute",
+        ("recompute", options.recomputation != CONFIGURED,
          lambda g: recompute(g, options.recomputation)),
-        (options.fuse_elementwise, "fuse",
+        ("fuse", options.fuse_elementwise,
          lambda g: fuse_elementwise(g, options.donated_inputs)),
-    ]
-    for enabled, name, fn in steps:
+    )
+
+
+# One progress-bar tick per pass, then lowering, then the memory and cycle
+# analysis.
+STAGES = tuple(name for name, _, _ in _passes(CompileOptions(), ())) + (
+    "lowering", "memory and cycles")
+
+
+def optimize(graph, options=None, notes=None, on_pass=None):
+    """The optimized graph, and the list of (pass name, node count) of the
+    passes that ran ("traced": before them). `on_pass(name, nodes)` is
+    called after each pass, run or not (the progress bar)."""
+    options = options or CompileOptions()
+    notes = [] if notes is None else notes
+    log = [("traced", len(graph.nodes))]
+    for name, enabled, fn in _passes(options, notes):
         if enabled:
             graph = fn(graph)
             log.append((name, len(graph.nodes)))
@@ -81,11 +88,34 @@ def optimize(graph, options=None, notes=None, on_pass=None):
     return graph, log
 
 
+def body_options(options, donated_inputs=()):
+    """The options a cond branch or loop body is compiled with: the outer
+    program's, without the demotion and the recomputation (done with the
+    outer program: the body's signature must match it, the pass rewrites
+    the bodies with their program) and with its own donated inputs."""
+    return dataclasses.replace(options, demote_64bit=False, recomputation=CONFIGURED,
+                               donated_inputs=tuple(donated_inputs))
+
+
+def build_executable(graph, options, notes=(), passes=(), name=None):
+    """The Executable of an optimized `graph`; its control-flow bodies are
+    optimized and compiled first, with body_options(options)."""
+
+    def compile_body(body, donated_inputs=()):
+        inner = body_options(options, donated_inputs)
+        optimized, log = optimize(body, inner)
+        return build_executable(optimized, inner, passes=log)
+
+    return Executable(graph, notes=notes, passes=passes, behaviour=options.fp_behaviour,
+                      name=name, donated_inputs=options.donated_inputs,
+                      subprograms=control_flow.compile_bodies(graph, compile_body))
+
+
 def compile_graph(graph, options=None, name=None):
     """Compile a Graph to an Executable for the configured IPU (or
     options.target). Warns once if 64-bit values were demoted; raises
     IPUOutOfMemoryError when the program does not fit a tile."""
-    context = device_checks.compile_context()
+    context = system_config.configuration()
     options = device_checks.resolve_options(options or CompileOptions(), context)
     # jit's bar (opened before tracing) or one of our own.
     bar, owned = _progress.take(context.flags.show_progress_bar, graph, name)
@@ -93,11 +123,9 @@ def compile_graph(graph, options=None, name=None):
         notes = []
         optimized, log = optimize(graph, options, notes, on_pass=bar.done)
         if notes:
-            warnings.warn(demotion_message(notes), DemotionWarning,
+            warnings.warn(demotion_message(notes), DemotionWarning, 
                           stacklevel=user_code.stacklevel())
-        exe = Executable(optimized, notes=notes, passes=log,
-                         behaviour=options.fp_behaviour, name=name,
-                         donated_inputs=options.donated_inputs)
+        exe = build_executable(optimized, options, notes=notes, passes=log, name=name)
         bar.done("lowering")
         device_checks.check_executable(exe, options.target, context)
         bar.done("memory and cycles")

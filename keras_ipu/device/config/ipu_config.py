@@ -180,7 +180,9 @@ class IPUConfig(_Category):
 
     Options are attributes in nested categories (config.ipu_model.version);
     every assignment is type-checked at once and a misspelled name fails with
-    the closest valid one. Pass the finished config to configure_ipu_system.
+    the closest valid one. Pass the finished config to configure_ipu_system,
+    or call its `configure_ipu_system(device="cpu")` method (registered by
+    system_config.py, which builds the system from the options declared here).
     """
 
     def __init__(self):
@@ -188,12 +190,6 @@ class IPUConfig(_Category):
         object.__setattr__(
             self, "_values", {n: _METADATA[n].default for n in OPTION_NAMES}
         )
-
-    def configure_ipu_system(self, device="cpu"):
-        """Configure the IPU system with this config."""
-        from keras_ipu.device.config.system_config import configure_ipu_system
-
-        configure_ipu_system(self, device=device)
 
     def to_dict(self):
         """The configuration as a flat dict {full option name: value}."""

@@ -5,7 +5,9 @@ its value, the rule and the fix.
 """
 
 import copy
+import dataclasses
 import os
+import threading
 
 from keras_ipu.device import flags as poplar_flags
 from keras_ipu.device.config.enums import DeviceConnectionType, StochasticRoundingBehaviour
@@ -240,38 +242,132 @@ def build_system(config, flags=None, pod=None, default=False):
     )
 
 
-def default_system():
-    """The system used when nothing is configured: one ipu2 IPU Model (DESIGN decision 2)."""
-    return build_system(IPUConfig(), default=True)
+def default_system(flags=None):
+    """The system used when nothing is configured: one ipu2 IPU Model (DESIGN
+    decision 2), with TF_POPLAR_FLAGS (`flags`: read now when None)."""
+    return build_system(IPUConfig(), flags=flags, default=True)
+
+
+# -- the configured system: one answer for everyone ------------------------------
+# The process-global system. None until configured or first asked for
+# (current_system); then the default of DESIGN decision 2 is made on demand.
+_lock = threading.RLock()
+_current = None
+
+
+def configured_system():
+    """The installed system, or None: never makes one (compiling must not
+    fix the system: a script may still configure it or set flags)."""
+    return _current
+
+
+def current_system():
+    """The installed system; the default one is made and installed when
+    nothing is configured (what reset_ipu_seed and the device listing act on)."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = default_system()
+        return _current
+
+
+def install_system(system):
+    global _current, _memo
+    with _lock:
+        _current = system
+        _memo = (_NONE, None, None)
+
+
+def configured_instances():
+    """(process count, process index) of the job's instances whose replicas
+    all-reduce together, for the current system (partition.py)."""
+    return partition.configured_instances(current_system())
+
+
+def has_configured_system():
+    return _current is not None and not _current.is_default
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+    """What the IPU system is now, as the compiler, the memory model and the
+    cycle prediction see it."""
+
+    target: object  # IPUTarget, per IPU
+    flags: object  # PoplarFlags in force
+    fp_behaviour: object  # numerics' FPBehaviour (DEFAULT_BEHAVIOUR: all off)
+    ipu_model: bool
+    connection: DeviceConnectionType
+    system: object  # the installed IPUSystem, or None (nothing installed yet)
+    # IPUConfig.allow_recompute: recomputation CONFIGURED means Auto.
+    allow_recompute: bool = False
+
+
+_NONE = object()
+# (system it was made for, TF_POPLAR_FLAGS text, Configuration): one entry
+# is enough, the system changes rarely; jit asks on every call.
+_memo = (_NONE, None, None)
+
+
+def configuration():
+    """The Configuration of the installed system or, when none is installed,
+    of the default one TF_POPLAR_FLAGS describe now (made to answer, not
+    installed: flags set later in the script still apply, as on the IPU).
+    The same object comes back while nothing changes."""
+    global _memo
+    current = _current
+    memo_system, memo_env, answer = _memo
+    if current is not None:
+        if memo_system is current:
+            return answer
+        env = None
+        system = current
+    else:
+        env = os.environ.get(poplar_flags.ENV_VAR)
+        if memo_system is None and memo_env == env:
+            return answer
+        system = default_system(poplar_flags.read_flags(print_help=False))
+    answer = Configuration(
+        target=system.target, flags=system.flags, fp_behaviour=system.fp_behaviour,
+        ipu_model=system.ipu_model, connection=system.connection, system=current,
+        allow_recompute=bool(getattr(system.config, "allow_recompute", False)),
+    )
+    _memo = (current, env, answer)
+    return answer
 
 
 def configure_ipu_system(config, device="cpu", reset_configuration=True):
-    """Configure the (simulated) IPU system with an IPUConfig.
+    """Configure the IPU system with an IPUConfig.
 
     TF_POPLAR_FLAGS is read now. `device` (the host CPU device) is accepted
     for compatibility. With reset_configuration=False, configuring a system
     that is already configured is an error, as on the IPU.
     """
-    if not reset_configuration and sim.has_configured_system():
+    if not reset_configuration and has_configured_system():
         raise RuntimeError(
             "The IPU system is already configured and reset_configuration=False: call "
             "reset_ipu_configuration() first or pass reset_configuration=True."
         )
     system = build_system(config)
-    sim.install_system(system)
+    install_system(system)
     return system
+
+
+# IPUConfig.configure_ipu_system(device) is this function, registered on the
+# class here (the config declares the options; configuring builds on it).
+IPUConfig.configure_ipu_system = configure_ipu_system
 
 
 def reset_ipu_configuration():
     """Forget the configured system; the default one (an ipu2 IPU Model) returns."""
-    sim.clear_system()
+    install_system(None)
 
 
 def get_ipu_config(session=None):
     """A copy of the IPUConfig of the current system (the default one if none)."""
-    return copy.deepcopy(sim.current_system().config)
+    return copy.deepcopy(current_system().config)
 
 
 def get_system():
     """The current IPUSystem (the default one if nothing is configured)."""
-    return sim.current_system()
+    return current_system()

@@ -14,6 +14,7 @@ to their last use (graph outputs to the end); the peak over the schedule.
 
 import dataclasses
 
+from keras_ipu.device.config import system_config
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.simulator import cost_model
@@ -450,10 +451,10 @@ def check_memory(obj, target=None, ipu=0):
 
 
 def resolve_target(target):
+    """`target` as an IPUTarget: the configured system's when None, the
+    target of that name when a string."""
     if target is None:
-        from keras_ipu.device.simulator.system import current_system
-
-        return current_system().target
+        return system_config.configuration().target
     if isinstance(target, str):
         return _targets.get_target(target)
     return target

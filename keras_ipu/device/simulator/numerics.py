@@ -42,7 +42,7 @@ behaviour of the device:
   inv traps it too). Division by zero is not an overflow and stays +-inf;
   float32 overflow is IEEE (+-inf) either way.
 - All off (the default IPUConfig, or no configured system): the compiler
-  does not call wrap_kernel at all (`is_active` is False), so programs run
+  does not call wrap_kernel at all (`FPBehaviour.active` is False), so programs run
   the plain NumPy kernels with no overhead, and float16 overflow is IEEE inf
   there, as on the other Keras backends: the simulator emulates the FPU's
   overflow modes only once floating_point_behaviour turns something on.
@@ -52,14 +52,15 @@ behaviour of the device:
   overflow that a later op makes finite again (1 / exp(large)) goes unseen.
 """
 
-import enum
 import functools
-from typing import NamedTuple
 
 import numpy as np
 
+from keras_ipu.device.config import system_config
 from keras_ipu.device.trace import is_backward
 from keras_ipu.device.simulator import stochastic_rounding
+from keras_ipu.device.simulator.system import DEFAULT_BEHAVIOUR  # noqa: F401 (public)
+from keras_ipu.device.simulator.system import FPBehaviour  # noqa: F401 (public)
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
@@ -71,54 +72,9 @@ HALF_MAX = float(np.finfo(np.float16).max)
 # -- the configured behaviour -------------------------------------------------
 
 
-class FPBehaviour(NamedTuple):
-    """The floating_point_behaviour an executable is compiled for (hashable,
-    picklable; set_all already applied). esr is the StochasticRoundingBehaviour
-    member's name: "OFF", "ON" or "REPLICA_IDENTICAL_ONLY"."""
-
-    inv: bool = False
-    div0: bool = False
-    oflo: bool = False
-    esr: str = "OFF"
-    nanoo: bool = False
-
-    @property
-    def traps(self):
-        return self.inv or self.div0 or self.oflo
-
-    @property
-    def stochastic_rounding(self):
-        return self.esr != "OFF"
-
-
-DEFAULT_BEHAVIOUR = FPBehaviour()
-
-
-def _esr_name(esr):
-    if isinstance(esr, enum.Enum):
-        return esr.name
-    if isinstance(esr, str):
-        return esr.upper()
-    return "ON" if esr else "OFF"  # the deprecated bool form
-
-
-def behaviour_from_dict(fp):
-    """FPBehaviour from IPUSystem.floating_point (a dict; empty = defaults)."""
-    fp = fp or {}
-    return FPBehaviour(
-        inv=bool(fp.get("inv", False)),
-        div0=bool(fp.get("div0", False)),
-        oflo=bool(fp.get("oflo", False)),
-        esr=_esr_name(fp.get("esr", "OFF")),
-        nanoo=bool(fp.get("nanoo", False)),
-    )
-
-
 def current_fp_behaviour():
     """The behaviour of the configured IPU system (defaults when none is)."""
-    from keras_ipu.device.simulator import system as sim
-
-    return behaviour_from_dict(sim.current_system().floating_point)
+    return system_config.configuration().fp_behaviour
 
 
 # -- the errors -----------------------------------------------------------------
@@ -244,9 +200,7 @@ class DeviceRandomSource:
         self._entry = None
 
     def generator(self):
-        from keras_ipu.device.simulator import system as sim
-
-        system = sim.current_system()
+        system = system_config.current_system()
         entry = system.seeds.get(0)
         if self._rng is None or system is not self._system or entry is not self._entry:
             self._system, self._entry = system, entry
@@ -547,13 +501,3 @@ def wrap_kernel(
         compute = _rounded(primitive, params, kind)
     op = _Op(primitive.name, kind, source, behaviour, context)
     return _checked(compute, op, multi, float_outputs)
-
-
-def is_active(behaviour):
-    """Whether `behaviour` asks for anything (the compiler then wraps the
-    kernels with wrap_kernel; otherwise they run untouched)."""
-    if isinstance(behaviour, FPBehaviour):
-        return behaviour != DEFAULT_BEHAVIOUR
-    if isinstance(behaviour, dict):  # IPUSystem.floating_point
-        return behaviour_from_dict(behaviour) != DEFAULT_BEHAVIOUR
-    return bool(behaviour)

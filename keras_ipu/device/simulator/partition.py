@@ -170,16 +170,14 @@ def reduces_on_hosts():
     return _reduce_on_hosts
 
 
-def configured_instances(system=None):
+def configured_instances(system):
     """(process count, process index) of the instances whose replicas
-    all-reduce together: the configured system's multi_replica_distribution,
-    or every MPI process once a Horovod-style strategy exists; (1, 0)
-    otherwise."""
+    all-reduce together: `system`'s multi_replica_distribution (the current
+    one: system_config.configured_instances()), or every MPI process once a
+    Horovod-style strategy exists; (1, 0) otherwise."""
     if _reduce_on_hosts:
         rank, size = mpi_rank_and_size()
         return (size, rank) if size > 1 else (1, 0)
-    if system is None:
-        system = _system.current_system()
     mrd = system.config.experimental.multi_replica_distribution
     if mrd.process_count <= 1:
         return 1, 0

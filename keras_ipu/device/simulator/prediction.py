@@ -12,11 +12,11 @@ import dataclasses
 import math
 import logging
 
+from keras_ipu.device.config import system_config
 from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import partition
-from keras_ipu.device.simulator import system as _system
 
 logger = logging.getLogger("keras_ipu.cycles")
 
@@ -77,7 +77,7 @@ def _cycles(cost, target):
 def _cross_instance_cycles(cost, target):
     """The instances' part of an all-reduce in a multi-process job (its
     replicas: 2 (k - 1) ring steps, cost_model.all_reduce_link_traffic)."""
-    instances, _ = partition.configured_instances()
+    instances, _ = system_config.configured_instances()
     if instances <= 1:
         return 0
     local = (cost.link_steps or 0) // 2 + 1
@@ -248,11 +248,11 @@ def _indexed_output_avals(program):
 
 
 def _synthetic_data_for(category):
-    return _system.configured_flags().synthetic_data_for(category)
+    return system_config.configuration().flags.synthetic_data_for(category)
 
 
 def _log_cycle_count_flag():
-    return _system.configured_flags().log_cycle_count
+    return system_config.configuration().flags.log_cycle_count
 
 
 @dataclasses.dataclass

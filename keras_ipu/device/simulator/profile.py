@@ -94,6 +94,7 @@ import threading
 
 import numpy as np
 
+from keras_ipu.device.config import system_config
 from keras_ipu.device.config.enums import ExecutionProfileType
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
@@ -223,10 +224,8 @@ def _config_profile_type(config):
 
 
 def _current_config():
-    from keras_ipu.device.simulator import system
-
-    current = system._current  # never make a system just to read options
-    return getattr(current, "config", None)
+    # Never makes a system just to read options.
+    return getattr(system_config.configured_system(), "config", None)
 
 
 def report_options(environ=None, config=None):
@@ -754,9 +753,7 @@ def prediction_of(exe, target=None):
 
 
 def _ipu_model():
-    from keras_ipu.device.simulator import system
-
-    return bool(getattr(system._current, "ipu_model", True))
+    return system_config.configuration().ipu_model
 
 
 def build_report(exe, options=None, name=None):
@@ -862,26 +859,26 @@ def write_executable_report(exe, options=None, name=None):
 # Listeners get (executable, wall start, wall end) after every run; the
 # executor calls note_run. Empty unless a trace is on, so a run pays one
 # truth test.
-_run_listeners = []
+RUN_LISTENERS = []
 
 
 def add_run_listener(fn):
-    _run_listeners.append(fn)
+    RUN_LISTENERS.append(fn)
 
 
 def remove_run_listener(fn):
-    if fn in _run_listeners:
-        _run_listeners.remove(fn)
+    if fn in RUN_LISTENERS:
+        RUN_LISTENERS.remove(fn)
 
 
 def note_run(exe, start=None, end=None):
     """Tells the listeners (a TensorBoard trace) that `exe` ran from `start`
     to `end` (time.perf_counter() seconds; now when omitted)."""
-    if not _run_listeners:
+    if not RUN_LISTENERS:
         return
     import time
 
     end = time.perf_counter() if end is None else end
     start = end if start is None else start
-    for fn in list(_run_listeners):
+    for fn in list(RUN_LISTENERS):
         fn(exe, start, end)

@@ -23,6 +23,7 @@ import threading
 
 import numpy as np
 
+from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import partition as _partition
 
 # Seconds a replica waits for the others at a collective before giving up:
@@ -87,7 +88,7 @@ def _across_instances(total, op, count, whole_group):
     every local replica spans every instance, whose partial sums MPI adds
     (the gateway's part of the reduction); a mean divides by the global
     count."""
-    instances, _ = _partition.configured_instances()
+    instances, _ = system_config.configured_instances()
     if instances > 1 and whole_group:
         total = _partition.sum_over_instances(np.asarray(total))
         count *= instances
@@ -115,7 +116,7 @@ def replica_index():
     before this one in a multi-process job."""
     here = current()
     local = 0 if here is None else here[1]
-    instances, _ = _partition.configured_instances()
+    instances, _ = system_config.configured_instances()
     return local + (_partition.current().replica_index_offset if instances > 1 else 0)
 
 

@@ -14,8 +14,9 @@ Shards of a multi-IPU device map to its members through the SelectionOrder
 """
 
 import dataclasses
+import enum
 import re
-import threading
+from typing import NamedTuple
 
 from keras_ipu.device.config.enums import DeviceConnectionType, SelectionOrder
 from keras_ipu.device.simulator import targets
@@ -255,6 +256,56 @@ def select(pod, ids):
     return tuple(devices)
 
 
+class FPBehaviour(NamedTuple):
+    """The floating_point_behaviour a system sets and an executable is
+    compiled for (hashable, picklable; set_all already applied). esr is the
+    StochasticRoundingBehaviour member's name: "OFF", "ON" or
+    "REPLICA_IDENTICAL_ONLY". simulator/numerics.py gives it its effects."""
+
+    inv: bool = False
+    div0: bool = False
+    oflo: bool = False
+    esr: str = "OFF"
+    nanoo: bool = False
+
+    @property
+    def traps(self):
+        return self.inv or self.div0 or self.oflo
+
+    @property
+    def stochastic_rounding(self):
+        return self.esr != "OFF"
+
+    @property
+    def active(self):
+        """Whether it turns anything on (the compiler then wraps the kernels;
+        otherwise they run untouched)."""
+        return self != DEFAULT_BEHAVIOUR
+
+
+DEFAULT_BEHAVIOUR = FPBehaviour()
+
+
+def _esr_name(esr):
+    if isinstance(esr, enum.Enum):
+        return esr.name
+    if isinstance(esr, str):
+        return esr.upper()
+    return "ON" if esr else "OFF"  # the deprecated bool form
+
+
+def behaviour_from_dict(fp):
+    """FPBehaviour from IPUSystem.floating_point (a dict; empty = defaults)."""
+    fp = fp or {}
+    return FPBehaviour(
+        inv=bool(fp.get("inv", False)),
+        div0=bool(fp.get("div0", False)),
+        oflo=bool(fp.get("oflo", False)),
+        esr=_esr_name(fp.get("esr", "OFF")),
+        nanoo=bool(fp.get("nanoo", False)),
+    )
+
+
 @dataclasses.dataclass
 class IPUSystem:
     """The configured system: what the compiler and executor consult."""
@@ -277,6 +328,11 @@ class IPUSystem:
     def __post_init__(self):
         if self.connection == DeviceConnectionType.ALWAYS:
             self.attached = True
+
+    @property
+    def fp_behaviour(self):
+        """The FPBehaviour of `floating_point`."""
+        return behaviour_from_dict(self.floating_point)
 
     @property
     def tiles_per_ipu(self):
@@ -347,46 +403,3 @@ def _device_index(name):
         return None
     match = _DEVICE_NAME.search(name.strip())
     return int(match.group(1)) if match else None
-
-
-# The process-global system. None until configured or first asked for; then
-# the default of DESIGN decision 2 (one ipu2 IPU Model) is made on demand.
-_lock = threading.RLock()
-_current = None
-
-
-def current_system():
-    global _current
-    with _lock:
-        if _current is None:
-            # Imported here: the config package imports this module.
-            from keras_ipu.device.config.system_config import default_system
-
-            _current = default_system()
-        return _current
-
-
-def configured_flags():
-    """The PoplarFlags in force: the system's, or TF_POPLAR_FLAGS read now
-    when no system exists yet (never creates one just to read a flag; the
-    default system would read the same variable)."""
-    current = _current
-    if current is not None:
-        return current.flags
-    from keras_ipu.device import flags
-
-    return flags.read_flags(print_help=False)
-
-
-def install_system(system):
-    global _current
-    with _lock:
-        _current = system
-
-
-def has_configured_system():
-    return _current is not None and not _current.is_default
-
-
-def clear_system():
-    install_system(None)
