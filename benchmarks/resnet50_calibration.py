@@ -70,8 +70,8 @@ def trace_train_step(model, x, y):
     train step traced for one batch (x, y), without running it."""
     from keras_ipu.backend.trainer_ops import model_state
     from keras_ipu.device.ir import ShapedArray
-    from keras_ipu.device.jit import flatten
-    from keras_ipu.device.jit import unflatten
+    from keras_ipu.device.pytree import flatten
+    from keras_ipu.device.pytree import unflatten
     from keras_ipu.device.trace import trace_flat
 
     model._symbolic_build(data_batch=(x, y))

@@ -25,10 +25,10 @@ carry a trace.BackwardSource (the forward node's layer path, marked), so
 compiler passes can tell the two passes apart (compiler/recompute.py).
 Control flow differentiates into control flow (cond -> cond of backward
 branches, scan -> reverse scan),
-see primitives/control_flow.py. A primitive in RESIDUAL_RULES (scan) has
-its forward pass run by the autodiff itself, storing what its backward pass
-needs (each step's or the taken branch's values), so nothing is
-recomputed.
+see primitives/control_flow.py. A primitive with a `residual_grad`
+(forward, backward) pair (cond, scan) has its forward pass run by the
+autodiff itself, storing what its backward pass needs (each step's or the
+taken branch's values), so nothing is recomputed.
 
 Complex values: the cotangent c of z is defined by dL = Re(sum(c * dz)) for
 a real loss L, so a holomorphic function's rule is the plain transpose of
@@ -42,92 +42,16 @@ cond/where), as under any compiled function.
 
 import numpy as np
 
+from keras_ipu.device import interpreter
+from keras_ipu.device import pytree
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives import ad_util
-from keras_ipu.device.primitives import control_flow
 from keras_ipu.device.trace import backward_source
 from keras_ipu.device.trace import source_scope
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import trace_flat
-
-
-class _Tree:
-    """Minimal pytrees (tuples, lists, dicts; anything else is a leaf),
-    so the device layer does not import Keras."""
-
-    @staticmethod
-    def flatten(x):
-        if x is None:
-            return []
-        if isinstance(x, (tuple, list)):
-            return [leaf for item in x for leaf in _Tree.flatten(item)]
-        if isinstance(x, dict):
-            return [leaf for k in sorted(x) for leaf in _Tree.flatten(x[k])]
-        return [x]
-
-    @staticmethod
-    def pack_sequence_as(structure, leaves):
-        it = iter(leaves)
-
-        def build(s):
-            if s is None:
-                return None
-            if isinstance(s, (tuple, list)):
-                items = [build(i) for i in s]
-                if isinstance(s, list):
-                    return items
-                if hasattr(s, "_fields"):  # namedtuple
-                    return type(s)(*items)
-                return tuple(items)
-            if isinstance(s, dict):
-                items = [(k, build(s[k])) for k in sorted(s)]
-                return dict(items) if type(s) is dict else type(s)(items)
-            return next(it)
-
-        return build(structure)
-
-    @staticmethod
-    def flatten_like(structure, x):
-        """The leaves of x that sit where `structure` has leaves; a None
-        in x stands for a whole subtree of zeros (None leaves)."""
-        if structure is None:
-            return []
-        if isinstance(structure, (tuple, list)):
-            parts = [None] * len(structure) if x is None else list(x)
-            if len(parts) != len(structure):
-                raise ValueError(
-                    f"vjp_fn: the cotangents have {len(parts)} entries where "
-                    f"the outputs have {len(structure)}; pass the outputs' "
-                    "structure.")
-            return [leaf for s, p in zip(structure, parts)
-                    for leaf in _Tree.flatten_like(s, p)]
-        if isinstance(structure, dict):
-            return [leaf for k in sorted(structure)
-                    for leaf in _Tree.flatten_like(
-                        structure[k], None if x is None else x[k])]
-        return [x]
-
-
-tree = _Tree
-
-
-# Primitives whose forward pass stores residuals for their backward pass
-# (beyond their inputs and outputs): prim -> (forward(inputs, params) ->
-# (outputs, residuals), backward(cts, inputs, outputs, residuals, **params)).
-# The autodiff runs `forward` instead of bind when it evaluates such a node
-# (residuals None: nothing stored, prim.grad recomputes).
-RESIDUAL_RULES = {
-    control_flow.cond_p: (
-        control_flow.cond_forward_with_residuals,
-        control_flow.cond_grad_with_residuals,
-    ),
-    control_flow.scan_p: (
-        control_flow.scan_forward_with_residuals,
-        control_flow.scan_grad_with_residuals,
-    ),
-}
 
 
 def _missing_rule_error(prim):
@@ -153,11 +77,7 @@ class Linearized:
         self.residuals = {}
 
     def read(self, operand):
-        if isinstance(operand, Literal):
-            value = operand.value
-            # Rules read .shape/.dtype: Python scalars become 0-d arrays.
-            return value if hasattr(value, "shape") else np.asarray(value)
-        return self.env[operand.id]
+        return _read(self.env, operand)
 
     def backward(self, out_cts):
         """Cotangents of the graph inputs (None: zero) for `out_cts`, one
@@ -198,7 +118,7 @@ class Linearized:
             outputs = [self.env[v.id] for v in node.outputs]
             with source_scope(backward_source(node.source)):
                 if index in self.residuals:
-                    _, backward = RESIDUAL_RULES[prim]
+                    _, backward = prim.residual_grad
                     in_cts = backward(node_cts, inputs, outputs,
                                       self.residuals[index], **node.params)
                 else:
@@ -216,38 +136,38 @@ class Linearized:
         return [cts.get(v.id) for v in graph.inputs]
 
 
+def _read(env, operand):
+    if type(operand) is Literal:
+        value = operand.value
+        # Rules read .shape/.dtype: Python scalars become 0-d arrays.
+        return value if hasattr(value, "shape") else np.asarray(value)
+    return env[operand.id]
+
+
 def linearize(graph, inputs, n_active=None):
     """Evaluate `graph` on `inputs` keeping every value (the residuals the
     gradient rules read). Returns a Linearized. Only the first `n_active`
     inputs (default: all) are differentiated; the others (captured outer
     values) are constants of the backward pass."""
-    if len(inputs) != len(graph.inputs):
-        raise TypeError(
-            f"The graph takes {len(graph.inputs)} inputs; got {len(inputs)}."
-        )
-    env = {}
-    for var, value in zip(graph.inputs, inputs):
-        env[var.id] = value
     if n_active is None:
         n_active = len(inputs)
     active = {v.id for v in graph.inputs[:n_active]
               if ad_util.is_differentiable(v.aval.dtype)}
+    residuals = {}
+
+    def apply(index, node, args):
+        prim = node.primitive
+        if _propagate(node, active) and prim.residual_grad is not None:
+            forward, _ = prim.residual_grad
+            outs, stored = forward(args, node.params)
+            if stored is not None:
+                residuals[index] = stored
+            return outs
+        return interpreter.bind_node(index, node, args)
+
+    env = interpreter.evaluate(graph, list(inputs), apply, _read)
     lin = Linearized(graph, env, None, active)
-    for index, node in enumerate(graph.nodes):
-        is_active = _propagate(node, active)
-        args = [lin.read(v) for v in node.inputs]
-        with source_scope(node.source):
-            if is_active and node.primitive in RESIDUAL_RULES:
-                forward, _ = RESIDUAL_RULES[node.primitive]
-                outs, stored = forward(args, node.params)
-                if stored is not None:
-                    lin.residuals[index] = stored
-            else:
-                outs = node.primitive.bind(*args, **node.params)
-                if not node.primitive.multiple_results:
-                    outs = (outs,)
-        for var, value in zip(node.outputs, outs):
-            env[var.id] = value
+    lin.residuals = residuals
     lin.outputs = [lin.read(v) for v in graph.outputs]
     return lin
 
@@ -321,11 +241,12 @@ def vjp(fn, *primals, has_aux=False):
     cotangents (same structure as the outputs) to primal cotangents (same
     structure as the primals). With has_aux, fn returns (outputs, aux) and
     the result is (outputs, vjp_fn, aux); aux is not differentiated."""
-    flat = [_as_array(x) for x in tree.flatten(primals)]
+    primal_leaves, primal_tree = pytree.flatten(primals)
+    flat = [_as_array(x) for x in primal_leaves]
     box = {}
 
     def flat_fn(*tracers):
-        out = fn(*tree.pack_sequence_as(primals, list(tracers)))
+        out = fn(*pytree.unflatten(primal_tree, list(tracers)))
         if has_aux:
             if not (isinstance(out, (tuple, list)) and len(out) == 2):
                 raise ValueError(
@@ -333,22 +254,22 @@ def vjp(fn, *primals, has_aux=False):
                     "(outputs, aux); got " + type(out).__name__
                 )
             out, aux = out
-            box["aux_tree"] = aux
-            aux_leaves = [_as_array(a) for a in tree.flatten(aux)]
+            aux_leaves, box["aux_tree"] = pytree.flatten(aux)
+            aux_leaves = [_as_array(a) for a in aux_leaves]
         else:
             aux_leaves = []
-        box["tree"] = out
-        leaves = [_as_array(o) for o in tree.flatten(out)]
+        leaves, box["tree"] = pytree.flatten(out)
+        leaves = [_as_array(o) for o in leaves]
         box["n_out"] = len(leaves)
         return leaves + aux_leaves
 
     graph, captures = trace_flat(flat_fn, [_aval(x) for x in flat])
     lin = linearize(graph, flat + list(captures), n_active=len(flat))
     n_out = box["n_out"]
-    outputs = tree.pack_sequence_as(box["tree"], lin.outputs[:n_out])
+    outputs = pytree.unflatten(box["tree"], lin.outputs[:n_out])
 
     def vjp_fn(cotangents):
-        ct_leaves = tree.flatten_like(box["tree"], cotangents)
+        ct_leaves = pytree.flatten_like(box["tree"], cotangents, "vjp_fn: the cotangents")
         if len(ct_leaves) != n_out:
             raise ValueError(
                 f"vjp_fn: got {len(ct_leaves)} cotangents for {n_out} "
@@ -357,10 +278,10 @@ def vjp(fn, *primals, has_aux=False):
         cts = [None if c is None else _as_array(c) for c in ct_leaves]
         in_cts = lin.backward(cts + [None] * (len(graph.outputs) - n_out))
         grads = [instantiate(ct, x) for ct, x in zip(in_cts[: len(flat)], flat)]
-        return tree.pack_sequence_as(primals, grads)
+        return pytree.unflatten(primal_tree, grads)
 
     if has_aux:
-        aux = tree.pack_sequence_as(box["aux_tree"], lin.outputs[n_out:])
+        aux = pytree.unflatten(box["aux_tree"], lin.outputs[n_out:])
         return outputs, vjp_fn, aux
     return outputs, vjp_fn
 
@@ -378,8 +299,8 @@ def jvp(fn, primals, tangents, has_aux=False):
     """
     primals = tuple(primals)
     tangents = tuple(tangents)
-    flat_p = tree.flatten(primals)
-    flat_t = tree.flatten(tangents)
+    flat_p = pytree.leaves(primals)
+    flat_t = pytree.leaves(tangents)
     if len(flat_p) != len(flat_t):
         raise ValueError(
             f"jvp: got {len(flat_t)} tangents for {len(flat_p)} primals; pass "
@@ -394,16 +315,15 @@ def jvp(fn, primals, tangents, has_aux=False):
             )
     result = vjp(fn, *primals, has_aux=has_aux)
     outputs, vjp_fn = result[0], result[1]
-    out_leaves = [_as_array(o) for o in tree.flatten(outputs)]
-    zeros = [ad_util.zeros_like(o) for o in out_leaves]
+    out_leaves, out_tree = pytree.flatten(outputs)
+    zeros = [ad_util.zeros_like(_as_array(o)) for o in out_leaves]
 
     def transpose(*us):
-        grads = vjp_fn(tree.pack_sequence_as(outputs, list(us)))
-        return tree.flatten(grads)
+        return pytree.leaves(vjp_fn(pytree.unflatten(out_tree, list(us))))
 
     _, vjp_of_vjp = vjp(transpose, *zeros)
     out_tangents = vjp_of_vjp([_as_array(t) for t in flat_t])
-    out_tangents = tree.pack_sequence_as(outputs, list(out_tangents))
+    out_tangents = pytree.unflatten(out_tree, list(out_tangents))
     if has_aux:
         return outputs, out_tangents, result[2]
     return outputs, out_tangents

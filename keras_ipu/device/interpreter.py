@@ -4,40 +4,49 @@
 its inputs. With concrete inputs the kernels run now (the host computes the
 graph); with Tracers among the inputs each bind records a node in the running
 trace, so evaluating a graph inside another trace inlines it.
+
+`evaluate` is the walk itself, for callers that need every value (the
+autodiff keeps them as residuals) or apply some nodes their own way.
 """
 
 from keras_ipu.device.ir import Literal
-from keras_ipu.device.trace import _source_override
+from keras_ipu.device.trace import source_scope
 
 
-def eval_graph(graph, *inputs):
-    """Values of graph.outputs (a list) for `inputs`, one per graph input."""
+def read(env, operand):
+    """The value of a Var (from `env`, by Var id) or of a Literal."""
+    if type(operand) is Literal:
+        return operand.value
+    return env[operand.id]
+
+
+def bind_node(index, node, args):
+    """The outputs (a tuple) of `node` applied to `args`."""
+    outs = node.primitive.bind(*args, **node.params)
+    return outs if node.primitive.multiple_results else (outs,)
+
+
+def evaluate(graph, inputs, apply=bind_node, read_operand=read):
+    """Every value of `graph` on `inputs`: {Var id: value}. Each node runs as
+    apply(index, node, args) -> its outputs, inside the node's source scope
+    (an inlined node keeps the Keras layer it was traced in)."""
     if len(inputs) != len(graph.inputs):
         raise TypeError(
             f"The graph takes {len(graph.inputs)} inputs "
             f"({', '.join(v.aval.short() for v in graph.inputs)}); "
             f"got {len(inputs)}."
         )
-    env = {}
-    for var, value in zip(graph.inputs, inputs):
-        env[var.id] = value
-
-    def read(operand):
-        if isinstance(operand, Literal):
-            return operand.value
-        return env[operand.id]
-
-    # An inlined node keeps the source (Keras layer) it was traced in.
-    sources = _source_override
-    for node in graph.nodes:
-        args = [read(v) for v in node.inputs]
-        sources.append(node.source)
-        try:
-            outs = node.primitive.bind(*args, **node.params)
-        finally:
-            sources.pop()
-        if not node.primitive.multiple_results:
-            outs = (outs,)
+    env = {var.id: value for var, value in zip(graph.inputs, inputs)}
+    for index, node in enumerate(graph.nodes):
+        args = [read_operand(env, v) for v in node.inputs]
+        with source_scope(node.source):
+            outs = apply(index, node, args)
         for var, value in zip(node.outputs, outs):
             env[var.id] = value
-    return [read(v) for v in graph.outputs]
+    return env
+
+
+def eval_graph(graph, *inputs):
+    """Values of graph.outputs (a list) for `inputs`, one per graph input."""
+    env = evaluate(graph, inputs)
+    return [read(env, v) for v in graph.outputs]

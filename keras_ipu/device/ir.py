@@ -131,6 +131,18 @@ class Node:
         self.source = source
 
 
+def subgraphs(node):
+    """The Graphs `node` runs (cond branches, loop bodies, ...): the params
+    its primitive names in `subgraph_params`, in that order."""
+    params = node.params
+    for name in node.primitive.subgraph_params:
+        value = params[name]
+        if isinstance(value, Graph):
+            yield value
+        else:
+            yield from value
+
+
 class Graph:
     def __init__(self):
         self.inputs = []

@@ -5,8 +5,9 @@ compile, cache, run.
     y = fast(x, w)          # traces and compiles for (x, w)'s avals
     y = fast(x2, w)         # same avals: runs the cached executable
 
-Arguments may be arrays or (nested) tuples/lists/dicts of arrays; results
-are NumPy arrays in the structure fn returned. Python scalars are weakly
+Arguments may be arrays or (nested) tuples/lists/dicts of arrays (pytrees,
+pytree.py; None is an empty subtree); results are NumPy arrays in the
+structure fn returned. Python scalars are weakly
 typed as in Keras: a float is float32, an int int32 (not the 64-bit types
 NumPy would pick, which the IPU would have to demote). Values fn closes over are
 baked into the program as constants when it is traced (as in JAX): pass
@@ -35,6 +36,7 @@ import warnings
 
 import numpy as np
 
+from keras_ipu.device import pytree
 from keras_ipu.device import user_code
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler import progress
@@ -48,57 +50,11 @@ from keras_ipu.device.trace import current_builder
 from keras_ipu.device.trace import trace_flat
 
 
-def _flatten(tree, leaves):
-    if isinstance(tree, (tuple, list)):
-        return (type(tree), tuple(_flatten(t, leaves) for t in tree))
-    if isinstance(tree, dict):
-        keys = sorted(tree)
-        return (dict, tuple(keys), tuple(_flatten(tree[k], leaves) for k in keys))
-    leaves.append(tree)
-    return None
-
-
-def flatten(tree):
-    """(leaves, structure): the arrays of a nested tuple/list/dict."""
-    leaves = []
-    structure = _flatten(tree, leaves)
-    return leaves, structure
-
-
-def unflatten(structure, leaves):
-    it = iter(leaves)
-
-    def build(s):
-        if s is None:
-            return next(it)
-        if s[0] is dict:
-            return {k: build(c) for k, c in zip(s[1], s[2])}
-        kind, children = s
-        items = [build(c) for c in children]
-        if hasattr(kind, "_fields"):  # namedtuples take positional fields
-            return kind(*items)
-        return kind(items)
-
-    return build(structure)
-
-
-def _leaf_paths(structure, prefix=""):
-    """The path of each leaf of flatten's `structure`, in its order."""
-    if structure is None:
-        return [prefix]
-    if structure[0] is dict:
-        return [p for k, c in zip(structure[1], structure[2])
-                for p in _leaf_paths(c, f"{prefix}[{k!r}]")]
-    return [p for i, c in enumerate(structure[1])
-            for p in _leaf_paths(c, f"{prefix}[{i}]")]
-
-
 def describe_leaf(structure, index):
-    """How an error names leaf `index` of flatten(args): `argument 1[0]`."""
-    _, arguments = structure
+    """How an error names leaf `index` of pytree.flatten(args): `argument 1[0]`."""
     start = 0
-    for i, child in enumerate(arguments):
-        paths = _leaf_paths(child)
+    for i, child in enumerate(pytree.children(structure)):
+        paths = pytree.leaf_paths(child)
         if index < start + len(paths):
             return f"argument {i}{paths[index - start]}"
         start += len(paths)
@@ -117,21 +73,13 @@ def _as_array(x):
 
 def _donated_leaves(structure, argnums):
     """Flat positions of the leaves of the donated arguments."""
-    _, children = structure  # flatten(args): a tuple of the arguments
     positions, start = [], 0
-    for i, child in enumerate(children):
-        count = _count_leaves(child)
+    for i, child in enumerate(pytree.children(structure)):  # the arguments
+        count = pytree.count_leaves(child)
         if i in argnums:
             positions.extend(range(start, start + count))
         start += count
     return tuple(positions)
-
-
-def _count_leaves(structure):
-    if structure is None:
-        return 1
-    children = structure[2] if structure[0] is dict else structure[1]
-    return sum(_count_leaves(c) for c in children)
 
 
 # Distinct programs one jitted function may compile for one system before
@@ -179,7 +127,7 @@ class Jitted:
 
     def executable(self, *args):
         """The Executable for these arguments (compiled if needed)."""
-        leaves, structure = flatten(args)
+        leaves, structure = pytree.flatten(args)
         arrays = [_as_array(x) for x in leaves]
         return self._lookup(structure, arrays)[0]
 
@@ -247,8 +195,8 @@ class Jitted:
         out_structure = []
 
         def flat_fn(*tracers):
-            result = self.fn(*unflatten(structure, tracers))
-            leaves, s = flatten(result)
+            result = self.fn(*pytree.unflatten(structure, tracers))
+            leaves, s = pytree.flatten(result)
             out_structure.append(s)
             return leaves
 
@@ -270,7 +218,7 @@ class Jitted:
         return cache_key, executable, out_structure[0]
 
     def __call__(self, *args):
-        leaves, structure = flatten(args)
+        leaves, structure = pytree.flatten(args)
         if self._inline(leaves):
             return self.fn(*args)
         arrays = [_as_array(x) for x in leaves]
@@ -280,7 +228,7 @@ class Jitted:
         except InputRangeError as e:
             name = f"{describe_leaf(structure, e.index)} of `{self.__name__}`"
             raise e.renamed(name) from None
-        return unflatten(out_structure, results)
+        return pytree.unflatten(out_structure, results)
 
 
 def jit(fn=None, *, options=None, cache=None, donate_argnums=()):

@@ -161,7 +161,7 @@ class _Program:
             exe = self._jitted.executable(var_values, per_replica_dynamic[0])
 
         def run_one(dynamic):
-            from keras_ipu.device.jit import flatten
+            from keras_ipu.device.pytree import flatten
 
             arrays, _ = flatten((var_values, dynamic))
             return exe.run(*[np.asarray(a) for a in arrays])

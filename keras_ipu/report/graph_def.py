@@ -15,6 +15,8 @@ cycles and bytes of the step.
 Uses TensorBoard's own copy of the GraphDef protobuf (no TensorFlow).
 """
 
+from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import profile
 
@@ -76,44 +78,53 @@ class _Writer:
     def program(self, program, prefix, categories=None, outer_inputs=None):
         """Nodes of `program` under `prefix`; returns nothing. `outer_inputs`:
         the names feeding a sub-graph's inputs (edges into the body)."""
-        where = {}  # key -> "node:k"
+        where = {}  # Var, or id of a constant's value -> "node:k"
         categories = categories or ("program inputs",) * len(program.inputs)
-        for j, ((key, aval), category) in enumerate(zip(program.inputs, categories)):
+        for j, (var, category) in enumerate(zip(program.inputs, categories)):
             group = f"{prefix}inputs/{_clean(category)}" if not outer_inputs else f"{prefix}inputs"
             name = self.unique(f"{group}/arg_{j}")
             feed = [outer_inputs[j]] if outer_inputs and j < len(outer_inputs) else []
-            self.node(name, "Input", feed, [aval], {"category": category})
-            where[key] = name
-        for j, (key, aval) in enumerate(program.constants):
+            self.node(name, "Input", feed, [var.aval], {"category": category})
+            where[var] = name
+        constants = {}
+        for node in program.nodes:
+            for v in node.inputs:
+                if type(v) is Literal:
+                    constants.setdefault(id(v.value), v.aval)
+        for j, (key, aval) in enumerate(constants.items()):
             name = self.unique(f"{prefix}constants/const_{j}")
             self.node(name, "Const", [], [aval], {"bytes": int(aval.nbytes or 0)})
             where[key] = name
-        for i, st in enumerate(program.steps):
-            layer = st.source or ""
-            base = f"{prefix}{_clean(layer) + '/' if layer else ''}{st.primitive.name}_{i}"
+        for i, node in enumerate(program.nodes):
+            layer = node.source or ""
+            base = f"{prefix}{_clean(layer) + '/' if layer else ''}{node.primitive.name}_{i}"
             name = self.unique(base)
-            inputs = [where[k] for k in st.inputs if k in where]
-            cycles = self.costs.get(id(st))
-            self.node(name, st.primitive.name, inputs, st.out_avals, {
+            keys = [id(v.value) if type(v) is Literal else v for v in node.inputs]
+            inputs = [where[k] for k in keys if k in where]
+            out_avals = [v.aval for v in node.outputs]
+            self.node(name, node.primitive.name, inputs, out_avals, {
                 "layer": layer or None, "step": i,
-                "predicted_cycles": cycles,
-                "output_bytes": int(sum(a.nbytes or 0 for a in st.out_avals)),
+                "predicted_cycles": self.costs.get(id(node)),
+                "output_bytes": int(sum(a.nbytes or 0 for a in out_avals)),
             })
-            for k, key in enumerate(st.outputs):
-                where[key] = name if k == 0 else f"{name}:{k}"
-            for g, sub in enumerate(memory_model._subprograms(st)):
-                sub_program = memory_model.program_of(sub)
-                self.program(sub_program, f"{name}_{_sub_name(st, g)}/", None,
-                             outer_inputs=inputs)
+            for k, var in enumerate(node.outputs):
+                where[var] = name if k == 0 else f"{name}:{k}"
+            for graph, sub_name in zip(subgraphs(node), _sub_names(node)):
+                self.program(graph, f"{name}_{sub_name}/", None, outer_inputs=inputs)
 
 
-def _sub_name(step, g):
-    name = step.primitive.name
-    if name == "while_loop":
-        return ("cond", "body")[g] if g < 2 else f"graph_{g}"
-    if name == "cond":
-        return f"branch_{g}"
-    return "body" if g == 0 else f"graph_{g}"
+def _sub_names(node):
+    """Names of the sub-graphs of a control-flow node, in ir.subgraphs
+    order: its params' names (a while loop's body and cond, a scan's body),
+    a cond's branch_0, branch_1..."""
+    names = []
+    for param in node.primitive.subgraph_params:
+        value = node.params[param]
+        if isinstance(value, tuple):
+            names += [f"branch_{g}" for g in range(len(value))]
+        else:
+            names.append(param.removesuffix("_graph"))
+    return names
 
 
 def graph_def(exe):
@@ -121,11 +132,11 @@ def graph_def(exe):
     pb = _protos()
     graph_def = pb.GraphDef()
     graph_def.versions.producer = 1
-    program = memory_model.program_of(exe)
+    program = memory_model.graph_of(exe)
     costs = {}
     try:
         pred = profile.prediction_of(exe)
-        costs = {id(st): s.cycles for st, s in zip(program.steps, pred.steps)}
+        costs = {id(node): s.cycles for node, s in zip(program.nodes, pred.steps)}
     except (LookupError, TypeError, ValueError):
         pass  # a program the cost model cannot cost still has a graph
     _Writer(graph_def, costs).program(program, "", profile.input_categories(exe, program))

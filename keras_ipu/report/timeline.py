@@ -66,11 +66,12 @@ def step_name(op, source):
     return f"{op} ({source})" if source else f"{op} {NO_LAYER}"
 
 
-def run_slices(exe, pred, label, begin_us, detailed=True, budget=None):
+def run_slices(exe, pred, label, begin_us, detailed=True, budget=None, memo=None):
     """([Slice], [Counter]) of one run of `exe` starting at `begin_us`
     (microseconds). `detailed`: draw its program steps and loop bodies
     (else the run slice says they are not drawn). `budget`: [step slices
-    left], shared by the runs of a trace."""
+    left], shared by the runs of a trace; `memo`: the sub-graph predictions
+    they share (profile.execution_trace)."""
     budget = [MAX_STEP_EVENTS] if budget is None else budget
     target = pred.target
     us_per_cycle = 1e6 / target.clock_hz
@@ -98,7 +99,7 @@ def run_slices(exe, pred, label, begin_us, detailed=True, budget=None):
             "drawn step by step")
         slices[0].name = f"{label} (steps not drawn)"
         return slices, []
-    trace = profile.execution_trace(pred, exe)
+    trace = profile.execution_trace(pred, exe, memo=memo)
     before = budget[0]
     _step_slices(slices, trace, start_device, us_per_cycle, STEPS, budget)
     if budget[0] <= 0:
@@ -159,20 +160,18 @@ def lay_out(runs, origin):
     detailed, known = {}, {}
     device_free = 0.0
     budget = [MAX_STEP_EVENTS]
-    try:
-        for exe, start, _ in runs:
-            if id(exe) not in known:
-                known[id(exe)] = (program_label(exe), profile.prediction_of(exe))
-            label, pred = known[id(exe)]
-            begin = max((start - origin) * 1e6, device_free)
-            seen = detailed.get(id(exe), 0)
-            detailed[id(exe)] = seen + 1
-            s, c = run_slices(exe, pred, label, begin, seen < STEP_DETAIL_RUNS, budget)
-            slices += s
-            counters += c
-            device_free = begin + run_seconds(pred) * 1e6
-    finally:
-        profile._graph_predictions.clear()
+    memo = {}
+    for exe, start, _ in runs:
+        if id(exe) not in known:
+            known[id(exe)] = (program_label(exe), profile.prediction_of(exe))
+        label, pred = known[id(exe)]
+        begin = max((start - origin) * 1e6, device_free)
+        seen = detailed.get(id(exe), 0)
+        detailed[id(exe)] = seen + 1
+        s, c = run_slices(exe, pred, label, begin, seen < STEP_DETAIL_RUNS, budget, memo)
+        slices += s
+        counters += c
+        device_free = begin + run_seconds(pred) * 1e6
     return slices, counters
 
 

@@ -160,7 +160,6 @@ def build_xspace(hostname, wall0, origin, batches, runs, t0_ns=0,
                 plane.event(counter_line, c.name, c.ts_us, 0, c.values)
         memory_line = host.line(10 + ipu, f"IPU {ipu} memory activity (predicted)", t0_ns)
         _memory_activity(host, memory_line, runs, origin, ipu)
-    profile._graph_predictions.clear()
     return space
 
 
@@ -182,7 +181,7 @@ def _memory_activity(plane, line, runs, origin, ipu):
         seen.add(id(exe))
         pred = profile.prediction_of(exe)
         target = pred.target
-        program = memory_model.program_of(exe)
+        program = memory_model.graph_of(exe)
         trace = profile.execution_trace(pred, None)
         us_per_cycle = 1e6 / target.clock_hz
         begin = run.start_us + timeline.transfer_seconds(pred)[0] * 1e6
@@ -204,9 +203,9 @@ def _memory_activity(plane, line, runs, origin, ipu):
 
         resident = []
         categories = profile.input_categories(exe, program)
-        for (_, aval), category in zip(program.inputs, categories):
-            resident.append((next(address), aval.nbytes or 0, category, aval))
-        for _, aval in program.constants:
+        for var, category in zip(program.inputs, categories):
+            resident.append((next(address), var.aval.nbytes or 0, category, var.aval))
+        for aval in memory_model.constants_of(program):
             resident.append((next(address), aval.nbytes or 0, "constants", aval))
         mem = profile.memory_of(exe, target)
         resident.append((next(address), mem.code_bytes, "code", None))
@@ -215,17 +214,17 @@ def _memory_activity(plane, line, runs, origin, ipu):
 
         addresses, live_before = {}, set()
         end = begin
-        for (i, st, live, _, _, made, inner), step in zip(
+        for (i, node, live, _, _, made, inner), step in zip(
                 memory_model.liveness_by_step(program, target.tiles_per_ipu), trace):
             at = begin + step["start"] * us_per_cycle
             end = begin + step["end"] * us_per_cycle
-            op = f"{st.source or timeline.NO_LAYER}/{st.primitive.name}"
+            op = f"{node.source or timeline.NO_LAYER}/{node.primitive.name}"
             for k in live_before - live:
-                aval = made[k][0]
+                aval = k.aval
                 emit("MemoryDeallocation", at, aval.nbytes or 0, op, "activation",
                      aval, addresses.pop(k))
             for k in live - live_before:
-                aval = made[k][0]
+                aval = k.aval
                 addresses[k] = next(address)
                 emit("MemoryAllocation", at, aval.nbytes or 0, op, "activation",
                      aval, addresses[k])
@@ -237,7 +236,7 @@ def _memory_activity(plane, line, runs, origin, ipu):
                      "loop body temporaries (peak)", None, addr)
             live_before = set(live)
         for k in live_before:
-            aval = made[k][0]
+            aval = k.aval
             emit("MemoryDeallocation", end, aval.nbytes or 0, "program end",
                  "activation", aval, addresses.pop(k))
         for addr, nbytes, category, aval in resident:

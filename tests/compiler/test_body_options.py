@@ -49,7 +49,7 @@ def _cond_program():
 def _body_names(exe):
     (inner,) = exe.subprograms.values()
     inner = inner if not isinstance(inner, tuple) else inner[0]
-    return [record[0].name for record in inner.records]
+    return [node.primitive.name for node in inner.steps]
 
 
 @pytest.mark.parametrize("program", [_loop_program, _cond_program])

@@ -7,7 +7,6 @@ floating-point behaviour hook."""
 import dataclasses
 import logging
 import os
-import sys
 
 import keras
 import numpy as np

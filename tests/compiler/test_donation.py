@@ -59,7 +59,7 @@ def test_no_donation_past_a_view_or_into_an_output():
         return [b.op("mul", b.op("add", w, w), w), w]  # w is returned
 
     g = build([aval((4, 3))], body)
-    donate = donatable_operands(g.nodes, g.inputs, g.outputs, (0,))
+    donate = donatable_operands(g, (0,))
     w = g.inputs[0]
     assert donate == {1: (0,)}  # the sum w + w, a fresh array; never w
     assert all(g.nodes[i].inputs[k] is not w for i, ks in donate.items() for k in ks)

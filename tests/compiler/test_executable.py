@@ -46,9 +46,9 @@ def test_run_matches_numpy_and_returns_ndarrays():
 
 def test_program_is_flat_and_frees_values_at_their_last_use():
     exe = compile_graph(_graph())
-    kinds = [r[0].name for r in exe.records]
+    kinds = [n.primitive.name for n in exe.steps]
     assert kinds == ["dot_general", "fused_elementwise", "reduce_sum"]
-    frees = [r[4] for r in exe.records]
+    frees = [fr for _, _, _, _, fr in exe._program]
     assert 1 in frees[0]  # w (slot 1) dies at the dot
     assert 0 not in sum(frees, ())  # x is an output: never freed
     for kernel, ins, out, multi, fr in exe._program:
@@ -73,7 +73,7 @@ def test_unoptimized_compile_gives_the_same_values():
     )
     a = compile_graph(_graph(), off)
     b = compile_graph(_graph())
-    assert len(a.records) == 4 and len(b.records) == 3
+    assert len(a.steps) == 4 and len(b.steps) == 3
     for got, want in zip(a.run(x, w), b.run(x, w)):
         np.testing.assert_array_equal(got, want)
 

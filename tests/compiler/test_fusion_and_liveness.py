@@ -7,7 +7,7 @@ from compiler_graphs import prim_names
 from compiler_graphs import run
 
 from keras_ipu.device.compiler.fusion import fuse_elementwise
-from keras_ipu.device.compiler.liveness import analyze_liveness
+from keras_ipu.device import liveness
 from keras_ipu.device.compiler.lowering import lower
 
 
@@ -115,24 +115,28 @@ def test_liveness_last_uses_and_peak_bytes():
         return d
 
     g = build([aval((1000,))], body)
-    live = analyze_liveness(g)
+    live = liveness.analyze(g)
     x = g.inputs[0]
     a, c, d = (n.outputs[0] for n in g.nodes)
     assert live.last_use[x] == 2
     assert live.last_use[a] == 1
     assert live.last_use[c] == 2
     assert live.last_use[d] == 3  # a graph output lives to the end
+    assert live.readers[x] == [0, 2] and live.dying_after(2) == [x, c]
     # x and a and c are live together at step 1 (x stays for step 2).
-    assert live.peak_bytes == 3 * 4000
-    assert live.peak_at == 1
+    host = liveness.peak(g, lambda v: (v.aval.nbytes,), inputs_live=True)
+    assert host.maxima == [3 * 4000]
+    assert host.step.index == 1
+    # The IPU's view: inputs always live elsewhere, so a alone, then a and c.
+    device = liveness.peak(g, lambda v: (v.aval.nbytes,))
+    assert device.maxima == [2 * 4000] and device.step.index == 1
 
 
 def test_liveness_counts_constants_apart():
     big = lit(np.ones(256, np.float32))
     g = build([aval((256,))], lambda b, x: b.op("add", x, big))
-    live = analyze_liveness(g)
-    assert live.constant_bytes == 1024
-    assert live.peak_bytes == 2 * 1024
+    assert liveness.analyze(g).constant_bytes == 1024
+    assert liveness.peak(g, lambda v: (v.aval.nbytes,), inputs_live=True).maxima == [2 * 1024]
 
 
 def test_fused_node_is_differentiable_through_its_chain():

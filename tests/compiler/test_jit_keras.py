@@ -41,7 +41,7 @@ def test_dense_relu_softmax_forward():
     out = f(x, w1, b1, w2)
     _close(out, forward(x, w1, b1, w2))
     np.testing.assert_allclose(out.sum(-1), 1.0, rtol=1e-5)
-    names = [r[0].name for r in f.executable(x, w1, b1, w2).records]
+    names = [n.primitive.name for n in f.executable(x, w1, b1, w2).steps]
     assert "fused_elementwise" in names
 
 
@@ -85,8 +85,8 @@ def test_scan():
     _close(list(f(xs, scale)), list(cumulative(xs, scale)))
     # The body runs compiled: a scan step lowers to a closure over an
     # Executable, not the interpreter.
-    (record,) = f.executable(xs, scale).records
-    assert record[0].name == "scan"
+    (node,) = f.executable(xs, scale).steps
+    assert node.primitive.name == "scan"
 
 
 def test_while_loop_and_cond():

@@ -181,8 +181,8 @@ def test_optimizer_update_writes_into_the_donated_gradient():
     lr = np.asarray(0.01, np.float32)
     graph = build([aval((8, 40)), aval((8, 30)), aval((40, 30)), aval(())], body)
     got, want, exe = _both(graph, x, w, m, lr)
-    node = [r for r in exe.records if r[0].name == "fused_elementwise"][0]
-    assert node[1]["donate"]
+    node = [n for n in exe.steps if n.primitive.name == "fused_elementwise"][0]
+    assert node.params["donate"]
     _assert_same_bits(got, want)
 
 
@@ -286,7 +286,7 @@ def test_numpy_kernel_never_reuses_a_buffer_a_convert_returned():
         return [c, b.op("mul", t, lit(3.0, "float32"))]
 
     exe = _numpy_executable(fuse_elementwise(build([aval((300,)), aval((300,))], body)))
-    assert [r[0].name for r in exe.records] == ["fused_elementwise"]
+    assert [n.primitive.name for n in exe.steps] == ["fused_elementwise"]
     x, y = _special((300,)), _special((300,))
     with np.errstate(all="ignore"):
         want = [x * y, x * y * np.float32(3.0)]

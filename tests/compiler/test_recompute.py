@@ -96,9 +96,9 @@ def test_copies_survive_the_other_passes():
     # needs no recomputation; tests/layers measure a Keras model.)
     off, _ = compiled(2, None, fuse=True)
     on, _ = compiled(2, INTERLEAVED, fuse=True)
-    names = [r[0].name for r in on.records]
+    names = [node.primitive.name for node in on.steps]
     assert names.count("optimization_barrier") == 4  # a2, a4, a6 and x
-    assert len(on.records) > len(off.records)
+    assert len(on.steps) > len(off.steps)
 
 
 def _trained_graph(every):

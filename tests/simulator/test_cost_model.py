@@ -89,7 +89,7 @@ def test_elementwise_add_cycles():
     assert cm.elementwise_vectors(c, 32) == 16
     assert cm.compute_cycles(c, IPU2) == 16 + 2 * 16 + 318
     assert cm.exchange_bytes(c, IPU2) == 0  # mapped like its operands
-    compute, exchange, sync, tiles = prediction._cycles(c, IPU2)
+    compute, exchange, sync, tiles = prediction.cycles(c, IPU2)
     assert (compute, exchange, sync, tiles) == (16 + 32 + 318, 0, 300, 32)
 
 
@@ -121,12 +121,12 @@ def test_transpose_exchange_bytes():
     assert (c.kind, c.flops, c.bytes_in) == ("copy", 0, 16384)
     assert cm.exchange_bytes(c, IPU2) == 16384
     # 16 KiB output over 128 tiles (2048 grains, 16 per tile), 4 B/tile/cycle.
-    assert prediction._cycles(c, IPU2) == (0, 16384 // (128 * 4), 300, 128)
+    assert prediction.cycles(c, IPU2) == (0, 16384 // (128 * 4), 300, 128)
 
 
 def test_reshape_is_free():
     c = cost_of("reshape", (ShapedArray((8, 8), "float32"),), new_shape=(64,))
-    assert prediction._cycles(c, IPU2) == (0, 0, 0, 0)
+    assert prediction.cycles(c, IPU2) == (0, 0, 0, 0)
 
 
 def test_sync_and_host_transfer():

@@ -75,7 +75,7 @@ def test_executable_and_fused_kernels():
 
     unfused = predict_costs(compile_graph(build([aval((4096,))], chain), CompileOptions(fuse_elementwise=False)), target=IPU2)
     fused_exe = compile_graph(build([aval((4096,))], chain))
-    assert [r[0].name for r in fused_exe.records] == ["fused_elementwise"]
+    assert [n.primitive.name for n in fused_exe.steps] == ["fused_elementwise"]
     fused = predict_costs(fused_exe, target=IPU2)
     assert fused.steps[0].flops == 2 * 4096 == sum(s.flops for s in unfused.steps)
     assert fused.cycles < unfused.cycles  # one sync and one vertex launch fewer

@@ -40,8 +40,8 @@ def test_resnet50_training_step_macs(calibration):
     macs = sum(s.macs for s in p.steps)
     assert 11.5e9 * 16 < macs < 13.0e9 * 16
     # Everything is costed in float16 except what Keras itself promotes.
-    assert all(r[6][0].dtype == np.float16 for r in cal.executable.records
-               if r[0].name == "conv_general_dilated")
+    assert all(n.outputs[0].aval.dtype == np.float16 for n in cal.executable.steps
+               if n.primitive.name == "conv_general_dilated")
 
 
 def test_resnet50_prediction_is_consistent_and_sane(calibration):

@@ -59,7 +59,7 @@ def test_ipu_link_cycles_by_hand():
 
 def test_stages_from_layer_path_prefixes():
     g = two_stage_forward()
-    program = memory_model.program_of(g)
+    program = g
     assert assign_stages(program, {"model/dense1": 0, "model/dense2": 1}) == [0, 0, 1]
     # The longest prefix wins; a sequence gives one stage per step.
     assert assign_stages(program, {"model": 0, "model/dense2": 1}) == [0, 0, 1]
@@ -79,7 +79,7 @@ def test_unplaced_steps_follow_their_weight_or_the_step_before():
         return [loss, w1_new]
 
     g = build([aval((8, 4)), aval((4, 4)), aval((4, 4))], body)
-    program = memory_model.program_of(g)
+    program = g
     assert assign_stages(program, {"m/s0": 0, "m/s1": 1}) == [0, 1, 1, 0]
 
 

@@ -63,7 +63,7 @@ def test_training_step_with_gradients():
              ShapedArray((4,), "int32")]
     graph, _ = trace_flat(step, avals)
     exe = compile_graph(graph)
-    names = {r[0].name for r in exe.records}
+    names = {n.primitive.name for n in exe.steps}
     assert {"scatter", "gather", "dot_general"} <= names
     p = predict_costs(exe, target="ipu2", batch_size=32, resident_inputs=(1,))
     # Forward matmul and the weight gradient: 32x16x8 MACs each (x is not

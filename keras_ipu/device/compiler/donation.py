@@ -17,7 +17,9 @@ fusion.py annotates fused chains with the operands they may write into
 owns, so the loop body can update them in place.
 """
 
-from keras_ipu.device.ir import Var
+from keras_ipu.device import liveness
+from keras_ipu.device.compiler.lowering import fast_ufunc
+from keras_ipu.device.compiler.lowering import is_elementwise
 
 # Primitives whose lowered kernel always returns a new array.
 _ALLOCATING = ("dot_general",)
@@ -26,9 +28,6 @@ _ALLOCATING = ("dot_general",)
 def fresh_outputs(node):
     """The outputs of `node` that are new arrays its kernel allocated (no
     view of anything else), as the lowered kernels compute them."""
-    from keras_ipu.device.compiler.lowering import fast_ufunc
-    from keras_ipu.device.compiler.lowering import is_elementwise
-
     prim = node.primitive
     if prim.name in _ALLOCATING:
         return set(node.outputs)
@@ -47,45 +46,37 @@ def fresh_outputs(node):
     return set()
 
 
-def owned_values(nodes, graph_inputs, donated_inputs=()):
+def owned_values(graph, donated_inputs=()):
     """The values whose buffers the program owns: the donated inputs and
     every result a kernel allocated."""
-    owned = {graph_inputs[k] for k in donated_inputs}
-    for node in nodes:
+    owned = {graph.inputs[k] for k in donated_inputs}
+    for node in graph.nodes:
         owned |= fresh_outputs(node)
     return owned
 
 
-def donatable_operands(nodes, graph_inputs, graph_outputs, donated_inputs=(),
-                       owned=None):
+def donatable_operands(graph, donated_inputs=(), owned=None, live=None):
     """{node index: operand positions that node may overwrite}.
 
-    `donated_inputs`: positions in `graph_inputs` the caller gives up;
-    `owned`: owned_values(...) when the caller has it already.
+    `donated_inputs`: positions in `graph.inputs` the caller gives up;
+    `owned`: owned_values(...) and `live`: liveness.analyze(graph) when the
+    caller has them already.
     """
     if owned is None:
-        owned = owned_values(nodes, graph_inputs, donated_inputs)
-    last_reader = {}
-    readers = {}
-    for i, node in enumerate(nodes):
-        for v in node.inputs:
-            if type(v) is Var:
-                last_reader[v] = i
-                readers.setdefault(v, set()).add(i)
-    outputs = {v for v in graph_outputs if type(v) is Var}
+        owned = owned_values(graph, donated_inputs)
+    live = live or liveness.analyze(graph)
+    nodes = graph.nodes
     allocates = [all(v in owned for v in node.outputs) for node in nodes]
     result = {}
     for i, node in enumerate(nodes):
         positions = []
         for k, v in enumerate(node.inputs):
             if (
-                type(v) is Var
-                and v in owned
-                and v not in outputs
+                v in owned
                 and v.aval.ndim > 0
-                and last_reader[v] == i
+                and live.last_use[v] == i  # its last reader (no program output)
                 and node.inputs.count(v) == 1
-                and all(allocates[r] for r in readers[v] if r != i)
+                and all(allocates[r] for r in live.readers[v] if r != i)
             ):
                 positions.append(k)
         if positions:

@@ -12,11 +12,9 @@ permutation moves the rhs free dims ahead of the lhs free dims (batch dims
 stay first), i.e. exactly the output layout of the swapped product.
 """
 
-from keras_ipu.device.compiler.graph_utils import producers
-from keras_ipu.device.compiler.graph_utils import reader_counts
+from keras_ipu.device import liveness
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.ir import Node
-from keras_ipu.device.ir import Var
 from keras_ipu.device.primitives.dot import _parse
 
 
@@ -41,9 +39,7 @@ def _swapped_dims(node, permutation):
 
 
 def fold_dot_transposes(graph):
-    readers = reader_counts(graph.nodes)
-    outputs = {v for v in graph.outputs if type(v) is Var}
-    producer = producers(graph.nodes)
+    live = liveness.analyze(graph)
 
     replaced = {}  # index of a folded transpose -> its new product node
     dropped = set()  # indices of products folded into a later transpose
@@ -51,14 +47,13 @@ def fold_dot_transposes(graph):
         if node.primitive.name != "transpose":
             continue
         (x,) = node.inputs
-        j = producer.get(x)
+        j = live.made_at.get(x)
         if j is None or j in dropped:
             continue
         dot = graph.nodes[j]
         if (
             dot.primitive.name != "dot_general"
-            or readers.get(x) != 1
-            or x in outputs
+            or not live.read_once(x)
         ):
             continue
         dims = _swapped_dims(dot, node.params["permutation"])

@@ -51,10 +51,6 @@ import time
 import numpy as np
 
 from keras_ipu.device.compiler import device_checks
-from keras_ipu.device.ir import Graph
-from keras_ipu.device.ir import Literal
-from keras_ipu.device.ir import Node
-from keras_ipu.device.ir import Var
 
 logger = logging.getLogger("keras_ipu.device")
 
@@ -117,32 +113,6 @@ def numpy_runner(executable):
     return run_copying_read_only
 
 
-# -- the program as a Graph again -----------------------------------------
-
-
-def graph_of(executable):
-    """The Executable's program as a Graph (its records and constants), so
-    it can be emitted; works for executables loaded from the disk cache."""
-    graph = Graph()
-    var_of = {}
-    for slot, aval in zip(executable.input_slots, executable.in_avals):
-        var_of[slot] = Var(aval)
-    graph.inputs = [var_of[s] for s in executable.input_slots]
-    literal_of = {s: Literal(v) for s, v in executable.constants.items()}
-
-    def operand(slot):
-        return literal_of[slot] if slot in literal_of else var_of[slot]
-
-    for prim, params, ins, outs, _, _, out_avals in executable.records:
-        outputs = []
-        for slot, aval in zip(outs, out_avals):
-            var_of[slot] = Var(aval)
-            outputs.append(var_of[slot])
-        graph.nodes.append(Node(prim, [operand(s) for s in ins], params, outputs))
-    graph.outputs = [operand(s) for s in executable.output_slots]
-    return graph
-
-
 # -- XLA --------------------------------------------------------------------
 
 _tf_lock = threading.Lock()
@@ -182,7 +152,7 @@ class XlaProgram:
         from keras_ipu.device.to_tensorflow.emitter import checked_between_nodes
         from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 
-        graph = graph_of(executable)
+        graph = executable.graph
         self.name = executable.name or repr(executable)
         specs = [tf.TensorSpec(a.shape, tf_dtype(a.dtype)) for a in executable.in_avals]
 
@@ -236,7 +206,7 @@ class XlaProgram:
 
         name = executable.name or "a program"
         try:
-            missing = missing_rules(graph_of(executable))
+            missing = missing_rules(executable.graph)
             if missing:
                 _note(f"{name} runs on NumPy: no TensorFlow rule for "
                       f"{', '.join(sorted(missing))}")

@@ -1,11 +1,14 @@
 """The Executable: a lowered program run by a tight loop.
 
-Lowering gives every value a slot (an index into a list): inputs first,
-then constants, then each node's outputs. A step is (kernel, operand slots,
-output slot(s), multiple-results flag, slots to clear): the kernel is
-pre-bound to its params, and the slots whose value dies at this step (from
-the liveness analysis) are cleared right after it, so NumPy can reuse their
-memory. `run` does no dict lookups or type checks per op.
+The executable keeps its optimized Graph (`graph`): its nodes are the
+program's steps, in order, as the memory model, the cycle prediction and
+the profile read them. Lowering gives every value a slot (an index into a
+list): inputs first, then constants, then each node's outputs. A step of
+the run loop is (kernel, operand slots, output slot(s), multiple-results
+flag, slots to clear): the kernel is pre-bound to its params, and the slots
+whose value dies at this step (liveness.py) are cleared right after it, so
+NumPy can reuse their memory. `run` does no dict lookups or type checks
+per op.
 
 An Executable pickles without its kernels (they are rebound on load from
 the primitives, which pickle by name): the on-disk cache stores it, with
@@ -33,8 +36,10 @@ from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.demotion import check_integer_range
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.donation import owned_values
-from keras_ipu.device.compiler.liveness import analyze_liveness
+from keras_ipu.device.compiler.graph_utils import copy_node
+from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.lowering import lower
+from keras_ipu.device import liveness
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
@@ -82,6 +87,33 @@ def _frozen(value):
     return array
 
 
+def _with_private_constants(graph):
+    """`graph` with every constant (Literal) a private read-only copy
+    (_frozen), one per distinct value."""
+    copies = {}
+
+    def private(operand):
+        if type(operand) is not Literal:
+            return operand
+        key = id(operand.value)
+        if key not in copies:
+            copies[key] = Literal(_frozen(operand.value))
+        return copies[key]
+
+    nodes = [
+        copy_node(node, [private(v) for v in node.inputs])
+        if any(type(v) is Literal for v in node.inputs) else node
+        for node in graph.nodes
+    ]
+    out = rebuilt(graph, nodes, {})
+    out.outputs = [private(v) for v in graph.outputs]
+    return out
+
+
+def _host_bytes(var):
+    return (var.aval.nbytes or 0,)
+
+
 class Executable:
     """A compiled program: `run(*arrays)` -> list of NumPy arrays.
 
@@ -107,70 +139,19 @@ class Executable:
         # (control_flow.compile_bodies), given to their lowerings.
         self.subprograms = dict(subprograms or {})
         self.name = name
+        self.graph = _with_private_constants(graph)
         self.in_avals = tuple(v.aval for v in graph.inputs)
         self.out_avals = tuple(v.aval for v in graph.outputs)
         self.notes = tuple(notes)  # what the demotion changed, for reports
         self.passes = tuple(passes)  # (pass name, nodes after it)
-        live = analyze_liveness(graph)
-        self.peak_live_bytes = live.peak_bytes
+        live = liveness.analyze(self.graph)
         self.constant_bytes = live.constant_bytes
-        # The Keras layer path of each step, for memory and profile reports.
-        self.sources = tuple(node.source for node in graph.nodes)
-
-        slot_of = {}
-        for v in graph.inputs:
-            slot_of[v] = len(slot_of)
-        constants = {}  # slot -> ndarray
-        const_slot = {}  # id(value) -> slot
-
-        def slot(operand):
-            if type(operand) is Literal:
-                key = id(operand.value)
-                if key not in const_slot:
-                    const_slot[key] = len(slot_of) + len(constants)
-                    constants[const_slot[key]] = _frozen(operand.value)
-                return const_slot[key]
-            return slot_of[operand]
-
-        # Constants take slots before node outputs: number them first.
-        for node in graph.nodes:
-            for v in node.inputs:
-                if type(v) is Literal:
-                    slot(v)
-        for v in graph.outputs:
-            if type(v) is Literal:
-                slot(v)
-        base = len(slot_of) + len(constants)
-        for node in graph.nodes:
-            for v in node.outputs:
-                slot_of[v] = base
-                base += 1
-        self.n_slots = base
-        self.constants = constants
-        self.input_slots = tuple(range(len(graph.inputs)))
-        self.output_slots = tuple(slot(v) for v in graph.outputs)
-
-        dying = {}
-        for v, last in live.last_use.items():
-            if last < len(graph.nodes):
-                dying.setdefault(last, []).append(slot_of[v])
-        self._note_ownership(graph, donated_inputs)
-        # (primitive, params, in_slots, out_slots, frees, in_avals, out_avals)
-        self.records = []
-        for i, node in enumerate(graph.nodes):
-            frees = tuple(sorted(dying.get(i, ())))
-            self.records.append(
-                (
-                    node.primitive,
-                    node.params,
-                    tuple(slot(v) for v in node.inputs),
-                    tuple(slot_of[v] for v in node.outputs),
-                    frees,
-                    tuple(v.aval for v in node.inputs),
-                    tuple(v.aval for v in node.outputs),
-                )
-            )
-        self._bind()
+        # Host buffers live at once (inputs until their last use).
+        host = liveness.peak(self.graph, _host_bytes, inputs_live=True, liveness=live)
+        self.peak_live_bytes = max(
+            sum(a.nbytes or 0 for a in self.in_avals), host.maxima[0] if host else 0)
+        self._note_ownership(self.graph, donated_inputs)
+        self._bind(live)
 
     def _note_ownership(self, graph, donated_inputs):
         """What donation (donation.py) means for this program: the inputs its
@@ -180,10 +161,8 @@ class Executable:
         for each scan the initial carries it owns (`owned_operands`)."""
         self.donated_inputs = tuple(donated_inputs)
         input_index = {v: k for k, v in enumerate(graph.inputs)}
-        owned = owned_values(graph.nodes, graph.inputs, donated_inputs)
-        donate = donatable_operands(
-            graph.nodes, graph.inputs, graph.outputs, donated_inputs, owned
-        )
+        owned = owned_values(graph, donated_inputs)
+        donate = donatable_operands(graph, donated_inputs, owned)
         self.owned_operands = {}
         written = set()
         for i, node in enumerate(graph.nodes):
@@ -204,33 +183,71 @@ class Executable:
         self.owned_outputs = tuple(owned_outputs)
 
     # -- lowering to the run loop ----------------------------------------
-    def _bind(self):
-        template = [None] * self.n_slots
-        for s, value in self.constants.items():
+    def _number_slots(self):
+        """Slot of every Var, then of every distinct constant (by the
+        identity of its value), then of the node outputs; the constants
+        by slot."""
+        graph = self.graph
+        slot_of = {v: k for k, v in enumerate(graph.inputs)}
+        constants = {}
+        const_slot = {}
+        literals = [v for node in graph.nodes for v in node.inputs if type(v) is Literal]
+        literals += [v for v in graph.outputs if type(v) is Literal]
+        for lit in literals:
+            if id(lit.value) not in const_slot:
+                const_slot[id(lit.value)] = len(slot_of) + len(constants)
+                constants[const_slot[id(lit.value)]] = lit.value
+        base = len(slot_of) + len(constants)
+        for node in graph.nodes:
+            for v in node.outputs:
+                slot_of[v] = base
+                base += 1
+
+        def slot(operand):
+            if type(operand) is Literal:
+                return const_slot[id(operand.value)]
+            return slot_of[operand]
+
+        return slot, base, constants
+
+    def _bind(self, live=None):
+        graph = self.graph
+        slot, n_slots, constants = self._number_slots()
+        live = live or liveness.analyze(graph)
+        self.constants = constants  # slot -> ndarray
+        self.output_slots = tuple(slot(v) for v in graph.outputs)
+        template = [None] * n_slots
+        for s, value in constants.items():
             value.setflags(write=False)  # unpickled arrays come back writable
             template[s] = value
         self._template = template
         behaviour = self.fp_behaviour
         wrap = device_checks.kernel_wrapper(behaviour)
-        sources = self.sources
         program = []
         kernels = []
-        for i, (prim, params, ins, outs, frees, in_avals, out_avals) in enumerate(
-            self.records
-        ):
+        frees_of = []
+        for i, node in enumerate(graph.nodes):
+            prim, params = node.primitive, node.params
             if i in self.subprograms:
                 params = dict(params, compiled=self.subprograms[i])
             if i in self.owned_operands:  # a scan: its owned initial carries
                 params = dict(params, owned_carry=self.owned_operands[i])
+            in_avals = tuple(v.aval for v in node.inputs)
+            out_avals = tuple(v.aval for v in node.outputs)
             kernel = lower(prim, params, in_avals, out_avals)
             kernels.append(kernel)
             if wrap is not None:
                 kernel = wrap(kernel, prim, params, in_avals, out_avals,
-                              sources[i], behaviour)
+                              node.source, behaviour)
+            ins = tuple(slot(v) for v in node.inputs)
+            outs = tuple(slot(v) for v in node.outputs)
+            frees = tuple(sorted(slot(v) for v in live.dying_after(i)))
+            frees_of.append(frees)
             multi = prim.multiple_results
             program.append((kernel, ins, outs if multi else outs[0], multi, frees))
         self._program = tuple(program)
         self._kernels = tuple(kernels)  # unwrapped, for printing
+        self._frees = tuple(frees_of)
         self._n_inputs = len(self.in_avals)
         self._in_dtypes = tuple(a.dtype for a in self.in_avals)
         self._in_shapes = tuple(a.shape for a in self.in_avals)
@@ -241,11 +258,17 @@ class Executable:
             for k, s in enumerate(self.output_slots)
         )
 
+    @property
+    def steps(self):
+        """The program's steps: the nodes of its graph, in order."""
+        return self.graph.nodes
+
     def __getstate__(self):
         state = dict(self.__dict__)
         for key in (
-            "_template", "_program", "_kernels", "_n_inputs", "_in_dtypes",
-            "_in_shapes", "_output_plan", "_zeros_noted", "_engine_run",
+            "_template", "_program", "_kernels", "_frees", "_n_inputs", "_in_dtypes",
+            "_in_shapes", "_output_plan", "_zeros_noted", "_engine_run", "constants",
+            "output_slots",
         ):
             state.pop(key, None)
         state["format_version"] = FORMAT_VERSION
@@ -414,6 +437,7 @@ class Executable:
     # -- printing --------------------------------------------------------
     def __str__(self):
         n_in = len(self.in_avals)
+        slot, _, _ = self._number_slots()
 
         def name(s):
             if s < n_in:
@@ -428,22 +452,20 @@ class Executable:
 
         lines = [
             f"Executable: {n_in} inputs, {len(self.out_avals)} outputs, "
-            f"{len(self.records)} steps, peak live "
+            f"{len(self.steps)} steps, peak live "
             f"{_fmt_bytes(self.peak_live_bytes)}, constants "
             f"{_fmt_bytes(self.constant_bytes)}",
             "  inputs: "
             + " ".join(f"in{i}:{a.short()}" for i, a in enumerate(self.in_avals)),
         ]
-        for (prim, params, ins, outs, frees, _, out_avals), kernel in zip(
-            self.records, self._kernels
-        ):
-            lhs = " ".join(f"s{s}:{a.short()}" for s, a in zip(outs, out_avals))
-            shown = {k: v for k, v in params.items() if k not in ("chain", "results")}
+        for node, kernel, frees in zip(self.steps, self._kernels, self._frees):
+            lhs = " ".join(f"s{slot(v)}:{v.aval.short()}" for v in node.outputs)
+            shown = {k: v for k, v in node.params.items() if k not in ("chain", "results")}
             p = ""
             if shown:
                 p = "[" + " ".join(f"{k}={_fmt_param(v)}" for k, v in shown.items()) + "]"
-            args = " ".join(name(s) for s in ins)
-            line = f"  {lhs} = {prim.name}{p} {args}"
+            args = " ".join(name(slot(v)) for v in node.inputs)
+            line = f"  {lhs} = {node.primitive.name}{p} {args}"
             if frees:
                 line += "    ; free " + " ".join(name(s) for s in frees)
             lines.append(line)
@@ -460,7 +482,7 @@ class Executable:
 
     def __repr__(self):
         return (
-            f"<Executable {len(self.records)} steps: "
+            f"<Executable {len(self.steps)} steps: "
             f"({', '.join(a.short() for a in self.in_avals)}) -> "
             f"({', '.join(a.short() for a in self.out_avals)})>"
         )

@@ -19,7 +19,8 @@ import numpy as np
 
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
-from keras_ipu.device.compiler.graph_utils import producers
+from keras_ipu.device import liveness
+from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
 from keras_ipu.device.compiler.lowering import LOWERINGS
@@ -110,15 +111,18 @@ def _plan_buffers(chain, results, ufuncs, donate=()):
     aval that died: one of its operands dying at this step, else one that
     died earlier. Outputs of the chain are never overwritten.
     """
-    last_read = {}
-    for j, (_, _, refs, _) in enumerate(chain):
-        for kind, k, _ in refs:
-            last_read[(kind, k)] = j
-    outputs = {("t", j) for j in results}
     aval_of = {}
     for _, _, refs, _ in chain:
         for kind, k, aval in refs:
             aval_of[(kind, k)] = aval
+    n_in = 1 + max((k for kind, k in aval_of if kind == "in"), default=-1)
+    in_avals = [aval_of.get(("in", k)) for k in range(n_in)]
+    steps = unfused_graph(chain, results, in_avals)
+    last_use = liveness.analyze(steps).last_use
+    last_read = {("in", k): last_use[v] for k, v in enumerate(steps.inputs)}
+    last_read.update({("t", j): last_use[node.outputs[0]]
+                      for j, node in enumerate(steps.nodes)})
+    outputs = {("t", j) for j in results}
     # A same-dtype convert returns its operand itself: that buffer lives on
     # in the convert's result and is never overwritten.
     aliased = {
@@ -249,7 +253,8 @@ def fuse_elementwise(graph, donated_inputs=()):
     # become fused chains of full-size additions.
     graph = concatenate_padded_sums(graph)
     nodes = graph.nodes
-    producer = producers(nodes)
+    live = liveness.analyze(graph)
+    producer = live.made_at
     group_of = {}  # node index -> _Group
 
     def defined_at(var):
@@ -306,16 +311,15 @@ def fuse_elementwise(graph, donated_inputs=()):
         elif _fusible(node):
             group_of[i] = _Group(i, node.outputs[0].aval.shape)
 
-    return _emit(graph, group_of, donated_inputs)
+    return _emit(graph, group_of, live, donated_inputs)
 
 
-def _emit(graph, group_of, donated_inputs):
+def _emit(graph, group_of, live, donated_inputs):
     nodes = graph.nodes
-    readers_outside = {}  # Var -> groups of its readers (None: not fused)
-    for i, node in enumerate(nodes):
-        for v in node.inputs:
-            if type(v) is Var:
-                readers_outside.setdefault(v, set()).add(group_of.get(i))
+    # Var -> groups of its readers (None: a reader not fused)
+    readers_outside = {
+        v: {group_of.get(i) for i in readers} for v, readers in live.readers.items()
+    }
     graph_outputs = {v for v in graph.outputs if type(v) is Var}
 
     new_nodes = []
@@ -329,20 +333,19 @@ def _emit(graph, group_of, donated_inputs):
             continue
         done.add(id(g))
         new_nodes.append(_fused_node(nodes, g, readers_outside, graph_outputs))
-    return rebuilt(graph, _with_donations(graph, new_nodes, donated_inputs), {})
+    return _with_donations(rebuilt(graph, new_nodes, {}), donated_inputs)
 
 
-def _with_donations(graph, nodes, donated_inputs):
-    """Fused nodes annotated with the operands they may overwrite (see
-    donation.py)."""
-    donate = donatable_operands(nodes, graph.inputs, graph.outputs, donated_inputs)
-    out = []
-    for i, node in enumerate(nodes):
+def _with_donations(graph, donated_inputs):
+    """`graph` with its fused nodes annotated with the operands they may
+    overwrite (see donation.py)."""
+    donate = donatable_operands(graph, donated_inputs)
+    nodes = []
+    for i, node in enumerate(graph.nodes):
         if node.primitive is fused_elementwise_p and i in donate:
-            params = dict(node.params, donate=donate[i])
-            node = Node(node.primitive, node.inputs, params, node.outputs, node.source)
-        out.append(node)
-    return out
+            node = copy_node(node, node.inputs, dict(node.params, donate=donate[i]))
+        nodes.append(node)
+    return rebuilt(graph, nodes, {})
 
 
 def _fused_node(nodes, group, readers_outside, graph_outputs):

@@ -1,5 +1,6 @@
-"""Small helpers the passes share: operand substitution, sub-graphs in
-params, and hashable keys for params (CSE, fingerprints)."""
+"""Small helpers the passes share: operand substitution, rebuilding a
+graph, sub-graphs in params, and hashable keys for params (CSE,
+fingerprints). Who reads and makes each value: liveness.py."""
 
 import numpy as np
 
@@ -7,7 +8,6 @@ from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import ShapedArray
-from keras_ipu.device.ir import Var
 
 
 def substitute(operand, env):
@@ -25,21 +25,6 @@ def rebuilt(graph, nodes, env):
     out.nodes = list(nodes)
     out.outputs = [substitute(v, env) for v in graph.outputs]
     return out
-
-
-def producers(nodes):
-    """Var -> index of the node that makes it."""
-    return {v: i for i, node in enumerate(nodes) for v in node.outputs}
-
-
-def reader_counts(nodes):
-    """Var -> how many times the nodes read it."""
-    counts = {}
-    for node in nodes:
-        for v in node.inputs:
-            if type(v) is Var:
-                counts[v] = counts.get(v, 0) + 1
-    return counts
 
 
 def copy_node(node, inputs, params=None, outputs=None):

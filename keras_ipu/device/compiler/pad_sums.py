@@ -13,8 +13,7 @@ the result exactly once, side by side along one axis.
 
 import numpy as np
 
-from keras_ipu.device.compiler.graph_utils import producers
-from keras_ipu.device.compiler.graph_utils import reader_counts
+from keras_ipu.device import liveness
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Node
@@ -55,17 +54,15 @@ def _tiling_axis(pieces, shape):
 
 
 def concatenate_padded_sums(graph):
-    readers = reader_counts(graph.nodes)
-    outputs = {v for v in graph.outputs if type(v) is Var}
-    producer = producers(graph.nodes)
+    live = liveness.analyze(graph)
 
     def private(v):
-        return type(v) is Var and readers.get(v) == 1 and v not in outputs
+        return type(v) is Var and live.read_once(v)
 
     def pieces_of(v, aval, used):
         """[(x, lows)] of the zero pads summed into v, or None; `used`
         collects the nodes that would go."""
-        i = producer.get(v)
+        i = live.made_at.get(v)
         if i is None or not private(v):
             return None
         node = graph.nodes[i]

@@ -112,7 +112,8 @@ def _cond(index, *operands, branches):
     return _host(eval_graph(branches[i], *operands))
 
 
-cond_p = Primitive("cond", _cond_rule, _cond, multiple_results=True)
+cond_p = Primitive("cond", _cond_rule, _cond, multiple_results=True,
+                   subgraph_params=("branches",))
 
 
 # -- while_loop ---------------------------------------------------------------
@@ -158,7 +159,8 @@ def _while(*operands, cond_graph, body_graph, n_cond_consts):
     return _host(carry)
 
 
-while_p = Primitive("while_loop", _while_rule, _while, multiple_results=True)
+while_p = Primitive("while_loop", _while_rule, _while, multiple_results=True,
+                    subgraph_params=("body_graph", "cond_graph"))
 
 
 # -- scan ---------------------------------------------------------------------
@@ -221,7 +223,8 @@ def _scan(*operands, body, length, reverse, n_carry, n_xs, unroll):
     return _host(carry) + tuple(stacked)
 
 
-scan_p = Primitive("scan", _scan_rule, _scan, multiple_results=True)
+scan_p = Primitive("scan", _scan_rule, _scan, multiple_results=True,
+                   subgraph_params=("body",))
 
 
 # -- gradient control ---------------------------------------------------------
@@ -267,7 +270,8 @@ def _call(*operands, graph):
     return _host(eval_graph(graph, *operands))
 
 
-remat_p = Primitive("remat", _call_rule, _call, multiple_results=True)
+remat_p = Primitive("remat", _call_rule, _call, multiple_results=True,
+                    subgraph_params=("graph",))
 
 
 def _custom_vjp_rule(*operands, fwd, bwd, n_outputs, n_args, bwd_nonzero):
@@ -280,7 +284,8 @@ def _custom_vjp(*operands, fwd, bwd, n_outputs, n_args, bwd_nonzero):
 
 
 custom_vjp_p = Primitive(
-    "custom_vjp", _custom_vjp_rule, _custom_vjp, multiple_results=True
+    "custom_vjp", _custom_vjp_rule, _custom_vjp, multiple_results=True,
+    subgraph_params=("fwd", "bwd"),
 )
 
 
@@ -670,8 +675,10 @@ def _custom_vjp_grad(cts, inputs, outputs, *, fwd, bwd, n_outputs, n_args,
 
 
 cond_p.grad = _cond_grad
+cond_p.residual_grad = (cond_forward_with_residuals, cond_grad_with_residuals)
 while_p.grad = _while_grad
 scan_p.grad = _scan_grad
+scan_p.residual_grad = (scan_forward_with_residuals, scan_grad_with_residuals)
 optimization_barrier_p.grad = _barrier_grad
 remat_p.grad = _remat_grad
 custom_vjp_p.grad = _custom_vjp_grad
@@ -686,14 +693,13 @@ from keras_ipu.device.simulator import cost_model as _cost_model  # noqa: E402
 
 
 def _cond_cost(ins, outs, *, branches):
-    parts = [(1, _cost.graph_costs(b)) for b in branches]
+    parts = [_cost.part(1, b) for b in branches]
     return _cost.control(ins, outs, "cond", parts, combine="max")
 
 
 def _while_cost(ins, outs, *, cond_graph, body_graph, n_cond_consts):
     trips = _cost_model.WHILE_LOOP_ASSUMED_TRIPS
-    parts = [(trips, _cost.graph_costs(body_graph)),
-             (trips + 1, _cost.graph_costs(cond_graph))]
+    parts = [_cost.part(trips, body_graph), _cost.part(trips + 1, cond_graph)]
     return _cost.control(ins, outs, "loop", parts)
 
 
@@ -701,15 +707,15 @@ def _scan_cost(ins, outs, *, body, length, reverse, n_carry, n_xs, unroll):
     if length is None:  # known from the xs once shapes are static
         xs = ins[n_carry:n_carry + n_xs]
         length = (xs[0].shape[0] or 0) if xs else 0
-    return _cost.control(ins, outs, "loop", [(length, _cost.graph_costs(body))])
+    return _cost.control(ins, outs, "loop", [_cost.part(length, body)])
 
 
 def _call_cost(ins, outs, *, graph):
-    return _cost.control(ins, outs, "call", [(1, _cost.graph_costs(graph))])
+    return _cost.control(ins, outs, "call", [_cost.part(1, graph)])
 
 
 def _custom_vjp_cost(ins, outs, *, fwd, **params):
-    return _cost.control(ins, outs, "call", [(1, _cost.graph_costs(fwd))])
+    return _cost.control(ins, outs, "call", [_cost.part(1, fwd)])
 
 
 cond_p.cost = _cond_cost

@@ -21,13 +21,17 @@ from keras_ipu.device.simulator import cost_model
 # all-reduce across replicas: link_bytes each IPU sends over its IPU-Links
 # in link_steps synchronised steps).
 # dtype: the compute dtype (selects fp16 vs fp32 rates).
-# parts: ((repeat, (Cost, ...)), ...) sub-programs; combine "sum" runs all
-# of them, "max" one of them (a cond: the costliest branch is counted).
+# parts: (Part, ...) the sub-programs a control-flow step runs; combine
+# "sum" runs all of them, "max" one of them (a cond: the costliest branch is
+# counted). simulator/prediction.py composes their cycles.
 Cost = collections.namedtuple(
     "Cost",
     "flops macs bytes_in bytes_out kind dtype parts combine link_bytes link_steps",
     defaults=(None, (), "sum", 0, 0),
 )
+# A sub-graph run `repeat` times (a scan body `length` times, a while loop's
+# body its assumed trip count), with the costs of its nodes.
+Part = collections.namedtuple("Part", "repeat graph costs")
 
 
 def size(aval):
@@ -137,9 +141,9 @@ def node_cost(node):
     )
 
 
-def graph_costs(graph):
-    """The cost of each node of a sub-graph, in program order."""
-    return tuple(node_cost(node) for node in graph.nodes)
+def part(repeat, graph):
+    """The Part of `graph` run `repeat` times."""
+    return Part(repeat, graph, tuple(node_cost(node) for node in graph.nodes))
 
 
 def totals(costs):
@@ -148,7 +152,7 @@ def totals(costs):
     for c in costs:
         flops += c.flops
         macs += c.macs
-        sub = [(r * f, r * m) for r, part in c.parts for f, m in [totals(part)]]
+        sub = [(p.repeat * f, p.repeat * m) for p in c.parts for f, m in [totals(p.costs)]]
         if sub:
             if c.combine == "max":
                 f, m = max(sub, key=lambda fm: fm[0] + 2 * fm[1])
@@ -160,4 +164,5 @@ def totals(costs):
 
 
 def control(ins, outs, kind, parts, combine="sum"):
+    """The cost of a control-flow step running `parts` (Part, ...)."""
     return make(ins, outs, kind, parts=tuple(parts), combine=combine)

@@ -36,9 +36,11 @@ class Primitive:
         "kernel",
         "multiple_results",
         "grad",
+        "residual_grad",
         "nondiff",
         "cost",
         "dynamic_shape",
+        "subgraph_params",
         "doc",
     )
 
@@ -51,6 +53,7 @@ class Primitive:
         multiple_results=False,
         nondiff=None,
         dynamic_shape=False,
+        subgraph_params=(),
         doc="",
     ):
         if name in REGISTRY:
@@ -61,6 +64,11 @@ class Primitive:
         self.multiple_results = multiple_results
         # Gradient rule: rule(cotangents, inputs, outputs, **params).
         self.grad = None
+        # (forward, backward) when the autodiff runs the forward pass itself
+        # to store what the backward pass needs (cond, scan): forward(inputs,
+        # params) -> (outputs, residuals or None); backward(cotangents,
+        # inputs, outputs, residuals, **params) -> input cotangents.
+        self.residual_grad = None
         # Why the primitive has no gradient (integer/boolean outputs, ...).
         self.nondiff = nondiff
         # Cost rule: set by the simulator's cost model.
@@ -68,6 +76,9 @@ class Primitive:
         # Output shape depends on values (unique, nonzero): eager only, and
         # refused by the compiler (IPU programs have static shapes).
         self.dynamic_shape = dynamic_shape
+        # The params holding the Graphs it runs (a Graph, or a tuple of them:
+        # cond's branches), in the order the cost and memory models see them.
+        self.subgraph_params = tuple(subgraph_params)
         self.doc = doc
         REGISTRY[name] = self
 

@@ -14,85 +14,37 @@ to their last use (graph outputs to the end); the peak over the schedule.
 
 import dataclasses
 
+from keras_ipu.device import liveness
 from keras_ipu.device.config import system_config
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import targets as _targets
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 
 
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """One program step, from a Graph node or an Executable record."""
-
-    primitive: object
-    params: dict
-    inputs: tuple  # keys of the values read
-    outputs: tuple  # keys of the values made
-    in_avals: tuple
-    out_avals: tuple
-    source: object = None  # the Keras layer path, when the trace knew it
-
-
-@dataclasses.dataclass(frozen=True)
-class Program:
-    steps: tuple
-    inputs: tuple  # (key, aval)
-    constants: tuple  # (key, aval)
-    outputs: tuple  # keys
-
-
-def program_of(obj):
-    """The step list of a Graph or of a compiled Executable."""
-    if isinstance(obj, Program):
-        return obj
+def graph_of(obj):
+    """The program of a Graph or of a compiled Executable: a Graph whose
+    nodes are its steps, in order."""
     if isinstance(obj, Graph):
-        return _from_graph(obj)
-    if hasattr(obj, "records") and hasattr(obj, "input_slots"):
-        return _from_executable(obj)
+        return obj
+    graph = getattr(obj, "graph", None)
+    if isinstance(graph, Graph):
+        return graph
     raise TypeError(
         f"Cannot cost {type(obj).__name__}: pass a keras_ipu Graph or an "
         "Executable (keras_ipu.device.compiler.compile_graph(graph))."
     )
 
 
-def _from_graph(graph):
-    consts = {}
-
-    def key(v):
+def constants_of(graph):
+    """The avals of the distinct constants (Literals) `graph` holds."""
+    seen = {}
+    for v in [v for node in graph.nodes for v in node.inputs] + list(graph.outputs):
         if type(v) is Literal:
-            k = ("const", id(v.value))
-            consts.setdefault(k, v.aval)
-            return k
-        return v
-
-    steps = tuple(
-        Step(n.primitive, n.params, tuple(map(key, n.inputs)),
-             tuple(n.outputs), tuple(v.aval for v in n.inputs),
-             tuple(v.aval for v in n.outputs), n.source)
-        for n in graph.nodes
-    )
-    outputs = tuple(map(key, graph.outputs))
-    return Program(steps, tuple((v, v.aval) for v in graph.inputs),
-                   tuple(consts.items()), outputs)
-
-
-def _from_executable(exe):
-    from keras_ipu.device.ir import ShapedArray
-
-    sources = getattr(exe, "sources", None) or (None,) * len(exe.records)
-    steps = tuple(
-        Step(prim, params, ins, outs, in_avals, out_avals, source)
-        for (prim, params, ins, outs, _frees, in_avals, out_avals), source in zip(
-            exe.records, sources
-        )
-    )
-    inputs = tuple(zip(exe.input_slots, exe.in_avals))
-    constants = tuple(
-        (s, ShapedArray(c.shape, c.dtype)) for s, c in exe.constants.items()
-    )
-    return Program(steps, inputs, constants, tuple(exe.output_slots))
+            seen.setdefault(id(v.value), v.aval)
+    return list(seen.values())
 
 
 def _nbytes(aval):
@@ -195,221 +147,149 @@ class IPUOutOfMemoryWarning(UserWarning):
     could not."""
 
 
-def _made_by(step, index):
-    if step is None:
-        return "program input"
-    if step.source:
-        return f"{step.source} ({step.primitive.name}, step {index})"
-    return f"{step.primitive.name} (step {index})"
+def made_by(node, index):
+    if node.source:
+        return f"{node.source} ({node.primitive.name}, step {index})"
+    return f"{node.primitive.name} (step {index})"
 
 
 def analyze_memory(obj, target=None, ipu=0, top=5):
     """The MemoryReport of a Graph or Executable on one IPU of `target`
     (an IPUTarget or its name; default: the current system's)."""
     target = resolve_target(target)
-    program = program_of(obj)
+    graph = graph_of(obj)
     tiles = target.tiles_per_ipu
-    steps = program.steps
-    end = len(steps)
+    inputs = [v.aval for v in graph.inputs]
+    constants = constants_of(graph)
+    input_bytes = sum(_nbytes(a) for a in inputs)
+    constant_bytes = sum(_nbytes(a) for a in constants)
+    code_tile = cost_model.code_bytes_per_tile(len(graph.nodes))
+    always_tile = code_tile + sum(tile_bytes(a, tiles) for a in inputs + constants)
 
-    input_bytes = sum(_nbytes(a) for _, a in program.inputs)
-    constant_bytes = sum(_nbytes(a) for _, a in program.constants)
-    code_tile = cost_model.code_bytes_per_tile(end)
-    always_tile = code_tile
-    for _, aval in program.inputs + program.constants:
-        always_tile += tile_bytes(aval, tiles)
-
-    peak = _liveness(program, tiles)
-    peak_at, peak_ipu, peak_tile = peak.step, peak.ipu_bytes, peak.tile_bytes
+    peak = not_always_live(graph, tiles)
     candidates = (
         list(peak.tensors)
-        + [LiveTensor(_nbytes(a), a, "program input") for _, a in program.inputs]
+        + [LiveTensor(_nbytes(a), a, "program input") for a in inputs]
         # Values a traced function closed over (weights under jit) are
         # constants of the program.
-        + [LiveTensor(_nbytes(a), a, "program constant") for _, a in program.constants]
+        + [LiveTensor(_nbytes(a), a, "program constant") for a in constants]
     )
     candidates.sort(key=lambda x: -x.nbytes)
-    peak_name = peak.name
     code_ipu = code_tile * tiles
     return MemoryReport(
         target=target, ipu=ipu, tiles=tiles,
         always_live_bytes=input_bytes + constant_bytes + code_ipu,
         input_bytes=input_bytes, constant_bytes=constant_bytes, code_bytes=code_ipu,
-        not_always_live_bytes=peak_ipu, peak_step=peak_at, peak_step_name=peak_name,
-        tile=0, tile_bytes=always_tile + peak_tile, tile_always_live_bytes=always_tile,
-        largest_live=candidates[:top],
+        not_always_live_bytes=peak.ipu_bytes, peak_step=peak.step,
+        peak_step_name=peak.name, tile=0, tile_bytes=always_tile + peak.tile_bytes,
+        tile_always_live_bytes=always_tile, largest_live=candidates[:top],
     )
 
 
 @dataclasses.dataclass
-class _Peak:
-    ipu_bytes: int  # not-always-live bytes on the IPU at the peak
-    tile_bytes: int  # ... on the fullest tile
-    step: int  # outer step index of the peak (-1: none)
+class Peak:
+    ipu_bytes: int  # largest not-always-live bytes on the IPU over the steps
+    tile_bytes: int  # largest not-always-live bytes on the fullest tile
+    step: int  # outer step index of the tile peak (-1: none)
     name: str  # the step's primitive and layer (and the inner step's)
-    tensors: tuple  # LiveTensor of the values live at the peak
+    tensors: tuple  # LiveTensor of the values live at the tile peak
 
 
-def _subprograms(step):
-    """The graphs a control-flow step runs (branches, loop bodies, ...)."""
-    found = []
-    for value in step.params.values():
-        if isinstance(value, Graph):
-            found.append(value)
-        elif isinstance(value, tuple) and value and all(
-            isinstance(v, Graph) for v in value
-        ):
-            found.extend(value)
-    return found
+def weigher(tiles):
+    """weigh(var) for liveness.walk: (bytes on the IPU, on the fullest tile)."""
+
+    def weigh(var):
+        aval = var.aval
+        return _nbytes(aval), tile_bytes(aval, tiles)
+
+    return weigh
 
 
-def _inner_peak(step, tiles):
-    """The not-always-live peak inside a control-flow step's sub-graphs.
-    A loop body's temporaries exist once (each iteration frees them), so
-    the step needs the largest of its sub-graphs' peaks on top of what is
-    live outside it."""
-    best = None
-    for graph in _subprograms(step):
-        peak = _liveness(_from_graph(graph), tiles)
-        if best is None or peak.tile_bytes > best.tile_bytes:
-            best = peak
-    return best
+def _described(step, graph):
+    """(LiveTensors, name) of a LiveStep of `graph`, its inner peak's
+    values included."""
+    nodes = graph.nodes
+    tensors = tuple(
+        LiveTensor(_nbytes(v.aval), v.aval, made_by(nodes[step.made[v]], step.made[v]))
+        for v in step.live
+    )
+    node = step.node
+    name = node.primitive.name + (f" in {node.source}" if node.source else "")
+    inner = step.inner
+    if inner is not None and inner.maxima[-1] > 0:
+        sub = next(g for g in subgraphs(node) if inner.step.node in g.nodes)
+        inner_tensors, inner_name = _described(inner.step, sub)
+        name += f", at its step {inner.step.index}: {inner_name}"
+        tensors += inner_tensors
+    return tensors, name
 
 
-def dying_at(program):
-    """step index -> keys of the values whose last use is that step (values
-    never read die where they are made; program outputs live to the end,
-    index len(steps))."""
-    steps = program.steps
-    last = {}
-    for i, st in enumerate(steps):
-        for k in st.inputs:
-            last[k] = i
-        for k in st.outputs:
-            last.setdefault(k, i)
-    for k in program.outputs:
-        last[k] = len(steps)
-    dying = {}
-    for k, i in last.items():
-        dying.setdefault(i, []).append(k)
-    return dying
+def not_always_live(graph, tiles):
+    """The not-always-live Peak of a program: values made by its steps, from
+    their step to their last use (outputs live to the end), plus, at a
+    control-flow step, the peak inside its sub-graphs (a loop body's
+    temporaries exist once: each iteration frees them); results computed in
+    place (in_place) take no memory of their own."""
+    top = liveness.peak(graph, weigher(tiles), in_place=in_place)
+    if top is None or top.maxima[-1] <= 0:
+        return Peak(top.maxima[0] if top else 0, 0, -1, "program start", ())
+    tensors, name = _described(top.step, graph)
+    return Peak(top.maxima[0], top.maxima[-1], top.step.index, name, tensors)
 
 
-def live_steps(program, tiles):
-    """Walks the schedule of `program`: yields (step index, step, keys live,
-    their bytes on the IPU, on tile 0, {key: (aval, step made)}) at each
-    step, the step's results live and the values it reads last not yet
-    freed. A result computed in place (_in_place) takes over its operand's
-    memory: not-always-live bytes pass to it, and one written into an
-    input stays in always-live memory. The yielded set is the walker's
-    own: copy it to keep it."""
-    steps = program.steps
-    dying = dying_at(program)
-    constants = {k for k, _ in program.constants}
-    # Values held in always-live memory: the inputs, and what was computed
-    # in place into them (a weight update, a loop's carried state).
-    resident = {k for k, _ in program.inputs}
-    made = {}  # key -> (aval, step index)
-    live = set()
-    ipu_live = tile_live = 0
-    for i, st in enumerate(steps):
-        dies_here = dying.get(i, ())
-        for k, aval, into in zip(st.outputs, st.out_avals,
-                                 _in_place(st, set(dies_here), constants)):
-            made[k] = (aval, i)
-            if into is not None and into in resident:
-                resident.add(k)  # written into always-live memory
-            elif into is not None and into in live:
-                live.discard(into)  # its bytes pass to k
-                live.add(k)
-            else:
-                live.add(k)
-                ipu_live += _nbytes(aval)
-                tile_live += tile_bytes(aval, tiles)
-        yield i, st, live, ipu_live, tile_live, made
-        for k in dies_here:
-            if k in live:
-                live.discard(k)
-                aval = made[k][0]
-                ipu_live -= _nbytes(aval)
-                tile_live -= tile_bytes(aval, tiles)
-
-
-def liveness_by_step(program, tiles):
-    """live_steps with the peak inside each control-flow step's sub-graphs
-    added (a loop body's temporaries exist while the step runs): yields
-    (step index, step, keys live, IPU bytes, tile-0 bytes, made, inner
-    _Peak or None). The bytes are what the profile draws per step and what
-    the peak is the maximum of: one walk for the report and the check."""
-    for i, st, live, ipu_live, tile_live, made in live_steps(program, tiles):
-        inner = _inner_peak(st, tiles) if st.primitive.name in _CONTROL_FLOW else None
-        yield (i, st, live, ipu_live + (inner.ipu_bytes if inner else 0),
-               tile_live + (inner.tile_bytes if inner else 0), made, inner)
+def liveness_by_step(obj, tiles):
+    """The walk of not_always_live, step by step: yields (step index, node,
+    values live, IPU bytes, tile-0 bytes, {value: step that made it},
+    inner Peak or None), the bytes including the peak inside a
+    control-flow step's sub-graphs (a loop body's temporaries exist while
+    the step runs): what the profile draws per step and what the peak is
+    the maximum of. The live set is the walker's own: copy it to keep it."""
+    graph = graph_of(obj)
+    for step in liveness.walk(graph, weigher(tiles), in_place=in_place):
+        ipu_bytes, tile_bytes_ = step.with_inner() or (0, 0)
+        inner = None
+        if step.inner is not None and step.inner.maxima[-1] > 0:
+            sub = next(g for g in subgraphs(step.node) if step.inner.step.node in g.nodes)
+            tensors, name = _described(step.inner.step, sub)
+            inner = Peak(step.inner.maxima[0], step.inner.maxima[-1],
+                         step.inner.step.index, name, tensors)
+        yield step.index, step.node, step.live, ipu_bytes, tile_bytes_, step.made, inner
 
 
 def peak_liveness(obj, tiles):
-    """The not-always-live peak of a Graph, Executable or Program on an IPU
-    of `tiles` tiles: the one analyze_memory reports (its step, its bytes
-    on the IPU and on tile 0, the tensors live there, bodies included)."""
-    return _liveness(program_of(obj), tiles)
+    """The not-always-live Peak of a Graph or Executable on an IPU of
+    `tiles` tiles: the one analyze_memory reports (its step, its bytes on
+    the IPU and on tile 0, the tensors live there, bodies included)."""
+    return not_always_live(graph_of(obj), tiles)
 
 
-def _liveness(program, tiles):
-    """The not-always-live peak of a program's schedule: values made by its
-    steps, from their step to their last use (outputs live to the end),
-    plus, at a control-flow step, the peak inside its sub-graphs."""
-    steps = program.steps
-    made = {}
-    peak_ipu = peak_tile = 0
-    peak_at, peak_set, peak_inner = -1, set(), None
-    for i, st, live, ipu_bytes, tile_bytes_, made, inner in liveness_by_step(program, tiles):
-        peak_ipu = max(peak_ipu, ipu_bytes)
-        if tile_bytes_ > peak_tile:
-            peak_tile, peak_at = tile_bytes_, i
-            peak_set, peak_inner = set(live), inner
-
-    tensors = tuple(
-        LiveTensor(_nbytes(made[k][0]), made[k][0],
-                   _made_by(steps[made[k][1]], made[k][1]))
-        for k in peak_set
-    )
-    name = "program start"
-    if peak_at >= 0:
-        st = steps[peak_at]
-        name = st.primitive.name + (f" in {st.source}" if st.source else "")
-        if peak_inner is not None and peak_inner.step >= 0:
-            name += f", at its step {peak_inner.step}: {peak_inner.name}"
-            tensors += peak_inner.tensors
-    return _Peak(peak_ipu, peak_tile, peak_at, name, tensors)
-
-
-def _in_place(step, dies_here, constants):
-    """For each output of `step`, the operand whose memory it takes over, or
+def in_place(node, dies_here):
+    """For each output of `node`, the operand whose memory it takes over, or
     None. Poplar updates in place where it can: a loop's carried state stays
     in its tensors (carry k of the result in carry k of the operands), and
     elementwise operations have in-place variants (mapInPlace, addInPlace
     and the like in poplibs' popops/ElementWise.hpp), used when an operand
-    of the result's shape and type is not needed afterwards. Constants are never overwritten."""
-    name = step.primitive.name
+    of the result's shape and type is not needed afterwards (it dies here).
+    Constants are never overwritten."""
+    name = node.primitive.name
     if name in _LOOPS:
-        n_carry = _carry_count(step)
-        candidates = [[j] if j < n_carry else [] for j in range(len(step.outputs))]
+        n_carry = _carry_count(node)
+        candidates = [[j] if j < n_carry else [] for j in range(len(node.outputs))]
     elif name in _IDENTITIES:
-        candidates = [[j] for j in range(len(step.outputs))]
-    elif name == "fused_elementwise" or _is_elementwise(step.primitive):
-        candidates = [range(len(step.inputs))] * len(step.outputs)
+        candidates = [[j] for j in range(len(node.outputs))]
+    elif name == "fused_elementwise" or _is_elementwise(node.primitive):
+        candidates = [range(len(node.inputs))] * len(node.outputs)
     else:
-        return [None] * len(step.outputs)
+        return None
     taken = set()
     result = []
-    for positions, aval in zip(candidates, step.out_avals):
+    for positions, out in zip(candidates, node.outputs):
         choice = next(
             (
-                step.inputs[k] for k in positions
-                if step.inputs[k] in dies_here
-                and step.inputs[k] not in taken
-                and step.inputs[k] not in constants
-                and step.in_avals[k] == aval
+                node.inputs[k] for k in positions
+                if node.inputs[k] in dies_here
+                and node.inputs[k] not in taken
+                and node.inputs[k].aval == out.aval
             ),
             None,
         )
@@ -425,21 +305,17 @@ _LOOPS = frozenset({"scan", "while_loop"})
 _IDENTITIES = frozenset({"optimization_barrier", "recomputation_checkpoint"})
 
 
-def _carry_count(step):
-    if step.primitive.name == "scan":
-        return step.params["n_carry"]
-    cond = step.params["cond_graph"]
-    return len(cond.inputs) - step.params["n_cond_consts"]
+def _carry_count(node):
+    if node.primitive.name == "scan":
+        return node.params["n_carry"]
+    cond = node.params["cond_graph"]
+    return len(cond.inputs) - node.params["n_cond_consts"]
 
 
 def _is_elementwise(primitive):
     from keras_ipu.device.compiler.lowering import is_elementwise  # no cycle at import
 
     return is_elementwise(primitive)
-
-
-# Primitives whose params hold the graphs they run.
-_CONTROL_FLOW = frozenset({"cond", "while_loop", "scan", "remat", "custom_vjp"})
 
 
 def check_memory(obj, target=None, ipu=0):

@@ -2,10 +2,15 @@
 
 `predict_costs(executable_or_graph, target=...)` walks the program's steps
 in order; each step is one bulk-synchronous superstep: compute, one sync,
-exchange (cost_model, where every constant and formula lives). Control flow
-costs its sub-graphs (a scan `length` times, a cond its costliest branch).
-Host transfers (inputs in, outputs out, over PCIe) add to the step time.
-With TF_POPLAR_FLAGS=--log_cycle_count=N the prediction is logged.
+exchange (cost_model, where every constant and formula lives). Host
+transfers (inputs in, outputs out, over PCIe) add to the step time. With
+TF_POPLAR_FLAGS=--log_cycle_count=N the prediction is logged.
+
+Control flow costs its sub-graphs as its cost rule counts them
+(primitives/control_flow.py: a scan's body `length` times, a while loop's
+body its assumed trip count, a cond its costliest branch): `counted_parts`
+and `cycles` compose them, the one place that does; the profile opens the
+same parts up (`sub_predictions`).
 """
 
 import dataclasses
@@ -21,7 +26,6 @@ from keras_ipu.device.simulator import partition
 logger = logging.getLogger("keras_ipu.cycles")
 
 
-# -- the fused kernels of the compiler ------------------------------------------
 @dataclasses.dataclass
 class StepCost:
     index: int
@@ -40,20 +44,29 @@ class StepCost:
         return self.compute + self.exchange + self.sync
 
 
-def _cycles(cost, target):
-    """(compute, exchange, sync, tiles) cycles of one cost record."""
+def counted_parts(cost, target):
+    """The Parts of a control-flow cost that count: all of them, or (combine
+    "max": a cond) the one costing most cycles."""
+    if cost.combine != "max" or not cost.parts:
+        return list(cost.parts)
+    return [max(cost.parts, key=lambda p: sum(_part_cycles(p, target)))]
+
+
+def _part_cycles(part, target):
+    """(compute, exchange, sync) of one pass through a Part, times its repeat."""
+    c = e = s = 0
+    for sub in part.costs:
+        sc, se, ss, _ = cycles(sub, target)
+        c, e, s = c + sc, e + se, s + ss
+    return part.repeat * c, part.repeat * e, part.repeat * s
+
+
+def cycles(cost, target):
+    """(compute, exchange, sync, tiles) cycles of one cost record on
+    `target`: one superstep, or the counted parts of a control-flow step."""
     if cost.parts:
-        subs = []
-        for repeat, costs in cost.parts:
-            c = e = s = 0
-            for sub in costs:
-                sc, se, ss, _ = _cycles(sub, target)
-                c, e, s = c + sc, e + se, s + ss
-            subs.append((repeat * c, repeat * e, repeat * s))
-        if cost.combine == "max":
-            c, e, s = max(subs, key=sum) if subs else (0, 0, 0)
-        else:
-            c, e, s = (sum(x[i] for x in subs) for i in range(3))
+        parts = [_part_cycles(p, target) for p in counted_parts(cost, target)]
+        c, e, s = (sum(x[i] for x in parts) for i in range(3))
         return c, e, s, 0
     if cost.kind == "view":
         return 0, 0, 0, 0
@@ -84,6 +97,18 @@ def _cross_instance_cycles(cost, target):
     seconds = cost_model.cross_instance_reduction_seconds(
         cost.bytes_in, local, instances, target, on_hosts=partition.reduces_on_hosts())
     return math.ceil(seconds * target.clock_hz)
+
+
+def step_costs(graph, target):
+    """The StepCost of each node of `graph`, in order."""
+    steps = []
+    for i, node in enumerate(graph.nodes):
+        record = cost_util.node_cost(node)
+        compute, exchange, sync, tiles = cycles(record, target)
+        flops, macs = cost_util.totals([record])
+        steps.append(StepCost(i, node.primitive.name, record.kind, node.source, tiles,
+                              flops, macs, compute, exchange, sync))
+    return steps
 
 
 @dataclasses.dataclass
@@ -180,26 +205,14 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
     log the summary (default: when --log_cycle_count is set).
     """
     target = memory_model.resolve_target(target)
-    program = memory_model.program_of(obj)
-    steps = []
-    for i, st in enumerate(program.steps):
-        cost = st.primitive.cost
-        if cost is None:
-            raise LookupError(
-                f"Primitive {st.primitive.name!r} has no cost rule: assign "
-                f"`{st.primitive.name}_p.cost` in its primitive module."
-            )
-        record = cost(st.in_avals, st.out_avals, **st.params)
-        compute, exchange, sync, tiles = _cycles(record, target)
-        flops, macs = cost_util.totals([record])
-        steps.append(StepCost(i, st.primitive.name, record.kind, st.source, tiles,
-                              flops, macs, compute, exchange, sync))
+    graph = memory_model.graph_of(obj)
+    steps = step_costs(graph, target)
     bytes_in, bytes_out, host = host_traffic(
-        [a for _, a in program.inputs], _output_avals(program), target,
+        [v.aval for v in graph.inputs], [v.aval for v in graph.outputs], target,
         resident_inputs, resident_outputs,
     )
     memory = (memory_model.check_memory if check_memory
-              else memory_model.analyze_memory)(program, target)
+              else memory_model.analyze_memory)(graph, target)
     compute = sum(s.compute for s in steps)
     exchange = sum(s.exchange for s in steps)
     sync = sum(s.sync for s in steps)
@@ -236,15 +249,33 @@ def host_traffic(in_avals, out_avals, target, resident_inputs=(),
     return bytes_in, bytes_out, seconds
 
 
-def _output_avals(program):
-    return [a for _, a in _indexed_output_avals(program)]
+def predict_graph(graph, target, memo=None):
+    """The step costs of a sub-graph as a Prediction (no memory analysis and
+    no host transfers: a body runs inside the program that holds it).
+    `memo`: a dict kept by a caller opening many parts (id(graph) -> ...)."""
+    key = (id(graph), target)
+    if memo is not None and key in memo:
+        return memo[key][1]
+    steps = step_costs(graph, target)
+    compute = sum(x.compute for x in steps)
+    exchange = sum(x.exchange for x in steps)
+    sync = sum(x.sync for x in steps)
+    pred = Prediction(
+        target=target, steps=steps, compute_cycles=compute, exchange_cycles=exchange,
+        sync_cycles=sync, cycles=compute + exchange + sync, steps_per_run=1,
+        host_bytes_in=0, host_bytes_out=0, host_seconds=0.0, batch_size=None,
+        memory=None)
+    if memo is not None:
+        memo[key] = (graph, pred)  # the graph kept: ids stay unique
+    return pred
 
 
-def _indexed_output_avals(program):
-    avals = {k: a for k, a in program.inputs + program.constants}
-    for st in program.steps:
-        avals.update(zip(st.outputs, st.out_avals))
-    return [(j, avals[k]) for j, k in enumerate(program.outputs) if k in avals]
+def sub_predictions(node, target, memo=None):
+    """[(repeat, graph, Prediction)] of the sub-graphs a control-flow node
+    runs, as its cost counts them (counted_parts); [] for other nodes."""
+    record = cost_util.node_cost(node)
+    return [(p.repeat, p.graph, predict_graph(p.graph, target, memo))
+            for p in counted_parts(record, target)]
 
 
 def _synthetic_data_for(category):

@@ -96,8 +96,10 @@ import numpy as np
 
 from keras_ipu.device.config import system_config
 from keras_ipu.device.config.enums import ExecutionProfileType
+from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
+from keras_ipu.device.simulator import prediction as _prediction
 
 FORMAT_VERSION = 2
 KIND = "keras_ipu.profile"
@@ -310,14 +312,14 @@ def allow_out_of_memory(environ=None, config=None):
 # -- building the report ---------------------------------------------------------
 def program_fingerprint(exe):
     """A short structural digest: the same program gives the same name."""
-    program = memory_model.program_of(exe)
+    graph = memory_model.graph_of(exe)
     h = hashlib.sha256()
-    for st in program.steps:
-        h.update(st.primitive.name.encode())
-        h.update(" ".join(a.short() for a in st.in_avals + st.out_avals).encode())
+    for node in graph.nodes:
+        h.update(node.primitive.name.encode())
+        h.update(" ".join(v.aval.short() for v in node.inputs + node.outputs).encode())
         h.update(b"\x00")
-    for _, a in program.inputs:
-        h.update(a.short().encode())
+    for v in graph.inputs:
+        h.update(v.aval.short().encode())
     return h.hexdigest()[:10]
 
 
@@ -337,11 +339,10 @@ def liveness(exe, target):
     memory_model's walk of the schedule, in-place results and the peak
     inside loop bodies included, so that the curve's maximum is the peak
     the memory report (and the out-of-memory check) names."""
-    program = memory_model.program_of(exe)
     per_ipu, per_tile = [], []
     peak_tile, peak_at = 0, -1
     for i, _, _, ipu_bytes, tile_bytes, _, _ in memory_model.liveness_by_step(
-        program, target.tiles_per_ipu
+        exe, target.tiles_per_ipu
     ):
         per_ipu.append(ipu_bytes)
         per_tile.append(tile_bytes)
@@ -364,7 +365,7 @@ def input_categories(exe, program=None):
     """The memory category of each program input: the workload's
     input_categories when the compiling caller gave them (the trainer
     does), else "program inputs"."""
-    program = program or memory_model.program_of(exe)
+    program = program or memory_model.graph_of(exe)
     given = tuple((getattr(exe, "workload", None) or {}).get("input_categories") or ())
     n = len(program.inputs)
     if len(given) != n:
@@ -376,9 +377,9 @@ def _tile_categories(program, peak, categories, code_tile, tiles):
     """{category: int64 bytes per tile} at the tile peak."""
     per = {c: np.zeros(tiles, np.int64) for c in CATEGORIES}
     per["code"][:] = code_tile
-    for (_, aval), category in zip(program.inputs, categories):
-        per[category] += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
-    for _, aval in program.constants:
+    for v, category in zip(program.inputs, categories):
+        per[category] += tile_distribution(v.aval.nbytes or 0, v.aval.dtype.itemsize, tiles)
+    for aval in memory_model.constants_of(program):
         per["constants"] += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
     for t in peak.tensors:
         per["activations"] += tile_distribution(t.nbytes, t.aval.dtype.itemsize, tiles)
@@ -389,14 +390,14 @@ def step_details(program, tiles, top=5):
     """Per program step: its op, Keras layer and the `top` largest values
     live there ([tensor, bytes, made by]), for the report's hover views."""
     out = []
-    steps = program.steps
-    for i, st, live, _, _, made, inner in memory_model.liveness_by_step(program, tiles):
-        largest = sorted(live, key=lambda k: -(made[k][0].nbytes or 0))[:top]
+    nodes = program.nodes
+    for i, node, live, _, _, made, inner in memory_model.liveness_by_step(program, tiles):
+        largest = sorted(live, key=lambda v: -(v.aval.nbytes or 0))[:top]
         out.append({
-            "op": st.primitive.name, "source": st.source,
-            "live": [[made[k][0].short(), made[k][0].nbytes or 0,
-                      memory_model._made_by(steps[made[k][1]], made[k][1])]
-                     for k in largest],
+            "op": node.primitive.name, "source": node.source,
+            "live": [[v.aval.short(), v.aval.nbytes or 0,
+                      memory_model.made_by(nodes[made[v]], made[v])]
+                     for v in largest],
             "inside": inner.name if inner is not None and inner.step >= 0 else None,
         })
     return out
@@ -407,9 +408,10 @@ def _peak_tensors(program, peak, categories, tiles, top=200):
     inputs and constants (always live) and the values live there, each with
     its category and its linear mapping (tiles 0..tiles-1, bytes on each
     but the last), so a viewer can tell which of them a tile holds."""
-    items = [(aval, category, "program input")
-             for (_, aval), category in zip(program.inputs, categories)]
-    items += [(aval, "constants", "program constant") for _, aval in program.constants]
+    items = [(v.aval, category, "program input")
+             for v, category in zip(program.inputs, categories)]
+    items += [(aval, "constants", "program constant")
+              for aval in memory_model.constants_of(program)]
     items += [(t.aval, "activations", t.made_by) for t in peak.tensors]
     items.sort(key=lambda x: -(x[0].nbytes or 0))
     out = []
@@ -425,10 +427,10 @@ def _peak_tensors(program, peak, categories, tiles, top=200):
 def tile_memory(exe, target, program=None, peak=None):
     """{category: int64 bytes per tile} at the tile peak of `exe` on an IPU
     of `target`: what the per-tile picture stacks, and the overflow."""
-    program = program or memory_model.program_of(exe)
+    program = program or memory_model.graph_of(exe)
     tiles = target.tiles_per_ipu
     peak = peak or memory_model.peak_liveness(program, tiles)
-    code_tile = cost_model.code_bytes_per_tile(len(program.steps))
+    code_tile = cost_model.code_bytes_per_tile(len(program.nodes))
     return _tile_categories(program, peak, input_categories(exe, program), code_tile, tiles)
 
 
@@ -440,7 +442,7 @@ def tile_overflow(exe, target):
 
 
 def _memory_section(exe, mem, target):
-    program = memory_model.program_of(exe)
+    program = memory_model.graph_of(exe)
     tiles = target.tiles_per_ipu
     per_ipu, per_tile, peak_at = liveness(exe, target)
     peak = memory_model.peak_liveness(program, tiles)
@@ -452,8 +454,8 @@ def _memory_section(exe, mem, target):
     capacity = target.sram_bytes_per_tile
     over = np.maximum(total - capacity, 0)
     ipu_categories = {c: 0 for c in CATEGORIES}
-    for (_, aval), category in zip(program.inputs, categories):
-        ipu_categories[category] += aval.nbytes or 0
+    for v, category in zip(program.inputs, categories):
+        ipu_categories[category] += v.aval.nbytes or 0
     ipu_categories["constants"] = mem.constant_bytes
     ipu_categories["code"] = mem.code_bytes
     ipu_categories["activations"] = mem.not_always_live_bytes
@@ -507,95 +509,31 @@ def _body_liveness(program, target, top=3):
     loop's training step is one scan step of the outer program): bytes the
     body's own values hold during each of its steps, largest bodies first."""
     bodies = []
-    for i, st in enumerate(program.steps):
-        for k in range(4):
-            graph = _sub_graph(st, k) if st.primitive.name != "cond" else None
-            if graph is None:
-                break
-            per_ipu, _, _ = liveness(graph, target)
+    for i, node in enumerate(program.nodes):
+        record = cost_util.node_cost(node)
+        if record.kind == "cond":
+            continue
+        for part in record.parts:
+            per_ipu, _, _ = liveness(part.graph, target)
             if per_ipu:
-                bodies.append({"step": i, "op": st.primitive.name, "source": st.source,
+                bodies.append({"step": i, "op": node.primitive.name, "source": node.source,
                                "steps": len(per_ipu), "peak": max(per_ipu),
                                "not_always_live": per_ipu,
-                               "details": step_details(memory_model.program_of(graph),
-                                                       target.tiles_per_ipu)})
+                               "details": step_details(part.graph, target.tiles_per_ipu)})
     bodies.sort(key=lambda b: -b["peak"])
     return bodies[:top]
 
 
-_graph_predictions = {}  # id(graph) -> Prediction, while a report is built
-
-
-def graph_prediction(graph, target):
-    """The step costs of a sub-graph as a Prediction (no memory analysis and
-    no host transfers: a body runs inside the program that holds it)."""
-    from keras_ipu.device.primitives import cost_util
-    from keras_ipu.device.simulator import prediction as _prediction
-
-    key = (id(graph), target)
-    if key in _graph_predictions:
-        return _graph_predictions[key][1]
-    steps = []
-    for i, st in enumerate(memory_model.program_of(graph).steps):
-        if st.primitive.cost is None:
-            raise LookupError(f"Primitive {st.primitive.name!r} has no cost rule.")
-        record = st.primitive.cost(st.in_avals, st.out_avals, **st.params)
-        compute, exchange, sync, tiles = _prediction._cycles(record, target)
-        flops, macs = cost_util.totals([record])
-        steps.append(_prediction.StepCost(i, st.primitive.name, record.kind, st.source,
-                                          tiles, flops, macs, compute, exchange, sync))
-    compute = sum(x.compute for x in steps)
-    exchange = sum(x.exchange for x in steps)
-    sync = sum(x.sync for x in steps)
-    pred = _prediction.Prediction(
-        target=target, steps=steps, compute_cycles=compute, exchange_cycles=exchange,
-        sync_cycles=sync, cycles=compute + exchange + sync, steps_per_run=1,
-        host_bytes_in=0, host_bytes_out=0, host_seconds=0.0, batch_size=None,
-        memory=None)
-    _graph_predictions[key] = (graph, pred)  # the graph kept: ids stay unique
-    return pred
-
-
-def sub_programs(step, target):
-    """[(repeat, Prediction)] of the sub-graphs a control-flow step runs,
-    counted as its cost rule counts them (primitives/control_flow.py): a
-    scan's body `length` times, a while loop's body and condition the
-    assumed trip count, a cond's costliest branch, a remat/custom_vjp call
-    once. [] for other steps."""
-    def pred(graph):
-        return graph_prediction(graph, target)
-
-    name, p = step.primitive.name, step.params
-    if name == "scan":
-        length = p.get("length")
-        if length is None:
-            xs = step.in_avals[p["n_carry"]:p["n_carry"] + p["n_xs"]]
-            length = (xs[0].shape[0] or 0) if xs else 0
-        return [(length, pred(p["body"]))]
-    if name == "while_loop":
-        trips = cost_model.WHILE_LOOP_ASSUMED_TRIPS
-        return [(trips, pred(p["body_graph"])), (trips + 1, pred(p["cond_graph"]))]
-    if name == "cond":
-        branches = [pred(b) for b in p["branches"]]
-        return [(1, max(branches, key=lambda b: b.cycles))] if branches else []
-    if name == "remat":
-        return [(1, pred(p["graph"]))]
-    if name == "custom_vjp":
-        return [(1, pred(p["fwd"]))]
-    return []
-
-
-def _program_steps(obj):
-    return memory_model.program_of(obj).steps
-
-
-def execution_trace(prediction, program=None, depth=2):
+def execution_trace(prediction, program=None, depth=2, memo=None):
     """The predicted timeline of one run: each program step a superstep of
     compute, sync, exchange (DESIGN), one after another from cycle 0. A
     control-flow step also gets "loops": [{"repeat", "trace"}], the
-    timeline of one pass through each sub-graph (cycles from 0), down to
-    `depth` levels. `program`: the Executable/Graph (for the sub-graphs)."""
-    steps = _program_steps(program) if program is not None and depth > 0 else None
+    timeline of one pass through each sub-graph its cost counts
+    (prediction.sub_predictions), cycles from 0, down to `depth` levels.
+    `program`: the Executable/Graph (for the sub-graphs); `memo`: a dict
+    the caller keeps while it draws many traces."""
+    nodes = memory_model.graph_of(program).nodes if program is not None and depth > 0 else None
+    memo = {} if memo is None else memo
     trace, t = [], 0
     for s in prediction.steps:
         c, y, e = t + s.compute, t + s.compute + s.sync, t + s.cycles
@@ -604,54 +542,35 @@ def execution_trace(prediction, program=None, depth=2):
             "start": t, "end": e,
             "compute": [t, c], "sync": [c, y], "exchange": [y, e],
         }
-        if steps is not None and s.kind in ("loop", "cond", "call"):
-            subs = sub_programs(steps[s.index], prediction.target)
-            if subs:
-                entry["loops"] = [
-                    {"repeat": repeat,
-                     "trace": execution_trace(sub, _sub_graph(steps[s.index], i), depth - 1)}
-                    for i, (repeat, sub) in enumerate(subs)
-                ]
+        subs = (_prediction.sub_predictions(nodes[s.index], prediction.target, memo)
+                if nodes is not None else [])
+        if subs:
+            entry["loops"] = [
+                {"repeat": repeat, "trace": execution_trace(sub, graph, depth - 1, memo)}
+                for repeat, graph, sub in subs
+            ]
         trace.append(entry)
         t = e
     return trace
 
 
-def _sub_graph(step, i):
-    """The i-th sub-graph of a control-flow step (None past the last)."""
-    p = step.params
-    graphs = {
-        "scan": lambda: [p["body"]],
-        "while_loop": lambda: [p["body_graph"], p["cond_graph"]],
-        "remat": lambda: [p["graph"]],
-        "custom_vjp": lambda: [p["fwd"]],
-    }.get(step.primitive.name)
-    if graphs is None:  # cond: the costliest branch was chosen; find it again
-        return None
-    graphs = graphs()
-    return graphs[i] if i < len(graphs) else None
-
-
-def flat_costs(prediction, program=None, repeat=1, source=None, depth=4):
+def flat_costs(prediction, program=None, repeat=1, source=None, depth=4, memo=None):
     """Leaf step costs of a run with control flow opened up: (op, source,
     count, compute, exchange, sync) each multiplied by how often it runs.
     They add up to prediction.cycles."""
-    steps = _program_steps(program) if program is not None and depth > 0 else None
+    nodes = memory_model.graph_of(program).nodes if program is not None and depth > 0 else None
+    memo = {} if memo is None else memo
     out = []
     for s in prediction.steps:
         src = s.source or source
-        subs = (sub_programs(steps[s.index], prediction.target)
-                if steps is not None and s.kind in ("loop", "cond", "call") else [])
+        subs = (_prediction.sub_predictions(nodes[s.index], prediction.target, memo)
+                if nodes is not None else [])
         if not subs:
             out.append((s.name, src, repeat, repeat * s.compute, repeat * s.exchange,
                         repeat * s.sync))
             continue
-        for i, (n, sub) in enumerate(subs):
-            graph = _sub_graph(steps[s.index], i)
-            out.extend(flat_costs(sub, graph, repeat * n, src, depth - 1)
-                       if graph is not None else
-                       [(x.name, x.source or src, repeat * n, repeat * n * x.compute,
-                         repeat * n * x.exchange, repeat * n * x.sync) for x in sub.steps])
+        for n, graph, sub in subs:
+            out.extend(flat_costs(sub, graph, repeat * n, src, depth - 1, memo))
     return out
 
 
@@ -744,11 +663,9 @@ def memory_of(exe, target=None):
 
 def prediction_of(exe, target=None):
     """exe.prediction when the compiler attached it, else predicted now."""
-    from keras_ipu.device.simulator.prediction import predict_costs
-
     pred = getattr(exe, "prediction", None)
     if pred is None:
-        pred = predict_costs(exe, target or _target_of(exe), log=False)
+        pred = _prediction.predict_costs(exe, target or _target_of(exe), log=False)
     return pred
 
 
@@ -759,18 +676,13 @@ def _ipu_model():
 def build_report(exe, options=None, name=None):
     """The report of `exe` as a JSON-ready dict (see the module doc)."""
     options = options or ReportOptions(".", True, True, ExecutionProfileType.TILE_PROFILE)
-    try:
-        return _build_report(exe, options, name)
-    finally:
-        _graph_predictions.clear()
+    return _build_report(exe, options, name)
 
 
 def _build_report(exe, options, name):
     target = _target_of(exe)
-    program = memory_model.program_of(exe)
-    avals = {k: a for k, a in program.inputs + program.constants}
-    for st in program.steps:
-        avals.update(zip(st.outputs, st.out_avals))
+    graph = memory_model.graph_of(exe)
+    constants = memory_model.constants_of(graph)
     report = {
         "format_version": FORMAT_VERSION,
         "kind": KIND,
@@ -779,12 +691,12 @@ def _build_report(exe, options, name):
         "program": {
             "name": name or getattr(exe, "name", None) or "program",
             "fingerprint": program_fingerprint(exe),
-            "steps": len(program.steps),
-            "inputs": len(program.inputs),
-            "outputs": len(program.outputs),
-            "input_bytes": sum(a.nbytes or 0 for _, a in program.inputs),
-            "output_bytes": sum(avals[k].nbytes or 0 for k in program.outputs if k in avals),
-            "constant_bytes": sum(a.nbytes or 0 for _, a in program.constants),
+            "steps": len(graph.nodes),
+            "inputs": len(graph.inputs),
+            "outputs": len(graph.outputs),
+            "input_bytes": sum(v.aval.nbytes or 0 for v in graph.inputs),
+            "output_bytes": sum(v.aval.nbytes or 0 for v in graph.outputs),
+            "constant_bytes": sum(a.nbytes or 0 for a in constants),
         },
         "target": {
             "name": target.name,

@@ -54,6 +54,8 @@ schedule changes time and memory, never values (DESIGN decision 5).
 
 import dataclasses
 
+from keras_ipu.device.ir import Graph
+from keras_ipu.device.ir import Node
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator.prediction import predict_costs
@@ -66,6 +68,8 @@ class _Transfer:
     (received: makes the value on this IPU; sent: its last use here)."""
 
     cost = None
+    multiple_results = True
+    subgraph_params = ()
 
     def __init__(self, name):
         self.name = name
@@ -192,9 +196,9 @@ def _stage_from_prefixes(prefixes, source):
     return None if best is None else best[1]
 
 
-def assign_stages(program, assignment):
+def assign_stages(graph, assignment):
     """The stage of every program step (see the module doc)."""
-    steps = program.steps
+    steps = graph.nodes
     if isinstance(assignment, dict):
         raw = [_stage_from_prefixes(assignment, st.source) for st in steps]
     elif callable(assignment):
@@ -219,7 +223,7 @@ def assign_stages(program, assignment):
         )
     # Inputs (weights, optimizer slots) live where the placed steps read them.
     home = {}
-    input_keys = {k for k, _ in program.inputs}
+    input_keys = set(graph.inputs)
     for st, s in zip(steps, raw):
         if s is not None:
             for k in st.inputs:
@@ -276,7 +280,7 @@ def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
     not fit.
     """
     target = memory_model.resolve_target(target)
-    program = memory_model.program_of(obj)
+    program = memory_model.graph_of(obj)
     schedule = _schedule_name(schedule)
     g = int(gradient_accumulation_count)
     if g < 1:
@@ -307,7 +311,7 @@ def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
     if weight_update is None:
         once = set()
     elif callable(weight_update):
-        once = {i for i, st in enumerate(program.steps) if weight_update(i, st)}
+        once = {i for i, st in enumerate(program.nodes) if weight_update(i, st)}
     else:
         once = set(weight_update)
 
@@ -316,15 +320,11 @@ def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
             return "update"
         return "forward" if ipu_of[i] == last_ipu or i < turn else "backward"
 
-    made_by = {}
-    avals = {k: a for k, a in program.inputs + program.constants}
-    for i, st in enumerate(program.steps):
-        for k, a in zip(st.outputs, st.out_avals):
-            made_by[k] = i
-            avals[k] = a
+    made_by = {v: i for i, node in enumerate(program.nodes) for v in node.outputs}
+    avals = _Avals()
 
     copies, seen = [], set()
-    for i, st in enumerate(program.steps):
+    for i, st in enumerate(program.nodes):
         d = ipu_of[i]
         for k in st.inputs:
             j = made_by.get(k)
@@ -337,7 +337,7 @@ def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
 
     results = []
     for d in ipus:
-        mine = [i for i in range(len(program.steps)) if ipu_of[i] == d]
+        mine = [i for i in range(len(program.nodes)) if ipu_of[i] == d]
         fwd = sum(step_cycles[i] for i in mine if phase(i) == "forward")
         bwd = sum(step_cycles[i] for i in mine if phase(i) == "backward")
         upd = sum(step_cycles[i] for i in mine if phase(i) == "update")
@@ -348,10 +348,10 @@ def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
         # Stash: values made (or received) in this IPU's forward pass that
         # its backward pass reads.
         fwd_values = {k: avals[k] for i in mine if phase(i) == "forward"
-                      for k in program.steps[i].outputs}
+                      for k in program.nodes[i].outputs}
         fwd_values.update({c.value: c.aval for c in incoming if c.phase == "forward"})
         stashed = {k for i in mine if phase(i) == "backward"
-                   for k in program.steps[i].inputs if k in fwd_values}
+                   for k in program.nodes[i].inputs if k in fwd_values}
         stash_bytes = sum(fwd_values[k].nbytes or 0 for k in stashed)
         stash_tile = sum(memory_model.tile_bytes(fwd_values[k], target.tiles_per_ipu)
                          for k in stashed)
@@ -397,31 +397,37 @@ def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
     return pred
 
 
-def _ipu_program(program, ipu_of, d, made_by):
+class _Avals:
+    """aval of a program value (Var or Literal)."""
+
+    def __getitem__(self, value):
+        return value.aval
+
+
+def _ipu_program(graph, ipu_of, d, made_by):
     """IPU d's own step list: its steps, with a copy-in step before the
     first use of each value made elsewhere and a copy-out step where a value
     made here is first read by each other IPU."""
-    steps, received, sent = [], set(), set()
-    for i, st in enumerate(program.steps):
+    nodes, received, sent = [], set(), set()
+    for i, node in enumerate(graph.nodes):
         if ipu_of[i] == d:
-            for k, a in zip(st.inputs, st.in_avals):
-                j = made_by.get(k)
-                if j is not None and ipu_of[j] != d and k not in received:
-                    received.add(k)
-                    steps.append(memory_model.Step(
-                        _RECEIVE, {}, (), (k,), (), (a,), f"copy from IPU {ipu_of[j]}"))
-            steps.append(st)
+            for v in node.inputs:
+                j = made_by.get(v)
+                if j is not None and ipu_of[j] != d and v not in received:
+                    received.add(v)
+                    nodes.append(Node(_RECEIVE, [], {}, [v], f"copy from IPU {ipu_of[j]}"))
+            nodes.append(node)
         else:
-            for k, a in zip(st.inputs, st.in_avals):
-                j = made_by.get(k)
-                if j is not None and ipu_of[j] == d and (k, ipu_of[i]) not in sent:
-                    sent.add((k, ipu_of[i]))
-                    steps.append(memory_model.Step(
-                        _SEND, {}, (k,), (), (a,), (), f"copy to IPU {ipu_of[i]}"))
-    read = {k for st in steps for k in st.inputs}
-    made = {k for st in steps for k in st.outputs}
-    inputs = tuple((k, a) for k, a in program.inputs if k in read)
-    constants = tuple((k, a) for k, a in program.constants if k in read)
-    outputs = tuple(k for k in program.outputs
-                    if k in made and made_by.get(k) is not None and ipu_of[made_by[k]] == d)
-    return memory_model.Program(tuple(steps), inputs, constants, outputs)
+            for v in node.inputs:
+                j = made_by.get(v)
+                if j is not None and ipu_of[j] == d and (v, ipu_of[i]) not in sent:
+                    sent.add((v, ipu_of[i]))
+                    nodes.append(Node(_SEND, [v], {}, [], f"copy to IPU {ipu_of[i]}"))
+    read = {v for node in nodes for v in node.inputs}
+    made = {v for node in nodes for v in node.outputs}
+    out = Graph()
+    out.inputs = [v for v in graph.inputs if v in read]
+    out.nodes = nodes
+    out.outputs = [v for v in graph.outputs
+                   if v in made and made_by.get(v) is not None and ipu_of[made_by[v]] == d]
+    return out
