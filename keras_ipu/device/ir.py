@@ -120,15 +120,22 @@ class Literal:
 
 
 class Node:
-    __slots__ = ("primitive", "inputs", "params", "outputs", "source")
+    __slots__ = ("primitive", "inputs", "params", "outputs", "source", "stage", "ipu")
 
-    def __init__(self, primitive, inputs, params, outputs, source=None):
+    def __init__(self, primitive, inputs, params, outputs, source=None, stage=None,
+                 ipu=None):
         self.primitive = primitive
         self.inputs = inputs
         self.params = params
         self.outputs = outputs
         # The Keras layer (or op) path that made the node, for reports.
         self.source = source
+        # Where it runs, set by the placement pass (compiler/placement.py):
+        # its pipeline stage and IPU. None: not placed (a one-IPU program,
+        # IPU 0), or a control-flow node whose body runs on several IPUs
+        # (its body's nodes carry the tags).
+        self.stage = stage
+        self.ipu = ipu
 
 
 def subgraphs(node):
@@ -141,6 +148,58 @@ def subgraphs(node):
             yield value
         else:
             yield from value
+
+
+# -- placement tags (set by compiler/placement.py) ----------------------------
+def runs_on(node):
+    """The IPU `node` runs on: its tag; 0 for an untagged node (a one-IPU
+    program); None for a control-flow node whose sub-graphs span IPUs."""
+    if node.ipu is not None:
+        return node.ipu
+    if any(_tagged_inside(g) for g in subgraphs(node)):
+        return None
+    return 0
+
+
+def _tagged_inside(graph):
+    return any(n.ipu is not None or any(_tagged_inside(g) for g in subgraphs(n))
+               for n in graph.nodes)
+
+
+def ipus_of(graph):
+    """The IPUs a program's nodes run on, sub-graphs included ((0,) when
+    it is not placed)."""
+    found = set()
+    for node in graph.nodes:
+        where = runs_on(node)
+        if where is None:
+            for sub in subgraphs(node):
+                found.update(ipus_of(sub) if sub.nodes else ())
+        else:
+            found.add(where)
+    return tuple(sorted(found)) or (0,)
+
+
+def output_tag(node, k, tag="ipu"):
+    """The `tag` ("ipu" or "stage") of output k of `node`: the node's own or,
+    for a control-flow node spanning IPUs, that of the node making the
+    output in the sub-graph returning it (the highest over a cond's
+    branches); None when not placed, or when that sub-graph passes an input
+    through."""
+    value = getattr(node, tag)
+    if value is not None:
+        return value
+    found = []
+    for name in node.primitive.result_graphs:
+        graphs = node.params[name]
+        for graph in (graphs if isinstance(graphs, tuple) else (graphs,)):
+            out = graph.outputs[k]
+            for inner in graph.nodes:
+                if out in inner.outputs:
+                    held = output_tag(inner, inner.outputs.index(out), tag)
+                    if held is not None:
+                        found.append(held)
+    return max(found) if found else None
 
 
 class Graph:

@@ -21,6 +21,7 @@ from keras_ipu.device.primitives import dot
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import fft
 from keras_ipu.device.primitives import indexing
+from keras_ipu.device.primitives import inter_ipu
 from keras_ipu.device.primitives import linalg
 from keras_ipu.device.primitives import pooling
 from keras_ipu.device.primitives import reduce
@@ -652,6 +653,13 @@ def test_gradient_through_stop_gradient_and_barrier():
     np.testing.assert_allclose(np.asarray(g), x * x + np.cos(x))
     check_grad(lambda v: cf.optimization_barrier_p.bind(
         ew.sin_p.bind(v), v), x)
+
+
+def test_gradient_of_an_inter_ipu_copy_goes_back():
+    def f(x):
+        return ew.sin_p.bind(inter_ipu.ipu_copy_p.bind(x, src=0, dst=1))
+
+    check_grad(f, r(3))
 
 
 def test_gradient_through_marker_identities():

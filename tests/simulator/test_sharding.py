@@ -1,15 +1,19 @@
-"""Sharding and pipelining at the simulator level (simulator/sharding.py),
-checked against hand computations on small hand-built graphs (ipu2: 1472
-tiles, 1.33 GHz, IPU-Links 320 GB/s)."""
+"""Sharding and pipelining: the placement pass (compiler/placement.py) and
+the schedule read from a placed program (simulator/sharding.py), checked
+against hand computations on small hand-built graphs (ipu2: 1472 tiles,
+1.33 GHz, IPU-Links 320 GB/s)."""
 
 import math
 
+import numpy as np
 import pytest
 
+from keras_ipu.device.compiler.placement import Placement
+from keras_ipu.device.compiler.placement import place
+from keras_ipu.device.interpreter import eval_graph
 from keras_ipu.device.simulator import cost_model as cm
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator.prediction import predict_costs
-from keras_ipu.device.simulator.sharding import assign_stages
 from keras_ipu.device.simulator.sharding import in_flight
 from keras_ipu.device.simulator.sharding import predict_sharded
 from keras_ipu.device.simulator.targets import TARGETS
@@ -49,6 +53,18 @@ def two_stage_training():
 LINK_CYCLES_32K = math.ceil(32768 / 320e9 * 1.33e9) + cm.INTER_IPU_SYNC_CYCLES
 
 
+def placed(graph, assignment, device_mapping=None):
+    return place(graph, Placement.of(assignment, device_mapping))
+
+
+def stages(graph):
+    return [n.stage for n in graph.nodes]
+
+
+def names(graph):
+    return [n.primitive.name for n in graph.nodes]
+
+
 def test_ipu_link_cycles_by_hand():
     # 32 KiB over 320 GB/s at 1.33 GHz: 136.2 -> 137 cycles, + the global sync.
     assert cm.ipu_link_cycles(32768, IPU2) == 137 + 900 == LINK_CYCLES_32K
@@ -59,37 +75,57 @@ def test_ipu_link_cycles_by_hand():
 
 def test_stages_from_layer_path_prefixes():
     g = two_stage_forward()
-    program = g
-    assert assign_stages(program, {"model/dense1": 0, "model/dense2": 1}) == [0, 0, 1]
-    # The longest prefix wins; a sequence gives one stage per step.
-    assert assign_stages(program, {"model": 0, "model/dense2": 1}) == [0, 0, 1]
-    assert assign_stages(program, [0, 1, 1]) == [0, 1, 1]
-    with pytest.raises(ValueError, match="one stage per step"):
-        assign_stages(program, [0, 1])
-    with pytest.raises(ValueError, match="No program step matches"):
-        assign_stages(program, {"other/": 0})
+    two = placed(g, {"model/dense1": 0, "model/dense2": 1})
+    # The copy of tanh's output to IPU 1 runs before its reader there.
+    assert names(two) == ["dot_general", "tanh", "ipu_copy", "dot_general"]
+    assert stages(two) == [0, 0, 1, 1] and [n.ipu for n in two.nodes] == [0, 0, 1, 1]
+    # The longest path wins; a path is a whole segment (dense1 is not dense10).
+    assert stages(placed(g, {"model": 0, "model/dense2": 1})) == [0, 0, 1, 1]
+    assert stages(placed(g, {"model/dense": 1, "model": 0})) == [0, 0, 0]
+    with pytest.raises(ValueError, match="No node of the program runs in a layer"):
+        placed(g, {"other": 0})
+    with pytest.raises(ValueError, match="non-negative int"):
+        Placement.of({"model": -1})
 
 
-def test_unplaced_steps_follow_their_weight_or_the_step_before():
+def test_unplaced_nodes_follow_their_operands_or_weights():
     def body(b, x, w1, w2):
         h = b.op("dot_general", x, w1, dimension_numbers=MM, source="m/s0")
         o = b.op("dot_general", h, w2, dimension_numbers=MM, source="m/s1")
-        loss = b.op("mul", o, o)  # no layer path: after a stage-1 step
+        loss = b.op("mul", o, o)  # no layer path: reads stage 1's output
         w1_new = b.op("mul", w1, w1)  # optimizer-like: reads w1, homed on 0
         return [loss, w1_new]
 
-    g = build([aval((8, 4)), aval((4, 4)), aval((4, 4))], body)
-    program = g
-    assert assign_stages(program, {"m/s0": 0, "m/s1": 1}) == [0, 1, 1, 0]
+    g = placed(build([aval((8, 4)), aval((4, 4)), aval((4, 4))], body),
+               {"m/s0": 0, "m/s1": 1})
+    assert names(g) == ["dot_general", "ipu_copy", "dot_general", "mul", "mul"]
+    assert stages(g) == [0, 1, 1, 1, 0]
+
+
+def test_a_value_read_on_several_ipus_is_copied_once_to_each():
+    def body(b, x):
+        a = b.op("exp", x, source="m/s0")
+        c = b.op("mul", a, a, source="m/s1")
+        d = b.op("add", a, c, source="m/s1")  # reads the same copy of a
+        return b.op("sub", a, d, source="m/s2")
+
+    g = placed(build([aval((16,))], body), {"m/s0": 0, "m/s1": 1, "m/s2": 2})
+    copies = [(n.params["src"], n.params["dst"]) for n in g.nodes
+              if n.primitive.name == "ipu_copy"]
+    assert copies == [(0, 1), (0, 2), (1, 2)]
+    x = np.linspace(0, 1, 16).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(eval_graph(g, x)[0]), np.exp(x) - (np.exp(x) + np.exp(x) ** 2),
+                               rtol=1e-6)
 
 
 def test_two_stage_forward_by_hand():
     g = two_stage_forward()
     single = predict_costs(g, target=IPU2)
     c = [s.cycles for s in single.steps]
-    p = predict_sharded(g, {"model/dense1": 0, "model/dense2": 1}, target=IPU2,
+    two = placed(g, {"model/dense1": 0, "model/dense2": 1})
+    p = predict_sharded(two, target=IPU2,
                         gradient_accumulation_count=4, schedule="Grouped", batch_size=64)
-    assert p.stage_of_step == (0, 0, 1)
+    assert p.stage_of_step == (0, 0, 1, 1)
     # One copy: tanh's f32[64,128] output, IPU 0 -> IPU 1.
     (copy,) = p.copies
     assert (copy.src, copy.dst, copy.nbytes, copy.step) == (0, 1, 32768, 2)
@@ -104,8 +140,8 @@ def test_two_stage_forward_by_hand():
     assert p.utilisation == pytest.approx(4 * (t0 + t1) / (2 * p.step_cycles))
     assert p.samples_per_second == pytest.approx(64 * 4 / p.step_seconds)
     # Sequential: one IPU at a time, as a sharded model.
-    seq = predict_sharded(g, {"model/dense1": 0, "model/dense2": 1}, target=IPU2,
-                          gradient_accumulation_count=4, schedule="Sequential")
+    seq = predict_sharded(two, target=IPU2, gradient_accumulation_count=4,
+                          schedule="Sequential")
     assert seq.step_cycles == 4 * (t0 + t1)
     assert seq.step_cycles > p.step_cycles
     # Memory: each IPU holds the inputs it reads.
@@ -124,7 +160,7 @@ def test_two_stage_forward_by_hand():
 def test_one_stage_is_gradient_accumulation():
     g = two_stage_forward()
     single = predict_costs(g, target=IPU2)
-    p = predict_sharded(g, {"model": 0}, target=IPU2, gradient_accumulation_count=3)
+    p = predict_sharded(placed(g, {"model": 0}), target=IPU2, gradient_accumulation_count=3)
     assert p.copies == [] and p.n_stages == 1
     assert p.step_cycles == 3 * single.cycles
     assert p.utilisation == pytest.approx(1.0)
@@ -134,12 +170,13 @@ def test_pipeline_schedules_change_time_and_stash():
     g = two_stage_training()
     single = predict_costs(g, target=IPU2)
     c = [s.cycles for s in single.steps]
-    assignment = {"m/s0": 0, "m/s1": 1}
-    preds = {s: predict_sharded(g, assignment, target=IPU2, gradient_accumulation_count=8,
+    two = placed(g, {"m/s0": 0, "m/s1": 1})
+    preds = {s: predict_sharded(two, target=IPU2, gradient_accumulation_count=8,
                                 schedule=s)
              for s in ("Grouped", "Interleaved", "Sequential")}
     p = preds["Grouped"]
-    assert p.stage_of_step == (0, 0, 1, 1, 1, 0)
+    # a crosses to IPU 1 for the forward pass, ga back to IPU 0.
+    assert p.stage_of_step == (0, 0, 1, 1, 1, 1, 0, 0)
     # Copies: a forward (0 -> 1), ga backward (1 -> 0), 32 KiB each.
     assert [(x.src, x.dst, x.nbytes, x.phase) for x in p.copies] == [
         (0, 1, 32768, "forward"), (1, 0, 32768, "backward")]
@@ -167,15 +204,16 @@ def test_pipeline_schedules_change_time_and_stash():
 
 def test_device_mapping_and_bad_schedule():
     g = two_stage_forward()
-    p = predict_sharded(g, {"model/dense1": 0, "model/dense2": 1}, target=IPU2,
-                        device_mapping=[3, 1])
-    assert [x.ipu for x in p.ipus] == [1, 3]
+    p = predict_sharded(placed(g, {"model/dense1": 0, "model/dense2": 1}, [3, 1]),
+                        target=IPU2)
+    assert [x.ipu for x in p.ipus] == [3, 1]  # in pipeline order
     assert (p.copies[0].src, p.copies[0].dst) == (3, 1)
     with pytest.raises(ValueError, match="Grouped, Interleaved, Sequential"):
-        predict_sharded(g, {"model": 0}, target=IPU2, schedule="Zigzag")
+        predict_sharded(placed(g, {"model": 0}), target=IPU2, schedule="Zigzag")
     with pytest.raises(ValueError, match="device_mapping"):
-        predict_sharded(g, {"model/dense1": 0, "model/dense2": 1}, target=IPU2,
-                        device_mapping=[0])
+        placed(g, {"model/dense1": 0, "model/dense2": 1}, [0])
+    with pytest.raises(ValueError, match="reads a placed program"):
+        predict_sharded(g, target=IPU2)
 
 
 def test_out_of_memory_names_the_ipu():
@@ -186,10 +224,11 @@ def test_out_of_memory_names_the_ipu():
 
     g = build([aval((8, 32)), aval((32, 16)), aval((16, 16384))], body)
     tiny = IPU2.with_tiles(1)
-    p = predict_sharded(g, {"m/s0": 0, "m/s1": 1}, target=tiny)
+    two = placed(g, {"m/s0": 0, "m/s1": 1})
+    p = predict_sharded(two, target=tiny)
     assert p.ipus[0].memory.fits and not p.ipus[1].memory.fits and not p.fits
     with pytest.raises(memory_model.IPUOutOfMemoryError, match="Out of memory on IPU 1"):
-        predict_sharded(g, {"m/s0": 0, "m/s1": 1}, target=tiny, check_memory=True)
+        predict_sharded(two, target=tiny, check_memory=True)
     assert p.ipus[1].memory.ipu == 1
 
 
@@ -199,11 +238,12 @@ def test_compiled_executable_keeps_the_layer_paths():
 
     # Fusion off: the hand computation above holds step for step.
     g = two_stage_training()
-    exe = compile_graph(g, CompileOptions(fuse_elementwise=False))
-    assignment = {"m/s0": 0, "m/s1": 1}
-    from_exe = predict_sharded(exe, assignment, target=IPU2, gradient_accumulation_count=8)
-    from_graph = predict_sharded(g, assignment, target=IPU2, gradient_accumulation_count=8)
-    assert from_exe.stage_of_step == from_graph.stage_of_step == (0, 0, 1, 1, 1, 0)
+    placement = Placement.of({"m/s0": 0, "m/s1": 1})
+    exe = compile_graph(g, CompileOptions(fuse_elementwise=False, placement=placement))
+    from_exe = predict_sharded(exe, target=IPU2, gradient_accumulation_count=8)
+    from_graph = predict_sharded(place(g, placement), target=IPU2,
+                                 gradient_accumulation_count=8)
+    assert from_exe.stage_of_step == from_graph.stage_of_step == (0, 0, 1, 1, 1, 1, 0, 0)
     assert from_exe.step_cycles == from_graph.step_cycles
     assert [c.nbytes for c in from_exe.copies] == [32768, 32768]
     assert ([p.memory.not_always_live_bytes for p in from_exe.ipus]
@@ -213,17 +253,22 @@ def test_compiled_executable_keeps_the_layer_paths():
 def test_weight_update_runs_once_per_step():
     g = two_stage_training()
     c = [s.cycles for s in predict_costs(g, target=IPU2).steps]
-    # Pretend the last step (stage 0) is the weight update: it and the copy
+    # Pretend the last node (stage 0) is the weight update: it and the copy
     # it waits for (ga, 1 -> 0) run once per step, after the pipeline drains.
-    p = predict_sharded(g, {"m/s0": 0, "m/s1": 1}, target=IPU2,
-                        gradient_accumulation_count=8, weight_update=[5])
+    two = placed(g, {"m/s0": 0, "m/s1": 1})
+
+    def update(node):
+        return node.primitive.name == "mul" and node.stage == 0
+
+    p = predict_sharded(two, target=IPU2, gradient_accumulation_count=8,
+                        weight_update=update)
     ipu0, ipu1 = p.ipus
     f0, w0 = c[0] + c[1], c[5] + LINK_CYCLES_32K
     f1 = c[2] + c[3] + c[4] + LINK_CYCLES_32K
     assert (ipu0.forward_cycles, ipu0.backward_cycles, ipu0.weight_update_cycles) == (f0, 0, w0)
     assert p.copies[1].phase == "update"
     assert p.step_cycles == 9 * max(f0, f1) + w0
-    seq = predict_sharded(g, {"m/s0": 0, "m/s1": 1}, target=IPU2, schedule="Sequential",
-                          gradient_accumulation_count=8, weight_update=lambda i, st: i == 5)
+    seq = predict_sharded(two, target=IPU2, schedule="Sequential",
+                          gradient_accumulation_count=8, weight_update=update)
     assert seq.step_cycles == 8 * (f0 + f1) + w0
     assert p.utilisation == pytest.approx((8 * (f0 + f1) + w0) / (2 * p.step_cycles))

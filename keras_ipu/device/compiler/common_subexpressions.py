@@ -35,6 +35,7 @@ def eliminate_common_subexpressions(graph):
         try:
             key = (
                 node.primitive.name,
+                node.ipu,  # the same value on another IPU is computed there
                 tuple(_operand_key(v) for v in inputs),
                 freeze_params(node.params),
             )

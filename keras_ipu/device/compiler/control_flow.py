@@ -69,7 +69,7 @@ def _lower_cond(params, in_avals, out_avals):
 
 def _lower_while(params, in_avals, out_avals):
     cond_exe, body_exe = _compiled(params, "while_loop")
-    n_carry = len(params["cond_graph"].inputs) - params["n_cond_consts"]
+    n_carry = while_p.carry_count(params)
     n_cond = params["n_cond_consts"]
 
     def while_loop(*operands):

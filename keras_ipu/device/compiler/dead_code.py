@@ -10,9 +10,9 @@ scan might need; the ones it does not read would otherwise be computed,
 copied into a [length, ...] stack each iteration, and passed back in.
 """
 
+from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.ir import Graph
-from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import Var
 
 
@@ -38,13 +38,8 @@ def _prune_scan(node, live):
     pruned.inputs = [body.inputs[i] for i in keep_in]
     new_n_xs = sum(1 for i in keep_in if n_carry <= i < n_carry + n_xs)
     new_params = dict(params, body=pruned, n_xs=new_n_xs)
-    return Node(
-        node.primitive,
-        [node.inputs[i] for i in keep_in],
-        new_params,
-        [node.outputs[i] for i in keep_out],
-        node.source,
-    )
+    return copy_node(node, [node.inputs[i] for i in keep_in], new_params,
+                     [node.outputs[i] for i in keep_out])
 
 
 def eliminate_dead_code(graph):

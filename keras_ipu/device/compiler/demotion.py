@@ -21,11 +21,11 @@ Demotion never changes a value silently:
 
 import numpy as np
 
+from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import map_subgraphs
 from keras_ipu.device.compiler.graph_utils import subgraphs
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
-from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.ir import Var
 
@@ -237,7 +237,7 @@ def demote_64bit(graph, notes=None, input_dtypes=None):
             if old.aval.dtype in DEMOTED:
                 notes.append(f"{name}: {old.aval.short()}")
             env[old] = new
-        out.nodes.append(Node(node.primitive, inputs, params, outputs, node.source))
+        out.nodes.append(copy_node(node, inputs, params, outputs))
     out.outputs = [operand(v, "output") for v in graph.outputs]
     return out
 

@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import warnings
 
 from keras_ipu.device.compiler import recompute as _recompute
 from keras_ipu.device.compiler.options import CONFIGURED
@@ -30,6 +31,7 @@ from keras_ipu.device.simulator import numerics
 from keras_ipu.device.simulator import profile
 from keras_ipu.device.simulator import targets as _targets
 from keras_ipu.device.simulator.prediction import predict_costs
+from keras_ipu.device.units import fmt_bytes
 
 logger = logging.getLogger("keras_ipu.compiler")
 
@@ -61,36 +63,29 @@ def resolve_options(options, context=None):
 
 # -- after compiling ------------------------------------------------------------
 def check_executable(exe, target, context=None):
-    """Attach the memory report of `exe` on `target`, write its profile
-    report and log its cycles when asked; raise IPUOutOfMemoryError when a
-    tile overflows (after the report is written)."""
+    """Attach the memory reports of `exe` on `target` (one per IPU it runs
+    on: `memory_by_ipu`; `memory`: the fullest IPU's), write its profile
+    report and log its cycles when asked; raise IPUOutOfMemoryError naming
+    the first IPU with a tile that overflows (after the report is written)."""
     context = context or system_config.configuration()
     exe.target = target
-    exe.memory = memory_model.analyze_memory(exe, target)
+    exe.memory_by_ipu = {
+        ipu: memory_model.analyze_memory(exe, target, ipu=ipu) for ipu in exe.ipus
+    }
+    exe.memory = max(exe.memory_by_ipu.values(), key=lambda m: m.tile_bytes)
     announce(exe, context)
-    if not exe.memory.fits:
-        error = memory_model.IPUOutOfMemoryError(exe.memory)
-        error.executable = exe
-        if not _allow_out_of_memory():
-            raise error
-        _warn_out_of_memory(exe, target)
-        exe.out_of_memory = error  # compiled anyway: a real IPU could not run it
+    for report in exe.memory_by_ipu.values():
+        if not report.fits:
+            error = memory_model.IPUOutOfMemoryError(report)
+            error.executable = exe
+            if not profile.allow_out_of_memory():
+                raise error
+            _warn_out_of_memory(exe, target, report)
+            exe.out_of_memory = error  # compiled anyway: a real IPU could not run it
     return exe
 
 
-def _allow_out_of_memory():
-    from keras_ipu.device.simulator import profile
-
-    return profile.allow_out_of_memory()
-
-
-def _warn_out_of_memory(exe, target):
-    import warnings
-
-    from keras_ipu.device.simulator import profile
-    from keras_ipu.device.units import fmt_bytes
-
-    mem = exe.memory
+def _warn_out_of_memory(exe, target, mem):
     tiles, over, fullest = profile.tile_overflow(exe, target)
     warnings.warn(memory_model.IPUOutOfMemoryWarning(
         f"{exe.name or 'This program'} does not fit on IPU {mem.ipu} of {target.name}: "

@@ -13,8 +13,8 @@ stay first), i.e. exactly the output layout of the swapped product.
 """
 
 from keras_ipu.device import liveness
+from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
-from keras_ipu.device.ir import Node
 from keras_ipu.device.primitives.dot import _parse
 
 
@@ -61,8 +61,8 @@ def fold_dot_transposes(graph):
             continue
         params = dict(dot.params, dimension_numbers=dims)
         lhs, rhs = dot.inputs
-        source = node.source or dot.source
-        replaced[i] = Node(dot.primitive, [rhs, lhs], params, node.outputs, source)
+        replaced[i] = copy_node(node, [rhs, lhs], params, primitive=dot.primitive)
+        replaced[i].source = node.source or dot.source
         dropped.add(j)
     if not replaced:
         return graph

@@ -42,6 +42,7 @@ from keras_ipu.device.compiler.lowering import lower
 from keras_ipu.device import liveness
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 from keras_ipu.device.ir import Graph
+from keras_ipu.device.ir import ipus_of
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Var
 from keras_ipu.device.ir import ShapedArray
@@ -118,14 +119,16 @@ class Executable:
     """A compiled program: `run(*arrays)` -> list of NumPy arrays.
 
     After compile_graph: `target` (the IPUTarget it was compiled for),
-    `memory` (memory_model.MemoryReport), `prediction` (prediction.Prediction,
-    computed on first use), `predict(batch_size=, steps_per_run=)`.
+    `memory` (memory_model.MemoryReport of its fullest IPU), `memory_by_ipu`
+    ({IPU: MemoryReport}), `prediction` (prediction.Prediction, computed on
+    first use; `ipu_cycles` per IPU), `predict(batch_size=, steps_per_run=)`.
     """
 
     # Set by device_checks for programs compile_graph makes; control-flow
     # bodies keep these defaults.
     target = None
-    memory = None
+    memory = None  # the MemoryReport of the fullest IPU
+    memory_by_ipu = None  # {IPU: MemoryReport}
     workload = None  # device_checks.workload(...) of the compiling caller
     _prediction = None
     # What computes run()'s values (engines.runner: NumPy, XLA or tiered),
@@ -262,6 +265,12 @@ class Executable:
     def steps(self):
         """The program's steps: the nodes of its graph, in order."""
         return self.graph.nodes
+
+    @property
+    def ipus(self):
+        """The IPUs it runs on ((0,) unless placed on several:
+        compiler/placement.py)."""
+        return ipus_of(self.graph)
 
     def __getstate__(self):
         state = dict(self.__dict__)

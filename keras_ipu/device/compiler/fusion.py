@@ -17,9 +17,9 @@ ops allocates about one buffer instead of k.
 
 import numpy as np
 
+from keras_ipu.device import liveness
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
-from keras_ipu.device import liveness
 from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
@@ -268,7 +268,8 @@ def fuse_elementwise(graph, donated_inputs=()):
         vars_in = [v for v in node.inputs if type(v) is Var]
         joined = None
         if _fusible(node):
-            shape = node.outputs[0].aval.shape
+            # A chain keeps one shape, on one IPU.
+            shape = (node.outputs[0].aval.shape, node.ipu)
             for v in vars_in:
                 g = group_of.get(producer.get(v))
                 if g is None or g.shape != shape or g is joined:
@@ -309,7 +310,7 @@ def fuse_elementwise(graph, donated_inputs=()):
             joined.members.append(i)
             group_of[i] = joined
         elif _fusible(node):
-            group_of[i] = _Group(i, node.outputs[0].aval.shape)
+            group_of[i] = _Group(i, (node.outputs[0].aval.shape, node.ipu))
 
     return _emit(graph, group_of, live, donated_inputs)
 
@@ -380,4 +381,6 @@ def _fused_node(nodes, group, readers_outside, graph_outputs):
             outputs.append(out)
     params = {"chain": tuple(chain), "results": tuple(results)}
     source = "+".join(nodes[i].source for i in members if nodes[i].source)
-    return Node(fused_elementwise_p, operands, params, outputs, source or None)
+    first = nodes[members[0]]  # every member runs where the first does
+    return Node(fused_elementwise_p, operands, params, outputs, source or None,
+                first.stage, first.ipu)

@@ -27,13 +27,17 @@ def rebuilt(graph, nodes, env):
     return out
 
 
-def copy_node(node, inputs, params=None, outputs=None):
+def copy_node(node, inputs, params=None, outputs=None, primitive=None):
+    """A node like `node` (its source and placement kept) with other
+    operands, and maybe other params, outputs or primitive."""
     return Node(
-        node.primitive,
+        node.primitive if primitive is None else primitive,
         inputs,
         node.params if params is None else params,
         node.outputs if outputs is None else outputs,
         node.source,
+        node.stage,
+        node.ipu,
     )
 
 

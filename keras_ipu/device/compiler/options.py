@@ -35,6 +35,9 @@ class CompileOptions:
     # program may overwrite them, as jax.jit's donate_argnums. The trainer
     # donates the model state it replaces with the step's results.
     donated_inputs: tuple = ()
+    # Where the program runs (placement.Placement: the pipeline stage of
+    # each Keras layer path, the IPU of each stage); None: one IPU.
+    placement: object = None
     # Recomputation of forward activations in the backward pass
     # (recompute.py): a recompute.RecomputationMode, None for none, or
     # CONFIGURED: Auto when the configured IPUConfig has allow_recompute.

@@ -14,9 +14,9 @@ the result exactly once, side by side along one axis.
 import numpy as np
 
 from keras_ipu.device import liveness
+from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.ir import Literal
-from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import Var
 from keras_ipu.device.primitives.structure import concatenate_p
 
@@ -108,13 +108,8 @@ def concatenate_padded_sums(graph):
             if axis is None:
                 continue
             pieces.sort(key=lambda p: p[1][axis])
-            replaced[i] = Node(
-                concatenate_p,
-                [x for x, _ in pieces],
-                {"axis": axis},
-                node.outputs,
-                node.source,
-            )
+            replaced[i] = copy_node(node, [x for x, _ in pieces], {"axis": axis},
+                                    primitive=concatenate_p)
             dropped |= used
     if not replaced:
         return graph

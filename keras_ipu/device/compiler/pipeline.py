@@ -2,8 +2,9 @@
 
 Order: static-shape check (fail early, on what the user wrote), 64-bit
 demotion (so later passes see device dtypes), constant folding, CSE, DCE,
-recomputation (when on), elementwise fusion, then liveness and lowering in
-the Executable.
+recomputation (when on), placement on IPUs (when the options have one;
+before fusion, which keeps a chain on one IPU), elementwise fusion, then
+liveness and lowering in the Executable.
 
 Sub-graphs (cond branches, while/scan bodies) are checked for static
 shapes and demoted together with the outer program (their signatures must
@@ -40,36 +41,36 @@ from keras_ipu.device.compiler import array_lowering  # noqa: F401 (lowerings)
 from keras_ipu.device.compiler import dot_lowering  # noqa: F401 (lowerings)
 from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device.compiler.placement import place
 from keras_ipu.device.compiler.recompute import recompute
 from keras_ipu.device.compiler.static_shapes import check_static_shapes
 from keras_ipu.device.config import system_config
 
 
 def _passes(options, notes):
-    """(name, enabled, pass) in order; each pass maps a Graph to a Graph."""
-    return (
-        ("static shapes", True, check_static_shapes),
-        ("demote 64-bit", options.demote_64bit, lambda g: demote_64bit(g, notes)),
-        ("fold_constants", options.fold_constants,
-         lambda g: fold_constants(g, options.fold_limit_bytes)),
-        ("cse", options.eliminate_common_subexpressions, eliminate_common_subexpressions),
-        ("dce", options.eliminate_dead_code, eliminate_dead_code),
+    """(name, enabled, pass) in the order of the progress bar's stages
+    (progress.STAGES, between tracing and lowering); each pass maps a Graph
+    to a Graph."""
+    passes = {
+        "static shapes": (True, check_static_shapes),
+        "demote 64-bit": (options.demote_64bit, lambda g: demote_64bit(g, notes)),
+        "fold_constants": (options.fold_constants,
+                           lambda g: fold_constants(g, options.fold_limit_bytes)),
+        "cse": (options.eliminate_common_subexpressions, eliminate_common_subexpressions),
+        "dce": (options.eliminate_dead_code, eliminate_dead_code),
         # After CSE and DCE (which would otherwise see the copies), before
+        # placement (a copy runs where the forward node it repeats does) and
         # fusion (which then fuses the copies with their backward readers).
         # Off (None), it removes the checkpoint markers. Loop and branch
         # bodies are rewritten with the program that holds them (their own
         # compile has the recomputation CONFIGURED: nothing to do again).
-        ("recompute", options.recomputation != CONFIGURED,
-         lambda g: recompute(g, options.recomputation)),
-        ("fuse", options.fuse_elementwise,
-         lambda g: fuse_elementwise(g, options.donated_inputs)),
-    )
-
-
-# One progress-bar tick per pass, then lowering, then the memory and cycle
-# analysis.
-STAGES = tuple(name for name, _, _ in _passes(CompileOptions(), ())) + (
-    "lowering", "memory and cycles")
+        "recompute": (options.recomputation != CONFIGURED,
+                      lambda g: recompute(g, options.recomputation)),
+        "place": (options.placement is not None, lambda g: place(g, options.placement)),
+        "fuse": (options.fuse_elementwise,
+                 lambda g: fuse_elementwise(g, options.donated_inputs)),
+    }
+    return tuple((name, *passes[name]) for name in _progress.STAGES[1:-2])
 
 
 def optimize(graph, options=None, notes=None, on_pass=None):
@@ -90,10 +91,12 @@ def optimize(graph, options=None, notes=None, on_pass=None):
 
 def body_options(options, donated_inputs=()):
     """The options a cond branch or loop body is compiled with: the outer
-    program's, without the demotion and the recomputation (done with the
-    outer program: the body's signature must match it, the pass rewrites
-    the bodies with their program) and with its own donated inputs."""
+    program's, without the demotion, the recomputation and the placement
+    (done with the outer program: a body's signature must match it, and
+    those passes rewrote and placed the bodies' nodes), and with the body's
+    own donated inputs."""
     return dataclasses.replace(options, demote_64bit=False, recomputation=CONFIGURED,
+                               placement=None,
                                donated_inputs=tuple(donated_inputs))
 
 

@@ -26,8 +26,11 @@ from keras_ipu.device.compiler.graph_utils import subgraphs
 
 PROGRAM_NODES = 2000
 AUTO_DELAY_S = 1.0
+# The stages of a compile, in order: tracing, the compiler's passes (the
+# pipeline runs them in this order: pipeline._passes), lowering, the memory
+# and cycle analysis.
 STAGES = ("tracing", "static shapes", "demote 64-bit", "fold_constants", "cse",
-          "dce", "recompute", "fuse", "lowering", "memory and cycles")
+          "dce", "recompute", "place", "fuse", "lowering", "memory and cycles")
 MIN_COLUMNS = 40  # narrower than this (or 0): plain lines, not a bar
 _CURRENT = contextvars.ContextVar("keras_ipu_progress", default=None)
 

@@ -15,6 +15,7 @@ from keras_ipu.device.primitives import elementwise  # noqa: F401
 from keras_ipu.device.primitives import fft  # noqa: F401
 from keras_ipu.device.primitives import host_transfer  # noqa: F401
 from keras_ipu.device.primitives import indexing  # noqa: F401
+from keras_ipu.device.primitives import inter_ipu  # noqa: F401
 from keras_ipu.device.primitives import linalg  # noqa: F401
 from keras_ipu.device.primitives import markers  # noqa: F401
 from keras_ipu.device.primitives import pooling  # noqa: F401

@@ -112,8 +112,15 @@ def _cond(index, *operands, branches):
     return _host(eval_graph(branches[i], *operands))
 
 
+def _cond_operands(params):
+    # Every branch takes the operands after the index.
+    n = len(params["branches"][0].inputs)
+    return [tuple(range(1, 1 + n))] * len(params["branches"])
+
+
 cond_p = Primitive("cond", _cond_rule, _cond, multiple_results=True,
-                   subgraph_params=("branches",))
+                   subgraph_params=("branches",), result_graphs=("branches",),
+                   subgraph_operands=_cond_operands)
 
 
 # -- while_loop ---------------------------------------------------------------
@@ -159,8 +166,22 @@ def _while(*operands, cond_graph, body_graph, n_cond_consts):
     return _host(carry)
 
 
+def _while_carry_count(params):
+    return len(params["cond_graph"].inputs) - params["n_cond_consts"]
+
+
+def _while_operands(params):
+    n_carry, n_cond = _while_carry_count(params), params["n_cond_consts"]
+    n_body = len(params["body_graph"].inputs) - n_carry
+    carry = tuple(range(n_carry))
+    return [carry + tuple(range(n_carry + n_cond, n_carry + n_cond + n_body)),
+            carry + tuple(range(n_carry, n_carry + n_cond))]
+
+
 while_p = Primitive("while_loop", _while_rule, _while, multiple_results=True,
-                    subgraph_params=("body_graph", "cond_graph"))
+                    subgraph_params=("body_graph", "cond_graph"),
+                    result_graphs=("body_graph",), subgraph_operands=_while_operands,
+                    carry_count=_while_carry_count)
 
 
 # -- scan ---------------------------------------------------------------------
@@ -223,8 +244,23 @@ def _scan(*operands, body, length, reverse, n_carry, n_xs, unroll):
     return _host(carry) + tuple(stacked)
 
 
+def _scan_carry_count(params):
+    return params["n_carry"]
+
+
+def _in_order(graph_param):
+    """subgraph_operands of a primitive whose one sub-graph takes its
+    operands in order (a scan body takes slices of the xs)."""
+
+    def operands(params):
+        return [tuple(range(len(params[graph_param].inputs)))]
+
+    return operands
+
+
 scan_p = Primitive("scan", _scan_rule, _scan, multiple_results=True,
-                   subgraph_params=("body",))
+                   subgraph_params=("body",), result_graphs=("body",),
+                   subgraph_operands=_in_order("body"), carry_count=_scan_carry_count)
 
 
 # -- gradient control ---------------------------------------------------------
@@ -271,7 +307,8 @@ def _call(*operands, graph):
 
 
 remat_p = Primitive("remat", _call_rule, _call, multiple_results=True,
-                    subgraph_params=("graph",))
+                    subgraph_params=("graph",), result_graphs=("graph",),
+                    subgraph_operands=_in_order("graph"))
 
 
 def _custom_vjp_rule(*operands, fwd, bwd, n_outputs, n_args, bwd_nonzero):
@@ -285,7 +322,8 @@ def _custom_vjp(*operands, fwd, bwd, n_outputs, n_args, bwd_nonzero):
 
 custom_vjp_p = Primitive(
     "custom_vjp", _custom_vjp_rule, _custom_vjp, multiple_results=True,
-    subgraph_params=("fwd", "bwd"),
+    subgraph_params=("fwd", "bwd"), result_graphs=("fwd",),
+    subgraph_operands=lambda params: [_in_order("fwd")(params)[0], None],
 )
 
 

@@ -17,9 +17,9 @@ from keras_ipu.device.simulator import cost_model
 # (data rearranged: transpose, slice, gather...; bytes_out is what it
 # writes, which for an in-place update is the update only), "matmul", "reduce",
 # "sort", "linalg", "fft", "random", "host" (dynamic shapes: never on the
-# device), "loop"/"call"/"cond" (control flow; see parts), "collective" (an
-# all-reduce across replicas: link_bytes each IPU sends over its IPU-Links
-# in link_steps synchronised steps).
+# device), "link" (a copy between IPUs), "loop"/"call"/"cond" (control flow;
+# see parts), "collective" (an all-reduce across replicas: link_bytes each
+# IPU sends over its IPU-Links in link_steps synchronised steps).
 # dtype: the compute dtype (selects fp16 vs fp32 rates).
 # parts: (Part, ...) the sub-programs a control-flow step runs; combine
 # "sum" runs all of them, "max" one of them (a cond: the costliest branch is
@@ -94,6 +94,12 @@ def update(operand):
         )
 
     return rule
+
+
+def link(ins, outs, **params):
+    """A copy between IPUs over the IPU-Links (kind "link"): its bytes cross
+    once, after a global sync."""
+    return make(ins, outs, "link")
 
 
 def reduction(flops_per_element=1):

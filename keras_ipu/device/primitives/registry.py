@@ -41,6 +41,9 @@ class Primitive:
         "cost",
         "dynamic_shape",
         "subgraph_params",
+        "result_graphs",
+        "subgraph_operands",
+        "carry_count",
         "doc",
     )
 
@@ -54,6 +57,9 @@ class Primitive:
         nondiff=None,
         dynamic_shape=False,
         subgraph_params=(),
+        result_graphs=(),
+        subgraph_operands=None,
+        carry_count=None,
         doc="",
     ):
         if name in REGISTRY:
@@ -79,6 +85,17 @@ class Primitive:
         # The params holding the Graphs it runs (a Graph, or a tuple of them:
         # cond's branches), in the order the cost and memory models see them.
         self.subgraph_params = tuple(subgraph_params)
+        # The params whose Graphs' outputs are its outputs (a cond: each
+        # branch's; a loop: its body's).
+        self.result_graphs = tuple(result_graphs)
+        # subgraph_operands(params) -> for each sub-graph (ir.subgraphs
+        # order), the positions of the operands its inputs receive (None for
+        # a sub-graph its operands do not feed: custom_vjp's bwd).
+        self.subgraph_operands = subgraph_operands
+        # A loop: carry_count(params) -> how many of its operands are the
+        # carried state, which its first outputs update (carry k in place of
+        # operand k). None for anything else.
+        self.carry_count = carry_count
         self.doc = doc
         REGISTRY[name] = self
 

@@ -1,5 +1,6 @@
-"""The IPU memory model of a single-IPU program: always-live and
-not-always-live bytes, per IPU and per tile, and the out-of-memory error.
+"""The IPU memory model of a program: always-live and not-always-live
+bytes, per IPU and per tile, and the out-of-memory error. A placed program
+(compiler/placement.py) is counted IPU by IPU from its nodes' tags.
 
 Every tensor is mapped linearly over the tiles with Poplar's default grain
 (cost_model.linear_mapping: 8-byte grains, at least 128 bytes per tile,
@@ -18,7 +19,11 @@ from keras_ipu.device import liveness
 from keras_ipu.device.config import system_config
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import ipus_of
+from keras_ipu.device.ir import output_tag
+from keras_ipu.device.ir import runs_on
 from keras_ipu.device.ir import subgraphs
+from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import targets as _targets
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
@@ -38,13 +43,67 @@ def graph_of(obj):
     )
 
 
-def constants_of(graph):
-    """The avals of the distinct constants (Literals) `graph` holds."""
+def constants_of(graph, read=None):
+    """The avals of the distinct constants (Literals) `graph` holds (those in
+    `read` only, when given)."""
     seen = {}
     for v in [v for node in graph.nodes for v in node.inputs] + list(graph.outputs):
-        if type(v) is Literal:
+        if type(v) is Literal and (read is None or v in read):
             seen.setdefault(id(v.value), v.aval)
     return list(seen.values())
+
+
+# -- placed programs: what each IPU holds ---------------------------------------
+def tagged_nodes(graph):
+    """The nodes of `graph` (sub-graphs included) the placement tagged."""
+    for node in graph.nodes:
+        if node.ipu is not None:
+            yield node
+        for sub in subgraphs(node):
+            yield from tagged_nodes(sub)
+
+
+def steps_on(node):
+    """The IPUs where `node` is a program step: the one it runs on; both
+    ends of a copy; every IPU a control-flow node's sub-graphs span."""
+    where = runs_on(node)
+    if node.primitive is ipu_copy_p:
+        return {where, node.params["src"]}
+    if where is None:
+        return {i for sub in subgraphs(node) for i in ipus_of(sub)}
+    return {where}
+
+
+def reads_on(graph, ipu):
+    """The values (Vars and Literals) read by the steps on `ipu`; a
+    sub-graph's input read there counts as a read of the operand feeding it."""
+    found = set()
+    for node in graph.nodes:
+        where = runs_on(node)
+        if where is not None:
+            if ipu in steps_on(node):
+                found.update(node.inputs)
+            continue
+        feeds = node.primitive.subgraph_operands(node.params)
+        for sub, positions in zip(subgraphs(node), feeds):
+            if positions is None:
+                continue
+            inner = reads_on(sub, ipu)
+            found.update(node.inputs[p] for v, p in zip(sub.inputs, positions) if v in inner)
+    return found
+
+
+def homes(graph, found=None):
+    """{Var: the IPU holding it} for the values the nodes of `graph` (and of
+    its sub-graphs) make; a value not placed is on IPU 0."""
+    found = {} if found is None else found
+    for node in graph.nodes:
+        for k, v in enumerate(node.outputs):
+            held = output_tag(node, k, "ipu")
+            found[v] = 0 if held is None else held
+        for sub in subgraphs(node):
+            homes(sub, found)
+    return found
 
 
 def _nbytes(aval):
@@ -148,25 +207,39 @@ class IPUOutOfMemoryWarning(UserWarning):
 
 
 def made_by(node, index):
+    if node.primitive is ipu_copy_p:
+        what = f"copy from IPU {node.params['src']}"
+        return f"{what} for {node.source} (step {index})" if node.source else (
+            f"{what} (step {index})")
     if node.source:
         return f"{node.source} ({node.primitive.name}, step {index})"
     return f"{node.primitive.name} (step {index})"
 
 
 def analyze_memory(obj, target=None, ipu=0, top=5):
-    """The MemoryReport of a Graph or Executable on one IPU of `target`
-    (an IPUTarget or its name; default: the current system's)."""
+    """The MemoryReport of a Graph or Executable on IPU `ipu` of `target`
+    (an IPUTarget or its name; default: the current system's). A placed
+    program (compiler/placement.py) counts on each IPU what its nodes hold
+    there: the inputs and constants they read, the code of the steps that
+    run there (a copy runs on both IPUs), the values they make."""
     target = resolve_target(target)
     graph = graph_of(obj)
     tiles = target.tiles_per_ipu
-    inputs = [v.aval for v in graph.inputs]
-    constants = constants_of(graph)
+    if any(True for _ in tagged_nodes(graph)):
+        read = reads_on(graph, ipu)
+        inputs = [v.aval for v in graph.inputs if v in read]
+        constants = constants_of(graph, read)
+        n_steps = sum(1 for node in graph.nodes if ipu in steps_on(node))
+    else:  # one IPU: everything is on it
+        inputs = [v.aval for v in graph.inputs]
+        constants = constants_of(graph)
+        n_steps = len(graph.nodes)
     input_bytes = sum(_nbytes(a) for a in inputs)
     constant_bytes = sum(_nbytes(a) for a in constants)
-    code_tile = cost_model.code_bytes_per_tile(len(graph.nodes))
+    code_tile = cost_model.code_bytes_per_tile(n_steps)
     always_tile = code_tile + sum(tile_bytes(a, tiles) for a in inputs + constants)
 
-    peak = not_always_live(graph, tiles)
+    peak = not_always_live(graph, tiles, ipu)
     candidates = (
         list(peak.tensors)
         + [LiveTensor(_nbytes(a), a, "program input") for a in inputs]
@@ -195,45 +268,66 @@ class Peak:
     tensors: tuple  # LiveTensor of the values live at the tile peak
 
 
-def weigher(tiles):
-    """weigh(var) for liveness.walk: (bytes on the IPU, on the fullest tile)."""
-
-    def weigh(var):
-        aval = var.aval
-        return _nbytes(aval), tile_bytes(aval, tiles)
+def weigher(tiles, home=None, ipu=0):
+    """weigh(var) for liveness.walk: (bytes on the IPU, on the fullest tile);
+    with `home` ({Var: IPU}), values held on another IPU than `ipu` weigh
+    nothing."""
+    if home is None:
+        def weigh(var):
+            aval = var.aval
+            return _nbytes(aval), tile_bytes(aval, tiles)
+    else:
+        def weigh(var):
+            if home.get(var, 0) != ipu:
+                return 0, 0
+            aval = var.aval
+            return _nbytes(aval), tile_bytes(aval, tiles)
 
     return weigh
 
 
-def _described(step, graph):
+def _described(step, graph, keep=None):
     """(LiveTensors, name) of a LiveStep of `graph`, its inner peak's
-    values included."""
+    values included (those `keep(var)` accepts, when given)."""
     nodes = graph.nodes
     tensors = tuple(
         LiveTensor(_nbytes(v.aval), v.aval, made_by(nodes[step.made[v]], step.made[v]))
-        for v in step.live
+        for v in step.live if keep is None or keep(v)
     )
     node = step.node
     name = node.primitive.name + (f" in {node.source}" if node.source else "")
     inner = step.inner
     if inner is not None and inner.maxima[-1] > 0:
         sub = next(g for g in subgraphs(node) if inner.step.node in g.nodes)
-        inner_tensors, inner_name = _described(inner.step, sub)
+        inner_tensors, inner_name = _described(inner.step, sub, keep)
         name += f", at its step {inner.step.index}: {inner_name}"
         tensors += inner_tensors
     return tensors, name
 
 
-def not_always_live(graph, tiles):
-    """The not-always-live Peak of a program: values made by its steps, from
-    their step to their last use (outputs live to the end), plus, at a
-    control-flow step, the peak inside its sub-graphs (a loop body's
-    temporaries exist once: each iteration frees them); results computed in
-    place (in_place) take no memory of their own."""
-    top = liveness.peak(graph, weigher(tiles), in_place=in_place)
+def not_always_live(graph, tiles, ipu=0):
+    """The not-always-live Peak of a program on IPU `ipu`: values made by
+    its steps, from their step to their last use (outputs live to the end),
+    plus, at a control-flow step, the peak inside its sub-graphs (a loop
+    body's temporaries exist once: each iteration frees them); results
+    computed in place (in_place) take no memory of their own."""
+    if any(True for _ in tagged_nodes(graph)):
+        home = homes(graph)
+        weigh = weigher(tiles, home, ipu)
+
+        def in_place_here(node, dies_here):
+            into = in_place(node, dies_here)
+            if into is None:
+                return None
+            return [src if src is not None and home.get(src, 0) == home.get(out, 0)
+                    else None for src, out in zip(into, node.outputs)]
+    else:
+        home, weigh, in_place_here = None, weigher(tiles), in_place
+    top = liveness.peak(graph, weigh, in_place=in_place_here)
     if top is None or top.maxima[-1] <= 0:
         return Peak(top.maxima[0] if top else 0, 0, -1, "program start", ())
-    tensors, name = _described(top.step, graph)
+    keep = None if home is None else (lambda v: home.get(v, 0) == ipu)
+    tensors, name = _described(top.step, graph, keep)
     return Peak(top.maxima[0], top.maxima[-1], top.step.index, name, tensors)
 
 
@@ -271,13 +365,13 @@ def in_place(node, dies_here):
     and the like in poplibs' popops/ElementWise.hpp), used when an operand
     of the result's shape and type is not needed afterwards (it dies here).
     Constants are never overwritten."""
-    name = node.primitive.name
-    if name in _LOOPS:
-        n_carry = _carry_count(node)
+    prim = node.primitive
+    if prim.carry_count is not None:
+        n_carry = prim.carry_count(node.params)
         candidates = [[j] if j < n_carry else [] for j in range(len(node.outputs))]
-    elif name in _IDENTITIES:
+    elif prim.name in _IDENTITIES:
         candidates = [[j] for j in range(len(node.outputs))]
-    elif name == "fused_elementwise" or _is_elementwise(node.primitive):
+    elif prim.name == "fused_elementwise" or _is_elementwise(prim):
         candidates = [range(len(node.inputs))] * len(node.outputs)
     else:
         return None
@@ -299,17 +393,9 @@ def in_place(node, dies_here):
     return result
 
 
-_LOOPS = frozenset({"scan", "while_loop"})
 # Identities that mark a value for the compiler (recompute.py): the result
 # is the operand's tensor.
 _IDENTITIES = frozenset({"optimization_barrier", "recomputation_checkpoint"})
-
-
-def _carry_count(node):
-    if node.primitive.name == "scan":
-        return node.params["n_carry"]
-    cond = node.params["cond_graph"]
-    return len(cond.inputs) - node.params["n_cond_consts"]
 
 
 def _is_elementwise(primitive):

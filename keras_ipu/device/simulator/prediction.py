@@ -18,6 +18,7 @@ import math
 import logging
 
 from keras_ipu.device.config import system_config
+from keras_ipu.device.ir import runs_on
 from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
@@ -38,6 +39,9 @@ class StepCost:
     compute: int
     exchange: int
     sync: int
+    # The IPU it runs on (a copy: the receiving one); None for a control-flow
+    # step whose sub-graphs span IPUs (Prediction.ipu_cycles opens it).
+    ipu: object = 0
 
     @property
     def cycles(self):
@@ -80,6 +84,11 @@ def cycles(cost, target):
     if cost.kind == "stream":
         moved = cost.bytes_in + cost.bytes_out
         return 0, cost_model.stream_cycles(moved, target), cost_model.sync_cycles(1), 0
+    if cost.kind == "link":
+        if not cost.bytes_out:
+            return 0, 0, 0, 0
+        return (0, cost_model.ipu_link_cycles(cost.bytes_out, target)
+                - cost_model.INTER_IPU_SYNC_CYCLES, cost_model.INTER_IPU_SYNC_CYCLES, 0)
     tiles = cost_model.work_tiles(cost, target)
     compute = cost_model.compute_cycles(cost, target, tiles)
     moved = cost_model.exchange_bytes(cost, target, tiles)
@@ -107,8 +116,22 @@ def step_costs(graph, target):
         compute, exchange, sync, tiles = cycles(record, target)
         flops, macs = cost_util.totals([record])
         steps.append(StepCost(i, node.primitive.name, record.kind, node.source, tiles,
-                              flops, macs, compute, exchange, sync))
+                              flops, macs, compute, exchange, sync, runs_on(node)))
     return steps
+
+
+def ipu_cycles(graph, steps, target, memo=None):
+    """{IPU: cycles} of one run of `graph` (its StepCosts `steps`): each step
+    on the IPU it runs on, a control-flow step spanning IPUs opened up."""
+    per_ipu = {}
+    for s, node in zip(steps, graph.nodes):
+        if s.ipu is not None:
+            per_ipu[s.ipu] = per_ipu.get(s.ipu, 0) + s.cycles
+            continue
+        for repeat, _, sub in sub_predictions(node, target, memo):
+            for ipu, c in sub.ipu_cycles.items():
+                per_ipu[ipu] = per_ipu.get(ipu, 0) + repeat * c
+    return per_ipu
 
 
 @dataclasses.dataclass
@@ -125,6 +148,9 @@ class Prediction:
     host_seconds: float
     batch_size: object  # samples per step, or None
     memory: object  # MemoryReport
+    # {IPU: cycles of one run} (a one-IPU program: {0: cycles}); the IPUs of
+    # a placed program work in turn unless pipelined (sharding.py).
+    ipu_cycles: dict = dataclasses.field(default_factory=dict)
 
     @property
     def cycles_per_step(self):
@@ -221,7 +247,7 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
         exchange_cycles=exchange, sync_cycles=sync,
         cycles=compute + exchange + sync, steps_per_run=max(1, int(steps_per_run)),
         host_bytes_in=bytes_in, host_bytes_out=bytes_out, host_seconds=host,
-        batch_size=batch_size, memory=memory,
+        batch_size=batch_size, memory=memory, ipu_cycles=ipu_cycles(graph, steps, target),
     )
     if log is None:
         log = _log_cycle_count_flag() >= 0
@@ -264,7 +290,7 @@ def predict_graph(graph, target, memo=None):
         target=target, steps=steps, compute_cycles=compute, exchange_cycles=exchange,
         sync_cycles=sync, cycles=compute + exchange + sync, steps_per_run=1,
         host_bytes_in=0, host_bytes_out=0, host_seconds=0.0, batch_size=None,
-        memory=None)
+        memory=None, ipu_cycles=ipu_cycles(graph, steps, target, memo))
     if memo is not None:
         memo[key] = (graph, pred)  # the graph kept: ids stay unique
     return pred

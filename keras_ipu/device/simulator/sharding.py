@@ -1,40 +1,25 @@
-"""Memory and cycles of a program split over several IPUs: sharding and
-pipelining, at the level of the simulator's program steps.
+"""Memory and cycles of a program placed on several IPUs (sharded, or
+pipelined), read from its placement (compiler/placement.py):
 
-    pred = predict_sharded(exe, {"model/block1": 0, "model/block2": 1},
-                           target="ipu21", gradient_accumulation_count=16,
+    placement = Placement.of({"model/block1": 0, "model/block2": 1})
+    exe = compile_graph(graph, CompileOptions(placement=placement))
+    pred = predict_sharded(exe, target="ipu21", gradient_accumulation_count=16,
                            schedule="Grouped", batch_size=16)
     print(pred)
 
-The assignment gives each program step a pipeline stage; stage s runs on IPU
-`device_mapping[s]` (default: IPU s). It is, in order of preference:
-- a dict {Keras layer path prefix: stage}: a step whose `source` (the layer
-  path the trace recorded) starts with a prefix takes its stage (the longest
-  prefix wins);
-- a sequence with one stage per program step;
-- a callable (index, step) -> stage or None.
-A step left without a stage (no layer path: the loss, the optimizer) takes
-the stage of the program input (weight, optimizer slot) it reads, when a
-placed step reads that input too; otherwise the stage of the step before it.
+Everything per IPU comes from the placed program: each node's stage and
+IPU, the ipu_copy nodes where a value crosses IPUs (their cycles are the
+IPU-Link transfer, cost_model.ipu_link_cycles), the memory model's count of
+what each IPU holds. What this module adds is the pipeline schedule. The
+step it reads is the program, or the body of its device loop (a top-level
+scan whose body spans IPUs), run `length` times per program run.
 
-Memory, per IPU: the always-live bytes of the inputs its steps read (inputs
-read on several IPUs are held by each), the code of its steps, and the
-liveness of the values its steps make and of the values copied in from other
-IPUs (live from the copy to their last use there); the sender keeps a value
-until it has been copied. A pipeline also stashes the activations each
-stage's backward pass reads, one copy per micro-batch in flight (below).
-The out-of-memory error names the IPU and its fullest tile. A control-flow
-step (a device loop's scan, a cond) is one step: it is placed whole.
-
-Copies: every value made on one IPU and read on another crosses the
-IPU-Links once per receiving IPU (cost_model.ipu_link_cycles).
-
-Time. Per micro-batch, IPU k spends F_k (its forward steps, and the copies
-they wait for) and B_k (its backward steps and their copies). In program order the
-forward pass climbs the stages and the backward pass comes back: steps of a
-stage before the first step of the last stage are its forward pass, the
-others its backward pass; the last stage's steps are all counted as forward.
-With n stages and g micro-batches (gradient_accumulation_count):
+Time. Per micro-batch, IPU k spends F_k (its forward nodes, and the copies
+they wait for) and B_k (its backward nodes and their copies). In program
+order the forward pass climbs the stages and the backward pass comes back:
+nodes before the first node of the last stage are forward, and the last
+stage's; the others are backward. With n stages and g micro-batches
+(gradient_accumulation_count):
 - Grouped (Graphcore's default): the forward and backward stages of all IPUs
   run together in each slot: (g + n - 1) x max_k (F_k + B_k); utilisation
   g / (g + n - 1) for balanced stages (cost_model.pipeline_utilisation,
@@ -42,41 +27,30 @@ With n stages and g micro-batches (gradient_accumulation_count):
 - Interleaved: forward and backward slots alternate, each as slow as its
   slowest IPU: (g + n - 1) x (max_k F_k + max_k B_k).
 - Sequential: as a sharded model, one IPU at a time: g x sum_k (F_k + B_k).
-Steps named in `weight_update` (the optimizer's, when the caller knows
+Nodes named by `weight_update` (the optimizer's, when the caller knows
 them) run once per step, after the last micro-batch, not once per
 micro-batch: + max_k W_k (all IPUs update together; Sequential: sum_k W_k).
 Without it, a traced training step's update counts once per micro-batch,
 an over-estimate of (g - 1) x W_k.
-Micro-batches in flight on stage k, i.e. the activations its backward pass
-stashes: Grouped 2 (n - 1 - k) + 1, Interleaved n - k, Sequential 1. The
-schedule changes time and memory, never values (DESIGN decision 5).
+
+Memory. Each IPU's MemoryReport (memory_model.analyze_memory(ipu=k)) plus
+the stash: the activations its backward pass reads, one copy per
+micro-batch in flight on stage k: Grouped 2 (n - 1 - k) + 1, Interleaved
+n - k, Sequential 1. The out-of-memory error names the IPU and its fullest
+tile. The schedule changes time and memory, never values (DESIGN decision
+5).
 """
 
 import dataclasses
 
-from keras_ipu.device.ir import Graph
-from keras_ipu.device.ir import Node
+from keras_ipu.device.ir import runs_on
+from keras_ipu.device.primitives.control_flow import scan_p
+from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
-from keras_ipu.device.simulator.prediction import predict_costs
+from keras_ipu.device.simulator import prediction
 
 SCHEDULES = ("Grouped", "Interleaved", "Sequential")
-
-
-class _Transfer:
-    """Stands in for a primitive in one IPU's step list: an inter-IPU copy
-    (received: makes the value on this IPU; sent: its last use here)."""
-
-    cost = None
-    multiple_results = True
-    subgraph_params = ()
-
-    def __init__(self, name):
-        self.name = name
-
-
-_RECEIVE = _Transfer("inter_ipu_copy_in")
-_SEND = _Transfer("inter_ipu_copy_out")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,11 +60,11 @@ class Copy:
     nbytes: int
     src: int
     dst: int
-    step: int  # the first step on dst that reads it
+    step: int  # the index of its ipu_copy node in the step program
     aval: object
-    phase: str  # "forward" or "backward" (of the receiving IPU)
+    phase: str  # "forward", "backward" or "update": that of the node it feeds
     cycles: int
-    value: object = None  # the program's key of the value
+    value: object = None  # the Var copied
 
 
 @dataclasses.dataclass
@@ -181,65 +155,6 @@ class ShardedPrediction:
         return "\n".join(lines)
 
 
-# -- stage assignment -------------------------------------------------------------
-
-
-def _stage_from_prefixes(prefixes, source):
-    if not source:
-        return None
-    best = None
-    for prefix, stage in prefixes.items():
-        if source == prefix or source.startswith(prefix.rstrip("/") + "/") or (
-                source.startswith(prefix)):
-            if best is None or len(prefix) > len(best[0]):
-                best = (prefix, stage)
-    return None if best is None else best[1]
-
-
-def assign_stages(graph, assignment):
-    """The stage of every program step (see the module doc)."""
-    steps = graph.nodes
-    if isinstance(assignment, dict):
-        raw = [_stage_from_prefixes(assignment, st.source) for st in steps]
-    elif callable(assignment):
-        raw = [assignment(i, st) for i, st in enumerate(steps)]
-    else:
-        raw = list(assignment)
-        if len(raw) != len(steps):
-            raise ValueError(
-                f"The assignment lists {len(raw)} stages but the program has "
-                f"{len(steps)} steps: give one stage per step, or a dict of "
-                "layer path prefixes {prefix: stage}."
-            )
-    for i, s in enumerate(raw):
-        if s is not None and (not isinstance(s, int) or s < 0):
-            raise ValueError(f"Step {i}: stage {s!r} is not a non-negative int.")
-    if all(s is None for s in raw):
-        sources = sorted({st.source for st in steps if st.source})[:5]
-        raise ValueError(
-            f"No program step matches the assignment {assignment!r}: the "
-            f"steps' layer paths are e.g. {sources or 'absent (untraced sources)'}."
-            " Use prefixes of those paths, or give one stage per step."
-        )
-    # Inputs (weights, optimizer slots) live where the placed steps read them.
-    home = {}
-    input_keys = set(graph.inputs)
-    for st, s in zip(steps, raw):
-        if s is not None:
-            for k in st.inputs:
-                if k in input_keys:
-                    home[k] = max(home.get(k, s), s)
-    first = next(s for s in raw if s is not None)
-    stages, prev = [], first
-    for st, s in zip(steps, raw):
-        if s is None:
-            homes = [home[k] for k in st.inputs if k in home]
-            s = max(homes) if homes else prev
-        stages.append(s)
-        prev = s
-    return stages
-
-
 def _schedule_name(schedule):
     name = getattr(schedule, "name", schedule)
     for known in SCHEDULES:
@@ -263,101 +178,129 @@ def in_flight(schedule, stage, n_stages):
 # -- the prediction -------------------------------------------------------------
 
 
-def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
-                    schedule="Grouped", batch_size=None, device_mapping=None,
-                    resident_inputs=(), resident_outputs=(), check_memory=False,
-                    weight_update=None):
-    """The ShardedPrediction of a Graph or Executable split over IPUs.
+def step_program(graph):
+    """(the program of one training step, its runs per program run): the
+    program itself, or the body of its device loop (a top-level scan whose
+    body spans IPUs, as fit's steps_per_execution loop around a pipelined
+    step) and the loop's length."""
+    for node in graph.nodes:
+        if runs_on(node) is None and node.primitive is scan_p:
+            length = node.params["length"]
+            if length is None:
+                n_carry, n_xs = node.params["n_carry"], node.params["n_xs"]
+                xs = node.inputs[n_carry:n_carry + n_xs]
+                length = (xs[0].aval.shape[0] or 1) if xs else 1
+            return node.params["body"], max(1, int(length))
+    return graph, 1
 
-    assignment: see the module doc. device_mapping: IPU of each stage
-    (default: stage s on IPU s). gradient_accumulation_count: micro-batches
-    per step. schedule: "Grouped", "Interleaved" or "Sequential" (or a
-    PipelineSchedule). batch_size: samples per micro-batch. resident_inputs
-    / resident_outputs: as predict_costs (not moved over PCIe).
-    weight_update: step indices (or a callable (index, step) -> bool) run
-    once per step rather than per micro-batch.
-    check_memory: raise IPUOutOfMemoryError naming the first IPU that does
-    not fit.
+
+def _phases(step, once):
+    """forward / backward / update of each node of a placed step program.
+    In program order the forward pass climbs the stages and the backward pass
+    comes back: nodes before the first node of the last stage, and the last
+    stage's, are forward; the others backward. A copy goes with the node it
+    feeds; `once(node)`: the node runs once per step (an update)."""
+    nodes = step.nodes
+    last = max(n.stage for n in nodes if n.stage is not None)
+    turn = min(i for i, n in enumerate(nodes) if n.stage == last)
+    phases = []
+    for i, node in enumerate(nodes):
+        if once(node):
+            phases.append("update")
+        elif node.stage == last or i < turn:
+            phases.append("forward")
+        else:
+            phases.append("backward")
+    for i in range(len(nodes) - 1, -1, -1):
+        node = nodes[i]
+        if node.primitive is ipu_copy_p:
+            (copy,) = node.outputs
+            reader = next((j for j in range(i + 1, len(nodes)) if copy in nodes[j].inputs),
+                          None)
+            if reader is not None:
+                phases[i] = phases[reader]
+    return phases
+
+
+def _update_predicate(weight_update):
+    if weight_update is None:
+        return lambda node: False
+    if callable(weight_update):
+        return weight_update
+    paths = tuple(p.rstrip("/") for p in weight_update)
+    return lambda node: bool(node.source) and any(
+        node.source == p or node.source.startswith(p + "/") for p in paths)
+
+
+def predict_sharded(obj, target=None, gradient_accumulation_count=1,
+                    schedule="Grouped", batch_size=None, resident_inputs=(),
+                    resident_outputs=(), check_memory=False, weight_update=None):
+    """The ShardedPrediction of a placed Graph or Executable (see the module
+    doc; compile it with CompileOptions(placement=...), or place a graph with
+    compiler.placement.place).
+
+    gradient_accumulation_count: micro-batches per step. schedule:
+    "Grouped", "Interleaved" or "Sequential" (or a PipelineSchedule).
+    batch_size: samples per micro-batch. resident_inputs / resident_outputs:
+    as predict_costs (not moved over PCIe). weight_update: the nodes run
+    once per step rather than per micro-batch: layer paths (the optimizer's
+    scope), or a predicate node -> bool. check_memory: raise
+    IPUOutOfMemoryError naming the first IPU that does not fit.
     """
     target = memory_model.resolve_target(target)
-    program = memory_model.graph_of(obj)
+    graph = memory_model.graph_of(obj)
     schedule = _schedule_name(schedule)
     g = int(gradient_accumulation_count)
     if g < 1:
         raise ValueError(f"gradient_accumulation_count must be >= 1, got {g}.")
-    stages = assign_stages(program, assignment)
-    used_stages = sorted(set(stages))
-    if device_mapping is None:
-        device_mapping = list(range(max(used_stages) + 1))
-    device_mapping = list(device_mapping)
-    if max(used_stages) >= len(device_mapping):
+    if not any(True for _ in memory_model.tagged_nodes(graph)):
         raise ValueError(
-            f"Stage {max(used_stages)} has no IPU: device_mapping {device_mapping} "
-            f"lists {len(device_mapping)} stages."
+            "predict_sharded reads a placed program: compile it with "
+            "CompileOptions(placement=Placement.of({layer path: stage}, device_mapping)) "
+            "or place its graph with keras_ipu.device.compiler.placement.place first."
         )
-    ipu_of = [device_mapping[s] for s in stages]
-    ipus = sorted(set(ipu_of))
+    step, runs = step_program(graph)
+    steps = prediction.step_costs(step, target)
+    nodes = step.nodes
+    phase = _phases(step, _update_predicate(weight_update))
+    # Pipeline position of each IPU: the order of its first stage.
+    first_stage = {}
+    for node in nodes:
+        if node.ipu is not None:
+            first_stage[node.ipu] = min(first_stage.get(node.ipu, node.stage), node.stage)
+    ipus = sorted(first_stage, key=lambda d: (first_stage[d], d))
+    rank = {d: r for r, d in enumerate(ipus)}
     n = len(ipus)
-    rank = {d: r for r, d in enumerate(ipus)}  # pipeline position of each IPU
+    last_ipu = ipus[-1]
 
-    single = predict_costs(program, target=target, resident_inputs=resident_inputs,
-                           resident_outputs=resident_outputs, log=False)
-    step_cycles = [s.cycles for s in single.steps]
-
-    # Forward / backward: the last stage's first step is the turning point.
-    last_ipu = max(ipus, key=lambda d: rank[d])
-    turn = min(i for i, d in enumerate(ipu_of) if d == last_ipu)
-
-    if weight_update is None:
-        once = set()
-    elif callable(weight_update):
-        once = {i for i, st in enumerate(program.nodes) if weight_update(i, st)}
-    else:
-        once = set(weight_update)
-
-    def phase(i):
-        if i in once:
-            return "update"
-        return "forward" if ipu_of[i] == last_ipu or i < turn else "backward"
-
-    made_by = {v: i for i, node in enumerate(program.nodes) for v in node.outputs}
-    avals = _Avals()
-
-    copies, seen = [], set()
-    for i, st in enumerate(program.nodes):
-        d = ipu_of[i]
-        for k in st.inputs:
-            j = made_by.get(k)
-            if j is None or ipu_of[j] == d or (k, d) in seen:
-                continue
-            seen.add((k, d))
-            nbytes = avals[k].nbytes or 0
-            copies.append(Copy(nbytes, ipu_of[j], d, i, avals[k], phase(i),
-                               cost_model.ipu_link_cycles(nbytes, target), k))
+    copies = [
+        Copy(node.inputs[0].aval.nbytes or 0, node.params["src"],
+             node.params["dst"], i, node.inputs[0].aval, phase[i], s.cycles,
+             node.inputs[0])
+        for i, (node, s) in enumerate(zip(nodes, steps)) if node.primitive is ipu_copy_p
+    ]
 
     results = []
     for d in ipus:
-        mine = [i for i in range(len(program.nodes)) if ipu_of[i] == d]
-        fwd = sum(step_cycles[i] for i in mine if phase(i) == "forward")
-        bwd = sum(step_cycles[i] for i in mine if phase(i) == "backward")
-        upd = sum(step_cycles[i] for i in mine if phase(i) == "update")
+        mine = [i for i, node in enumerate(nodes) if node.ipu == d]
+        cycles = {"forward": 0, "backward": 0, "update": 0}
+        for i in mine:
+            cycles[phase[i]] += steps[i].cycles
+        for i, node in enumerate(nodes):  # control flow spanning IPUs
+            if node.ipu is None and steps[i].ipu is None:
+                for repeat, _, sub in prediction.sub_predictions(node, target):
+                    cycles[phase[i]] += repeat * sub.ipu_cycles.get(d, 0)
         incoming = [c for c in copies if c.dst == d]
-        fwd += sum(c.cycles for c in incoming if c.phase == "forward")
-        bwd += sum(c.cycles for c in incoming if c.phase == "backward")
-        upd += sum(c.cycles for c in incoming if c.phase == "update")
         # Stash: values made (or received) in this IPU's forward pass that
         # its backward pass reads.
-        fwd_values = {k: avals[k] for i in mine if phase(i) == "forward"
-                      for k in program.nodes[i].outputs}
-        fwd_values.update({c.value: c.aval for c in incoming if c.phase == "forward"})
-        stashed = {k for i in mine if phase(i) == "backward"
-                   for k in program.nodes[i].inputs if k in fwd_values}
-        stash_bytes = sum(fwd_values[k].nbytes or 0 for k in stashed)
-        stash_tile = sum(memory_model.tile_bytes(fwd_values[k], target.tiles_per_ipu)
-                         for k in stashed)
+        fwd_values = {v for i in mine if phase[i] == "forward" for v in nodes[i].outputs}
+        stashed = {v for i in mine if phase[i] == "backward"
+                   for v in nodes[i].inputs if v in fwd_values}
+        stash_bytes = sum(v.aval.nbytes or 0 for v in stashed)
+        stash_tile = sum(memory_model.tile_bytes(v.aval, target.tiles_per_ipu)
+                         for v in stashed)
         flight = in_flight(schedule, rank[d], n) if d != last_ipu else 1
-        report = memory_model.analyze_memory(
-            _ipu_program(program, ipu_of, d, made_by), target, ipu=d)
+        report = memory_model.analyze_memory(graph, target, ipu=d)
         extra = flight - 1
         if extra and stash_bytes:
             report = dataclasses.replace(
@@ -366,12 +309,12 @@ def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
                 tile_bytes=report.tile_bytes + extra * stash_tile,
             )
         results.append(IPUPrediction(
-            ipu=d, stages=tuple(sorted({stages[i] for i in mine})), steps=tuple(mine),
-            forward_cycles=fwd, backward_cycles=bwd,
+            ipu=d, stages=tuple(sorted({nodes[i].stage for i in mine})), steps=tuple(mine),
+            forward_cycles=cycles["forward"], backward_cycles=cycles["backward"],
             copy_in_bytes=sum(c.nbytes for c in incoming),
             copy_in_cycles=sum(c.cycles for c in incoming),
             stash_bytes=stash_bytes, in_flight=flight, memory=report,
-            weight_update_cycles=upd,
+            weight_update_cycles=cycles["update"],
         ))
 
     if schedule == "Sequential" or n == 1:
@@ -384,10 +327,12 @@ def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
             total = (g + n - 1) * (max(p.forward_cycles for p in results)
                                    + max(p.backward_cycles for p in results))
         total += max(p.weight_update_cycles for p in results)
+    host = prediction.predict_costs(graph, target, resident_inputs=resident_inputs,
+                                    resident_outputs=resident_outputs, log=False)
     pred = ShardedPrediction(
         target=target, schedule=schedule, gradient_accumulation_count=g,
-        stage_of_step=tuple(stages), ipus=results, copies=copies,
-        step_cycles=int(total), host_seconds=g * single.host_seconds,
+        stage_of_step=tuple(node.stage for node in nodes), ipus=results, copies=copies,
+        step_cycles=int(total), host_seconds=g * host.host_seconds / runs,
         batch_size=batch_size,
     )
     if check_memory:
@@ -395,39 +340,3 @@ def predict_sharded(obj, assignment, target=None, gradient_accumulation_count=1,
             if not p.memory.fits:
                 raise memory_model.IPUOutOfMemoryError(p.memory)
     return pred
-
-
-class _Avals:
-    """aval of a program value (Var or Literal)."""
-
-    def __getitem__(self, value):
-        return value.aval
-
-
-def _ipu_program(graph, ipu_of, d, made_by):
-    """IPU d's own step list: its steps, with a copy-in step before the
-    first use of each value made elsewhere and a copy-out step where a value
-    made here is first read by each other IPU."""
-    nodes, received, sent = [], set(), set()
-    for i, node in enumerate(graph.nodes):
-        if ipu_of[i] == d:
-            for v in node.inputs:
-                j = made_by.get(v)
-                if j is not None and ipu_of[j] != d and v not in received:
-                    received.add(v)
-                    nodes.append(Node(_RECEIVE, [], {}, [v], f"copy from IPU {ipu_of[j]}"))
-            nodes.append(node)
-        else:
-            for v in node.inputs:
-                j = made_by.get(v)
-                if j is not None and ipu_of[j] == d and (v, ipu_of[i]) not in sent:
-                    sent.add((v, ipu_of[i]))
-                    nodes.append(Node(_SEND, [v], {}, [], f"copy to IPU {ipu_of[i]}"))
-    read = {v for node in nodes for v in node.inputs}
-    made = {v for node in nodes for v in node.outputs}
-    out = Graph()
-    out.inputs = [v for v in graph.inputs if v in read]
-    out.nodes = nodes
-    out.outputs = [v for v in graph.outputs
-                   if v in made and made_by.get(v) is not None and ipu_of[made_by[v]] == d]
-    return out
