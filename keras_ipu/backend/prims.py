@@ -23,6 +23,7 @@ from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives import indexing
 from keras_ipu.device.primitives import reduce as red
 from keras_ipu.device.primitives import shape_rules
+from keras_ipu.device.primitives import special
 from keras_ipu.device.primitives import structure
 from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.trace import Tracer
@@ -334,7 +335,7 @@ square = _unary(ew.square_p)
 tanh = _unary(ew.tanh_p)
 absolute = _unary(ew.abs_p)
 logistic = _unary(ew.logistic_p)
-erf = _unary(ew.erf_p)
+erf = _unary(special.erf_p)
 isfinite = _unary(ew.isfinite_p)
 
 

@@ -16,6 +16,7 @@ from compiler_graphs import lit
 
 from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.compiler import engines
+from keras_ipu.device.simulator.system import FPBehaviour
 
 pytest.importorskip("tensorflow")
 
@@ -437,8 +438,7 @@ def test_fp_behaviour_and_setting_numpy_keep_numpy(monkeypatch):
     monkeypatch.setenv(engines.ENV, "numpy")
     assert engines.runner(exe) == exe.run_unchecked
     monkeypatch.setenv(engines.ENV, "xla")
-    exe.fp_behaviour = {"esr": True}
-    monkeypatch.setattr(engines.device_checks, "is_active", lambda b: bool(b))
+    exe.fp_behaviour = FPBehaviour(esr="ON")
     assert engines.runner(exe) == exe.run_unchecked
 
 

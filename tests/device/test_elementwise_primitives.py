@@ -254,11 +254,6 @@ def test_special_values():
     )
 
 
-def test_special_names_reachable_from_elementwise():
-    assert ew.erf_p is special.erf_p
-    assert ew.i0_p is special.i0_p
-
-
 def test_float_to_int_conversion_saturates():
     x = np.array([3e9, -3e9, np.nan, -2.7, 2.7], F32)
     out = convert_element_type_p.bind(x, dtype=I32)

@@ -6,17 +6,19 @@ and the executable cache. One pass per module:
 - constant_folding.fold_constants     Literal-only nodes evaluated now
 - common_subexpressions.eliminate_common_subexpressions
 - dead_code.eliminate_dead_code
+- placement.place                     pipeline stage and IPU of every node,
+                                      inter-IPU copies (CompileOptions.placement)
 - fusion.fuse_elementwise             elementwise chains -> one kernel
-- liveness.analyze_liveness           last uses and peak live bytes
 - lowering, dot_lowering, array_lowering, control_flow
                                       kernels specialised at lowering time;
-                                      cond/while/scan bodies compiled too
+                                      cond/while/scan bodies compiled first
 - executable.Executable               the lowered program and its run loop
 - device_checks                       memory and cycles of the program on
                                       the configured IPU; out-of-memory
                                       error; profile report; cycle log
 - progress                            the compile progress bar
 - pipeline.compile_graph              all of the above, in order
+  (liveness, for freeing buffers, is ../liveness.py: the simulator uses it too)
 - cache.CACHE                         in memory and on disk
 """
 

@@ -10,6 +10,11 @@ the result dtype of integer sums.
 import numpy as np
 
 from keras_ipu.device.compiler.lowering import LOWERINGS
+from keras_ipu.device.primitives.indexing import scatter_p
+from keras_ipu.device.primitives.reduce import reduce_max_p
+from keras_ipu.device.primitives.reduce import reduce_min_p
+from keras_ipu.device.primitives.reduce import reduce_prod_p
+from keras_ipu.device.primitives.reduce import reduce_sum_p
 
 _FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
@@ -23,14 +28,12 @@ def _lower_reshape(params, in_avals, out_avals):
     return reshape
 
 
-def _reduction(ufunc, primitive_name):
+def _reduction(ufunc, primitive):
     def build(params, in_avals, out_avals):
-        from keras_ipu.device.primitives import REGISTRY
-
         (x,), (out,) = in_avals, out_avals
         axes = tuple(params["axes"]) if params["axes"] is not None else None
         if x.dtype not in _FLOATS or out.dtype != x.dtype:
-            kernel = REGISTRY[primitive_name].kernel
+            kernel = primitive.kernel
 
             def generic(v):
                 return np.asarray(kernel(v, axes=params["axes"]))
@@ -63,10 +66,8 @@ def _lower_scatter(params, in_avals, out_avals):
     order as add.at, with the same result bit for bit. Groups: the largest
     number of updates of one row (a few dozen for an embedding).
     """
-    from keras_ipu.device.primitives import REGISTRY
-
     x, indices, updates = in_avals
-    kernel = REGISTRY["scatter"].kernel
+    kernel = scatter_p.kernel
     if (
         params["mode"] != "add"
         or params.get("batch_dims", 0) != 0
@@ -108,7 +109,7 @@ def _lower_scatter(params, in_avals, out_avals):
 
 LOWERINGS["reshape"] = _lower_reshape
 LOWERINGS["scatter"] = _lower_scatter
-LOWERINGS["reduce_sum"] = _reduction(np.add, "reduce_sum")
-LOWERINGS["reduce_prod"] = _reduction(np.multiply, "reduce_prod")
-LOWERINGS["reduce_max"] = _reduction(np.maximum, "reduce_max")
-LOWERINGS["reduce_min"] = _reduction(np.minimum, "reduce_min")
+LOWERINGS["reduce_sum"] = _reduction(np.add, reduce_sum_p)
+LOWERINGS["reduce_prod"] = _reduction(np.multiply, reduce_prod_p)
+LOWERINGS["reduce_max"] = _reduction(np.maximum, reduce_max_p)
+LOWERINGS["reduce_min"] = _reduction(np.minimum, reduce_min_p)

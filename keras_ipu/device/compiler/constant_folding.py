@@ -10,7 +10,6 @@ constant costs device memory; the computation that makes it does not).
 import numpy as np
 
 from keras_ipu.device.compiler.graph_utils import copy_node
-from keras_ipu.device.compiler.graph_utils import has_subgraphs
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.graph_utils import substitute
 from keras_ipu.device.ir import Literal
@@ -18,18 +17,9 @@ from keras_ipu.device.ir import Literal
 DEFAULT_LIMIT_BYTES = 1 << 20
 
 
-def is_random(primitive):
-    return primitive.name.startswith("random") or primitive.name.startswith("rng")
-
-
-def is_collective(primitive):
-    return primitive.name.startswith("cross_replica")
-
-
 def _foldable(node, inputs, limit_bytes):
     prim = node.primitive
-    if (prim.dynamic_shape or is_random(prim) or is_collective(prim)
-            or has_subgraphs(node)):
+    if prim.dynamic_shape or prim.runtime_value or prim.subgraph_params:
         return False
     if any(type(v) is not Literal for v in inputs):
         return False

@@ -23,11 +23,11 @@ import numpy as np
 
 from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import map_subgraphs
-from keras_ipu.device.compiler.graph_utils import subgraphs
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.ir import Var
+from keras_ipu.device.primitives.control_flow import scan_p
 
 DEMOTED = {
     np.dtype(np.float64): np.dtype(np.float32),
@@ -217,12 +217,12 @@ def demote_64bit(graph, notes=None, input_dtypes=None):
         name = node.primitive.name
         inputs = [operand(v, name) for v in node.inputs]
         params = {k: _demote_param(v, notes, name) for k, v in node.params.items()}
-        if name == "scan":
+        if node.primitive is scan_p:
             params["body"] = demote_64bit(
                 params["body"], notes, _scan_body_dtypes(node, inputs)
             )
-        elif any(True for _ in subgraphs(params)):
-            params = map_subgraphs(params, lambda g: demote_64bit(g, notes))
+        else:
+            params = map_subgraphs(node, lambda g: demote_64bit(g, notes), params)
         try:
             avals = node.primitive.abstract_eval(*(v.aval for v in inputs), **params)
         except Exception as e:

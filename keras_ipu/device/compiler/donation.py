@@ -19,7 +19,6 @@ owns, so the loop body can update them in place.
 
 from keras_ipu.device import liveness
 from keras_ipu.device.compiler.lowering import fast_ufunc
-from keras_ipu.device.compiler.lowering import is_elementwise
 
 # Primitives whose lowered kernel always returns a new array.
 _ALLOCATING = ("dot_general",)
@@ -39,7 +38,7 @@ def fresh_outputs(node):
             if aval.ndim > 0 and fast_ufunc(step_prim, [r[2] for r in refs], aval):
                 fresh.add(out)
         return fresh
-    if is_elementwise(prim) and not prim.multiple_results:
+    if prim.elementwise and not prim.multiple_results:
         aval = node.outputs[0].aval
         if aval.ndim > 0 and fast_ufunc(prim, [v.aval for v in node.inputs], aval):
             return set(node.outputs)

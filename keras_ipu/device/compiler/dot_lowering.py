@@ -16,8 +16,8 @@ import numpy as np
 
 from keras_ipu.device.compiler.lowering import LOWERINGS
 from keras_ipu.device.native import threads as host_threads
-from keras_ipu.device.primitives.dot import _compute_dtype
-from keras_ipu.device.primitives.dot import _parse
+from keras_ipu.device.primitives.dot import compute_dtype
+from keras_ipu.device.primitives.dot import split_dimensions
 
 
 def _prod(dims):
@@ -26,8 +26,8 @@ def _prod(dims):
 
 def _lower_dot_general(params, in_avals, out_avals):
     lhs, rhs = in_avals
-    lc, rc, lb, rb, lf, rf = _parse(lhs.ndim, rhs.ndim, params["dimension_numbers"])
-    compute, out_dtype = _compute_dtype(lhs.dtype, params.get("preferred_element_type"))
+    lc, rc, lb, rb, lf, rf = split_dimensions(lhs.ndim, rhs.ndim, params["dimension_numbers"])
+    compute, out_dtype = compute_dtype(lhs.dtype, params.get("preferred_element_type"))
     lperm, rperm = lb + lf + lc, rb + rc + rf
     b = _prod([lhs.shape[d] for d in lb])
     m = _prod([lhs.shape[d] for d in lf])

@@ -15,7 +15,7 @@ stay first), i.e. exactly the output layout of the swapped product.
 from keras_ipu.device import liveness
 from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
-from keras_ipu.device.primitives.dot import _parse
+from keras_ipu.device.primitives.dot import split_dimensions
 
 
 def _swapped_dims(node, permutation):
@@ -24,7 +24,7 @@ def _swapped_dims(node, permutation):
     if lhs.aval.dtype != rhs.aval.dtype:
         return None  # the accumulation dtype follows the lhs
     dims = node.params["dimension_numbers"]
-    lc, rc, lb, rb, lf, rf = _parse(lhs.aval.ndim, rhs.aval.ndim, dims)
+    lc, rc, lb, rb, lf, rf = split_dimensions(lhs.aval.ndim, rhs.aval.ndim, dims)
     nb, nl, nr = len(lb), len(lf), len(rf)
     if nl == 0 or nr == 0:
         return None

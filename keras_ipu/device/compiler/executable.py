@@ -33,6 +33,7 @@ import logging
 import numpy as np
 
 from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.compiler import engines
 from keras_ipu.device.compiler.demotion import check_integer_range
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.donation import owned_values
@@ -46,9 +47,10 @@ from keras_ipu.device.ir import ipus_of
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Var
 from keras_ipu.device.ir import ShapedArray
-from keras_ipu.device.config.enums import DeviceConnectionType
+from keras_ipu.device.enums import DeviceConnectionType
 from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import profile
+from keras_ipu.device.simulator.prediction import host_traffic
 
 FORMAT_VERSION = 4
 
@@ -353,8 +355,6 @@ class Executable:
         if steps_per_run is not None:
             changes["steps_per_run"] = max(1, int(steps_per_run))
         if resident_inputs is not None or resident_outputs is not None:
-            from keras_ipu.device.simulator.prediction import host_traffic
-
             bytes_in, bytes_out, seconds = host_traffic(
                 self.in_avals, self.out_avals, pred.target,
                 resident_inputs or (), resident_outputs or (),
@@ -381,8 +381,6 @@ class Executable:
     def _engine(self, arrays):
         run = self._engine_run
         if run is None:
-            from keras_ipu.device.compiler import engines
-
             run = self._engine_run = engines.runner(self)
         return run(arrays)
 

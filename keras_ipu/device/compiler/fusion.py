@@ -17,6 +17,7 @@ ops allocates about one buffer instead of k.
 
 import numpy as np
 
+from keras_ipu.device import autodiff
 from keras_ipu.device import liveness
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
@@ -26,12 +27,12 @@ from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
 from keras_ipu.device.compiler.lowering import LOWERINGS
 from keras_ipu.device.compiler.lowering import fast_kernel
 from keras_ipu.device.compiler.lowering import fast_ufunc
-from keras_ipu.device.compiler.lowering import is_elementwise
 from keras_ipu.device.compiler.native_fusion import native_kernel
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.ir import Var
+from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.primitives.registry import Primitive
 
 
@@ -56,6 +57,8 @@ fused_elementwise_p = Primitive(
     _fused_rule,
     _fused_kernel,
     multiple_results=True,
+    elementwise=True,
+    fp_class="fused",
     doc="A chain of elementwise primitives run as one kernel.",
 )
 
@@ -78,8 +81,6 @@ def unfused_graph(chain, results, in_avals):
 def _fused_grad(cts, inputs, outputs, *, chain, results):
     # Fusion runs after autodiff in the compiler, but an optimized graph
     # can still be differentiated: through the chain's own primitives.
-    from keras_ipu.device import autodiff
-
     avals = [ShapedArray(x.shape, x.dtype) for x in inputs]
     return autodiff.graph_vjp(unfused_graph(chain, results, avals), list(inputs), cts)
 
@@ -90,8 +91,6 @@ fused_elementwise_p.grad = _fused_grad
 def _fused_cost(ins, outs, *, chain, results, donate=()):
     """A fused chain is one elementwise compute set: the work of its members,
     reading the fused node's operands and writing its results once."""
-    from keras_ipu.device.primitives import cost_util
-
     flops = 0
     for prim, params_items, refs, aval in chain:
         c = prim.cost(tuple(r[2] for r in refs), (aval,), **dict(params_items))
@@ -237,7 +236,7 @@ class _Group:
 
 def _fusible(node):
     return (
-        is_elementwise(node.primitive)
+        node.primitive.elementwise
         and not node.primitive.multiple_results
         and node.outputs[0].aval.is_static()
     )

@@ -41,30 +41,13 @@ def copy_node(node, inputs, params=None, outputs=None, primitive=None):
     )
 
 
-def subgraphs(params):
-    """The Graphs held in a node's params (cond branches, loop bodies)."""
-    for value in params.values():
-        if isinstance(value, Graph):
-            yield value
-        elif isinstance(value, tuple):
-            for item in value:
-                if isinstance(item, Graph):
-                    yield item
-
-
-def has_subgraphs(node):
-    return any(True for _ in subgraphs(node.params))
-
-
-def map_subgraphs(params, fn):
-    """params with every Graph g replaced by fn(g)."""
-    out = {}
-    for key, value in params.items():
-        if isinstance(value, Graph):
-            value = fn(value)
-        elif isinstance(value, tuple) and any(isinstance(v, Graph) for v in value):
-            value = tuple(fn(v) if isinstance(v, Graph) else v for v in value)
-        out[key] = value
+def map_subgraphs(node, fn, params=None):
+    """`params` (default: node's) with every sub-graph g its primitive runs
+    (subgraph_params) replaced by fn(g)."""
+    out = dict(node.params if params is None else params)
+    for key in node.primitive.subgraph_params:
+        value = out[key]
+        out[key] = fn(value) if isinstance(value, Graph) else tuple(fn(g) for g in value)
     return out
 
 

@@ -1,11 +1,11 @@
 """Lowering of one primitive application to a callable kernel.
 
 Generic case: the primitive's own kernel with its params pre-bound. Fast
-case: a float elementwise primitive whose operands already have the output
-dtype maps straight onto its NumPy ufunc, skipping the eager kernel's
-per-call shape-rule check; ufuncs also accept `out=`, which fusion uses to
-reuse buffers. The executable silences floating-point warnings around the
-whole run, as the eager kernels do per call.
+case: an elementwise primitive whose operands already have the output
+dtype maps straight onto its NumPy ufunc (its `ufunc` fact), skipping the
+eager kernel's per-call shape-rule check; ufuncs also accept `out=`, which
+fusion uses to reuse buffers. The executable silences floating-point
+warnings around the whole run, as the eager kernels do per call.
 """
 
 import functools
@@ -14,95 +14,22 @@ import numpy as np
 
 from keras_ipu.device.compiler.host_memory import tune_malloc
 from keras_ipu.device.native import threads as host_threads
-from keras_ipu.device.primitives import elementwise
-from keras_ipu.device.primitives import special
 from keras_ipu.device.primitives.convert import convert_element_type_p
-from keras_ipu.device.primitives.registry import Primitive
-
-UFUNCS = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.true_divide,
-    "max": np.maximum,
-    "min": np.minimum,
-    "pow": np.power,
-    "neg": np.negative,
-    "abs": np.absolute,
-    "exp": np.exp,
-    "expm1": np.expm1,
-    "log": np.log,
-    "log1p": np.log1p,
-    "sqrt": np.sqrt,
-    "square": np.square,
-    "reciprocal": np.reciprocal,
-    "tanh": np.tanh,
-    "sin": np.sin,
-    "cos": np.cos,
-    "floor": np.floor,
-    "ceil": np.ceil,
-}
-
-_UFUNC_DTYPES = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
-
-# Integer arithmetic the eager kernels also leave to these ufuncs (their
-# bool special case is excluded by the dtype test below).
-_INT_UFUNCS = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "max": np.maximum,
-    "min": np.minimum,
-    "neg": np.negative,
-}
-_BIT_UFUNCS = {
-    "and": np.bitwise_and,
-    "or": np.bitwise_or,
-    "xor": np.bitwise_xor,
-    "not": np.invert,
-}
-# Comparisons: the eager kernel is the same ufunc, whose result is always
-# bool, so any operand dtypes map exactly.
-_COMPARISONS = {
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-}
-
-
-def _module_primitives(module):
-    return {v for v in vars(module).values() if isinstance(v, Primitive)}
-
-
-ELEMENTWISE = frozenset(
-    _module_primitives(elementwise)
-    | _module_primitives(special)
-    | {convert_element_type_p}
-)
-
-
-def is_elementwise(primitive):
-    return primitive in ELEMENTWISE
+from keras_ipu.device.primitives.elementwise import select_p
 
 
 def fast_ufunc(primitive, in_avals, out_aval):
-    """The NumPy ufunc computing this application exactly, or None."""
-    name = primitive.name
-    if name in _COMPARISONS:
-        return _COMPARISONS[name]
+    """The NumPy ufunc computing this application exactly (the primitive's
+    `ufunc` fact, for the operand and output dtypes it holds for), or None."""
+    ufunc = primitive.ufunc
+    if ufunc is None:
+        return None
+    if primitive.ufunc_kinds == "*":  # any operands, a bool result
+        return ufunc
     dtype = out_aval.dtype
     if any(a.dtype != dtype for a in in_avals):
         return None
-    if dtype in _UFUNC_DTYPES:
-        return UFUNCS.get(name)
-    if dtype.kind in "iu" and name in _INT_UFUNCS:
-        return _INT_UFUNCS[name]
-    if dtype.kind in "biu" and name in _BIT_UFUNCS:
-        return _BIT_UFUNCS[name]
-    return None
+    return ufunc if dtype.kind in primitive.ufunc_kinds else None
 
 
 # np.where branches per element: on an unpredictable mask (a ReLU's) it
@@ -152,14 +79,6 @@ def select_kernel(in_avals, out_aval):
     return bit_select
 
 
-# Elementwise primitives whose NumPy function (before exact_kernel's dtype
-# check) keeps a float operand's dtype.
-_RAW_FLOAT_KERNELS = {
-    "logistic": elementwise._logistic,
-    "rsqrt": elementwise._rsqrt,
-}
-
-
 def _identity(x):
     return x
 
@@ -168,18 +87,17 @@ def fast_kernel(primitive, in_avals, out_aval):
     """A callable computing this application exactly without the eager
     kernel's per-call checks (not a ufunc: no `out=`), or None. Its result
     may alias an operand (a same-dtype convert returns it)."""
-    name = primitive.name
     dtype = out_aval.dtype
-    if name == "select":
+    if primitive is select_p:
         _, on_true, on_false = in_avals
         if on_true.dtype == dtype and on_false.dtype == dtype:
             return select_kernel(in_avals, out_aval)
         return None
-    if name in _RAW_FLOAT_KERNELS and dtype in _UFUNC_DTYPES:
+    if primitive.float_kernel is not None and dtype.kind == "f":
         if all(a.dtype == dtype for a in in_avals):
             # The eager kernel's function without its per-call checks: on
             # float operands it returns their dtype already.
-            return _RAW_FLOAT_KERNELS[name]
+            return primitive.float_kernel
         return None
     if primitive is convert_element_type_p:
         (x,) = in_avals

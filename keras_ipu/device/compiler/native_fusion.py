@@ -22,18 +22,24 @@ import numpy as np
 from keras_ipu.device.native import threads as host_threads
 
 from keras_ipu.device import native
+from keras_ipu.device.primitives import elementwise as ew
+from keras_ipu.device.primitives.convert import convert_element_type_p
 
 F32 = np.dtype(np.float32)
 BOOL = np.dtype(np.bool_)
 _DTYPE_CODE = {F32: 0, BOOL: 1}
 FULL, SCALAR, ROW, COL = 0, 1, 2, 3
 
-# Opcodes of _elementwise.c, by (primitive name, operand dtypes).
-_F32_BINARY = {"add": 1, "sub": 2, "mul": 3, "div": 4, "max": 5, "min": 6}
-_F32_UNARY = {"neg": 7, "abs": 8, "sqrt": 9, "square": 10, "reciprocal": 11,
-              "floor": 12, "ceil": 13}
-_COMPARE = {"gt": 14, "ge": 15, "lt": 16, "le": 17, "eq": 18, "ne": 19}
-_BOOL_BINARY = {"and": 20, "or": 21, "xor": 22}
+# Opcodes of _elementwise.c, by primitive and operand dtypes. Only
+# primitives whose results are correctly rounded (their `ieee_exact` fact)
+# have one: the C loop then gives NumPy's bits.
+_F32_BINARY = {ew.add_p: 1, ew.sub_p: 2, ew.mul_p: 3, ew.div_p: 4, ew.max_p: 5,
+               ew.min_p: 6}
+_F32_UNARY = {ew.neg_p: 7, ew.abs_p: 8, ew.sqrt_p: 9, ew.square_p: 10,
+              ew.reciprocal_p: 11, ew.floor_p: 12, ew.ceil_p: 13}
+_COMPARE = {ew.gt_p: 14, ew.ge_p: 15, ew.lt_p: 16, ew.le_p: 17, ew.eq_p: 18,
+            ew.ne_p: 19}
+_BOOL_BINARY = {ew.and_p: 20, ew.or_p: 21, ew.xor_p: 22}
 _NOT, _SELECT_F, _SELECT_B, _F2B, _B2F = 23, 24, 25, 26, 27
 
 # Block size: the chain's registers (block x 4 bytes each) stay within
@@ -45,27 +51,29 @@ _MIN_BLOCK, _MAX_BLOCK = 256, 4096
 _MAX_INNER = 16384
 
 
-def _opcode(name, in_dtypes, out_dtype):
+def _opcode(prim, in_dtypes, out_dtype):
     """The C opcode computing this step exactly, or None."""
-    if name in _COMPARE and in_dtypes == (F32, F32):
-        return _COMPARE[name]
+    if not prim.ieee_exact:
+        return None
+    if prim in _COMPARE and in_dtypes == (F32, F32):
+        return _COMPARE[prim]
     if out_dtype == F32:
-        if name in _F32_BINARY and in_dtypes == (F32, F32):
-            return _F32_BINARY[name]
-        if name in _F32_UNARY and in_dtypes == (F32,):
-            return _F32_UNARY[name]
-        if name == "select" and in_dtypes == (BOOL, F32, F32):
+        if prim in _F32_BINARY and in_dtypes == (F32, F32):
+            return _F32_BINARY[prim]
+        if prim in _F32_UNARY and in_dtypes == (F32,):
+            return _F32_UNARY[prim]
+        if prim is ew.select_p and in_dtypes == (BOOL, F32, F32):
             return _SELECT_F
-        if name == "convert_element_type" and in_dtypes == (BOOL,):
+        if prim is convert_element_type_p and in_dtypes == (BOOL,):
             return _B2F
     elif out_dtype == BOOL:
-        if name in _BOOL_BINARY and in_dtypes == (BOOL, BOOL):
-            return _BOOL_BINARY[name]
-        if name == "not" and in_dtypes == (BOOL,):
+        if prim in _BOOL_BINARY and in_dtypes == (BOOL, BOOL):
+            return _BOOL_BINARY[prim]
+        if prim is ew.not_p and in_dtypes == (BOOL,):
             return _NOT
-        if name == "select" and in_dtypes == (BOOL, BOOL, BOOL):
+        if prim is ew.select_p and in_dtypes == (BOOL, BOOL, BOOL):
             return _SELECT_B
-        if name == "convert_element_type" and in_dtypes == (F32,):
+        if prim is convert_element_type_p and in_dtypes == (F32,):
             return _F2B
     return None
 
@@ -143,10 +151,10 @@ def plan(chain, results, in_avals, donate=()):
         in_dtypes = tuple(r[2].dtype for r in refs)
         if aval.dtype not in _DTYPE_CODE:
             return None
-        if prim.name == "convert_element_type" and in_dtypes == (aval.dtype,):
+        if prim is convert_element_type_p and in_dtypes == (aval.dtype,):
             reg_of_step.append(operands[0])  # same dtype: the value itself
             continue
-        opcode = _opcode(prim.name, in_dtypes, aval.dtype)
+        opcode = _opcode(prim, in_dtypes, aval.dtype)
         if opcode is None:
             return None
         dst = len(reg_dtypes)

@@ -10,7 +10,7 @@ nodes carry the Keras layer path they were traced in (`source`):
 
 - A node whose layer path is, or lies under, a path of the placement takes
   its stage (the longest path wins). The backward nodes of a layer carry
-  its path (autodiff.py), so they run on its stage too.
+  its path (autodiff/reverse.py), so they run on its stage too.
 - Any other node (the loss, the optimizer's updates, the metrics) runs
   where the values it reads are: on the highest stage among the nodes that
   make its operands and the homes of the program inputs it reads. An
@@ -158,7 +158,7 @@ class _Placer:
         ipu = self.placement.ipu_of(stage)
         nodes = [
             _tagged(node, stage, ipu,
-                    map_subgraphs(node.params, lambda g: self.whole(g, stage)))
+                    map_subgraphs(node, lambda g: self.whole(g, stage)))
             for node in graph.nodes
         ]
         return rebuilt(graph, nodes, {})
@@ -178,10 +178,10 @@ class _Placer:
                         stage_of_value[v] = max(stage_of_value.get(v, stage), stage)
         nodes = []
         for node, stage in zip(graph.nodes, explicit):
-            if stage is not None and any(True for _ in subgraphs(node)):
+            if stage is not None and node.primitive.subgraph_params:
                 new = _tagged(node, stage, placement.ipu_of(stage),
-                              map_subgraphs(node.params, lambda g, s=stage: self.whole(g, s)))
-            elif any(True for _ in subgraphs(node)):
+                              map_subgraphs(node, lambda g, s=stage: self.whole(g, s)))
+            elif node.primitive.subgraph_params:
                 new = self.control_flow(node, before)
             else:
                 if stage is None:
@@ -201,7 +201,7 @@ class _Placer:
     def control_flow(self, node, before):
         """A control-flow node without a placed layer path: its sub-graphs
         placed node by node; on their one stage, or spanning (None)."""
-        params = map_subgraphs(node.params, lambda g: self.graph(g, before))
+        params = map_subgraphs(node, lambda g: self.graph(g, before))
         new = copy_node(node, node.inputs, params)
         stages = set()
         for sub in subgraphs(new):

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from keras_ipu.device.compiler.graph_utils import subgraphs
+from keras_ipu.device.ir import subgraphs
 
 PROGRAM_NODES = 2000
 AUTO_DELAY_S = 1.0
@@ -42,8 +42,7 @@ def count_nodes(graph):
         g = stack.pop()
         total += len(g.nodes)
         for node in g.nodes:
-            if node.params:
-                stack.extend(subgraphs(node.params))
+            stack.extend(subgraphs(node))
     return total
 
 

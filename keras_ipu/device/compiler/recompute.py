@@ -100,7 +100,7 @@ def recompute(graph, mode):
 
 
 def _with_bodies(node, mode):
-    params = map_subgraphs(node.params, lambda g: recompute(g, mode))
+    params = map_subgraphs(node, lambda g: recompute(g, mode))
     if all(params[k] is node.params[k] for k in params):
         return node
     return copy_node(node, node.inputs, params=params)

@@ -6,7 +6,7 @@ names the op so the user knows which call to change. Sub-graphs (cond
 branches, loop bodies) are checked too.
 """
 
-from keras_ipu.device.compiler.graph_utils import subgraphs
+from keras_ipu.device.ir import subgraphs
 
 
 class StaticShapeError(ValueError):
@@ -44,6 +44,6 @@ def check_static_shapes(graph, context="the compiled program"):
                     "dimension). IPU programs have static shapes: make the "
                     "shapes that reach this op concrete."
                 )
-        for sub in subgraphs(node.params):
+        for sub in subgraphs(node):
             check_static_shapes(sub, f"a `{name}` sub-graph of {context}")
     return graph

@@ -1,13 +1,5 @@
 """IPUConfig, its enums and configure_ipu_system (public as keras_ipu.config)."""
 
-from keras_ipu.device.config.enums import (
-    DeviceConnectionType,
-    ExecutionProfileType,
-    MergeRemoteBuffersBehaviour,
-    SchedulingAlgorithm,
-    SelectionOrder,
-    StochasticRoundingBehaviour,
-)
 from keras_ipu.device.config.ipu_config import IPUConfig, get_attribute_metadata
 from keras_ipu.device.config.metadata import AttributeMetadata, IPUConfigDeprecationWarning
 from keras_ipu.device.config.system_config import (
@@ -15,6 +7,14 @@ from keras_ipu.device.config.system_config import (
     get_ipu_config,
     get_system,
     reset_ipu_configuration,
+)
+from keras_ipu.device.enums import (
+    DeviceConnectionType,
+    ExecutionProfileType,
+    MergeRemoteBuffersBehaviour,
+    SchedulingAlgorithm,
+    SelectionOrder,
+    StochasticRoundingBehaviour,
 )
 
 __all__ = [

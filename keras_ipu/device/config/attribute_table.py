@@ -6,7 +6,7 @@ with the reference's type, default and doc text. Edit the rows, not the code
 that reads them (keras_ipu/device/config/ipu_config.py).
 """
 
-from keras_ipu.device.config.enums import (  # noqa: F401 (defaults below)
+from keras_ipu.device.enums import (  # noqa: F401 (defaults below)
     DeviceConnectionType,
     MergeRemoteBuffersBehaviour,
     SchedulingAlgorithm,

@@ -11,7 +11,7 @@ import json
 import warnings
 
 from keras_ipu.device.config import attribute_table
-from keras_ipu.device.config.enums import ENUMS, StochasticRoundingBehaviour
+from keras_ipu.device.enums import ENUMS, StochasticRoundingBehaviour
 from keras_ipu.device.config.metadata import (
     AttributeMetadata,
     IPUConfigDeprecationWarning,

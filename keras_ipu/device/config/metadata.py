@@ -6,7 +6,7 @@ import copy
 import numbers
 import warnings
 
-from keras_ipu.device.config.enums import ENUMS
+from keras_ipu.device.enums import ENUMS
 
 
 class IPUConfigDeprecationWarning(FutureWarning):

@@ -10,7 +10,7 @@ import os
 import threading
 
 from keras_ipu.device import flags as poplar_flags
-from keras_ipu.device.config.enums import DeviceConnectionType, StochasticRoundingBehaviour
+from keras_ipu.device.enums import DeviceConnectionType, StochasticRoundingBehaviour
 from keras_ipu.device.config.ipu_config import IPUConfig
 from keras_ipu.device.simulator import partition
 from keras_ipu.device.simulator import system as sim

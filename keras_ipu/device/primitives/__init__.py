@@ -1,6 +1,9 @@
 """The primitive set of the simulated IPU (like jax.lax).
 
-Importing this package registers every primitive in `registry.REGISTRY`.
+Importing this package registers every primitive in `registry.REGISTRY`,
+in two steps: the declarations (shape rule, kernel, facts, cost rule; one
+module per family), then their gradient rules (grads/), which bind
+primitives of any family.
 """
 
 from keras_ipu.device.primitives import collective  # noqa: F401
@@ -23,7 +26,9 @@ from keras_ipu.device.primitives import random_bits  # noqa: F401
 from keras_ipu.device.primitives import reduce  # noqa: F401
 from keras_ipu.device.primitives import sort  # noqa: F401
 from keras_ipu.device.primitives import special  # noqa: F401
+from keras_ipu.device.primitives import special_derivatives  # noqa: F401
 from keras_ipu.device.primitives import structure  # noqa: F401
 from keras_ipu.device.primitives import xla_random  # noqa: F401
+from keras_ipu.device.primitives import grads  # noqa: F401 (second step: the rules)
 from keras_ipu.device.primitives.registry import REGISTRY  # noqa: F401
 from keras_ipu.device.primitives.registry import Primitive  # noqa: F401

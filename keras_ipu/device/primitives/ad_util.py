@@ -1,13 +1,19 @@
-"""Helpers shared by the gradient rules (as jax's ad_util): zeros, summing a
-broadcast cotangent back to its operand's shape, which dtypes carry
-cotangents. Everything binds primitives, so a backward pass built from these
-helpers can be traced as well as run eagerly.
-
-Primitive modules are imported inside the functions: the primitive files
-import this module to declare their rules, and it needs their primitives.
+"""Helpers shared by the gradient rules (as jax's ad_util) and the autodiff:
+zeros, arithmetic on cotangents, summing a broadcast cotangent back to its
+operand's shape, which dtypes carry cotangents. Everything binds
+primitives, so a backward pass built from these helpers can be traced as
+well as run eagerly. It builds on the declared primitives; the rules
+(primitives/grads/) build on it.
 """
 
 import numpy as np
+
+from keras_ipu.device.primitives import convert as cv
+from keras_ipu.device.primitives import dot
+from keras_ipu.device.primitives import elementwise as ew
+from keras_ipu.device.primitives import indexing
+from keras_ipu.device.primitives import reduce
+from keras_ipu.device.primitives import structure
 
 
 def is_differentiable(dtype):
@@ -22,12 +28,38 @@ def scalar(value, dtype):
     return np.asarray(value, dtype=np.dtype(dtype))
 
 
+def const(value, like):
+    """A 0-d constant of `like`'s dtype."""
+    return scalar(value, like.dtype)
+
+
+def add(a, b):
+    return ew.add_p.bind(a, b)
+
+
+def sub(a, b):
+    return ew.sub_p.bind(a, b)
+
+
+def mul(a, b):
+    return ew.mul_p.bind(a, b)
+
+
+def div(a, b):
+    return ew.div_p.bind(a, b)
+
+
+def neg(a):
+    return ew.neg_p.bind(a)
+
+
+def square(a):
+    return ew.mul_p.bind(a, a)
+
+
 def zeros_like(x):
     """Zeros of x's shape and dtype. With unknown (None) dims the shape is
     taken from x itself (select over a predicate of x's shape)."""
-    from keras_ipu.device.primitives import elementwise as ew
-    from keras_ipu.device.primitives import structure
-
     zero = scalar(0, x.dtype)
     if all(d is not None for d in x.shape):
         return structure.broadcast_to_p.bind(zero, shape=tuple(x.shape))
@@ -44,8 +76,6 @@ def _known_shape(shape):
 
 
 def reshape(x, shape):
-    from keras_ipu.device.primitives import structure
-
     if tuple(x.shape) == tuple(shape) and None not in tuple(shape):
         return x
     return structure.reshape_p.bind(x, new_shape=_known_shape(shape))
@@ -55,8 +85,6 @@ def unbroadcast(ct, shape):
     """Sum the cotangent `ct` of a broadcast result back to `shape` (the
     operand's shape): over the leading axes the operand lacks and over the
     axes where the operand has size 1."""
-    from keras_ipu.device.primitives import reduce
-
     if ct is None:
         return None
     shape = tuple(shape)
@@ -74,8 +102,6 @@ def unbroadcast(ct, shape):
 
 
 def convert(x, dtype):
-    from keras_ipu.device.primitives import convert as cv
-
     dtype = np.dtype(dtype)
     if x is None or x.dtype == dtype:
         return x
@@ -84,8 +110,6 @@ def convert(x, dtype):
 
 def add_any(a, b):
     """a + b where None is zero."""
-    from keras_ipu.device.primitives import elementwise as ew
-
     if a is None:
         return b
     if b is None:
@@ -96,9 +120,6 @@ def add_any(a, b):
 def broadcast_back(g, x, axes):
     """g, the result of reducing x over `axes`, reshaped with those axes
     kept as size 1 and broadcast to x's shape."""
-    from keras_ipu.device.primitives import elementwise as ew
-    from keras_ipu.device.primitives import structure
-
     x_shape = tuple(x.shape)
     kept = tuple(1 if i in axes else d for i, d in enumerate(x_shape))
     g = reshape(g, kept)
@@ -110,16 +131,12 @@ def broadcast_back(g, x, axes):
 
 
 def matrix_transpose(x):
-    from keras_ipu.device.primitives import structure
-
     perm = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
     return structure.transpose_p.bind(x, permutation=perm)
 
 
 def matmul(a, b):
     """Batched a @ b over the last two axes (same batch shape)."""
-    from keras_ipu.device.primitives import dot
-
     nb = a.ndim - 2
     batch = tuple(range(nb))
     return dot.dot_general_p.bind(
@@ -131,9 +148,6 @@ def scatter_add_last_axis(x, indices, g):
     """Zeros shaped like x with g (shape batch + (k,)) added at `indices`
     (same shape) along x's last axis: the transpose of a gather of the last
     axis (take_along_axis)."""
-    from keras_ipu.device.primitives import indexing
-    from keras_ipu.device.primitives import structure
-
     idx = structure.reshape_p.bind(
         indices, new_shape=_known_shape(tuple(indices.shape) + (1,)))
     return indexing.scatter_p.bind(

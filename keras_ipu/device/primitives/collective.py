@@ -15,7 +15,9 @@ operand itself.
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.primitives.registry import Primitive
+from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import replicas as _replicas
 from keras_ipu.device.trace import current_builder
 
@@ -59,7 +61,8 @@ def _kernel(op):
 
 
 def _make(op):
-    p = Primitive(f"cross_replica_{op}", _rule, _kernel(op))
+    # Its value depends on the other replicas: known only when it runs.
+    p = Primitive(f"cross_replica_{op}", _rule, _kernel(op), runtime_value=True)
 
     def bind(x, replicas, group_size=None):
         group_size = replicas if group_size is None else group_size
@@ -79,9 +82,9 @@ cross_replica_mean_p, cross_replica_mean = _make("mean")
 
 
 # The index of the replica running the program (XLA's replica-id): a run
-# time value of each replica, named cross_replica_* so that constant folding
-# leaves it to the run (compiler/constant_folding.is_collective). In a
-# multi-process job it counts the replicas of the instances before this one.
+# time value of each replica (runtime_value: constant folding leaves it to
+# the run). In a multi-process job it counts the replicas of the instances
+# before this one.
 def _index_rule(*, replicas):
     return ShapedArray((), np.dtype(np.uint32))
 
@@ -91,7 +94,8 @@ def _index_kernel(*, replicas):
 
 
 cross_replica_index_p = Primitive(
-    "cross_replica_index", _index_rule, _index_kernel, nondiff="an integer index"
+    "cross_replica_index", _index_rule, _index_kernel, nondiff="an integer index",
+    runtime_value=True,
 )
 
 
@@ -105,7 +109,7 @@ def cross_replica_index(replicas):
     return cross_replica_index_p.bind(replicas=replicas)
 
 
-# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
+# -- gradient rules (contract: keras_ipu/device/autodiff/__init__.py) -----------------
 # y = sum_r x_r on every replica: d loss / d x_r = sum over the replicas of
 # their cotangents of y, again an all-reduce (the mean: of the mean).
 def _sum_grad(cts, inputs, outputs, *, replicas, group_size):
@@ -123,8 +127,6 @@ cross_replica_mean_p.grad = _mean_grad
 
 
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
-from keras_ipu.device.primitives import cost_util  # noqa: E402
-from keras_ipu.device.simulator import cost_model  # noqa: E402
 
 
 def _cost(ins, outs, *, replicas, group_size):

@@ -1,8 +1,12 @@
-"""Dtype conversion primitives."""
+"""Dtype conversion primitives.
+
+Gradient rules: grads/convert.py (registered once every primitive exists).
+"""
 
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives.registry import Primitive
 
 
@@ -40,23 +44,9 @@ def _convert(x, *, dtype):
 
 
 convert_element_type_p = Primitive(
-    "convert_element_type", _convert_rule, _convert
+    "convert_element_type", _convert_rule, _convert,
+    elementwise=True, ieee_exact=True, fp_class="convert",
 )
-
-
-def _convert_grad(cts, inputs, outputs, *, dtype):
-    from keras_ipu.device.primitives import ad_util
-
-    (g,), (x,) = cts, inputs
-    # Through an integer or bool dtype (either side) no gradient flows.
-    if not ad_util.is_differentiable(x.dtype):
-        return [None]
-    if not ad_util.is_differentiable(np.dtype(dtype)):
-        return [None]
-    return [ad_util.convert(g, x.dtype)]
-
-
-convert_element_type_p.grad = _convert_grad
 
 
 def _view_rule(x, dtype):
@@ -118,7 +108,6 @@ bitcast_convert_type_p = Primitive(
 
 
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
-from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
 
 convert_element_type_p.cost = _cost.elementwise(1)
 bitcast_convert_type_p.cost = _cost.view

@@ -4,11 +4,14 @@ dimension_numbers = ((lhs_contracting, rhs_contracting), (lhs_batch,
 rhs_batch)). The result has the batch dims, then lhs' free dims, then rhs'
 free dims. matmul, dot, tensordot, einsum, inner, outer and vdot are all
 built on it.
+
+Gradient rules: grads/dot.py (registered once every primitive exists).
 """
 
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.registry import Primitive
 
@@ -26,7 +29,7 @@ def _check_dims(dims, ndim, what):
     return dims
 
 
-def _parse(lhs_ndim, rhs_ndim, dimension_numbers):
+def split_dimensions(lhs_ndim, rhs_ndim, dimension_numbers):
     (lc, rc), (lb, rb) = dimension_numbers
     lc = _check_dims(lc, lhs_ndim, "lhs contracting")
     rc = _check_dims(rc, rhs_ndim, "rhs contracting")
@@ -56,7 +59,7 @@ def _match(a, b):
 
 
 def _dot_general_rule(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
-    lc, rc, lb, rb, lf, rf = _parse(lhs.ndim, rhs.ndim, dimension_numbers)
+    lc, rc, lb, rb, lf, rf = split_dimensions(lhs.ndim, rhs.ndim, dimension_numbers)
     if lhs.dtype != rhs.dtype:
         raise TypeError(
             f"dot_general: operands must share one dtype, got {lhs.dtype.name} "
@@ -83,7 +86,7 @@ def _dot_general_rule(lhs, rhs, *, dimension_numbers, preferred_element_type=Non
     return ShapedArray(shape, dtype)
 
 
-def _compute_dtype(dtype, preferred):
+def compute_dtype(dtype, preferred):
     out = dtype if preferred is None else np.dtype(preferred)
     # NumPy has no BLAS for half types (and ml_dtypes' bfloat16 matmul is a
     # slow generic loop): accumulate them in float32, as the IPU's AMP units
@@ -98,8 +101,8 @@ def _compute_dtype(dtype, preferred):
 def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
     lhs = np.asarray(lhs)
     rhs = np.asarray(rhs)
-    lc, rc, lb, rb, lf, rf = _parse(lhs.ndim, rhs.ndim, dimension_numbers)
-    compute, out_dtype = _compute_dtype(lhs.dtype, preferred_element_type)
+    lc, rc, lb, rb, lf, rf = split_dimensions(lhs.ndim, rhs.ndim, dimension_numbers)
+    compute, out_dtype = compute_dtype(lhs.dtype, preferred_element_type)
     if lhs.dtype != compute:
         lhs = lhs.astype(compute)
     if rhs.dtype != compute:
@@ -122,61 +125,11 @@ def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
 # dot_general(lhs, rhs; dimension_numbers, preferred_element_type): the
 # general contraction; preferred_element_type sets the accumulation and
 # result dtype (int8 x int8 -> int32).
-dot_general_p = Primitive("dot_general", _dot_general_rule, _dot_general)
-
-
-# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
-
-
-def _dot_transpose_lhs(g, y, x_ndim, dims, y_is_lhs=False):
-    """Cotangent of the lhs x of dot_general(x, y) for output cotangent g
-    (with y_is_lhs: of the rhs, y being the lhs)."""
-    from keras_ipu.device.primitives import structure
-
-    (xc, yc), (xb, yb) = dims
-    y_ndim = y.ndim
-    xf = [d for d in range(x_ndim) if d not in xc and d not in xb]
-    yf = [d for d in range(y_ndim) if d not in yc and d not in yb]
-    nb = len(xb)
-    # Output axes: batch, then lhs free, then rhs free.
-    if y_is_lhs:
-        g_y_free = list(range(nb, nb + len(yf)))
-    else:
-        g_y_free = list(range(nb + len(xf), nb + len(xf) + len(yf)))
-    g_batch = list(range(nb))
-    res = dot_general_p.bind(
-        g, y,
-        dimension_numbers=((tuple(g_y_free), tuple(yf)),
-                           (tuple(g_batch), tuple(yb))),
-    )
-    # res axes: batch, x free, then y's remaining (contracting) axes in
-    # increasing y order, each paired with an x contracting axis.
-    order = np.argsort(yc)
-    x_axes = list(xb) + xf + [xc[i] for i in order]
-    perm = tuple(int(i) for i in np.argsort(x_axes))
-    if perm != tuple(range(len(perm))):
-        res = structure.transpose_p.bind(res, permutation=perm)
-    return res
-
-
-def _dot_general_grad(cts, inputs, outputs, *, dimension_numbers,
-                      preferred_element_type=None):
-    from keras_ipu.device.primitives import ad_util
-
-    (g,), (x, y) = cts, inputs
-    (xc, yc), (xb, yb) = dimension_numbers
-    g = ad_util.convert(g, x.dtype)
-    x_ct = _dot_transpose_lhs(g, y, x.ndim, dimension_numbers)
-    y_ct = _dot_transpose_lhs(
-        g, x, y.ndim, ((yc, xc), (yb, xb)), y_is_lhs=True)
-    return [x_ct, y_ct]
-
-
-dot_general_p.grad = _dot_general_grad
+dot_general_p = Primitive("dot_general", _dot_general_rule, _dot_general,
+                          fp_class="accumulating")
 
 
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
-from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
 
 
 def _dot_general_cost(ins, outs, *, dimension_numbers, preferred_element_type=None):

@@ -5,13 +5,14 @@ the backend promotes dtypes (Keras' rules) before it binds. Every kernel
 returns exactly the dtype its shape rule announces: NumPy would sometimes
 promote (bool arithmetic to int8, `np.angle` of float32 to float64), and an
 eager result must never differ from what tracing predicted.
+
+Gradient rules: grads/elementwise.py (registered once every primitive exists).
 """
 
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
-# ad_util imports primitive modules only inside its functions: no cycle.
-from keras_ipu.device.primitives import ad_util
+from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.registry import Primitive
 
@@ -49,20 +50,30 @@ def exact_kernel(rule, fn):
     return kernel
 
 
-def unary(name, fn, dtype=None, nondiff=None):
+# Cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py):
+# one vector op per element; transcendentals are sequences of vector ops.
+ONE_OP = _cost.elementwise(1)
+TRANSCENDENTAL = _cost.transcendental
+
+
+def declare(name, fn, dtype=None, *, nondiff=None, fp_class="elementwise", cost=ONE_OP,
+            **facts):
+    """An elementwise primitive of any arity computing `fn` (operands of one
+    dtype, broadcast; result of `dtype`, default theirs). fp_class None: its
+    result is exact (no rounding, no overflow from finite inputs). `facts`:
+    ufunc, ufunc_kinds, ieee_exact, float_kernel (registry.Primitive)."""
     rule = shape_rules.elementwise(dtype)
-    return Primitive(name, rule, exact_kernel(rule, fn), nondiff=nondiff)
+    prim = Primitive(name, rule, exact_kernel(rule, fn), nondiff=nondiff,
+                     elementwise=True, fp_class=fp_class, **facts)
+    prim.cost = cost
+    return prim
 
 
-# n-ary: the same rule and kernel wrapper serve binary primitives.
-binary = unary
-
-
-def _rsqrt(x):
+def rsqrt(x):
     return np.reciprocal(np.sqrt(x))
 
 
-def _logistic(x):
+def logistic(x):
     # Stable in both tails: exp of a non-positive number only.
     if x.dtype.kind != "f" or x.ndim == 0:
         e = np.exp(-np.abs(x))
@@ -132,83 +143,106 @@ def _shift_right(x, y):
     return np.where(big, fill, np.right_shift(x, np.where(big, 0, y)))
 
 
-neg_p = unary("neg", _bool_arith(np.negative))
-abs_p = unary("abs", np.abs, dtype=_real_dtype)
-sign_p = unary("sign", _sign)
-floor_p = unary("floor", np.floor)
-ceil_p = unary("ceil", np.ceil)
+neg_p = declare("neg", _bool_arith(np.negative), fp_class=None, ufunc=np.negative,
+                ufunc_kinds="fiu", ieee_exact=True)
+abs_p = declare("abs", np.abs, dtype=_real_dtype, fp_class=None, ufunc=np.absolute,
+                ufunc_kinds="f", ieee_exact=True)
+sign_p = declare("sign", _sign, fp_class=None)
+floor_p = declare("floor", np.floor, fp_class=None, ufunc=np.floor, ufunc_kinds="f",
+                  ieee_exact=True)
+ceil_p = declare("ceil", np.ceil, fp_class=None, ufunc=np.ceil, ufunc_kinds="f",
+                 ieee_exact=True)
 # Round half to even, as NumPy and XLA's round_nearest_even.
-round_p = unary("round", np.round)
-trunc_p = unary("trunc", np.trunc)
-exp_p = unary("exp", np.exp)
-exp2_p = unary("exp2", np.exp2)
-expm1_p = unary("expm1", np.expm1)
-log_p = unary("log", np.log)
-log1p_p = unary("log1p", np.log1p)
-log2_p = unary("log2", np.log2)
-log10_p = unary("log10", np.log10)
-sqrt_p = unary("sqrt", np.sqrt)
-rsqrt_p = unary("rsqrt", _rsqrt)
-cbrt_p = unary("cbrt", np.cbrt)
-reciprocal_p = unary("reciprocal", np.reciprocal)
-square_p = unary("square", _bool_arith(np.square))
-sin_p = unary("sin", np.sin)
-cos_p = unary("cos", np.cos)
-tan_p = unary("tan", np.tan)
-asin_p = unary("asin", np.arcsin)
-acos_p = unary("acos", np.arccos)
-atan_p = unary("atan", np.arctan)
-sinh_p = unary("sinh", np.sinh)
-cosh_p = unary("cosh", np.cosh)
-tanh_p = unary("tanh", np.tanh)
-asinh_p = unary("asinh", np.arcsinh)
-acosh_p = unary("acosh", np.arccosh)
-atanh_p = unary("atanh", np.arctanh)
-logistic_p = unary("logistic", _logistic)
-conj_p = unary("conj", np.conjugate)
-real_p = unary("real", np.real, dtype=_real_dtype)
-imag_p = unary("imag", np.imag, dtype=_real_dtype)
-angle_p = unary("angle", np.angle, dtype=_real_dtype)
-not_p = unary("not", np.invert, nondiff=_INT_OUT)
-logical_not_p = unary("logical_not", np.logical_not, dtype=BOOL, nondiff=_INT_OUT)
-isnan_p = unary("isnan", np.isnan, dtype=BOOL, nondiff=_INT_OUT)
-isinf_p = unary("isinf", np.isinf, dtype=BOOL, nondiff=_INT_OUT)
-isfinite_p = unary("isfinite", np.isfinite, dtype=BOOL, nondiff=_INT_OUT)
-signbit_p = unary(
-    "signbit", _bool_arith(np.signbit), dtype=BOOL, nondiff=_INT_OUT
-)
-popcount_p = unary("population_count", np.bitwise_count, nondiff=_INT_OUT)
+round_p = declare("round", np.round, fp_class=None)
+trunc_p = declare("trunc", np.trunc, fp_class=None)
+exp_p = declare("exp", np.exp, ufunc=np.exp, ufunc_kinds="f", cost=TRANSCENDENTAL)
+exp2_p = declare("exp2", np.exp2, cost=TRANSCENDENTAL)
+expm1_p = declare("expm1", np.expm1, ufunc=np.expm1, ufunc_kinds="f", cost=TRANSCENDENTAL)
+log_p = declare("log", np.log, ufunc=np.log, ufunc_kinds="f", cost=TRANSCENDENTAL)
+log1p_p = declare("log1p", np.log1p, ufunc=np.log1p, ufunc_kinds="f", cost=TRANSCENDENTAL)
+log2_p = declare("log2", np.log2, cost=TRANSCENDENTAL)
+log10_p = declare("log10", np.log10, cost=TRANSCENDENTAL)
+sqrt_p = declare("sqrt", np.sqrt, ufunc=np.sqrt, ufunc_kinds="f", ieee_exact=True,
+                 cost=TRANSCENDENTAL)
+rsqrt_p = declare("rsqrt", rsqrt, float_kernel=rsqrt, cost=TRANSCENDENTAL)
+cbrt_p = declare("cbrt", np.cbrt, cost=TRANSCENDENTAL)
+reciprocal_p = declare("reciprocal", np.reciprocal, ufunc=np.reciprocal,
+                       ufunc_kinds="f", ieee_exact=True)
+square_p = declare("square", _bool_arith(np.square), ufunc=np.square, ufunc_kinds="f",
+                   ieee_exact=True)
+sin_p = declare("sin", np.sin, ufunc=np.sin, ufunc_kinds="f", cost=TRANSCENDENTAL)
+cos_p = declare("cos", np.cos, ufunc=np.cos, ufunc_kinds="f", cost=TRANSCENDENTAL)
+tan_p = declare("tan", np.tan, cost=TRANSCENDENTAL)
+asin_p = declare("asin", np.arcsin, cost=TRANSCENDENTAL)
+acos_p = declare("acos", np.arccos, cost=TRANSCENDENTAL)
+atan_p = declare("atan", np.arctan, cost=TRANSCENDENTAL)
+sinh_p = declare("sinh", np.sinh, cost=TRANSCENDENTAL)
+cosh_p = declare("cosh", np.cosh, cost=TRANSCENDENTAL)
+tanh_p = declare("tanh", np.tanh, ufunc=np.tanh, ufunc_kinds="f", cost=TRANSCENDENTAL)
+asinh_p = declare("asinh", np.arcsinh, cost=TRANSCENDENTAL)
+acosh_p = declare("acosh", np.arccosh, cost=TRANSCENDENTAL)
+atanh_p = declare("atanh", np.arctanh, cost=TRANSCENDENTAL)
+logistic_p = declare("logistic", logistic, float_kernel=logistic, cost=TRANSCENDENTAL)
+conj_p = declare("conj", np.conjugate, fp_class=None)
+real_p = declare("real", np.real, dtype=_real_dtype, fp_class=None)
+imag_p = declare("imag", np.imag, dtype=_real_dtype, fp_class=None)
+angle_p = declare("angle", np.angle, dtype=_real_dtype, cost=TRANSCENDENTAL)
+not_p = declare("not", np.invert, nondiff=_INT_OUT, ufunc=np.invert, ufunc_kinds="biu",
+                ieee_exact=True)
+logical_not_p = declare("logical_not", np.logical_not, dtype=BOOL, nondiff=_INT_OUT)
+isnan_p = declare("isnan", np.isnan, dtype=BOOL, nondiff=_INT_OUT)
+isinf_p = declare("isinf", np.isinf, dtype=BOOL, nondiff=_INT_OUT)
+isfinite_p = declare("isfinite", np.isfinite, dtype=BOOL, nondiff=_INT_OUT)
+signbit_p = declare("signbit", _bool_arith(np.signbit), dtype=BOOL, nondiff=_INT_OUT)
+popcount_p = declare("population_count", np.bitwise_count, nondiff=_INT_OUT)
 
-add_p = binary("add", _bool_arith(np.add))
-sub_p = binary("sub", _bool_arith(np.subtract))
-mul_p = binary("mul", _bool_arith(np.multiply))
-div_p = binary("div", np.true_divide)
-floor_div_p = binary("floor_div", _bool_arith(np.floor_divide))
+add_p = declare("add", _bool_arith(np.add), ufunc=np.add, ufunc_kinds="fiu",
+                ieee_exact=True)
+sub_p = declare("sub", _bool_arith(np.subtract), ufunc=np.subtract, ufunc_kinds="fiu",
+                ieee_exact=True)
+mul_p = declare("mul", _bool_arith(np.multiply), ufunc=np.multiply, ufunc_kinds="fiu",
+                ieee_exact=True)
+div_p = declare("div", np.true_divide, ufunc=np.true_divide, ufunc_kinds="f",
+                ieee_exact=True)
+floor_div_p = declare("floor_div", _bool_arith(np.floor_divide))
 # rem: sign of the dividend (C fmod); mod: sign of the divisor (Python %).
-rem_p = binary("rem", _bool_arith(np.fmod))
-mod_p = binary("mod", _bool_arith(np.mod))
-pow_p = binary("pow", _bool_arith(_int_pow))
-max_p = binary("max", np.maximum)
-min_p = binary("min", np.minimum)
-atan2_p = binary("atan2", np.arctan2)
-hypot_p = binary("hypot", np.hypot)
-copysign_p = binary("copysign", np.copysign)
-nextafter_p = binary("nextafter", np.nextafter, nondiff="piecewise constant")
-logaddexp_p = binary("logaddexp", np.logaddexp)
-logaddexp2_p = binary("logaddexp2", np.logaddexp2)
-and_p = binary("and", np.bitwise_and, nondiff=_INT_OUT)
-or_p = binary("or", np.bitwise_or, nondiff=_INT_OUT)
-xor_p = binary("xor", np.bitwise_xor, nondiff=_INT_OUT)
-shift_left_p = binary("shift_left", _shift_left, nondiff=_INT_OUT)
-shift_right_p = binary("shift_right", _shift_right, nondiff=_INT_OUT)
-gcd_p = binary("gcd", np.gcd, nondiff=_INT_OUT)
-lcm_p = binary("lcm", np.lcm, nondiff=_INT_OUT)
-eq_p = binary("eq", np.equal, dtype=BOOL, nondiff=_INT_OUT)
-ne_p = binary("ne", np.not_equal, dtype=BOOL, nondiff=_INT_OUT)
-lt_p = binary("lt", np.less, dtype=BOOL, nondiff=_INT_OUT)
-le_p = binary("le", np.less_equal, dtype=BOOL, nondiff=_INT_OUT)
-gt_p = binary("gt", np.greater, dtype=BOOL, nondiff=_INT_OUT)
-ge_p = binary("ge", np.greater_equal, dtype=BOOL, nondiff=_INT_OUT)
+rem_p = declare("rem", _bool_arith(np.fmod))
+mod_p = declare("mod", _bool_arith(np.mod))
+pow_p = declare("pow", _bool_arith(_int_pow), ufunc=np.power, ufunc_kinds="f",
+                cost=TRANSCENDENTAL)
+max_p = declare("max", np.maximum, fp_class=None, ufunc=np.maximum, ufunc_kinds="fiu",
+                ieee_exact=True)
+min_p = declare("min", np.minimum, fp_class=None, ufunc=np.minimum, ufunc_kinds="fiu",
+                ieee_exact=True)
+atan2_p = declare("atan2", np.arctan2, cost=TRANSCENDENTAL)
+hypot_p = declare("hypot", np.hypot, cost=TRANSCENDENTAL)
+copysign_p = declare("copysign", np.copysign, fp_class=None)
+nextafter_p = declare("nextafter", np.nextafter, nondiff="piecewise constant",
+                      fp_class=None, cost=TRANSCENDENTAL)
+logaddexp_p = declare("logaddexp", np.logaddexp, cost=TRANSCENDENTAL)
+logaddexp2_p = declare("logaddexp2", np.logaddexp2, cost=TRANSCENDENTAL)
+and_p = declare("and", np.bitwise_and, nondiff=_INT_OUT, ufunc=np.bitwise_and,
+                ufunc_kinds="biu", ieee_exact=True)
+or_p = declare("or", np.bitwise_or, nondiff=_INT_OUT, ufunc=np.bitwise_or,
+               ufunc_kinds="biu", ieee_exact=True)
+xor_p = declare("xor", np.bitwise_xor, nondiff=_INT_OUT, ufunc=np.bitwise_xor,
+                ufunc_kinds="biu", ieee_exact=True)
+shift_left_p = declare("shift_left", _shift_left, nondiff=_INT_OUT)
+shift_right_p = declare("shift_right", _shift_right, nondiff=_INT_OUT)
+gcd_p = declare("gcd", np.gcd, nondiff=_INT_OUT, cost=TRANSCENDENTAL)
+lcm_p = declare("lcm", np.lcm, nondiff=_INT_OUT, cost=TRANSCENDENTAL)
+eq_p = declare("eq", np.equal, dtype=BOOL, nondiff=_INT_OUT, ufunc=np.equal,
+               ufunc_kinds="*", ieee_exact=True)
+ne_p = declare("ne", np.not_equal, dtype=BOOL, nondiff=_INT_OUT, ufunc=np.not_equal,
+               ufunc_kinds="*", ieee_exact=True)
+lt_p = declare("lt", np.less, dtype=BOOL, nondiff=_INT_OUT, ufunc=np.less,
+               ufunc_kinds="*", ieee_exact=True)
+le_p = declare("le", np.less_equal, dtype=BOOL, nondiff=_INT_OUT, ufunc=np.less_equal,
+               ufunc_kinds="*", ieee_exact=True)
+gt_p = declare("gt", np.greater, dtype=BOOL, nondiff=_INT_OUT, ufunc=np.greater,
+               ufunc_kinds="*", ieee_exact=True)
+ge_p = declare("ge", np.greater_equal, dtype=BOOL, nondiff=_INT_OUT,
+               ufunc=np.greater_equal, ufunc_kinds="*", ieee_exact=True)
 
 
 def _select_rule(pred, on_true, on_false):
@@ -223,7 +257,9 @@ def _select_rule(pred, on_true, on_false):
 
 
 # select(pred, on_true, on_false): the elementwise `where`.
-select_p = Primitive("select", _select_rule, exact_kernel(_select_rule, np.where))
+select_p = Primitive("select", _select_rule, exact_kernel(_select_rule, np.where),
+                     elementwise=True, ieee_exact=True)
+select_p.cost = ONE_OP
 
 
 def _clamp_rule(lo, x, hi):
@@ -235,277 +271,6 @@ def _clamp(lo, x, hi):
 
 
 # clamp(lo, x, hi), as lax.clamp: NaN bounds propagate like max/min.
-clamp_p = Primitive("clamp", _clamp_rule, exact_kernel(_clamp_rule, _clamp))
-
-
-# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
-
-
-def _c(value, like):
-    return ad_util.scalar(value, like.dtype)
-
-
-def _mul(a, b):
-    return mul_p.bind(a, b)
-
-
-def _div(a, b):
-    return div_p.bind(a, b)
-
-
-def _add(a, b):
-    return add_p.bind(a, b)
-
-
-def _sub(a, b):
-    return sub_p.bind(a, b)
-
-
-def _neg(a):
-    return neg_p.bind(a)
-
-
-def _square(a):
-    return mul_p.bind(a, a)
-
-
-def unary_grad(derivative):
-    """Rule for y = f(x): x_ct = g * derivative(x, y). special.py uses it
-    too."""
-
-    def rule(cts, inputs, outputs, **params):
-        (g,), (x,), (y,) = cts, inputs, outputs
-        return [_mul(g, derivative(x, y))]
-
-    return rule
-
-
-def _zero_rule(cts, inputs, outputs, **params):
-    return [None] * len(inputs)
-
-
-def _abs_grad(cts, inputs, outputs):
-    (g,), (x,), (y,) = cts, inputs, outputs
-    if x.dtype.kind != "c":
-        return [_mul(g, sign_p.bind(x))]
-    # d|z| = Re(conj(z) dz) / |z|: the cotangent is g conj(z) / |z| (zero
-    # at z = 0).
-    is_zero = eq_p.bind(y, _c(0, y))
-    scale = _div(g, select_p.bind(is_zero, _c(1, y), y))
-    scale = select_p.bind(is_zero, _c(0, scale), scale)
-    return [_mul(ad_util.convert(scale, x.dtype), conj_p.bind(x))]
-
-
-def _real_grad(cts, inputs, outputs):
-    (g,), (x,) = cts, inputs
-    return [ad_util.convert(g, x.dtype)]
-
-
-def _imag_grad(cts, inputs, outputs):
-    (g,), (x,) = cts, inputs
-    if x.dtype.kind != "c":
-        return [None]
-    # imag(x) = Re(-i x): the transpose maps g to -i g.
-    return [_mul(ad_util.convert(g, x.dtype), ad_util.scalar(-1j, x.dtype))]
-
-
-def _angle_grad(cts, inputs, outputs):
-    (g,), (x,) = cts, inputs
-    if x.dtype.kind != "c":
-        return [None]  # 0 or pi: piecewise constant on real numbers
-    # d angle(z) = Im(dz / z) = Re(-i conj(z) dz) / |z|^2.
-    sq = real_p.bind(_mul(x, conj_p.bind(x)))
-    scale = _div(g, sq)
-    return [_mul(ad_util.convert(scale, x.dtype),
-                 _mul(conj_p.bind(x), ad_util.scalar(-1j, x.dtype)))]
-
-
-neg_p.grad = lambda cts, i, o: [_neg(cts[0])]
-abs_p.grad = _abs_grad
-for _p in (sign_p, floor_p, ceil_p, round_p, trunc_p):
-    # Piecewise constant: zero almost everywhere.
-    _p.grad = _zero_rule
-del _p
-exp_p.grad = unary_grad(lambda x, y: y)
-exp2_p.grad = unary_grad(lambda x, y: _mul(y, _c(np.log(2.0), y)))
-expm1_p.grad = unary_grad(lambda x, y: _add(y, _c(1, y)))
-log_p.grad = unary_grad(lambda x, y: reciprocal_p.bind(x))
-log1p_p.grad = unary_grad(lambda x, y: reciprocal_p.bind(_add(x, _c(1, x))))
-log2_p.grad = unary_grad(
-    lambda x, y: reciprocal_p.bind(_mul(x, _c(np.log(2.0), x))))
-log10_p.grad = unary_grad(
-    lambda x, y: reciprocal_p.bind(_mul(x, _c(np.log(10.0), x))))
-sqrt_p.grad = unary_grad(lambda x, y: _div(_c(0.5, y), y))
-rsqrt_p.grad = unary_grad(lambda x, y: _mul(_c(-0.5, y), _div(y, x)))
-cbrt_p.grad = unary_grad(
-    lambda x, y: reciprocal_p.bind(_mul(_c(3, y), _square(y))))
-reciprocal_p.grad = unary_grad(lambda x, y: _neg(_square(y)))
-square_p.grad = unary_grad(lambda x, y: _mul(_c(2, x), x))
-sin_p.grad = unary_grad(lambda x, y: cos_p.bind(x))
-cos_p.grad = unary_grad(lambda x, y: _neg(sin_p.bind(x)))
-tan_p.grad = unary_grad(lambda x, y: _add(_c(1, y), _square(y)))
-asin_p.grad = unary_grad(
-    lambda x, y: rsqrt_p.bind(_sub(_c(1, x), _square(x))))
-acos_p.grad = unary_grad(
-    lambda x, y: _neg(rsqrt_p.bind(_sub(_c(1, x), _square(x)))))
-atan_p.grad = unary_grad(
-    lambda x, y: reciprocal_p.bind(_add(_c(1, x), _square(x))))
-sinh_p.grad = unary_grad(lambda x, y: cosh_p.bind(x))
-cosh_p.grad = unary_grad(lambda x, y: sinh_p.bind(x))
-tanh_p.grad = unary_grad(lambda x, y: _sub(_c(1, y), _square(y)))
-asinh_p.grad = unary_grad(
-    lambda x, y: rsqrt_p.bind(_add(_square(x), _c(1, x))))
-acosh_p.grad = unary_grad(
-    lambda x, y: rsqrt_p.bind(_mul(_sub(x, _c(1, x)), _add(x, _c(1, x)))))
-atanh_p.grad = unary_grad(
-    lambda x, y: reciprocal_p.bind(_sub(_c(1, x), _square(x))))
-logistic_p.grad = unary_grad(lambda x, y: _mul(y, _sub(_c(1, y), y)))
-conj_p.grad = lambda cts, i, o: [conj_p.bind(cts[0])]
-real_p.grad = _real_grad
-imag_p.grad = _imag_grad
-angle_p.grad = _angle_grad
-
-
-def _binary_grad(dx, dy):
-    """Rule for z = f(x, y): x_ct = g * dx(x, y, z), y_ct = g * dy(...),
-    each summed back to its operand's shape."""
-
-    def rule(cts, inputs, outputs, **params):
-        (g,), (x, y), (z,) = cts, inputs, outputs
-        return [
-            None if dx is None
-            else ad_util.unbroadcast(_mul(g, dx(x, y, z)), x.shape),
-            None if dy is None
-            else ad_util.unbroadcast(_mul(g, dy(x, y, z)), y.shape),
-        ]
-
-    return rule
-
-
-def _add_grad(cts, inputs, outputs):
-    (g,), (x, y) = cts, inputs
-    return [ad_util.unbroadcast(g, x.shape), ad_util.unbroadcast(g, y.shape)]
-
-
-def _sub_grad(cts, inputs, outputs):
-    (g,), (x, y) = cts, inputs
-    return [ad_util.unbroadcast(g, x.shape),
-            ad_util.unbroadcast(_neg(g), y.shape)]
-
-
-def _safe_log(x):
-    # log(x) where x != 0; the term it multiplies is zero there.
-    is_zero = eq_p.bind(x, _c(0, x))
-    return log_p.bind(select_p.bind(is_zero, _c(1, x), x))
-
-
-def _pow_dx(x, y, z):
-    y_zero = eq_p.bind(y, _c(0, y))
-    deriv = _mul(y, pow_p.bind(x, _sub(y, _c(1, y))))
-    return select_p.bind(y_zero, _c(0, deriv), deriv)
-
-
-def _minmax_grad(strict):
-    def rule(cts, inputs, outputs):
-        (g,), (x, y) = cts, inputs
-        one, half = _c(1, g), _c(0.5, g)
-        x_wins = strict.bind(x, y)
-        tie = eq_p.bind(x, y)
-        zero = _c(0, g)
-        share_x = select_p.bind(x_wins, one, select_p.bind(tie, half, zero))
-        share_y = select_p.bind(x_wins, zero, select_p.bind(tie, half, one))
-        return [ad_util.unbroadcast(_mul(g, share_x), x.shape),
-                ad_util.unbroadcast(_mul(g, share_y), y.shape)]
-
-    return rule
-
-
-def _copysign_dx(x, y, z):
-    same = eq_p.bind(signbit_p.bind(x), signbit_p.bind(y))
-    return select_p.bind(same, _c(1, x), _c(-1, x))
-
-
-add_p.grad = _add_grad
-sub_p.grad = _sub_grad
-mul_p.grad = _binary_grad(lambda x, y, z: y, lambda x, y, z: x)
-div_p.grad = _binary_grad(
-    lambda x, y, z: reciprocal_p.bind(y), lambda x, y, z: _neg(_div(z, y)))
-floor_div_p.grad = _zero_rule
-rem_p.grad = _binary_grad(
-    lambda x, y, z: _c(1, x),
-    lambda x, y, z: _neg(trunc_p.bind(_div(x, y))))
-mod_p.grad = _binary_grad(
-    lambda x, y, z: _c(1, x),
-    lambda x, y, z: _neg(floor_p.bind(_div(x, y))))
-pow_p.grad = _binary_grad(_pow_dx, lambda x, y, z: _mul(z, _safe_log(x)))
-max_p.grad = _minmax_grad(gt_p)
-min_p.grad = _minmax_grad(lt_p)
-atan2_p.grad = _binary_grad(
-    lambda x, y, z: _div(y, _add(_square(x), _square(y))),
-    lambda x, y, z: _neg(_div(x, _add(_square(x), _square(y)))))
-hypot_p.grad = _binary_grad(
-    lambda x, y, z: _div(x, z), lambda x, y, z: _div(y, z))
-copysign_p.grad = _binary_grad(_copysign_dx, None)
-logaddexp_p.grad = _binary_grad(
-    lambda x, y, z: exp_p.bind(_sub(x, z)),
-    lambda x, y, z: exp_p.bind(_sub(y, z)))
-logaddexp2_p.grad = _binary_grad(
-    lambda x, y, z: exp2_p.bind(_sub(x, z)),
-    lambda x, y, z: exp2_p.bind(_sub(y, z)))
-
-
-def _select_grad(cts, inputs, outputs):
-    (g,), (pred, on_true, on_false) = cts, inputs
-    zero = _c(0, g)
-    return [
-        None,
-        ad_util.unbroadcast(select_p.bind(pred, g, zero), on_true.shape),
-        ad_util.unbroadcast(select_p.bind(pred, zero, g), on_false.shape),
-    ]
-
-
-def _clamp_grad(cts, inputs, outputs):
-    (g,), (lo, x, hi) = cts, inputs
-    zero = _c(0, g)
-    below = lt_p.bind(x, lo)
-    above = gt_p.bind(x, hi)
-    inside = logical_not_p.bind(or_p.bind(below, above))
-    return [
-        ad_util.unbroadcast(select_p.bind(below, g, zero), lo.shape),
-        ad_util.unbroadcast(select_p.bind(inside, g, zero), x.shape),
-        ad_util.unbroadcast(select_p.bind(above, g, zero), hi.shape),
-    ]
-
-
-select_p.grad = _select_grad
-clamp_p.grad = _clamp_grad
-
-
-# Special functions live in special.py (SciPy-backed); they are elementwise
-# too, so they can be imported from here. Looked up lazily: special.py builds
-# on this module.
-_SPECIAL = ("digamma_p", "erf_p", "erfc_p", "erfinv_p", "i0_p", "i0e_p", "i1_p",
-            "i1e_p", "lgamma_p", "igamma_p", "igammac_p", "betainc_p")
-
-
-def __getattr__(name):
-    if name in _SPECIAL:
-        from keras_ipu.device.primitives import special
-
-        return getattr(special, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
-from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
-
-# Transcendentals are sequences of vector ops; the rest is one op per element.
-_TRANSCENDENTAL = {
-    "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt",
-    "cbrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
-    "tanh", "asinh", "acosh", "atanh", "logistic", "angle", "pow", "atan2",
-    "hypot", "logaddexp", "logaddexp2", "gcd", "lcm", "nextafter",
-}
-for _p in [v for k, v in globals().items() if k.endswith("_p") and isinstance(v, Primitive)]:
-    _p.cost = _cost.transcendental if _p.name in _TRANSCENDENTAL else _cost.elementwise(1)
-del _p
+clamp_p = Primitive("clamp", _clamp_rule, exact_kernel(_clamp_rule, _clamp),
+                    elementwise=True)
+clamp_p.cost = ONE_OP

@@ -9,11 +9,14 @@ As NumPy's `s=` argument: each axis is cropped or zero-padded to its
 length first (for IRFFT the last axis to n // 2 + 1); a length of None keeps
 the input's length (for IRFFT: n = 2 * (bins - 1)). The normalisation is
 NumPy's "backward" one (1/n on the inverse transforms).
+
+Gradient rules: grads/fft.py (registered once every primitive exists).
 """
 
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.registry import Primitive
 
@@ -58,7 +61,7 @@ def _check(x, fft_type, fft_lengths):
     return fft_lengths
 
 
-def _lengths(shape, fft_type, fft_lengths):
+def transform_lengths(shape, fft_type, fft_lengths):
     """The transform lengths with None resolved from the input shape."""
     dims = shape[len(shape) - len(fft_lengths):]
     out = []
@@ -72,7 +75,7 @@ def _lengths(shape, fft_type, fft_lengths):
 def _fft_rule(x, *, fft_type, fft_lengths):
     fft_lengths = _check(x, fft_type, fft_lengths)
     k = len(fft_lengths)
-    lengths = list(_lengths(x.shape, fft_type, fft_lengths))
+    lengths = list(transform_lengths(x.shape, fft_type, fft_lengths))
     if fft_type == "RFFT" and lengths[-1] is not None:
         lengths[-1] = lengths[-1] // 2 + 1
     if fft_type == "IRFFT":
@@ -87,7 +90,7 @@ _NUMPY_FFT = {"FFT": "fftn", "IFFT": "ifftn", "RFFT": "rfftn", "IRFFT": "irfftn"
 
 def _fft(x, *, fft_type, fft_lengths):
     k = len(fft_lengths)
-    s = _lengths(x.shape, fft_type, fft_lengths)
+    s = transform_lengths(x.shape, fft_type, fft_lengths)
     axes = tuple(range(x.ndim - k, x.ndim))
     if fft_type == "RFFT" and x.dtype.itemsize < 4:
         x = x.astype(np.float32)  # pocketfft has no float16/bfloat16
@@ -98,80 +101,10 @@ def _fft(x, *, fft_type, fft_lengths):
     return out.astype(want, copy=False)
 
 
-fft_p = Primitive("fft", _fft_rule, _fft)
-
-
-# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
-
-
-def _fit(ct, shape, k):
-    """ct cropped or zero-padded on its last k axes to `shape`'s: the
-    transpose of the zero-pad/crop the forward applies to its input."""
-    from keras_ipu.device.primitives import ad_util
-    from keras_ipu.device.primitives.structure import pad_p
-
-    config = ((0, 0, 0),) * (len(shape) - k)
-    for d, n in zip(shape[len(shape) - k:], ct.shape[-k:]):
-        if d is None or n is None:
-            if d == n:
-                config += ((0, 0, 0),)
-                continue
-            raise NotImplementedError(
-                "The gradient of fft needs the transformed sizes; got "
-                f"shape {tuple(shape)}.")
-        config += ((0, d - n, 0),)
-    if any(c != (0, 0, 0) for c in config):
-        ct = pad_p.bind(ct, ad_util.scalar(0, ct.dtype), config=config)
-    return ct
-
-
-def _fft_grad(cts, inputs, outputs, *, fft_type, fft_lengths):
-    """The DFT matrix is symmetric, so the transpose of an (I)FFT is the
-    same (I)FFT of the cotangent, followed by the transpose of the
-    crop/zero-pad that fitted the input to the lengths. For the real
-    transforms (cotangents of complex values c satisfy dL = Re(sum c dz)):
-    RFFT's is Re(FFT(g zero-extended to the full spectrum)); IRFFT's is
-    conj(RFFT(g)) weighted by 2/n (1/n for the DC and Nyquist bins, which
-    appear once in the real signal)."""
-    from keras_ipu.device.primitives import ad_util
-    from keras_ipu.device.primitives import elementwise as ew
-    from keras_ipu.device.primitives.structure import pad_p
-
-    (g,), (x,) = cts, inputs
-    k = len(fft_lengths)
-    s = _lengths(x.shape, fft_type, fft_lengths)
-    if any(n is None for n in s):
-        raise NotImplementedError(
-            f"The gradient of fft needs the transform lengths; got {s}.")
-    if fft_type in ("FFT", "IFFT"):
-        ct = fft_p.bind(g, fft_type=fft_type, fft_lengths=tuple(s))
-        return [_fit(ct, x.shape, k)]
-    if fft_type == "RFFT":
-        n = s[-1]
-        bins = n // 2 + 1
-        config = ((0, 0, 0),) * (g.ndim - 1) + ((0, n - bins, 0),)
-        full = pad_p.bind(g, ad_util.scalar(0, g.dtype), config=config)
-        ct = ew.real_p.bind(fft_p.bind(full, fft_type="FFT",
-                                       fft_lengths=tuple(s)))
-        return [_fit(ad_util.convert(ct, x.dtype), x.shape, k)]
-    # IRFFT
-    n = s[-1]
-    bins = n // 2 + 1
-    spec = fft_p.bind(g, fft_type="RFFT", fft_lengths=tuple(s))
-    weight = np.full(bins, 2.0)
-    weight[0] = 1.0
-    if n % 2 == 0:
-        weight[-1] = 1.0
-    weight /= float(np.prod(s))
-    ct = ew.mul_p.bind(ew.conj_p.bind(spec), weight.astype(spec.dtype))
-    return [_fit(ad_util.convert(ct, x.dtype), x.shape, k)]
-
-
-fft_p.grad = _fft_grad
+fft_p = Primitive("fft", _fft_rule, _fft, fp_class="checked")
 
 
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
-from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
 
 
 def _fft_flops(ins, outs, *, fft_type, fft_lengths):

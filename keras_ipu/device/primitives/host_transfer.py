@@ -1,5 +1,7 @@
 """Host transfers inside a program: data streams (infeeds, outfeeds) and
 host regions (code that runs on the host in the middle of a program).
+The gradient of a host region is a host region
+(autodiff/control_flow.py, with the other primitives running sub-graphs).
 
 - stream_from_host(token; stream, component, shape, dtype) -> (token, x):
   the next value of a host data stream (an infeed dequeue).
@@ -98,46 +100,10 @@ def _region(token, *xs, graph, name):
 
 host_region_p = Primitive(
     "host_region", _region_rule, _region, multiple_results=True,
+    subgraph_params=("graph",), result_graphs=("graph",),
+    subgraph_operands=lambda params: [list(range(len(params["graph"].inputs)))],
     doc="A graph run by the host in the middle of a program (outside compilation).",
 )
-
-
-def _region_grad(cts, inputs, outputs, *, graph, name):
-    """The backward pass of host code runs on the host too: a host region
-    whose graph is the vjp of `graph` (the token passes no cotangent)."""
-    from keras_ipu.device import autodiff
-    from keras_ipu.device.ir import aval_of
-    from keras_ipu.device.primitives import ad_util
-    from keras_ipu.device.trace import trace_flat
-
-    live_out = [i for i, c in enumerate(cts) if c is not None and i > 0]
-    live_in = [i for i, x in enumerate(inputs)
-               if i > 0 and ad_util.is_differentiable(aval_of(x).dtype)]
-    n = len(inputs)
-
-    def fn(token, *args):
-        ops, live_cts = [token] + list(args[:n - 1]), args[n - 1:]
-        out_cts = [None] * len(graph.outputs)
-        for i, c in zip(live_out, live_cts):
-            out_cts[i] = c
-        in_cts = autodiff.graph_vjp(graph, ops, out_cts)
-        return [token] + [autodiff.instantiate(in_cts[i], ops[i]) for i in live_in]
-
-    avals = [aval_of(x) for x in inputs] + [aval_of(cts[i]) for i in live_out]
-    bwd, caps = trace_flat(fn, avals)
-    if caps:
-        raise AssertionError("the backward graph of a host region captured values")
-    outs = host_region_p.bind(*inputs, *(cts[i] for i in live_out),
-                              graph=bwd, name=f"{name}/grad")
-    result = [None] * n
-    for i, o in zip(live_in, outs[1:]):
-        result[i] = o
-    return result
-
-
-host_region_p.grad = _region_grad
-
-
 
 
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)

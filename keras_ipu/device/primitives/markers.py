@@ -30,6 +30,7 @@ recomputation_checkpoint_p = Primitive(
     "recomputation_checkpoint",
     _same,
     _same,
+    aliases_operands=True,
     doc="Identity; with recomputation on, the value is stored for the "
         "backward pass and recomputation restarts from it.",
 )

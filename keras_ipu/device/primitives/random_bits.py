@@ -137,6 +137,7 @@ random_bits_p = Primitive(
     "random_bits",
     _random_bits_rule,
     _random_bits,
+    runtime_value=True,
     nondiff="random integers do not depend differentiably on the key",
     doc="Uniform random unsigned integers from a Philox-4x32-10 key.",
 )

@@ -1,8 +1,12 @@
-"""Reductions over axes."""
+"""Reductions over axes.
+
+Gradient rules: grads/reduce.py (registered once every primitive exists).
+"""
 
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.registry import Primitive
 
@@ -20,7 +24,7 @@ def _reduce_rule(dtype=None):
     return rule
 
 
-def _reduction(name, fn, dtype=None, nondiff=None):
+def _reduction(name, fn, dtype=None, nondiff=None, fp_class=None):
     def kernel(x, *, axes):
         out = fn(x, axis=tuple(axes))
         want = x.dtype if dtype is None else np.dtype(dtype)
@@ -28,79 +32,17 @@ def _reduction(name, fn, dtype=None, nondiff=None):
         return out if out.dtype == want else out.astype(want)
 
     kernel.__name__ = name
-    return Primitive(name, _reduce_rule(dtype), kernel, nondiff=nondiff)
+    return Primitive(name, _reduce_rule(dtype), kernel, nondiff=nondiff,
+                     fp_class=fp_class)
 
 
-reduce_sum_p = _reduction("reduce_sum", np.sum)
-reduce_prod_p = _reduction("reduce_prod", np.prod)
+# Sums and products accumulate in float32 on the device (numerics.py).
+reduce_sum_p = _reduction("reduce_sum", np.sum, fp_class="accumulating")
+reduce_prod_p = _reduction("reduce_prod", np.prod, fp_class="accumulating")
 reduce_max_p = _reduction("reduce_max", np.max)
 reduce_min_p = _reduction("reduce_min", np.min)
 reduce_and_p = _reduction("reduce_and", np.all, dtype=bool, nondiff="boolean")
 reduce_or_p = _reduction("reduce_or", np.any, dtype=bool, nondiff="boolean")
-
-
-# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
-
-
-def _reduce_sum_grad(cts, inputs, outputs, *, axes):
-    from keras_ipu.device.primitives import ad_util
-
-    (g,), (x,) = cts, inputs
-    axes = shape_rules.normalize_axes(axes, x.ndim)
-    return [ad_util.broadcast_back(g, x, axes)]
-
-
-def _reduce_extremum_grad(cts, inputs, outputs, *, axes):
-    from keras_ipu.device.primitives import ad_util
-    from keras_ipu.device.primitives import elementwise as ew
-
-    # The cotangent is shared equally among the entries equal to the
-    # extremum (ties split it, as JAX does).
-    (g,), (x,), (y,) = cts, inputs, outputs
-    axes = shape_rules.normalize_axes(axes, x.ndim)
-    y_full = ad_util.broadcast_back(y, x, axes)
-    hit = ad_util.convert(ew.eq_p.bind(x, y_full), g.dtype)
-    count = reduce_sum_p.bind(hit, axes=axes)
-    share = ew.div_p.bind(g, count)
-    return [ew.mul_p.bind(hit, ad_util.broadcast_back(share, x, axes))]
-
-
-def _reduce_prod_grad(cts, inputs, outputs, *, axes):
-    from keras_ipu.device.primitives import ad_util
-    from keras_ipu.device.primitives import cumulative
-    from keras_ipu.device.primitives import elementwise as ew
-    from keras_ipu.device.primitives import structure
-
-    # d prod / d x_i = product of the other entries: computed with an
-    # exclusive prefix and suffix product, so zeros in x are exact.
-    (g,), (x,) = cts, inputs
-    axes = shape_rules.normalize_axes(axes, x.ndim)
-    keep = tuple(i for i in range(x.ndim) if i not in axes)
-    perm = keep + axes
-    xt = structure.transpose_p.bind(x, permutation=perm)
-    lead = tuple(xt.shape[: len(keep)])
-    n = shape_rules.mul_dims(xt.shape[len(keep):])
-    flat = ad_util.reshape(xt, lead + (n,))
-    axis = flat.ndim - 1
-    one = ad_util.scalar(1, flat.dtype)
-    pad_lo = ((0, 0, 0),) * axis + ((1, -1, 0),)
-    pad_hi = ((0, 0, 0),) * axis + ((-1, 1, 0),)
-    before = structure.pad_p.bind(
-        cumulative.cumprod_p.bind(flat, axis=axis), one, config=pad_lo)
-    after = structure.pad_p.bind(
-        cumulative.cumprod_p.bind(flat, axis=axis, reverse=True), one,
-        config=pad_hi)
-    others = ew.mul_p.bind(before, after)
-    others = ad_util.reshape(others, xt.shape)
-    inv = tuple(int(i) for i in np.argsort(perm))
-    others = structure.transpose_p.bind(others, permutation=inv)
-    return [ew.mul_p.bind(ad_util.broadcast_back(g, x, axes), others)]
-
-
-reduce_sum_p.grad = _reduce_sum_grad
-reduce_max_p.grad = _reduce_extremum_grad
-reduce_min_p.grad = _reduce_extremum_grad
-reduce_prod_p.grad = _reduce_prod_grad
 
 
 def _arg_rule(x, *, axis, index_dtype):
@@ -190,26 +132,13 @@ def _static_bincount(x, weights, *, length):
     return _bincount(x, weights, minlength=length)
 
 
-def _static_bincount_grad(cts, inputs, outputs, *, length):
-    # counts[..., k] = sum of weights where x == k: the weights' cotangent
-    # reads the count's cotangent at each value.
-    from keras_ipu.device.primitives.indexing import gather_p
-    from keras_ipu.device.primitives.structure import reshape_p
-
-    (ct,), (x, _) = cts, inputs
-    index = reshape_p.bind(x, new_shape=tuple(x.shape) + (1,))
-    return [None, gather_p.bind(ct, index, mode="clip", batch_dims=x.ndim - 1)]
-
-
 # bincount with the static length `length` (a compiled program's bincount,
 # from minlength): values outside 0..length-1 fail at run time instead of
 # changing the output's shape.
 static_bincount_p = Primitive("static_bincount", _static_bincount_rule, _static_bincount)
-static_bincount_p.grad = _static_bincount_grad
 
 
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
-from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
 
 for _p in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, reduce_and_p,
            reduce_or_p, bincount_p, static_bincount_p):

@@ -11,8 +11,14 @@ A Primitive declares together (as `jax.lax` does):
     (None = zero; cotangents of broadcast operands summed back to the
     operand's shape; integer/bool operands None). It only binds primitives,
     so backward passes trace. Or `nondiff`: why there is no gradient
-    (autodiff passes zero through it). See keras_ipu/device/autodiff.py.
+    (autodiff passes zero through it). See keras_ipu/device/autodiff/.
+    Registered in a second step (primitives/grads/), once every primitive
+    is declared: a rule binds primitives of other families.
   - cost: the cycle/memory cost rule (filled in with the cost model).
+  - its facts, read by the compiler, the numerics and the memory model
+    (never re-derived from names): elementwise, ufunc and ufunc_kinds,
+    ieee_exact, fp_class, runtime_value, aliases_operands, the params holding
+    sub-graphs, a loop's carries.
 
 `bind` is the single entry point used by the backend: with no traced operand
 the kernel runs now (eager, on the host) and returns Tensors; with a traced
@@ -40,6 +46,14 @@ class Primitive:
         "nondiff",
         "cost",
         "dynamic_shape",
+        "runtime_value",
+        "elementwise",
+        "aliases_operands",
+        "ufunc",
+        "ufunc_kinds",
+        "ieee_exact",
+        "float_kernel",
+        "fp_class",
         "subgraph_params",
         "result_graphs",
         "subgraph_operands",
@@ -56,6 +70,14 @@ class Primitive:
         multiple_results=False,
         nondiff=None,
         dynamic_shape=False,
+        runtime_value=False,
+        elementwise=False,
+        aliases_operands=False,
+        ufunc=None,
+        ufunc_kinds="",
+        ieee_exact=False,
+        float_kernel=None,
+        fp_class=None,
         subgraph_params=(),
         result_graphs=(),
         subgraph_operands=None,
@@ -82,6 +104,37 @@ class Primitive:
         # Output shape depends on values (unique, nonzero): eager only, and
         # refused by the compiler (IPU programs have static shapes).
         self.dynamic_shape = dynamic_shape
+        # Its value is known only when the program runs, never at compile
+        # time (random bits: seeds stay runtime values; a collective: the
+        # other replicas' operands): constant folding leaves it.
+        self.runtime_value = runtime_value
+        # One output element from the same element of each (broadcast)
+        # operand, one output: fusible into a chain (compiler/fusion.py),
+        # computable in place into an operand (memory model).
+        self.elementwise = elementwise
+        # Result k is operand k, unchanged: an identity that marks values
+        # for the compiler (optimization_barrier, recomputation_checkpoint);
+        # the memory model gives the result its operand's memory.
+        self.aliases_operands = aliases_operands
+        # The NumPy ufunc computing it exactly when every operand has the
+        # output's dtype, of a kind in `ufunc_kinds` ("*": any operands, the
+        # result is bool): lowering calls it directly, with `out=` in fused
+        # chains.
+        self.ufunc = ufunc
+        self.ufunc_kinds = ufunc_kinds
+        # Its float32 result is correctly rounded (IEEE 754), so the C
+        # kernel of fused chains (native_fusion.py) gives NumPy's bits.
+        self.ieee_exact = ieee_exact
+        # Its NumPy function without the kernel's per-call dtype checks, for
+        # operands of the output's float dtype (which it keeps): lowering
+        # calls it directly (not a ufunc: no `out=`).
+        self.float_kernel = float_kernel
+        # How the IPU's floating-point unit treats it (simulator/numerics.py):
+        # "elementwise" (rounded: stochastic rounding, traps), "accumulating"
+        # (accumulated in float32, rounded once), "checked" (traps only),
+        # "convert", "fused" (a fused chain: op by op); None: no float
+        # arithmetic that rounds or overflows (data movement, exact ops).
+        self.fp_class = fp_class
         # The params holding the Graphs it runs (a Graph, or a tuple of them:
         # cond's branches), in the order the cost and memory models see them.
         self.subgraph_params = tuple(subgraph_params)

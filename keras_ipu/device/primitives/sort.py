@@ -4,11 +4,14 @@ top_k, searchsorted.
 Order: ascending puts NaN last, as NumPy does; descending is the exact
 reverse of that order (NaN first), and both are stable (equal keys keep
 their original order), so argsort and top_k are reproducible.
+
+Gradient rules: grads/sort.py (registered once every primitive exists).
 """
 
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.registry import Primitive
 
@@ -134,51 +137,7 @@ searchsorted_p = Primitive(
 )
 
 
-# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
-
-
-def _sort_grad(cts, inputs, outputs, *, dimension, num_keys=1,
-               descending=False):
-    from keras_ipu.device.primitives import ad_util
-    from keras_ipu.device.primitives import structure
-
-    # The sorting permutation (sorting an iota along with the keys), then
-    # each cotangent is put back in place by sorting it by that permutation.
-    dimension = dimension % inputs[0].ndim
-    keys = inputs[:num_keys]
-    iota = structure.iota_p.bind(
-        dtype=np.dtype(np.int32), shape=tuple(inputs[0].shape),
-        dimension=dimension)
-    perm = sort_p.bind(
-        *keys, iota, dimension=dimension, num_keys=num_keys,
-        descending=descending)[-1]
-    live = [i for i, (g, x) in enumerate(zip(cts, inputs))
-            if g is not None and ad_util.is_differentiable(x.dtype)]
-    if not live:
-        return [None] * len(inputs)
-    back = sort_p.bind(
-        perm, *(cts[i] for i in live), dimension=dimension, num_keys=1)[1:]
-    out = [None] * len(inputs)
-    for i, b in zip(live, back):
-        out[i] = b
-    return out
-
-
-def _top_k_grad(cts, inputs, outputs, *, k, index_dtype=np.dtype(np.int32)):
-    from keras_ipu.device.primitives import ad_util
-
-    (g, _), (x,), (_, indices) = cts, inputs, outputs
-    if g is None:
-        return [None]
-    return [ad_util.scatter_add_last_axis(x, indices, g)]
-
-
-sort_p.grad = _sort_grad
-top_k_p.grad = _top_k_grad
-
-
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
-from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
 
 
 def _sort_flops(ins, outs, *, dimension, **params):

@@ -19,6 +19,7 @@ import numpy as np
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives.random_bits import philox4x32
 from keras_ipu.device.primitives.registry import Primitive
+from keras_ipu.device.simulator.numerics import DeviceRandomSource
 
 ALGORITHMS = ("philox", "three_fry")
 
@@ -204,15 +205,10 @@ rng_bit_generator_p = Primitive(
 
 # -- stateful draws (XLA's `rng`) ---------------------------------------------------
 
-_SOURCE = None
+_SOURCE = DeviceRandomSource(stream=0x2A6)
 
 
 def _source():
-    global _SOURCE
-    if _SOURCE is None:
-        from keras_ipu.device.simulator.numerics import DeviceRandomSource
-
-        _SOURCE = DeviceRandomSource(stream=0x2A6)
     return _SOURCE.generator()
 
 

@@ -369,9 +369,9 @@ def in_place(node, dies_here):
     if prim.carry_count is not None:
         n_carry = prim.carry_count(node.params)
         candidates = [[j] if j < n_carry else [] for j in range(len(node.outputs))]
-    elif prim.name in _IDENTITIES:
+    elif prim.aliases_operands:
         candidates = [[j] for j in range(len(node.outputs))]
-    elif prim.name == "fused_elementwise" or _is_elementwise(prim):
+    elif prim.elementwise:
         candidates = [range(len(node.inputs))] * len(node.outputs)
     else:
         return None
@@ -391,17 +391,6 @@ def in_place(node, dies_here):
             taken.add(choice)
         result.append(choice)
     return result
-
-
-# Identities that mark a value for the compiler (recompute.py): the result
-# is the operand's tensor.
-_IDENTITIES = frozenset({"optimization_barrier", "recomputation_checkpoint"})
-
-
-def _is_elementwise(primitive):
-    from keras_ipu.device.compiler.lowering import is_elementwise  # no cycle at import
-
-    return is_elementwise(primitive)
 
 
 def check_memory(obj, target=None, ipu=0):

@@ -220,58 +220,11 @@ def stochastic_round(x):
     return stochastic_rounding.round_to_float16(x, RANDOM_SOURCE.generator())
 
 
-# -- which ops round and which are checked --------------------------------------
-
-
-def _names(module):
-    from keras_ipu.device.primitives.registry import Primitive
-
-    return {v.name for v in vars(module).values() if isinstance(v, Primitive)}
-
-
-@functools.lru_cache(maxsize=None)
-def _elementwise_names():
-    from keras_ipu.device.primitives import elementwise
-    from keras_ipu.device.primitives import special
-
-    return frozenset(_names(elementwise) | _names(special))
-
-
-# Their float results are exactly representable in the output dtype and never
-# overflow from finite inputs: nothing to round, nothing to trap.
-_EXACT = frozenset(
-    {
-        "abs", "neg", "sign", "floor", "ceil", "round", "trunc", "max", "min",
-        "select", "clamp", "copysign", "real", "imag", "conj", "nextafter",
-    }
-)
-# Arithmetic that is not elementwise: accumulated in float32 on the device.
-_ACCUMULATING = frozenset(
-    {"dot_general", "conv_general_dilated", "reduce_sum", "reduce_prod", "cumsum", "cumprod"}
-)
-# Checked for exceptions, not rounded stochastically here.
-_CHECKED_ONLY = frozenset(
-    {
-        "reduce_window", "cholesky", "eig", "eigh", "lu", "qr", "svd",
-        "triangular_solve", "fft",
-    }
-)
-
-
-def _kind(name):
-    if name == "convert_element_type":
-        return "convert"
-    if name == "fused_elementwise":
-        return "fused"
-    if name in _EXACT:
-        return None
-    if name in _elementwise_names():
-        return "elementwise"
-    if name in _ACCUMULATING:
-        return "accumulating"
-    if name in _CHECKED_ONLY:
-        return "checked"
-    return None
+def _kind(primitive):
+    """What the floating-point behaviour does to an op: its primitive's
+    fp_class ("elementwise", "accumulating", "checked", "convert", "fused";
+    None: nothing, no float arithmetic that rounds or overflows)."""
+    return primitive.fp_class
 
 
 def _is_half_dtype(value):
@@ -479,7 +432,7 @@ def wrap_kernel(
     Returns `kernel` itself when the behaviour changes nothing for this op
     (every op of a float32 program with all flags off).
     """
-    kind = _kind(primitive.name)
+    kind = _kind(primitive)
     if kind is None:
         return kernel
     if kind == "fused":

@@ -103,7 +103,7 @@ class Partition:
         """
         k = self.ipus_per_replica if ipus_per_replica is None else ipus_per_replica
         size = self.num_local_replicas * k
-        if not _system._is_power_of_two(size):
+        if not _system.is_power_of_two(size):
             raise ValueError(
                 f"This instance runs {self.num_local_replicas} replica(s) of {k} IPU(s): "
                 f"a device of {size} IPUs, but a device has 1, 2, 4, 8, ... IPUs. Choose "

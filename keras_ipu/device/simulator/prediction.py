@@ -23,6 +23,7 @@ from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import partition
+from keras_ipu.device.units import fmt_bytes
 
 logger = logging.getLogger("keras_ipu.cycles")
 
@@ -209,9 +210,9 @@ class Prediction:
         if self.memory is not None:
             m = self.memory
             lines.append(
-                f"  memory: {memory_model._fmt_bytes(m.total_bytes)} on the IPU, "
-                f"fullest tile {m.tile} at {memory_model._fmt_bytes(m.tile_bytes)} of "
-                f"{memory_model._fmt_bytes(m.tile_capacity)}"
+                f"  memory: {fmt_bytes(m.total_bytes)} on the IPU, "
+                f"fullest tile {m.tile} at {fmt_bytes(m.tile_bytes)} of "
+                f"{fmt_bytes(m.tile_capacity)}"
             )
         return "\n".join(lines)
 

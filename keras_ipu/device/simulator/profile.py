@@ -95,7 +95,7 @@ import threading
 import numpy as np
 
 from keras_ipu.device.config import system_config
-from keras_ipu.device.config.enums import ExecutionProfileType
+from keras_ipu.device.enums import ExecutionProfileType
 from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model

@@ -49,6 +49,7 @@ from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import prediction
+from keras_ipu.device.units import fmt_bytes
 
 SCHEDULES = ("Grouped", "Interleaved", "Sequential")
 
@@ -136,7 +137,7 @@ class ShardedPrediction:
             f"{'ipu':>4} {'stages':<8} {'steps':>6} {'forward':>12} {'backward':>12} "
             f"{'copy in':>11} {'always live':>12} {'not always':>12} {'tile peak':>11}",
         ]
-        fmt = memory_model._fmt_bytes
+        fmt = fmt_bytes
         for p in self.ipus:
             m = p.memory
             lines.append(

@@ -18,7 +18,7 @@ import enum
 import re
 from typing import NamedTuple
 
-from keras_ipu.device.config.enums import DeviceConnectionType, SelectionOrder
+from keras_ipu.device.enums import DeviceConnectionType, SelectionOrder
 from keras_ipu.device.simulator import targets
 
 # Ladder position -> PCIe id of the 16-IPU system of the reference's listing
@@ -35,7 +35,7 @@ _POD16_PCI = (
 DEFAULT_POD_SIZE = 16
 
 
-def _is_power_of_two(n):
+def is_power_of_two(n):
     return n >= 1 and n & (n - 1) == 0
 
 
@@ -56,7 +56,7 @@ class Pod:
     """A Pod of `num_ipus` IPUs (a power of two) and its device configurations."""
 
     def __init__(self, num_ipus=DEFAULT_POD_SIZE):
-        if not (isinstance(num_ipus, int) and _is_power_of_two(num_ipus)):
+        if not (isinstance(num_ipus, int) and is_power_of_two(num_ipus)):
             raise ValueError(f"A Pod has a power-of-two number of IPUs, got {num_ipus!r}.")
         self.num_ipus = num_ipus
         if num_ipus == 16:
@@ -204,7 +204,7 @@ def auto_select(pod, sizes):
                 f"has {pod.num_ipus} IPUs (the simulated Pod). Ask for at most "
                 f"{pod.num_ipus}."
             )
-        if not _is_power_of_two(n):
+        if not is_power_of_two(n):
             larger = 1 << n.bit_length()
             fits = (f"round it up to {larger}" if larger <= pod.num_ipus
                     else f"round it down to {larger // 2}")

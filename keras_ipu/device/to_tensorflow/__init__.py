@@ -10,3 +10,10 @@ from keras_ipu.device.to_tensorflow.emitter import RULES  # noqa: F401
 from keras_ipu.device.to_tensorflow.emitter import EmitError  # noqa: F401
 from keras_ipu.device.to_tensorflow.emitter import emit_graph  # noqa: F401
 from keras_ipu.device.to_tensorflow.emitter import missing_rules  # noqa: F401
+# The rules, registered once the emitter is (each module decorates its
+# functions with emitter.rule).
+from keras_ipu.device.to_tensorflow import array_rules  # noqa: F401,E402
+from keras_ipu.device.to_tensorflow import contraction_rules  # noqa: F401,E402
+from keras_ipu.device.to_tensorflow import control_flow_rules  # noqa: F401,E402
+from keras_ipu.device.to_tensorflow import elementwise_rules  # noqa: F401,E402
+from keras_ipu.device.to_tensorflow import random_rules  # noqa: F401,E402

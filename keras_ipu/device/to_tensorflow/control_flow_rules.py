@@ -5,6 +5,7 @@ gradient is already part of the traced program)."""
 
 import tensorflow as tf
 
+from keras_ipu.device.compiler.fusion import unfused_graph
 from keras_ipu.device.to_tensorflow.emitter import rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 from keras_ipu.device.to_tensorflow.emitter import unknown_dimension_error
@@ -114,7 +115,5 @@ def _custom_vjp(ctx, *operands, fwd, bwd, n_outputs, n_args, bwd_nonzero):
 def _fused(ctx, *operands, chain, results, **_placement):
     # The compiler's fused chain (compiler/fusion.py) is emitted op by op:
     # XLA fuses it again its own way.
-    from keras_ipu.device.compiler.fusion import unfused_graph
-
     graph = unfused_graph(chain, results, ctx.in_avals)
     return tuple(ctx.emit(graph, list(operands)))

@@ -26,8 +26,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import subgraphs
 
-# name -> rule(ctx, *operands, **params); filled by the *_rules modules.
+# name -> rule(ctx, *operands, **params); filled by the *_rules modules,
+# which the package imports after this one.
 RULES = {}
 
 # Per thread: a callable emit_graph calls before each node (it raises to
@@ -110,22 +112,9 @@ def constant(value):
     return tf.constant(array, dtype=tf_dtype(array.dtype))
 
 
-def _sub_graphs(params):
-    from keras_ipu.device.ir import Graph
-
-    for value in params.values():
-        if isinstance(value, Graph):
-            yield value
-        elif isinstance(value, tuple):
-            for item in value:
-                if isinstance(item, Graph):
-                    yield item
-
-
 def missing_rules(graph):
     """The names of the primitives of `graph` (sub-graphs included) that
     have no TensorFlow rule: empty when the whole graph can be emitted."""
-    _load_rules()
     missing = set()
     stack = [graph]
     while stack:
@@ -140,14 +129,13 @@ def missing_rules(graph):
                 continue
             if name not in RULES:
                 missing.add(name)
-            stack.extend(_sub_graphs(node.params))
+            stack.extend(subgraphs(node))
     return missing
 
 
 def emit_graph(graph, inputs):
     """The TensorFlow tensors of `graph`'s outputs for `inputs` (one
     tensor per graph input, of its dtype and shape)."""
-    _load_rules()
     if len(inputs) != len(graph.inputs):
         raise TypeError(
             f"emit_graph: the graph takes {len(graph.inputs)} inputs, got "
@@ -183,17 +171,3 @@ def emit_graph(graph, inputs):
             env[node.outputs[0]] = out
     return [read(v) for v in graph.outputs]
 
-
-_loaded = False
-
-
-def _load_rules():
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    from keras_ipu.device.to_tensorflow import array_rules  # noqa: F401
-    from keras_ipu.device.to_tensorflow import contraction_rules  # noqa: F401
-    from keras_ipu.device.to_tensorflow import control_flow_rules  # noqa: F401
-    from keras_ipu.device.to_tensorflow import elementwise_rules  # noqa: F401
-    from keras_ipu.device.to_tensorflow import random_rules  # noqa: F401

@@ -1,4 +1,6 @@
-"""The configuration enums of `tensorflow.python.ipu.config`, same members.
+"""The configuration enums of `tensorflow.python.ipu.config`, same members:
+the vocabulary the IPUConfig (config/) and the simulated system
+(simulator/) share, below both.
 
 The integer values follow the order in which the reference lists the members;
 user code compares members, never values, and JSON stores member names.

@@ -1,25 +1,23 @@
-"""Gradients of the regularized incomplete gamma and beta functions.
+"""Derivatives of the regularized incomplete gamma and beta functions in
+their shape parameters.
 
-Their derivatives in x are closed forms (the integrands). Their derivatives
-in the shape parameters (a; a and b) have none, so they are primitives of
-their own, `igamma_grad_a` and `betainc_grad_ab`, whose kernels evaluate
-the series / continued fractions that compute P(a, x) and I_x(a, b)
-(Numerical Recipes, 3rd ed., 6.2 and 6.4) together with their derivatives
-in forward mode, as Boik & Robison-Cox ("Derivatives of the incomplete beta
-function", J. Stat. Software 3, 1998) do for the beta function. The loops
-run over series terms, each step vectorised over all elements, until every
-element has converged.
-
-special.py imports this module once its primitives exist.
+Their derivatives in x are closed forms (the integrands, grads/special.py).
+Those in the shape parameters (a; a and b) have none, so they are
+primitives of their own, `igamma_grad_a` and `betainc_grad_ab`, whose
+kernels evaluate the series / continued fractions that compute P(a, x) and
+I_x(a, b) (Numerical Recipes, 3rd ed., 6.2 and 6.4) together with their
+derivatives in forward mode, as Boik & Robison-Cox ("Derivatives of the
+incomplete beta function", J. Stat. Software 3, 1998) do for the beta
+function. The loops run over series terms, each step vectorised over all
+elements, until every element has converged.
 """
 
 import numpy as np
 
-from keras_ipu.device.primitives import ad_util
-from keras_ipu.device.primitives import elementwise as ew
+from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives import shape_rules
-from keras_ipu.device.primitives import special
 from keras_ipu.device.primitives.registry import Primitive
+from keras_ipu.device.simulator import cost_model as _cost_model
 
 # Relative change below which a series / fraction has converged (a few
 # ulps: the last bits of the recurrences wobble). A derivative is compared
@@ -246,75 +244,7 @@ betainc_grad_ab_p = Primitive(
 )
 
 
-# -- gradient rules (contract: keras_ipu/device/autodiff.py) -----------------
-
-
-def _c(value, like):
-    return ad_util.scalar(value, like.dtype)
-
-
-def _xlogy(coef, y, log_y):
-    """coef * log_y, zero where coef is zero (0 log 0 = 0: the integrand at
-    x = 0 for a = 1 is finite)."""
-    prod = ew.mul_p.bind(coef, log_y)
-    return ew.select_p.bind(ew.eq_p.bind(coef, _c(0, coef)), _c(0, prod), prod)
-
-
-def _gamma_density(a, x):
-    """x^(a-1) e^-x / Gamma(a), in log space so it neither over- nor
-    underflows before the end."""
-    log_d = ew.sub_p.bind(
-        ew.sub_p.bind(_xlogy(ew.sub_p.bind(a, _c(1, a)), x, ew.log_p.bind(x)),
-                      x),
-        special.lgamma_p.bind(a))
-    return ew.exp_p.bind(log_d)
-
-
-def _beta_density(a, b, x):
-    """x^(a-1) (1-x)^(b-1) / B(a, b), in log space."""
-    lg = special.lgamma_p.bind
-    log_beta = ew.sub_p.bind(ew.add_p.bind(lg(a), lg(b)),
-                             lg(ew.add_p.bind(a, b)))
-    log_d = ew.add_p.bind(
-        _xlogy(ew.sub_p.bind(a, _c(1, a)), x, ew.log_p.bind(x)),
-        _xlogy(ew.sub_p.bind(b, _c(1, b)), x,
-               ew.log1p_p.bind(ew.neg_p.bind(x))))
-    return ew.exp_p.bind(ew.sub_p.bind(log_d, log_beta))
-
-
-def _igamma_rule(sign):
-    def rule(cts, inputs, outputs):
-        (g,), (a, x) = cts, inputs
-        if sign < 0:
-            g = ew.neg_p.bind(g)
-        return [
-            ad_util.unbroadcast(
-                ew.mul_p.bind(g, igamma_grad_a_p.bind(a, x)), a.shape),
-            ad_util.unbroadcast(
-                ew.mul_p.bind(g, _gamma_density(a, x)), x.shape),
-        ]
-
-    return rule
-
-
-def _betainc_grad(cts, inputs, outputs):
-    (g,), (a, b, x) = cts, inputs
-    da, db = betainc_grad_ab_p.bind(a, b, x)
-    return [
-        ad_util.unbroadcast(ew.mul_p.bind(g, da), a.shape),
-        ad_util.unbroadcast(ew.mul_p.bind(g, db), b.shape),
-        ad_util.unbroadcast(ew.mul_p.bind(g, _beta_density(a, b, x)), x.shape),
-    ]
-
-
-special.igamma_p.grad = _igamma_rule(+1)
-special.igammac_p.grad = _igamma_rule(-1)
-special.betainc_p.grad = _betainc_grad
-
-
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
-from keras_ipu.device.primitives import cost_util as _cost  # noqa: E402
-from keras_ipu.device.simulator import cost_model as _cost_model  # noqa: E402
 
 # A series / continued fraction of a few dozen terms, each a handful of
 # transcendental-class operations, per element (and per output).
