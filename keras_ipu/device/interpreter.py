@@ -10,7 +10,7 @@ autodiff keeps them as residuals) or apply some nodes their own way.
 """
 
 from keras_ipu.device.ir import Literal
-from keras_ipu.device.trace import source_scope
+from keras_ipu.device.trace import node_scope
 
 
 def read(env, operand):
@@ -28,8 +28,8 @@ def bind_node(index, node, args):
 
 def evaluate(graph, inputs, apply=bind_node, read_operand=read):
     """Every value of `graph` on `inputs`: {Var id: value}. Each node runs as
-    apply(index, node, args) -> its outputs, inside the node's source scope
-    (an inlined node keeps the Keras layer it was traced in)."""
+    apply(index, node, args) -> its outputs, inside the node's scope (an
+    inlined node keeps the Keras layer and stage it was traced in)."""
     if len(inputs) != len(graph.inputs):
         raise TypeError(
             f"The graph takes {len(graph.inputs)} inputs "
@@ -39,7 +39,7 @@ def evaluate(graph, inputs, apply=bind_node, read_operand=read):
     env = {var.id: value for var, value in zip(graph.inputs, inputs)}
     for index, node in enumerate(graph.nodes):
         args = [read_operand(env, v) for v in node.inputs]
-        with source_scope(node.source):
+        with node_scope(node):
             outs = apply(index, node, args)
         for var, value in zip(node.outputs, outs):
             env[var.id] = value

@@ -166,7 +166,8 @@ class GraphBuilder:
             source = _source_override[-1] if _source_override else _source_provider()
             if source is None and _source_default:
                 source = _source_default[-1]
-        self.graph.nodes.append(Node(primitive, ins, params, outs, source))
+        stage = _stage_stack[-1] if _stage_stack else None
+        self.graph.nodes.append(Node(primitive, ins, params, outs, source, stage))
         return [Tracer(self, v) for v in outs]
 
 
@@ -230,6 +231,37 @@ def source_scope(source):
     try:
         yield
     finally:
+        _source_override.pop()
+
+
+# The pipeline stage of the nodes recorded now (a stage's layers called
+# inside stage_scope(s)); the placement pass puts them on that stage.
+_stage_stack = []
+
+
+@contextlib.contextmanager
+def stage_scope(stage):
+    """Nodes recorded inside run on pipeline stage `stage` (None: as the
+    placement decides): a layer invocation's stage, whatever its path, so a
+    layer shared by two stages runs in each."""
+    _stage_stack.append(stage)
+    try:
+        yield
+    finally:
+        _stage_stack.pop()
+
+
+@contextlib.contextmanager
+def node_scope(node, backward=False):
+    """Nodes recorded inside come from where `node` did: its source and its
+    stage (an inlined graph's nodes; with `backward`, the autodiff's nodes
+    computing its cotangents: their source is marked, BackwardSource)."""
+    _source_override.append(backward_source(node.source) if backward else node.source)
+    _stage_stack.append(node.stage)
+    try:
+        yield
+    finally:
+        _stage_stack.pop()
         _source_override.pop()
 
 

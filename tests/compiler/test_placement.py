@@ -135,6 +135,39 @@ def test_a_device_loop_around_the_placed_step():
     assert pipe.ipus[0].backward_cycles > 0  # d0's backward comes back to IPU 0
 
 
+def test_stages_recorded_by_the_trace_follow_each_invocation():
+    # One layer called on two stages (shared weights): each call's nodes,
+    # forward and backward, run where the call was made.
+    from keras_ipu.device.trace import stage_scope
+
+    dense = keras.layers.Dense(8, name="shared")
+    dense.build((None, 8))
+    weights = [np.asarray(w.value) for w in dense.trainable_variables]
+
+    def loss_of(ws, x):
+        with stage_scope(0):
+            h, _ = dense.stateless_call(ws, [], x)
+        with stage_scope(1):
+            y, _ = dense.stateless_call(ws, [], keras.ops.tanh(h))
+        return keras.ops.sum(y)
+
+    def step(ws, x):
+        return autodiff.grad(loss_of)(ws, x)
+
+    x = np.ones((4, 8), np.float32)
+    exe = jit(step, options=CompileOptions(placement=Placement.of({}, (0, 1)),
+                                           fuse_elementwise=False)).executable(weights, x)
+    dots = [n for n in exe.graph.nodes if n.primitive.name == "dot_general"]
+    assert {n.stage for n in dots} == {0, 1}  # two calls, backward too
+    assert all(n.ipu == n.stage for n in exe.graph.nodes)
+    # The kernel's gradient sums both calls' contributions: a copy joins them.
+    assert any(n.primitive.name == "ipu_copy" and n.params["dst"] == 0
+               for n in exe.graph.nodes)
+    with pytest.raises(ValueError, match="Stage 1 has no IPU"):
+        jit(step, options=CompileOptions(placement=Placement.of({}, (0,)))).executable(
+            weights, x)
+
+
 def test_bad_placements_name_the_value_and_the_fix():
     with pytest.raises(ValueError, match="maps Keras layer paths"):
         Placement.of([0, 1])

@@ -8,8 +8,7 @@ import numpy as np
 from keras_ipu.device import interpreter
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.primitives import ad_util
-from keras_ipu.device.trace import backward_source
-from keras_ipu.device.trace import source_scope
+from keras_ipu.device.trace import node_scope
 
 
 def _missing_rule_error(prim):
@@ -74,7 +73,7 @@ class Linearized:
                 raise _missing_rule_error(prim)
             inputs = [self.read(v) for v in node.inputs]
             outputs = [self.env[v.id] for v in node.outputs]
-            with source_scope(backward_source(node.source)):
+            with node_scope(node, backward=True):
                 if index in self.residuals:
                     _, backward = prim.residual_grad
                     in_cts = backward(node_cts, inputs, outputs,
@@ -88,7 +87,7 @@ class Linearized:
                 )
             # Summing the cotangents of a value read twice belongs to the
             # layer whose gradient adds in (not to "no layer" in profiles).
-            with source_scope(node.source):
+            with node_scope(node):
                 for var, ct in zip(node.inputs, in_cts):
                     accumulate(var, ct, prim)
         return [cts.get(v.id) for v in graph.inputs]

@@ -8,9 +8,11 @@ The pass (`place`, run by the pipeline after dead-code elimination and
 before fusion) tags every node with `stage` and `ipu` (ir.Node), the way
 nodes carry the Keras layer path they were traced in (`source`):
 
-- A node whose layer path is, or lies under, a path of the placement takes
+- A node traced inside trace.stage_scope(s) runs on stage s (a layer
+  invocation's stage: a layer shared by two stages runs in each). Else a
+  node whose layer path is, or lies under, a path of the placement takes
   its stage (the longest path wins). The backward nodes of a layer carry
-  its path (autodiff/reverse.py), so they run on its stage too.
+  its path and stage (autodiff/reverse.py), so they run on its stage too.
 - Any other node (the loss, the optimizer's updates, the metrics) runs
   where the values it reads are: on the highest stage among the nodes that
   make its operands and the homes of the program inputs it reads. An
@@ -62,8 +64,9 @@ class Placement:
 
     @classmethod
     def of(cls, assignment, device_mapping=None):
-        """From {layer path: stage} and the IPU of each stage."""
-        if not isinstance(assignment, dict) or not assignment:
+        """From {layer path: stage} (empty when the trace recorded the
+        stages: trace.stage_scope) and the IPU of each stage."""
+        if not isinstance(assignment, dict):
             raise ValueError(
                 f"A placement maps Keras layer paths to pipeline stages, e.g. "
                 f"{{'model/dense_1': 0, 'model/dense_2': 1}}; got {assignment!r}."
@@ -80,7 +83,7 @@ class Placement:
             mapping = tuple(device_mapping)
             for s, ipu in enumerate(mapping):
                 _check_index(ipu, f"device_mapping[{s}]")
-            top = max(assignment.values())
+            top = max(assignment.values(), default=-1)
             if top >= len(mapping):
                 raise ValueError(
                     f"Stage {top} has no IPU: device_mapping {list(mapping)} lists "
@@ -101,7 +104,14 @@ class Placement:
         return None if best is None else best[1]
 
     def ipu_of(self, stage):
-        return stage if self.device_mapping is None else self.device_mapping[stage]
+        if self.device_mapping is None:
+            return stage
+        if stage >= len(self.device_mapping):
+            raise ValueError(
+                f"Stage {stage} has no IPU: device_mapping {list(self.device_mapping)} "
+                f"lists {len(self.device_mapping)} stages. Give one IPU per stage."
+            )
+        return self.device_mapping[stage]
 
 
 def _check_index(value, what):
@@ -117,8 +127,9 @@ def place(graph, placement):
         sources = sorted(_sources(graph))[:5]
         raise ValueError(
             f"No node of the program runs in a layer of the placement "
-            f"{dict(placement.stages)}: the program's layer paths are e.g. "
-            f"{sources or '(none recorded)'}. Place those paths (or their parents)."
+            f"{dict(placement.stages)} or in a stage_scope: the program's layer "
+            f"paths are e.g. {sources or '(none recorded)'}. Place those paths "
+            "(or their parents)."
         )
     return _Placer(placement).graph(graph, first)
 
@@ -133,7 +144,7 @@ def _sources(graph):
 
 def _first_stage(graph, placement):
     for node in graph.nodes:
-        stage = placement.stage_of(node.source)
+        stage = node.stage if node.stage is not None else placement.stage_of(node.source)
         if stage is not None:
             return stage
         for sub in subgraphs(node):
@@ -167,7 +178,8 @@ class _Placer:
         """`graph` placed node by node; `before`: the stage of what runs
         before it (for its first nodes if they read nothing placed)."""
         placement = self.placement
-        explicit = [placement.stage_of(node.source) for node in graph.nodes]
+        explicit = [node.stage if node.stage is not None else placement.stage_of(node.source)
+                    for node in graph.nodes]
         # Inputs live where the placed nodes reading them run.
         inputs = set(graph.inputs)
         stage_of_value = {}
