@@ -40,7 +40,7 @@ from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.autodiff import value_and_grad
-from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator.numerics import IPUFloatingPointError
 from keras_ipu.device.trace import default_source
 from keras_ipu.report.graph_def import GraphSource
@@ -131,7 +131,7 @@ def _check_stateless_signature(step):
 
 def _fp_traps_on():
     """Whether programs compiled now trap floating-point exceptions."""
-    behaviour = device_checks.compile_context().fp_behaviour
+    behaviour = system_config.configuration().fp_behaviour
     return bool(getattr(behaviour, "traps", False))
 
 
@@ -335,54 +335,51 @@ class IPUTrainer(base_trainer.Trainer):
         run_execution.device_loop = loop
         return run_execution
 
-    def make_train_function(self, force=False):
-        if self.train_function is not None and not force:
-            return self.train_function
-        execution = self._make_execution(
-            self.train_step, model_state.TRAIN_STATE, donate_state=True
-        )
+    # kind -> (its step, the state it reads and writes, whether it donates
+    # that state, how the outputs of an execution's steps become its result)
+    _FUNCTIONS = {
+        "train": ("train_step", model_state.TRAIN_STATE, True, last_step),
+        "test": ("test_step", model_state.TEST_STATE, False, last_step),
+        "predict": ("predict_step", model_state.PREDICT_STATE, False, concatenate_steps),
+    }
 
-        def run_train_execution(batches):
+    def _make_function(self, kind, force):
+        """The `{kind}_function` of the model (made once): one execution of
+        its step over a list of batches."""
+        attribute = f"{kind}_function"
+        if getattr(self, attribute) is not None and not force:
+            return getattr(self, attribute)
+        step, kinds, donate, combine = self._FUNCTIONS[kind]
+        execution = self._make_execution(getattr(self, step), kinds, donate_state=donate)
+
+        def run(batches):
             try:
-                return last_step(execution(batches))
+                return combine(execution(batches))
             except IPUFloatingPointError as e:
+                if kind != "train":
+                    raise
                 raise loss_scaling.explain_overflow(self, e) from None
 
-        run_train_execution.device_loop = execution.device_loop
+        run.__name__ = f"run_{kind}_execution"
+        run.device_loop = execution.device_loop
+        setattr(self, attribute, run)
+        return run
+
+    def make_train_function(self, force=False):
+        function = self._make_function("train", force)
         # Keras' TensorBoard callback writes a tf.function's graph
         # (write_graph=True): these two attributes give it the compiled
         # program's, as a GraphDef named by Keras layer (report/graph_def.py).
-        if execution.device_loop.compiled:  # run_eagerly / jit_compile=False: no program
-            run_train_execution.function_spec = None
-            run_train_execution._concrete_stateful_fn = GraphSource(execution.device_loop)
-        self.train_function = run_train_execution
-        return self.train_function
+        if function.device_loop.compiled and not hasattr(function, "_concrete_stateful_fn"):
+            function.function_spec = None
+            function._concrete_stateful_fn = GraphSource(function.device_loop)
+        return function
 
     def make_test_function(self, force=False):
-        if self.test_function is not None and not force:
-            return self.test_function
-        execution = self._make_execution(self.test_step, model_state.TEST_STATE)
-
-        def run_test_execution(batches):
-            return last_step(execution(batches))
-
-        run_test_execution.device_loop = execution.device_loop
-        self.test_function = run_test_execution
-        return self.test_function
+        return self._make_function("test", force)
 
     def make_predict_function(self, force=False):
-        if self.predict_function is not None and not force:
-            return self.predict_function
-        execution = self._make_execution(
-            self.predict_step, model_state.PREDICT_STATE
-        )
-
-        def run_predict_execution(batches):
-            return concatenate_steps(execution(batches))
-
-        run_predict_execution.device_loop = execution.device_loop
-        self.predict_function = run_predict_execution
-        return self.predict_function
+        return self._make_function("predict", force)
 
     def _make_epoch_iterator(self, mode, **kwargs):
         """The infeed of fit, evaluate or predict (`mode`); a model made in an
@@ -444,22 +441,10 @@ class IPUTrainer(base_trainer.Trainer):
                 data_adapter_utils.unpack_x_y_sample_weight(validation_data)
             )
 
-        epoch_iterator = self._make_epoch_iterator(
-            "fit",
-            x=x,
-            y=y,
-            sample_weight=sample_weight,
-            batch_size=batch_size,
-            steps_per_epoch=steps_per_epoch,
-            shuffle=shuffle,
-            class_weight=class_weight,
-            steps_per_execution=self.steps_per_execution,
+        epoch_iterator = self._epoch_iterator(
+            "fit", x, y, sample_weight, batch_size, steps_per_epoch, shuffle, class_weight
         )
-
-        first_batch = epoch_iterator.peek_first_batch()
-        if first_batch is not None:
-            self._symbolic_build(data_batch=first_batch)
-            self.make_train_function()
+        first_batch = self._first_batch(epoch_iterator, "train")
 
         callbacks = self._callback_list(
             callbacks, verbose, epoch_iterator, epochs=epochs, add_history=True
@@ -475,27 +460,18 @@ class IPUTrainer(base_trainer.Trainer):
             for epoch in range(initial_epoch, epochs):
                 self.reset_metrics()
                 callbacks.on_epoch_begin(epoch)
-                for begin_step, end_step, batches in epoch_iterator:
-                    callbacks.on_train_batch_begin(begin_step)
-                    logs = self.train_function(batches)
-                    callbacks.on_train_batch_end(end_step, logs)
-                    if self.stop_training:
-                        break
+                logs = self._run_executions(
+                    epoch_iterator, self.train_function, callbacks.on_train_batch_begin,
+                    callbacks.on_train_batch_end, "stop_training", logs)
 
                 epoch_logs = dict(self._get_metrics_result_or_logs(logs))
                 if validation_data is not None and self._should_eval(
                     epoch, validation_freq
                 ):
                     if getattr(self, "_eval_epoch_iterator", None) is None:
-                        self._eval_epoch_iterator = self._make_epoch_iterator(
-                            "evaluate",
-                            x=val_x,
-                            y=val_y,
-                            sample_weight=val_sample_weight,
-                            batch_size=validation_batch_size or batch_size,
-                            steps_per_execution=self.steps_per_execution,
-                            steps_per_epoch=validation_steps,
-                            shuffle=False,
+                        self._eval_epoch_iterator = self._epoch_iterator(
+                            "evaluate", val_x, val_y, val_sample_weight,
+                            validation_batch_size or batch_size, validation_steps,
                         )
                     val_logs = self.evaluate(
                         x=val_x,
@@ -528,6 +504,47 @@ class IPUTrainer(base_trainer.Trainer):
             if training_finished:
                 callbacks.on_train_end(logs=training_logs)
         return self.history
+
+    def _epoch_iterator(self, mode, x=None, y=None, sample_weight=None, batch_size=None,
+                        steps=None, shuffle=False, class_weight=None):
+        """The infeed of a fit/evaluate/predict loop (`mode`):
+        steps_per_execution batches at a time."""
+        return self._make_epoch_iterator(
+            mode,
+            x=x,
+            y=y,
+            sample_weight=sample_weight,
+            batch_size=batch_size,
+            steps_per_epoch=steps,
+            shuffle=shuffle,
+            class_weight=class_weight,
+            steps_per_execution=self.steps_per_execution,
+        )
+
+    def _first_batch(self, epoch_iterator, kind):
+        """The first batch of the loop (None for empty input), with which
+        the model is built and its `{kind}_function` made before any
+        callback runs."""
+        first_batch = epoch_iterator.peek_first_batch()
+        if first_batch is not None:
+            if kind == "predict":
+                self._build_for_prediction(first_batch)
+            else:
+                self._symbolic_build(data_batch=first_batch)
+            getattr(self, f"make_{kind}_function")()  # a subclass may override it
+        return first_batch
+
+    def _run_executions(self, epoch_iterator, function, on_begin, on_end, stop_flag, last):
+        """Runs `function` on each execution's batches of an epoch between its
+        callbacks, until the data ends or the model's `stop_flag` is set;
+        returns the last result (`last` when none ran)."""
+        for begin_step, end_step, batches in epoch_iterator:
+            on_begin(begin_step)
+            last = function(batches)
+            on_end(end_step, last)
+            if getattr(self, stop_flag):
+                break
+        return last
 
     def _callback_list(
         self, callbacks, verbose, epoch_iterator, epochs=1, add_history=False
@@ -567,34 +584,16 @@ class IPUTrainer(base_trainer.Trainer):
         if use_cached_eval_dataset:
             epoch_iterator = self._eval_epoch_iterator
         else:
-            epoch_iterator = self._make_epoch_iterator(
-                "evaluate",
-                x=x,
-                y=y,
-                sample_weight=sample_weight,
-                batch_size=batch_size,
-                steps_per_epoch=steps,
-                shuffle=False,
-                steps_per_execution=self.steps_per_execution,
-            )
-
-        first_batch = epoch_iterator.peek_first_batch()
-        if first_batch is not None:
-            self._symbolic_build(data_batch=first_batch)
-            self.make_test_function()
-
+            epoch_iterator = self._epoch_iterator("evaluate", x, y, sample_weight, batch_size, steps)
+        self._first_batch(epoch_iterator, "test")
         callbacks = self._callback_list(callbacks, verbose, epoch_iterator)
 
         self.stop_evaluating = False
         callbacks.on_test_begin()
-        logs = {}
         self.reset_metrics()
-        for begin_step, end_step, batches in epoch_iterator:
-            callbacks.on_test_batch_begin(begin_step)
-            logs = self.test_function(batches)
-            callbacks.on_test_batch_end(end_step, logs)
-            if self.stop_evaluating:
-                break
+        logs = self._run_executions(
+            epoch_iterator, self.test_function, callbacks.on_test_batch_begin,
+            callbacks.on_test_batch_end, "stop_evaluating", {})
         logs = pythonify_logs(self._get_metrics_result_or_logs(logs))
         callbacks.on_test_end(logs)
 
@@ -606,29 +605,16 @@ class IPUTrainer(base_trainer.Trainer):
     def predict(
         self, x, batch_size=None, verbose="auto", steps=None, callbacks=None
     ):
-        epoch_iterator = self._make_epoch_iterator(
-            "predict",
-            x=x,
-            batch_size=batch_size,
-            steps_per_epoch=steps,
-            shuffle=False,
-            steps_per_execution=self.steps_per_execution,
-        )
-
-        first_batch = epoch_iterator.peek_first_batch()
-        if first_batch is not None:
-            self._build_for_prediction(first_batch)
-            self.make_predict_function()
-
+        epoch_iterator = self._epoch_iterator("predict", x, batch_size=batch_size, steps=steps)
+        self._first_batch(epoch_iterator, "predict")
         callbacks = self._callback_list(callbacks, verbose, epoch_iterator)
 
         self.stop_predicting = False
         callbacks.on_predict_begin()
         collected = None
-        batch_outputs = None
-        for begin_step, end_step, batches in epoch_iterator:
-            callbacks.on_predict_batch_begin(begin_step)
-            batch_outputs = self.predict_function(batches)
+
+        def collect(end_step, batch_outputs):
+            nonlocal collected
             if collected is None:
                 collected = tree.map_structure(lambda out: [out], batch_outputs)
             else:
@@ -639,8 +625,10 @@ class IPUTrainer(base_trainer.Trainer):
                     batch_outputs,
                 )
             callbacks.on_predict_batch_end(end_step, {"outputs": batch_outputs})
-            if self.stop_predicting:
-                break
+
+        batch_outputs = self._run_executions(
+            epoch_iterator, self.predict_function, callbacks.on_predict_batch_begin,
+            collect, "stop_predicting", None)
         callbacks.on_predict_end()
         if collected is None:
             raise ValueError(

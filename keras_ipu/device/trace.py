@@ -72,11 +72,14 @@ class Tracer:
         return n
 
     def _concrete_error(self, what):
+        made_by = next((n for n in reversed(self.builder.graph.nodes)
+                        if self.var in n.outputs), None)
         return TracerConversionError(
-            f"{what} needs the value of a traced array {self.aval.short()}, "
-            "which is only known when the compiled program runs. Use "
-            "keras.ops.cond / keras.ops.where instead of Python control flow "
-            "on tensor values, or run the function eagerly."
+            f"{what} needs the value of a traced array {self.aval.short()}"
+            f"{in_layer(made_by.source if made_by else None)}, which is only "
+            "known when the compiled program runs. Use keras.ops.cond / "
+            "keras.ops.where instead of Python control flow on tensor values, "
+            "or run the function eagerly."
         )
 
     def __bool__(self):
@@ -163,9 +166,7 @@ class GraphBuilder:
         ins = [self.operand(a) for a in args]
         outs = [Var(a) for a in out_avals]
         if source is None:
-            source = _source_override[-1] if _source_override else _source_provider()
-            if source is None and _source_default:
-                source = _source_default[-1]
+            source = current_source()
         stage = _stage_stack[-1] if _stage_stack else None
         self.graph.nodes.append(Node(primitive, ins, params, outs, source, stage))
         return [Tracer(self, v) for v in outs]
@@ -181,6 +182,21 @@ def _no_source():
 _source_provider = _no_source
 _source_override = []
 _source_default = []
+
+
+def current_source():
+    """The source of a node recorded now (or None): the innermost
+    source_scope's, else the layer the provider names, else the innermost
+    default_source's."""
+    source = _source_override[-1] if _source_override else _source_provider()
+    if source is None and _source_default:
+        source = _source_default[-1]
+    return source
+
+
+def in_layer(source):
+    """' (in Keras layer ...)' for an error message, or '' without a source."""
+    return f" (in Keras layer {source!r})" if source else ""
 
 
 def set_source_provider(provider):

@@ -27,7 +27,7 @@ def test_none_dimension_is_an_error_naming_the_op():
     g = build([aval((2, 3))], lambda b, x: b.op("exp", x))
     g.nodes[0].outputs[0] = Var(aval((None, 3)))
     g.nodes[0].source = "dense_1"
-    with pytest.raises(StaticShapeError, match=r"`exp` \(made by dense_1\).*f32\[\?,3\]"):
+    with pytest.raises(StaticShapeError, match=r"`exp` \(in Keras layer .dense_1.\).*f32\[\?,3\]"):
         check_static_shapes(g)
 
 

@@ -260,3 +260,28 @@ def test_custom_vjp_runs_the_forward_graph():
                                     bwd_nonzero=(True,))
     np.testing.assert_allclose(host(out), np.exp(x))
     np.testing.assert_array_equal(host(res), x)
+
+
+def test_tracer_errors_name_the_keras_layer():
+    import keras
+
+    from keras_ipu.device.jit import jit
+
+    def branchy(x):
+        with keras.name_scope("model"), keras.name_scope("gate"):
+            y = keras.ops.exp(x)
+            positive = y[0] > 0
+        if positive:  # Python control flow on a value the layer made
+            return y
+        return -y
+
+    with pytest.raises(TracerConversionError, match="in Keras layer 'model/gate'"):
+        jit(branchy)(np.ones(3, np.float32))
+
+    def bad_shapes(x):
+        with keras.name_scope("model"), keras.name_scope("proj"):
+            # A shape rule's error (the backend's checks come first).
+            return ew.add_p.bind(x, np.ones((5,), np.float32))
+
+    with pytest.raises(ValueError, match="in Keras layer 'model/proj'"):
+        jit(bad_shapes)(np.ones((3, 4), np.float32))

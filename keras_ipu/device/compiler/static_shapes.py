@@ -7,14 +7,11 @@ branches, loop bodies) are checked too.
 """
 
 from keras_ipu.device.ir import subgraphs
+from keras_ipu.device.trace import in_layer
 
 
 class StaticShapeError(ValueError):
     pass
-
-
-def _where(node):
-    return f" (made by {node.source})" if node.source else ""
 
 
 def check_static_shapes(graph, context="the compiled program"):
@@ -31,7 +28,7 @@ def check_static_shapes(graph, context="the compiled program"):
         name = node.primitive.name
         if node.primitive.dynamic_shape:
             raise StaticShapeError(
-                f"`{name}`{_where(node)} in {context} returns an array whose "
+                f"`{name}`{in_layer(node.source)} in {context} returns an array whose "
                 "shape depends on its input values; IPU programs have static "
                 "shapes. Use a fixed-size alternative (the `size=` argument "
                 "where the op has one) or run it outside the compiled function."
@@ -39,7 +36,7 @@ def check_static_shapes(graph, context="the compiled program"):
         for var in node.outputs:
             if not var.aval.is_static():
                 raise StaticShapeError(
-                    f"`{name}`{_where(node)} in {context} gives a value of "
+                    f"`{name}`{in_layer(node.source)} in {context} gives a value of "
                     f"unknown shape {var.aval.short()} (? is a None "
                     "dimension). IPU programs have static shapes: make the "
                     "shapes that reach this op concrete."

@@ -30,6 +30,8 @@ import numpy as np
 from keras_ipu.device.array import Tensor
 from keras_ipu.device.ir import aval_of
 from keras_ipu.device.trace import Tracer
+from keras_ipu.device.trace import current_source
+from keras_ipu.device.trace import in_layer
 from keras_ipu.device.trace import innermost_builder
 
 REGISTRY = {}
@@ -184,14 +186,23 @@ class Primitive:
     def _bind_traced(self, builder, args, params):
         if self.dynamic_shape:
             raise NotImplementedError(
-                f"`{self.name}` returns an array whose shape depends on the "
-                "values of its input; IPU programs have static shapes, so it "
+                f"`{self.name}`{in_layer(current_source())} returns an array whose "
+                "shape depends on the values of its input; IPU programs have "
+                "static shapes, so it "
                 "cannot be traced or compiled. Call it eagerly (outside a "
                 "compiled function), or use a fixed-size alternative (for "
                 "example the `size=` argument where the op has one)."
             )
         avals = [aval_of(a) for a in args]
-        out_avals = self.abstract_eval(*avals, **params)
+        try:
+            out_avals = self.abstract_eval(*avals, **params)
+        except (TypeError, ValueError) as e:
+            # The shape rule names the op and the shapes; the trace knows the
+            # Keras layer it happened in.
+            where = in_layer(current_source())
+            if where and e.args and isinstance(e.args[0], str) and where not in e.args[0]:
+                e.args = (e.args[0] + where,) + e.args[1:]
+            raise
         if self.multiple_results:
             return tuple(builder.add(self, args, params, list(out_avals)))
         return builder.add(self, args, params, [out_avals])[0]
