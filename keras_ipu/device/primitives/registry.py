@@ -14,7 +14,8 @@ A Primitive declares together (as `jax.lax` does):
     (autodiff passes zero through it). See keras_ipu/device/autodiff/.
     Registered in a second step (primitives/grads/), once every primitive
     is declared: a rule binds primitives of other families.
-  - cost: the cycle/memory cost rule (filled in with the cost model).
+  - cost: the cost rule, `rule(in_avals, out_avals, **params) -> Cost`
+    (cost_util.py), whose record the cost model turns into cycles.
   - its facts, read by the compiler, the numerics and the memory model
     (never re-derived from names): elementwise, ufunc and ufunc_kinds,
     ieee_exact, fp_class, runtime_value, aliases_operands, the params holding
@@ -101,7 +102,7 @@ class Primitive:
         self.residual_grad = None
         # Why the primitive has no gradient (integer/boolean outputs, ...).
         self.nondiff = nondiff
-        # Cost rule: set by the simulator's cost model.
+        # Cost rule: set beside the declaration, from cost_util's rules.
         self.cost = None
         # Output shape depends on values (unique, nonzero): eager only, and
         # refused by the compiler (IPU programs have static shapes).
