@@ -21,7 +21,6 @@ from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.trace import GraphBuilder
 from keras_ipu.device.trace import set_source_provider as _set_source_provider
-from keras_ipu.distribute import scope as _strategy_scope
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import tracing
 
@@ -230,16 +229,11 @@ class name_scope(base_name_scope):
 
 def _layer_path():
     # Layer.__call__ enters name_scope(layer.name): the scope path names the
-    # Keras layer (and its parents) that records a traced node. A pipelined
-    # model's layers run in their stage (keras_ipu/models/staged_graph.py):
-    # "pipeline_stage_<s>/" in front says which.
+    # Keras layer (and its parents) that records a traced node. (A pipelined
+    # model's stage is recorded beside it: trace.stage_scope.)
     from keras.src.backend.common.name_scope import current_path
 
-    path = current_path() or None
-    stage = _strategy_scope.traced_pipeline_stage()
-    if stage is not None:
-        return f"pipeline_stage_{stage}/{path or ''}"
-    return path
+    return current_path() or None
 
 
 _set_source_provider(_layer_path)

@@ -167,8 +167,7 @@ class GraphBuilder:
         outs = [Var(a) for a in out_avals]
         if source is None:
             source = current_source()
-        stage = _stage_stack[-1] if _stage_stack else None
-        self.graph.nodes.append(Node(primitive, ins, params, outs, source, stage))
+        self.graph.nodes.append(Node(primitive, ins, params, outs, source, current_stage()))
         return [Tracer(self, v) for v in outs]
 
 
@@ -250,9 +249,23 @@ def source_scope(source):
         _source_override.pop()
 
 
-# The pipeline stage of the nodes recorded now (a stage's layers called
-# inside stage_scope(s)); the placement pass puts them on that stage.
-_stage_stack = []
+# The pipeline stage of the nodes recorded now, per thread (a stage's
+# layers called inside stage_scope(s)); the placement pass puts them on
+# that stage.
+_stages = threading.local()
+
+
+def _stage_stack():
+    stack = getattr(_stages, "stack", None)
+    if stack is None:
+        stack = _stages.stack = []
+    return stack
+
+
+def current_stage():
+    """The pipeline stage of a node recorded now, or None."""
+    stack = _stage_stack()
+    return stack[-1] if stack else None
 
 
 @contextlib.contextmanager
@@ -260,11 +273,12 @@ def stage_scope(stage):
     """Nodes recorded inside run on pipeline stage `stage` (None: as the
     placement decides): a layer invocation's stage, whatever its path, so a
     layer shared by two stages runs in each."""
-    _stage_stack.append(stage)
+    stack = _stage_stack()
+    stack.append(stage)
     try:
         yield
     finally:
-        _stage_stack.pop()
+        stack.pop()
 
 
 @contextlib.contextmanager
@@ -273,11 +287,12 @@ def node_scope(node, backward=False):
     stage (an inlined graph's nodes; with `backward`, the autodiff's nodes
     computing its cotangents: their source is marked, BackwardSource)."""
     _source_override.append(backward_source(node.source) if backward else node.source)
-    _stage_stack.append(node.stage)
+    stack = _stage_stack()
+    stack.append(node.stage)
     try:
         yield
     finally:
-        _stage_stack.pop()
+        stack.pop()
         _source_override.pop()
 
 

@@ -50,22 +50,6 @@ def set_pipeline_stage(stage):
     _local.pipeline_stage = stage
 
 
-@contextlib.contextmanager
-def tracing_pipeline_stage(stage):
-    """Within: the nodes a trace records belong to pipeline stage `stage`
-    (backend/core.py prefixes their source with "pipeline_stage_<s>/")."""
-    previous = getattr(_local, "traced_stage", None)
-    _local.traced_stage = stage
-    try:
-        yield
-    finally:
-        _local.traced_stage = previous
-
-
-def traced_pipeline_stage():
-    return getattr(_local, "traced_stage", None)
-
-
 def on_model_created(model):
     """Called by every Keras model's constructor under the ipu backend: a
     model made in an IPUStrategy scope gets the IPU extensions."""

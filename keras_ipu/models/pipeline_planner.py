@@ -12,8 +12,9 @@ order, so every stage reads only earlier stages) are the candidate
 stages; a dynamic program picks the split into `num_ipus` stages whose
 slowest stage is fastest (forward + backward cycles per micro-batch, the
 weight update counted once per `gradient_accumulation` micro-batches),
-since the slowest stage paces a pipeline. The simulator's sharding model
-then places the program on that split and checks every IPU's memory
+since the slowest stage paces a pipeline. The compiler's placement pass
+then places the program on that split (the trace's stages renamed) and the
+simulator's sharding model checks every IPU's memory
 (weights, optimizer state, activations stashed for the schedule); while
 an IPU does not fit, a layer moves from it to a neighbour stage. The plan
 says which stage is the bottleneck, the utilisation and whether all fits.
@@ -21,14 +22,15 @@ says which stage is the bottleneck, the utilisation and whether all fits.
 
 import dataclasses
 
-from keras_ipu.device.simulator import memory_model
+from keras_ipu.device.compiler.placement import restaged
+from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import sharding
 from keras_ipu.device.simulator.prediction import predict_costs
+from keras_ipu.device.units import fmt_bytes
 from keras_ipu.models.prediction import TrainingPrediction
-from keras_ipu.models.prediction import stages_by_dataflow
+from keras_ipu.models.prediction import once_per_step
+from keras_ipu.models.prediction import placed_step
 from keras_ipu.models.prediction import trace_training_step
-from keras_ipu.models.staged_graph import stage_of_source
-from keras_ipu.models.training_step import GRADIENT_ALL_REDUCE
 
 
 @dataclasses.dataclass
@@ -58,7 +60,7 @@ class PipelinePlan:
         return model
 
     def __str__(self):
-        fmt = memory_model._fmt_bytes
+        fmt = fmt_bytes
         pred = self.prediction
         lines = [
             f"Pipeline plan for {self.model_name}: {self.num_stages} stages on "
@@ -149,32 +151,28 @@ def auto_pipeline(model, num_ipus, batch_size, *, gradient_accumulation=None,
         graph, n_state = trace_training_step(model, batch_size, replicas)
     finally:
         object.__setattr__(model, "_ipu_assignment", saved)
-    invocation_of = [stage_of_source(n.source) for n in graph.nodes]
 
-    # Cycles per invocation: its steps, and the steps the placement gives it
+    # Cycles per invocation: its nodes, and the nodes the placement gives it
     # (the loss after the last layer; a weight's update where the weight is).
-    single = predict_costs(graph, target=target, log=False,
+    by_invocation = placed_step(graph, list(range(m)))
+    single = predict_costs(by_invocation, target=target, log=False,
                            resident_inputs=tuple(range(n_state)))
-    optimizer = model.optimizer.name
-    program = memory_model.program_of(graph)
-    homes = stages_by_dataflow(program, lambda i, st: invocation_of[i])
+    once = once_per_step(model)
     costs = [0.0] * m
-    for i, step in enumerate(single.steps):
-        source = step.source or ""
-        once = source.startswith(optimizer) or GRADIENT_ALL_REDUCE in source
-        costs[homes[i]] += step.cycles / g if once else step.cycles
+    for node, step in zip(by_invocation.nodes, single.steps):
+        if node.primitive is ipu_copy_p:
+            continue  # between invocations: a split decides which cross IPUs
+        costs[node.stage] += step.cycles / g if once(node) else step.cycles
 
     assignment = _balanced_split(costs, num_ipus) if num_ipus > 1 else [0] * m
     moves = 0
 
     def predict(split):
         return sharding.predict_sharded(
-            program, [split[h] for h in homes], target=target,
+            placed_step(restaged(graph, split), list(range(num_ipus))), target=target,
             gradient_accumulation_count=g, schedule=schedule.name, batch_size=batch_size,
-            device_mapping=list(range(num_ipus)),
             resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
-            weight_update=lambda i, st: (st.source or "").startswith(optimizer)
-            or GRADIENT_ALL_REDUCE in (st.source or ""),
+            weight_update=once,
         )
 
     sharded = predict(assignment)
@@ -227,7 +225,7 @@ def _reason(prediction, moves, n):
     ipus = prediction.sharded.ipus
     if not prediction.fits:
         worst = max(ipus, key=lambda p: p.memory.tile_bytes - p.memory.tile_capacity)
-        fmt = memory_model._fmt_bytes
+        fmt = fmt_bytes
         return (f"no split over {n} IPU(s) fits: IPU {worst.ipu}'s fullest tile needs "
                 f"{fmt(worst.memory.tile_bytes)} of {fmt(worst.memory.tile_capacity)}; use "
                 "more IPUs, a smaller micro-batch or recomputation")

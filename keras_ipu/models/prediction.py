@@ -12,9 +12,13 @@ weight update), traced and optimized by the compiler's passes but not run
 (no data, no IPU memory needed: trace and compile only). Only the shapes
 of the model's variables are read: a model built inside
 `keras.StatelessScope(initialize_variables=False)` (variables never
-allocated) can be predicted too, as the BERT-Large benchmark does. The simulator's
-sharding model (device/simulator/sharding.py) places each step on the IPU
-of its stage and times the pipeline: `gradient_accumulation` micro-batches
+allocated) can be predicted too, as the BERT-Large benchmark does. The
+compiler's placement pass (device/compiler/placement.py) puts each node on
+the IPU of its stage (recorded by the trace; the loss, the optimizer and
+the gradients' all-reduce where the values they read are) with the copies
+between IPUs, and the simulator's sharding model
+(device/simulator/sharding.py) times the placed pipeline:
+`gradient_accumulation` micro-batches
 per weight update under the schedule, the weight update and the
 all-reduce once per step. Replicas run side by side: the system trains
 `replicas` times the samples of one pipeline in the same time.
@@ -27,15 +31,19 @@ import numpy as np
 from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler import optimize
+from keras_ipu.device.compiler.placement import Placement
+from keras_ipu.device.compiler.placement import on_one_ipu
+from keras_ipu.device.compiler.placement import place
 from keras_ipu.device.ir import ShapedArray
-from keras_ipu.device.jit import flatten
+from keras_ipu.device.pytree import flatten
+from keras_ipu.device.pytree import unflatten
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import sharding
 from keras_ipu.device.trace import trace_flat
+from keras_ipu.device.units import fmt_bytes
 from keras_ipu.distribute.replication import tracing_replicas
 from keras_ipu.models.recomputation import training_recomputation
-from keras_ipu.models.staged_graph import stage_of_source
 from keras_ipu.models.training_step import GRADIENT_ALL_REDUCE
 from keras_ipu.models.training_step import accumulated_train_step
 from keras_ipu.models.training_step import pipeline_step_with_accumulators
@@ -95,7 +103,7 @@ class TrainingPrediction:
 
     def __str__(self):
         pred = self.sharded
-        fmt = memory_model._fmt_bytes
+        fmt = fmt_bytes
         schedule = f", schedule {pred.schedule}" if len(pred.ipus) > 1 else ""
         lines = [
             f"Training {self.model_name} on {pred.target.name}: {len(pred.ipus)} IPU(s) per "
@@ -193,8 +201,6 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
     n_state = len(leaves) - len(flatten(batch)[0])
 
     def flat_fn(*tracers):
-        from keras_ipu.device.jit import unflatten
-
         state_in, data = unflatten(structure, tracers)
         logs, new_state = step(state_in, data)
         out, _ = flatten((logs, new_state))
@@ -252,24 +258,12 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
     finally:
         if assignment is not None:
             object.__setattr__(model, "_ipu_assignment", saved)
-    optimizer = model.optimizer.name
-
-    def stage_of(index, step):
-        return stage_of_source(step.source)
-
-    def once_per_step(index, step):
-        source = step.source or ""
-        return source.startswith(optimizer) or GRADIENT_ALL_REDUCE in source
-
-    program = memory_model.program_of(graph)
-    placed = stages_by_dataflow(program, stage_of) if pipelined else [0] * len(program.steps)
     sharded = sharding.predict_sharded(
-        program, placed, target=target,
+        placed_step(graph, device_mapping if pipelined else None), target=target,
         gradient_accumulation_count=gradient_accumulation, schedule=schedule,
         batch_size=batch_size,
-        device_mapping=device_mapping if pipelined else [0],
         resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
-        weight_update=once_per_step,
+        weight_update=once_per_step(model),
     )
     return TrainingPrediction(
         model_name=model.name, sharded=sharded, replicas=replicas, batch_size=batch_size,
@@ -278,34 +272,24 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
     )
 
 
-def stages_by_dataflow(program, tagged):
-    """The stage of every program step: `tagged(i, step)` where the trace
-    says (a layer's nodes); otherwise the stage of the weights and slots it
-    reads (where their layer runs), else the stage of the largest value it
-    reads (a weight's optimizer update runs where its gradient is made,
-    wherever the scalars it also reads come from; the loss after the last
-    stage), else the previous step's."""
-    steps = program.steps
-    tags = [tagged(i, st) for i, st in enumerate(steps)]
-    input_keys = {k for k, _ in program.inputs}
-    home = {}
-    for st, s in zip(steps, tags):
-        if s is not None:
-            for k in st.inputs:
-                if k in input_keys:
-                    home[k] = max(home.get(k, s), s)
-    made_by, stages, previous = {}, [], 0
-    for i, (st, s) in enumerate(zip(steps, tags)):
-        if s is None:
-            homes = [home[k] for k in st.inputs if k in home]
-            producers = [(a.nbytes or 0, stages[made_by[k]])
-                         for k, a in zip(st.inputs, st.in_avals) if k in made_by]
-            s = max(homes) if homes else (max(producers)[1] if producers else previous)
-        stages.append(s)
-        for k in st.outputs:
-            made_by[k] = i
-        previous = s
-    return stages
+def placed_step(graph, device_mapping):
+    """The traced step placed on the IPUs: its stages (recorded by the
+    trace) on `device_mapping`, or, not pipelined (None), all on IPU 0."""
+    if device_mapping is None:
+        return on_one_ipu(graph)
+    return place(graph, Placement.of({}, device_mapping))
+
+
+def once_per_step(model):
+    """The nodes run once per weight update, not once per micro-batch: the
+    optimizer's and the gradients' all-reduce (a predicate on nodes)."""
+    optimizer = model.optimizer.name
+
+    def once(node):
+        source = node.source or ""
+        return source.startswith(optimizer) or GRADIENT_ALL_REDUCE in source
+
+    return once
 
 
 def _replicas_or_one(model):

@@ -11,13 +11,13 @@ and every stage recomputes from its own stored inputs. Recomputation
 changes memory and time, never values.
 """
 
-from keras_ipu.device.compiler import device_checks
+from keras_ipu.device.config import system_config
 from keras_ipu.device.compiler.options import CONFIGURED
 
 
 def allow_recompute():
     """IPUConfig.allow_recompute of the configured system."""
-    return bool(device_checks.compile_context().allow_recompute)
+    return bool(system_config.configuration().allow_recompute)
 
 
 def training_recomputation(model):

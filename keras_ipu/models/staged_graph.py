@@ -7,30 +7,15 @@ contributes its own invocations at their own stages. `StagedGraph` builds
 that order from a list of assignments, with Graphcore's checks (one
 assignment per invocation, in execution order, every stage used, no layer
 reading the output of a later stage), and `run` executes it on values
-(inside a compiled step: every node traced in its stage's scope).
+(inside a compiled step: every node traced in its stage's scope,
+trace.stage_scope, so the node records its stage for the placement pass).
 """
 
 from keras.src import tree
 from keras.src.models.functional import operation_fn
 
+from keras_ipu.device.trace import stage_scope
 from keras_ipu.models import stage_assignment as sa
-
-
-def stage_scope(stage):
-    """Nodes traced inside belong to pipeline stage `stage`: their source
-    (the Keras layer path) starts with "pipeline_stage_<stage>/", which the
-    simulator's stage placement reads."""
-    from keras_ipu.distribute.scope import tracing_pipeline_stage
-
-    return tracing_pipeline_stage(stage)
-
-
-def stage_of_source(source):
-    """The pipeline stage a traced node's source names, or None."""
-    if not source or not source.startswith("pipeline_stage_"):
-        return None
-    head = source.split("/", 1)[0]
-    return int(head[len("pipeline_stage_"):])
 
 
 def post_order(function):

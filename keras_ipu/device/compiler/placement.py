@@ -14,12 +14,13 @@ nodes carry the Keras layer path they were traced in (`source`):
   its stage (the longest path wins). The backward nodes of a layer carry
   its path and stage (autodiff/reverse.py), so they run on its stage too.
 - Any other node (the loss, the optimizer's updates, the metrics) runs
-  where the values it reads are: on the highest stage among the nodes that
-  make its operands and the homes of the program inputs it reads. An
-  input's home is the highest stage of the placed nodes reading it: the
-  update of a weight (which reads the weight and its gradient) runs on the
-  stage of its layer, the loss (which reads the model's output) on the
-  last stage. A node that reads nothing placed follows the node before it.
+  where the values it reads are: on the home of the program inputs it
+  reads (an input's home: the highest stage of the placed nodes reading
+  it), else on the stage of its largest operand's maker (of equal sizes,
+  the later stage), else on the stage of the node before it. So a weight's
+  update runs where the weight is, or where its gradient is made, not where
+  a scalar it shares with every update comes from (the learning rate); the
+  loss (which reads the model's output) on the last stage.
 - A control-flow node with a placed layer path runs whole on its stage (its
   sub-graphs' nodes with it). Otherwise its sub-graphs are placed node by
   node; the node runs on the one stage they use, or, when they use several
@@ -37,7 +38,8 @@ modelled: a value made outside a loop and read inside its body on another
 IPU, and a loop carry made on one IPU and read on another in the next
 iteration (both move over the links on the IPU too).
 
-Without a placement nothing is tagged: a one-IPU program, IPU 0.
+Without a placement nothing is tagged: a one-IPU program, IPU 0
+(`on_one_ipu` tags such a program for readers of placed programs).
 """
 
 import dataclasses
@@ -134,6 +136,27 @@ def place(graph, placement):
     return _Placer(placement).graph(graph, first)
 
 
+def on_one_ipu(graph, ipu=0):
+    """`graph` with every node, sub-graphs included, on stage 0 of IPU
+    `ipu`: a program that is not pipelined, as predict_sharded reads it."""
+    return _Placer(Placement((), (ipu,))).whole(graph, 0)
+
+
+def restaged(graph, stages):
+    """`graph` (not yet placed) with the stage recorded on each node,
+    sub-graphs included, renamed: s becomes stages[s]. A trace with every
+    layer invocation in a stage of its own, split into pipeline stages
+    (the automatic pipeline split tries several splits of one trace)."""
+    nodes = []
+    for node in graph.nodes:
+        new = copy_node(node, node.inputs,
+                        map_subgraphs(node, lambda g: restaged(g, stages)))
+        if new.stage is not None:
+            new.stage = stages[new.stage]
+        nodes.append(new)
+    return rebuilt(graph, nodes, {})
+
+
 def _sources(graph):
     for node in graph.nodes:
         if node.source:
@@ -182,12 +205,13 @@ class _Placer:
                     for node in graph.nodes]
         # Inputs live where the placed nodes reading them run.
         inputs = set(graph.inputs)
-        stage_of_value = {}
+        home = {}
         for node, stage in zip(graph.nodes, explicit):
             if stage is not None:
                 for v in node.inputs:
                     if v in inputs:
-                        stage_of_value[v] = max(stage_of_value.get(v, stage), stage)
+                        home[v] = max(home.get(v, stage), stage)
+        made_on = {}  # value made by a node of this graph -> its stage
         nodes = []
         for node, stage in zip(graph.nodes, explicit):
             if stage is not None and node.primitive.subgraph_params:
@@ -197,14 +221,12 @@ class _Placer:
                 new = self.control_flow(node, before)
             else:
                 if stage is None:
-                    read = [stage_of_value[v] for v in node.inputs
-                            if type(v) is Var and v in stage_of_value]
-                    stage = max(read) if read else before
+                    stage = _by_dataflow(node, home, made_on, before)
                 new = _tagged(node, stage, placement.ipu_of(stage))
             for k, v in enumerate(new.outputs):
                 s = output_tag(new, k, "stage")
                 if s is not None:
-                    stage_of_value[v] = s
+                    made_on[v] = s
             if new.stage is not None:
                 before = new.stage
             nodes.append(new)
@@ -224,6 +246,16 @@ class _Placer:
         if not stages:
             return _tagged(new, before, self.placement.ipu_of(before))
         return new  # spanning: stage and ipu None
+
+
+def _by_dataflow(node, home, made_on, before):
+    """The stage of a node nothing places (see the module doc)."""
+    homes = [home[v] for v in node.inputs if type(v) is Var and v in home]
+    if homes:
+        return max(homes)
+    made = [(v.aval.nbytes or 0, made_on[v]) for v in node.inputs
+            if type(v) is Var and v in made_on]
+    return max(made)[1] if made else before
 
 
 def _stages(graph):
