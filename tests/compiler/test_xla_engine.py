@@ -195,6 +195,15 @@ def test_marker_identities(monkeypatch):
         np.testing.assert_allclose(g, np.sin(x), rtol=1e-6)
 
 
+def test_copies_between_ipus(monkeypatch):
+    # The placement pass's copies (primitives/inter_ipu.py) pass values on.
+    def body(b, x):
+        y = b.op("ipu_copy", b.op("sin", x), src=0, dst=1)
+        return [b.op("mul", y, x)]
+
+    check(build([aval((3, 4))], body), [f32(3, 4)], monkeypatch)
+
+
 def test_dynamic_slices_clamp_their_starts(monkeypatch):
     def body(b, x, u, i, j):
         return [

@@ -72,10 +72,10 @@ def test_collective_of_a_multi_process_job_costs_the_instances_part(monkeypatch,
 
     x = ShapedArray((1_000_000,), "float32")
     record = collective.cross_replica_mean_p.cost([x], [x], replicas=2, group_size=2)
-    alone = prediction._cycles(record, IPU2)
+    alone = prediction.cycles(record, IPU2)
     monkeypatch.setattr(partition, "configured_instances", lambda system=None: (4, 1))
     monkeypatch.setattr(partition, "reduces_on_hosts", lambda: on_hosts)
-    together = prediction._cycles(record, IPU2)
+    together = prediction.cycles(record, IPU2)
     extra = c.cross_instance_reduction_seconds(4e6, 2, 4, IPU2, on_hosts=on_hosts)
     assert together[1] - alone[1] == math.ceil(extra * IPU2.clock_hz)
     if on_hosts:  # Horovod: the local result through the hosts' ring

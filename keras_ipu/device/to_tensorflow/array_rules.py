@@ -210,6 +210,13 @@ def _assume_equal(ctx, x, *, inplace):
     return x
 
 
+# A copy between IPUs (primitives/inter_ipu.py): one host runs every IPU's
+# part, so the value is its operand.
+@rule("ipu_copy")
+def _ipu_copy(ctx, x, *, src, dst):
+    return x
+
+
 _REDUCERS = {
     "reduce_sum": tf.math.reduce_sum,
     "reduce_prod": tf.math.reduce_prod,

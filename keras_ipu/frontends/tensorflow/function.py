@@ -24,11 +24,11 @@ import weakref
 
 import numpy as np
 
-from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.cache import CACHE
 from keras_ipu.device.compiler.executable import programs_compute
 from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device.config import system_config
 from keras_ipu.frontends.tensorflow import hlo_proto
 from keras_ipu.frontends.tensorflow.importer import import_module
 
@@ -239,7 +239,7 @@ class BridgedFunction:
         # alone holds executables, so a function called with many shapes
         # keeps at most the cache's capacity alive (a dropped one compiles
         # again, or loads from the disk cache).
-        context = device_checks.compile_context()
+        context = system_config.configuration()
         exe = None
         if program.cache_key is not None and program.context is context:
             exe = CACHE.lookup(program.cache_key)
