@@ -14,6 +14,7 @@ import pytest
 from keras_ipu.device.autodiff import value_and_grad
 from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler.cache import ExecutableCache
+from keras_ipu.device.compiler.placement import Placement
 from keras_ipu.device.compiler.recompute import RecomputationMode
 from keras_ipu.device.compiler.recompute import recompute
 from keras_ipu.device.jit import jit
@@ -137,3 +138,51 @@ def test_allow_recompute_turns_it_on(monkeypatch):
         IPUConfig().configure_ipu_system()
     options = device_checks.resolve_options(CompileOptions())
     assert options.recomputation is None
+
+
+def test_pipeline_stage_inputs_are_stored():
+    # Two pipeline stages of four layers: the second stage's input (a4) is
+    # stored like a checkpoint, as a pipeline stashes its stage inputs and
+    # recomputes each stage from them.
+    from keras_ipu.device.trace import stage_scope
+
+    def staged(x):
+        with stage_scope(0):
+            for _ in range(4):
+                x = ew.sin_p.bind(x)
+        with stage_scope(1):
+            for _ in range(4):
+                x = ew.sin_p.bind(x)
+            return reduce_sum_p.bind(x, axes=(0,))
+
+    def program(mode, placement=None):
+        step = jit(lambda x: value_and_grad(staged)(x),
+                   options=CompileOptions(recomputation=mode, fuse_elementwise=False,
+                                          placement=placement),
+                   cache=ExecutableCache())
+        x = np.linspace(-1, 1, N, dtype=np.float32)
+        return step.executable(x), step(x)
+
+    (plain, want), (staged_exe, got) = program(None), program(INTERLEAVED)
+    assert staged_exe.memory.not_always_live_bytes == 4 * ARRAY + SCALAR
+    assert plain.memory.not_always_live_bytes == LAYERS * ARRAY + SCALAR
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    # On two IPUs the second stage's input arrives by an inter-IPU copy and
+    # is stored there; every copy and barrier runs on its stage's IPU.
+    two_ipus = Placement.of({}, device_mapping=[0, 1])
+    (placed_plain, _), (placed, got) = (program(None, two_ipus),
+                                        program(INTERLEAVED, two_ipus))
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    for ipu in (0, 1):  # no stashing here: one micro-batch, no checkpoints
+        assert (placed.memory_by_ipu[ipu].not_always_live_bytes
+                <= placed_plain.memory_by_ipu[ipu].not_always_live_bytes)
+
+    def copies(exe):
+        return sum(n.primitive.name == "ipu_copy" for n in exe.steps)
+
+    # Nothing is sent again: the stage input is stored where it arrived.
+    assert copies(placed) == copies(placed_plain)
+    assert all(n.ipu in (0, 1) for n in placed.steps
+               if n.primitive.name != "ipu_copy")

@@ -43,9 +43,9 @@ from keras_ipu.device.compiler.graph_utils import map_subgraphs
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.graph_utils import substitute
 from keras_ipu.device.ir import Literal
-from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import Var
 from keras_ipu.device.primitives.control_flow import optimization_barrier_p
+from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.primitives.markers import recomputation_checkpoint_p
 from keras_ipu.device.trace import backward_source
 from keras_ipu.device.trace import is_backward
@@ -101,9 +101,15 @@ def recompute(graph, mode):
 
 def _with_bodies(node, mode):
     params = map_subgraphs(node, lambda g: recompute(g, mode))
-    if all(params[k] is node.params[k] for k in params):
+    if all(_same(params[k], node.params[k]) for k in params):
         return node
     return copy_node(node, node.inputs, params=params)
+
+
+def _same(a, b):
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return a is b
 
 
 def _without_checkpoints(nodes):
@@ -142,6 +148,16 @@ class _Rewrite:
         for v in graph.outputs:
             if type(v) is Var:
                 self.needed_until[v] = len(nodes)
+        # Values a forward node of another pipeline stage reads: the stage
+        # inputs a pipeline stashes (Graphcore recomputes a stage from them).
+        self.stage_inputs = set()
+        for i, node in enumerate(nodes):
+            if self.backward[i] or node.stage is None:
+                continue
+            for v in node.inputs:
+                made = self.made_at.get(v) if type(v) is Var else None
+                if made is not None and nodes[made].stage not in (None, node.stage):
+                    self.stage_inputs.add(v)
         # Forward value -> its recomputed copy, or its barrier'd stored value.
         self.replacement = {}
         self.emitted = []
@@ -178,11 +194,15 @@ class _Rewrite:
 
     def _stored(self, v):
         """A value recomputation starts from: a program input (the batch,
-        a loop's carried state) or, interleaved, a checkpoint."""
+        a loop's carried state), a pipeline stage's input (a value another
+        stage made, or another IPU sent), or, interleaved, a checkpoint."""
         made = self.made_at.get(v)
-        if made is None:
+        if made is None or v in self.stage_inputs:
             return True
-        return self.interleaved and self.nodes[made].primitive is recomputation_checkpoint_p
+        producer = self.nodes[made].primitive
+        if producer is ipu_copy_p:
+            return True
+        return self.interleaved and producer is recomputation_checkpoint_p
 
     def _recompute_for(self, reads, at):
         """Emit the copies (and barriers) that the forward values `reads`,
@@ -205,7 +225,7 @@ class _Rewrite:
                          if type(u) is Var)
         for v in reads:
             if v in seen and self._stored(v):
-                self._barrier(v)
+                self._barrier(v, at)
         for index in sorted(todo):
             self._copy(self.nodes[index], at)
 
@@ -219,7 +239,7 @@ class _Rewrite:
         if u in self.replacement or self._kept(u, at):
             return self.replacement.get(u, u)
         if self._stored(u):
-            return self._barrier(u)
+            return self._barrier(u, at)
         return u  # a forward value that needed no copy (see _copy)
 
     def _copy(self, node, at):
@@ -235,12 +255,16 @@ class _Rewrite:
         for old, new in zip(node.outputs, outputs):
             self.replacement[old] = new
 
-    def _barrier(self, v):
+    def _barrier(self, v, at):
+        """v read through a barrier placed with the backward node at `at`
+        (its stage and IPU)."""
         if v not in self.replacement:
             out = Var(v.aval)
-            source = self.nodes[self.made_at[v]].source if v in self.made_at else None
-            self.emitted.append(
-                Node(optimization_barrier_p, [v], {}, [out], backward_source(source))
-            )
+            barrier = copy_node(self.nodes[at], [v], params={}, outputs=[out],
+                                primitive=optimization_barrier_p)
+            made = self.made_at.get(v)
+            barrier.source = backward_source(
+                self.nodes[made].source if made is not None else None)
+            self.emitted.append(barrier)
             self.replacement[v] = out
         return self.replacement[v]
