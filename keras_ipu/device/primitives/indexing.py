@@ -214,19 +214,21 @@ def _gather(x, indices, *, mode, fill_value=None, batch_dims=0):
     out_shape = indices.shape[:-1] + x.shape[batch_dims + k :]
     if 0 in dims:
         out = np.empty(out_shape, x.dtype)
-        out[...] = _default_fill(x.dtype) if fill_value is None else fill_value
+        out[...] = default_fill(x.dtype) if fill_value is None else fill_value
         return out
     idx = np.clip(idx, 0, dims - 1)
     out = x[_full_key(x.shape, idx, batch_dims)]
     if mode == "fill" and not valid.all():
-        fill = _default_fill(x.dtype) if fill_value is None else fill_value
+        fill = default_fill(x.dtype) if fill_value is None else fill_value
         mask = valid.reshape(valid.shape + (1,) * (out.ndim - valid.ndim))
         out = np.where(mask, out, np.asarray(fill).astype(x.dtype))
     return out
 
 
-def _default_fill(dtype):
-    # As jnp.take(mode="fill"): NaN where there is one, else the extreme.
+def default_fill(dtype):
+    """The value of an out-of-bounds gather with mode "fill" and no
+    fill_value, as jnp.take(mode="fill"): NaN where the dtype has one, True
+    for booleans, else the integer extreme (min signed, max unsigned)."""
     if dtype.kind in "fc":
         return np.nan
     if dtype.kind == "b":

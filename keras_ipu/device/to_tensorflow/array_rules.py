@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python import xla as tfxla
 
+from keras_ipu.device.primitives.indexing import default_fill
 from keras_ipu.device.to_tensorflow.emitter import EmitError
 from keras_ipu.device.to_tensorflow.emitter import dynamic_shape
 from keras_ipu.device.to_tensorflow.emitter import rule
@@ -142,16 +143,6 @@ def _with_batch(idx, batch_dims, x_shape):
     return tf.concat(cols + [idx], axis=-1)
 
 
-def _default_fill(dtype):
-    if dtype.kind in "fc":
-        return np.nan
-    if dtype.kind == "b":
-        return True
-    if dtype.kind == "i":
-        return np.iinfo(dtype).min
-    return np.iinfo(dtype).max
-
-
 @rule("gather")
 def _gather(ctx, x, indices, *, mode, fill_value=None, batch_dims=0):
     x_shape = dynamic_shape(x, ctx.in_avals[0].shape)
@@ -160,7 +151,7 @@ def _gather(ctx, x, indices, *, mode, fill_value=None, batch_dims=0):
     out = tf.gather_nd(x, _with_batch(idx, batch_dims, x_shape))
     if mode == "fill":
         dtype = ctx.out_aval.dtype
-        fill = _default_fill(dtype) if fill_value is None else fill_value
+        fill = default_fill(dtype) if fill_value is None else fill_value
         fill = tf.constant(np.asarray(fill).astype(dtype))
         mask = tf.reshape(valid, tuple(dynamic_shape(valid, tuple(valid.shape)))
                           + (1,) * (out.shape.rank - valid.shape.rank))

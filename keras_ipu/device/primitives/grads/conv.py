@@ -48,13 +48,19 @@ def _static_dims(shape, spec, what):
     return dims
 
 
+def _spatial_sizes(g, lhs, rhs, dimension_numbers):
+    """The (input, kernel, output) spatial sizes, which must be known."""
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    return (_static_dims(lhs.shape, lhs_spec[2:], "input"),
+            _static_dims(rhs.shape, rhs_spec[2:], "kernel"),
+            _static_dims(g.shape, out_spec[2:], "output"))
+
+
 def _conv_lhs_grad(g, lhs, rhs, window_strides, padding, lhs_dilation,
                    rhs_dilation, dimension_numbers, groups):
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     nsp = len(lhs_spec) - 2
-    in_sp = _static_dims(lhs.shape, lhs_spec[2:], "input")
-    k_sp = _static_dims(rhs.shape, rhs_spec[2:], "kernel")
-    out_sp = _static_dims(g.shape, out_spec[2:], "output")
+    in_sp, k_sp, out_sp = _spatial_sizes(g, lhs, rhs, dimension_numbers)
     # The kernel in logical (O, I, *K) layout, re-grouped so the transposed
     # convolution maps each group's O/G output channels back to its I
     # input channels: (G*I, O/G, *K).
@@ -86,9 +92,7 @@ def _conv_rhs_grad(g, lhs, rhs, window_strides, padding, lhs_dilation,
                    rhs_dilation, dimension_numbers, groups):
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     nsp = len(lhs_spec) - 2
-    in_sp = _static_dims(lhs.shape, lhs_spec[2:], "input")
-    k_sp = _static_dims(rhs.shape, rhs_spec[2:], "kernel")
-    out_sp = _static_dims(g.shape, out_spec[2:], "output")
+    in_sp, k_sp, out_sp = _spatial_sizes(g, lhs, rhs, dimension_numbers)
     pads = []
     for n, k, s, p, ld, rd, m in zip(in_sp, k_sp, window_strides, padding,
                                      lhs_dilation, rhs_dilation, out_sp):
