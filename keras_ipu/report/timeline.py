@@ -107,15 +107,18 @@ def run_slices(exe, pred, label, begin_us, detailed=True, budget=None, memo=None
             f"partly: the trace holds at most {MAX_STEP_EVENTS} step slices")
     elif before == budget[0]:
         run_args["program steps drawn"] = "no step takes any cycles"
-    return slices, memory_counters(exe, pred, trace, start_device, us_per_cycle)
+    return slices, [c for ipu in (getattr(exe, "ipus", None) or (0,))
+                    for c in memory_counters(exe, pred, trace, start_device, us_per_cycle, ipu)]
 
 
-def _step_slices(out, steps, origin, us_per_cycle, lane, budget):
+def _step_slices(out, steps, origin, us_per_cycle, lane, budget, ipu=0):
     for step in steps:
         if budget[0] <= 0:
             return
         if step["end"] == step["start"]:
             continue
+        # A control-flow step spanning IPUs (ipu None): its body's steps say.
+        where = ipu if step.get("ipu") is None else step["ipu"]
         c, y, e = (b - a for a, b in (step["compute"], step["sync"], step["exchange"]))
         out.append(Slice(
             min(lane, len(LANES) - 1), step_name(step["op"], step["source"]),
@@ -123,7 +126,7 @@ def _step_slices(out, steps, origin, us_per_cycle, lane, budget):
             (step["end"] - step["start"]) * us_per_cycle,
             {"op": step["op"], "layer": step["source"] or NO_LAYER,
              "step": step["index"], "cycles": c + y + e, "compute cycles": c,
-             "sync cycles": y, "exchange cycles": e}))
+             "sync cycles": y, "exchange cycles": e}, where))
         budget[0] -= 1
         at = origin + step["start"] * us_per_cycle
         for loop in step.get("loops", ()):
@@ -131,7 +134,7 @@ def _step_slices(out, steps, origin, us_per_cycle, lane, budget):
             for _ in range(loop["repeat"]):
                 if budget[0] <= 0 or not length:
                     break
-                _step_slices(out, loop["trace"], at, us_per_cycle, lane + 1, budget)
+                _step_slices(out, loop["trace"], at, us_per_cycle, lane + 1, budget, where)
                 at += length
 
 
@@ -139,8 +142,8 @@ def memory_counters(exe, pred, trace, origin, us_per_cycle, ipu=0):
     """The memory counter of a run: always-live and not-always-live bytes
     (loop bodies' peaks included, as the memory report counts them) at the
     start of each program step, and zero after the run."""
-    per_ipu, _, _ = profile.liveness(exe, pred.target)
-    always = profile.memory_of(exe, pred.target).always_live_bytes
+    per_ipu, _, _ = profile.liveness(exe, pred.target, ipu)
+    always = profile.memory_of(exe, pred.target, ipu).always_live_bytes
     name = MEMORY_COUNTER.format(ipu=ipu)
     counters = []
     for step, live in zip(trace, per_ipu):

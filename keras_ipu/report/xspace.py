@@ -202,12 +202,15 @@ def _memory_activity(plane, line, runs, origin, ipu):
                                  if aval is not None else None)})
 
         resident = []
+        held = memory_model.held_on(program, ipu)
+        kept = set(held.inputs)
         categories = profile.input_categories(exe, program)
         for var, category in zip(program.inputs, categories):
-            resident.append((next(address), var.aval.nbytes or 0, category, var.aval))
-        for aval in memory_model.constants_of(program):
+            if var in kept:
+                resident.append((next(address), var.aval.nbytes or 0, category, var.aval))
+        for aval in held.constants:
             resident.append((next(address), aval.nbytes or 0, "constants", aval))
-        mem = profile.memory_of(exe, target)
+        mem = profile.memory_of(exe, target, ipu)
         resident.append((next(address), mem.code_bytes, "code", None))
         for addr, nbytes, category, aval in resident:
             emit("MemoryAllocation", begin, nbytes, category, category, aval, addr)
@@ -215,7 +218,7 @@ def _memory_activity(plane, line, runs, origin, ipu):
         addresses, live_before = {}, set()
         end = begin
         for (i, node, live, _, _, made, inner), step in zip(
-                memory_model.liveness_by_step(program, target.tiles_per_ipu), trace):
+                memory_model.liveness_by_step(program, target.tiles_per_ipu, ipu), trace):
             at = begin + step["start"] * us_per_cycle
             end = begin + step["end"] * us_per_cycle
             op = f"{node.source or timeline.NO_LAYER}/{node.primitive.name}"

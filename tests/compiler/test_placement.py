@@ -102,6 +102,47 @@ def test_the_executable_reports_memory_and_cycles_per_ipu():
     assert single.memory.input_bytes == (16 * 32 + 32 + 32 * 4 + 4 + 8 * 16 + 8 * 4) * 4
 
 
+def test_the_profile_report_shows_each_ipu():
+    from keras_ipu.device.simulator import profile
+    from keras_ipu.report import timeline
+    from keras_ipu.report import xspace
+
+    model = _model()
+    weights = [np.asarray(w.value) for w in model.trainable_variables]
+    x, y = _data()
+    exe = jit(_train_step(model), options=CompileOptions(placement=PLACEMENT)
+              ).executable(weights, x, y)
+    report = profile.build_report(exe)
+    memory, live = report["memory"], report["liveness"]
+    assert [m["ipu"] for m in memory["ipus"]] == [0, 1]
+    assert [t["ipu"] for t in memory["tiles"]] == [0, 1]
+    for entry, tiles in zip(memory["ipus"], memory["tiles"]):
+        mem = exe.memory_by_ipu[entry["ipu"]]
+        assert entry["inputs"] == mem.input_bytes
+        assert entry["not_always_live"] == mem.not_always_live_bytes
+        # The per-tile picture's fullest tile is the memory report's.
+        assert tiles["fullest_tile_bytes"] == mem.tile_bytes
+        # Each IPU's step curve peaks at its report's not-always-live bytes.
+        per_step, _, _ = profile.liveness(exe, exe.target, entry["ipu"])
+        assert max(per_step) == mem.not_always_live_bytes
+    assert live["ipu"] == exe.memory.ipu
+    assert max(live["not_always_live"]) == exe.memory.not_always_live_bytes
+    # The trace's memory counters and the XSpace planes: one per IPU.
+    runs = [(exe, 0.0, 1e-3)]
+    _, counters = timeline.lay_out(runs, 0.0)
+    assert {c.ipu for c in counters} == {0, 1}
+    pytest.importorskip("tensorflow")  # the XSpace protos are TensorFlow's
+    space = xspace.build_xspace("host", 0.0, 0.0, [], runs)
+    names = [p.name for p in space.planes]
+    assert xspace.IPU_PLANE.format(ipu=0) in names and xspace.IPU_PLANE.format(ipu=1) in names
+    host = space.planes[0]
+    lines = {line.name: line for line in host.lines}
+    for ipu in (0, 1):
+        # Each IPU's memory activity allocates what that IPU holds.
+        line = lines[f"IPU {ipu} memory activity (predicted)"]
+        assert len(line.events) > 0
+
+
 def test_a_device_loop_around_the_placed_step():
     model = _model()
     weights = [np.asarray(w.value) for w in model.trainable_variables]

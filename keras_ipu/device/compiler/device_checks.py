@@ -86,7 +86,7 @@ def check_executable(exe, target, context=None):
 
 
 def _warn_out_of_memory(exe, target, mem):
-    tiles, over, fullest = profile.tile_overflow(exe, target)
+    tiles, over, fullest = profile.tile_overflow(exe, target, mem.ipu)
     warnings.warn(memory_model.IPUOutOfMemoryWarning(
         f"{exe.name or 'This program'} does not fit on IPU {mem.ipu} of {target.name}: "
         f"{tiles} of its {target.tiles_per_ipu} tiles are over their "

@@ -106,6 +106,28 @@ def homes(graph, found=None):
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """What IPU `ipu` holds of a program besides the values its steps make:
+    the program inputs (Vars) and constants (avals) its steps read, and how
+    many steps run there (their code). Everything, on a one-IPU program."""
+
+    ipu: int
+    inputs: tuple
+    constants: tuple
+    steps: int
+
+
+def held_on(graph, ipu=0):
+    """The Held of `graph` on IPU `ipu`."""
+    if any(True for _ in tagged_nodes(graph)):
+        read = reads_on(graph, ipu)
+        return Held(ipu, tuple(v for v in graph.inputs if v in read),
+                    tuple(constants_of(graph, read)),
+                    sum(1 for node in graph.nodes if ipu in steps_on(node)))
+    return Held(ipu, tuple(graph.inputs), tuple(constants_of(graph)), len(graph.nodes))
+
+
 def _nbytes(aval):
     return aval.nbytes or 0
 
@@ -225,18 +247,12 @@ def analyze_memory(obj, target=None, ipu=0, top=5):
     target = resolve_target(target)
     graph = graph_of(obj)
     tiles = target.tiles_per_ipu
-    if any(True for _ in tagged_nodes(graph)):
-        read = reads_on(graph, ipu)
-        inputs = [v.aval for v in graph.inputs if v in read]
-        constants = constants_of(graph, read)
-        n_steps = sum(1 for node in graph.nodes if ipu in steps_on(node))
-    else:  # one IPU: everything is on it
-        inputs = [v.aval for v in graph.inputs]
-        constants = constants_of(graph)
-        n_steps = len(graph.nodes)
+    held = held_on(graph, ipu)
+    inputs = [v.aval for v in held.inputs]
+    constants = list(held.constants)
     input_bytes = sum(_nbytes(a) for a in inputs)
     constant_bytes = sum(_nbytes(a) for a in constants)
-    code_tile = cost_model.code_bytes_per_tile(n_steps)
+    code_tile = cost_model.code_bytes_per_tile(held.steps)
     always_tile = code_tile + sum(tile_bytes(a, tiles) for a in inputs + constants)
 
     peak = not_always_live(graph, tiles, ipu)
@@ -305,56 +321,67 @@ def _described(step, graph, keep=None):
     return tensors, name
 
 
+def _on_ipu(graph, tiles, ipu):
+    """(weigh, in_place, keep) of the liveness walk of `graph` on IPU
+    `ipu`: on a placed program values held elsewhere weigh nothing, a
+    result takes over its operand's memory only on the operand's IPU, and
+    `keep(var)` says whether a live value is held there (None: all are)."""
+    if not any(True for _ in tagged_nodes(graph)):
+        return weigher(tiles), in_place, None
+    home = homes(graph)
+
+    def in_place_here(node, dies_here):
+        into = in_place(node, dies_here)
+        if into is None:
+            return None
+        return [src if src is not None and home.get(src, 0) == home.get(out, 0)
+                else None for src, out in zip(into, node.outputs)]
+
+    return weigher(tiles, home, ipu), in_place_here, lambda v: home.get(v, 0) == ipu
+
+
 def not_always_live(graph, tiles, ipu=0):
     """The not-always-live Peak of a program on IPU `ipu`: values made by
     its steps, from their step to their last use (outputs live to the end),
     plus, at a control-flow step, the peak inside its sub-graphs (a loop
     body's temporaries exist once: each iteration frees them); results
     computed in place (in_place) take no memory of their own."""
-    if any(True for _ in tagged_nodes(graph)):
-        home = homes(graph)
-        weigh = weigher(tiles, home, ipu)
-
-        def in_place_here(node, dies_here):
-            into = in_place(node, dies_here)
-            if into is None:
-                return None
-            return [src if src is not None and home.get(src, 0) == home.get(out, 0)
-                    else None for src, out in zip(into, node.outputs)]
-    else:
-        home, weigh, in_place_here = None, weigher(tiles), in_place
+    weigh, in_place_here, keep = _on_ipu(graph, tiles, ipu)
     top = liveness.peak(graph, weigh, in_place=in_place_here)
     if top is None or top.maxima[-1] <= 0:
         return Peak(top.maxima[0] if top else 0, 0, -1, "program start", ())
-    keep = None if home is None else (lambda v: home.get(v, 0) == ipu)
     tensors, name = _described(top.step, graph, keep)
     return Peak(top.maxima[0], top.maxima[-1], top.step.index, name, tensors)
 
 
-def liveness_by_step(obj, tiles):
-    """The walk of not_always_live, step by step: yields (step index, node,
-    values live, IPU bytes, tile-0 bytes, {value: step that made it},
-    inner Peak or None), the bytes including the peak inside a
+def liveness_by_step(obj, tiles, ipu=0):
+    """The walk of not_always_live on IPU `ipu`, step by step: yields (step
+    index, node, values live, IPU bytes, tile-0 bytes, {value: step that
+    made it}, inner Peak or None), the bytes including the peak inside a
     control-flow step's sub-graphs (a loop body's temporaries exist while
     the step runs): what the profile draws per step and what the peak is
-    the maximum of. The live set is the walker's own: copy it to keep it."""
+    the maximum of. On a placed program the values and bytes are those
+    held on `ipu`. The live set may be the walker's own: copy it to keep
+    it."""
     graph = graph_of(obj)
-    for step in liveness.walk(graph, weigher(tiles), in_place=in_place):
+    weigh, in_place_here, keep = _on_ipu(graph, tiles, ipu)
+    for step in liveness.walk(graph, weigh, in_place=in_place_here):
         ipu_bytes, tile_bytes_ = step.with_inner() or (0, 0)
         inner = None
         if step.inner is not None and step.inner.maxima[-1] > 0:
             sub = next(g for g in subgraphs(step.node) if step.inner.step.node in g.nodes)
-            tensors, name = _described(step.inner.step, sub)
+            tensors, name = _described(step.inner.step, sub, keep)
             inner = Peak(step.inner.maxima[0], step.inner.maxima[-1],
                          step.inner.step.index, name, tensors)
-        yield step.index, step.node, step.live, ipu_bytes, tile_bytes_, step.made, inner
+        live = step.live if keep is None else {v for v in step.live if keep(v)}
+        yield step.index, step.node, live, ipu_bytes, tile_bytes_, step.made, inner
 
 
-def peak_liveness(obj, tiles):
-    """The not-always-live Peak of a Graph or Executable on an IPU of
-    `tiles` tiles: the one analyze_memory reports (its step, its bytes on
+def peak_liveness(obj, tiles, ipu=0):
+    """The not-always-live Peak of a Graph or Executable on IPU `ipu` (of
+    `tiles` tiles): the one analyze_memory reports (its step, its bytes on
     the IPU and on tile 0, the tensors live there, bodies included)."""
-    return not_always_live(graph_of(obj), tiles)
+    return not_always_live(graph_of(obj), tiles, ipu)
 
 
 def in_place(node, dies_here):

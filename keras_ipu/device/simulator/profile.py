@@ -38,11 +38,12 @@ pictures, the TensorBoard scalars and the trace show.
                    "always_live": [int per tile], "total": [int per tile],  # the peak
                    "categories": {category: [int per tile]},
                    "fullest_tile", "fullest_tile_bytes"}],
-        "largest_live": [{"bytes", "tensor", "made_by"}],
+        "largest_live": [{"bytes", "tensor", "made_by"}],   # the fullest IPU's:
         "tensors": [{"tensor", "bytes", "category", "made_by",  # in memory at
                      "tiles", "per_tile"}]                        # the peak
       },
-      "liveness": null | {                   # one entry per program step
+      "liveness": null | {                   # one entry per program step,
+        "ipu",                               # on the fullest IPU
         "not_always_live": [bytes live on the IPU during step i],
         "tile0": [bytes of those on the fullest tile],
         "always_live": int, "peak_step": int,
@@ -334,15 +335,15 @@ def tile_distribution(nbytes, itemsize, tiles):
     return out
 
 
-def liveness(exe, target):
-    """(not-always-live bytes per step on the IPU, on tile 0, peak step):
-    memory_model's walk of the schedule, in-place results and the peak
-    inside loop bodies included, so that the curve's maximum is the peak
-    the memory report (and the out-of-memory check) names."""
+def liveness(exe, target, ipu=0):
+    """(not-always-live bytes per step on IPU `ipu`, on its tile 0, peak
+    step): memory_model's walk of the schedule, in-place results and the
+    peak inside loop bodies included, so that the curve's maximum is the
+    peak the memory report (and the out-of-memory check) names."""
     per_ipu, per_tile = [], []
     peak_tile, peak_at = 0, -1
     for i, _, _, ipu_bytes, tile_bytes, _, _ in memory_model.liveness_by_step(
-        exe, target.tiles_per_ipu
+        exe, target.tiles_per_ipu, ipu
     ):
         per_ipu.append(ipu_bytes)
         per_tile.append(tile_bytes)
@@ -373,25 +374,33 @@ def input_categories(exe, program=None):
     return tuple(c if c in CATEGORIES else "program inputs" for c in given)
 
 
-def _tile_categories(program, peak, categories, code_tile, tiles):
+def _held_categories(program, categories, held):
+    """[(input Var, category)] of the program inputs an IPU holds."""
+    kept = set(held.inputs)
+    return [(v, c) for v, c in zip(program.inputs, categories) if v in kept]
+
+
+def _tile_categories(held_inputs, constants, peak, code_tile, tiles):
     """{category: int64 bytes per tile} at the tile peak."""
     per = {c: np.zeros(tiles, np.int64) for c in CATEGORIES}
     per["code"][:] = code_tile
-    for v, category in zip(program.inputs, categories):
+    for v, category in held_inputs:
         per[category] += tile_distribution(v.aval.nbytes or 0, v.aval.dtype.itemsize, tiles)
-    for aval in memory_model.constants_of(program):
+    for aval in constants:
         per["constants"] += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
     for t in peak.tensors:
         per["activations"] += tile_distribution(t.nbytes, t.aval.dtype.itemsize, tiles)
     return per
 
 
-def step_details(program, tiles, top=5):
+def step_details(program, tiles, top=5, ipu=0):
     """Per program step: its op, Keras layer and the `top` largest values
-    live there ([tensor, bytes, made by]), for the report's hover views."""
+    live there on IPU `ipu` ([tensor, bytes, made by]), for the report's
+    hover views."""
     out = []
     nodes = program.nodes
-    for i, node, live, _, _, made, inner in memory_model.liveness_by_step(program, tiles):
+    for i, node, live, _, _, made, inner in memory_model.liveness_by_step(
+            program, tiles, ipu):
         largest = sorted(live, key=lambda v: -(v.aval.nbytes or 0))[:top]
         out.append({
             "op": node.primitive.name, "source": node.source,
@@ -403,15 +412,13 @@ def step_details(program, tiles, top=5):
     return out
 
 
-def _peak_tensors(program, peak, categories, tiles, top=200):
+def _peak_tensors(held_inputs, constants, peak, tiles, top=200):
     """The tensors in memory at the tile peak, largest first: the program's
     inputs and constants (always live) and the values live there, each with
     its category and its linear mapping (tiles 0..tiles-1, bytes on each
     but the last), so a viewer can tell which of them a tile holds."""
-    items = [(v.aval, category, "program input")
-             for v, category in zip(program.inputs, categories)]
-    items += [(aval, "constants", "program constant")
-              for aval in memory_model.constants_of(program)]
+    items = [(v.aval, category, "program input") for v, category in held_inputs]
+    items += [(aval, "constants", "program constant") for aval in constants]
     items += [(t.aval, "activations", t.made_by) for t in peak.tensors]
     items.sort(key=lambda x: -(x[0].nbytes or 0))
     out = []
@@ -424,87 +431,111 @@ def _peak_tensors(program, peak, categories, tiles, top=200):
     return out
 
 
-def tile_memory(exe, target, program=None, peak=None):
-    """{category: int64 bytes per tile} at the tile peak of `exe` on an IPU
-    of `target`: what the per-tile picture stacks, and the overflow."""
+def tile_memory(exe, target, program=None, peak=None, ipu=0):
+    """{category: int64 bytes per tile} at the tile peak of `exe` on IPU
+    `ipu` of `target`: what the per-tile picture stacks, and the overflow."""
     program = program or memory_model.graph_of(exe)
     tiles = target.tiles_per_ipu
-    peak = peak or memory_model.peak_liveness(program, tiles)
-    code_tile = cost_model.code_bytes_per_tile(len(program.nodes))
-    return _tile_categories(program, peak, input_categories(exe, program), code_tile, tiles)
+    peak = peak or memory_model.peak_liveness(program, tiles, ipu)
+    held = memory_model.held_on(program, ipu)
+    code_tile = cost_model.code_bytes_per_tile(held.steps)
+    return _tile_categories(_held_categories(program, input_categories(exe, program), held),
+                            held.constants, peak, code_tile, tiles)
 
 
-def tile_overflow(exe, target):
-    """(tiles over capacity, bytes the fullest is over, its bytes) at the peak."""
-    total = sum(tile_memory(exe, target).values())
+def tile_overflow(exe, target, ipu=0):
+    """(tiles over capacity, bytes the fullest is over, its bytes) at the
+    peak on IPU `ipu`."""
+    total = sum(tile_memory(exe, target, ipu=ipu).values())
     over = total - target.sram_bytes_per_tile
     return int(np.count_nonzero(over > 0)), int(max(over.max(initial=0), 0)), int(total.max())
 
 
 def _memory_section(exe, mem, target):
+    """The report's memory section (one entry per IPU in "ipus" and
+    "tiles"; the largest tensors of the fullest IPU, `mem`) and its
+    liveness section (the fullest IPU's steps)."""
     program = memory_model.graph_of(exe)
     tiles = target.tiles_per_ipu
-    per_ipu, per_tile, peak_at = liveness(exe, target)
-    peak = memory_model.peak_liveness(program, tiles)
     categories = input_categories(exe, program)
-    by_category = tile_memory(exe, target, program, peak)
+    by_ipu = getattr(exe, "memory_by_ipu", None) or {mem.ipu: mem}
+    ipus, tile_pictures, tensors = [], [], []
+    for ipu in sorted(by_ipu):
+        report = by_ipu[ipu]
+        peak = memory_model.peak_liveness(program, tiles, ipu)
+        held = memory_model.held_on(program, ipu)
+        held_inputs = _held_categories(program, categories, held)
+        by_category = _tile_categories(held_inputs, held.constants, peak,
+                                       cost_model.code_bytes_per_tile(held.steps), tiles)
+        ipu_entry, tile_entry = _ipu_memory(report, target, held_inputs, by_category)
+        ipus.append(ipu_entry)
+        tile_pictures.append(tile_entry)
+        if ipu == mem.ipu:
+            tensors = _peak_tensors(held_inputs, held.constants, peak, tiles)
+    memory = {
+        "ipus": ipus,
+        "tiles": tile_pictures,
+        "largest_live": [
+            {"bytes": t.nbytes, "tensor": t.aval.short(), "made_by": t.made_by}
+            for t in mem.largest_live
+        ],
+        "tensors": tensors,
+    }
+    per_ipu, per_tile, peak_at = liveness(exe, target, mem.ipu)
+    live = {
+        "ipu": mem.ipu,
+        "not_always_live": per_ipu,
+        "tile0": per_tile,
+        "always_live": mem.always_live_bytes,
+        "peak_step": peak_at,
+        "steps": step_details(program, tiles, ipu=mem.ipu),
+        "bodies": _body_liveness(program, target, ipu=mem.ipu),
+    }
+    return memory, live
+
+
+def _ipu_memory(mem, target, held_inputs, by_category):
+    """(the "ipus" entry, the "tiles" entry) of one IPU's MemoryReport."""
     always = sum(v for c, v in by_category.items() if c != "activations")
     total = always + by_category["activations"]
     fullest = int(np.argmax(total))
     capacity = target.sram_bytes_per_tile
     over = np.maximum(total - capacity, 0)
     ipu_categories = {c: 0 for c in CATEGORIES}
-    for v, category in zip(program.inputs, categories):
+    for v, category in held_inputs:
         ipu_categories[category] += v.aval.nbytes or 0
     ipu_categories["constants"] = mem.constant_bytes
     ipu_categories["code"] = mem.code_bytes
     ipu_categories["activations"] = mem.not_always_live_bytes
-    memory = {
-        "ipus": [{
-            "ipu": mem.ipu,
-            "always_live": mem.always_live_bytes,
-            "not_always_live": mem.not_always_live_bytes,
-            "total": mem.total_bytes,
-            "capacity": target.sram_bytes_per_ipu,
-            "inputs": mem.input_bytes,
-            "constants": mem.constant_bytes,
-            "code": mem.code_bytes,
-            "categories": {c: v for c, v in ipu_categories.items() if v},
-            "peak_step": mem.peak_step,
-            "peak_step_name": mem.peak_step_name,
-            "fullest_tile": mem.tile,
-            "fullest_tile_bytes": mem.tile_bytes,
-            "fits": mem.fits,
-            "tiles_over_capacity": int(np.count_nonzero(over)),
-            "most_over_bytes": int(over.max(initial=0)),
-        }],
-        "tiles": [{
-            "ipu": mem.ipu,
-            "capacity": capacity,
-            "always_live": always.tolist(),
-            "total": total.tolist(),
-            "categories": {c: v.tolist() for c, v in by_category.items() if v.any()},
-            "fullest_tile": fullest,
-            "fullest_tile_bytes": int(total[fullest]),
-        }],
-        "largest_live": [
-            {"bytes": t.nbytes, "tensor": t.aval.short(), "made_by": t.made_by}
-            for t in mem.largest_live
-        ],
-        "tensors": _peak_tensors(program, peak, categories, tiles),
-    }
-    live = {
-        "not_always_live": per_ipu,
-        "tile0": per_tile,
+    return {
+        "ipu": mem.ipu,
         "always_live": mem.always_live_bytes,
-        "peak_step": peak_at,
-        "steps": step_details(program, tiles),
-        "bodies": _body_liveness(program, target),
+        "not_always_live": mem.not_always_live_bytes,
+        "total": mem.total_bytes,
+        "capacity": target.sram_bytes_per_ipu,
+        "inputs": mem.input_bytes,
+        "constants": mem.constant_bytes,
+        "code": mem.code_bytes,
+        "categories": {c: v for c, v in ipu_categories.items() if v},
+        "peak_step": mem.peak_step,
+        "peak_step_name": mem.peak_step_name,
+        "fullest_tile": mem.tile,
+        "fullest_tile_bytes": mem.tile_bytes,
+        "fits": mem.fits,
+        "tiles_over_capacity": int(np.count_nonzero(over)),
+        "most_over_bytes": int(over.max(initial=0)),
+    }, {
+        "ipu": mem.ipu,
+        "capacity": capacity,
+        "always_live": always.tolist(),
+        "total": total.tolist(),
+        "categories": {c: v.tolist() for c, v in by_category.items() if v.any()},
+        "fullest_tile": fullest,
+        "fullest_tile_bytes": int(total[fullest]),
     }
-    return memory, live
 
 
-def _body_liveness(program, target, top=3):
+def _body_liveness(program, target, top=3, ipu=0):
     """Liveness inside the sub-graphs of control-flow steps (a device
     loop's training step is one scan step of the outer program): bytes the
     body's own values hold during each of its steps, largest bodies first."""
@@ -514,12 +545,13 @@ def _body_liveness(program, target, top=3):
         if record.kind == "cond":
             continue
         for part in record.parts:
-            per_ipu, _, _ = liveness(part.graph, target)
+            per_ipu, _, _ = liveness(part.graph, target, ipu)
             if per_ipu:
                 bodies.append({"step": i, "op": node.primitive.name, "source": node.source,
                                "steps": len(per_ipu), "peak": max(per_ipu),
                                "not_always_live": per_ipu,
-                               "details": step_details(part.graph, target.tiles_per_ipu)})
+                               "details": step_details(part.graph, target.tiles_per_ipu,
+                                                       ipu=ipu)})
     bodies.sort(key=lambda b: -b["peak"])
     return bodies[:top]
 
@@ -538,7 +570,7 @@ def execution_trace(prediction, program=None, depth=2, memo=None):
     for s in prediction.steps:
         c, y, e = t + s.compute, t + s.compute + s.sync, t + s.cycles
         entry = {
-            "index": s.index, "op": s.name, "source": s.source,
+            "index": s.index, "op": s.name, "source": s.source, "ipu": s.ipu,
             "start": t, "end": e,
             "compute": [t, c], "sync": [c, y], "exchange": [y, e],
         }
@@ -651,8 +683,12 @@ def _target_of(exe):
     return memory_model.resolve_target(None)
 
 
-def memory_of(exe, target=None):
-    """exe.memory when the compiler attached it, else analysed now."""
+def memory_of(exe, target=None, ipu=None):
+    """The MemoryReport of `exe` on IPU `ipu` (None: its fullest IPU) the
+    compiler attached, else analysed now."""
+    if ipu is not None:
+        mem = (getattr(exe, "memory_by_ipu", None) or {}).get(ipu)
+        return mem or memory_model.analyze_memory(exe, target or _target_of(exe), ipu)
     mem = getattr(exe, "memory", None)
     if mem is None:
         mem = getattr(getattr(exe, "prediction", None), "memory", None)
