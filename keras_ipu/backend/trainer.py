@@ -510,16 +510,9 @@ class IPUTrainer(base_trainer.Trainer):
         """The infeed of a fit/evaluate/predict loop (`mode`):
         steps_per_execution batches at a time."""
         return self._make_epoch_iterator(
-            mode,
-            x=x,
-            y=y,
-            sample_weight=sample_weight,
-            batch_size=batch_size,
-            steps_per_epoch=steps,
-            shuffle=shuffle,
-            class_weight=class_weight,
-            steps_per_execution=self.steps_per_execution,
-        )
+            mode, x=x, y=y, sample_weight=sample_weight, batch_size=batch_size,
+            steps_per_epoch=steps, shuffle=shuffle, class_weight=class_weight,
+            steps_per_execution=self.steps_per_execution)
 
     def _first_batch(self, epoch_iterator, kind):
         """The first batch of the loop (None for empty input), with which
@@ -659,14 +652,8 @@ class IPUTrainer(base_trainer.Trainer):
             sample_weight = data_adapter_utils.class_weight_to_sample_weights(
                 y, class_weight
             )
-        data = (x, y, sample_weight)
-        self._symbolic_build(data_batch=data)
-        self.make_train_function()
-        self.reset_metrics()
-        logs = pythonify_logs(self.train_function([data]))
-        if return_dict:
-            return logs
-        return self._flatten_metrics_in_order(logs)
+        return self._run_on_batch(self.make_train_function, "train_function",
+                                  (x, y, sample_weight), return_dict)
 
     def test_on_batch(
         self,
@@ -676,11 +663,16 @@ class IPUTrainer(base_trainer.Trainer):
         return_dict=False,
     ):
         self._assert_compile_called("test_on_batch")
-        data = (x, y, sample_weight)
+        return self._run_on_batch(self.make_test_function, "test_function",
+                                  (x, y, sample_weight), return_dict)
+
+    def _run_on_batch(self, make_function, function, data, return_dict):
+        """train_on_batch / test_on_batch: one execution of one batch, the
+        metrics reset first."""
         self._symbolic_build(data_batch=data)
-        self.make_test_function()
+        make_function()
         self.reset_metrics()
-        logs = pythonify_logs(self.test_function([data]))
+        logs = pythonify_logs(getattr(self, function)([data]))
         if return_dict:
             return logs
         return self._flatten_metrics_in_order(logs)
