@@ -25,6 +25,7 @@ from keras_ipu.device.ir import runs_on
 from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import memory_remedies
 from keras_ipu.device.simulator import targets as _targets
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 
@@ -203,8 +204,6 @@ class IPUOutOfMemoryError(RuntimeError):
     MemoryReport (written even so, as Poplar's IPU Model does)."""
 
     def __init__(self, report, advice=None):
-        from keras_ipu.device.simulator import memory_remedies
-
         self.report = report
         self.advice = advice
         r = report

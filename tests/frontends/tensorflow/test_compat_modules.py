@@ -218,7 +218,7 @@ def test_replicated_strategy_run_deals_the_infeed_and_stacks_the_outfeed():
     outfeed has a replica axis after the enqueue axis."""
     from tensorflow.compiler.tf2xla.ops import gen_xla_ops
 
-    from keras_ipu.device.simulator import system as sim
+    from keras_ipu.device.config import system_config
 
     cfg = ipu.config.IPUConfig()
     cfg.auto_select_ipus = 2
@@ -242,7 +242,7 @@ def test_replicated_strategy_run_deals_the_infeed_and_stacks_the_outfeed():
         expected = [DATA[0:2].sum(), DATA[2:4].sum()]
         np.testing.assert_allclose(totals.numpy(), np.array([expected, expected]).T)
     finally:
-        sim.clear_system()
+        system_config.reset_ipu_configuration()
 
 
 def test_replica_id_is_each_replicas_index():
@@ -250,7 +250,7 @@ def test_replica_id_is_each_replicas_index():
     index, a run-time value (not folded to 0 at compile time)."""
     from tensorflow.compiler.tf2xla.ops import gen_xla_ops
 
-    from keras_ipu.device.simulator import system as sim
+    from keras_ipu.device.config import system_config
 
     cfg = ipu.config.IPUConfig()
     cfg.auto_select_ipus = 2
@@ -268,7 +268,7 @@ def test_replica_id_is_each_replicas_index():
         ids = outfeed.dequeue().numpy()
         np.testing.assert_array_equal(ids, [[0, 1]])
     finally:
-        sim.clear_system()
+        system_config.reset_ipu_configuration()
 
 
 def test_one_replica_per_instance_all_reduce_spans_the_instances(monkeypatch):
