@@ -11,7 +11,7 @@ tf = pytest.importorskip("tensorflow")
 
 import keras_ipu as ipu  # noqa: E402
 from keras_ipu.device.simulator import partition  # noqa: E402
-from keras_ipu.device.simulator import system as sim  # noqa: E402
+from keras_ipu.device.config import system_config  # noqa: E402
 
 DATA = np.arange(16, dtype=np.float32).reshape(4, 4)
 
@@ -25,7 +25,7 @@ def ipus():
         return ipu.ipu_strategy.IPUStrategy()
 
     yield configure
-    sim.clear_system()
+    system_config.reset_ipu_configuration()
 
 
 def _step():
