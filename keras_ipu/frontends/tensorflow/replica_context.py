@@ -34,9 +34,9 @@ import functools
 def participants(local):
     """How many replicas an all-reduce over the program's `local` replicas
     reaches: the instances' too in a multi-process job."""
-    from keras_ipu.device.simulator import partition
+    from keras_ipu.device.config import system_config
 
-    instances, _ = partition.configured_instances()
+    instances, _ = system_config.configured_instances()
     return local * instances
 
 

@@ -42,9 +42,9 @@ def _other_instances():
     """Whether the replicas' all-reduces span other processes of the job
     (multi_replica_distribution, or a Horovod-style strategy): then the
     all-reduce of a program of one replica is not its operand."""
-    from keras_ipu.device.simulator import partition
+    from keras_ipu.device.config import system_config
 
-    return partition.configured_instances()[0] > 1
+    return system_config.configured_instances()[0] > 1
 
 
 def _values(operands):
