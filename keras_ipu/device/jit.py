@@ -96,6 +96,29 @@ def _short_signature(signature):
     return ", ".join(ShapedArray(shape, dtype).short() for shape, dtype in signature)
 
 
+def note_recompiles(name, count, signature, capacity):
+    """The RecompileWarning of a function `name` compiled for its `count`-th
+    input signature `signature` ((shape, dtype) per input): at
+    RECOMPILE_WARNING_AT and each doubling."""
+    if count < RECOMPILE_WARNING_AT or count & (count - 1):
+        return  # below the threshold, or not a power of two
+    warnings.warn(
+        f"`{name}` has been compiled {count} times for this IPU "
+        f"system, once per new input signature (the latest: "
+        f"{_short_signature(signature)}). IPU programs have static "
+        "shapes, so every new batch size (or other shape) traces and "
+        "compiles a new program, which is slow; at most "
+        f"{capacity} programs are kept, older ones compile "
+        "again when needed. To compile once, feed one shape: a fixed "
+        "batch size (tf.data: `.batch(n, drop_remainder=True)`; with "
+        "arrays: a number of samples that the batch size divides, or "
+        "pad the last batch), and call predict() with the same "
+        "batch_size each time.",
+        RecompileWarning,
+        stacklevel=user_code.stacklevel(),
+    )
+
+
 class Jitted:
     """A function compiled per input signature (see the module doc)."""
 
@@ -173,23 +196,7 @@ class Jitted:
 
     def _note_compile(self, signature):
         count = self._compiles[self._options_id] = self._compiles[self._options_id] + 1
-        if count < RECOMPILE_WARNING_AT or count & (count - 1):
-            return  # below the threshold, or not a power of two
-        warnings.warn(
-            f"`{self.__name__}` has been compiled {count} times for this IPU "
-            f"system, once per new input signature (the latest: "
-            f"{_short_signature(signature)}). IPU programs have static "
-            "shapes, so every new batch size (or other shape) traces and "
-            "compiles a new program, which is slow; at most "
-            f"{self.cache.capacity} programs are kept, older ones compile "
-            "again when needed. To compile once, feed one shape: a fixed "
-            "batch size (tf.data: `.batch(n, drop_remainder=True)`; with "
-            "arrays: a number of samples that the batch size divides, or "
-            "pad the last batch), and call predict() with the same "
-            "batch_size each time.",
-            RecompileWarning,
-            stacklevel=user_code.stacklevel(),
-        )
+        note_recompiles(self.__name__, count, signature, self.cache.capacity)
 
     def _compile(self, structure, avals, options):
         out_structure = []

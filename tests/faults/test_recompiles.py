@@ -88,3 +88,23 @@ def test_a_tensorflow_function_called_with_many_shapes_keeps_the_cache_bounded(m
         bridged(tf.constant(np.ones(n, np.float32)))
     assert _alive_executables("doubled") <= 4
     np.testing.assert_array_equal(bridged(tf.constant(np.ones(1, np.float32))), [2.0])
+
+
+def test_a_tensorflow_function_compiled_for_many_shapes_warns():
+    """The front end's programs get the same RecompileWarning (TensorFlow's
+    own retracing warning does not fire on this path)."""
+    tf = pytest.importorskip("tensorflow")
+    from keras_ipu.frontends.tensorflow.function import BridgedFunction
+
+    def tripled(x):
+        return x * 3.0
+
+    bridged = BridgedFunction(tf.function(tripled, jit_compile=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, RECOMPILE_WARNING_AT + 1):
+            bridged(tf.constant(np.ones(n, np.float32)))
+    (warning,) = [w for w in caught if issubclass(w.category, RecompileWarning)]
+    assert f"`tripled` has been compiled {RECOMPILE_WARNING_AT} times" in str(warning.message)
+    assert f"f32[{RECOMPILE_WARNING_AT}]" in str(warning.message)
+    assert warning.filename == __file__

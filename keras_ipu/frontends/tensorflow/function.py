@@ -27,6 +27,7 @@ import numpy as np
 from keras_ipu.device.compiler.cache import CACHE
 from keras_ipu.device.compiler.executable import programs_compute
 from keras_ipu.device.interrupts import deferred_interrupts
+from keras_ipu.device.jit import note_recompiles
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.config import system_config
 from keras_ipu.frontends.tensorflow import hlo_proto
@@ -218,6 +219,7 @@ class BridgedFunction:
         inputs = list(flat) + list(captured)
         resident = tuple(p for p, i in enumerate(param_inputs) if _is_resource(inputs[i]))
         self.compile_count += 1
+        note_recompiles(self.__name__, self.compile_count, input_avals[:len(flat)], CACHE.capacity)
         program = Program(
             graph=imported.graph, param_inputs=tuple(param_inputs), n_outputs=n_outputs,
             updates=tuple(updates), uses_token=imported.uses_token,
