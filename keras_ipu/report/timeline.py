@@ -126,7 +126,8 @@ def _step_slices(out, steps, origin, us_per_cycle, lane, budget, ipu=0):
             (step["end"] - step["start"]) * us_per_cycle,
             {"op": step["op"], "layer": step["source"] or NO_LAYER,
              "step": step["index"], "cycles": c + y + e, "compute cycles": c,
-             "sync cycles": y, "exchange cycles": e}, where))
+             "sync cycles": y, "exchange cycles": e,
+             "output bytes": step.get("bytes")}, where))
         budget[0] -= 1
         at = origin + step["start"] * us_per_cycle
         for loop in step.get("loops", ()):

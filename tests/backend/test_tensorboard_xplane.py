@@ -90,6 +90,7 @@ def test_xspace_has_the_host_plane_and_a_plane_per_ipu(profiled):
     steps = events_of(ipu, "Program steps")
     assert [e[3]["op"] for e in steps] == [s.name for s in pred.steps] * 2
     assert sum(e[3]["cycles"] for e in steps) == 2 * pred.cycles
+    assert all(e[3]["output bytes"] == 64 * 4 for e in steps)  # each makes an f32[64]
     if len(pred.steps) == 2:
         assert [e[3]["layer"] for e in steps[:2]] == ["model/act", "model/residual"]
     counters = events_of(ipu, xspace.COUNTER_LINE)

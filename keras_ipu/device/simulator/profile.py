@@ -65,7 +65,7 @@ pictures, the TensorBoard scalars and the trace show.
       },                    # ops/layers open control flow up: a scan body's
                             # ops count `length` times (count = runs)
       "execution_trace": null | [            # the predicted timeline, in order
-        {"index", "op", "source", "start", "end",
+        {"index", "op", "source", "start", "end", "bytes",  # of its outputs
          "compute": [start, end], "sync": [start, end],
          "exchange": [start, end],           # each superstep: compute, sync, exchange
          "loops": [{"repeat", "trace"}]}     # control flow only: one pass through
@@ -574,6 +574,8 @@ def execution_trace(prediction, program=None, depth=2, memo=None):
             "start": t, "end": e,
             "compute": [t, c], "sync": [c, y], "exchange": [y, e],
         }
+        if nodes is not None:
+            entry["bytes"] = sum(v.aval.nbytes or 0 for v in nodes[s.index].outputs)
         subs = (_prediction.sub_predictions(nodes[s.index], prediction.target, memo)
                 if nodes is not None else [])
         if subs:
