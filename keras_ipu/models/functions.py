@@ -26,6 +26,7 @@ from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.device.compiler import CompileOptions
+from keras_ipu.device.compiler.placement import Placement
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.config import system_config
 from keras_ipu.models.execution import ReplicatedExecution
@@ -129,6 +130,16 @@ def _check_pipeline(model, training):
     if training:
         _warn_batch_normalization(model)
     return mapping
+
+
+def _placement(device_mapping):
+    """The placement of a pipelined model's programs: each node on the IPU
+    of the stage its layer invocation traced in (trace.stage_scope), so the
+    executable's memory and cycles are per IPU (exe.memory_by_ipu) and the
+    copies between IPUs are in it; None (one IPU) when not pipelined."""
+    if device_mapping is None:
+        return None
+    return Placement.of({}, device_mapping)
 
 
 def _warn_batch_normalization(model):
@@ -267,7 +278,8 @@ def train_function(model):
         step = _pipelined(model, step)
     execution = ReplicatedExecution(
         model, step, model_state.TRAIN_STATE, replicas, micro_batches=count, donate=True,
-        options=CompileOptions(recomputation=training_recomputation(model)),
+        options=CompileOptions(recomputation=training_recomputation(model),
+                               placement=_placement(mapping if pipelined else None)),
     )
     accumulate = pipelined and options.pipelining_accumulate_outfeed
     checked = []
@@ -299,7 +311,8 @@ def _inference_execution(model, step_name, kinds):
             model._ipu_raise_overridden(step_name, pipelined=True)
         mapping = _check_pipeline(model, training=False)
         step = _pipelined(model, step)
-    execution = ReplicatedExecution(model, step, kinds, replicas)
+    execution = ReplicatedExecution(
+        model, step, kinds, replicas, options=CompileOptions(placement=_placement(mapping)))
     checked = set()
 
     def run(batches):

@@ -1,0 +1,67 @@
+"""The programs fit / evaluate / predict compile for a pipelined model are
+placed on its IPUs (compiler/placement.py): per-IPU memory on the
+executable and in the profile report, inter-IPU copies in it. (That the placed pipeline trains as
+gradient accumulation does: test_accumulation_and_pipelining.py.)"""
+
+import keras
+import numpy as np
+
+import keras_ipu as ipu
+from keras_ipu.device.ir import ipus_of
+from keras_ipu.device.ir import subgraphs
+from keras_ipu.device.simulator import profile
+
+
+def _configure():
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 2
+    cfg.configure_ipu_system()
+
+
+def _model(seed=3):
+    keras.utils.set_random_seed(seed)
+    with ipu.ipu_strategy.IPUStrategy().scope():
+        x = inputs = keras.Input((16,))
+        with ipu.keras.PipelineStage(0):
+            x = keras.layers.Dense(32, activation="tanh")(x)
+        with ipu.keras.PipelineStage(1):
+            x = keras.layers.Dense(8)(x)
+        model = keras.Model(inputs, x)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=4)
+        model.set_pipelining_options(gradient_accumulation_steps_per_replica=4)
+    return model
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    return (rng.normal(size=(32, 16)).astype("float32"),
+            rng.normal(size=(32, 8)).astype("float32"))
+
+
+def test_fit_evaluate_predict_programs_of_a_pipeline_run_on_its_ipus():
+    _configure()
+    x, y = _data()
+    model = _model()
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+    model.evaluate(x, y, batch_size=4, verbose=0)
+    model.predict(x, batch_size=4, verbose=0)
+    for function in (model.train_function, model.test_function, model.predict_function):
+        (exe,) = function.device_loop.executables()
+        assert exe.ipus == (0, 1)
+        assert sorted(exe.memory_by_ipu) == [0, 1]
+        assert ipus_of(exe.graph) == (0, 1)
+        copies = [n for n in _all_nodes(exe.graph) if n.primitive.name == "ipu_copy"]
+        assert copies, "a value crosses from stage 0's IPU to stage 1's"
+    # The profile report has one memory entry per IPU.
+    (exe,) = model.train_function.device_loop.executables()
+    report = profile.build_report(exe)
+    assert [entry["ipu"] for entry in report["memory"]["ipus"]] == [0, 1]
+    assert len(report["memory"]["tiles"]) == 2
+
+
+def _all_nodes(graph):
+
+    for node in graph.nodes:
+        yield node
+        for sub in subgraphs(node):
+            yield from _all_nodes(sub)
