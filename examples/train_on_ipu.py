@@ -72,7 +72,13 @@ def main():
         from keras_ipu.report.__main__ import main as report
 
         print(f"\nPredicted for a real IPU (python -m keras_ipu.report {REPORT_DIR}):")
-        report([REPORT_DIR, "--top", "3"])
+        try:
+            import matplotlib  # noqa: F401  (the [profile] extra draws pictures)
+        except ImportError:
+            report([REPORT_DIR, "--top", "3", "--no-pictures"])
+            print("\n(The report's pictures need matplotlib: pip install -e '.[profile]')")
+        else:
+            report([REPORT_DIR, "--top", "3"])
 
 
 if __name__ == "__main__":
