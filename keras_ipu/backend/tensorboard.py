@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 
+from keras_ipu import _atomic_files
 from keras_ipu.device.simulator import profile
 from keras_ipu.report import timeline
 
@@ -211,10 +212,9 @@ def write_trace(trace):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     document = {"displayTimeUnit": "ns", "traceEvents": trace_events(trace),
                 "metadata": {"producer": "keras_ipu", "predicted": True}}
-    tmp = path + ".tmp"
-    with gzip.open(tmp, "wt", encoding="utf-8") as f:
-        json.dump(document, f)
-    os.replace(tmp, path)
+    with _atomic_files.atomic_path(path) as tmp:
+        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+            json.dump(document, f)
     return path
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from keras.src import tree
 
+from keras_ipu import _atomic_files
 from keras_ipu.models import stage_assignment as sa
 from keras_ipu.models.options import IPUOptions
 from keras_ipu.models.staged_graph import StagedGraph
@@ -456,10 +457,8 @@ class KerasExtension:
         if assignment:
             saved["pipeline_stage_assignment"] = _encode_assignment(self, assignment)
         path = os.path.join(dir_path, self._IPU_ASSET)
-        temporary = path + ".tmp"
-        with open(temporary, "w") as f:  # whole or absent: temp file + rename
+        with _atomic_files.open_atomically(path) as f:
             json.dump(saved, f)
-        os.replace(temporary, path)
 
     def load_assets(self, dir_path):
         base = getattr(super(), "load_assets", None)

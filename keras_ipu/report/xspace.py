@@ -26,6 +26,7 @@ import itertools
 
 import numpy as np
 
+from keras_ipu import _atomic_files
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import profile
 from keras_ipu.report import timeline
@@ -317,10 +318,5 @@ def _merge_lines(into, plane):
 
 def write_xspace(path, space):
     """Writes `space` to `path` atomically (a temporary file renamed)."""
-    import os
-
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(space.SerializeToString())
-    os.replace(tmp, path)
+    _atomic_files.write_bytes(path, space.SerializeToString())
     return path

@@ -90,11 +90,11 @@ import hashlib
 import itertools
 import json
 import os
-import tempfile
 import threading
 
 import numpy as np
 
+from keras_ipu import _atomic_files
 from keras_ipu.device.config import system_config
 from keras_ipu.device.enums import ExecutionProfileType
 from keras_ipu.device.primitives import cost_util
@@ -782,16 +782,8 @@ def write_report(report, directory):
     filename = (f"{_safe_name(program['name'])}_{os.getpid()}_{n:04d}_"
                 f"{program['fingerprint']}{SUFFIX}")
     path = os.path.join(directory, filename)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, separators=(",", ":"))
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; reports are for reading
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _atomic_files.write_bytes(
+        path, json.dumps(report, separators=(",", ":")).encode("utf-8"))
     return path
 
 
