@@ -59,7 +59,7 @@ def main(argv=None):
     # The step: the executable with the most kernels (the device loop's body).
     step = max((o for o in gc.get_objects() if isinstance(o, Executable)),
                key=lambda e: len(e._program))
-    records = getattr(step, "records", None)
+    nodes = step.steps  # one graph node per kernel of step._program
     rng = np.random.default_rng(0)
     inputs = [np.asarray(rng.uniform(0.01, 0.1, a.shape)).astype(a.dtype)
               for a in step.in_avals]
@@ -82,12 +82,9 @@ def main(argv=None):
                 env[s] = None
             if rep < warmup:
                 continue
-            if records is not None:
-                prim, out_avals = records[k][0], records[k][6]
-                shape = tuple(out_avals[0].shape) if out_avals else ()
-                key = f"{prim.name} {shape}"
-            else:
-                key = getattr(kernel, "__name__", type(kernel).__name__)
+            node = nodes[k]
+            shape = tuple(node.outputs[0].aval.shape) if node.outputs else ()
+            key = f"{node.primitive.name} {shape}"
             totals[key][0] += 1
             totals[key][1] += seconds
 
