@@ -6,6 +6,7 @@ import stat
 
 import pytest
 
+from keras_ipu import _atomic_files
 from keras_ipu.device.simulator import profile
 from keras_ipu.report import xspace
 
@@ -30,12 +31,11 @@ def test_a_failed_report_write_leaves_nothing(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_a_report_file_follows_the_umask(tmp_path):
+def test_a_report_file_follows_the_umask(tmp_path, monkeypatch):
+    # _atomic_files reads the process's umask once (os.umask is process-wide
+    # and not thread-safe to probe); a user's umask of 077 is that value.
+    monkeypatch.setattr(_atomic_files, "_UMASK", [0o077])
     report = {"program": {"name": "step", "fingerprint": "f00d"}}
-    old = os.umask(0o077)
-    try:
-        path = profile.write_report(report, str(tmp_path))
-    finally:
-        os.umask(old)
+    path = profile.write_report(report, str(tmp_path))
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert os.listdir(tmp_path) == [os.path.basename(path)]
