@@ -277,32 +277,29 @@ def _logs(model, structure, values):
     return tf.nest.pack_sequence_as(structure, leaves)
 
 
-def make_train_function(model, force=False):
-    if model.train_function is not None and not force:
-        return model.train_function
-    execution = _Execution(model, "train")
+def _make_logs_function(model, kind, force):
+    """Keras' train_function / test_function for `kind`: runs an execution
+    of the iterator's batches and returns the logs."""
+    attribute = f"{kind}_function"
+    if getattr(model, attribute) is not None and not force:
+        return getattr(model, attribute)
+    execution = _Execution(model, kind)
 
     def function(iterator):
         structure, values = execution.run(iterator, iterator.element_spec, model.steps_per_execution)
         return _logs(model, structure, values)
 
     function.execution = execution
-    model.train_function = function
+    setattr(model, attribute, function)
     return function
+
+
+def make_train_function(model, force=False):
+    return _make_logs_function(model, "train", force)
 
 
 def make_test_function(model, force=False):
-    if model.test_function is not None and not force:
-        return model.test_function
-    execution = _Execution(model, "test")
-
-    def function(iterator):
-        structure, values = execution.run(iterator, iterator.element_spec, model.steps_per_execution)
-        return _logs(model, structure, values)
-
-    function.execution = execution
-    model.test_function = function
-    return function
+    return _make_logs_function(model, "test", force)
 
 
 def make_predict_function(model, force=False):
