@@ -26,6 +26,9 @@ Threads: every worker process is pinned to the same --threads CPU cores
 (sched_setaffinity) and told to use that many threads in each library:
 OMP/OpenBLAS/MKL (NumPy's BLAS, used by the ipu backend's host kernels),
 TensorFlow's intra- and inter-op pools and XLA:CPU's Eigen pool (jax).
+`--threads default` sets none of this: no pinning, and the thread variables
+removed from the workers' environment, so each library picks its own
+threads on every core this process may use, as a user who sets nothing gets.
 """
 
 import argparse
@@ -63,6 +66,8 @@ MODELS = ("mlp", "cnn", "transformer", "lstm", "demo_functional", "resnet18",
           "bert_small")
 DEFAULT_MODELS = ("mlp", "cnn", "transformer", "lstm")
 BATCH_SIZE = 128
+# `--threads default`: each library's own choice (see thread_environment).
+DEFAULT_THREADS = "default"
 SEED = 1234
 # Steps per epoch when --steps is not given: the large models take seconds
 # per step on a small machine.
@@ -356,6 +361,13 @@ def run_model(keras, name, size, args, weights_path):
 
 def configure_threads_in_process(backend, threads):
     """The library-level part of the thread settings (after import)."""
+    if backend == "tensorflow" and threads == DEFAULT_THREADS:
+        import tensorflow as tf
+
+        return {
+            "tf_intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+            "tf_inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+        }
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -424,7 +436,10 @@ def _backend_version(backend):
 
 def thread_environment(threads):
     """Environment variables that fix each library's thread count; they
-    must be set before the library is loaded, hence in the child's env."""
+    must be set before the library is loaded, hence in the child's env.
+    None for DEFAULT_THREADS: each of these is removed instead."""
+    if threads == DEFAULT_THREADS:
+        return {name: None for name in thread_environment(1)}
     n = str(threads)
     xla = ("--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
            if threads == 1 else
@@ -437,7 +452,28 @@ def thread_environment(threads):
         "TF_NUM_INTRAOP_THREADS": n,
         "TF_NUM_INTEROP_THREADS": n,
         "XLA_FLAGS": xla,
+        # keras_ipu's own cap (device/native/threads.py), so that one left
+        # in the driver's shell cannot hold ipu below the others.
+        "KERAS_IPU_HOST_THREADS": n,
     }
+
+
+def worker_environment(threads, extra=()):
+    """The driver's environment with the thread settings of `threads`."""
+    env = dict(os.environ)
+    for name, value in [*thread_environment(threads).items(), *dict(extra).items()]:
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def benchmark_cores(threads):
+    """The cores a worker runs on: the first `threads` of this process's,
+    or all of them for DEFAULT_THREADS."""
+    cores = sorted(os.sched_getaffinity(0))
+    return cores if threads == DEFAULT_THREADS else cores[:threads]
 
 
 def installed(backend):
@@ -446,9 +482,7 @@ def installed(backend):
 
 def run_worker(variant, args, weights_dir, save_weights, result_file):
     backend, extra_env, jit = VARIANTS[variant]
-    env = dict(os.environ)
-    env.update(thread_environment(args.threads))
-    env.update(extra_env)
+    env = worker_environment(args.threads, extra_env)
     env["KERAS_BACKEND"] = backend
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["JAX_PLATFORMS"] = "cpu"
@@ -470,7 +504,7 @@ def run_worker(variant, args, weights_dir, save_weights, result_file):
         cmd.append("--quick")
     if save_weights:
         cmd.append("--save-weights")
-    cores = sorted(os.sched_getaffinity(0))[: args.threads]
+    cores = benchmark_cores(args.threads)
 
     def pin():
         os.sched_setaffinity(0, cores)
@@ -533,9 +567,8 @@ def blas_peak(threads, quick=False):
     `threads` threads on the benchmark's cores: this host's practical
     float32 limit, the yardstick for every backend's GFLOP/s."""
     n, repeats = (256, 2) if quick else (2048, 5)
-    env = dict(os.environ)
-    env.update(thread_environment(threads))
-    cores = sorted(os.sched_getaffinity(0))[:threads]
+    env = worker_environment(threads)
+    cores = benchmark_cores(threads)
     proc = subprocess.run(
         [sys.executable, "-c", BLAS_PEAK_CODE.format(n=n, repeats=repeats)],
         env=env, capture_output=True, text=True, timeout=600,
@@ -649,7 +682,7 @@ def driver_main(args):
     if bad:
         sys.exit(f"unknown backend(s) {bad}; choose from {','.join(BACKENDS)}")
     available = os.sched_getaffinity(0)
-    if args.threads > len(available):
+    if args.threads != DEFAULT_THREADS and args.threads > len(available):
         sys.exit(f"--threads {args.threads} is more than the "
                  f"{len(available)} CPU cores this process may use")
     peak = blas_peak(args.threads, args.quick)
@@ -699,7 +732,7 @@ def driver_main(args):
             "blas_peak_gflops": peak,
             "threads": args.threads,
             "thread_environment": thread_environment(args.threads),
-            "cpu_affinity": sorted(available)[: args.threads],
+            "cpu_affinity": benchmark_cores(args.threads),
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
             "machine": platform.machine(),
@@ -745,8 +778,10 @@ def parse_args(argv=None):
                    help="epochs timed after the first (default 3, --quick 2)")
     p.add_argument("--steps-per-execution", type=int, default=1,
                    help="Keras' steps_per_execution, the same for every backend")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU cores and threads per library for every backend")
+    p.add_argument("--threads", type=parse_threads, default=1,
+                   help="CPU cores and threads per library for every backend, "
+                        "or 'default': no pinning and no thread variables "
+                        "(each library's own choice, what users get)")
     p.add_argument("--jit-compile", choices=("auto", "true"), default="auto",
                    help="auto: each backend's default (TensorFlow on CPU: "
                         "tf.function without XLA); true: XLA for TensorFlow too")
@@ -764,9 +799,24 @@ def parse_args(argv=None):
     if args.timed_epochs is None:
         args.timed_epochs = 2 if args.quick else 3
     if ((args.steps is not None and args.steps < 1) or args.timed_epochs < 1
-            or args.threads < 1 or args.batch_size < 1):
-        p.error("--steps, --timed-epochs, --threads and --batch-size must be >= 1")
+            or args.batch_size < 1):
+        p.error("--steps, --timed-epochs and --batch-size must be >= 1")
     return args
+
+
+def parse_threads(text):
+    """--threads: a positive number of threads, or DEFAULT_THREADS."""
+    if text.strip().lower() == DEFAULT_THREADS:
+        return DEFAULT_THREADS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a thread count: give a positive integer, or "
+            f"{DEFAULT_THREADS!r} for each library's own threads")
+    return value
 
 
 def main(argv=None):

@@ -114,3 +114,36 @@ def test_gflops_and_peak_in_the_table():
     # 2 GFLOP per step of 100 samples at 1000 samples/s: 20 GFLOP/s, 40%.
     assert "| mlp | ipu | 1000 | 900...1100 | 20.0 | 40% | 12.3 | 1.00 | 2.0000 |" in (
         bench.format_table(report))
+
+
+def test_default_threads_sets_nothing_and_pins_nothing(monkeypatch):
+    """`--threads default` is what a user who sets no variable gets: the
+    workers inherit none of the thread variables (even from the driver's
+    shell) and run on every core the driver may use."""
+    bench = _load_script()
+    assert bench.parse_args(["--threads", "default"]).threads == bench.DEFAULT_THREADS
+    variables = set(bench.thread_environment(1))
+    assert {"OPENBLAS_NUM_THREADS", "XLA_FLAGS", "KERAS_IPU_HOST_THREADS"} <= variables
+    for name in variables:
+        monkeypatch.setenv(name, "3")
+    env = bench.worker_environment(bench.DEFAULT_THREADS, {"KERAS_IPU_ENGINE": "numpy"})
+    assert not variables & set(env)
+    assert env["KERAS_IPU_ENGINE"] == "numpy"
+    assert bench.benchmark_cores(bench.DEFAULT_THREADS) == sorted(os.sched_getaffinity(0))
+    # A number sets every library's threads (over the shell's) and pins
+    # that many cores.
+    env = bench.worker_environment(1)
+    assert env["OPENBLAS_NUM_THREADS"] == env["KERAS_IPU_HOST_THREADS"] == "1"
+    assert bench.benchmark_cores(1) == sorted(os.sched_getaffinity(0))[:1]
+
+
+def test_threads_must_be_a_count_or_default(capsys):
+    bench = _load_script()
+    for bad in ("0", "-2", "all", "1.5"):
+        try:
+            bench.parse_args(["--threads", bad])
+        except SystemExit as stop:
+            assert stop.code == 2
+        else:
+            raise AssertionError(f"--threads {bad} was accepted")
+        assert f"{bad!r} is not a thread count" in capsys.readouterr().err
