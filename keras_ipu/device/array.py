@@ -10,8 +10,10 @@ on the tracer's Tracer, so both behave the same in Keras code.
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.ir import forward_array_attributes
 
 
+@forward_array_attributes("_value")
 class Tensor:
     # __dict__ (allocated only when used) lets callers set attributes, as
     # Keras tests do to mock `numpy()` on a tensor.
@@ -26,22 +28,6 @@ class Tensor:
     @property
     def aval(self):
         return ShapedArray(self._value.shape, self._value.dtype)
-
-    @property
-    def shape(self):
-        return self._value.shape
-
-    @property
-    def dtype(self):
-        return self._value.dtype
-
-    @property
-    def ndim(self):
-        return self._value.ndim
-
-    @property
-    def size(self):
-        return self._value.size
 
     @property
     def nbytes(self):

@@ -10,8 +10,8 @@ defines output Vars. `str(graph)` prints it so it reads like a jaxpr:
 """
 
 import itertools
-
 import math
+import operator
 
 import numpy as np
 
@@ -79,6 +79,24 @@ class ShapedArray:
 
     def __repr__(self):
         return f"ShapedArray({self.short()})"
+
+
+# The attributes an array value answers like a NumPy array. The eager Tensor
+# reads them from its ndarray and the Tracer from its ShapedArray: one list,
+# so the two array types of the backend answer the same questions.
+ARRAY_ATTRIBUTES = ("shape", "dtype", "ndim", "size")
+
+
+def forward_array_attributes(holder):
+    """Class decorator: ARRAY_ATTRIBUTES as read-only properties that read
+    `self.<holder>.<name>` (attrgetter: no Python frame on these hot reads)."""
+
+    def decorate(cls):
+        for name in ARRAY_ATTRIBUTES:
+            setattr(cls, name, property(operator.attrgetter(f"{holder}.{name}")))
+        return cls
+
+    return decorate
 
 
 def aval_of(x):

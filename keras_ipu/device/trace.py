@@ -19,7 +19,6 @@ a child records its node in the child, the innermost running trace.
 """
 
 import contextlib
-import threading
 
 import numpy as np
 
@@ -27,12 +26,15 @@ from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import Var
+from keras_ipu.device.ir import forward_array_attributes
+from keras_ipu.device.thread_stack import ThreadStack
 
 
 class TracerConversionError(TypeError):
     pass
 
 
+@forward_array_attributes("aval")
 class Tracer:
     __slots__ = ("aval", "var", "builder", "__weakref__")
 
@@ -43,22 +45,6 @@ class Tracer:
         self.builder = builder
         self.var = var
         self.aval = var.aval
-
-    @property
-    def shape(self):
-        return self.aval.shape
-
-    @property
-    def dtype(self):
-        return self.aval.dtype
-
-    @property
-    def ndim(self):
-        return self.aval.ndim
-
-    @property
-    def size(self):
-        return self.aval.size
 
     def __len__(self):
         if not self.aval.shape:
@@ -252,33 +238,19 @@ def source_scope(source):
 # The pipeline stage of the nodes recorded now, per thread (a stage's
 # layers called inside stage_scope(s)); the placement pass puts them on
 # that stage.
-_stages = threading.local()
-
-
-def _stage_stack():
-    stack = getattr(_stages, "stack", None)
-    if stack is None:
-        stack = _stages.stack = []
-    return stack
+_stages = ThreadStack()
 
 
 def current_stage():
     """The pipeline stage of a node recorded now, or None."""
-    stack = _stage_stack()
-    return stack[-1] if stack else None
+    return _stages.top()
 
 
-@contextlib.contextmanager
 def stage_scope(stage):
     """Nodes recorded inside run on pipeline stage `stage` (None: as the
     placement decides): a layer invocation's stage, whatever its path, so a
     layer shared by two stages runs in each."""
-    stack = _stage_stack()
-    stack.append(stage)
-    try:
-        yield
-    finally:
-        stack.pop()
+    return _stages.pushed(stage)
 
 
 @contextlib.contextmanager
@@ -287,12 +259,10 @@ def node_scope(node, backward=False):
     stage (an inlined graph's nodes; with `backward`, the autodiff's nodes
     computing its cotangents: their source is marked, BackwardSource)."""
     _source_override.append(backward_source(node.source) if backward else node.source)
-    stack = _stage_stack()
-    stack.append(node.stage)
     try:
-        yield
+        with _stages.pushed(node.stage):
+            yield
     finally:
-        stack.pop()
         _source_override.pop()
 
 
@@ -318,24 +288,16 @@ def innermost_builder(args):
     return deepest
 
 
-_state = threading.local()
+# The traces running on this thread, innermost last.
+_builders = ThreadStack()
 
 
 def current_builder():
-    stack = getattr(_state, "stack", None)
-    return stack[-1] if stack else None
+    return _builders.top()
 
 
-@contextlib.contextmanager
 def tracing(builder):
-    stack = getattr(_state, "stack", None)
-    if stack is None:
-        stack = _state.stack = []
-    stack.append(builder)
-    try:
-        yield builder
-    finally:
-        stack.pop()
+    return _builders.pushed(builder)
 
 
 def trace_flat(fn, in_avals):

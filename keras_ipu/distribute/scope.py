@@ -10,35 +10,27 @@ This module is imported by every model's constructor: it stays light.
 import contextlib
 import threading
 
+from keras_ipu.device.thread_stack import ThreadStack
+
+_strategies = ThreadStack()
 _local = threading.local()
-
-
-def _stack():
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
 
 
 def current_strategy():
     """The strategy whose scope the calling thread is in, or None."""
-    stack = _stack()
-    return stack[-1] if stack else None
+    return _strategies.top()
 
 
 @contextlib.contextmanager
 def strategy_scope(strategy):
-    stack = _stack()
-    if stack and stack[-1] is not strategy:
+    current = _strategies.top()
+    if current is not None and current is not strategy:
         raise ValueError(
             f"Mixing different tf.distribute.Strategy objects: {strategy} is "
-            f"not {stack[-1]}"
+            f"not {current}"
         )
-    stack.append(strategy)
-    try:
+    with _strategies.pushed(strategy):
         yield strategy
-    finally:
-        stack.pop()
 
 
 def current_pipeline_stage():
