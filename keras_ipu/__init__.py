@@ -6,11 +6,11 @@ imported lazily so that `import keras_ipu` stays light (no TensorFlow).
 
 __version__ = "0.1.0"
 
-import importlib as _importlib
+from keras_ipu._lazy_modules import lazy_submodules as _lazy_submodules
 
 # Public submodules, imported on first attribute access so that
 # `import keras_ipu` stays light (DESIGN decision 8).
-_LAZY_SUBMODULES = frozenset({
+__getattr__, __dir__ = _lazy_submodules(__name__, {
     "config", "distribute", "distributed", "gradient_accumulation", "horovod",
     "ipu_multi_worker_strategy", "ipu_strategy", "keras", "layers", "models", "ops",
     "optimizers", "popdist", "utils",
@@ -26,15 +26,3 @@ _LAZY_SUBMODULES = frozenset({
     "normalization_ops", "pipelining_ops", "rand_ops", "reduce_scatter_op",
     "replication_ops", "slicing_ops", "statistics_ops", "within_replica_ops",
 })
-
-
-def __getattr__(name):
-    if name in _LAZY_SUBMODULES:
-        module = _importlib.import_module(f"{__name__}.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | _LAZY_SUBMODULES)

@@ -7,7 +7,7 @@ same names. MPI is initialised on first use (`init()` or any collective),
 never at import.
 """
 
-import importlib as _importlib
+from keras_ipu._lazy_modules import lazy_submodules as _lazy_submodules
 
 from keras_ipu.distributed.host_collectives import (  # noqa: F401
     Adasum,
@@ -28,7 +28,7 @@ from keras_ipu.distributed.mpi_world import (  # noqa: F401
     InstanceFailedError,
 )
 
-_LAZY_SUBMODULES = frozenset({"popdist_strategy", "ipu_horovod_strategy"})
+__getattr__, __dir__ = _lazy_submodules(__name__, {"popdist_strategy", "ipu_horovod_strategy"})
 
 
 def init(comm=None):
@@ -98,11 +98,3 @@ def is_homogeneous():
     for host, _pid in w.peers:
         hosts[host] = hosts.get(host, 0) + 1
     return len(set(hosts.values())) == 1
-
-
-def __getattr__(name):
-    if name in _LAZY_SUBMODULES:
-        module = _importlib.import_module(f"{__name__}.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

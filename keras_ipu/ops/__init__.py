@@ -2,9 +2,9 @@
 operator module of Graphcore's `tensorflow.python.ipu.ops`, imported on
 first use (the TensorFlow ones import TensorFlow then)."""
 
-import importlib as _importlib
+from keras_ipu._lazy_modules import lazy_submodules as _lazy_submodules
 
-_LAZY_SUBMODULES = frozenset({
+__getattr__, __dir__ = _lazy_submodules(__name__, {
     "all_to_all_op",
     "application_compile_op",
     "control_flow_ops",
@@ -26,15 +26,3 @@ _LAZY_SUBMODULES = frozenset({
     "statistics_ops",
     "within_replica_ops",
 })
-
-
-def __getattr__(name):
-    if name in _LAZY_SUBMODULES:
-        module = _importlib.import_module(f"{__name__}.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | _LAZY_SUBMODULES)
