@@ -10,12 +10,11 @@ to `model.set_pipeline_stage_assignment()`.
 """
 
 
-class ModelLayerPipelineStageAssignment:
-    """The stage of one invocation of a layer in a subclassed `Model`."""
+class _LayerAssignment:
+    """The stage of one layer (or of one of its calls, with _OneCall)."""
 
-    def __init__(self, layer, node_index, pipeline_stage=None):
+    def __init__(self, layer, pipeline_stage=None):
         self._layer = layer
-        self._node_index = node_index
         self.pipeline_stage = pipeline_stage
 
     @property
@@ -24,90 +23,16 @@ class ModelLayerPipelineStageAssignment:
         return self._layer
 
     @property
-    def node_index(self):
-        """Which call of the layer: 0 for the first."""
-        return self._node_index
-
-    @property
-    def inbound_layers(self):
-        """The layers whose outputs this call takes: tells calls apart."""
-        node = self._layer._inbound_nodes[self.node_index]
-        return [n.operation for n in node.parent_nodes]
-
-    @property
     def is_nested_model(self):
         return False
 
-    def __str__(self):
-        return (f"Layer: {self.layer.name} (node index {self.node_index}) is "
-                f"assigned to pipeline stage: {self.pipeline_stage}")
-
-
-class FunctionalLayerPipelineStageAssignment(ModelLayerPipelineStageAssignment):
-    """The stage of one invocation of a layer in a Functional model."""
-
-
-class SequentialLayerPipelineStageAssignment:
-    """The stage of one layer of a Sequential model."""
-
-    def __init__(self, layer, pipeline_stage=None):
-        self._layer = layer
-        self.pipeline_stage = pipeline_stage
-
-    @property
-    def layer(self):
+    def _called(self):
         return self._layer
 
-    @property
-    def is_nested_model(self):
-        return False
 
-    def __str__(self):
-        return f"Layer: {self.layer.name} is assigned to pipeline stage: {self.pipeline_stage}"
-
-
-class NestedModelPipelineStageAssignment:
-    """The assignments of a model called inside a subclassed `Model` (one
-    per call of the nested model)."""
-
-    def __init__(self, nested_model, node_index, pipeline_stage_assignments):
-        self._nested_model = nested_model
-        self._node_index = node_index
-        self._pipeline_stage_assignments = list(pipeline_stage_assignments)
-
-    @property
-    def nested_model(self):
-        return self._nested_model
-
-    @property
-    def node_index(self):
-        return self._node_index
-
-    @property
-    def inbound_layers(self):
-        node = self._nested_model._inbound_nodes[self.node_index]
-        return [n.operation for n in node.parent_nodes]
-
-    @property
-    def pipeline_stage_assignments(self):
-        return list(self._pipeline_stage_assignments)
-
-    @property
-    def is_nested_model(self):
-        return True
-
-    def __str__(self):
-        inner = "".join(f"\n  {x}" for x in self.pipeline_stage_assignments)
-        return (f"Model: {self.nested_model.name} (node index {self.node_index}) "
-                f"has the following pipeline stage assignments:{inner}")
-
-
-class FunctionalNestedModelPipelineStageAssignment(NestedModelPipelineStageAssignment):
-    """The assignments of a model called inside a Functional model."""
-
-
-class SequentialNestedModelPipelineStageAssignment:
-    """The assignments of a model that is a layer of a Sequential model."""
+class _NestedAssignment:
+    """The assignments of the layers of a nested model (or of one of its
+    calls, with _OneCall)."""
 
     def __init__(self, nested_model, pipeline_stage_assignments):
         self._nested_model = nested_model
@@ -125,10 +50,75 @@ class SequentialNestedModelPipelineStageAssignment:
     def is_nested_model(self):
         return True
 
-    def __str__(self):
+    def _called(self):
+        return self._nested_model
+
+    def _str(self, where):
         inner = "".join(f"\n  {x}" for x in self.pipeline_stage_assignments)
-        return (f"Model: {self.nested_model.name} has the following pipeline "
-                f"stage assignments:{inner}")
+        return f"Model: {self.nested_model.name}{where} has the following pipeline stage assignments:{inner}"
+
+
+class _OneCall:
+    """Mixin: the assignment is for one call (graph node) of the layer or
+    nested model it holds (`_called()`); a layer or model called twice has
+    two."""
+
+    @property
+    def node_index(self):
+        """Which call of the layer: 0 for the first."""
+        return self._node_index
+
+    @property
+    def inbound_layers(self):
+        """The layers whose outputs this call takes: tells calls apart."""
+        node = self._called()._inbound_nodes[self._node_index]
+        return [n.operation for n in node.parent_nodes]
+
+
+class ModelLayerPipelineStageAssignment(_OneCall, _LayerAssignment):
+    """The stage of one invocation of a layer in a subclassed `Model`."""
+
+    def __init__(self, layer, node_index, pipeline_stage=None):
+        super().__init__(layer, pipeline_stage)
+        self._node_index = node_index
+
+    def __str__(self):
+        return (f"Layer: {self.layer.name} (node index {self.node_index}) is "
+                f"assigned to pipeline stage: {self.pipeline_stage}")
+
+
+class FunctionalLayerPipelineStageAssignment(ModelLayerPipelineStageAssignment):
+    """The stage of one invocation of a layer in a Functional model."""
+
+
+class SequentialLayerPipelineStageAssignment(_LayerAssignment):
+    """The stage of one layer of a Sequential model."""
+
+    def __str__(self):
+        return f"Layer: {self.layer.name} is assigned to pipeline stage: {self.pipeline_stage}"
+
+
+class NestedModelPipelineStageAssignment(_OneCall, _NestedAssignment):
+    """The assignments of a model called inside a subclassed `Model` (one
+    per call of the nested model)."""
+
+    def __init__(self, nested_model, node_index, pipeline_stage_assignments):
+        super().__init__(nested_model, pipeline_stage_assignments)
+        self._node_index = node_index
+
+    def __str__(self):
+        return self._str(f" (node index {self.node_index})")
+
+
+class FunctionalNestedModelPipelineStageAssignment(NestedModelPipelineStageAssignment):
+    """The assignments of a model called inside a Functional model."""
+
+
+class SequentialNestedModelPipelineStageAssignment(_NestedAssignment):
+    """The assignments of a model that is a layer of a Sequential model."""
+
+    def __str__(self):
+        return self._str("")
 
 
 LAYER_ASSIGNMENTS = (
