@@ -14,22 +14,14 @@ optimizer step are combined before the weight update:
 import enum
 from enum import Enum  # noqa: F401 (in Graphcore's module namespace)
 
+from keras_ipu._enum_names import ParsedByName
 
-class GradientAccumulationReductionMethod(enum.Enum):
+
+class GradientAccumulationReductionMethod(ParsedByName, enum.Enum):
     SUM = 0
     MEAN = 1
     RUNNING_MEAN = 2
 
     @classmethod
-    def parse(cls, reduction_method):
-        if isinstance(reduction_method, cls):
-            return reduction_method
-        if isinstance(reduction_method, str):
-            key = reduction_method.upper()
-            if key in cls.__members__:
-                return cls[key]
-        raise ValueError(
-            f"Cannot parse {reduction_method} as one of "
-            "GradientAccumulationReductionMethod. Valid values are: "
-            f"{', '.join(cls._member_names_)}."
-        )
+    def _parse_error(cls, value, valid):
+        return f"Cannot parse {value} as one of GradientAccumulationReductionMethod. Valid values are: {valid}."

@@ -11,13 +11,14 @@ import collections.abc
 import dataclasses
 import enum
 
+from keras_ipu._enum_names import ParsedByName
 from keras_ipu.gradient_accumulation import GradientAccumulationReductionMethod
 from keras_ipu.ops.pipelining_ops import PipelineSchedule
 from keras_ipu.ops.pipelining_ops import PipelineStageOptions
 from keras_ipu.ops.pipelining_ops import RecomputationMode
 
 
-class ReplicatedMetricReductionMethod(enum.Enum):
+class ReplicatedMetricReductionMethod(ParsedByName, enum.Enum):
     """How metrics of several replicas are returned.
 
     NONE: the values of the last replica. LIST: a list of every replica's
@@ -31,17 +32,8 @@ class ReplicatedMetricReductionMethod(enum.Enum):
     MEAN = 4
 
     @classmethod
-    def parse(cls, value):
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            key = value.upper()
-            if key in cls.__members__:
-                return cls[key]
-        raise ValueError(
-            f"Cannot parse {value} as a ReplicatedMetricReductionMethod. Valid "
-            f"values are: {', '.join(cls._member_names_)}."
-        )
+    def _parse_error(cls, value, valid):
+        return f"Cannot parse {value} as a ReplicatedMetricReductionMethod. Valid values are: {valid}."
 
 
 # The arguments of Graphcore's pipelining_ops.pipeline() a Keras model may
@@ -85,6 +77,27 @@ def _positive_int(value):
             f"positive integer, but got {value} instead."
         )
     return value
+
+
+# Graphcore's reasons for refusing a key of an options dictionary.
+_AUTOMATIC = "This argument is automatically set by Keras."
+_INCOMPATIBLE = "This argument is not compatible with Keras."
+
+
+def _refuse(kwargs, arg, keys, why):
+    """Graphcore's refusal of the first of `keys` in the dictionary `kwargs`
+    (passed as the argument `arg`), for the reason `why`."""
+    for key in keys:
+        if key in kwargs:
+            raise ValueError(f"Found `{key}` key in `{arg}`. {why}")
+
+
+def _check_depth(kwargs, name):
+    """A feed's buffer depth (prefetch_depth, buffer_depth): 1 to 255, as the
+    IPU's feed buffers allow."""
+    depth = kwargs.get(name)
+    if depth is not None and (not isinstance(depth, int) or not 0 < depth <= 255):
+        raise ValueError(f"{name} must be an integer in [1, 255], got {depth!r}.")
 
 
 @dataclasses.dataclass
@@ -162,18 +175,8 @@ class IPUOptions:
                         f"Found `{explicit}` key in `pipelining_kwargs`. Set the "
                         f"`{alternative}` argument to `set_pipelining_options` instead."
                     )
-            for automatic in _AUTOMATIC_PIPELINE_ARGS:
-                if automatic in pipelining_kwargs:
-                    raise ValueError(
-                        f"Found `{automatic}` key in `pipelining_kwargs`. This "
-                        "argument is automatically set by Keras."
-                    )
-            for invalid in _INVALID_PIPELINE_ARGS:
-                if invalid in pipelining_kwargs:
-                    raise ValueError(
-                        f"Found `{invalid}` key in `pipelining_kwargs`. This "
-                        "argument is not compatible with Keras."
-                    )
+            _refuse(pipelining_kwargs, "pipelining_kwargs", _AUTOMATIC_PIPELINE_ARGS, _AUTOMATIC)
+            _refuse(pipelining_kwargs, "pipelining_kwargs", _INVALID_PIPELINE_ARGS, _INCOMPATIBLE)
             if "experimental_normalize_gradients" in pipelining_kwargs:
                 raise ValueError(
                     "Found `experimental_normalize_gradients` argument to "
@@ -192,41 +195,15 @@ class IPUOptions:
         self.replicated_metric_reduction_method = ReplicatedMetricReductionMethod.parse(method)
 
     def set_infeed(self, kwargs):
-        for automatic in ("dataset", "infeed_spec", "element_spec"):
-            if automatic in kwargs:
-                raise ValueError(
-                    f"Found `{automatic}` key in `kwargs`. This argument is "
-                    "automatically set by Keras."
-                )
-        unknown = sorted(set(kwargs) - set(INFEED_KWARGS))
-        if unknown:
-            raise ValueError(
-                f"Found `{unknown[0]}` key in `kwargs`. This argument is not "
-                "compatible with Keras."
-            )
-        prefetch = kwargs.get("prefetch_depth")
-        if prefetch is not None and (not isinstance(prefetch, int) or not 0 < prefetch <= 255):
-            raise ValueError(
-                f"prefetch_depth must be an integer in [1, 255], got {prefetch!r}."
-            )
+        _refuse(kwargs, "kwargs", ("dataset", "infeed_spec", "element_spec"), _AUTOMATIC)
+        _refuse(kwargs, "kwargs", sorted(set(kwargs) - set(INFEED_KWARGS)), _INCOMPATIBLE)
+        _check_depth(kwargs, "prefetch_depth")
         self.infeed_kwargs = dict(kwargs)
 
     def set_outfeed(self, kwargs):
-        for invalid in ("outfeed_mode", "device_ordinal"):
-            if invalid in kwargs:
-                raise ValueError(
-                    f"Found `{invalid}` key in `kwargs`. This argument is not "
-                    "compatible with Keras."
-                )
-        unknown = sorted(set(kwargs) - set(OUTFEED_KWARGS))
-        if unknown:
-            raise ValueError(
-                f"Found `{unknown[0]}` key in `kwargs`. This argument is not "
-                "compatible with Keras."
-            )
-        depth = kwargs.get("buffer_depth")
-        if depth is not None and (not isinstance(depth, int) or not 0 < depth <= 255):
-            raise ValueError(f"buffer_depth must be an integer in [1, 255], got {depth!r}.")
+        _refuse(kwargs, "kwargs", ("outfeed_mode", "device_ordinal"), _INCOMPATIBLE)
+        _refuse(kwargs, "kwargs", sorted(set(kwargs) - set(OUTFEED_KWARGS)), _INCOMPATIBLE)
+        _check_depth(kwargs, "buffer_depth")
         self.outfeed_kwargs = dict(kwargs)
 
     # -- derived -----------------------------------------------------------
