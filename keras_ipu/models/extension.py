@@ -389,47 +389,31 @@ class KerasExtension:
             "when creating the IPUStrategy."
         )
 
-    def make_train_function(self, force=False):
+    def _make_ipu_function(self, kind, force):
+        """The `{kind}_function` of an IPU model (made once): the TensorFlow
+        front end's for a tf.keras model, else models/functions'."""
         if getattr(self, "_ipu_tf_strategy", None) is not None:
             # A tf.keras model (KERAS_BACKEND=tensorflow): the TensorFlow
             # front end compiles it (issue 11).
             from keras_ipu.frontends.tensorflow import keras_trainer
 
-            return keras_trainer.make_train_function(self, force)
-        if self.train_function is not None and not force:
-            return self.train_function
+            return getattr(keras_trainer, f"make_{kind}_function")(self, force)
+        attribute = f"{kind}_function"
+        if getattr(self, attribute) is not None and not force:
+            return getattr(self, attribute)
         from keras_ipu.models import functions
 
-        self.train_function = functions.train_function(self)
-        return self.train_function
+        setattr(self, attribute, getattr(functions, attribute)(self))
+        return getattr(self, attribute)
+
+    def make_train_function(self, force=False):
+        return self._make_ipu_function("train", force)
 
     def make_test_function(self, force=False):
-        if getattr(self, "_ipu_tf_strategy", None) is not None:
-            # A tf.keras model (KERAS_BACKEND=tensorflow): the TensorFlow
-            # front end compiles it (issue 11).
-            from keras_ipu.frontends.tensorflow import keras_trainer
-
-            return keras_trainer.make_test_function(self, force)
-        if self.test_function is not None and not force:
-            return self.test_function
-        from keras_ipu.models import functions
-
-        self.test_function = functions.test_function(self)
-        return self.test_function
+        return self._make_ipu_function("test", force)
 
     def make_predict_function(self, force=False):
-        if getattr(self, "_ipu_tf_strategy", None) is not None:
-            # A tf.keras model (KERAS_BACKEND=tensorflow): the TensorFlow
-            # front end compiles it (issue 11).
-            from keras_ipu.frontends.tensorflow import keras_trainer
-
-            return keras_trainer.make_predict_function(self, force)
-        if self.predict_function is not None and not force:
-            return self.predict_function
-        from keras_ipu.models import functions
-
-        self.predict_function = functions.predict_function(self)
-        return self.predict_function
+        return self._make_ipu_function("predict", force)
 
     def _get_metrics_result_or_logs(self, logs):
         # Several replicas: the logs are already reduced across them.
