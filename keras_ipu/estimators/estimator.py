@@ -318,19 +318,18 @@ class IPUEstimator:
     def _call_input_fn(self, input_fn, mode):
         import tensorflow as tf
 
-        kwargs = {}
-        names = _arg_names(input_fn)
-        if "mode" in names:
-            kwargs["mode"] = mode
-        if "params" in names:
-            kwargs["params"] = self._mode_params(mode)
-        if "config" in names:
-            kwargs["config"] = self._config
-        dataset = input_fn(**kwargs)
+        dataset = input_fn(**self._context_kwargs(_arg_names(input_fn), mode))
         if not isinstance(dataset, tf.data.Dataset):
             raise ValueError(
                 f"input_fn must return a tf.data.Dataset, got {type(dataset).__name__}.")
         return dataset
+
+    def _context_kwargs(self, names, mode):
+        """What the estimator passes to an input_fn or model_fn that names
+        them: `mode`, `params` (with this mode's batch size) and `config`."""
+        context = {"mode": lambda: mode, "params": lambda: self._mode_params(mode),
+                   "config": lambda: self._config}
+        return {name: make() for name, make in context.items() if name in names}
 
     def _mode_params(self, mode):
         params = dict(self._params)
@@ -343,17 +342,11 @@ class IPUEstimator:
         """model_fn(features, labels, mode, params, config) with the
         arguments it names; its IPUEstimatorSpec."""
         names = _arg_names(self._model_fn)
-        kwargs = {}
+        kwargs = self._context_kwargs(names, mode)
         if "labels" in names:
             kwargs["labels"] = labels
         elif labels is not None:
             raise ValueError("model_fn does not take labels, but input_fn returns labels.")
-        if "mode" in names:
-            kwargs["mode"] = mode
-        if "params" in names:
-            kwargs["params"] = self._mode_params(mode)
-        if "config" in names:
-            kwargs["config"] = self._config
         spec = self._model_fn(features=features, **kwargs)
         for field in ("mode", "loss", "train_op", "predictions", "eval_metric_ops"):
             if not hasattr(spec, field):

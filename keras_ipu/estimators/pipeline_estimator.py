@@ -81,14 +81,7 @@ class IPUPipelineEstimator(IPUEstimator):
                 "The `model_fn` used with `IPUPipelineEstimator` must not have "
                 "`features` or `labels` arguments. They are instead passed to the "
                 "first pipeline stage function.")
-        kwargs = {}
-        if "mode" in names:
-            kwargs["mode"] = mode
-        if "params" in names:
-            kwargs["params"] = self._mode_params(mode)
-        if "config" in names:
-            kwargs["config"] = self._config
-        spec = self._model_fn(**kwargs)
+        spec = self._model_fn(**self._context_kwargs(names, mode))
         if not isinstance(spec, IPUPipelineEstimatorSpec):
             raise TypeError("The `model_fn` used with `IPUPipelineEstimator` must return "
                             "`IPUPipelineEstimatorSpec`.")
