@@ -9,9 +9,17 @@ differ. This mixin is that parse once; each enum gives its message.
 
 class ParsedByName:
     """Enum mixin: `parse(value)` takes a member or its name (any case).
-    The enum gives Graphcore's message for anything else in
-    `_parse_error(value, valid)` (`valid`: the members' names, comma
-    separated); a method, since an enum's plain attributes are members."""
+
+    The enum gives Graphcore's message for anything else as a class
+    keyword, `parse_error=` with `{value}` and `{valid}` (the members'
+    names, comma separated): a keyword, since a plain attribute of an enum's
+    body would be one of its members.
+    """
+
+    def __init_subclass__(cls, parse_error=None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if parse_error is not None:
+            cls._parse_error = parse_error
 
     @classmethod
     def parse(cls, value):
@@ -21,4 +29,4 @@ class ParsedByName:
             key = value.upper()
             if key in cls.__members__:
                 return cls[key]
-        raise ValueError(cls._parse_error(value, ", ".join(cls._member_names_)))
+        raise ValueError(cls._parse_error.format(value=value, valid=", ".join(cls._member_names_)))

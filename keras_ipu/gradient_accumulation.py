@@ -17,11 +17,10 @@ from enum import Enum  # noqa: F401 (in Graphcore's module namespace)
 from keras_ipu._enum_names import ParsedByName
 
 
-class GradientAccumulationReductionMethod(ParsedByName, enum.Enum):
+class GradientAccumulationReductionMethod(
+        ParsedByName, enum.Enum,
+        parse_error="Cannot parse {value} as one of GradientAccumulationReductionMethod. Valid "
+                    "values are: {valid}."):
     SUM = 0
     MEAN = 1
     RUNNING_MEAN = 2
-
-    @classmethod
-    def _parse_error(cls, value, valid):
-        return f"Cannot parse {value} as one of GradientAccumulationReductionMethod. Valid values are: {valid}."

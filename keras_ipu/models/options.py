@@ -18,7 +18,10 @@ from keras_ipu.ops.pipelining_ops import PipelineStageOptions
 from keras_ipu.ops.pipelining_ops import RecomputationMode
 
 
-class ReplicatedMetricReductionMethod(ParsedByName, enum.Enum):
+class ReplicatedMetricReductionMethod(
+        ParsedByName, enum.Enum,
+        parse_error="Cannot parse {value} as a ReplicatedMetricReductionMethod. Valid values "
+                    "are: {valid}."):
     """How metrics of several replicas are returned.
 
     NONE: the values of the last replica. LIST: a list of every replica's
@@ -30,10 +33,6 @@ class ReplicatedMetricReductionMethod(ParsedByName, enum.Enum):
     LIST = 2
     SUM = 3
     MEAN = 4
-
-    @classmethod
-    def _parse_error(cls, value, valid):
-        return f"Cannot parse {value} as a ReplicatedMetricReductionMethod. Valid values are: {valid}."
 
 
 # The arguments of Graphcore's pipelining_ops.pipeline() a Keras model may
@@ -92,6 +91,17 @@ def _refuse(kwargs, arg, keys, why):
             raise ValueError(f"Found `{key}` key in `{arg}`. {why}")
 
 
+def _refuse_normalize_gradients(kwargs, method):
+    """SDK 3.x removed `experimental_normalize_gradients` (of the extension
+    method `method`); Graphcore's message names its replacement."""
+    if "experimental_normalize_gradients" in kwargs:
+        raise ValueError(
+            f"Found `experimental_normalize_gradients` argument to `{method}`. This "
+            "argument has now been removed, use `gradient_accumulation_reduction_method` "
+            "instead."
+        )
+
+
 def _check_depth(kwargs, name):
     """A feed's buffer depth (prefetch_depth, buffer_depth): 1 to 255, as the
     IPU's feed buffers allow."""
@@ -135,13 +145,7 @@ class IPUOptions:
                     "`gradient_accumulation_steps_per_replica` argument to "
                     "`set_gradient_accumulation_options` instead."
                 )
-            if "experimental_normalize_gradients" in optimizer_kwargs:
-                raise ValueError(
-                    "Found `experimental_normalize_gradients` argument to "
-                    "`set_gradient_accumulation_options`. This argument has now "
-                    "been removed, use `gradient_accumulation_reduction_method` "
-                    "instead."
-                )
+            _refuse_normalize_gradients(optimizer_kwargs, "set_gradient_accumulation_options")
             unknown = sorted(set(optimizer_kwargs) - set(GRADIENT_ACCUMULATION_KWARGS))
             if unknown:
                 raise TypeError(
@@ -177,12 +181,7 @@ class IPUOptions:
                     )
             _refuse(pipelining_kwargs, "pipelining_kwargs", _AUTOMATIC_PIPELINE_ARGS, _AUTOMATIC)
             _refuse(pipelining_kwargs, "pipelining_kwargs", _INVALID_PIPELINE_ARGS, _INCOMPATIBLE)
-            if "experimental_normalize_gradients" in pipelining_kwargs:
-                raise ValueError(
-                    "Found `experimental_normalize_gradients` argument to "
-                    "`set_pipelining_options`. This argument has now been removed, "
-                    "use `gradient_accumulation_reduction_method` instead."
-                )
+            _refuse_normalize_gradients(pipelining_kwargs, "set_pipelining_options")
             unknown = sorted(set(pipelining_kwargs) - set(PIPELINE_KWARGS))
             if unknown:
                 raise TypeError(
