@@ -14,6 +14,10 @@ UNAVAILABLE = "__keras_ipu_unavailable__"
 PATH = "__keras_ipu_path__"
 
 
+# The reason of the names issue 12 (the compatibility modules) is to bring.
+PLANNED = "not implemented yet (issue 12)."
+
+
 def _message(name, reason):
     return f"{name} is not available in keras_ipu: {reason}"
 
@@ -58,3 +62,14 @@ def reason_of(obj):
 def path_of(obj):
     """The public path (under keras_ipu) an unavailable `obj` was made for."""
     return getattr(obj, PATH, None)
+
+
+def declare_unavailable(namespace, module, reason, classes=(), functions=()):
+    """Put the unavailable `classes` and `functions` of Graphcore's module
+    `module` (its public path under keras_ipu, e.g. "embedding_ops") into
+    `namespace` (that module's globals()): one list of the names a module
+    lacks, each made once with its public path."""
+    for name in classes:
+        namespace[name] = unavailable_class(f"{module}.{name}", reason)
+    for name in functions:
+        namespace[name] = unavailable_function(f"{module}.{name}", reason)

@@ -1,13 +1,12 @@
 """keras_ipu.sharding: Graphcore's `tensorflow.python.ipu.sharding`."""
 
-from keras_ipu._unavailable import unavailable_class
-from keras_ipu._unavailable import unavailable_function
+from keras_ipu._unavailable import PLANNED
+from keras_ipu._unavailable import declare_unavailable
 
-_PLANNED = "not implemented yet (issue 12)."
-
-dependencies = unavailable_function("sharding.dependencies", _PLANNED)
-enable_sharded_gradient_tape = unavailable_function("sharding.enable_sharded_gradient_tape", _PLANNED)
-get_shard_from_colocation = unavailable_function("sharding.get_shard_from_colocation", _PLANNED)
-get_sharding = unavailable_function("sharding.get_sharding", _PLANNED)
-has_attr = unavailable_function("sharding.has_attr", _PLANNED)
-propagate_sharding = unavailable_function("sharding.propagate_sharding", _PLANNED)
+declare_unavailable(
+    globals(), "sharding", PLANNED,
+    functions=(
+        "dependencies", "enable_sharded_gradient_tape", "get_shard_from_colocation", "get_sharding",
+        "has_attr", "propagate_sharding",
+    ),
+)

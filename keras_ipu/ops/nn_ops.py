@@ -6,18 +6,16 @@ through the TensorFlow front end) with Popnn's definitions, the numbers of
 the Keras activations of the same name.
 """
 
-from keras_ipu._unavailable import unavailable_class
-from keras_ipu._unavailable import unavailable_function
+from keras_ipu._unavailable import PLANNED
+from keras_ipu._unavailable import declare_unavailable
 
-_PLANNED = "not implemented yet (issue 12)."
-
-ctc_beam_search_decoder = unavailable_function("nn_ops.ctc_beam_search_decoder", _PLANNED)
-ctc_beam_search_decoder_with_log_probs = unavailable_function("nn_ops.ctc_beam_search_decoder_with_log_probs", _PLANNED)
-ctc_loss_v2 = unavailable_function("nn_ops.ctc_loss_v2", _PLANNED)
-ctc_loss_with_log_probs = unavailable_function("nn_ops.ctc_loss_with_log_probs", _PLANNED)
-multi_conv = unavailable_function("nn_ops.multi_conv", _PLANNED)
-nce_loss = unavailable_function("nn_ops.nce_loss", _PLANNED)
-sampled_softmax_loss = unavailable_function("nn_ops.sampled_softmax_loss", _PLANNED)
+declare_unavailable(
+    globals(), "nn_ops", PLANNED,
+    functions=(
+        "ctc_beam_search_decoder", "ctc_beam_search_decoder_with_log_probs", "ctc_loss_v2",
+        "ctc_loss_with_log_probs", "multi_conv", "nce_loss", "sampled_softmax_loss",
+    ),
+)
 
 
 def gelu(x, approximate=True, name=None):
