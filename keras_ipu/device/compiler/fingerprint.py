@@ -50,6 +50,9 @@ def fingerprint(graph):
             " ".join(f"{ref(v)}:{v.aval.short()}" for v in node.outputs)
             + f" = {node.primitive.name} {params!r} "
             + " ".join(ref(v) for v in node.inputs)
+            # The recorded stage places the node (placement.py): programs
+            # staged differently are different executables.
+            + ("" if node.stage is None else f" @{node.stage}")
         )
     put("out " + " ".join(ref(v) for v in graph.outputs))
     return h.hexdigest()

@@ -147,12 +147,18 @@ def restaged(graph, stages):
     sub-graphs included, renamed: s becomes stages[s]. A trace with every
     layer invocation in a stage of its own, split into pipeline stages
     (the automatic pipeline split tries several splits of one trace)."""
+    return with_stages(graph, lambda node: None if node.stage is None else stages[node.stage])
+
+
+def with_stages(graph, stage_of):
+    """`graph` (not yet placed) with each node's recorded stage replaced by
+    stage_of(node), sub-graphs included (a TensorFlow program's stages from
+    its op names: frontends/tensorflow/stages.py)."""
     nodes = []
     for node in graph.nodes:
         new = copy_node(node, node.inputs,
-                        map_subgraphs(node, lambda g: restaged(g, stages)))
-        if new.stage is not None:
-            new.stage = stages[new.stage]
+                        map_subgraphs(node, lambda g: with_stages(g, stage_of)))
+        new.stage = stage_of(node)
         nodes.append(new)
     return rebuilt(graph, nodes, {})
 

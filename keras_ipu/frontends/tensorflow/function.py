@@ -29,9 +29,11 @@ from keras_ipu.device.compiler.executable import programs_compute
 from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.jit import note_recompiles
 from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device.compiler.placement import Placement
 from keras_ipu.device.config import system_config
 from keras_ipu.frontends.tensorflow import hlo_proto
 from keras_ipu.frontends.tensorflow.importer import import_module
+from keras_ipu.frontends.tensorflow.stages import staged_by_name
 
 _state = threading.local()
 
@@ -137,12 +139,22 @@ class _Captured:
 
 class BridgedFunction:
     """`fn` (a tf.function or a Python function of TensorFlow ops) run on
-    the simulated IPU through XLA; see the module doc."""
+    the simulated IPU through XLA; see the module doc.
 
-    def __init__(self, fn, options=None):
+    `stage_of` (a rule: TensorFlow op name -> pipeline stage or None, such
+    as stages.pipeline_stage_of) compiles the program placed: each node on
+    its op's stage, stage s on IPU device_mapping[s] (default IPU s), with
+    the copies between IPUs, memory and cycles per IPU (stages.py).
+    """
+
+    def __init__(self, fn, options=None, stage_of=None, device_mapping=None):
         self.python_function = fn
         self.tf_function = as_xla_function(fn)
         self.options = options or CompileOptions(demote_64bit=False)
+        self.stage_of = stage_of
+        if stage_of is not None:
+            self.options = dataclasses.replace(
+                self.options, placement=Placement.of({}, device_mapping))
         self._traces = weakref.WeakKeyDictionary()
         self.__name__ = getattr(fn, "__name__", "tf_function")
         self.compile_count = 0
@@ -197,6 +209,9 @@ class BridgedFunction:
     def _import(self, cf, flat, captured, arrays, replicas=1):
         module = self.hlo_module(cf, flat, captured)
         imported = import_module(module, replicas=replicas)
+        graph = imported.graph
+        if self.stage_of is not None:
+            graph = staged_by_name(graph, self.stage_of)
         param_avals = [(tuple(v.aval.shape), v.aval.dtype)
                        for v in imported.graph.inputs[:imported.n_params]]
         input_avals = [(tuple(a.shape), a.dtype) for a in arrays]
@@ -221,7 +236,7 @@ class BridgedFunction:
         self.compile_count += 1
         note_recompiles(self.__name__, self.compile_count, input_avals[:len(flat)], CACHE.capacity)
         program = Program(
-            graph=imported.graph, param_inputs=tuple(param_inputs), n_outputs=n_outputs,
+            graph=graph, param_inputs=tuple(param_inputs), n_outputs=n_outputs,
             updates=tuple(updates), uses_token=imported.uses_token,
             structured_outputs=cf.structured_outputs, name=self.__name__,
             resident=resident,
