@@ -1,7 +1,9 @@
 """keras_ipu.serving: Graphcore's `tensorflow.python.ipu.serving`
-(export_single_step: keras_ipu/export/serving_export.py)."""
+(export_single_step, export_pipeline: keras_ipu/export/serving_export.py;
+export_keras: keras_ipu/export/keras_serving.py)."""
 
-from keras_ipu._unavailable import unavailable_function
+from keras_ipu.export.keras_serving import export_keras  # noqa: F401
+from keras_ipu.export.serving_export import export_pipeline  # noqa: F401
 from keras_ipu.export.serving_export import export_single_step  # noqa: F401
 
 
@@ -15,7 +17,3 @@ def __getattr__(name):
         return ops.SymbolicTensor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-_PLANNED = "not implemented yet (issue 12)."
-
-export_pipeline = unavailable_function("serving.export_pipeline", _PLANNED)

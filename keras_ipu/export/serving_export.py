@@ -108,17 +108,13 @@ def _named(outputs, output_names):
     return dict(zip(names, leaves))
 
 
-def export_single_step(predict_step, export_dir, iterations, predict_step_signature=None,
-                       input_dataset=None, variable_initializer=None, output_names=None,
-                       preprocessing_step=None, preprocessing_step_signature=None,
-                       postprocessing_step=None, postprocessing_step_signature=None,
-                       purge_export_dir=False, checkpoint_restore_dir=None):
-    """Write the SavedModel (see the module doc) and return its predict
-    function."""
-    import tensorflow as tf
 
+def _check_iterations(iterations):
     if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
         raise ValueError(f"iterations must be a positive integer, got {iterations!r}.")
+
+
+def _check_restoring(variable_initializer, checkpoint_restore_dir):
     if variable_initializer is not None:
         raise NotImplementedError(
             "variable_initializer takes a TF1 tf.Session, which keras_ipu has no "
@@ -128,22 +124,51 @@ def export_single_step(predict_step, export_dir, iterations, predict_step_signat
         raise NotImplementedError(
             "checkpoint_restore_dir is not supported by keras_ipu's export: restore "
             "the variables before exporting (the export freezes their current values).")
+
+
+def _preprocessed(preprocessing_step, preprocessing_step_signature, input_dataset):
+    """(the SavedModel's input signature, the preprocessing tf.function, the
+    signature of what it hands the IPU step)."""
+    import tensorflow as tf
+
+    outer = _signature_of(preprocessing_step, preprocessing_step_signature, input_dataset,
+                          "preprocessing_step_signature")
+    pre = tf.function(preprocessing_step, autograph=False)
+    produced = pre.get_concrete_function(*outer).structured_outputs
+    produced = produced if isinstance(produced, (list, tuple)) else [produced]
+    return outer, pre, [tf.TensorSpec(t.shape, t.dtype) for t in produced]
+
+
+def _checked_export(iterations, variable_initializer, checkpoint_restore_dir,
+                    postprocessing_step_signature, export_dir, purge_export_dir):
+    """The checks every serving export makes first; the export directory."""
+    _check_iterations(iterations)
+    _check_restoring(variable_initializer, checkpoint_restore_dir)
     _check_signature(postprocessing_step_signature, "postprocessing_step_signature")
     export_dir = os.fspath(export_dir)
     _prepare_dir(export_dir, purge_export_dir)
+    return export_dir
 
+
+def _signatures(predict_step, predict_step_signature, input_dataset, preprocessing_step,
+                preprocessing_step_signature, skip=0):
+    """(the SavedModel's input signature, the preprocessing tf.function or
+    None, the signature of the IPU step's arguments); `skip`: leading
+    arguments of predict_step's own signature that the export supplies."""
     if preprocessing_step is not None:
-        outer = _signature_of(preprocessing_step, preprocessing_step_signature, input_dataset,
-                              "preprocessing_step_signature")
-        pre = tf.function(preprocessing_step, autograph=False)
-        produced = pre.get_concrete_function(*outer).structured_outputs
-        produced = produced if isinstance(produced, (list, tuple)) else [produced]
-        inner = [tf.TensorSpec(t.shape, t.dtype) for t in produced]
-    else:
-        outer = inner = _signature_of(predict_step, predict_step_signature, input_dataset,
-                                      "predict_step_signature")
-        pre = None
-    step = _emitted_step(predict_step, inner)
+        return _preprocessed(preprocessing_step, preprocessing_step_signature, input_dataset)
+    inner = _signature_of(predict_step, predict_step_signature, input_dataset,
+                          "predict_step_signature")[skip:]
+    return inner, None, inner
+
+
+def write_serving_model(step, export_dir, outer, pre=None, postprocessing_step=None,
+                        output_names=None):
+    """Write the SavedModel serving `pre -> step -> postprocessing_step`
+    with input signature `outer` under export_dir (atomically) and return
+    its predict function. `step` is a function of TensorFlow tensors (the
+    emitted IPU program); `pre` a tf.function or None."""
+    import tensorflow as tf
 
     def serve(*args):
         if pre is not None:
@@ -171,3 +196,53 @@ def export_single_step(predict_step, export_dir, iterations, predict_step_signat
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return predict
+
+
+def export_single_step(predict_step, export_dir, iterations, predict_step_signature=None,
+                       input_dataset=None, variable_initializer=None, output_names=None,
+                       preprocessing_step=None, preprocessing_step_signature=None,
+                       postprocessing_step=None, postprocessing_step_signature=None,
+                       purge_export_dir=False, checkpoint_restore_dir=None):
+    """Write the SavedModel (see the module doc) and return its predict
+    function."""
+    export_dir = _checked_export(iterations, variable_initializer, checkpoint_restore_dir,
+                                 postprocessing_step_signature, export_dir, purge_export_dir)
+    outer, pre, inner = _signatures(predict_step, predict_step_signature, input_dataset,
+                                    preprocessing_step, preprocessing_step_signature)
+    return write_serving_model(_emitted_step(predict_step, inner), export_dir, outer, pre,
+                               postprocessing_step, output_names)
+
+
+def export_pipeline(computational_stages, export_dir, iterations, inputs=None,
+                    device_mapping=None, pipeline_schedule=None, poplar_options=None, name=None,
+                    predict_step_signature=None, input_dataset=None, variable_initializer=None,
+                    output_names=None, preprocessing_step=None,
+                    preprocessing_step_signature=None, postprocessing_step=None,
+                    postprocessing_step_signature=None, purge_export_dir=False,
+                    checkpoint_restore_dir=None):
+    """Graphcore's serving.export_pipeline: the pipeline's inference (each
+    element through every stage, `inputs` first), checked as a pipeline of
+    `iterations` micro-batches is, emitted as one TensorFlow program with
+    frozen variables (one call serves one element, as the embedded runtime
+    does) between the optional CPU pre- and post-processing."""
+    from keras_ipu.ops.functional_pipeline import check_inference_pipeline
+    from keras_ipu.ops.functional_pipeline import inference_step
+
+    export_dir = _checked_export(iterations, variable_initializer, checkpoint_restore_dir,
+                                 postprocessing_step_signature, export_dir, purge_export_dir)
+    stages = check_inference_pipeline(computational_stages, iterations, device_mapping,
+                                      pipeline_schedule, poplar_options)
+    fixed = list(inputs or [])
+    # A signature given or declared describes every argument of the first
+    # stage, `inputs` (baked into the program) first; a dataset's elements
+    # are only what the infeed would give.
+    skip = len(fixed) if input_dataset is None or predict_step_signature is not None else 0
+    outer, pre, inner = _signatures(stages[0], predict_step_signature, input_dataset,
+                                    preprocessing_step, preprocessing_step_signature, skip)
+    if not inner:
+        raise ValueError(
+            "predict_step_signature must describe the infeed's arguments of the first "
+            "computational stage (after its `inputs`); none are left.")
+    step = inference_step(stages, fixed, name=name or "pipeline")
+    return write_serving_model(_emitted_step(step, inner), export_dir, outer, pre,
+                               postprocessing_step, output_names)

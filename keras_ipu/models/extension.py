@@ -10,7 +10,7 @@ The extension methods (Graphcore's SDK 2.2+ API):
   set_replication_options, set_asynchronous_callbacks,
   set_infeed_queue_options, set_outfeed_queue_options,
   get/set/reset_pipeline_stage_assignment,
-  print_pipeline_stage_assignment_summary.
+  print_pipeline_stage_assignment_summary, export_for_ipu_serving.
 
 What they change when the model trains (fit/evaluate/predict):
 - the shard count (highest pipeline stage, or device_mapping entry, + 1,
@@ -249,6 +249,18 @@ class KerasExtension:
         """The model is no longer pipelined."""
         _set(self, "_ipu_assignment", [])
         self._ipu_reset()
+
+    def export_for_ipu_serving(self, export_dir, batch_size=None, output_names=None,
+                               preprocessing_step=None, preprocessing_step_signature=None,
+                               postprocessing_step=None, postprocessing_step_signature=None,
+                               purge_export_dir=False):
+        """Write the model's inference as a SavedModel for TensorFlow
+        Serving and return its predict function (export/keras_serving.py)."""
+        from keras_ipu.export.keras_serving import export_model
+
+        return export_model(self, export_dir, batch_size, output_names, preprocessing_step,
+                            preprocessing_step_signature, postprocessing_step,
+                            postprocessing_step_signature, purge_export_dir)
 
     def print_pipeline_stage_assignment_summary(self, line_length=None, print_fn=None):
         """A table of each layer invocation and its stage (Graphcore's)."""

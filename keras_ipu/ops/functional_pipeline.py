@@ -23,6 +23,8 @@ estimator when the pipeline runs in one.
 import weakref
 
 from keras_ipu.gradient_accumulation import GradientAccumulationReductionMethod
+from keras_ipu.ops.pipeline_runs import PipelineRun
+from keras_ipu.ops.pipeline_runs import record_pipeline
 
 # A pipeline's variables outside an estimator: one store per first stage
 # function (the variables live as long as the stage does).
@@ -64,6 +66,125 @@ def _flat_outputs(outputs):
     return args if not kwargs else kwargs
 
 
+def stage_scope(k):
+    """The name scope of stage k's ops: the placement reads it back from
+    the imported program's op names."""
+    return f"pipeline_stage_{k}"
+
+
+def run_stages(stages, args, kwargs):
+    """The stages one after the other on one micro-batch (stage k's outputs
+    are stage k+1's arguments), each under its name scope. Returns the last
+    stage's outputs as (args, kwargs) and as returned."""
+    import tensorflow as tf
+
+    outputs = None
+    for k, stage in enumerate(stages):
+        with tf.name_scope(stage_scope(k)):
+            outputs = stage(*args, **kwargs)
+        args, kwargs = _as_call(outputs)
+    return args, kwargs, outputs
+
+
+def inference_step(stages, fixed, name="pipeline"):
+    """One element's trip through an inference pipeline, `fixed` (the
+    pipeline's `inputs`) before the element's arguments: what
+    serving.export_pipeline compiles."""
+    import tensorflow as tf
+
+    def step(*element):
+        with tf.name_scope(name):
+            _, _, outputs = run_stages(stages, list(fixed) + list(element), {})
+        return _flat_outputs(outputs)
+
+    step.__name__ = name
+    return step
+
+
+def _check_stage_options(options, n, what):
+    """Graphcore's checks of a list of PipelineStageOptions."""
+    from keras_ipu.ops.pipelining_ops import PipelineStageOptions
+
+    if options is None:
+        return
+    if not isinstance(options, (list, tuple)):
+        raise TypeError(f"{what} must be a list or a tuple of PipelineStageOptions objects.")
+    if len(options) != n:
+        raise ValueError(
+            "%s must be a list or a tuple of PipelineStageOptions objects of length %d "
+            "(same number as the number of computational stages) but is %d."
+            % (what, n, len(options)))
+    for stage_options in options:
+        if not isinstance(stage_options, PipelineStageOptions):
+            raise TypeError(
+                "Expected all elements of %s to be of type PipelineStageOptions, but got "
+                "%s instead." % (what, stage_options))
+
+
+def _checked_layout(computational_stages, device_mapping, pipeline_schedule, training,
+                    batch_serialization_iterations=1):
+    """Graphcore's checks of the stages, their IPUs and the schedule:
+    (stages, device mapping, schedule)."""
+    from keras_ipu.ops.pipelining_ops import PipelineSchedule
+
+    if pipeline_schedule is None:
+        pipeline_schedule = (PipelineSchedule.Sequential if batch_serialization_iterations > 1
+                             else PipelineSchedule.Grouped)
+    if not isinstance(pipeline_schedule, PipelineSchedule):
+        raise TypeError("The given pipeline_schedule is not a member of the "
+                        "PipelineSchedule enumeration.")
+    if batch_serialization_iterations > 1 and pipeline_schedule != PipelineSchedule.Sequential:
+        raise NotImplementedError(
+            "Batch serialization is only supported with the `Sequential` schedule.")
+    if not isinstance(computational_stages, (list, tuple)):
+        raise TypeError("computational_stages argument needs to be a list or a tuple.")
+    stages = list(computational_stages)
+    if len(stages) < 2:
+        raise ValueError("Pipeline requires at least two computational stages.")
+    if not all(callable(s) for s in stages):
+        raise TypeError(f"computational_stages must be callables, got {stages!r}.")
+    if device_mapping is None:
+        device_mapping = ([0] * len(stages) if batch_serialization_iterations > 1
+                          else list(range(len(stages))))
+    if not isinstance(device_mapping, (list, tuple)):
+        raise TypeError("device_mapping argument needs to be a list or a tuple.")
+    if len(device_mapping) != len(stages):
+        raise ValueError(
+            "Each stage must be mapped to an IPU: %d mappings != %d stages"
+            % (len(device_mapping), len(stages)))
+    for ipu in device_mapping:
+        if not isinstance(ipu, int) or isinstance(ipu, bool) or ipu < 0:
+            raise ValueError(
+                f"device_mapping {list(device_mapping)}: {ipu!r} is not an IPU index "
+                "(a non-negative integer).")
+    if (pipeline_schedule == PipelineSchedule.Interleaved and training
+            and len(set(device_mapping)) != len(device_mapping)):
+        raise NotImplementedError(
+            "The pipelining schedule 'Interleaved' does not currently support multiple "
+            "pipeline stages on the same device for training graphs. Please use a "
+            "different pipeline schedule.")
+    if (pipeline_schedule == PipelineSchedule.Sequential and batch_serialization_iterations > 1
+            and len(set(device_mapping)) != 1):
+        raise NotImplementedError(
+            "When using batch serialization, all the pipeline stages need to be mapped "
+            "to a single IPU.")
+    return stages, tuple(device_mapping), pipeline_schedule
+
+
+def check_inference_pipeline(computational_stages, iterations, device_mapping=None,
+                             pipeline_schedule=None, poplar_options=None):
+    """The stages of an inference pipeline of `iterations` micro-batches,
+    checked as Graphcore's pipeline and Poplar's pipeline lowering check
+    them (serving.export_pipeline)."""
+    from keras_ipu.models.functions import check_pipeline_iterations
+
+    stages, mapping, schedule = _checked_layout(computational_stages, device_mapping,
+                                                pipeline_schedule, training=False)
+    _check_stage_options(poplar_options, len(stages), "forward_propagation_stages_poplar_options")
+    check_pipeline_iterations(iterations, schedule, mapping, training=False)
+    return stages
+
+
 def pipeline(computational_stages, gradient_accumulation_count=None,
              gradient_accumulation_dtype=None, repeat_count=1, batch_serialization_iterations=1,
              inputs=None, infeed_queue=None, outfeed_queue=None, optimizer_function=None,
@@ -84,55 +205,79 @@ def pipeline(computational_stages, gradient_accumulation_count=None,
     from keras_ipu import loops
     from keras_ipu.estimators.variable_store import VariableStore
     from keras_ipu.estimators.variable_store import active_store
+    from keras_ipu.ipu_outfeed_queue import IPUOutfeedMode
+    from keras_ipu.models.functions import check_pipeline_iterations
+    from keras_ipu.ops.pipelining_ops import PipelineStageOptions
+    from keras_ipu.ops.pipelining_ops import RecomputationMode
     from keras_ipu.optimizers.v1 import GradientAccumulationOptimizerV2
 
     loops._check_context("pipelining_ops.pipeline")  # noqa: SLF001 - the shared check
-    stages = list(computational_stages)
-    if not stages or not all(callable(s) for s in stages):
-        raise ValueError("computational_stages must be a list of callables, got "
-                         f"{computational_stages!r}.")
     if gradient_accumulation_count is None:
         raise ValueError("gradient_accumulation_count must be specified.")
-    if not isinstance(gradient_accumulation_count, int) or gradient_accumulation_count < 1:
+    if (not isinstance(gradient_accumulation_count, int)
+            or isinstance(gradient_accumulation_count, bool) or gradient_accumulation_count < 1):
         raise ValueError(
             f"gradient_accumulation_count must be a positive integer, got "
             f"{gradient_accumulation_count!r}.")
-    if device_mapping is not None and len(device_mapping) != len(stages):
-        raise ValueError(
-            "Each stage must be mapped to an IPU: %d mappings != %d stages"
-            % (len(device_mapping), len(stages)))
+    training = optimizer_function is not None
+    method = GradientAccumulationReductionMethod.parse(reduction_method)
+    if method != GradientAccumulationReductionMethod.SUM and batch_serialization_iterations != 1:
+        raise ValueError("batch_serialization_iterations != 1 is only supported when "
+                         "reduction_method is GradientAccumulationReductionMethod.SUM")
     if continuous_weight_updates:
-        raise NotImplementedError(
-            "continuous_weight_updates has not been implemented yet (as in Graphcore's SDK).")
+        raise NotImplementedError("Continuous weight updates are currently not supported.")
+    stages, mapping, schedule = _checked_layout(
+        computational_stages, device_mapping, pipeline_schedule, training,
+        batch_serialization_iterations)
+    if recomputation_mode is None:
+        recomputation_mode = RecomputationMode.Auto
+    if not isinstance(recomputation_mode, RecomputationMode):
+        raise TypeError("The given recomputation_mode is not a member of the "
+                        "RecomputationMode enumeration.")
+    _check_stage_options(forward_propagation_stages_poplar_options, len(stages),
+                         "forward_propagation_stages_poplar_options")
+    if training:
+        _check_stage_options(backward_propagation_stages_poplar_options, len(stages),
+                             "backward_propagation_stages_poplar_options")
+        if (weight_update_poplar_options is not None
+                and not isinstance(weight_update_poplar_options, PipelineStageOptions)):
+            raise TypeError(
+                "weight_update_poplar_options to be of type PipelineStageOptions, but got "
+                "%s instead." % (weight_update_poplar_options,))
+    if outfeed_mask and not training:
+        raise ValueError("An optimizer_function must be provided when outfeed_mask is set.")
+    if outfeed_loss and not training:
+        raise ValueError("An optimizer_function must be provided when outfeed_loss is True.")
+    if outfeed_loss and outfeed_mask:
+        raise ValueError("Only one of `outfeed_loss` and `outfeed_mask` can be set.")
     if accumulate_outfeed:
-        raise NotImplementedError(
-            "accumulate_outfeed is not supported by keras_ipu's functional pipeline.")
+        if not outfeed_queue:
+            raise ValueError(
+                "An outfeed_queue must be provided when accumulate_outfeed is True.")
+        if outfeed_queue._outfeed_mode != IPUOutfeedMode.ALL:  # noqa: SLF001 - as Graphcore's
+            raise ValueError("To accumulate the outfeed, it must be in IPUOutfeedMode ALL.")
     if batch_serialization_iterations != 1:
         raise NotImplementedError(
             "batch_serialization_iterations other than 1 is not supported by keras_ipu's "
-            "functional pipeline.")
-    if outfeed_loss and outfeed_mask is not None:
-        raise ValueError("Only one of `outfeed_loss` and `outfeed_mask` can be set.")
-    if outfeed_mask is not None and optimizer_function is None:
-        raise ValueError("An `outfeed_mask` can only be specified when `optimizer_function` "
-                         "is set.")
-    if outfeed_loss and optimizer_function is None:
-        raise ValueError("An `optimizer_function` must be specified when `outfeed_loss` "
-                         "is set.")
-    method = GradientAccumulationReductionMethod.parse(reduction_method)
+            "functional pipeline: Poplar splits each stage's batch into that many slices "
+            "run in a loop on the one IPU, and the simulator has no model of that "
+            "slicing (neither the values' order nor its memory and cycles), so it "
+            "cannot run such a pipeline faithfully.")
+    check_pipeline_iterations(gradient_accumulation_count, schedule, mapping, training)
     fixed = list(inputs or [])
-    n = len(stages)
+    name = name or "pipeline"
+
+    def enqueue_or_accumulate(data):
+        if not accumulate_outfeed:
+            return outfeed_queue.enqueue(data)
+        return _accumulated_enqueue(outfeed_queue, data, gradient_accumulation_count,
+                                    accumulate_outfeed_dtype, name)
 
     def body(*element, **named):
-        args, kwargs = list(fixed) + list(element), dict(named)
-        outputs = None
-        for k, stage in enumerate(stages):
-            with tf.name_scope(f"pipeline_stage_{k}"):
-                outputs = stage(*args, **kwargs)
-            args, kwargs = _as_call(outputs)
+        args, kwargs, outputs = run_stages(stages, list(fixed) + list(element), dict(named))
         ops = []
         to_outfeed = _flat_outputs(outputs)
-        if optimizer_function is not None:
+        if training:
             with tf.name_scope("pipeline_weight_update"):
                 spec = optimizer_function(*args, **kwargs)
                 if not isinstance(spec, OptimizerFunctionOutput):
@@ -153,18 +298,23 @@ def pipeline(computational_stages, gradient_accumulation_count=None,
                 leaves = list(to_outfeed) if isinstance(to_outfeed, list) else [to_outfeed]
                 if len(outfeed_mask) != len(leaves):
                     raise ValueError(
-                        f"outfeed_mask has {len(outfeed_mask)} entries for the "
-                        f"{len(leaves)} outputs of the last computational stage.")
+                        "The last computational stage has %d outputs, but the "
+                        "`outfeed_mask` has elements %d - these need to match in size."
+                        % (len(leaves), len(outfeed_mask)))
                 to_outfeed = [x for x, masked in zip(leaves, outfeed_mask) if not masked]
         if not _empty(to_outfeed):
             if outfeed_queue is None:
                 raise ValueError(
                     "The last computational stage has tensor outputs: %s, but no "
                     "outfeed_queue has been provided." % (to_outfeed,))
-            ops.append(outfeed_queue.enqueue(to_outfeed))
+            ops.append(enqueue_or_accumulate(to_outfeed))
         return tf.group(ops) if ops else tf.no_op()
 
     total = repeat_count * gradient_accumulation_count
+    record_pipeline(PipelineRun(
+        device_mapping=mapping, schedule=schedule,
+        gradient_accumulation_count=gradient_accumulation_count, repeat_count=repeat_count,
+        recomputation_mode=recomputation_mode, training=training))
     store = active_store()
     if store is not None:
         return loops.repeat(total, body, [], infeed_queue)
@@ -173,3 +323,33 @@ def pipeline(computational_stages, gradient_accumulation_count=None,
         store = _stores[stages[0]] = VariableStore()
     with store.trace():
         return loops.repeat(total, body, [], infeed_queue)
+
+
+def _accumulated_enqueue(outfeed_queue, data, count, dtype, name):
+    """accumulate_outfeed: each leaf summed over the pipeline run's `count`
+    micro-batches in an accumulator (of `dtype`, or the leaf's own) and
+    enqueued once, after the last, as Graphcore's pipeline sinks it in the
+    weight update."""
+    import tensorflow as tf
+
+    leaves = tf.nest.flatten(data)
+    with tf.compat.v1.variable_scope(f"{name}_outfeed_accumulation",
+                                     reuse=tf.compat.v1.AUTO_REUSE):
+        counter = tf.compat.v1.get_variable(
+            "micro_batch", shape=(), dtype=tf.int32, trainable=False,
+            initializer=tf.compat.v1.zeros_initializer())
+        accumulators = []
+        for k, leaf in enumerate(leaves):
+            leaf = tf.convert_to_tensor(leaf)
+            acc_dtype = leaf.dtype
+            if dtype is not None:
+                acc_dtype = tf.as_dtype(dtype(leaf) if callable(dtype)
+                                        and not isinstance(dtype, tf.DType) else dtype)
+            accumulators.append(tf.compat.v1.get_variable(
+                f"accumulator_{k}", shape=leaf.shape, dtype=acc_dtype, trainable=False,
+                initializer=tf.compat.v1.zeros_initializer()))
+    from keras_ipu.optimizers.v1 import every_nth
+
+    sums = [acc + tf.cast(leaf, acc.dtype) for acc, leaf in zip(accumulators, leaves)]
+    return every_nth(counter, count, accumulators, sums,
+                     lambda values: outfeed_queue.enqueue(tf.nest.pack_sequence_as(data, values)))

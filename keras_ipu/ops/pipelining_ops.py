@@ -2,7 +2,8 @@
 `tensorflow.python.ipu.ops.pipelining_ops`: the pipelining options Keras
 models take (PipelineSchedule, RecomputationMode, PipelineStageOptions) and
 the functional pipeline of TensorFlow code (pipeline,
-OptimizerFunctionOutput: keras_ipu/ops/functional_pipeline.py).
+OptimizerFunctionOutput: keras_ipu/ops/functional_pipeline.py;
+recomputation_checkpoint: keras_ipu/ops/recomputation_checkpoint.py).
 
 The schedule and the recomputation mode change what the simulator predicts
 (time and memory per IPU), never the values a pipeline computes.
@@ -10,8 +11,6 @@ The schedule and the recomputation mode change what the simulator predicts
 
 import enum
 from functools import reduce  # noqa: F401 (in Graphcore's module namespace)
-
-from keras_ipu._unavailable import unavailable_function
 
 from keras_ipu.device.compiler import recompute as _recompute
 
@@ -66,6 +65,4 @@ class PipelineStageOptions:
 # The functional (TensorFlow) pipeline API: keras_ipu/ops/functional_pipeline.py.
 from keras_ipu.ops.functional_pipeline import OptimizerFunctionOutput  # noqa: E402
 from keras_ipu.ops.functional_pipeline import pipeline  # noqa: E402
-
-_PLANNED = "not implemented yet (issue 12)."
-recomputation_checkpoint = unavailable_function("pipelining_ops.recomputation_checkpoint", _PLANNED)
+from keras_ipu.ops.recomputation_checkpoint import recomputation_checkpoint  # noqa: E402, F401

@@ -145,25 +145,35 @@ class GradientAccumulationOptimizerV2(IpuOptimizer):
                 k = tf.cast(n, acc.dtype)
                 new = acc * (k / (k + 1.0)) + g / (k + 1.0)
             updated.append(new)
-        last = tf.equal(counter + 1, self._num_mini_batches)
 
-        def apply():
-            grads = updated
+        def apply(grads):
             if self._cross_replica:
                 grads = [cross_replica_ops.cross_replica_mean(a) for a in grads]
-            op = self._opt.apply_gradients(
+            return self._opt.apply_gradients(
                 [(a, v) for a, (_, v) in zip(grads, pairs)], global_step, name)
-            with tf.control_dependencies([op]):
-                resets = [acc.assign(tf.zeros_like(acc)) for acc in accumulators]
-                resets.append(counter.assign(0))
-            return tf.group(resets)
 
-        def keep():
-            writes = [acc.assign(new) for acc, new in zip(accumulators, updated)]
-            writes.append(counter.assign_add(1))
-            return tf.group(writes)
+        return every_nth(counter, self._num_mini_batches, accumulators, updated, apply)
 
-        return tf.cond(last, apply, keep)
+
+def every_nth(counter, n, accumulators, updated, use):
+    """The in-program accumulation of n steps: at the n-th step (counted by
+    the int32 variable `counter`), `use(updated)` (an operation on the
+    accumulated values) then the accumulators and the counter reset; at the
+    others the accumulators take `updated` and the counter counts."""
+    last = tf.equal(counter + 1, n)
+
+    def on_last():
+        with tf.control_dependencies([use(updated)]):
+            resets = [acc.assign(tf.zeros_like(acc)) for acc in accumulators]
+            resets.append(counter.assign(0))
+        return tf.group(resets)
+
+    def keep():
+        writes = [acc.assign(new) for acc, new in zip(accumulators, updated)]
+        writes.append(counter.assign_add(1))
+        return tf.group(writes)
+
+    return tf.cond(last, on_last, keep)
 
 
 class CrossReplicaGradientAccumulationOptimizerV2(GradientAccumulationOptimizerV2):

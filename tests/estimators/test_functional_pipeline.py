@@ -109,15 +109,130 @@ def test_pipeline_arguments_are_checked():
     with pytest.raises(ValueError, match="gradient_accumulation_count must be specified"):
         ipu.ipu_compiler.compile(missing_count)
 
-    def bad_mapping():
-        return pipelining_ops.pipeline([lambda: tf.constant(1.0)], gradient_accumulation_count=2,
-                                       device_mapping=[0, 1])
+    def one_stage():
+        return pipelining_ops.pipeline([lambda: tf.constant(1.0)], gradient_accumulation_count=2)
 
-    with pytest.raises(ValueError, match="2 mappings != 1 stages"):
+    with pytest.raises(ValueError, match="at least two computational stages"):
+        ipu.ipu_compiler.compile(one_stage)
+
+    def bad_mapping():
+        return pipelining_ops.pipeline([lambda: tf.constant(1.0), tf.identity],
+                                       gradient_accumulation_count=2, device_mapping=[0, 1, 2])
+
+    with pytest.raises(ValueError, match="3 mappings != 2 stages"):
         ipu.ipu_compiler.compile(bad_mapping)
 
     def no_outfeed():
-        return pipelining_ops.pipeline([lambda: tf.constant(1.0)], gradient_accumulation_count=2)
+        return pipelining_ops.pipeline([lambda: tf.constant(1.0), tf.identity],
+                                       gradient_accumulation_count=2)
 
     with pytest.raises(ValueError, match="no outfeed_queue has been provided"):
         ipu.ipu_compiler.compile(no_outfeed)
+
+
+def _training_model(infeed, outfeed, stages, **kwargs):
+    def optimizer_function(lr, loss):
+        return pipelining_ops.OptimizerFunctionOutput(
+            tf.compat.v1.train.GradientDescentOptimizer(lr), loss)
+
+    def model(lr):
+        return pipelining_ops.pipeline(
+            list(stages), gradient_accumulation_count=GAC, repeat_count=2, inputs=[lr],
+            infeed_queue=infeed, outfeed_queue=outfeed, optimizer_function=optimizer_function,
+            outfeed_loss=True, **kwargs)
+
+    return model
+
+
+def _feeds():
+    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(MB, drop_remainder=True).repeat()
+    return ipu.ipu_infeed_queue.IPUInfeedQueue(dataset), ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+
+def test_accumulate_outfeed_enqueues_each_runs_sum_once():
+    """Graphcore's accumulate_outfeed: the loss summed over the run's
+    micro-batches (in float64 here: accumulate_outfeed_dtype), one element
+    per pipeline run."""
+    infeed, outfeed = _feeds()
+    model = _training_model(infeed, outfeed, _stages(), accumulate_outfeed=True,
+                            accumulate_outfeed_dtype=tf.float64)
+    ipu.ipu_compiler.compile(model, inputs=[tf.constant(LR)])
+    sums = outfeed.dequeue().numpy()
+    expected = _reference(2)[2].reshape(2, GAC).sum(axis=1)
+    assert sums.shape == (2,) and sums.dtype == np.float64
+    np.testing.assert_allclose(sums, expected, rtol=1e-5)
+
+
+def test_recomputation_checkpoint_marks_the_value_and_keeps_the_numbers():
+    from keras_ipu.device.primitives.markers import recomputation_checkpoint_p
+    from keras_ipu.frontends.tensorflow.function import bridge
+
+    stage1, stage2 = _stages()
+
+    def checkpointed(lr, x, y):
+        lr, h, y = stage1(lr, x, y)
+        return lr, pipelining_ops.recomputation_checkpoint(h), y
+
+    infeed, outfeed = _feeds()
+    model = _training_model(infeed, outfeed, [checkpointed, stage2])
+    ipu.ipu_compiler.compile(model, inputs=[tf.constant(LR)])
+    np.testing.assert_allclose(outfeed.dequeue().numpy(), _reference(2)[2], rtol=1e-5)
+
+    def program():
+        model(tf.constant(LR))
+
+    graph = bridge(program).program([])[3].graph
+    found = []
+
+    def walk(g):
+        for node in g.nodes:
+            if node.primitive is recomputation_checkpoint_p:
+                found.append(node.source)
+            for value in node.params.values():
+                for sub in (value if isinstance(value, tuple) else (value,)):
+                    if hasattr(sub, "nodes"):
+                        walk(sub)
+
+    walk(graph)
+    assert len(found) == 1 and "pipeline_stage_0" in found[0]
+    traced = tf.function(lambda: pipelining_ops.recomputation_checkpoint(
+        {"a": tf.ones((2,)), "b": [tf.zeros(())]}))
+    structure = traced.get_concrete_function().structured_outputs
+    assert set(structure) == {"a", "b"} and structure["b"][0].shape == ()
+
+
+def test_graphcore_checks_of_the_pipeline():
+    two = [lambda x: x, lambda x: x]
+    infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(tf.data.Dataset.from_tensor_slices(X))
+    last = ipu.ipu_outfeed_queue.IPUOutfeedQueue(
+        outfeed_mode=ipu.ipu_outfeed_queue.IPUOutfeedMode.LAST)
+    cases = [
+        (dict(gradient_accumulation_count=3), ValueError,
+         "must be a multiple of 2, but it is 3"),
+        (dict(gradient_accumulation_count=4, device_mapping=[0, 1, 0, 1]), ValueError,
+         "4 mappings != 2 stages"),
+        (dict(gradient_accumulation_count=4, pipeline_schedule=1), TypeError,
+         "not a member of the PipelineSchedule enumeration"),
+        (dict(gradient_accumulation_count=4, recomputation_mode="Auto"), TypeError,
+         "not a member of the RecomputationMode enumeration"),
+        (dict(gradient_accumulation_count=4, batch_serialization_iterations=2,
+              pipeline_schedule=pipelining_ops.PipelineSchedule.Grouped), NotImplementedError,
+         "only supported with the `Sequential` schedule"),
+        (dict(gradient_accumulation_count=4, batch_serialization_iterations=2,
+              device_mapping=[0, 1]), NotImplementedError, "mapped to a single IPU"),
+        (dict(gradient_accumulation_count=4, batch_serialization_iterations=2),
+         NotImplementedError, "no model of that slicing"),
+        (dict(gradient_accumulation_count=4, accumulate_outfeed=True, outfeed_queue=last),
+         ValueError, "must be in IPUOutfeedMode ALL"),
+        (dict(gradient_accumulation_count=4, continuous_weight_updates=True),
+         NotImplementedError, "Continuous weight updates"),
+        (dict(gradient_accumulation_count=4,
+              forward_propagation_stages_poplar_options=[pipelining_ops.PipelineStageOptions()]),
+         ValueError, "of length 2"),
+    ]
+    for kwargs, error, message in cases:
+        def model():
+            return pipelining_ops.pipeline(two, infeed_queue=infeed, **kwargs)
+
+        with pytest.raises(error, match=message):
+            ipu.ipu_compiler.compile(model)

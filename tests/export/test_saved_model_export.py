@@ -3,12 +3,6 @@ item 5): the SavedModel TensorFlow loads gives the numbers keras_ipu gives,
 in this process and in a fresh TensorFlow process that never imports
 keras_ipu's backend."""
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
@@ -114,36 +108,10 @@ def test_a_size_the_trace_needs_as_a_number_asks_for_a_fixed_signature(tmp_path)
     np.testing.assert_allclose(loaded.serve(x).numpy(), expected, atol=1e-5)
 
 
-_LOADER = textwrap.dedent("""
-    import json, sys
-    import numpy as np
-    import tensorflow as tf
-    path, x_file = sys.argv[1:3]
-    loaded = tf.saved_model.load(path)
-    out = loaded.serve(np.load(x_file))
-    out = {k: v.numpy().tolist() for k, v in out.items()} if isinstance(out, dict) \\
-        else out.numpy().tolist()
-    device = sorted(m for m in sys.modules if m.startswith("keras_ipu.")
-                    and m != "keras_ipu._hook")  # the .pth start-up hook
-    print(json.dumps({"out": out, "modules": device}))
-""")
-
-
-def test_a_fresh_tensorflow_process_loads_and_runs_it(tmp_path):
+def test_a_fresh_tensorflow_process_loads_and_runs_it(tmp_path, serve_in_fresh_tensorflow):
     model = _conv_model()
     x = np.random.default_rng(3).random((4, 8, 8, 3)).astype("float32")
     expected = model.predict(x, verbose=0)
     model.export(str(tmp_path / "model"), verbose=False)
-    np.save(tmp_path / "x.npy", x)
-
-    env = dict(os.environ, KERAS_IPU_TF_HOOK="0", TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("KERAS_BACKEND", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _LOADER, str(tmp_path / "model"), str(tmp_path / "x.npy")],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    # keras_ipu (its backend, its device) is not needed to serve it.
-    assert result["modules"] == []
-    np.testing.assert_allclose(np.asarray(result["out"]), expected, atol=1e-5)
+    served = serve_in_fresh_tensorflow(tmp_path / "model", [x])
+    np.testing.assert_allclose(served, expected, atol=1e-5)

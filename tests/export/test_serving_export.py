@@ -52,3 +52,72 @@ def test_export_single_step_checks_its_arguments(tmp_path):
     with pytest.raises(NotImplementedError, match="tf.Session"):
         ipu.serving.export_single_step(predict_step, str(tmp_path / "c"), 4,
                                        variable_initializer=lambda session: None)
+
+
+# -- export_pipeline ------------------------------------------------------------
+
+V = tf.Variable(np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(4, 3))
+
+
+def _stage1(scale, x):
+    return tf.nn.relu(tf.matmul(x, V)) * scale, x
+
+
+def _stage2(h, x):
+    return tf.reduce_sum(h, axis=1), tf.reduce_max(x, axis=1)
+
+
+def test_export_pipeline_serves_every_stage_in_a_fresh_process(tmp_path,
+                                                               serve_in_fresh_tensorflow):
+    x = np.random.default_rng(1).random((2, 4)).astype("float32")
+    path = tmp_path / "pipelined"
+    # The signature describes the first stage's arguments: `inputs` first.
+    predict = ipu.serving.export_pipeline(
+        [_stage1, _stage2], str(path), iterations=4, inputs=[3.0], device_mapping=[1, 0],
+        predict_step_signature=[tf.TensorSpec((), tf.float32), tf.TensorSpec((2, 4), tf.float32)],
+        output_names=["total", "peak"], postprocessing_step=lambda t, p: (t + 1.0, p))
+    expected_total = 3.0 * np.maximum(x @ V.numpy(), 0).sum(1) + 1.0
+    served = serve_in_fresh_tensorflow(path, [x], endpoint="signature:serving_default")
+    np.testing.assert_allclose(served["total"], expected_total, rtol=1e-6)
+    np.testing.assert_allclose(served["peak"], x.max(1), rtol=1e-6)
+    np.testing.assert_allclose(predict(tf.constant(x))["total"].numpy(), expected_total,
+                               rtol=1e-6)
+
+
+def test_export_pipeline_takes_the_signature_of_a_dataset_or_a_preprocessing_step(tmp_path):
+    x = np.random.default_rng(2).random((2, 4)).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices(np.stack([x, x])).batch(2, drop_remainder=True)
+    dataset = dataset.map(lambda b: b[0])  # elements of shape (2, 4)
+    ipu.serving.export_pipeline([_stage1, _stage2], str(tmp_path / "ds"), iterations=2,
+                                inputs=[1.0], input_dataset=dataset)
+    served = tf.saved_model.load(str(tmp_path / "ds")).signatures["serving_default"](
+        tf.constant(x))
+    np.testing.assert_allclose(served["output_0"].numpy(), np.maximum(x @ V.numpy(), 0).sum(1),
+                               rtol=1e-6)
+
+    ipu.serving.export_pipeline(
+        [_stage1, _stage2], str(tmp_path / "pre"), iterations=2, inputs=[1.0],
+        preprocessing_step=lambda s: tf.strings.to_number(s, tf.float32),
+        preprocessing_step_signature=[tf.TensorSpec((2, 4), tf.string)])
+    strings = tf.constant(x.astype(str))
+    served = tf.saved_model.load(str(tmp_path / "pre")).signatures["serving_default"](strings)
+    np.testing.assert_allclose(served["output_1"].numpy(), x.max(1), rtol=1e-6)
+
+
+def test_export_pipeline_checks_the_pipeline(tmp_path):
+    spec = [tf.TensorSpec((), tf.float32), tf.TensorSpec((2, 4), tf.float32)]
+    with pytest.raises(ValueError, match="must be a multiple of 2, but it is 3"):
+        ipu.serving.export_pipeline([_stage1, _stage2], str(tmp_path / "a"), iterations=3,
+                                    inputs=[1.0], predict_step_signature=spec)
+    with pytest.raises(ValueError, match="3 mappings != 2 stages"):
+        ipu.serving.export_pipeline([_stage1, _stage2], str(tmp_path / "b"), iterations=4,
+                                    inputs=[1.0], device_mapping=[0, 1, 2],
+                                    predict_step_signature=spec)
+    with pytest.raises(ValueError, match="at least two computational stages"):
+        ipu.serving.export_pipeline([_stage1], str(tmp_path / "c"), iterations=4,
+                                    inputs=[1.0], predict_step_signature=spec)
+    with pytest.raises(TypeError, match="PipelineStageOptions"):
+        ipu.serving.export_pipeline([_stage1, _stage2], str(tmp_path / "d"), iterations=4,
+                                    inputs=[1.0], poplar_options=[{}, {}],
+                                    predict_step_signature=spec)
+    assert not os.listdir(tmp_path)  # nothing half written
