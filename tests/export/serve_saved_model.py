@@ -3,8 +3,9 @@ imported): `python serve_saved_model.py PATH INPUTS.npz ENDPOINT` calls the
 endpoint (an attribute of the loaded object; or "signature:NAME" for a
 signature of one input, "signature:NAME:IN1,IN2" naming its inputs in
 order) on the arrays of INPUTS.npz (arr_0, arr_1, ... in order) and
-prints JSON: the outputs (a dict of lists, or a list) and the keras_ipu
-modules the process loaded."""
+prints JSON: the outputs (a dict of lists, or a list) and the modules of
+keras_ipu's machinery (backend, device, export, front end, models, ops)
+the process loaded."""
 
 import json
 import sys
@@ -29,6 +30,9 @@ if isinstance(out, dict):
     out = {k: v.numpy().tolist() for k, v in out.items()}
 else:
     out = out.numpy().tolist()
-modules = sorted(m for m in sys.modules if m.startswith("keras_ipu.")
-                 and m != "keras_ipu._hook")  # the .pth start-up hook
+# The .pth start-up hook imports keras_ipu's package (its __init__ and
+# what that needs); serving must need nothing of its machinery.
+modules = sorted(m for m in sys.modules if m.split(".")[:2] in (
+    ["keras_ipu", "backend"], ["keras_ipu", "device"], ["keras_ipu", "export"],
+    ["keras_ipu", "frontends"], ["keras_ipu", "models"], ["keras_ipu", "ops"]))
 print(json.dumps({"out": out, "modules": modules}))
