@@ -11,9 +11,13 @@ nlp/bert/tensorflow2/configs/pretrain_large_128_phase1.json): stages
 [embedding + 3 layers], [7 layers] x 3, [masked-LM and NSP heads] on IPUs
 [0, 1, 2, 3, 0] (the heads share the embedding's weights, so they sit on
 IPU 0 with it), micro-batch 8, 2040 micro-batches per weight update, 4
-replicas (16 IPUs), LAMB, float16, recomputation of each stage from its
-input (`recomputation_mode`: Graphcore's Grouped default,
-RecomputeThenBackpropagate).
+replicas (16 IPUs), LAMB with float32 moments (their optimizer's m_dtype /
+v_dtype) kept in Streaming Memory (`optimizer_state_offchip`: true, so
+offload_weight_update_variables=True; replicated_tensor_sharding false),
+float16 weights and activations, RUNNING_MEAN accumulation, schedule
+Grouped, recomputation_mode RecomputeAndBackpropagateInterleaved (all as
+run_pretraining.py passes them to set_pipelining_options), a recomputation
+checkpoint after each encoder layer (as convert_bert_model.py adds).
 
 Trace and compile only: the model is built in
 `keras.StatelessScope(initialize_variables=False)`, so its 340M weights
@@ -47,6 +51,8 @@ GRAPHCORE_DEVICE_MAPPING = [0, 1, 2, 3, 0]
 def encoder_layer(x, name):
     import keras
 
+    import keras_ipu as ipu
+
     attention = keras.layers.MultiHeadAttention(
         HEADS, HIDDEN // HEADS, dropout=0.0, name=f"{name}_attention")(x, x)
     attention = keras.layers.Dropout(0.1)(attention)
@@ -55,8 +61,12 @@ def encoder_layer(x, name):
     h = keras.layers.Dense(FEED_FORWARD, activation="gelu", name=f"{name}_ff1")(x)
     h = keras.layers.Dense(HIDDEN, name=f"{name}_ff2")(h)
     h = keras.layers.Dropout(0.1)(h)
-    return keras.layers.LayerNormalization(epsilon=1e-12, name=f"{name}_ln2")(
+    x = keras.layers.LayerNormalization(epsilon=1e-12, name=f"{name}_ln2")(
         keras.layers.Add()([x, h]))
+    # Graphcore's conversion puts a recomputation checkpoint after every
+    # encoder layer (convert_bert_model.py, ModelAddRecomputationCheckpoints
+    # after TFBertLayer): the backward pass recomputes one layer at a time.
+    return ipu.layers.RecomputationCheckpoint(name=f"{name}_checkpoint")(x)
 
 
 def _position_embedding():
@@ -129,6 +139,29 @@ def bert_large(stage_layers=GRAPHCORE_STAGES):
     return keras.Model([ids, types, positions], [mlm, nsp], name="bert_large")
 
 
+def _lamb_float32_moments():
+    import keras
+
+    class Lamb(keras.optimizers.Lamb):
+        """Keras' LAMB with its moments in float32 whatever the weights'
+        dtype, as Graphcore's BERT optimizer keeps them (m_dtype=v_dtype=
+        tf.float32 in keras_extensions/optimization.py)."""
+
+        def build(self, var_list):
+            if self.built:
+                return
+            keras.optimizers.Optimizer.build(self, var_list)
+            self._momentums, self._velocities = [], []
+            for var in var_list:
+                for slots, name in ((self._momentums, "momentum"),
+                                    (self._velocities, "velocity")):
+                    slots.append(self.add_variable(
+                        shape=var.shape, dtype="float32", initializer="zeros",
+                        name=f"{var.path.replace('/', '_')}_{name}"))
+
+    return Lamb
+
+
 def configure():
     """A Bow Pod16 (4 replicas of the 4-IPU pipeline) with recomputation
     allowed, as Graphcore's configuration runs it (the pipeline's
@@ -148,6 +181,7 @@ def predict(stage_layers=GRAPHCORE_STAGES, device_mapping=GRAPHCORE_DEVICE_MAPPI
     import keras
 
     import keras_ipu as ipu
+    from keras_ipu.ops.pipelining_ops import PipelineSchedule
     from keras_ipu.ops.pipelining_ops import RecomputationMode
 
     configure()
@@ -156,7 +190,7 @@ def predict(stage_layers=GRAPHCORE_STAGES, device_mapping=GRAPHCORE_DEVICE_MAPPI
     strategy = ipu.ipu_strategy.IPUStrategy()
     try:
         # Its step counter is a plain variable (the slots come later, lazily).
-        optimizer = keras.optimizers.Lamb(learning_rate=0.006, weight_decay=0.01)
+        optimizer = _lamb_float32_moments()(learning_rate=0.006, weight_decay=0.01)
         with keras.StatelessScope(initialize_variables=False), strategy.scope():
             model = bert_large(stage_layers)
             model.compile(
@@ -167,7 +201,12 @@ def predict(stage_layers=GRAPHCORE_STAGES, device_mapping=GRAPHCORE_DEVICE_MAPPI
             model.set_pipelining_options(
                 gradient_accumulation_steps_per_replica=ACCUMULATION,
                 device_mapping=list(device_mapping),
-                recomputation_mode=RecomputationMode.RecomputeThenBackpropagate,
+                gradient_accumulation_reduction_method=(
+                    ipu.optimizers.GradientAccumulationReductionMethod.RUNNING_MEAN),
+                pipeline_schedule=PipelineSchedule.Grouped,
+                recomputation_mode=RecomputationMode.RecomputeAndBackpropagateInterleaved,
+                offload_weight_update_variables=True,
+                replicated_optimizer_state_sharding=False,
             )
             t0 = time.perf_counter()
             prediction = ipu.models.predict_training(

@@ -12,8 +12,9 @@ conv2_block1_out, conv2_block3_out, conv3_block4_out; device-mapping
 [0, 0, 0, 0]; schedule Sequential) with recomputation on, so each of the
 four stages keeps only its input and recomputes its activations in the
 backward pass, and distributed batch norm over groups of 2 replicas
-(dbn-replica-group-size 2). 2304 images per weight update over 16 replicas:
-9 micro-batches of 16 per replica.
+(dbn-replica-group-size 2), RUNNING_MEAN accumulation, the optimizer
+state on the IPU (optimizer-state-offloading: False). 2304 images per
+weight update over 16 replicas: 9 micro-batches of 16 per replica.
 
 The same here: `keras.applications.ResNet50(weights=None)` made in an
 IPUStrategy scope, split into those four stages, all on IPU 0,
@@ -75,8 +76,13 @@ def build(recompute):
     kwargs = {"pipeline_schedule": PipelineSchedule.Sequential}
     if recompute:
         kwargs["recomputation_mode"] = RecomputationMode.RecomputeAndBackpropagateInterleaved
+    # Graphcore's model_factory passes RUNNING_MEAN and the config's
+    # optimizer-state-offloading (False for resnet50_mlperf_bs16).
     model.set_pipelining_options(
         gradient_accumulation_steps_per_replica=ACCUMULATION,
+        gradient_accumulation_reduction_method=(
+            ipu.optimizers.GradientAccumulationReductionMethod.RUNNING_MEAN),
+        offload_weight_update_variables=False,
         device_mapping=[0] * (len(SPLITS) + 1), **kwargs)
     return model
 

@@ -112,7 +112,7 @@ class LivePeak:
     maxima: list
 
 
-def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None):
+def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None, streamed=None):
     """Yields a LiveStep per step of `graph`.
 
     weigh(var) -> tuple of numbers (bytes on the IPU, on a tile...): what a
@@ -121,10 +121,22 @@ def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None):
     counted (the IPU's always-live memory). in_place(node, dying) -> for each
     output, the operand (a Var dying at this step) whose memory it takes
     over, or None: such a result adds nothing, and one written into memory
-    not counted here (an input) is not counted either.
+    not counted here (an input) is not counted either. streamed: (inputs,
+    outputs) held in streaming memory (offloaded variables): such an input
+    is live from its first reader (loaded there) to its last, such an
+    output from its step to its last reader in the program (stored back
+    then), not to the end.
     """
     liveness = liveness or analyze(graph)
     dying = liveness.dying
+    loads = set()
+    if streamed is not None:
+        loads, stores = set(streamed[0]), set(streamed[1])
+        dying = {step: list(vs) for step, vs in dying.items()}
+        for v in stores & set(dying.get(liveness.end, ())):
+            dying[liveness.end].remove(v)
+            seen = liveness.readers.get(v)
+            dying.setdefault(seen[-1] if seen else liveness.made_at.get(v, -1), []).append(v)
     live = set()
     uncounted = set()  # values held in memory not counted here (inputs)
     made = {}
@@ -145,8 +157,12 @@ def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None):
             live.discard(v)
             add(-1, v)
     else:
-        uncounted.update(graph.inputs)
+        uncounted.update(v for v in graph.inputs if v not in loads)
     for i, node in enumerate(graph.nodes):
+        for v in node.inputs:
+            if v in loads and v not in live:
+                live.add(v)
+                add(1, v)
         dies_here = dying.get(i, ())
         into = in_place(node, set(dies_here)) if in_place is not None else None
         for k, v in enumerate(node.outputs):
@@ -172,12 +188,12 @@ def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None):
                 add(-1, v)
 
 
-def peak(graph, weigh, *, inputs_live=False, in_place=None, liveness=None):
+def peak(graph, weigh, *, inputs_live=False, in_place=None, liveness=None, streamed=None):
     """The LivePeak of a walk of `graph` (see walk); None when nothing is
     ever live (no steps, or nothing weighed)."""
     best, maxima = None, None
     for step in walk(graph, weigh, inputs_live=inputs_live, in_place=in_place,
-                     liveness=liveness):
+                     liveness=liveness, streamed=streamed):
         totals = step.with_inner()
         if not totals:
             continue

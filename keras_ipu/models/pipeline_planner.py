@@ -22,11 +22,14 @@ says which stage is the bottleneck, the utilisation and whether all fits.
 
 import dataclasses
 
+from keras_ipu.backend.trainer_ops.model_state import TRAIN_STATE
+from keras_ipu.backend.trainer_ops.model_state import state_variables
 from keras_ipu.device.compiler.placement import restaged
 from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import sharding
 from keras_ipu.device.simulator.prediction import predict_costs
 from keras_ipu.device.units import fmt_bytes
+from keras_ipu.models.offload import offload_of
 from keras_ipu.models.prediction import TrainingPrediction
 from keras_ipu.models.prediction import once_per_step
 from keras_ipu.models.prediction import placed_step
@@ -148,7 +151,8 @@ def auto_pipeline(model, num_ipus, batch_size, *, gradient_accumulation=None,
         a.pipeline_stage = i
     object.__setattr__(model, "_ipu_assignment", defaults)
     try:
-        graph, n_state = trace_training_step(model, batch_size, replicas)
+        layout = {}
+        graph, n_state = trace_training_step(model, batch_size, replicas, layout=layout)
     finally:
         object.__setattr__(model, "_ipu_assignment", saved)
 
@@ -168,11 +172,14 @@ def auto_pipeline(model, num_ipus, batch_size, *, gradient_accumulation=None,
     moves = 0
 
     def predict(split):
+        placed = placed_step(restaged(graph, split), list(range(num_ipus)))
         return sharding.predict_sharded(
-            placed_step(restaged(graph, split), list(range(num_ipus))), target=target,
+            placed, target=target,
             gradient_accumulation_count=g, schedule=schedule.name, batch_size=batch_size,
             resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
-            weight_update=once,
+            weight_update=once, memory_schedule="best",
+            offload=offload_of(model, state_variables(model, TRAIN_STATE), replicas, g,
+                               placed, layout["state_outputs"]),
         )
 
     sharded = predict(assignment)

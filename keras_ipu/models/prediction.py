@@ -43,6 +43,7 @@ from keras_ipu.device.simulator import sharding
 from keras_ipu.device.trace import trace_flat
 from keras_ipu.device.units import fmt_bytes
 from keras_ipu.distribute.replication import tracing_replicas
+from keras_ipu.models.offload import offload_of
 from keras_ipu.models.recomputation import training_recomputation
 from keras_ipu.models.training_step import GRADIENT_ALL_REDUCE
 from keras_ipu.models.training_step import accumulated_train_step
@@ -112,6 +113,9 @@ class TrainingPrediction:
             f"{'ipu':>4} {'stages':<8} {'forward':>12} {'backward':>12} {'update':>10} "
             f"{'stash':>10} {'x':>3} {'memory':>11} {'tile peak':>11}",
         ]
+        offloaded = any(p.memory.streamed_bytes for p in pred.ipus)
+        if offloaded:
+            lines[-1] += f" {'offloaded':>11} {'offload cycles':>14}"
         for p in pred.ipus:
             m = p.memory
             # One IPU: forward and backward are one program (all in "forward").
@@ -121,6 +125,7 @@ class TrainingPrediction:
                 f"{p.forward_cycles:>12,} {backward} "
                 f"{p.weight_update_cycles:>10,} {fmt(p.stash_bytes):>10} {p.in_flight:>3} "
                 f"{fmt(m.total_bytes):>11} {fmt(m.tile_bytes):>11}"
+                + (f" {fmt(m.streamed_bytes):>11} {p.offload_cycles:>14,}" if offloaded else "")
                 + ("" if m.fits else "  OUT OF MEMORY")
             )
         sps = self.samples_per_second
@@ -160,12 +165,14 @@ def _sample_batch(model, batch_size):
 
 
 def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
-                        accumulators=False):
+                        accumulators=False, layout=None):
     """The optimized Graph of one micro-batch's training step of `model`
     (staged when pipelined), and the number of its state inputs.
     `accumulators`: the gradient accumulators (and the micro-batch count)
     are resident state of the program, as when the step accumulates over
-    several micro-batches; else the gradients go straight to the update."""
+    several micro-batches; else the gradients go straight to the update.
+    layout: a dict to fill with "state_outputs", the output position of the
+    new value of each flattened state input (offload.offload_of reads it)."""
     from keras_ipu.models.functions import _pipelined
     from keras_ipu.models.functions import gradient_accumulator_dtype
 
@@ -204,6 +211,9 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
         state_in, data = unflatten(structure, tracers)
         logs, new_state = step(state_in, data)
         out, _ = flatten((logs, new_state))
+        if layout is not None:
+            start = len(flatten(logs)[0])
+            layout["state_outputs"] = _state_outputs(state_in, new_state, start)
         return out
 
     with tracing_replicas(replicas):
@@ -212,6 +222,18 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
         options = CompileOptions(recomputation=training_recomputation(model))
     graph, _ = optimize(graph, options)
     return graph, n_state
+
+
+def _state_outputs(state_in, new_state, start):
+    """The output position (from `start`) of the new value of each
+    flattened leaf of `state_in`, group by group (None: a leaf whose group
+    comes back with another length)."""
+    positions = []
+    for group_in, group_out in zip(state_in, new_state):
+        n_in, n_out = len(flatten(group_in)[0]), len(flatten(group_out)[0])
+        positions += list(range(start, start + n_in)) if n_in == n_out else [None] * n_in
+        start += n_out
+    return positions
 
 
 def _dtype_name(dtype):
@@ -253,17 +275,22 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
             schedule = options.pipeline_schedule
         if replicas is None:
             replicas = _replicas_or_one(model)
+        layout = {}
         graph, n_state = trace_training_step(
-            model, batch_size, replicas, batch=batch, accumulators=gradient_accumulation > 1)
+            model, batch_size, replicas, batch=batch, accumulators=gradient_accumulation > 1,
+            layout=layout)
     finally:
         if assignment is not None:
             object.__setattr__(model, "_ipu_assignment", saved)
+    placed = placed_step(graph, device_mapping if pipelined else None)
     sharded = sharding.predict_sharded(
-        placed_step(graph, device_mapping if pipelined else None), target=target,
+        placed, target=target,
         gradient_accumulation_count=gradient_accumulation, schedule=schedule,
         batch_size=batch_size,
         resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
-        weight_update=once_per_step(model),
+        weight_update=once_per_step(model), memory_schedule="best",
+        offload=offload_of(model, model_state.state_variables(model, model_state.TRAIN_STATE),
+                           replicas, gradient_accumulation, placed, layout["state_outputs"]),
     )
     return TrainingPrediction(
         model_name=model.name, sharded=sharded, replicas=replicas, batch_size=batch_size,

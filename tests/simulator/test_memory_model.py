@@ -151,3 +151,29 @@ def test_values_still_needed_and_constants_are_never_overwritten():
     assert analyze_memory(g, IPU2).not_always_live_bytes == 1024
     g = build([aval((256,)), aval((256,))], lambda b, x, y: [b.op("add", x, y), x])
     assert analyze_memory(g, IPU2).not_always_live_bytes == 0  # into y
+
+
+def test_best_schedule_takes_the_post_order_when_it_holds_less():
+    """Poplar's CHOOSE_BEST: of the program order (both products first,
+    then both sums: both products live at once) and the post order from
+    the outputs (each product then its sum: one at a time), the lower."""
+    from keras_ipu.device import trace as _trace
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.simulator import memory_model as mm
+    from keras import ops
+
+    def f(a, b):
+        x1, x2 = ops.matmul(a, a), ops.matmul(b, b)
+        return [ops.sum(x1), ops.sum(x2)]
+
+    aval = ShapedArray((256, 256), "float32")
+    graph, _ = _trace.trace_flat(f, [aval, aval])
+    big = 256 * 256 * 4
+    program = mm.analyze_memory(graph, IPU2)
+    best = mm.analyze_memory(graph, IPU2, schedule="best")
+    assert [n.primitive.name for n in mm.post_order(graph).nodes] != [
+        n.primitive.name for n in graph.nodes]
+    # program: x1, x2 and the first sum (4 B) at once; post order: one
+    # product and both sums.
+    assert program.not_always_live_bytes == 2 * big + 4
+    assert best.not_always_live_bytes == big + 8

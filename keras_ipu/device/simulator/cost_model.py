@@ -19,6 +19,8 @@ Sources, as cited below:
             worker, each of the six workers taking 1/6 of the elements).
   [PCIE]    the PCI Express specification: Gen4 x16 moves about 32 GB/s in
             each direction (the 64 GB/s of [DESIGN] counts both directions).
+  [TFOFFLOAD] and [BOW2000]: see "streaming memory" and "reductions
+            between processes" below.
   assumption: a figure chosen here, not published; calibrate it against
             the anchors of [DESIGN] (ResNet-50 and BERT-Large on Bow Pod16).
 
@@ -318,6 +320,62 @@ def collective_link_cycles(link_bytes, link_steps, target):
         return 0, 0
     return (math.ceil(ipu_link_seconds(link_bytes, target) * target.clock_hz),
             link_steps * INTER_IPU_SYNC_CYCLES)
+
+
+# -- streaming memory (remote buffers) [TFOFFLOAD], [BOW2000] -------------------
+# [TFOFFLOAD] graphcore/tensorflow, compiler/plugin/poplar/driver/passes/
+#             variables_offload_and_partition.cc: a variable only the weight
+#             update reads and writes (an optimizer slot) lives in a remote
+#             buffer when offloaded; the weight update loads it (with
+#             replicated sharding: this replica's 1/r of the elements, padded,
+#             then an all-gather across the r replicas), updates it, and
+#             stores it back (with sharding: its own 1/r, sliced out by a
+#             "LOCAL" reduce-scatter that moves no data). A variable smaller
+#             than IPUConfig.optimizations.minimum_remote_tensor_size (times r
+#             when sharded) stays on the IPU.
+# [BOW2000] (below): the IPU-Machine's Streaming Memory, "up to 256GB".
+# No Graphcore figure for the Streaming Memory's bandwidth per IPU is in our
+# sources: it is taken as the host link's one-way rate of [DESIGN] [PCIE]
+# (an assumption; the DDR sits behind the machine's gateway, not on PCIe).
+
+
+def streaming_memory_seconds(nbytes, target):
+    """Moving `nbytes` between an IPU and Streaming Memory (one direction)."""
+    if not nbytes:
+        return 0.0
+    return nbytes / host_bytes_per_s(target)
+
+
+def replica_shard_bytes(nbytes, itemsize, replicas):
+    """[TFOFFLOAD]: bytes of one replica's shard of an `nbytes` tensor of
+    `itemsize`-byte elements partitioned over `replicas` (the element count
+    rounded up to a multiple of `replicas`: the store pads it)."""
+    r = max(1, int(replicas))
+    elements = math.ceil(nbytes / max(1, int(itemsize)))
+    return math.ceil(elements / r) * int(itemsize)
+
+
+def all_gather_link_traffic(nbytes, replicas):
+    """[RING]: (bytes each IPU sends, synchronised steps) of an all-gather
+    that rebuilds an `nbytes` tensor from `replicas` shards: the all-gather
+    half of the ring all-reduce, (k - 1) / k x n bytes in k - 1 steps."""
+    k = int(replicas)
+    if k <= 1 or not nbytes:
+        return 0, 0
+    return math.ceil((k - 1) * nbytes / k), k - 1
+
+
+def offloaded_update_cycles(shard_bytes, full_bytes, replicas, target):
+    """[TFOFFLOAD]: cycles the weight update spends on offloaded optimizer
+    state per step: load this replica's shard (`shard_bytes`, all of it
+    when not sharded) from Streaming Memory and store it back, plus, when
+    sharded over `replicas`, the all-gather of the `full_bytes` over the
+    IPU-Links (collective_link_cycles)."""
+    if not shard_bytes:
+        return 0
+    stream = math.ceil(2 * streaming_memory_seconds(shard_bytes, target) * target.clock_hz)
+    links, syncs = collective_link_cycles(*all_gather_link_traffic(full_bytes, replicas), target)
+    return stream + links + syncs
 
 
 def pipeline_utilisation(gradient_accumulation_count, n_stages):

@@ -11,6 +11,14 @@ Always live: the program's inputs (weights, optimizer state and the stream
 buffers of the data fed in), its constants, and the code estimate.
 Not always live: the values made by the program's steps, from their step
 to their last use (graph outputs to the end); the peak over the schedule.
+With schedule="best" (the training predictions) the peak is the lower of
+the program's own order and a post-order walk from its outputs, as
+Poplar's default IPUConfig.scheduling.algorithm, CHOOSE_BEST, makes
+several schedules (among them POST_ORDER) and keeps the one with the
+lowest liveness; the executable's own check keeps the program order.
+Inputs held in Streaming Memory (offloaded optimizer state, `streamed`)
+are not always live: each is on the IPU from the step that loads it to its
+last use, its new value until it is stored back (cost_model [TFOFFLOAD]).
 """
 
 import dataclasses
@@ -154,7 +162,7 @@ class MemoryReport:
     ipu: int
     tiles: int
     always_live_bytes: int  # per IPU
-    input_bytes: int
+    input_bytes: int  # on the IPU (streamed inputs not included)
     constant_bytes: int
     code_bytes: int  # per IPU
     not_always_live_bytes: int  # peak, per IPU
@@ -164,6 +172,7 @@ class MemoryReport:
     tile_bytes: int  # its peak bytes (always + not-always live)
     tile_always_live_bytes: int
     largest_live: list  # LiveTensor, largest first, at the tile peak
+    streamed_bytes: int = 0  # inputs of this IPU held in Streaming Memory
 
     @property
     def total_bytes(self):
@@ -188,7 +197,9 @@ class MemoryReport:
             f"  not always live:  {_fmt_bytes(self.not_always_live_bytes):>11}  "
             f"(peak at step {self.peak_step}: {self.peak_step_name})",
             f"  total:            {_fmt_bytes(self.total_bytes):>11}  of "
-            f"{_fmt_bytes(t.sram_bytes_per_tile * self.tiles)}",
+            f"{_fmt_bytes(t.sram_bytes_per_tile * self.tiles)}"
+            + (f"  (+ {_fmt_bytes(self.streamed_bytes)} in Streaming Memory)"
+               if self.streamed_bytes else ""),
             f"  fullest tile:     tile {self.tile}, {_fmt_bytes(self.tile_bytes)} of "
             f"{_fmt_bytes(t.sram_bytes_per_tile)} "
             f"({100.0 * self.tile_bytes / t.sram_bytes_per_tile:.1f}%)",
@@ -237,24 +248,32 @@ def made_by(node, index):
     return f"{node.primitive.name} (step {index})"
 
 
-def analyze_memory(obj, target=None, ipu=0, top=5):
+def analyze_memory(obj, target=None, ipu=0, top=5, streamed=None, schedule="program"):
     """The MemoryReport of a Graph or Executable on IPU `ipu` of `target`
     (an IPUTarget or its name; default: the current system's). A placed
     program (compiler/placement.py) counts on each IPU what its nodes hold
     there: the inputs and constants they read, the code of the steps that
-    run there (a copy runs on both IPUs), the values they make."""
+    run there (a copy runs on both IPUs), the values they make. streamed:
+    (inputs, outputs) of the program held in Streaming Memory (see the
+    module doc). schedule: "program" or "best" (module doc)."""
     target = resolve_target(target)
     graph = graph_of(obj)
     tiles = target.tiles_per_ipu
     held = held_on(graph, ipu)
-    inputs = [v.aval for v in held.inputs]
+    remote = set(streamed[0]) if streamed is not None else set()
+    streamed_bytes = sum(_nbytes(v.aval) for v in held.inputs if v in remote)
+    inputs = [v.aval for v in held.inputs if v not in remote]
     constants = list(held.constants)
     input_bytes = sum(_nbytes(a) for a in inputs)
     constant_bytes = sum(_nbytes(a) for a in constants)
     code_tile = cost_model.code_bytes_per_tile(held.steps)
     always_tile = code_tile + sum(tile_bytes(a, tiles) for a in inputs + constants)
 
-    peak = not_always_live(graph, tiles, ipu)
+    peak = not_always_live(graph, tiles, ipu, streamed)
+    if schedule == "best":
+        other = not_always_live(post_order(graph), tiles, ipu, streamed)
+        if other.tile_bytes < peak.tile_bytes:
+            peak = other
     candidates = (
         list(peak.tensors)
         + [LiveTensor(_nbytes(a), a, "program input") for a in inputs]
@@ -271,7 +290,44 @@ def analyze_memory(obj, target=None, ipu=0, top=5):
         not_always_live_bytes=peak.ipu_bytes, peak_step=peak.step,
         peak_step_name=peak.name, tile=0, tile_bytes=always_tile + peak.tile_bytes,
         tile_always_live_bytes=always_tile, largest_live=candidates[:top],
+        streamed_bytes=streamed_bytes,
     )
+
+
+def post_order(graph):
+    """`graph` with its steps in the order of a post-order walk from its
+    outputs (each output's operands first, in operand order; steps no
+    output needs after, from their own), as the POST_ORDER scheduler of
+    Graphcore's TensorFlow orders a program: a shallow copy (same nodes,
+    same values)."""
+    maker = {v: node for node in graph.nodes for v in node.outputs}
+    done, order = set(), []
+
+    def visit(root):
+        stack = [(root, iter(root.inputs))]
+        done.add(id(root))
+        while stack:
+            node, operands = stack[-1]
+            for v in operands:
+                up = maker.get(v)
+                if up is not None and id(up) not in done:
+                    done.add(id(up))
+                    stack.append((up, iter(up.inputs)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+
+    for v in graph.outputs:
+        node = maker.get(v)
+        if node is not None and id(node) not in done:
+            visit(node)
+    for node in graph.nodes:
+        if id(node) not in done:
+            visit(node)
+    out = Graph()
+    out.inputs, out.nodes, out.outputs = list(graph.inputs), order, list(graph.outputs)
+    return out
 
 
 @dataclasses.dataclass
@@ -306,7 +362,9 @@ def _described(step, graph, keep=None):
     values included (those `keep(var)` accepts, when given)."""
     nodes = graph.nodes
     tensors = tuple(
-        LiveTensor(_nbytes(v.aval), v.aval, made_by(nodes[step.made[v]], step.made[v]))
+        LiveTensor(_nbytes(v.aval), v.aval,
+                   made_by(nodes[step.made[v]], step.made[v]) if v in step.made
+                   else "loaded from Streaming Memory")
         for v in step.live if keep is None or keep(v)
     )
     node = step.node
@@ -339,21 +397,21 @@ def _on_ipu(graph, tiles, ipu):
     return weigher(tiles, home, ipu), in_place_here, lambda v: home.get(v, 0) == ipu
 
 
-def not_always_live(graph, tiles, ipu=0):
+def not_always_live(graph, tiles, ipu=0, streamed=None):
     """The not-always-live Peak of a program on IPU `ipu`: values made by
     its steps, from their step to their last use (outputs live to the end),
     plus, at a control-flow step, the peak inside its sub-graphs (a loop
     body's temporaries exist once: each iteration frees them); results
     computed in place (in_place) take no memory of their own."""
     weigh, in_place_here, keep = _on_ipu(graph, tiles, ipu)
-    top = liveness.peak(graph, weigh, in_place=in_place_here)
+    top = liveness.peak(graph, weigh, in_place=in_place_here, streamed=streamed)
     if top is None or top.maxima[-1] <= 0:
         return Peak(top.maxima[0] if top else 0, 0, -1, "program start", ())
     tensors, name = _described(top.step, graph, keep)
     return Peak(top.maxima[0], top.maxima[-1], top.step.index, name, tensors)
 
 
-def liveness_by_step(obj, tiles, ipu=0):
+def liveness_by_step(obj, tiles, ipu=0, streamed=None):
     """The walk of not_always_live on IPU `ipu`, step by step: yields (step
     index, node, values live, IPU bytes, tile-0 bytes, {value: step that
     made it}, inner Peak or None), the bytes including the peak inside a
@@ -364,7 +422,7 @@ def liveness_by_step(obj, tiles, ipu=0):
     it."""
     graph = graph_of(obj)
     weigh, in_place_here, keep = _on_ipu(graph, tiles, ipu)
-    for step in liveness.walk(graph, weigh, in_place=in_place_here):
+    for step in liveness.walk(graph, weigh, in_place=in_place_here, streamed=streamed):
         ipu_bytes, tile_bytes_ = step.with_inner() or (0, 0)
         inner = None
         if step.inner is not None and step.inner.maxima[-1] > 0:
@@ -376,11 +434,11 @@ def liveness_by_step(obj, tiles, ipu=0):
         yield step.index, step.node, live, ipu_bytes, tile_bytes_, step.made, inner
 
 
-def peak_liveness(obj, tiles, ipu=0):
+def peak_liveness(obj, tiles, ipu=0, streamed=None):
     """The not-always-live Peak of a Graph or Executable on IPU `ipu` (of
     `tiles` tiles): the one analyze_memory reports (its step, its bytes on
     the IPU and on tile 0, the tensors live there, bodies included)."""
-    return not_always_live(graph_of(obj), tiles, ipu)
+    return not_always_live(graph_of(obj), tiles, ipu, streamed)
 
 
 def in_place(node, dies_here):

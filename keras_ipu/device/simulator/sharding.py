@@ -39,6 +39,13 @@ micro-batch in flight on stage k: Grouped 2 (n - 1 - k) + 1, Interleaved
 n - k, Sequential 1. The out-of-memory error names the IPU and its fullest
 tile. The schedule changes time and memory, never values (DESIGN decision
 5).
+
+Offloaded optimizer state (`offload`, an Offload: Graphcore's
+offload_weight_update_variables): those program inputs live in Streaming
+Memory, not in the IPU's always-live memory; the weight update loads each
+(its replica's shard, then an all-gather, when replicated_optimizer_state_
+sharding splits it over the replicas) and stores it back, once per step
+(cost_model.offloaded_update_cycles).
 """
 
 import dataclasses
@@ -68,6 +75,22 @@ class Copy:
     value: object = None  # the Var copied
 
 
+@dataclasses.dataclass(frozen=True)
+class Offload:
+    """Program inputs held in Streaming Memory and the outputs that are
+    their new values (positions, as resident_inputs), and the replicas
+    each is partitioned over (1: not sharded)."""
+
+    inputs: tuple = ()
+    outputs: tuple = ()
+    shards: int = 1
+
+    def values(self, graph):
+        """(input Vars, output Vars) of `graph` (memory_model's streamed)."""
+        return ({graph.inputs[i] for i in self.inputs},
+                {graph.outputs[i] for i in self.outputs})
+
+
 @dataclasses.dataclass
 class IPUPrediction:
     ipu: int
@@ -80,7 +103,8 @@ class IPUPrediction:
     stash_bytes: int  # activations one micro-batch stashes for the backward pass
     in_flight: int  # micro-batches stashed at once under the schedule
     memory: object  # MemoryReport, the stash included
-    weight_update_cycles: int = 0  # once per step
+    weight_update_cycles: int = 0  # once per step, offload_cycles included
+    offload_cycles: int = 0  # of those: moving offloaded state (once per step)
 
     @property
     def cycles(self):
@@ -233,9 +257,22 @@ def _update_predicate(weight_update):
         node.source == p or node.source.startswith(p + "/") for p in paths)
 
 
+def _offload_cycles(graph, ipu, streamed, offload, target):
+    """The once-per-step cycles of loading and storing the offloaded inputs
+    IPU `ipu` reads (cost_model.offloaded_update_cycles)."""
+    if streamed is None:
+        return 0
+    mine = [v.aval for v in memory_model.held_on(graph, ipu).inputs if v in streamed[0]]
+    full = sum(a.nbytes or 0 for a in mine)
+    shard = sum(cost_model.replica_shard_bytes(a.nbytes or 0, a.dtype.itemsize, offload.shards)
+                for a in mine)
+    return cost_model.offloaded_update_cycles(shard, full, offload.shards, target)
+
+
 def predict_sharded(obj, target=None, gradient_accumulation_count=1,
                     schedule="Grouped", batch_size=None, resident_inputs=(),
-                    resident_outputs=(), check_memory=False, weight_update=None):
+                    resident_outputs=(), check_memory=False, weight_update=None,
+                    offload=None, memory_schedule="program"):
     """The ShardedPrediction of a placed Graph or Executable (see the module
     doc; compile it with CompileOptions(placement=...), or place a graph with
     compiler.placement.place).
@@ -246,7 +283,9 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
     as predict_costs (not moved over PCIe). weight_update: the nodes run
     once per step rather than per micro-batch: layer paths (the optimizer's
     scope), or a predicate node -> bool. check_memory: raise
-    IPUOutOfMemoryError naming the first IPU that does not fit.
+    IPUOutOfMemoryError naming the first IPU that does not fit. offload:
+    an Offload (optimizer state in Streaming Memory), or None.
+    memory_schedule: "program" or "best" (memory_model.analyze_memory).
     """
     target = memory_model.resolve_target(target)
     graph = memory_model.graph_of(obj)
@@ -281,6 +320,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
         for i, (node, s) in enumerate(zip(nodes, steps)) if node.primitive is ipu_copy_p
     ]
 
+    streamed = offload.values(graph) if offload is not None and offload.inputs else None
     results = []
     for d in ipus:
         mine = [i for i, node in enumerate(nodes) if node.ipu == d]
@@ -301,7 +341,10 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
         stash_tile = sum(memory_model.tile_bytes(v.aval, target.tiles_per_ipu)
                          for v in stashed)
         flight = in_flight(schedule, rank[d], n) if d != last_ipu else 1
-        report = memory_model.analyze_memory(graph, target, ipu=d)
+        report = memory_model.analyze_memory(graph, target, ipu=d, streamed=streamed,
+                                             schedule=memory_schedule)
+        moved = _offload_cycles(graph, d, streamed, offload, target)
+        cycles["update"] += moved
         extra = flight - 1
         if extra and stash_bytes:
             report = dataclasses.replace(
@@ -315,7 +358,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
             copy_in_bytes=sum(c.nbytes for c in incoming),
             copy_in_cycles=sum(c.cycles for c in incoming),
             stash_bytes=stash_bytes, in_flight=flight, memory=report,
-            weight_update_cycles=cycles["update"],
+            weight_update_cycles=cycles["update"], offload_cycles=moved,
         ))
 
     if schedule == "Sequential" or n == 1:
