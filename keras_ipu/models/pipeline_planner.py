@@ -86,6 +86,13 @@ class PipelinePlan:
             f"{100 * pred.utilisation:.0f}%; {pred.step_seconds * 1e3:,.3f} ms per weight "
             f"update" + (f"; {sps:,.1f} samples/s" if sps else "")
         )
+        streamed = sum(p.memory.streamed_bytes for p in pred.sharded.ipus)
+        if streamed:
+            moved = max(p.offload_cycles for p in pred.sharded.ipus)
+            lines.append(
+                f"  optimizer state in Streaming Memory (offload_weight_update_variables): "
+                f"{fmt(streamed)}, not counted above; loading and storing it takes up to "
+                f"{moved:,} cycles per weight update")
         lines.append(f"  why: {self.reason}")
         return "\n".join(lines)
 

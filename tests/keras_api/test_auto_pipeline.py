@@ -4,6 +4,7 @@ import keras
 import pytest
 
 import keras_ipu as ipu
+from keras_ipu.device.units import fmt_bytes
 from keras_ipu.models.pipeline_planner import _balanced_split
 
 from ipu_keras_helpers import configure
@@ -77,5 +78,16 @@ def test_plan_command(tmp_path, capsys):
     assert plan_cli.main([path, "--ipus", "2", "--batch-size", "16"]) == 0
     out = capsys.readouterr().out
     assert "2 stages on 2 ipu2 IPUs, micro-batch 16" in out and "fits;" in out
+    # An uncompiled model gets Adam here: the moments of the 256x256 and
+    # 256x10 kernels and of the 256-wide bias go to Streaming Memory by
+    # default on ipu2 (remote buffers); the 10-wide bias's (40 B) stay, under
+    # minimum_remote_tensor_size (128 B).
+    bare = str(tmp_path / "bare.keras")
+    keras.Sequential([keras.Input((256,)), keras.layers.Dense(256), keras.layers.Dense(10)]).save(bare)
+    assert plan_cli.main([bare, "--ipus", "2", "--batch-size", "16", "--optimizer", "adam",
+                          "--loss", "mse"]) == 0
+    moments = 2 * 4 * (256 * 256 + 256 + 256 * 10)
+    assert f"optimizer state in Streaming Memory (offload_weight_update_variables): " \
+        f"{fmt_bytes(moments)}" in capsys.readouterr().out
     assert plan_cli.main([path, "--ipus", "1", "--batch-size", "262144", "--ipu", "ipu21"]) == 1
     assert "does NOT fit" in capsys.readouterr().out
