@@ -56,8 +56,6 @@ else:
     from keras_ipu.backend.rnn import lstm  # noqa: F401
     from keras_ipu.backend.rnn import rnn  # noqa: F401
 
-    # Keras' distribution API (keras.distribution) is not wired to IPU
-    # replication yet; None tells Keras so, as for the NumPy backend.
-    distribution_lib = None
+    from keras_ipu.backend import distribution_lib  # noqa: F401
 
     _operators.install()

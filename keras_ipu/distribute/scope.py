@@ -44,8 +44,23 @@ def set_pipeline_stage(stage):
 
 def on_model_created(model):
     """Called by every Keras model's constructor under the ipu backend: a
-    model made in an IPUStrategy scope gets the IPU extensions."""
+    model made in an IPUStrategy scope, or while a keras.distribution is
+    set (keras_distribution.py), gets the IPU extensions."""
     strategy = current_strategy()
+    if strategy is None:
+        strategy = _keras_distribution_strategy()
     if strategy is None:
         return
     strategy._patch_keras_extension(model)
+
+
+def _keras_distribution_strategy():
+    from keras.src.backend.common import global_state
+
+    distribution = global_state.get_global_attribute("distribution")
+    if distribution is None:
+        return None
+    # Imported only when a distribution is set: this module stays light.
+    from keras_ipu.distribute.keras_distribution import KerasDistributionStrategy
+
+    return KerasDistributionStrategy(distribution)

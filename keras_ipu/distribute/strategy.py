@@ -157,6 +157,13 @@ class IPUStrategyV1:
 
         extension.attach(model, self)
 
+    def _model_data_arguments(self, model, mode, kwargs):
+        """The data arguments of a model's fit/evaluate/predict (`mode`) as
+        the IPU's infeed takes them: a batch is one replica's here
+        (keras_distribution.py overrides this: Keras' batch is global)."""
+        del model, mode
+        return kwargs
+
     # -- the device -------------------------------------------------------
     @property
     def num_replicas_in_sync(self):

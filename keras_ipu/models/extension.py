@@ -350,6 +350,7 @@ class KerasExtension:
         self._check_mode()
         # Graphcore's examples pass a tensor (dataset.cardinality()).
         kwargs["steps_per_execution"] = int(np.asarray(kwargs["steps_per_execution"]))
+        kwargs = self._ipu_strategy._model_data_arguments(self, mode, kwargs)
 
         def replicas(iterator):
             self._ipu_note_data(iterator)

@@ -46,6 +46,7 @@ KERAS_TEST_FILES = (
     "metrics/**/*_test.py",
     "callbacks/**/*_test.py",
     "saving/**/*_test.py",
+    "distribution/*_test.py",
 )
 
 # Flip to True when fit/train_on_batch work on the ipu backend: the
@@ -56,7 +57,8 @@ TRAINING_SKIP_REASON = (
     "the compiler (issue 3)"
 )
 MULTI_DEVICE_SKIP_REASON = (
-    "multi_device: keras.distribution is not wired to IPU replication yet"
+    "multi_device: Keras marks these for a JAX process with several devices; "
+    "keras.distribution on the ipu backend is tested in tests/distribute"
 )
 
 # Keras test files written for the backends Keras ships, loaded with what

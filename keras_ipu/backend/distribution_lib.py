@@ -1,0 +1,215 @@
+"""keras.distribution on the ipu backend: the devices are the IPUs.
+
+Keras' distribution API (keras/src/distribution/distribution_lib.py) asks
+its backend for the devices, the processes of the job and how to lay a
+tensor out on a DeviceMesh. On the ipu backend:
+
+- the devices are the IPUs of the device Keras models run on
+  (/device:IPU:0 of the configured system, as IPUStrategy's default):
+  `list_devices()` is ["ipu:0", ..., "ipu:N-1"] (one IPU Model by default,
+  `IPUConfig.auto_select_ipus = N` for N), and ["cpu:0"] is the host;
+- the processes are the MPI processes of the job (poprun / mpirun launch
+  them, DESIGN decision 9): `initialize` checks what Keras was told
+  against what the launcher says, it starts nothing;
+- `DataParallel` is replication: a model made while a distribution is set
+  gets the IPU extensions of a strategy on that device
+  (keras_ipu/distribute/keras_distribution.py), so `fit` runs one replica
+  per IPU of the mesh, exactly as IPUStrategy's replication;
+- a layout that splits a tensor's dimension over a mesh axis of more than
+  one IPU (ModelParallel's sharded weights) has no IPU counterpart here:
+  the compiler places whole layers on IPUs (pipelining, sharding), it does
+  not cut one tensor across IPUs, so such layouts raise NotImplementedError.
+  Layouts that shard only the batch (the data) or replicate are accepted.
+
+Values live on the host either way (the simulator's IPUs share one copy of
+each variable, broadcast to every replica when a program starts), so the
+`distribute_*` functions return their input after checking its layout.
+"""
+
+import re
+
+_DEVICE = re.compile(r"^(ipu|cpu):(\d+)$")
+
+SHARDED_TENSOR_REASON = (
+    "keras_ipu places whole layers on IPUs (pipeline stages, sharding), it does "
+    "not split one tensor's dimension across IPUs; shard only the batch "
+    "(DataParallel, or a ModelParallel whose other mesh axes have size 1), or "
+    "place layers with PipelineStage / set_pipeline_stage_assignment."
+)
+
+
+def _model_device():
+    """The IPU device Keras models run on (IPUStrategy's default)."""
+    from keras_ipu.device.config import system_config
+
+    return system_config.current_system().device("/device:IPU:0")
+
+
+def _device_type(device_type):
+    kind = "ipu" if device_type is None else str(device_type).lower()
+    if kind not in ("ipu", "cpu"):
+        raise ValueError(
+            f"device_type={device_type!r}: the ipu backend has 'ipu' devices (the IPUs "
+            "of the configured system) and one 'cpu' device (the host); use one of those."
+        )
+    return kind
+
+
+def list_devices(device_type=None):
+    """The devices of `device_type` ("ipu", the default, or "cpu") as
+    "type:index" strings: the IPUs of the device models run on, or the host."""
+    if _device_type(device_type) == "cpu":
+        return ["cpu:0"]
+    return [f"ipu:{i}" for i in range(_model_device().num_ipus)]
+
+
+def get_device_count(device_type=None):
+    """How many devices `list_devices(device_type)` lists."""
+    return len(list_devices(device_type))
+
+
+def _mpi_rank_and_size():
+    from keras_ipu.device.simulator import partition
+
+    return partition.mpi_rank_and_size()
+
+
+def num_processes():
+    """The processes of the job (the MPI launcher's size; 1 alone)."""
+    return _mpi_rank_and_size()[1]
+
+
+def process_id():
+    """This process's index in the job (its MPI rank; 0 alone)."""
+    return _mpi_rank_and_size()[0]
+
+
+def initialize(job_addresses, num_processes=None, process_id=None):
+    """Keras' multi-process set-up. On the IPU the processes are launched
+    by poprun / mpirun, which already tells each one its rank and the job's
+    size: this checks that what Keras was given agrees (a process started
+    by hand with other numbers would wait forever on the collectives)."""
+    del job_addresses  # MPI's launcher connects the processes, not addresses
+    rank, size = _mpi_rank_and_size()
+    if num_processes is not None and int(num_processes) != size:
+        raise ValueError(
+            f"keras.distribution.initialize(num_processes={num_processes}) but this "
+            f"process was launched as one of {size} (its MPI launcher's size). On the "
+            "ipu backend launch the processes with poprun or mpirun -np N, and pass "
+            "num_processes=N or None."
+        )
+    if process_id is not None and int(process_id) != rank:
+        raise ValueError(
+            f"keras.distribution.initialize(process_id={process_id}) but this process "
+            f"has MPI rank {rank}. Pass process_id=None: the launcher numbers the "
+            "processes."
+        )
+
+
+def _ipu_index(device):
+    device = str(device)  # a mesh holds NumPy strings
+    match = _DEVICE.match(device.strip().lower())
+    if match is None:
+        raise ValueError(
+            f"Device {device!r} is not a device of the ipu backend: use the names "
+            f"keras.distribution.list_devices() gives ({', '.join(list_devices())})."
+        )
+    kind, index = match.group(1), int(match.group(2))
+    known = list_devices(kind)
+    if f"{kind}:{index}" not in known:
+        raise ValueError(
+            f"Device {device!r} is not in the configured system, whose {kind} devices "
+            f"are {', '.join(known)}. Select more IPUs with "
+            "IPUConfig.auto_select_ipus before making the DeviceMesh."
+        )
+    return index
+
+
+def _to_backend_mesh(device_mesh):
+    """The mesh as an array of IPU indices (its shape), each checked to be
+    an IPU of the configured system."""
+    import numpy as np
+
+    indices = [_ipu_index(d) for d in device_mesh.devices.flatten()]
+    return np.asarray(indices, dtype=np.int64).reshape(device_mesh.devices.shape)
+
+
+def mesh_axis_sizes(device_mesh):
+    """{axis name: size} of a DeviceMesh."""
+    return dict(zip(device_mesh.axis_names, device_mesh.shape))
+
+
+def sharded_axes(tensor_layout, batch_dim_name=None):
+    """The (dimension, mesh axis) pairs of a layout that split a dimension
+    over more than one device, the batch axis of dimension 0 left out."""
+    sizes = mesh_axis_sizes(tensor_layout.device_mesh)
+    return [
+        (dim, axis) for dim, axis in enumerate(tensor_layout.axes)
+        if axis is not None and sizes.get(axis, 1) > 1
+        and not (dim == 0 and axis == batch_dim_name)
+    ]
+
+
+def check_layout(tensor_layout, what, batch_dim_name=None):
+    """NotImplementedError when `tensor_layout` splits a dimension other
+    than the batch over several IPUs (see the module doc)."""
+    if tensor_layout is None or tensor_layout.device_mesh is None:
+        return
+    split = sharded_axes(tensor_layout, batch_dim_name)
+    if split:
+        sizes = mesh_axis_sizes(tensor_layout.device_mesh)
+        dims = ", ".join(f"dimension {d} over '{a}' ({sizes[a]} devices)" for d, a in split)
+        raise NotImplementedError(
+            f"{what} has the layout {tuple(tensor_layout.axes)}, which splits {dims}: "
+            + SHARDED_TENSOR_REASON
+        )
+
+
+def _to_backend_layout(tensor_layout):
+    """The layout, checked: replicated, or sharded on the batch only."""
+    if tensor_layout.device_mesh is None:
+        raise ValueError(
+            "Cannot create sharding when device mesh is not set for TensorLayout."
+        )
+    _to_backend_mesh(tensor_layout.device_mesh)
+    batch = _batch_dim_name()
+    check_layout(tensor_layout, "A tensor", batch)
+    return tensor_layout
+
+
+def _batch_dim_name():
+    from keras.src.distribution import distribution_lib
+
+    distribution = distribution_lib.distribution()
+    return None if distribution is None else distribution.batch_dim_name
+
+
+def _layout_of(layout):
+    from keras.src.distribution import TensorLayout
+
+    if isinstance(layout, TensorLayout):
+        return layout.backend_layout
+    raise ValueError(
+        f"layout={layout!r}: the ipu backend takes a keras.distribution.TensorLayout."
+    )
+
+
+def distribute_variable(value, layout):
+    """`value` (its layout checked): the replicas share one copy."""
+    _layout_of(layout)
+    return value
+
+
+def distribute_tensor(tensor, layout):
+    """`tensor` (its layout checked): in a replicated program each replica
+    already holds its share of the batch; nothing else may be split."""
+    _layout_of(layout)
+    return tensor
+
+
+def distribute_data_input(per_process_batch, layout, batch_dim_name):
+    """The process's batch (its layout checked): the infeed deals it to the
+    replicas (keras_ipu/distribute/keras_distribution.py)."""
+    del batch_dim_name
+    _layout_of(layout)
+    return per_process_batch

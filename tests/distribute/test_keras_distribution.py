@@ -1,0 +1,187 @@
+"""keras.distribution on the ipu backend: devices are IPUs, DataParallel is
+IPU replication (the same numbers as IPUStrategy's), layouts that split a
+weight across IPUs raise NotImplementedError."""
+
+import keras
+import numpy as np
+import pytest
+from keras.src.backend import distribution_lib as keras_backend_dlib
+from keras.distribution import DataParallel
+from keras.distribution import DeviceMesh
+from keras.distribution import LayoutMap
+from keras.distribution import ModelParallel
+from keras.distribution import TensorLayout
+
+import keras_ipu as ipu
+from keras_ipu.backend import distribution_lib
+from keras_ipu.device.config import system_config
+from keras_ipu.models.extension import KerasExtension
+
+
+@pytest.fixture(autouse=True)
+def fresh_system_and_no_distribution():
+    system_config.reset_ipu_configuration()
+    keras.distribution.set_distribution(None)
+    yield
+    keras.distribution.set_distribution(None)
+    system_config.reset_ipu_configuration()
+
+
+def configure(num_ipus):
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = num_ipus
+    cfg.configure_ipu_system()
+
+
+def make_model():
+    keras.utils.set_random_seed(7)
+    model = keras.Sequential([
+        keras.Input((4,)),
+        keras.layers.Dense(5, activation="tanh"),
+        keras.layers.Dense(1),
+    ])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=2)
+    return model
+
+
+def data(n=32):
+    rng = np.random.default_rng(0)
+    return (rng.normal(size=(n, 4)).astype("float32"),
+            rng.normal(size=(n, 1)).astype("float32"))
+
+
+def test_keras_sees_the_ipu_backends_distribution_lib():
+    assert keras_backend_dlib is distribution_lib
+
+
+def test_devices_are_the_ipus_of_the_device_models_run_on():
+    assert keras.distribution.list_devices() == ["ipu:0"]  # the default system
+    configure(4)
+    assert keras.distribution.list_devices() == ["ipu:0", "ipu:1", "ipu:2", "ipu:3"]
+    assert keras.distribution.list_devices("IPU") == keras.distribution.list_devices()
+    assert keras.distribution.get_device_count() == 4
+    assert keras.distribution.list_devices("cpu") == ["cpu:0"]
+    with pytest.raises(ValueError, match=r"device_type='gpu'.*'ipu'.*'cpu'"):
+        keras.distribution.list_devices("gpu")
+
+
+def test_data_parallel_trains_as_ipu_strategy_replication():
+    configure(2)
+    x, y = data()
+    with ipu.ipu_strategy.IPUStrategy().scope():
+        replicated = make_model()
+    # An IPUStrategy batch is one replica's: 4 per replica, 8 per step.
+    replicated.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+
+    keras.distribution.set_distribution(DataParallel())
+    model = make_model()
+    assert isinstance(model, KerasExtension)
+    assert model._get_replication_factor() == 2
+    # Keras' batch is global: 8 split over the 2 replicas.
+    history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    for ours, theirs in zip(model.get_weights(), replicated.get_weights()):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+    assert len(history.history["loss"]) == 2
+    # The replicas' shares make one global batch's gradient: one device with
+    # the whole batch takes the same steps, up to float32 rounding.
+    keras.distribution.set_distribution(None)
+    single = make_model()
+    assert not isinstance(single, KerasExtension)
+    single.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    for ours, theirs in zip(model.get_weights(), single.get_weights()):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_data_parallel_splits_a_tf_dataset_and_predicts_in_order():
+    import tensorflow as tf
+
+    configure(2)
+    x, y = data()
+    with ipu.ipu_strategy.IPUStrategy().scope():
+        replicated = make_model()
+    replicated.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+
+    with DataParallel().scope():
+        model = make_model()
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8, drop_remainder=True)
+    model.fit(dataset, epochs=1, verbose=0)
+    for ours, theirs in zip(model.get_weights(), replicated.get_weights()):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+    expected = x @ model.get_weights()[0] + model.get_weights()[1]
+    expected = np.tanh(expected) @ model.get_weights()[2] + model.get_weights()[3]
+    np.testing.assert_allclose(model.predict(x, batch_size=8, verbose=0), expected,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_global_batch_must_split_evenly_over_the_replicas():
+    configure(2)
+    x, y = data()
+    keras.distribution.set_distribution(DataParallel())
+    model = make_model()
+    with pytest.raises(ValueError, match="global batch_size 7 cannot be split over 2 replicas"):
+        model.fit(x, y, batch_size=7, verbose=0)
+
+
+def test_a_mesh_over_part_of_the_device_is_refused_at_fit():
+    configure(4)
+    x, y = data()
+    keras.distribution.set_distribution(DataParallel(devices=["ipu:0", "ipu:1"]))
+    model = make_model()
+    with pytest.raises(ValueError, match=r"2 model replicas, but the model runs 4 replica"):
+        model.fit(x, y, batch_size=8, verbose=0)
+
+
+def test_unknown_devices_are_refused():
+    configure(2)
+    with pytest.raises(ValueError, match=r"'ipu:5' is not in the configured system"):
+        DataParallel(devices=["ipu:0", "ipu:5"]).device_mesh.backend_mesh
+    with pytest.raises(ValueError, match=r"'gpu:0' is not a device of the ipu backend"):
+        DeviceMesh((1,), ["batch"], ["gpu:0"]).backend_mesh
+
+
+def test_model_parallel_over_one_ipu_per_replica_is_data_parallel():
+    configure(2)
+    mesh = DeviceMesh((2, 1), ["batch", "model"], keras.distribution.list_devices())
+    layout_map = LayoutMap(mesh)
+    layout_map[".*dense.*kernel"] = (None, "model")
+    keras.distribution.set_distribution(ModelParallel(layout_map=layout_map))
+    x, y = data()
+    model = make_model()
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    assert model._get_replication_factor() == 2
+
+
+def test_splitting_weights_across_ipus_is_not_implemented():
+    configure(2)
+    mesh = DeviceMesh((1, 2), ["batch", "model"], keras.distribution.list_devices())
+    layout_map = LayoutMap(mesh)
+    layout_map[".*dense.*kernel"] = (None, "model")
+    keras.distribution.set_distribution(ModelParallel(layout_map=layout_map))
+    with pytest.raises(NotImplementedError, match=r"splits the model over the axes \{'model': 2\}"):
+        make_model()
+    with pytest.raises(NotImplementedError, match="does not split one tensor"):
+        keras.distribution.distribute_tensor(np.zeros((2, 4)), layout_map[".*dense.*kernel"])
+
+
+def test_distribute_tensor_keeps_values_of_batch_and_replicated_layouts():
+    configure(2)
+    distribution = DataParallel()
+    keras.distribution.set_distribution(distribution)
+    x = np.arange(8.0).reshape(4, 2)
+    layout = distribution.get_data_layout(x.shape)
+    assert distribution_lib.distribute_data_input(x, layout, "batch") is x
+    assert keras.distribution.distribute_tensor(x, layout) is x
+    assert distribution_lib.distribute_variable(x, TensorLayout((None, None), distribution.device_mesh)) is x
+
+
+def test_processes_are_the_mpi_launchers(monkeypatch):
+    assert (distribution_lib.num_processes(), distribution_lib.process_id()) == (1, 0)
+    monkeypatch.setenv("PMI_SIZE", "4")
+    monkeypatch.setenv("PMI_RANK", "2")
+    assert (distribution_lib.num_processes(), distribution_lib.process_id()) == (4, 2)
+    keras.distribution.initialize(num_processes=4, process_id=2)  # agrees: nothing to do
+    with pytest.raises(ValueError, match=r"num_processes=2\) but this process was launched as one of 4"):
+        keras.distribution.initialize(num_processes=2)
+    with pytest.raises(ValueError, match=r"process_id=1\) but this process has MPI rank 2"):
+        keras.distribution.initialize(num_processes=4, process_id=1)
+    assert DataParallel(devices=["ipu:0"]).num_processes == 4
