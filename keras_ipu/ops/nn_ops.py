@@ -3,19 +3,128 @@
 
 The activations are TensorFlow functions (for TensorFlow code compiled
 through the TensorFlow front end) with Popnn's definitions, the numbers of
-the Keras activations of the same name.
+the Keras activations of the same name. The losses are TensorFlow's own
+formulas, which XLA compiles (CTC's dense-label loss, the sampled losses
+with Graphcore's choice of not removing accidental hits).
 """
 
-from keras_ipu._unavailable import PLANNED
 from keras_ipu._unavailable import declare_unavailable
 
-declare_unavailable(
-    globals(), "nn_ops", PLANNED,
-    functions=(
-        "ctc_beam_search_decoder", "ctc_beam_search_decoder_with_log_probs", "ctc_loss_v2",
-        "ctc_loss_with_log_probs", "multi_conv", "nce_loss", "sampled_softmax_loss",
-    ),
+_BEAM_SEARCH = (
+    "TensorFlow's CTC beam search decoder has no XLA kernel, so the TensorFlow "
+    "front end cannot compile it, and keras_ipu has no beam search written in "
+    "XLA-compilable operations; decode on the host with "
+    "tf.nn.ctc_beam_search_decoder, or with keras.ops.ctc_decode("
+    "strategy='beam_search') under KERAS_BACKEND=ipu."
 )
+
+declare_unavailable(
+    globals(), "nn_ops", _BEAM_SEARCH,
+    functions=("ctc_beam_search_decoder", "ctc_beam_search_decoder_with_log_probs"),
+)
+
+
+def _ctc_out_dtype(data, out_dtype, what):
+    import tensorflow as tf
+
+    if out_dtype is None:
+        return data.dtype
+    out_dtype = tf.as_dtype(out_dtype)
+    if data.dtype == tf.float32 and out_dtype == tf.float16:
+        raise ValueError(f"out_dtype cannot be float16 when dtype of {what} is float32.")
+    return out_dtype
+
+
+def _ctc(labels, data, label_length, data_length, blank_index, out_dtype, name, what):
+    import tensorflow as tf
+
+    with tf.name_scope(name or "ctc_loss"):
+        data = tf.convert_to_tensor(data)
+        dtype = _ctc_out_dtype(data, out_dtype, what)
+        # TensorFlow's dense-label CTC (a forward-backward scan XLA compiles);
+        # it normalises with log_softmax, which leaves log probabilities as
+        # they are.
+        loss = tf.nn.ctc_loss(
+            labels=tf.cast(labels, tf.int32), logits=tf.cast(data, tf.float32),
+            label_length=tf.cast(label_length, tf.int32),
+            logit_length=tf.cast(data_length, tf.int32),
+            logits_time_major=True, blank_index=blank_index)
+        return tf.cast(loss, dtype)
+
+
+def ctc_loss_v2(labels, logits, label_length, logit_length, blank_index, out_dtype=None,
+                name=None):
+    """CTC loss of `logits` [max_time, batch_size, num_classes] for the
+    dense `labels` [batch_size, max_label_length]: a [batch_size] tensor
+    of negative log-likelihoods (out_dtype: the logits' by default; not
+    float16 for float32 logits)."""
+    return _ctc(labels, logits, label_length, logit_length, blank_index, out_dtype, name,
+                "logits")
+
+
+def ctc_loss_with_log_probs(labels, data, label_length, data_length, blank_index,
+                            out_dtype=None, name=None):
+    """ctc_loss_v2 for `data` given as log probabilities (each time step's
+    log-softmax over the classes)."""
+    return _ctc(labels, data, label_length, data_length, blank_index, out_dtype, name,
+                "data")
+
+
+def multi_conv(func=None, options=None):
+    """Decorator: the convolutions of `func` as one multi-convolution.
+
+    On the IPU, Poplar runs the independent convolutions of the function in
+    parallel on disjoint sets of tiles; the values are those of `func`.
+    Here the function runs as written (XLA compiles its convolutions, the
+    simulator costs them one after another); `options` must be a dict of
+    PopLibs multi-convolution flags, which have no effect on the values."""
+
+    def decorated(inner_func):
+        def multi_conv_wrapper(*args):
+            if options is not None and not isinstance(options, dict):
+                raise TypeError(
+                    "Expected the multi_conv `options` to be a `dict`, but got %s instead."
+                    % str(options))
+            import tensorflow as tf
+
+            with tf.name_scope("multi_conv"):
+                return inner_func(*args)
+
+        multi_conv_wrapper.__name__ = getattr(inner_func, "__name__", "multi_conv")
+        multi_conv_wrapper.__doc__ = getattr(inner_func, "__doc__", None)
+        return multi_conv_wrapper
+
+    if func is not None:
+        return decorated(func)
+    return decorated
+
+
+def nce_loss(weights, biases, labels, inputs, num_sampled, num_classes, num_true=1,
+             sampled_values=None, name="nce_loss"):
+    """Noise-contrastive estimation loss per example (Graphcore's: the
+    sampled logits of TensorFlow's nce_loss, accidental hits kept). With
+    `sampled_values=None` the classes are drawn by TensorFlow's
+    log_uniform_candidate_sampler, which XLA cannot compile: inside a
+    compiled function pass `sampled_values` drawn outside it."""
+    import tensorflow as tf
+
+    return tf.nn.nce_loss(weights, biases, labels, inputs, num_sampled, num_classes,
+                          num_true=num_true, sampled_values=sampled_values,
+                          remove_accidental_hits=False, name=name)
+
+
+def sampled_softmax_loss(weights, biases, labels, inputs, num_sampled, num_classes,
+                         num_true=1, sampled_values=None, name="sampled_softmax_loss",
+                         seed=None):
+    """Sampled softmax loss per example (Graphcore's: TensorFlow's
+    sampled_softmax_loss, accidental hits kept). `sampled_values=None`
+    samples as nce_loss does (not inside a compiled function)."""
+    import tensorflow as tf
+
+    return tf.nn.sampled_softmax_loss(weights, biases, labels, inputs, num_sampled,
+                                      num_classes, num_true=num_true,
+                                      sampled_values=sampled_values,
+                                      remove_accidental_hits=False, seed=seed, name=name)
 
 
 def gelu(x, approximate=True, name=None):

@@ -68,3 +68,233 @@ def test_replication_index_is_each_replicas_own():
     np.testing.assert_array_equal(outfeed.dequeue().numpy(), [[0, 10]])
     (alone,) = on_ipu(lambda: ipu.replication_ops.replication_index())
     assert alone == 0
+
+
+# -- embedding_ops, math_ops.serialized_matmul -------------------------------
+
+@pytest.mark.parametrize("factor", [1, 4])
+def test_embedding_lookup_matches_gather_and_its_gradient_is_a_scatter_add(factor):
+    rng = np.random.default_rng(2)
+    table = rng.normal(size=(8, 2, 3)).astype("float32")
+    ids = np.array([[7, 0, 3], [3, 5, 1]], "int32")
+
+    def lookup_and_grad(t, i):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            rows = ipu.embedding_ops.embedding_lookup(t, i, serialization_factor=factor)
+            loss = tf.reduce_sum(rows * tf.range(1.0, 7.0)[None, None, None, :1])
+        return rows, tape.gradient(loss, t)
+
+    rows, grad = on_ipu(lookup_and_grad, table, ids)
+    np.testing.assert_array_equal(rows, table[ids])
+    expected = np.zeros_like(table)
+    np.add.at(expected, ids.reshape(-1), 1.0)
+    np.testing.assert_array_equal(grad, expected)
+
+
+def test_embedding_lookup_checks_like_graphcore():
+    with pytest.raises(ValueError, match=r"serialization_factor \(3\) must divide .* \(8\)"):
+        ipu.embedding_ops.embedding_lookup(tf.zeros((8, 2)), tf.constant([1]),
+                                           serialization_factor=3)
+    with pytest.raises(NotImplementedError, match="host embedding keeps its table in host"):
+        ipu.embedding_ops.HostEmbeddingOptimizerSpec(0.1)
+
+
+@pytest.mark.parametrize("dimension", ["a_columns", "a_rows_b_columns", "b_rows"])
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, True)])
+def test_serialized_matmul_and_its_gradients_equal_matmul(dimension, transpose_a, transpose_b):
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(2, 8, 6) if transpose_a else (2, 6, 8)).astype("float32")
+    b = rng.normal(size=(4, 8) if transpose_b else (8, 4)).astype("float32")
+    b = np.broadcast_to(b, (2,) + b.shape).copy()
+
+    def run(x, y, serialized):
+        with tf.GradientTape() as tape:
+            tape.watch([x, y])
+            if serialized:
+                out = ipu.math_ops.serialized_matmul(x, y, 2, dimension, transpose_a, transpose_b)
+            else:
+                out = tf.linalg.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b)
+            loss = tf.reduce_sum(out * out)
+        return [out] + tape.gradient(loss, [x, y])
+
+    ours = on_ipu(lambda x, y: run(x, y, True), a, b)
+    theirs = [t.numpy() for t in run(tf.constant(a), tf.constant(b), False)]
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o, t, rtol=1e-5, atol=1e-5)
+
+
+def test_serialized_matmul_errors():
+    a, b = tf.zeros((6, 8)), tf.zeros((8, 4))
+    with pytest.raises(ValueError, match=r"'serialization_factor' \(4\) to divide the columns dimension of 'a' \(6\)"):
+        ipu.math_ops.serialized_matmul(a, b, 4, "a_columns")
+    with pytest.raises(ValueError, match="Invalid serialization_dimension=rows"):
+        ipu.math_ops.serialized_matmul(a, b, 2, "rows")
+
+
+# -- rand_ops.dropout ---------------------------------------------------------
+
+def test_dropout_keeps_the_expected_sum_and_a_seed_fixes_the_mask():
+    x = np.ones((64, 64), "float32")
+    seeded = lambda v: ipu.rand_ops.dropout(v, seed=[3, 4], rate=0.25)  # noqa: E731
+    (first,), (again,) = on_ipu(seeded, x), on_ipu(seeded, x)
+    np.testing.assert_array_equal(first, again)
+    assert set(np.unique(first)) == {0.0, np.float32(1 / 0.75)}
+    assert abs((first == 0).mean() - 0.25) < 0.03  # 4096 draws: 5 sigma is 0.034
+    (other,) = on_ipu(lambda v: ipu.rand_ops.dropout(v, seed=[3, 4], rate=0.25,
+                                                     seed_modifier=2), x)
+    assert not np.array_equal(first, other)
+    (rows,) = on_ipu(lambda v: ipu.rand_ops.dropout(v, rate=0.5, noise_shape=[64, 1]), x)
+    assert all(len(np.unique(r)) == 1 for r in rows)  # one draw per row
+    with pytest.raises(ValueError, match=r"range \[0, 1\)"):
+        ipu.rand_ops.dropout(x, rate=1.0)
+    with pytest.raises(ValueError, match="Dimension mismatch, 64 != 2"):
+        ipu.rand_ops.dropout(tf.constant(x), noise_shape=[2, 64])
+
+
+# -- nn_ops: CTC, sampled losses, multi_conv -----------------------------------
+
+def test_ctc_losses_match_keras_ctc_on_the_ipu_backend():
+    rng = np.random.default_rng(4)
+    T, B, C = 7, 2, 5
+    logits = rng.normal(size=(T, B, C)).astype("float32")
+    labels = np.array([[1, 2, 2], [3, 4, 0]], "int32")
+    label_length, logit_length = np.array([3, 2], "int32"), np.array([7, 7], "int32")
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    v2, with_log_probs = on_ipu(
+        lambda lg, lp: (ipu.nn_ops.ctc_loss_v2(labels, lg, label_length, logit_length, 0),
+                        ipu.nn_ops.ctc_loss_with_log_probs(labels, lp, label_length,
+                                                           logit_length, 0)),
+        logits, log_probs)
+    # keras.ops.ctc_loss (batch major, blank index as mask_index), one label
+    # sequence padded with the blank: compare entry by entry.
+    for b in range(B):
+        expected = keras.ops.convert_to_numpy(keras.ops.ctc_loss(
+            labels[b:b + 1, :label_length[b]], np.swapaxes(logits, 0, 1)[b:b + 1],
+            label_length[b:b + 1], logit_length[b:b + 1], mask_index=0))
+        np.testing.assert_allclose(v2[b], expected[0], rtol=1e-4)
+        np.testing.assert_allclose(with_log_probs[b], expected[0], rtol=1e-4)
+    with pytest.raises(ValueError, match="out_dtype cannot be float16 when dtype of logits is float32"):
+        ipu.nn_ops.ctc_loss_v2(labels, tf.constant(logits), label_length, logit_length, 0,
+                               out_dtype=tf.float16)
+    with pytest.raises(NotImplementedError, match="no XLA kernel"):
+        ipu.nn_ops.ctc_beam_search_decoder(logits, logit_length)
+
+
+@pytest.mark.parametrize("loss", ["nce_loss", "sampled_softmax_loss"])
+def test_sampled_losses_with_given_samples_match_their_formula(loss):
+    rng = np.random.default_rng(5)
+    num_classes, dim, batch = 10, 4, 3
+    weights = rng.normal(size=(num_classes, dim)).astype("float32")
+    biases = rng.normal(size=(num_classes,)).astype("float32")
+    inputs = rng.normal(size=(batch, dim)).astype("float32")
+    labels = np.array([[1], [4], [1]], "int64")
+    sampled = np.array([0, 4, 7], "int64")  # 4 is an accidental hit: kept
+    true_q = np.full((batch, 1), 0.3, "float32")
+    sampled_q = np.array([0.5, 0.3, 0.1], "float32")
+    fn = getattr(ipu.nn_ops, loss)
+    (out,) = on_ipu(lambda w, b_, x: fn(w, b_, labels, x, 3, num_classes,
+                                        sampled_values=(sampled, true_q, sampled_q)),
+                    weights, biases, inputs)
+    true_logits = (inputs * weights[labels[:, 0]]).sum(1, keepdims=True) + biases[labels] - np.log(true_q)
+    sampled_logits = inputs @ weights[sampled].T + biases[sampled] - np.log(sampled_q)
+    logits = np.concatenate([true_logits, sampled_logits], 1)
+    targets = np.concatenate([np.ones((batch, 1)), np.zeros((batch, 3))], 1)
+    if loss == "nce_loss":
+        expected = (np.maximum(logits, 0) - logits * targets
+                    + np.log1p(np.exp(-np.abs(logits)))).sum(1)
+    else:
+        expected = -(targets * (logits - np.log(np.exp(logits).sum(1, keepdims=True)))).sum(1)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_multi_conv_gives_the_convolutions_values():
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(1, 6, 6, 2)).astype("float32")
+    k1, k2 = (rng.normal(size=(3, 3, 2, 4)).astype("float32") for _ in range(2))
+
+    @ipu.nn_ops.multi_conv(options={"perConvReservedTiles": "50"})
+    def convs(a, b):
+        return tf.nn.conv2d(a, k1, 1, "SAME"), tf.nn.conv2d(b, k2, 1, "VALID")
+
+    ours = on_ipu(convs, x, x)
+    theirs = [tf.nn.conv2d(x, k1, 1, "SAME").numpy(), tf.nn.conv2d(x, k2, 1, "VALID").numpy()]
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o, t, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="options` to be a `dict`"):
+        ipu.nn_ops.multi_conv(lambda a: a, options=["x"])(x)
+
+
+# -- statistics_ops, slicing_ops --------------------------------------------------
+
+def test_histogram_bins_as_popops():
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=200).astype("float32")
+    levels, hist, updated, absolute = on_ipu(
+        lambda v: (ipu.statistics_ops.fixed_width_bins(v, 5),
+                   ipu.statistics_ops.histogram(v, [-1.0, 0.0, 1.0]),
+                   ipu.statistics_ops.histogram_update(tf.ones(4), v, [-1.0, 0.0, 1.0]),
+                   ipu.statistics_ops.histogram(v, [0.5, 1.0], absolute_of_input=True)), x)
+    np.testing.assert_allclose(levels, np.linspace(x.min(), x.max(), 5), rtol=1e-6)
+    expected = np.histogram(x, [-np.inf, -1, 0, 1, np.inf])[0]
+    np.testing.assert_array_equal(hist, expected)
+    np.testing.assert_array_equal(updated, expected + 1)
+    a = np.abs(x)
+    np.testing.assert_array_equal(absolute, [(a < 0.5).sum(), ((a >= 0.5) & (a < 1)).sum(),
+                                             (a >= 1).sum()])
+    with pytest.raises(ValueError, match="For n levels, hist must have n\\+1 elements"):
+        ipu.statistics_ops.histogram_update(tf.ones(3), x, [0.0, 1.0, 2.0])
+    with pytest.raises(ValueError, match="Only float16 and float32"):
+        ipu.statistics_ops.histogram(np.arange(3), [1.0])
+
+
+def test_sequence_slices_graphcore_examples():
+    src = np.repeat(np.arange(6, dtype="float32")[:, None], 6, 1)
+    num_elems = np.array([2, 2], "int32")
+    sliced, unpacked, packed, kept = on_ipu(
+        lambda s, n, so, do: (
+            ipu.slicing_ops.sequence_slice(tf.zeros([6, 6]), s, n, so, do, True),
+            ipu.slicing_ops.sequence_slice_unpack(s, n, so, 4),
+            ipu.slicing_ops.sequence_slice_pack(
+                tf.zeros([6, 6]), ipu.slicing_ops.sequence_slice_unpack(s, n, so, 4), n, so,
+                False),
+            ipu.slicing_ops.sequence_slice(tf.fill([6, 6], 9.0), s, n, so, do, False)),
+        src, num_elems, np.array([2, 1], "int32"), np.array([0, 4], "int32"))
+    np.testing.assert_array_equal(sliced[:, 0], [2, 3, 0, 0, 1, 2])
+    np.testing.assert_array_equal(unpacked[:, 0], [2, 3, 1, 2])
+    np.testing.assert_array_equal(packed[:, 0], [0, 1, 2, 3, 0, 0])  # runs overlap: the last wins
+    np.testing.assert_array_equal(kept[:, 0], [2, 3, 9, 9, 1, 2])
+    with pytest.raises(ValueError, match="matching, nonzero shapes of rank 1"):
+        ipu.slicing_ops.sequence_slice(src, src, [1], [0, 1], [0], False)
+
+
+# -- functional_ops, control_flow_ops, internal_ops -------------------------------
+
+def test_outlined_function_barrier_and_remap_keep_the_values():
+    calls = []
+
+    @ipu.functional_ops.outlined_function
+    def block(v):
+        calls.append(1)
+        return tf.nn.relu(v) * 2.0
+
+    def net(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = block(block(v) - 1.0)
+            f, g = ipu.control_flow_ops.barrier([y, v], insert_barrier_for_gradients=True)
+            out = ipu.internal_ops.remap(f) + ipu.internal_ops.remap_deduce(g)
+            loss = tf.reduce_sum(out)
+        return out, tape.gradient(loss, v)
+
+    out, grad = on_ipu(net, X)
+    expected = np.maximum(np.maximum(X, 0) * 2 - 1, 0) * 2 + X
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    inner = np.maximum(X, 0) * 2 - 1
+    np.testing.assert_allclose(grad, (inner > 0) * 2 * (X > 0) * 2 + 1, rtol=1e-6)
+    assert len(calls) == 1  # one body, traced once, called twice
+    assert ipu.internal_ops.fifo(X, 0) is X
+    with pytest.raises(NotImplementedError, match=r"fifo\(depth=2\)"):
+        ipu.internal_ops.fifo(X, 2)
+    with pytest.raises(NotImplementedError, match="host callback"):
+        ipu.internal_ops.print_tensor(X)
