@@ -31,13 +31,6 @@ from keras_ipu.distribute.strategy import IPUStrategyV1
 _KERAS_DEFAULT_BATCH_SIZE = 32
 
 
-def current_distribution():
-    """The Keras distribution in force (set_distribution or a scope), or None."""
-    from keras.src.backend.common import global_state
-
-    return global_state.get_global_attribute("distribution")
-
-
 def _replicas_of(distribution):
     return int(distribution.num_model_replicas)
 
