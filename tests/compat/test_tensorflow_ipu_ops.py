@@ -298,3 +298,28 @@ def test_outlined_function_barrier_and_remap_keep_the_values():
         ipu.internal_ops.fifo(X, 2)
     with pytest.raises(NotImplementedError, match="host callback"):
         ipu.internal_ops.print_tensor(X)
+
+
+# -- within_replica_ops ---------------------------------------------------------
+
+def test_within_replica_all_reduce_pads_and_all_gather_concatenates():
+    a = np.array([1.0, 2.0], "float32")
+    b = np.array([3.0, 4.0, 5.0], "float32")
+    c = np.array([10.0, 20.0, 30.0], "float32")
+    summed = on_ipu(lambda x, y, z: ipu.within_replica_ops.all_reduce([x, y, z], "COLLECTIVE_OP_ADD"),
+                    a, b, c)
+    assert len(summed) == 3
+    for s in summed:
+        np.testing.assert_array_equal(s, [14.0, 26.0, 35.0])
+    (largest, _, _) = on_ipu(
+        lambda x, y, z: ipu.within_replica_ops.all_reduce([x, y, z], "COLLECTIVE_OP_MAX"), a, b, c)
+    np.testing.assert_array_equal(largest, [10.0, 20.0, 30.0])
+    m1, m2 = (np.arange(6, dtype="float32").reshape(2, 3) + k for k in (0, 10))
+    gathered = on_ipu(lambda x, y: ipu.within_replica_ops.all_gather([x, y], axis=1), m1, m2)
+    for g in gathered:
+        np.testing.assert_array_equal(g, np.concatenate([m1, m2], axis=1))
+    with pytest.raises(ValueError, match="duplicate entries"):
+        t = tf.constant(a)
+        ipu.within_replica_ops.all_reduce([t, t], "COLLECTIVE_OP_ADD")
+    with pytest.raises(NotImplementedError, match="rotated"):
+        ipu.within_replica_ops.reduce_scatter([a, b], "COLLECTIVE_OP_ADD")
