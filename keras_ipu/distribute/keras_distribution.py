@@ -12,12 +12,14 @@ machinery as one made in an IPUStrategy scope (models/extension.py,
 simulator/replicas.py): each replica runs the step on its share of the
 batch and the gradients are averaged over the replicas.
 
-The one difference is what a batch means. Keras' distribution splits the
+Two differences follow Keras rather than Graphcore. What a batch means: Keras' distribution splits the
 *global* batch over the devices (`batch_size=64` on 4 devices is 16 per
 device); an IPUStrategy model's batch is one replica's (Graphcore's
 convention). So the data is re-batched to `batch_size / replicas` before
 the IPU's infeed deals it out: replica r of a step gets the r-th slice of
-the global batch, as JAX's data sharding gives device r.
+the global batch, as JAX's data sharding gives device r. And the metrics
+fit/evaluate report are the mean over the replicas (the global batch's),
+not replica 0's (IPUStrategy's default, NONE).
 
 The backend side (devices, processes, layouts) is
 keras_ipu/backend/distribution_lib.py; layouts that split a weight across
@@ -55,6 +57,13 @@ class KerasDistributionStrategy(IPUStrategyV1):
 
     def __repr__(self):
         return f"<KerasDistributionStrategy {self._distribution!r} on {self._ipu_device}>"
+
+    def _patch_keras_extension(self, model):
+        super()._patch_keras_extension(model)
+        # Keras' metrics under a distribution are the global batch's: the
+        # mean of the replicas' (equal batches), not one replica's, which is
+        # what IPUStrategy reports by default (Graphcore's NONE).
+        model.set_replication_options(replicated_metric_reduction_method="MEAN")
 
     def _model_data_arguments(self, model, mode, kwargs):
         """fit/evaluate/predict's data arguments with the global batch cut

@@ -40,7 +40,8 @@ def make_model():
         keras.layers.Dense(5, activation="tanh"),
         keras.layers.Dense(1),
     ])
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=2)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"],
+                  steps_per_execution=2)
     return model
 
 
@@ -111,6 +112,18 @@ def test_data_parallel_splits_a_tf_dataset_and_predicts_in_order():
     expected = np.tanh(expected) @ model.get_weights()[2] + model.get_weights()[3]
     np.testing.assert_allclose(model.predict(x, batch_size=8, verbose=0), expected,
                                rtol=1e-5, atol=1e-6)
+
+
+def test_metrics_are_the_global_batchs():
+    configure(2)
+    x, y = data()
+    y[:16] += 10.0  # the replicas see different data: their metrics differ
+    single = make_model()
+    expected = single.evaluate(x, y, batch_size=16, verbose=0)
+    keras.distribution.set_distribution(DataParallel())
+    model = make_model()
+    np.testing.assert_allclose(model.evaluate(x, y, batch_size=16, verbose=0), expected,
+                               rtol=1e-5)
 
 
 def test_global_batch_must_split_evenly_over_the_replicas():
