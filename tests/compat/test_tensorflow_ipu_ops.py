@@ -323,3 +323,49 @@ def test_within_replica_all_reduce_pads_and_all_gather_concatenates():
         ipu.within_replica_ops.all_reduce([t, t], "COLLECTIVE_OP_ADD")
     with pytest.raises(NotImplementedError, match="rotated"):
         ipu.within_replica_ops.reduce_scatter([a, b], "COLLECTIVE_OP_ADD")
+
+
+# -- normalization_ops ----------------------------------------------------------
+
+def popnn_group_norm(x, groups, epsilon=1e-6):
+    """NumPy: channel c in group c % groups, statistics per example over the
+    spatial dims and the group's channels (channels last)."""
+    n, c = x.shape[0], x.shape[-1]
+    g = x.reshape(n, -1, c // groups, groups)
+    mean = g.mean(axis=(1, 2), keepdims=True)
+    var = g.var(axis=(1, 2), keepdims=True)
+    return ((g - mean) / np.sqrt(var + epsilon)).reshape(x.shape)
+
+
+@pytest.mark.parametrize("which,groups", [("group_norm", 2), ("layer_norm", 1),
+                                          ("instance_norm", 4)])
+def test_normalization_ops_match_popnn_grouping_and_keras_layer(which, groups):
+    from keras_ipu.estimators.variable_store import VariableStore
+
+    x = np.random.default_rng(8).normal(size=(2, 3, 3, 4)).astype("float32") * 3 + 1
+    store = VariableStore()
+    kwargs = {"groups": groups} if which == "group_norm" else {}
+    init = {"gamma": tf.compat.v1.constant_initializer([1.0, 2.0, 3.0, 4.0]),
+            "beta": tf.compat.v1.constant_initializer([0.5, 0.0, -0.5, 1.0])}
+
+    def fn(v):
+        with store.trace():
+            return getattr(ipu.normalization_ops, which)(v, param_initializers=init, **kwargs)
+
+    (out,) = on_ipu(fn, x)
+    expected = popnn_group_norm(x, groups) * [1.0, 2.0, 3.0, 4.0] + [0.5, 0.0, -0.5, 1.0]
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    if which == "group_norm":
+        layer = ipu.layers.GroupNormalization(groups=groups, epsilon=1e-6)
+        layer.build(x.shape)
+        values = {"gamma": [1.0, 2.0, 3.0, 4.0], "beta": [0.5, 0.0, -0.5, 1.0]}
+        for w in layer.weights:
+            w.assign(np.array(values[w.name], "float32"))
+        np.testing.assert_allclose(out, keras.ops.convert_to_numpy(layer(x)), rtol=1e-4, atol=1e-4)
+
+
+def test_normalization_ops_checks():
+    with pytest.raises(ValueError, match="6 channels is not commensurate with 4 groups"):
+        ipu.normalization_ops.group_norm(tf.zeros((1, 2, 6)), groups=4)
+    with pytest.raises(ValueError, match="only supports NCHW"):
+        ipu.normalization_ops.group_norm(tf.zeros((1, 2, 6, 3)), channels_axis=2)
