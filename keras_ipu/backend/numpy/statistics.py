@@ -63,6 +63,19 @@ def _compute_and_result_dtypes(x):
     return dtypes.result_type(dtype, "float32"), dtypes.result_type(dtype, float)
 
 
+def _mean_dtypes(x):
+    """(compute, result) dtypes of a mean or standard deviation: Keras gives
+    int64 inputs floatx."""
+    return _float_dtypes(x, int64_to_floatx=True)
+
+
+def _moment_args(x, axis, dtypes_of=_compute_and_result_dtypes):
+    """(x as a tensor, the axes `axis` names, compute dtype, result dtype):
+    what each moment (mean, var, std and their nan-variants) starts from."""
+    x = b.tensor(x)
+    return (x, b.axes_of(axis, x.ndim)) + tuple(dtypes_of(x))
+
+
 def _real(dtype):
     dtype = b.np_dtype(dtype)
     if dtype.kind == "c":
@@ -71,9 +84,7 @@ def _real(dtype):
 
 
 def mean(x, axis=None, keepdims=False):
-    x = b.tensor(x)
-    axes = b.axes_of(axis, x.ndim)
-    compute, result = _float_dtypes(x, int64_to_floatx=True)
+    x, axes, compute, result = _moment_args(x, axis, _mean_dtypes)
     xc = b.cast(x, compute)
     total = b.reduce_sum(xc, axes, keepdims)
     out = b.div(total, b.count(x, axes, compute, keepdims))
@@ -90,16 +101,12 @@ def _var(x, axes, keepdims, compute):
 
 
 def var(x, axis=None, keepdims=False):
-    x = b.tensor(x)
-    axes = b.axes_of(axis, x.ndim)
-    compute, result = _compute_and_result_dtypes(x)
+    x, axes, compute, result = _moment_args(x, axis)
     return b.cast(_var(x, axes, keepdims, compute), _real(result))
 
 
 def std(x, axis=None, keepdims=False):
-    x = b.tensor(x)
-    axes = b.axes_of(axis, x.ndim)
-    compute, result = _float_dtypes(x, int64_to_floatx=True)
+    x, axes, compute, result = _moment_args(x, axis, _mean_dtypes)
     out = b.sqrt(_var(x, axes, keepdims, compute))
     return b.cast(out, _real(result))
 
@@ -142,9 +149,7 @@ def _nan_stats(x, axes, keepdims, compute):
 
 
 def nanmean(x, axis=None, keepdims=False):
-    x = b.tensor(x)
-    axes = b.axes_of(axis, x.ndim)
-    compute, result = _compute_and_result_dtypes(x)
+    x, axes, compute, result = _moment_args(x, axis)
     total, n, _, _ = _nan_stats(x, axes, keepdims, compute)
     return b.cast(b.div(total, b.cast(n, total.dtype)), result)
 
@@ -158,16 +163,12 @@ def _nanvar(x, axes, keepdims, compute):
 
 
 def nanvar(x, axis=None, keepdims=False):
-    x = b.tensor(x)
-    axes = b.axes_of(axis, x.ndim)
-    compute, result = _compute_and_result_dtypes(x)
+    x, axes, compute, result = _moment_args(x, axis)
     return b.cast(_nanvar(x, axes, keepdims, compute), _real(result))
 
 
 def nanstd(x, axis=None, keepdims=False):
-    x = b.tensor(x)
-    axes = b.axes_of(axis, x.ndim)
-    compute, result = _compute_and_result_dtypes(x)
+    x, axes, compute, result = _moment_args(x, axis)
     out = b.sqrt(_nanvar(x, axes, keepdims, compute))
     return b.cast(out, _real(result))
 
