@@ -327,8 +327,15 @@ class Importer:
         parameter; plus the effect token when `with_token`)."""
         leaves, structure = flatten_value(tuple(params))
         in_avals = [aval_of(self.raw(self.array(v))) for v in leaves]
-        if with_token:
-            in_avals.append(TOKEN_AVAL)
+        return self.trace_sub_graph(
+            in_avals, with_token,
+            lambda tracers: self.run(comp, list(unflatten_value(structure, tracers))))
+
+    def trace_sub_graph(self, in_avals, with_token, body):
+        """(graph, captures, out_structure) of `body(tracers)` (it runs
+        computations on them and returns a value) traced over inputs of
+        `in_avals`; with `with_token` the effect token is the graph's last
+        input and output, and the outer token is restored after."""
         box = {}
         saved_token = self.token
 
@@ -336,17 +343,14 @@ class Importer:
             tracers = list(tracers)
             if with_token:
                 self.token = tracers.pop()
-            args = unflatten_value(structure, tracers)
-            out = self.run(comp, list(args))
-            out_leaves, out_structure = flatten_value(out)
-            box["structure"] = out_structure
+            out_leaves, box["structure"] = flatten_value(body(tracers))
             outs = [self.array(v) for v in out_leaves]
             if with_token:
                 outs.append(self.token)
             return outs
 
         try:
-            graph, captures = trace_flat(fn, in_avals)
+            graph, captures = trace_flat(fn, in_avals + ([TOKEN_AVAL] if with_token else []))
         finally:
             self.token = saved_token
         return graph, captures, box["structure"]

@@ -109,31 +109,10 @@ def _trace_branch(imp, branch, flat, start, count, structure, effects):
     """A branch traced over every branch's operand leaves (cond branches
     take the same operands); it reads its own span."""
     from keras_ipu.device.ir import aval_of
-    from keras_ipu.device.trace import trace_flat
-    from keras_ipu.frontends.tensorflow.importer import TOKEN_AVAL
 
-    in_avals = [aval_of(imp.raw(v)) for v in flat] + ([TOKEN_AVAL] if effects else [])
-    box = {}
-    saved = imp.token
-
-    def fn(*tracers):
-        tracers = list(tracers)
-        if effects:
-            imp.token = tracers.pop()
-        arg = unflatten_value(structure, tracers[start:start + count])
-        out = imp.run(branch, [arg])
-        leaves, out_structure = flatten_value(out)
-        box["structure"] = out_structure
-        outs = [imp.array(v) for v in leaves]
-        if effects:
-            outs.append(imp.token)
-        return outs
-
-    try:
-        graph, caps = trace_flat(fn, in_avals)
-    finally:
-        imp.token = saved
-    return graph, caps, box["structure"]
+    return imp.trace_sub_graph(
+        [aval_of(imp.raw(v)) for v in flat], effects,
+        lambda tracers: imp.run(branch, [unflatten_value(structure, tracers[start:start + count])]))
 
 
 def _align_captures(graphs, captures):
