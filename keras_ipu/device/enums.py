@@ -76,14 +76,9 @@ class StochasticRoundingBehaviour(enum.Enum):
     REPLICA_IDENTICAL_ONLY = 2
 
 
+# Every enum of this module by name (the IPUConfig's option types name
+# them): read from the module itself, so a new enum is declared in one place.
 ENUMS = {
-    cls.__name__: cls
-    for cls in (
-        DeviceConnectionType,
-        ExecutionProfileType,
-        MergeRemoteBuffersBehaviour,
-        SchedulingAlgorithm,
-        SelectionOrder,
-        StochasticRoundingBehaviour,
-    )
+    name: value for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, enum.Enum) and value.__module__ == __name__
 }

@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import subgraphs
+from keras_ipu.device.rule_table import rule_decorator
 
 # name -> rule(ctx, *operands, **params); filled by the *_rules modules,
 # which the package imports after this one.
@@ -53,17 +54,8 @@ class EmitError(NotImplementedError):
     """A primitive of the graph has no TensorFlow rule."""
 
 
-def rule(*names):
-    """Register the decorated function as the rule of `names`."""
-
-    def register(fn):
-        for name in names:
-            if name in RULES:
-                raise ValueError(f"Two TensorFlow rules for {name!r}.")
-            RULES[name] = fn
-        return fn
-
-    return register
+# @rule(*names): the decorated function is the rule of those primitives.
+rule = rule_decorator(RULES, "Two TensorFlow rules for {name!r}.")
 
 
 class RuleContext:

@@ -35,6 +35,7 @@ import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.ir import aval_of
+from keras_ipu.device.rule_table import rule_decorator
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import current_builder
 from keras_ipu.device.trace import source_scope
@@ -87,17 +88,9 @@ def dtype_of(x):
 RULES = {}
 
 
-def rule(*opcodes):
-    """Register `fn(imp, instr, operands) -> value` for HLO `opcodes`."""
-
-    def register(fn):
-        for op in opcodes:
-            if op in RULES:
-                raise ValueError(f"HLO opcode {op!r} has two import rules.")
-            RULES[op] = fn
-        return fn
-
-    return register
+# @rule(*opcodes): the decorated `fn(imp, instr, operands) -> value` imports
+# those HLO opcodes.
+rule = rule_decorator(RULES, "HLO opcode {name!r} has two import rules.")
 
 
 def _load_rules():
