@@ -162,18 +162,19 @@ def argmin(x, axis=None, keepdims=False):
 
 
 def _replace_nan(x, value):
+    """x (converted to a tensor) with its NaNs replaced by `value`: the
+    identity of the reduction a nan-variant then runs."""
+    x = b.tensor(x)
     if not (b.is_float(x) or x.dtype.kind == "c"):
         return x
     return b.where(b.isnan(x), b.const(value, x.dtype), x)
 
 
 def nansum(x, axis=None, keepdims=False):
-    x = b.tensor(x)
     return sum(_replace_nan(x, 0), axis=axis, keepdims=keepdims)
 
 
 def nanprod(x, axis=None, keepdims=False):
-    x = b.tensor(x)
     return prod(_replace_nan(x, 1), axis=axis, keepdims=keepdims)
 
 
@@ -265,12 +266,10 @@ def cumprod(x, axis=None, dtype=None):
 
 
 def nancumsum(x, axis=None, dtype=None):
-    x = b.tensor(x)
     return cumsum(_replace_nan(x, 0), axis=axis, dtype=dtype)
 
 
 def nancumprod(x, axis=None, dtype=None):
-    x = b.tensor(x)
     return cumprod(_replace_nan(x, 1), axis=axis, dtype=dtype)
 
 
