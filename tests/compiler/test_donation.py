@@ -119,3 +119,7 @@ def test_scan_updates_carries_in_place_but_never_an_undonated_initial_carry():
         np.testing.assert_array_equal(xs_in, xs)  # the stacked inputs never change
         if not donate:
             np.testing.assert_array_equal(acc_in, acc)  # copied before the loop
+        else:
+            # The scan declares carries_in_place: the donated carry's buffer
+            # is the one the loop updates (not copied first).
+            assert np.shares_memory(np.asarray(new_acc), acc_in)

@@ -14,6 +14,7 @@ from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Var
+from keras_ipu.device.primitives.control_flow import scan_p
 
 
 def _prune_scan(node, live):
@@ -42,13 +43,19 @@ def _prune_scan(node, live):
                      [node.outputs[i] for i in keep_out])
 
 
+# Primitives whose sub-graphs are pruned of what their unused outputs need:
+# prune(node, live) -> node (as JAX keeps dce_rules per primitive).
+_PRUNE_INSIDE = {scan_p: _prune_scan}
+
+
 def eliminate_dead_code(graph):
     live = {v for v in graph.outputs if type(v) is Var}
     kept = []
     for node in reversed(graph.nodes):
         if any(out in live for out in node.outputs):
-            if node.primitive.name == "scan":
-                node = _prune_scan(node, live)
+            prune = _PRUNE_INSIDE.get(node.primitive)
+            if prune is not None:
+                node = prune(node, live)
             kept.append(node)
             live.update(v for v in node.inputs if type(v) is Var)
     kept.reverse()

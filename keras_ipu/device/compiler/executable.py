@@ -163,7 +163,8 @@ class Executable:
         kernels may write into (`written_inputs`), which of its outputs are
         arrays it owns (`owned_outputs`: allocated by a kernel, or a donated
         input passed through; a loop may then update them in place), and
-        for each scan the initial carries it owns (`owned_operands`)."""
+        for each loop that updates its carries in place the initial carries
+        it owns (`owned_operands`)."""
         self.donated_inputs = tuple(donated_inputs)
         input_index = {v: k for k, v in enumerate(graph.inputs)}
         owned = owned_values(graph, donated_inputs)
@@ -172,8 +173,8 @@ class Executable:
         written = set()
         for i, node in enumerate(graph.nodes):
             positions = node.params.get("donate", ())
-            if node.primitive.name == "scan":
-                n_carry = node.params["n_carry"]
+            if node.primitive.carries_in_place:
+                n_carry = node.primitive.carry_count(node.params)
                 positions = tuple(k for k in donate.get(i, ()) if k < n_carry)
                 self.owned_operands[i] = positions
             for k in positions:
@@ -235,7 +236,7 @@ class Executable:
             prim, params = node.primitive, node.params
             if i in self.subprograms:
                 params = dict(params, compiled=self.subprograms[i])
-            if i in self.owned_operands:  # a scan: its owned initial carries
+            if i in self.owned_operands:  # a loop: its owned initial carries
                 params = dict(params, owned_carry=self.owned_operands[i])
             in_avals = tuple(v.aval for v in node.inputs)
             out_avals = tuple(v.aval for v in node.outputs)

@@ -264,7 +264,8 @@ def _in_order(graph_param):
 
 scan_p = Primitive("scan", _scan_rule, _scan, multiple_results=True,
                    subgraph_params=("body",), result_graphs=("body",),
-                   subgraph_operands=_in_order("body"), carry_count=_scan_carry_count)
+                   subgraph_operands=_in_order("body"), carry_count=_scan_carry_count,
+                   carries_in_place=True)
 
 
 # -- gradient control ---------------------------------------------------------

@@ -61,6 +61,7 @@ class Primitive:
         "result_graphs",
         "subgraph_operands",
         "carry_count",
+        "carries_in_place",
         "doc",
     )
 
@@ -85,6 +86,7 @@ class Primitive:
         result_graphs=(),
         subgraph_operands=None,
         carry_count=None,
+        carries_in_place=False,
         doc="",
     ):
         if name in REGISTRY:
@@ -152,6 +154,10 @@ class Primitive:
         # carried state, which its first outputs update (carry k in place of
         # operand k). None for anything else.
         self.carry_count = carry_count
+        # A loop whose lowering updates its carried state in place: the
+        # Executable tells it which initial carries it owns (`owned_carry`;
+        # donation.py), and it copies the others once before it writes them.
+        self.carries_in_place = carries_in_place
         self.doc = doc
         REGISTRY[name] = self
 
