@@ -212,33 +212,9 @@ class IPUOptions:
 
     @property
     def recomputation_mode(self):
-        """The pipeline's recomputation mode, Auto resolved by the schedule
-        (Grouped, Interleaved: RecomputeThenBackpropagate; Sequential:
-        RecomputeAndBackpropagateInterleaved); NotImplementedError with
-        Poplar's message for a mode the schedule does not support."""
-        mode = self.pipelining_kwargs.get("recomputation_mode") or RecomputationMode.Auto
-        schedule = PipelineSchedule(self.pipeline_schedule)
-        sequential = schedule == PipelineSchedule.Sequential
-        if mode == RecomputationMode.Auto:
-            if sequential:
-                return RecomputationMode.RecomputeAndBackpropagateInterleaved
-            return RecomputationMode.RecomputeThenBackpropagate
-        supported = {
-            RecomputationMode.RecomputeThenBackpropagate: not sequential,
-            RecomputationMode.RecomputeAndBackpropagateInterleaved:
-                schedule != PipelineSchedule.Interleaved,
-        }
-        if not supported[mode]:
-            poplar_name = {
-                RecomputationMode.RecomputeThenBackpropagate: "Recompute_then_backpropagate",
-                RecomputationMode.RecomputeAndBackpropagateInterleaved:
-                    "Recompute_and_backpropagate_interleaved",
-            }[mode]
-            raise NotImplementedError(
-                f"Pipeline schedule {schedule.name} does not support "
-                f"'{poplar_name}' recomputation mode."
-            )
-        return mode
+        """The pipeline's recomputation mode (resolved_recomputation_mode)."""
+        return resolved_recomputation_mode(
+            self.pipelining_kwargs.get("recomputation_mode"), self.pipeline_schedule)
 
     @property
     def prefetch_depth(self):
@@ -318,3 +294,33 @@ def check_pipeline_kwargs(kwargs):
             "weight_update_poplar_options to be of type PipelineStageOptions, but "
             f"got {update} instead."
         )
+
+
+def resolved_recomputation_mode(mode, schedule):
+    """A pipeline's recomputation mode, Auto (or None) resolved by the
+    schedule as Poplar does (Grouped, Interleaved: RecomputeThenBackpropagate;
+    Sequential: RecomputeAndBackpropagateInterleaved); NotImplementedError
+    with Poplar's message for a mode the schedule does not support."""
+    mode = mode or RecomputationMode.Auto
+    schedule = PipelineSchedule(schedule)
+    sequential = schedule == PipelineSchedule.Sequential
+    if mode == RecomputationMode.Auto:
+        if sequential:
+            return RecomputationMode.RecomputeAndBackpropagateInterleaved
+        return RecomputationMode.RecomputeThenBackpropagate
+    supported = {
+        RecomputationMode.RecomputeThenBackpropagate: not sequential,
+        RecomputationMode.RecomputeAndBackpropagateInterleaved:
+            schedule != PipelineSchedule.Interleaved,
+    }
+    if not supported[mode]:
+        poplar_name = {
+            RecomputationMode.RecomputeThenBackpropagate: "Recompute_then_backpropagate",
+            RecomputationMode.RecomputeAndBackpropagateInterleaved:
+                "Recompute_and_backpropagate_interleaved",
+        }[mode]
+        raise NotImplementedError(
+            f"Pipeline schedule {schedule.name} does not support "
+            f"'{poplar_name}' recomputation mode."
+        )
+    return mode

@@ -10,9 +10,10 @@ micro-batches (GradientAccumulationOptimizerV2 with the pipeline's
 reduction method); the last stage's outputs (or the loss) go to the outfeed
 per micro-batch. That loop is what this module builds (one `loops.repeat`,
 one program): the values are those of the pipeline. Each stage's ops are
-in the name scope `pipeline_stage_<k>`; the program is simulated on one
-IPU (the stages are not placed on the IPUs of `device_mapping`, and the
-schedule changes nothing), see the README.
+in the name scope `pipeline_stage_<k>`; the pipeline records its device
+mapping, schedule and recomputation mode for the front end, which places
+the stages on their IPUs and simulates the schedule as for a Keras
+pipeline (ops/pipeline_simulation.py).
 
 TF1-style variables the stages make (tf.compat.v1.get_variable, the
 optimizer's slots and accumulators) are kept across traces in a
@@ -66,21 +67,18 @@ def _flat_outputs(outputs):
     return args if not kwargs else kwargs
 
 
-def stage_scope(k):
-    """The name scope of stage k's ops: the placement reads it back from
-    the imported program's op names."""
-    return f"pipeline_stage_{k}"
-
-
 def run_stages(stages, args, kwargs):
     """The stages one after the other on one micro-batch (stage k's outputs
     are stage k+1's arguments), each under its name scope. Returns the last
     stage's outputs as (args, kwargs) and as returned."""
     import tensorflow as tf
 
+    # The placement reads the stage back from the imported op names.
+    from keras_ipu.frontends.tensorflow.stages import stage_scope_name
+
     outputs = None
     for k, stage in enumerate(stages):
-        with tf.name_scope(stage_scope(k)):
+        with tf.name_scope(stage_scope_name(k)):
             outputs = stage(*args, **kwargs)
         args, kwargs = _as_call(outputs)
     return args, kwargs, outputs

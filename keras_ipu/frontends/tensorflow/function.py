@@ -89,6 +89,8 @@ class Program:
     cache_key: object = None  # of its executable in CACHE
     context: object = None
     trace: object = None
+    options: object = None  # its own CompileOptions (a placed pipeline), else the function's
+    pipeline: object = None  # the ops.pipeline_runs.PipelineRun it holds, if any
 
 
 @dataclasses.dataclass
@@ -156,14 +158,22 @@ class BridgedFunction:
             self.options = dataclasses.replace(
                 self.options, placement=Placement.of({}, device_mapping))
         self._traces = weakref.WeakKeyDictionary()
+        self._pipelines = weakref.WeakKeyDictionary()  # cf -> its PipelineRuns
         self.__name__ = getattr(fn, "__name__", "tf_function")
         self.compile_count = 0
 
     # -- tracing and compiling --------------------------------------------
 
     def concrete(self, *args, **kwargs):
-        with _Tracing():
-            return self.tf_function.get_concrete_function(*args, **kwargs)
+        from keras_ipu.ops.pipeline_runs import recording
+
+        # A functional pipeline traced here records what its placement
+        # needs (ops/pipeline_simulation.py); TensorFlow traces once per cf.
+        with _Tracing(), recording() as runs:
+            cf = self.tf_function.get_concrete_function(*args, **kwargs)
+        if runs:
+            self._pipelines[cf] = tuple(runs)
+        return cf
 
     def flat_inputs(self, cf, args, kwargs):
         """The inputs of a call: flat tensor arguments, then captured values."""
@@ -210,8 +220,15 @@ class BridgedFunction:
         module = self.hlo_module(cf, flat, captured)
         imported = import_module(module, replicas=replicas)
         graph = imported.graph
+        options = pipeline = None
         if self.stage_of is not None:
             graph = staged_by_name(graph, self.stage_of)
+        else:
+            from keras_ipu.ops import pipeline_simulation
+
+            pipeline = pipeline_simulation.the_pipeline(self._pipelines.get(cf))
+            if pipeline is not None:
+                graph, options = pipeline_simulation.placed_program(graph, self.options, pipeline)
         param_avals = [(tuple(v.aval.shape), v.aval.dtype)
                        for v in imported.graph.inputs[:imported.n_params]]
         input_avals = [(tuple(a.shape), a.dtype) for a in arrays]
@@ -239,7 +256,7 @@ class BridgedFunction:
             graph=graph, param_inputs=tuple(param_inputs), n_outputs=n_outputs,
             updates=tuple(updates), uses_token=imported.uses_token,
             structured_outputs=cf.structured_outputs, name=self.__name__,
-            resident=resident,
+            resident=resident, options=options, pipeline=pipeline,
         )
         return program, constants
 
@@ -261,8 +278,13 @@ class BridgedFunction:
         if program.cache_key is not None and program.context is context:
             exe = CACHE.lookup(program.cache_key)
         if exe is None:
-            program.cache_key, exe = CACHE.get_keyed(program.graph, self.options, name=program.name)
+            program.cache_key, exe = CACHE.get_keyed(
+                program.graph, program.options or self.options, name=program.name)
             program.context = context
+            if program.pipeline is not None:
+                from keras_ipu.ops.pipeline_simulation import check_before_first_run
+
+                check_before_first_run(exe, program.pipeline)
         return exe
 
     # -- running --------------------------------------------------------------
