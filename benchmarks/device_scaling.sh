@@ -21,6 +21,12 @@
 #     each at default threads (nothing pinned, no thread variables) and on
 #     1, 2, 4, 8 and 16 cores (all cores when the machine has fewer or more),
 #     defaults and the two ends first so that a cut run keeps them.
+#  0. with PROFILES=1, before 2: host_threads.py (the pool's round trip and
+#     the models' products on 1..16 threads) and step_profile.py's wall
+#     time per kernel of the MLP, CNN, transformer (batch 128, SGD) and
+#     demo_functional (batch 32, Adam) steps, on one thread
+#     (KERAS_IPU_HOST_THREADS=1) and with default threads.
+# COUNTS (e.g. default,1,16,4) replaces the thread counts of stage 2.
 # Without TensorFlow the ipu backend's default engine (auto) cannot reach
 # XLA: ipu's numbers here are its NumPy/C engine's.
 #
@@ -53,10 +59,12 @@ export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
     --ignore-requires-python --no-cache-dir . || exit 1
 
 CORES=$("$PY" -c "import os; print(len(os.sched_getaffinity(0)))")
-COUNTS=default,1,$CORES
-for n in 2 4 8 16; do
-    if [ "$n" -lt "$CORES" ]; then COUNTS=$COUNTS,$n; fi
-done
+if [ -z "${COUNTS:-}" ]; then
+    COUNTS=default,1,$CORES
+    for n in 2 4 8 16; do
+        if [ "$n" -lt "$CORES" ]; then COUNTS=$COUNTS,$n; fi
+    done
+fi
 
 {
     echo "cores $CORES, counts $COUNTS, $(nproc) online"
@@ -72,6 +80,24 @@ for pool in threadpool_info():
           pool.get("threading_layer"), pool.get("architecture"))
 EOF
 } 2>&1 | tee "$OUT/env.txt"
+
+if [ "${PROFILES:-0}" = 1 ]; then
+    echo "== host_threads.py ($(date -u +%T), $(left) s left)"
+    timeout "$(left)" "$PY" benchmarks/host_threads.py --repeats 20 \
+        --out "$OUT/host_threads.json"
+    for spec in "mlp 128 sgd" "cnn 128 sgd" "transformer 128 sgd" "demo_functional 32 adam"; do
+        set -- $spec
+        for cap in 1 default; do
+            echo "== step_profile.py $1, threads $cap ($(date -u +%T), $(left) s left)" \
+                | tee -a "$OUT/profiles.txt"
+            if [ "$cap" = 1 ]; then export KERAS_IPU_HOST_THREADS=1; else unset KERAS_IPU_HOST_THREADS; fi
+            timeout "$(left)" "$PY" benchmarks/step_profile.py --model "$1" \
+                --batch-size "$2" --optimizer "$3" --repeats 5 --clock wall \
+                >> "$OUT/profiles.txt" 2>&1
+        done
+    done
+    unset KERAS_IPU_HOST_THREADS
+fi
 
 echo "== batch 128, SGD ($(date -u +%T), $(left) s left)"
 timeout "$(left)" "$PY" benchmarks/thread_scaling.py --threads "$COUNTS" \

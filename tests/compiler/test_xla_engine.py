@@ -381,6 +381,7 @@ _SWITCH_AT_ONCE = textwrap.dedent(
     from keras_ipu.device.compiler import engines as _engines
     _engines.HOT_SECONDS = 0.0
     _engines.TIMED_RUNS = 10**6
+    _engines.host_threads._cap = 2  # a core to compile on, on any machine
     _start = _engines.TieredRunner._start_compile
     def _start_and_wait(self, arrays):
         _start(self, arrays)
@@ -411,6 +412,7 @@ def _graph():
 def test_auto_compiles_hot_programs_in_the_background_and_keeps_the_faster(monkeypatch):
     monkeypatch.setenv(engines.ENV, "auto")
     monkeypatch.setattr(engines, "HOT_SECONDS", 1e-9)
+    monkeypatch.setattr(engines.host_threads, "_cap", 2)
     exe = compile_graph(_graph())
     x, w = f32(8, 6), f32(6, 5)
     want = exe.run_unchecked([x, w])
@@ -426,6 +428,24 @@ def test_auto_compiles_hot_programs_in_the_background_and_keeps_the_faster(monke
     for outs in [first] + results:
         for g, wv in zip(outs, want):
             np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_on_one_host_thread_never_compiles(monkeypatch):
+    # One core (or a cap of 1): a "background" compile would run on the
+    # program's own core, so auto keeps NumPy without loading TensorFlow.
+    monkeypatch.setenv(engines.ENV, "auto")
+    monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
+    monkeypatch.setattr(engines.host_threads, "_cap", 1)
+    exe = compile_graph(_graph())
+    x, w = f32(8, 6), f32(6, 5)
+    want = exe.run_unchecked([x, w])
+    for _ in range(3):
+        got = exe.run(x, w)
+    runner = exe._engine_run
+    assert isinstance(runner, engines.TieredRunner)
+    assert runner.engine == "numpy-final" and runner.thread is None
+    for g, wv in zip(got, want):
+        np.testing.assert_array_equal(g, wv)
 
 
 def test_numpy_copies_read_only_donated_inputs(monkeypatch):
@@ -486,6 +506,7 @@ def test_a_failing_xla_compile_falls_back_to_numpy_silently(monkeypatch, caplog,
     monkeypatch.delenv(engines.STRICT_ENV, raising=False)
     monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
     monkeypatch.setattr(engines, "_noted", set())
+    monkeypatch.setattr(engines.host_threads, "_cap", 2)
     monkeypatch.setattr(engines.XlaProgram, "build", classmethod(
         lambda cls, exe, check=None: _FailingProgram(exe)))
     exe = compile_graph(_graph())
@@ -534,6 +555,7 @@ class Slow(engines.XlaProgram):
 
 
 engines.HOT_SECONDS = 0.0
+engines.host_threads._cap = 2
 engines.XlaProgram.build = classmethod(lambda cls, exe, check=None: Slow(exe, check))
 exe = compile_graph(build([aval((4, 3))], lambda b, x: b.op("exp", x)))
 x = np.ones((4, 3), np.float32)

@@ -35,6 +35,21 @@ def test_without_variables_the_cap_is_the_cores_we_may_use(cap):
     assert threads.max_threads() == len(__import__("os").sched_getaffinity(0))
 
 
+def test_a_blas_variable_caps_the_policy_and_openblas_stays_on_one_thread(cap, monkeypatch):
+    # OpenBLAS keeping OPENBLAS_NUM_THREADS=N would run each of our blocks
+    # on N spinning threads of its own (N x N threads in all).
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    cap(None)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    monkeypatch.setattr(threads, "_configured", False)
+    # The context restores the process's BLAS threads afterwards.
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        threads.configure()
+        blas = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+        assert blas and all(p["num_threads"] == 1 for p in blas), blas
+    assert threads.max_threads() == 2
+
+
 def test_a_bad_variable_names_itself(cap, monkeypatch):
     cap(None)
     monkeypatch.setenv("OMP_NUM_THREADS", "many")

@@ -20,7 +20,12 @@ cycles, profiles) always come from the Executable's own program:
   running; when XLA is ready, a few runs on each engine are timed and the
   faster one keeps the program. Programs that run briefly (most of a test
   suite, `compute_output_spec`, a few predict calls) never load
-  TensorFlow.
+  TensorFlow. With one host thread (one core, or a cap of 1 from the
+  variables device/native/threads.py reads) there is no background:
+  the compile would take the core the program runs on, so `auto` stays on
+  NumPy (measured in issue 16: the one-thread MLP's CPU per step doubled
+  for about 150 steps while TensorFlow was imported and the step
+  compiled, and XLA was then not kept).
 - `xla`: every program whose primitives all have rules runs on XLA from
   its first run (compiled then, in the caller's thread).
 - `numpy`: never XLA.
@@ -50,6 +55,7 @@ import time
 
 import numpy as np
 
+from keras_ipu.device.native import threads as host_threads
 
 logger = logging.getLogger("keras_ipu.device")
 
@@ -270,7 +276,9 @@ class TieredRunner:
 
     def __init__(self, executable):
         self.executable = executable
-        self.engine = "numpy"  # numpy | compiling | timing | xla | numpy-final
+        # numpy | compiling | timing | xla | numpy-final. On one host
+        # thread a compile is not in the background (module doc).
+        self.engine = "numpy" if host_threads.max_threads() > 1 else "numpy-final"
         self.numpy_seconds = 0.0
         self.numpy_times = []
         self.xla_times = []

@@ -1,0 +1,113 @@
+"""What the NumPy engine's own thread pool (device/native/threads.py) costs
+and buys on this machine: the data its thresholds rest on.
+
+    python benchmarks/host_threads.py                 # 1, 2, 4, ... all cores
+    python benchmarks/host_threads.py --threads 1,2,4 --out host_threads.json
+
+Two tables, wall time (median of --repeats after warm-up; OpenBLAS on one
+thread, as the engine sets it):
+  - the pool's round trip: parallel_for over t blocks that do nothing, i.e.
+    handing out work to t - 1 helper threads and waiting for them;
+  - products of the shapes the benchmark models run (fit_throughput.py's
+    MLP, demo_functional, transformer and CNN at their batch sizes, forward
+    and gradients, plus a large square one), on one thread (np.matmul) and
+    split by matmul_plan over t threads, the fastest count, and the count
+    the policy picks (threads_for) for each; then the same split with one
+    block per thread instead of BLOCKS_PER_THREAD (fewer hand-offs, no
+    slack for a late thread).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+
+# (label, b, m, n, k): x (b, m, k) @ y (b, k, n); b = 0 for 2-d products.
+PRODUCTS = [
+    ("mlp fwd 128x784 @ 784x512", 0, 128, 512, 784),
+    ("mlp wgrad 512x128 @ 128x784", 0, 512, 784, 128),
+    ("mlp fwd 128x512 @ 512x512", 0, 128, 512, 512),
+    ("demo fwd 32x512 @ 512x512", 0, 32, 512, 512),
+    ("demo wgrad 512x32 @ 32x512", 0, 512, 512, 32),
+    ("transformer ff 8192x64 @ 64x128", 0, 8192, 128, 64),
+    ("transformer scores 512x(64x16 @ 16x64)", 512, 64, 64, 16),
+    ("cnn conv1 131072x27 @ 27x32", 0, 131072, 32, 27),
+    ("cnn conv2 32768x288 @ 288x64", 0, 32768, 64, 288),
+    ("cnn conv2 wgrad 288x32768 @ 32768x64", 0, 288, 64, 32768),
+    ("square 1024^3", 0, 1024, 1024, 1024),
+]
+
+
+def timed(fn, repeats):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    from keras_ipu.device.native import threads as host
+
+    cores = len(os.sched_getaffinity(0))
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", help="comma-separated counts (default 1, 2, 4, "
+                   f"... up to the {cores} cores this process may use)")
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--out", help="write the tables as JSON")
+    args = p.parse_args(argv)
+    counts = ([int(t) for t in args.threads.split(",")] if args.threads else
+              sorted({min(2 ** i, cores) for i in range(cores.bit_length() + 1)}))
+    host.configure()  # OpenBLAS on one thread, as in the engine
+
+    trip = {}
+    for t in counts:
+        trip[t] = 1e6 * timed(lambda: host.parallel_for(lambda i: None, t, t),
+                              args.repeats * 10)
+    lines = ["| pool round trip | " + " | ".join(f"{t} thr" for t in counts) + " |",
+             "|---|" + "---:|" * len(counts),
+             "| us | " + " | ".join(f"{trip[t]:.1f}" for t in counts) + " |", ""]
+
+    rng = np.random.default_rng(0)
+    rows = []
+    default_blocks = host.BLOCKS_PER_THREAD
+    for blocks in (default_blocks, 1):
+        host.BLOCKS_PER_THREAD = blocks
+        lines += ["", f"{blocks} block(s) per thread:", "",
+                  "| product | MFLOP | " + " | ".join(f"{t} thr ms" for t in counts)
+                  + " | best | policy picks |", "|---|---:|" + "---:|" * (len(counts) + 2)]
+        for label, b, m, n, k in PRODUCTS:
+            lead = (b,) if b else ()
+            x = rng.standard_normal(lead + (m, k), dtype=np.float32)
+            y = rng.standard_normal(lead + (k, n), dtype=np.float32)
+            flops = 2 * max(b, 1) * m * n * k
+            ms = {}
+            for t in counts:
+                plan = host.matmul_plan(b, m, n, k, np.float32, threads=t) if t > 1 else None
+                fn = (lambda: plan(x, y)) if plan else (lambda: np.matmul(x, y))
+                ms[t] = 1e3 * timed(fn, args.repeats)
+            best = min(ms, key=ms.get)
+            picks = host.threads_for(flops)
+            rows.append({"product": label, "blocks_per_thread": blocks,
+                         "mflop": flops / 1e6, "ms": ms, "best": best, "policy": picks})
+            lines.append(f"| {label} | {flops / 1e6:.0f} | "
+                         + " | ".join(f"{ms[t]:.3f}" for t in counts)
+                         + f" | {best} | {picks} |")
+    host.BLOCKS_PER_THREAD = default_blocks
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"threads": counts, "round_trip_us": trip, "products": rows,
+                       "flops_per_thread": host.FLOPS_PER_THREAD,
+                       "table": text}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Smoke test of benchmarks/host_threads.py on two small products: it runs,
+and its report holds a time per thread count and the policy's pick for
+each product. Speed is never asserted here."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "host_threads.py"
+
+
+def test_reports_each_product_on_each_count(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("host_threads", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "PRODUCTS", [("rows", 0, 64, 8, 16),
+                                            ("batched", 4, 32, 8, 8)])
+    out = tmp_path / "host.json"
+    bench.main(["--threads", "1,2", "--repeats", "2", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["threads"] == [1, 2]
+    assert set(report["round_trip_us"]) == {"1", "2"}
+    from keras_ipu.device.native import threads
+
+    assert [r["blocks_per_thread"] for r in report["products"]] == [
+        threads.BLOCKS_PER_THREAD] * 2 + [1] * 2
+    for row, (label, b, m, n, k) in zip(report["products"], bench.PRODUCTS * 2):
+        assert row["product"] == label
+        assert set(row["ms"]) == {"1", "2"} and all(v > 0 for v in row["ms"].values())
+        assert row["policy"] == threads.threads_for(2 * max(b, 1) * m * n * k)
+    assert "| rows | 0 |" in report["table"]
