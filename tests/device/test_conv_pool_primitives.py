@@ -101,6 +101,34 @@ def test_conv_matches_naive_reference(case):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c[4] == (1,) * len(c[0])
+                                  and c[6] != 6], ids=lambda c: f"{len(c[0])}d")
+def test_conv_split_over_the_batch_matches_the_reference(case, monkeypatch):
+    # Every im2col case on 3 threads (7 images in blocks of 2, the last of
+    # one), against the naive reference and the one-thread kernel.
+    from keras_ipu.device.native import threads
+
+    spatial, ksize, strides, padding, ld, rd, groups = case
+    x = RNG.standard_normal((7, 6) + spatial).astype(np.float32)
+    w = RNG.standard_normal((6, 6 // groups) + ksize).astype(np.float32)
+    monkeypatch.setattr(threads, "_cap", 1)
+    one = np.asarray(conv_general_dilated(x, w, strides, padding, ld, rd,
+                                          feature_group_count=groups))
+    monkeypatch.setattr(threads, "_cap", 3)
+    monkeypatch.setattr(threads, "FLOPS_PER_THREAD", 1)
+    calls = []
+    split = threads.parallel_for
+    monkeypatch.setattr(threads, "parallel_for",
+                        lambda fn, count, n: calls.append((count, n)) or split(fn, count, n))
+    got = np.asarray(conv_general_dilated(x, w, strides, padding, ld, rd,
+                                          feature_group_count=groups))
+    assert calls and calls[0] == (4, 3)
+    want = naive_conv(x, w, strides, padding, ld, rd, groups)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # Not bit for bit: BLAS may sum a smaller block's rows in another order.
+    np.testing.assert_allclose(got, one, rtol=1e-5, atol=1e-5)
+
+
 def test_conv_channels_last_layout_and_same_padding():
     x = RNG.standard_normal((2, 7, 5, 4)).astype(np.float32)  # NHWC
     w = RNG.standard_normal((3, 2, 4, 6)).astype(np.float32)  # HWIO

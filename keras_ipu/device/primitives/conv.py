@@ -213,17 +213,45 @@ def _conv(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
         out = _depthwise_conv(x, w, window_strides, padding, lhs_dilation,
                               rhs_dilation)
     else:
-        out = _im2col_conv(x, w, window_strides, padding, lhs_dilation,
-                           rhs_dilation, feature_group_count)
+        out = _im2col_conv_over_batch(x, w, out_sp, window_strides, padding,
+                                      lhs_dilation, rhs_dilation,
+                                      feature_group_count)
     out = np.transpose(out, np.argsort(out_spec))
     return np.ascontiguousarray(out.astype(out_dtype, copy=False))
 
 
+def _im2col_conv_over_batch(x, w, out_sp, window_strides, padding,
+                            lhs_dilation, rhs_dilation, g):
+    """_im2col_conv on the threads its work is worth (device/native/
+    threads.py's policy), split over the batch: each thread pads, copies
+    the patches of and multiplies its own images, so the whole convolution
+    runs in parallel, not its product alone (the patch copy and the pad
+    are most of a small-channel convolution's time). One thread: as is."""
+    n, o = x.shape[0], w.shape[0]
+    flops = 2 * n * int(np.prod(out_sp)) * o * int(np.prod(w.shape[1:]))
+    threads = min(host_threads.threads_for(flops), n)
+    args = (window_strides, padding, lhs_dilation, rhs_dilation, g)
+    if threads <= 1:
+        return _im2col_conv(x, w, *args)
+    blocks = host_threads.ranges(n, 1, threads)
+    out = np.empty((n,) + tuple(out_sp) + (o,), np.result_type(x.dtype, w.dtype))
+
+    def part(j):
+        lo, hi = blocks[j]
+        # N, *P, O: the block's product in memory order (a plain copy).
+        out[lo:hi] = np.moveaxis(
+            _im2col_conv(x[lo:hi], w, *args, matmul=np.matmul), 1, -1)
+
+    host_threads.parallel_for(part, len(blocks), threads)
+    return np.moveaxis(out, -1, 1)  # N, O, *P
+
+
 def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
-                 g):
+                 g, matmul=host_threads.matmul):
     """x (N, C, *S), w (O, I, *K) -> (N, O, *P): a window view of the padded
     input, copied once into patches, then one matmul per group. Works
-    channels-last, so a channels-last input is read in memory order."""
+    channels-last, so a channels-last input is read in memory order.
+    `matmul`: np.matmul inside a thread of _im2col_conv_over_batch."""
     nsp = x.ndim - 2
     n, c = x.shape[:2]
     o, i = w.shape[:2]
@@ -251,7 +279,7 @@ def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
         win = np.moveaxis(win, 1 + nsp, 0)  # G, N, *P, Cg, *K
         patches = win.reshape(g, npix, width)
     filters = w.reshape(g, o // g, width).transpose(0, 2, 1)
-    out = host_threads.matmul(patches, filters)  # G, N*P, Og
+    out = matmul(patches, filters)  # G, N*P, Og
     out = out.reshape((g, n) + out_sp + (o // g,))
     out = np.moveaxis(out, 0, -2).reshape((n,) + out_sp + (o,))
     return np.moveaxis(out, -1, 1)  # N, O, *P
