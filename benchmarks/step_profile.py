@@ -99,7 +99,7 @@ def main(argv=None):
           "ms_per_step": 1e3 * t / args.repeats} for key, (n, t) in totals.items()),
         key=lambda r: -r["ms_per_step"])
     total = sum(r["ms_per_step"] for r in rows)
-    what = "CPU (this thread)" if args.clock == "thread" else "wall"
+    what = "CPU" if args.clock == "thread" else "wall"
     print(f"{args.model}, batch {args.batch_size}, {args.optimizer}: "
           f"{len(step._program)} kernels, {total:.2f} ms {what} per step "
           f"(kernels only; {args.repeats} runs)")

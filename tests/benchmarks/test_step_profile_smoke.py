@@ -26,3 +26,4 @@ def test_quick_step_profile(tmp_path):
     assert all(r["per_step"] >= 1 and r["ms_per_step"] >= 0 for r in rows)
     assert abs(sum(r["ms_per_step"] for r in rows) - report["kernels_ms_per_step"]) < 1e-9
     assert "ms CPU per step" in proc.stdout
+    assert report["clock"] == "thread"
