@@ -37,6 +37,7 @@ from keras_ipu.backend.trainer_ops import loss_scaling
 from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import DeviceLoop
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
+from keras_ipu.backend.trainer_ops.device_loop import every_step
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.autodiff import value_and_grad
@@ -354,7 +355,10 @@ class IPUTrainer(base_trainer.Trainer):
 
         def run(batches):
             try:
-                return combine(execution(batches))
+                chunks = execution(batches)
+                run.step_logs = (every_step(chunks) if kind != "predict"
+                                 and self._asynchronous_callbacks() else None)
+                return combine(chunks)
             except IPUFloatingPointError as e:
                 if kind != "train":
                     raise
@@ -534,10 +538,26 @@ class IPUTrainer(base_trainer.Trainer):
         for begin_step, end_step, batches in epoch_iterator:
             on_begin(begin_step)
             last = function(batches)
-            on_end(end_step, last)
+            steps = getattr(function, "step_logs", None)
+            if steps:
+                # Asynchronous callbacks (set_asynchronous_callbacks): every
+                # step's callbacks with that step's logs from the outfeed, as
+                # Graphcore's callback thread calls them while the device
+                # runs on; here the execution has already run.
+                for k, logs in enumerate(steps):
+                    if k:
+                        on_begin(begin_step + k)
+                    on_end(begin_step + k, logs)
+            else:
+                on_end(end_step, last)
             if getattr(self, stop_flag):
                 break
         return last
+
+    def _asynchronous_callbacks(self):
+        """Whether an IPU-extended model asked for per-step callbacks."""
+        options = getattr(self, "_ipu_options", None)
+        return bool(options is not None and options.asynchronous_callbacks)
 
     def _callback_list(
         self, callbacks, verbose, epoch_iterator, epochs=1, add_history=False

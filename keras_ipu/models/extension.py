@@ -71,10 +71,12 @@ class KerasExtension:
 
     # -- the extension methods ----------------------------------------------
     def set_asynchronous_callbacks(self, asynchronous=False):
-        """Graphcore: call the callbacks after every step (True) instead of
-        after every execution of `steps_per_execution` steps (False). Kept
-        (and saved); the simulator runs an execution at once and calls the
-        callbacks once per execution either way."""
+        """Graphcore: call the batch callbacks of fit and evaluate after
+        every step (True), with that step's logs from the outfeed, instead
+        of once per execution of `steps_per_execution` steps (False). The
+        simulator runs an execution at once, then calls them step by step
+        (backend/trainer.py _run_executions); ignored, as Graphcore does,
+        for a pipelined model with accumulate_outfeed, and for predict."""
         self._ipu_options.asynchronous_callbacks = bool(asynchronous)
 
     def set_replication_options(self, replicated_metric_reduction_method="NONE"):

@@ -24,6 +24,7 @@ from keras.src import tree
 from keras_ipu.backend.trainer import IPUTrainer
 from keras_ipu.backend.trainer_ops import model_state
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
+from keras_ipu.backend.trainer_ops.device_loop import every_step
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler.placement import Placement
@@ -227,6 +228,15 @@ def _mean_over_steps(chunks, count):
     return [tree.map_structure(mean, chunk) for chunk in chunks]
 
 
+def _step_logs(model, per_replica_steps, accumulate):
+    """Each step's logs (reduced over the replicas) when the model asked
+    for asynchronous callbacks, else None. Graphcore ignores the option for
+    a pipelined model with accumulate_outfeed (one result per execution)."""
+    if not model._ipu_options.asynchronous_callbacks or accumulate or not per_replica_steps:
+        return None
+    return [reduce_logs(model, list(step)) for step in zip(*per_replica_steps)]
+
+
 # -- the functions --------------------------------------------------------------
 def _needs_ipu_functions(model, count):
     # Replicas in other processes (multi_replica_distribution) need the
@@ -288,12 +298,14 @@ def train_function(model):
         if pipelined and not checked:
             _check_pipeline_memory(model, batches[0])
             checked.append(True)
-        per_replica = []
+        per_replica, steps = [], []
         for chunks in execution(batches):
             chunks = flatten_micro_batches(chunks)
             if accumulate and count > 1:
                 chunks = _mean_over_steps(chunks, count)
             per_replica.append(last_step(chunks))
+            steps.append(every_step(chunks))
+        run_train_execution.step_logs = _step_logs(model, steps, accumulate)
         return reduce_logs(model, per_replica)
 
     run_train_execution.device_loop = execution.device_loop
@@ -334,7 +346,7 @@ def test_function(model):
     accumulate = model._ipu_is_pipelined() and model._ipu_options.pipelining_accumulate_outfeed
 
     def run_test_execution(batches):
-        per_replica = []
+        per_replica, steps = [], []
         for chunks in run(batches):
             if accumulate:  # the mean over the execution's steps
                 per_replica.append(tree.map_structure(
@@ -342,6 +354,8 @@ def test_function(model):
                     *chunks))
             else:
                 per_replica.append(last_step(chunks))
+                steps.append(every_step(chunks))
+        run_test_execution.step_logs = _step_logs(model, steps, accumulate)
         return reduce_logs(model, per_replica)
 
     run_test_execution.device_loop = execution.device_loop

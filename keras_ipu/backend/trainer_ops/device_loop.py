@@ -310,6 +310,17 @@ def last_step(chunks):
     )
 
 
+def every_step(chunks):
+    """The outputs of each step of the execution, in order (the logs
+    asynchronous callbacks see, one entry per step)."""
+    steps = []
+    for chunk in chunks:
+        leaves = [x for x in tree.flatten(chunk) if x is not None]
+        for i in range(len(leaves[0]) if leaves else 0):
+            steps.append(tree.map_structure(lambda x, i=i: None if x is None else x[i], chunk))
+    return steps
+
+
 def concatenate_steps(chunks):
     """Every step's batch outputs joined along the batch axis (predict)."""
 
