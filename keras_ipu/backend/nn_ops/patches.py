@@ -23,6 +23,18 @@ def _pair(value, name):
     return value
 
 
+def _block_args(kernel_size, dilation, padding, stride):
+    """The (h, w) pairs of the sliding-block arguments unfold and fold share."""
+    return (_pair(kernel_size, "kernel_size"), _pair(dilation, "dilation"),
+            _pair(padding, "padding"), _pair(stride, "stride"))
+
+
+def _blocks(size, k, d, p, s):
+    """How many blocks of `k` taps `d` apart slide, `s` apart, along an
+    axis of `size` padded by `p` on each side."""
+    return (size + 2 * p - (k - 1) * d - 1) // s + 1
+
+
 def _identity_kernel(kh, kw, dtype):
     # (kh*kw, 1, kh, kw): output channel t picks kernel tap t.
     return np.eye(kh * kw, dtype=dtype).reshape(kh * kw, 1, kh, kw)
@@ -48,18 +60,14 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
         raise ValueError(
             f"unfold takes a 4D (N, C, H, W) input; got shape {x.shape}."
         )
-    kh, kw = _pair(kernel_size, "kernel_size")
-    dh, dw = _pair(dilation, "dilation")
-    ph, pw = _pair(padding, "padding")
-    sh, sw = _pair(stride, "stride")
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _block_args(kernel_size, dilation, padding, stride)
     n, c, h, w = x.shape
     if h is None or w is None:
         raise ValueError(
             f"unfold needs known spatial sizes; got input shape {x.shape}."
         )
     hp, wp = h + 2 * ph, w + 2 * pw
-    oh = (hp - (kh - 1) * dh - 1) // sh + 1
-    ow = (wp - (kw - 1) * dw - 1) // sw + 1
+    oh, ow = _blocks(h, kh, dh, ph, sh), _blocks(w, kw, dw, pw, sw)
     if oh <= 0 or ow <= 0:
         raise ValueError(
             f"unfold: kernel_size={(kh, kw)} with dilation={(dh, dw)} does "
@@ -80,10 +88,7 @@ def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1):
             f"fold takes a 3D (N, C*kH*kW, L) input; got shape {x.shape}."
         )
     oh, ow = _pair(output_size, "output_size")
-    kh, kw = _pair(kernel_size, "kernel_size")
-    dh, dw = _pair(dilation, "dilation")
-    ph, pw = _pair(padding, "padding")
-    sh, sw = _pair(stride, "stride")
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _block_args(kernel_size, dilation, padding, stride)
     n, ckk, length = x.shape
     if ckk is not None and ckk % (kh * kw):
         raise ValueError(
@@ -91,8 +96,7 @@ def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1):
             f"kernel size product kH*kW = {kh * kw}."
         )
     span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-    nh = (oh + 2 * ph - span_h) // sh + 1
-    nw = (ow + 2 * pw - span_w) // sw + 1
+    nh, nw = _blocks(oh, kh, dh, ph, sh), _blocks(ow, kw, dw, pw, sw)
     if length is not None and length != nh * nw:
         raise ValueError(
             f"fold: the input holds {length} blocks but output_size="
