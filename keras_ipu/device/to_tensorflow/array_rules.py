@@ -190,21 +190,11 @@ def _barrier(ctx, *xs):
     return tuple(xs)
 
 
-# Markers for the compiler (primitives/markers.py): their values pass through.
-@rule("recomputation_checkpoint")
-def _checkpoint(ctx, x):
-    return x
-
-
-@rule("assume_equal_across_replicas")
-def _assume_equal(ctx, x, *, inplace):
-    return x
-
-
-# A copy between IPUs (primitives/inter_ipu.py): one host runs every IPU's
-# part, so the value is its operand.
-@rule("ipu_copy")
-def _ipu_copy(ctx, x, *, src, dst):
+# Their value is their operand: the markers for the compiler
+# (primitives/markers.py), and a copy between IPUs (primitives/inter_ipu.py),
+# since one host runs every IPU's part.
+@rule("recomputation_checkpoint", "assume_equal_across_replicas", "ipu_copy")
+def _pass_through(ctx, x, **params):
     return x
 
 

@@ -50,9 +50,12 @@ for _name, _fn in _SIMPLE.items():
     rule(_name)(_bool_as_uint8(_fn))
 
 
-def _unary(fn):
-    def emit(ctx, x):
-        return _out(ctx, fn(x))
+def _direct(fn):
+    """The rule of a primitive TensorFlow's `fn` computes as its kernel
+    does, given the operands: `fn`'s result in the output dtype."""
+
+    def emit(ctx, *xs):
+        return _out(ctx, fn(*xs))
 
     return emit
 
@@ -110,7 +113,7 @@ _UNARY = {
     "logical_not": lambda x: tf.math.logical_not(tf.cast(x, tf.bool)),
 }
 for _name, _fn in _UNARY.items():
-    rule(_name)(_unary(_fn))
+    rule(_name)(_direct(_fn))
 
 
 @rule("sign")
@@ -140,13 +143,6 @@ def _popcount(ctx, x):
     return _out(ctx, tf.raw_ops.PopulationCount(x=x))
 
 
-def _binary(fn):
-    def emit(ctx, x, y):
-        return _out(ctx, fn(x, y))
-
-    return emit
-
-
 _BINARY = {
     "atan2": tf.math.atan2,
     "nextafter": tf.math.nextafter,
@@ -160,7 +156,7 @@ _BINARY = {
     "ge": tf.math.greater_equal,
 }
 for _name, _fn in _BINARY.items():
-    rule(_name)(_binary(_fn))
+    rule(_name)(_direct(_fn))
 
 
 @rule("div")
