@@ -13,6 +13,9 @@ to `model.set_pipeline_stage_assignment()`.
 class _LayerAssignment:
     """The stage of one layer (or of one of its calls, with _OneCall)."""
 
+    # Graphcore's attribute telling the two kinds apart: a fact of the class.
+    is_nested_model = False
+
     def __init__(self, layer, pipeline_stage=None):
         self._layer = layer
         self.pipeline_stage = pipeline_stage
@@ -22,10 +25,6 @@ class _LayerAssignment:
         """The Keras layer of this assignment."""
         return self._layer
 
-    @property
-    def is_nested_model(self):
-        return False
-
     def _called(self):
         return self._layer
 
@@ -33,6 +32,8 @@ class _LayerAssignment:
 class _NestedAssignment:
     """The assignments of the layers of a nested model (or of one of its
     calls, with _OneCall)."""
+
+    is_nested_model = True
 
     def __init__(self, nested_model, pipeline_stage_assignments):
         self._nested_model = nested_model
@@ -45,10 +46,6 @@ class _NestedAssignment:
     @property
     def pipeline_stage_assignments(self):
         return list(self._pipeline_stage_assignments)
-
-    @property
-    def is_nested_model(self):
-        return True
 
     def _called(self):
         return self._nested_model
