@@ -46,29 +46,33 @@ def _xplane_pb2():
     return xplane_pb2
 
 
+class _MetadataIds:
+    """`ids(name)`: the id of `name` in an XPlane's event or stat metadata
+    map; a new name gets the next free id and its metadata entry."""
+
+    def __init__(self, metadata):
+        self._metadata = metadata
+        self._ids = {m.name: k for k, m in metadata.items()}
+        self._next = max(metadata.keys(), default=0) + 1
+
+    def __call__(self, name):
+        k = self._ids.get(name)
+        if k is None:
+            k = self._ids[name] = self._next
+            self._next += 1
+            m = self._metadata[k]
+            m.id, m.name = k, name
+        return k
+
+
 class _Plane:
     """An XPlane being filled: metadata ids handed out on first use."""
 
     def __init__(self, plane, plane_id, name):
         self.plane = plane
         plane.id, plane.name = plane_id, name
-        self._events, self._stats = {}, {}
-
-    def event_id(self, name):
-        if name not in self._events:
-            k = len(self._events) + 1
-            self._events[name] = k
-            m = self.plane.event_metadata[k]
-            m.id, m.name = k, name
-        return self._events[name]
-
-    def stat_id(self, name):
-        if name not in self._stats:
-            k = len(self._stats) + 1
-            self._stats[name] = k
-            m = self.plane.stat_metadata[k]
-            m.id, m.name = k, name
-        return self._stats[name]
+        self.event_id = _MetadataIds(plane.event_metadata)
+        self.stat_id = _MetadataIds(plane.stat_metadata)
 
     def set_stats(self, message, stats):
         for key, value in stats.items():
@@ -289,21 +293,9 @@ def merge_xspace(base, extra):
 
 
 def _merge_lines(into, plane):
-    events = {m.name: k for k, m in into.event_metadata.items()}
-    stats = {m.name: k for k, m in into.stat_metadata.items()}
-
-    def renumber(table, metadata, name):
-        if name not in table:
-            k = max(list(metadata.keys()) + [0]) + 1
-            table[name] = k
-            m = metadata[k]
-            m.id, m.name = k, name
-        return table[name]
-
-    event_ids = {k: renumber(events, into.event_metadata, m.name)
-                 for k, m in plane.event_metadata.items()}
-    stat_ids = {k: renumber(stats, into.stat_metadata, m.name)
-                for k, m in plane.stat_metadata.items()}
+    event_id, stat_id = _MetadataIds(into.event_metadata), _MetadataIds(into.stat_metadata)
+    event_ids = {k: event_id(m.name) for k, m in plane.event_metadata.items()}
+    stat_ids = {k: stat_id(m.name) for k, m in plane.stat_metadata.items()}
     line_id = max((x.id for x in into.lines), default=0) + 1
     for line in plane.lines:
         added = into.lines.add()
