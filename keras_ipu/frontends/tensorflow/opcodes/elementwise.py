@@ -174,12 +174,23 @@ def _clamp(imp, instr, operands):
     return imp.elementwise(ew.clamp_p, instr, lo, x, hi)
 
 
+def _conversion(convert):
+    """The rule of a conversion `convert(imp, instr, x, dtype)`: an operand
+    of the target dtype already is the result itself."""
+
+    def import_rule(imp, instr, operands):
+        (x,) = operands
+        dtype = _out_dtype(instr)
+        if dtype_of(x) == dtype:
+            return x
+        return convert(imp, instr, x, dtype)
+
+    return import_rule
+
+
 @rule("convert")
-def _convert(imp, instr, operands):
-    (x,) = operands
-    dtype = _out_dtype(instr)
-    if dtype_of(x) == dtype:
-        return x
+@_conversion
+def _convert(imp, instr, x, dtype):
     if dtype_of(x).kind == "c" and dtype.kind != "c":
         x = imp.bind(ew.real_p, x)
         if dtype_of(x) == dtype:
@@ -188,11 +199,8 @@ def _convert(imp, instr, operands):
 
 
 @rule("bitcast-convert")
-def _bitcast_convert(imp, instr, operands):
-    (x,) = operands
-    dtype = _out_dtype(instr)
-    if dtype_of(x) == dtype:
-        return x
+@_conversion
+def _bitcast_convert(imp, instr, x, dtype):
     if dtype_of(x).itemsize == dtype.itemsize:
         return imp.elementwise(cv.bitcast_convert_type_p, instr, x, dtype=dtype)
     return imp.bind(cv.bitcast_convert_type_p, imp.array(x), dtype=dtype)
