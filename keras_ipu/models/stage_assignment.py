@@ -17,16 +17,13 @@ class _LayerAssignment:
     is_nested_model = False
 
     def __init__(self, layer, pipeline_stage=None):
-        self._layer = layer
+        self._operation = layer
         self.pipeline_stage = pipeline_stage
 
     @property
     def layer(self):
         """The Keras layer of this assignment."""
-        return self._layer
-
-    def _called(self):
-        return self._layer
+        return self._operation
 
 
 class _NestedAssignment:
@@ -36,19 +33,16 @@ class _NestedAssignment:
     is_nested_model = True
 
     def __init__(self, nested_model, pipeline_stage_assignments):
-        self._nested_model = nested_model
+        self._operation = nested_model
         self._pipeline_stage_assignments = list(pipeline_stage_assignments)
 
     @property
     def nested_model(self):
-        return self._nested_model
+        return self._operation
 
     @property
     def pipeline_stage_assignments(self):
         return list(self._pipeline_stage_assignments)
-
-    def _called(self):
-        return self._nested_model
 
     def _str(self, where):
         inner = "".join(f"\n  {x}" for x in self.pipeline_stage_assignments)
@@ -57,7 +51,7 @@ class _NestedAssignment:
 
 class _OneCall:
     """Mixin: the assignment is for one call (graph node) of the layer or
-    nested model it holds (`_called()`); a layer or model called twice has
+    nested model it holds (`_operation`); a layer or model called twice has
     two."""
 
     @property
@@ -68,7 +62,7 @@ class _OneCall:
     @property
     def inbound_layers(self):
         """The layers whose outputs this call takes: tells calls apart."""
-        node = self._called()._inbound_nodes[self._node_index]
+        node = self._operation._inbound_nodes[self._node_index]
         return [n.operation for n in node.parent_nodes]
 
 
