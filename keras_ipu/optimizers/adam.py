@@ -39,8 +39,7 @@ class AdamIpuOptimizer(keras.optimizers.Adam, IpuOptimizerBase):
         if self.built:
             return
         IpuOptimizerBase.build(self, var_list)
-        self._momentums = [self.add_state(v, "m", self.m_dtype) for v in var_list]
-        self._velocities = [self.add_state(v, "v", self.v_dtype) for v in var_list]
+        self._momentums, self._velocities = self.add_moments(var_list)
         self._velocity_hats = []
         if self.amsgrad:
             self._velocity_hats = [self.add_state(v, "vhat", self.vhat_dtype)

@@ -47,6 +47,12 @@ class IpuOptimizerBase(keras.optimizers.Optimizer):
         """x in the precision of the update's first stage."""
         return ops.cast(x, self.opt_dtypes[0])
 
+    def add_moments(self, var_list):
+        """The m and v states adam_moments updates, one of each per weight,
+        in the optimizer's m_dtype and v_dtype (None: the weight's)."""
+        return ([self.add_state(v, "m", self.m_dtype) for v in var_list],
+                [self.add_state(v, "v", self.v_dtype) for v in var_list])
+
     def adam_moments(self, gradient, m, v, beta_1, beta_2, debiasing):
         """Adam's moment update (m, v stored in their own dtypes) and the
         moments the update uses: debiased unless `debiasing` is False."""

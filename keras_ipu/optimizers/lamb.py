@@ -61,8 +61,7 @@ class LAMBIpuOptimizer(IpuOptimizerBase):
         if self.built:
             return
         super().build(var_list)
-        self._m = [self.add_state(v, "m", self.m_dtype) for v in var_list]
-        self._v = [self.add_state(v, "v", self.v_dtype) for v in var_list]
+        self._m, self._v = self.add_moments(var_list)
 
     @staticmethod
     def _matches(patterns, name):
