@@ -118,7 +118,8 @@ def predict_pipeline(executable, run, target=None):
 
     return sharding.predict_sharded(
         body, target=target, gradient_accumulation_count=run.gradient_accumulation_count,
-        schedule=run.schedule, batch_size=_micro_batch_size(body), weight_update=once)
+        schedule=run.schedule, batch_size=_micro_batch_size(body), weight_update=once,
+        training=run.training)
 
 
 def check_before_first_run(executable, run):

@@ -171,3 +171,26 @@ def test_an_ipu_that_cannot_hold_its_stage_fails_naming_it():
     # Stage 1 is on IPU 0: the compiler's memory check names that IPU.
     with pytest.raises(IPUOutOfMemoryError, match="Out of memory on IPU 0"):
         ipu.ipu_compiler.compile(program)
+
+
+def test_an_inference_pipeline_has_no_backward_pass():
+    dataset = tf.data.Dataset.from_tensor_slices(X).batch(MB, drop_remainder=True).repeat()
+    infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(dataset)
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+    w1 = tf.Variable(np.full((IN, HIDDEN), 0.01, "float32"))
+    w2 = tf.Variable(np.full((HIDDEN, 1), 0.02, "float32"))
+
+    def program():
+        pipelining_ops.pipeline([lambda x: tf.tanh(tf.matmul(x, w1)), lambda h: tf.matmul(h, w2)],
+                                gradient_accumulation_count=GAC, infeed_queue=infeed,
+                                outfeed_queue=outfeed)
+
+    bridged = bridge(program)
+    bridged.run([])
+    (out,) = outfeed.dequeue()  # the last stage's outputs, as a list
+    np.testing.assert_allclose(out.numpy().reshape(-1, 1),
+                               np.tanh(X[:GAC * MB] @ w1.numpy()) @ w2.numpy(), rtol=1e-5)
+    _, _, _, compiled = bridged.program([])
+    pred = predict_pipeline(bridged.executable(compiled), compiled.pipeline)
+    assert all(p.backward_cycles == 0 and p.stash_bytes == 0 for p in pred.ipus)
+    assert pred.step_cycles == (GAC + 1) * max(p.forward_cycles for p in pred.ipus)

@@ -219,12 +219,13 @@ def step_program(graph):
     return graph, 1
 
 
-def _phases(step, once):
+def _phases(step, once, training=True):
     """forward / backward / update of each node of a placed step program.
     In program order the forward pass climbs the stages and the backward pass
     comes back: nodes before the first node of the last stage, and the last
-    stage's, are forward; the others backward. A copy goes with the node it
-    feeds; `once(node)`: the node runs once per step (an update)."""
+    stage's, are forward; the others backward (an inference program,
+    `training` False, has no backward pass: all forward). A copy goes with
+    the node it feeds; `once(node)`: the node runs once per step (an update)."""
     nodes = step.nodes
     last = max(n.stage for n in nodes if n.stage is not None)
     turn = min(i for i, n in enumerate(nodes) if n.stage == last)
@@ -232,7 +233,7 @@ def _phases(step, once):
     for i, node in enumerate(nodes):
         if once(node):
             phases.append("update")
-        elif node.stage == last or i < turn:
+        elif not training or node.stage == last or i < turn:
             phases.append("forward")
         else:
             phases.append("backward")
@@ -272,7 +273,7 @@ def _offload_cycles(graph, ipu, streamed, offload, target):
 def predict_sharded(obj, target=None, gradient_accumulation_count=1,
                     schedule="Grouped", batch_size=None, resident_inputs=(),
                     resident_outputs=(), check_memory=False, weight_update=None,
-                    offload=None, memory_schedule="program"):
+                    offload=None, memory_schedule="program", training=True):
     """The ShardedPrediction of a placed Graph or Executable (see the module
     doc; compile it with CompileOptions(placement=...), or place a graph with
     compiler.placement.place).
@@ -282,7 +283,8 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
     batch_size: samples per micro-batch. resident_inputs / resident_outputs:
     as predict_costs (not moved over PCIe). weight_update: the nodes run
     once per step rather than per micro-batch: layer paths (the optimizer's
-    scope), or a predicate node -> bool. check_memory: raise
+    scope), or a predicate node -> bool. training: False for an inference
+    program (no backward pass, nothing stashed). check_memory: raise
     IPUOutOfMemoryError naming the first IPU that does not fit. offload:
     an Offload (optimizer state in Streaming Memory), or None.
     memory_schedule: "program" or "best" (memory_model.analyze_memory).
@@ -302,7 +304,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
     step, runs = step_program(graph)
     steps = prediction.step_costs(step, target)
     nodes = step.nodes
-    phase = _phases(step, _update_predicate(weight_update))
+    phase = _phases(step, _update_predicate(weight_update), training)
     # Pipeline position of each IPU: the order of its first stage.
     first_stage = {}
     for node in nodes:
