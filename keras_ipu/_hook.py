@@ -397,9 +397,9 @@ class IPUBackendFinder:
     def find_spec(self, fullname, path=None, target=None):
         if fullname in self.transforms and _selected_backend() == "ipu":
             transform = self.transforms[fullname]
-        elif (self.runtime and fullname == _TF_TRAINER
+        elif (self.runtime and fullname in _TF_TRANSFORMS
               and _selected_backend() == "tensorflow" and _tf_hook_enabled()):
-            transform = _patch_tensorflow_trainer
+            transform = _TF_TRANSFORMS[fullname]
         else:
             return None
         from importlib.machinery import PathFinder
@@ -431,6 +431,7 @@ class IPUBackendFinder:
 TF_IPU = "tensorflow.python.ipu"
 TF_HOOK_ENV = "KERAS_IPU_TF_HOOK"
 _TF_TRAINER = "keras.src.backend.tensorflow.trainer"
+_TF_LAYER = "keras.src.backend.tensorflow.layer"
 
 
 def _tf_hook_enabled():
@@ -472,9 +473,25 @@ def _patch_tensorflow_trainer(tree, module_name):
             f"    return _keras_ipu_trainer.{name}(self, force)\n", methods[name])
 
 
+def _patch_tensorflow_layer(tree, module_name):
+    """Keras' TFLayer records the stage of Graphcore's PipelineStage
+    context, as the ipu backend's layer does (keras_ipu/models/layer_stages.py):
+    a tf.keras model made with PipelineStage scopes is pipelined."""
+    import ast
+
+    if not any(isinstance(s, ast.ClassDef) and s.name == "TFLayer" for s in tree.body):
+        raise _version_error(module_name, "class TFLayer")
+    tree.body.extend(ast.parse(
+        "from keras_ipu.models.layer_stages import with_layer_stages as _ipu_layer_stages\n"
+        "TFLayer = _ipu_layer_stages(TFLayer)\n").body)
+
+
+_TF_TRANSFORMS = {_TF_TRAINER: _patch_tensorflow_trainer, _TF_LAYER: _patch_tensorflow_layer}
+
+
 class _AliasLoader:
-    """Loads `tensorflow.python.ipu[.X]` as the module `keras_ipu[.X]`
-    itself (one module object under both names)."""
+    """Loads an alias (`tensorflow.python.ipu[.X]`, MODULE_ALIASES) as the
+    keras_ipu module itself (one module object under both names)."""
 
     def __init__(self, target):
         self.target = target
@@ -493,19 +510,52 @@ class _AliasLoader:
         module.__spec__ = self._own_spec
 
 
+# Zero-edit porting: the other modules Graphcore's users import resolve to
+# keras_ipu's (alias -> keras_ipu module; the longest alias that is the
+# imported name or a parent of it wins, its submodules follow the same
+# path). `keras.ipu` is the module of Graphcore's Keras fork (Keras 3 has
+# none: a submodule is added, nothing of Keras is replaced); popdist and
+# ipu_tensorflow_addons only when no real package of that name is
+# installed (Graphcore's SDK environment keeps its own).
+MODULE_ALIASES = {
+    TF_IPU: "keras_ipu",
+    "keras.ipu": "keras_ipu.keras",
+    "tensorflow.keras.ipu": "keras_ipu.keras",
+    "ipu_tensorflow_addons": "keras_ipu.addons",
+    "ipu_tensorflow_addons.keras.layers": "keras_ipu.layers",
+    "ipu_tensorflow_addons.keras.optimizers": "keras_ipu.optimizers",
+    "popdist": "keras_ipu.popdist",
+}
+_ONLY_WHEN_MISSING = ("ipu_tensorflow_addons", "popdist")
+
+
+def alias_target(fullname):
+    """The keras_ipu module `fullname` stands for, or None."""
+    best = None
+    for alias in MODULE_ALIASES:
+        if fullname == alias or fullname.startswith(alias + "."):
+            if best is None or len(alias) > len(best):
+                best = alias
+    if best is None:
+        return None
+    return MODULE_ALIASES[best] + fullname[len(best):]
+
+
 class TensorFlowIPUAlias:
-    """Meta-path finder: `tensorflow.python.ipu` and its submodules are
-    keras_ipu's modules of the same path (see TF_IPU)."""
+    """Meta-path finder: the modules of MODULE_ALIASES (`tensorflow.python.ipu`
+    and its submodules first of all) are keras_ipu's modules."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != TF_IPU and not fullname.startswith(TF_IPU + "."):
+        name = alias_target(fullname)
+        if name is None or not _tf_hook_enabled():
             return None
-        if not _tf_hook_enabled():
-            return None
+        from importlib.machinery import PathFinder
         from importlib.util import find_spec
         from importlib.util import spec_from_loader
 
-        name = "keras_ipu" + fullname[len(TF_IPU):]
+        top = fullname.partition(".")[0]
+        if top in _ONLY_WHEN_MISSING and PathFinder.find_spec(top) is not None:
+            return None
         try:
             found = find_spec(name)
         except ModuleNotFoundError:
@@ -516,6 +566,56 @@ class TensorFlowIPUAlias:
         spec = spec_from_loader(fullname, _AliasLoader(name), is_package=is_package)
         if is_package:
             spec.submodule_search_locations = list(found.submodule_search_locations)
+        return spec
+
+
+# Attributes of modules that Graphcore's code reads without importing them:
+# `keras.ipu.PipelineStage` after `import tensorflow.keras as keras` (which
+# is Keras' keras._tf_keras.keras) or `import keras`; `tf.estimator`, which
+# TensorFlow 2.16 removed (keras_ipu offers the names an IPUEstimator model
+# function uses, keras_ipu/estimators/tf_estimator.py). Each is a module
+# __getattr__ (PEP 562), so it loads on first use and a real attribute of
+# that name always wins.
+MODULE_ATTRIBUTES = {
+    "keras": {"ipu": "keras.ipu"},
+    "keras._tf_keras.keras": {"ipu": "keras.ipu"},
+    "tensorflow": {"estimator": "keras_ipu.estimators.tf_estimator"},
+}
+
+
+def add_lazy_attributes(module, attributes):
+    """Gives `module` the attributes {name: module to import}, loaded on
+    first use, in front of its own __getattr__ (if any)."""
+    previous = module.__dict__.get("__getattr__")
+
+    def __getattr__(name):
+        target = attributes.get(name)
+        if target is not None:
+            from importlib import import_module
+
+            return import_module(target)
+        if previous is not None:
+            return previous(name)
+        raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
+
+    module.__getattr__ = __getattr__
+
+
+class ModuleAttributesHook:
+    """Meta-path finder: the modules of MODULE_ATTRIBUTES, loaded as they
+    are, then given their attributes."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        attributes = MODULE_ATTRIBUTES.get(fullname)
+        if attributes is None or not _tf_hook_enabled():
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _ThenLoader(spec.loader,
+                                  lambda module: add_lazy_attributes(module, attributes))
         return spec
 
 
@@ -546,6 +646,11 @@ class _ThenLoader:
 
     def get_filename(self, name):
         return self.original.get_filename(name)
+
+    def __getattr__(self, name):
+        # The rest of the loader's protocol (resource readers, get_code) is
+        # the original's.
+        return getattr(self.original, name)
 
 
 def _wrap_tensorflow_profiler(module):
@@ -579,3 +684,5 @@ def install():
         sys.meta_path.insert(0, IPUBackendFinder())
     if not any(isinstance(f, TensorFlowIPUAlias) for f in sys.meta_path):
         sys.meta_path.insert(0, TensorFlowIPUAlias())
+    if not any(isinstance(f, ModuleAttributesHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, ModuleAttributesHook())

@@ -116,7 +116,9 @@ def pipeline_device_mapping(model):
     return mapping
 
 
-def _check_pipeline(model, training):
+def check_pipeline(model, training):
+    """Graphcore's checks of a pipelined model's stages; the IPU of each
+    stage."""
     graph = model._ipu_check_assignment(model._ipu_current_assignment())
     graph.check_every_stage_used()
     mapping = pipeline_device_mapping(model)
@@ -160,15 +162,17 @@ def _warn_batch_normalization(model):
             return
 
 
-def _pipelined(model, step):
-    """`step` with the model's forward pass run stage by stage."""
+def staged_step(model, step):
+    """`step` with the model's forward pass run stage by stage (the ipu
+    backend's stateless step, or the TensorFlow front end's loop while
+    TensorFlow traces it)."""
 
-    def pipelined_step(state, data):
+    def pipelined_step(*args, **kwargs):
         # The instance's `call` (which stateless_call uses) is the staged
         # one while the step runs; Keras keeps the class's call signature.
         object.__setattr__(model, "call", model._ipu_staged_call)
         try:
-            return step(state, data)
+            return step(*args, **kwargs)
         finally:
             object.__delattr__(model, "call")
 
@@ -276,7 +280,7 @@ def train_function(model):
     options = model._ipu_options
     replicas = model._get_replication_factor()
     if pipelined:
-        mapping = _check_pipeline(model, training=True)
+        mapping = check_pipeline(model, training=True)
         check_pipeline_iterations(count, options.pipeline_schedule, mapping, training=True)
     accumulator_dtype = gradient_accumulator_dtype(model)
     step = accumulated_train_step(
@@ -285,7 +289,7 @@ def train_function(model):
         variable_stages=model._ipu_variable_stages() if pipelined else None,
     )
     if pipelined:
-        step = _pipelined(model, step)
+        step = staged_step(model, step)
     execution = ReplicatedExecution(
         model, step, model_state.TRAIN_STATE, replicas, micro_batches=count, donate=True,
         options=CompileOptions(recomputation=training_recomputation(model),
@@ -321,8 +325,8 @@ def _inference_execution(model, step_name, kinds):
     if pipelined:
         if not model._ipu_step_is_default(step_name):
             model._ipu_raise_overridden(step_name, pipelined=True)
-        mapping = _check_pipeline(model, training=False)
-        step = _pipelined(model, step)
+        mapping = check_pipeline(model, training=False)
+        step = staged_step(model, step)
     execution = ReplicatedExecution(
         model, step, kinds, replicas, options=CompileOptions(placement=_placement(mapping)))
     checked = set()

@@ -173,7 +173,7 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
     several micro-batches; else the gradients go straight to the update.
     layout: a dict to fill with "state_outputs", the output position of the
     new value of each flattened state input (offload.offload_of reads it)."""
-    from keras_ipu.models.functions import _pipelined
+    from keras_ipu.models.functions import staged_step
     from keras_ipu.models.functions import gradient_accumulator_dtype
 
     if model.optimizer is None:
@@ -202,7 +202,7 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
     else:
         step = accumulated_train_step(model, 1, method, replicas, variable_stages=stages)
     if pipelined:
-        step = _pipelined(model, step)
+        step = staged_step(model, step)
     batch = _sample_batch(model, batch_size) if batch is None else batch
     leaves, structure = flatten((tuple(state_avals), batch))
     n_state = len(leaves) - len(flatten(batch)[0])

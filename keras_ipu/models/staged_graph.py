@@ -11,6 +11,8 @@ reading the output of a later stage), and `run` executes it on values
 trace.stage_scope, so the node records its stage for the placement pass).
 """
 
+import contextlib
+
 from keras.src import tree
 from keras.src.models.functional import operation_fn
 
@@ -193,12 +195,26 @@ class StagedGraph:
         for stage, node in self.entries:
             args, kwargs = node.arguments.fill_in(values)
             op = operation_fn(node.operation, training=training, **call_context)
-            with stage_scope(stage):
+            with stage_scope(stage), _backend_stage_scope(stage):
                 outputs = op(*args, **kwargs)
             for x, y in zip(node.outputs, tree.flatten(outputs)):
                 set_value(id(x), y)
         flat = [values[id(x)] for x in self.function.outputs]
         return tree.pack_sequence_as(self.function._outputs_struct, flat)
+
+
+def _backend_stage_scope(stage):
+    """Under KERAS_BACKEND=tensorflow a stage's TensorFlow ops are named in
+    its scope, pipeline_stage_<k>, by which the TensorFlow front end places
+    them (frontends/tensorflow/stages.py); the ipu backend's tracer records
+    the stage itself (stage_scope)."""
+    from keras.src import backend
+
+    if backend.backend() != "tensorflow":
+        return contextlib.nullcontext()
+    from keras_ipu.frontends.tensorflow.stages import name_scope
+
+    return name_scope(stage)
 
 
 def sequential_stages(model, assignments):

@@ -42,7 +42,9 @@ import numpy as np
 from keras_ipu.frontends.tensorflow.feeds import Infeed
 from keras_ipu.frontends.tensorflow.feeds import Outfeed
 from keras_ipu.frontends.tensorflow import replica_context
+from keras_ipu.frontends.tensorflow.function import BridgedFunction
 from keras_ipu.frontends.tensorflow.function import bridge
+from keras_ipu.frontends.tensorflow.stages import pipeline_stage_of
 
 
 def on_model_created(model):
@@ -66,34 +68,34 @@ def on_ipu(model):
     return getattr(model, "_ipu_tf_strategy", None) is not None
 
 
-_PIPELINE_WARNED = set()
-
-
 def _accumulation(model):
     """(count, reduction method) of the model's gradient accumulation, or
     (1, None). A pipelined model (set_pipelining_options) trains with the
     numbers of gradient accumulation over its micro-batches, which are a
-    pipeline's numbers; its stages are not placed on separate IPUs here."""
+    pipeline's numbers; its stages are placed on their IPUs (_pipeline)."""
     options = getattr(model, "_ipu_options", None)
     if options is None:
         return 1, None
     count = getattr(options, "pipelining_gradient_accumulation_steps_per_replica", None)
-    if count:
-        if id(model) not in _PIPELINE_WARNED:
-            _PIPELINE_WARNED.add(id(model))
-            import warnings
-
-            warnings.warn(
-                f"{model.name}: a pipelined tf.keras model under KERAS_BACKEND=tensorflow "
-                f"trains with the numbers of its pipeline (gradient accumulation over "
-                f"{count} micro-batches), but the simulator predicts the program on one "
-                "IPU: pipeline stages are placed and scheduled on the ipu backend "
-                "(KERAS_BACKEND=ipu).", stacklevel=4)
-    else:
+    if not count:
         count = getattr(options, "gradient_accumulation_steps_per_replica", None)
     if not count or count == 1:
         return 1, None
     return int(count), options.gradient_accumulation_reduction_method
+
+
+def _pipeline(model, kind):
+    """The IPU of each stage of a pipelined model (Graphcore's checks), or
+    None. Its forward pass runs stage by stage, each stage's ops in the
+    name scope pipeline_stage_<k> (models/staged_graph.py), by which the
+    front end places them (stages.py): the program runs on the stages'
+    IPUs, with the copies between them, as on the ipu backend."""
+    is_pipelined = getattr(model, "_ipu_is_pipelined", None)
+    if is_pipelined is None or not is_pipelined():
+        return None
+    from keras_ipu.models.functions import check_pipeline
+
+    return tuple(check_pipeline(model, training=kind == "train"))
 
 
 def replication_factor(model):
@@ -172,7 +174,20 @@ class _Execution:
                     outfeed.enqueue(step(infeed.dequeue()))
 
         loop.__name__ = f"{self.kind}_loop"
-        return infeed, outfeed, bridge(tf.function(loop, jit_compile=True)), count, replicas
+        mapping = _pipeline(model, self.kind)
+        if mapping is None:
+            program = bridge(tf.function(loop, jit_compile=True))
+        else:
+            from keras_ipu.models.functions import staged_step
+
+            program = BridgedFunction(tf.function(staged_step(model, loop), jit_compile=True),
+                                      stage_of=pipeline_stage_of, device_mapping=mapping)
+        return infeed, outfeed, program, count, replicas
+
+    def executables(self):
+        """The Executables compiled for this kind so far and still cached
+        (memory per IPU, prediction, profile)."""
+        return [exe for parts in self._by_spec.values() for exe in parts[2].executables()]
 
     def run(self, iterator, element_spec, batches, replicas=None):
         """Run the steps of `batches` batches (replicas x steps) on

@@ -41,6 +41,13 @@ def stage_scope_name(stage):
     return f"{STAGE_SCOPE_PREFIX}{int(stage)}"
 
 
+def name_scope(stage):
+    """The TensorFlow name scope whose ops run on pipeline stage `stage`."""
+    import tensorflow as tf
+
+    return tf.name_scope(stage_scope_name(stage))
+
+
 def pipeline_stage_of(op_name):
     """The stage of a TensorFlow op traced inside `stage_scope_name(k)`
     (the innermost such scope of its name), else None."""

@@ -282,7 +282,83 @@ def keras_pipelined_replicas():
                 "train_programs": model.train_function.execution.runs}
 
 
+def pipeline_stage_model(keras, ipu):
+    """A Functional model pipelined over two stages by PipelineStage
+    scopes, in an IPUStrategy on 4 IPUs (two replicas of two IPUs); the
+    same code runs under the ipu backend (test_keras_tensorflow.py)."""
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 4
+    cfg.configure_ipu_system()
+    keras.utils.set_random_seed(3)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    with strategy.scope():
+        x = inputs = keras.Input((16,))
+        with ipu.keras.PipelineStage(0):
+            x = keras.layers.Dense(32, activation="tanh")(x)
+        with ipu.keras.PipelineStage(1):
+            x = keras.layers.Dense(8)(x)
+        model = keras.Model(inputs, x)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=4)
+        model.set_pipelining_options(gradient_accumulation_steps_per_replica=4)
+    rng = np.random.default_rng(0)
+    data = (rng.normal(size=(32, 16)).astype("float32"), rng.normal(size=(32, 8)).astype("float32"))
+    return model, data
+
+
+def _nodes(graph):
+    from keras_ipu.device.ir import subgraphs
+
+    for node in graph.nodes:
+        yield node
+        for sub in subgraphs(node):
+            yield from _nodes(sub)
+
+
+def placement_facts(exe, kernel_shapes):
+    """What a placed program's placement should share across the two
+    backends: its IPUs, the IPUs each kernel is multiplied on (a product
+    with an operand of the kernel's shape), the directions of the copies
+    between IPUs and the IPUs with predicted cycles."""
+    kernels = {}
+    for node in _nodes(exe.graph):
+        if node.primitive.name == "dot_general":
+            for v in node.inputs:
+                shape = list(v.aval.shape)
+                if shape in kernel_shapes:
+                    kernels.setdefault(str(shape), set()).add(node.ipu)
+    return {
+        "ipus": list(exe.ipus),
+        "kernels": {k: sorted(v) for k, v in sorted(kernels.items())},
+        "copies": sorted({(n.params["src"], n.params["dst"]) for n in _nodes(exe.graph)
+                          if n.primitive.name == "ipu_copy"}),
+        "cycle_ipus": sorted(exe.prediction.ipu_cycles),
+    }
+
+
+def keras_pipeline_stage_placed():
+    """pipeline_stage_model trained, evaluated and predicted through the
+    front end: its programs' placements and replicas."""
+    import keras
+    from tensorflow.python import ipu
+
+    from keras_ipu.frontends.tensorflow import keras_trainer
+
+    model, (x, y) = pipeline_stage_model(keras, ipu)
+    history = model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)
+    model.evaluate(x, y, batch_size=2, verbose=0)
+    model.predict(x, batch_size=2, verbose=0)
+    shapes = [list(w.shape) for w in model.trainable_weights if len(w.shape) == 2]
+    facts = {}
+    for kind in ("train", "test", "predict"):
+        (exe,) = getattr(model, f"{kind}_function").execution.executables()
+        facts[kind] = json.loads(json.dumps(placement_facts(exe, shapes)))
+    return {"replicas": keras_trainer.replication_factor(model),
+            "iterations": int(model.optimizer.iterations.numpy()),
+            "loss": history.history["loss"], "facts": facts}
+
+
 SCENARIOS = {
+    "keras_pipeline_stage_placed": keras_pipeline_stage_placed,
     "keras_pipelined_replicas": keras_pipelined_replicas,
     "conv_net_losses": conv_net_losses,
     "graphcore_custom_loop": graphcore_custom_loop,

@@ -21,7 +21,8 @@ def results():
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "conv_net_losses", "graphcore_custom_loop",
-         "keras_fit_evaluate_predict", "keras_gradient_accumulation", "keras_replication", "keras_pipelined_replicas"],
+         "keras_fit_evaluate_predict", "keras_gradient_accumulation", "keras_replication", "keras_pipelined_replicas",
+         "keras_pipeline_stage_placed"],
         env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"the TensorFlow scenarios failed:\n{proc.stderr[-6000:]}")
@@ -89,3 +90,36 @@ def test_pipelined_model_replicas_span_its_stages(results):
     (the device's IPUs over the IPUs of one replica)."""
     r = results["keras_pipelined_replicas"]
     assert r == {"replicas": 2, "iterations": 2, "train_programs": 2}
+
+
+def test_pipeline_stage_scopes_place_the_programs_as_the_ipu_backend_does(results):
+    """A Functional model with PipelineStage(0) / PipelineStage(1) scopes
+    under KERAS_BACKEND=tensorflow is pipelined: two replicas of two IPUs
+    on a 4-IPU device (it was four replicas of one IPU when the scopes were
+    not recorded), and its fit / evaluate / predict programs are placed as
+    the ipu backend places the same model's: each Dense product on its
+    stage's IPU, activations copied forward (and gradients back when
+    training), cycles predicted per IPU."""
+    import keras
+
+    import keras_ipu as ipu
+    from keras_tf_scenarios import pipeline_stage_model
+    from keras_tf_scenarios import placement_facts
+
+    r = results["keras_pipeline_stage_placed"]
+    # 16 batches, 2 replicas x 4 steps per execution, 4 micro-batches per
+    # optimizer step: 2 executions of one step.
+    assert r["replicas"] == 2 and r["iterations"] == 2
+    assert np.isfinite(r["loss"]).all()
+    model, (x, y) = pipeline_stage_model(keras, ipu)
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)
+    model.evaluate(x, y, batch_size=2, verbose=0)
+    model.predict(x, batch_size=2, verbose=0)
+    assert model._get_replication_factor() == r["replicas"]
+    shapes = [list(w.shape) for w in model.trainable_weights if len(w.shape) == 2]
+    for kind in ("train", "test", "predict"):
+        (exe,) = getattr(model, f"{kind}_function").device_loop.executables()
+        want = json.loads(json.dumps(placement_facts(exe, shapes)))
+        assert r["facts"][kind] == want, kind
+    assert r["facts"]["train"]["kernels"] == {"[16, 32]": [0], "[32, 8]": [1]}
+    assert r["facts"]["train"]["copies"] == [[0, 1], [1, 0]]

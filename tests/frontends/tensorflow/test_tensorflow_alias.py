@@ -94,3 +94,100 @@ def test_tensorflow_trainer_patch_under_the_tensorflow_backend():
     assert off.returncode == 0, off.stderr[-3000:]
     assert json.loads(off.stdout.strip().splitlines()[-1]) == {
         "inside": False, "outside": False, "patched": False}
+
+
+ALIASES_CHECK = r"""
+import json
+import tensorflow.keras as keras
+import keras as real_keras
+import tensorflow as tf
+from tensorflow.keras import ipu as tf_keras_ipu
+import keras_ipu.keras
+import keras_ipu.layers
+import keras_ipu.optimizers
+import keras_ipu.popdist.tensorflow
+import ipu_tensorflow_addons.keras.layers as addons_layers
+from ipu_tensorflow_addons.keras import optimizers as addons_optimizers
+from ipu_tensorflow_addons.keras.layers import Dropout
+import popdist
+import popdist.tensorflow
+from ipu_tensorflow_addons.v1 import layers as v1_layers
+
+def error(fn, kind):
+    try:
+        fn()
+    except kind as e:
+        return str(e)
+    return None
+
+spec = tf.estimator.EstimatorSpec(mode=tf.estimator.ModeKeys.TRAIN, loss=1.0, train_op=2.0)
+print(json.dumps({
+    "keras.ipu": keras.ipu is keras_ipu.keras and real_keras.ipu is keras_ipu.keras,
+    "from tensorflow.keras import ipu": tf_keras_ipu is keras_ipu.keras,
+    "PipelineStage": keras.ipu.PipelineStage is keras_ipu.keras.PipelineStage,
+    "addons layers": addons_layers is keras_ipu.layers and Dropout is keras_ipu.layers.Dropout,
+    "addons optimizers": addons_optimizers is keras_ipu.optimizers,
+    "popdist": popdist is keras_ipu.popdist,
+    "popdist.tensorflow": popdist.tensorflow is keras_ipu.popdist.tensorflow,
+    "v1": error(lambda: v1_layers.PopnnLSTM(8), NotImplementedError),
+    "spec": [type(spec).__name__, spec.mode, spec.loss],
+    "other estimator names": error(lambda: tf.estimator.Estimator, AttributeError),
+    "keras untouched": [real_keras.layers.Dense.__module__,
+                        error(lambda: real_keras.no_such_name, AttributeError)],
+}))
+"""
+
+
+def test_graphcore_module_names_resolve_to_keras_ipu():
+    """keras.ipu (Graphcore's Keras fork), ipu_tensorflow_addons, popdist and
+    tf.estimator's model-function names, with no import edit."""
+    proc = _run(ALIASES_CHECK, KERAS_BACKEND="tensorflow")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("keras.ipu", "from tensorflow.keras import ipu", "PipelineStage",
+                 "addons layers", "addons optimizers", "popdist", "popdist.tensorflow"):
+        assert got[name] is True, name
+    assert "TensorFlow 1 graph-mode Popnn RNN layers" in got["v1"]
+    assert got["spec"] == ["IPUEstimatorSpec", "train", 1.0]
+    assert got["other estimator names"].startswith(
+        "tf.estimator.Estimator: TensorFlow 2.16 removed tf.estimator.")
+    assert "ipu.ipu_estimator.IPUEstimator" in got["other estimator names"]
+    # Keras keeps its own modules and errors.
+    assert got["keras untouched"] == [
+        "keras.src.layers.core.dense", "module 'keras' has no attribute 'no_such_name'"]
+
+
+def test_keras_ipu_under_the_ipu_backend():
+    proc = _run("import keras, keras_ipu.keras\n"
+                "assert keras.ipu is keras_ipu.keras\n"
+                "assert keras.ipu.PipelineStage.__module__ == 'keras_ipu.models.pipeline_stage'\n",
+                KERAS_BACKEND="ipu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_the_aliases_are_off_with_the_hook():
+    code = ("import importlib, json, keras, tensorflow as tf\n"
+            "def fails(fn):\n"
+            "    try:\n"
+            "        fn()\n"
+            "    except (ImportError, AttributeError):\n"
+            "        return True\n"
+            "    return False\n"
+            "print(json.dumps([fails(lambda: keras.ipu), fails(lambda: tf.estimator),\n"
+            "                  fails(lambda: importlib.import_module('popdist')),\n"
+            "                  fails(lambda: importlib.import_module('ipu_tensorflow_addons'))]))\n")
+    proc = _run(code, KERAS_BACKEND="tensorflow", KERAS_IPU_TF_HOOK="0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, True, True, True]
+
+
+def test_an_installed_package_of_the_name_wins(tmp_path):
+    """In Graphcore's SDK environment the real popdist and
+    ipu_tensorflow_addons stay what is imported."""
+    for name in ("popdist", "ipu_tensorflow_addons"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("REAL = True\n")
+    proc = _run("import popdist, ipu_tensorflow_addons\n"
+                "assert popdist.REAL and ipu_tensorflow_addons.REAL\n",
+                PYTHONPATH=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
