@@ -579,6 +579,10 @@ class TensorFlowIPUAlias:
 MODULE_ATTRIBUTES = {
     "keras": {"ipu": "keras.ipu"},
     "keras._tf_keras.keras": {"ipu": "keras.ipu"},
+    # TensorFlow loads keras/_tf_keras/keras a second time as
+    # `tensorflow.keras` (its __path__ includes that folder) once keras is
+    # imported.
+    "tensorflow.keras": {"ipu": "keras.ipu"},
     "tensorflow": {"estimator": "keras_ipu.estimators.tf_estimator"},
 }
 

@@ -78,12 +78,12 @@ def input_signature(model, batch_size=None):
 def _check_iterations(model):
     """A pipelined model's steps_per_execution, checked as the iterations
     of an inference pipeline."""
-    from keras_ipu.models.functions import _check_pipeline
+    from keras_ipu.models.functions import check_pipeline
     from keras_ipu.models.functions import check_pipeline_iterations
 
     if not model._ipu_is_pipelined():
         return
-    mapping = _check_pipeline(model, training=False)
+    mapping = check_pipeline(model, training=False)
     iterations = int(getattr(model, "steps_per_execution", 1) or 1)
     check_pipeline_iterations(iterations, model._ipu_options.pipeline_schedule, mapping,
                               training=False)

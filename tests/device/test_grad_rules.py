@@ -918,6 +918,21 @@ def test_cross_replica_collectives_of_one_replica(name):
     check_grad(lambda x: REGISTRY[name].bind(x, replicas=1, group_size=1), r(2, 3))
 
 
+def test_data_moving_collectives_of_one_replica():
+    # One replica: each is the identity (a permute onto itself); their
+    # rules on several replicas: tests/device/test_collectives_moving_data.py.
+    from keras_ipu.device.primitives import collective as c
+
+    one = ((0,),)
+    check_grad(lambda x: c.cross_replica_reduce_scatter_p.bind(
+        x, replicas=1, groups=one, op="sum", dimension=0), r(2, 3))
+    check_grad(lambda x: c.cross_replica_all_gather_p.bind(
+        x, replicas=1, groups=one, dimension=1), r(2, 3))
+    check_grad(lambda x: c.cross_replica_all_to_all_p.bind(
+        x, replicas=1, groups=one, split_dimension=0, concat_dimension=1), r(2, 3))
+    check_grad(lambda x: c.collective_permute_p.bind(x, replicas=1, pairs=((0, 0),)), r(2, 3))
+
+
 # -- every rule is exercised (keep this test last) ---------------------------
 
 # Rules checked in test_autodiff.py (control flow through the backend).

@@ -2,7 +2,8 @@
 from a copy of graphcore/examples (never committed here), apply the
 porting contract's import edits (DESIGN.md, "Porting contract"), and run it
 under KERAS_BACKEND=ipu with small synthetic data in place of the datasets
-it downloads.
+it downloads; or run it with no edit at all under KERAS_BACKEND=tensorflow
+(zero-edit porting: the import hook's aliases).
 
 Where the copy is: $KERAS_IPU_GRAPHCORE_EXAMPLES (a checkout, or the git
 directory of a mirror). Without it the runs skip.
@@ -79,8 +80,10 @@ def read_example(copy, path):
 
 # Run before the ported script (its own module, sitecustomize-style):
 # keras.datasets downloads become synthetic data of the same shapes and
-# types (MNIST: uint8 28x28 images; IMDB: word-index lists with labels) and
-# of the sizes given by the environment.
+# types (MNIST: uint8 28x28 images; IMDB: word-index lists with labels;
+# CIFAR-10: uint8 32x32x3 images, labels of shape (n, 1)) and of the sizes
+# given by the environment, at keras.datasets and at the tf.keras path
+# (keras._tf_keras.keras.datasets) unedited scripts import.
 SYNTHETIC_DATA = '''
 import os
 import numpy as np
@@ -119,25 +122,46 @@ def _synthetic_imdb(path="imdb.npz", num_words=None, skip_top=0, maxlen=None, se
     return sample(n_train), sample(n_test)
 
 
-keras.datasets.mnist.load_data = _synthetic_mnist
-keras.datasets.imdb.load_data = _synthetic_imdb
+def _synthetic_cifar10():
+    n_train = int(os.environ.get("GRAPHCORE_PORT_TRAIN", "2048"))
+    n_test = int(os.environ.get("GRAPHCORE_PORT_TEST", "512"))
+    rng = np.random.default_rng(0)
+    templates = rng.integers(0, 256, size=(10, 32, 32, 3))
+
+    def sample(n):
+        y = rng.integers(0, 10, (n, 1)).astype("uint8")
+        noise = rng.integers(-40, 41, size=(n, 32, 32, 3))
+        return np.clip(templates[y[:, 0]] + noise, 0, 255).astype("uint8"), y
+
+    return sample(n_train), sample(n_test)
+
+
+_SYNTHETIC = {"mnist": _synthetic_mnist, "imdb": _synthetic_imdb, "cifar10": _synthetic_cifar10}
+for _name, _fn in _SYNTHETIC.items():
+    getattr(keras.datasets, _name).load_data = _fn
+if keras.backend.backend() == "tensorflow":
+    import importlib
+
+    for _name, _fn in _SYNTHETIC.items():
+        importlib.import_module(f"keras._tf_keras.keras.datasets.{_name}").load_data = _fn
 '''
 
 
-def write_ported(copy, paths, directory):
+def write_ported(copy, paths, directory, edit=True):
     """Write the ported scripts of `paths` (repository paths) into
-    `directory` by their base names, and `graphcore_synthetic.py`; returns
-    the directory."""
+    `directory` by their base names (as they are with edit=False), and
+    `graphcore_synthetic.py`; returns the directory."""
     directory = pathlib.Path(directory)
     for path in paths:
+        source = read_example(copy, path)
         (directory / pathlib.PurePosixPath(path).name).write_text(
-            port(read_example(copy, path)))
+            port(source) if edit else source)
     (directory / "graphcore_synthetic.py").write_text(SYNTHETIC_DATA)
     return directory
 
 
-def run_ported(directory, script, args=(), timeout=600, env=None):
-    """Run `script` (in `directory`) under KERAS_BACKEND=ipu with the
+def run_ported(directory, script, args=(), timeout=600, env=None, backend="ipu"):
+    """Run `script` (in `directory`) under KERAS_BACKEND=`backend` with the
     synthetic data; returns the CompletedProcess (stdout and stderr
     together)."""
     runner = (
@@ -145,7 +169,7 @@ def run_ported(directory, script, args=(), timeout=600, env=None):
         f"sys.argv = [{script!r}] + {list(args)!r}; "
         f"runpy.run_path({script!r}, run_name='__main__')"
     )
-    environment = dict(os.environ, KERAS_BACKEND="ipu", PYTHONPATH=str(directory))
+    environment = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(directory))
     environment.update(env or {})
     return subprocess.run(
         [sys.executable, "-c", runner], cwd=directory, env=environment, timeout=timeout,

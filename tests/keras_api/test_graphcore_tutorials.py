@@ -58,6 +58,23 @@ CASES = [
 ]
 
 
+# Zero-edit porting (the import hook's aliases: keras.ipu, tf.estimator, ...):
+# scripts run as Graphcore wrote them, under KERAS_BACKEND=tensorflow
+# through the TensorFlow front end.
+ESTIMATOR = "tutorials/feature_examples/tensorflow2/ipu_estimator/"
+UNEDITED = [
+    ("unedited_demo_pipelining", [KERAS + "completed_demos/completed_demo_pipelining.py"],
+     "completed_demo_pipelining.py", [], _PIPELINING_DEMO_DATA, "Program ran successfully"),
+    ("unedited_training_pipelining", [TECH_NOTE + "training_pipelining.py"],
+     "training_pipelining.py", [], {}, None),
+    ("unedited_estimator_cifar10",
+     [ESTIMATOR + name for name in ("cifar10_ipu_estimator.py", "data.py", "model.py",
+                                    "utils.py")],
+     "cifar10_ipu_estimator.py", ["--epochs", "1"],
+     {"GRAPHCORE_PORT_TRAIN": "64", "GRAPHCORE_PORT_TEST": "32"}, "Validation accuracy"),
+]
+
+
 def test_the_port_is_the_contracts_edits():
     source = (
         "import tensorflow.keras as keras\n"
@@ -98,6 +115,24 @@ def test_graphcore_tutorial_runs_ported(tmp_path, paths, script, args, data, suc
                     "names a copy of graphcore/examples (minutes each)")
     graphcore_port.write_ported(copy, paths, tmp_path)
     result = graphcore_port.run_ported(tmp_path, script, args, timeout=900, env=data)
+    assert result.returncode == 0, result.stdout[-6000:]
+    if success:
+        assert success in result.stdout, result.stdout[-6000:]
+
+
+@pytest.mark.parametrize(
+    "paths, script, args, data, success",
+    [case[1:] for case in UNEDITED], ids=[case[0] for case in UNEDITED])
+def test_graphcore_script_runs_unedited_on_tensorflow(tmp_path, paths, script, args, data,
+                                                      success):
+    copy = graphcore_port.examples_copy()
+    if copy is None:
+        pytest.skip("Graphcore's tutorials run when KERAS_IPU_GRAPHCORE_EXAMPLES "
+                    "names a copy of graphcore/examples (minutes each)")
+    graphcore_port.write_ported(copy, paths, tmp_path, edit=False)
+    result = graphcore_port.run_ported(tmp_path, script, args, timeout=900,
+                                       env=dict(data, TF_CPP_MIN_LOG_LEVEL="2"),
+                                       backend="tensorflow")
     assert result.returncode == 0, result.stdout[-6000:]
     if success:
         assert success in result.stdout, result.stdout[-6000:]

@@ -21,6 +21,9 @@ Sources, as cited below:
             each direction (the 64 GB/s of [DESIGN] counts both directions).
   [TFOFFLOAD] and [BOW2000]: see "streaming memory" and "reductions
             between processes" below.
+  [RING]    Patarasuk and Yuan's ring all-reduce (cited where used).
+  [MPICH]   Thakur, Rabenseifner and Gropp's pairwise-exchange all-to-all
+            (cited where used).
   assumption: a figure chosen here, not published; calibrate it against
             the anchors of [DESIGN] (ResNet-50 and BERT-Large on Bow Pod16).
 
@@ -311,6 +314,48 @@ def all_reduce_link_traffic(nbytes, replicas):
     if k <= 1 or not nbytes:
         return 0, 0
     return math.ceil(2 * (k - 1) * nbytes / k), 2 * (k - 1)
+
+
+def reduce_scatter_link_traffic(nbytes, replicas):
+    """[RING]: (bytes each IPU sends, synchronised steps) of a
+    reduce-scatter of `nbytes` (each member's operand) over `replicas`
+    IPUs: the first half of the ring all-reduce, (k - 1) / k x n bytes in
+    k - 1 steps."""
+    k = int(replicas)
+    if k <= 1 or not nbytes:
+        return 0, 0
+    return math.ceil((k - 1) * nbytes / k), k - 1
+
+
+def all_gather_link_traffic(nbytes, replicas):
+    """[RING]: (bytes each IPU sends, synchronised steps) of an all-gather
+    whose gathered result is `nbytes`: the second half of the ring
+    all-reduce, (k - 1) / k x n bytes in k - 1 steps."""
+    return reduce_scatter_link_traffic(nbytes, replicas)
+
+
+# [MPICH] R. Thakur, R. Rabenseifner and W. Gropp, "Optimization of
+# collective communication operations in MPICH", Int. J. High Perform.
+# Comput. Appl. 19 (2005): the pairwise-exchange all-to-all of k members
+# takes k - 1 steps, in each a member sends one of its k blocks (n / k
+# bytes) to another member.
+
+
+def all_to_all_link_traffic(nbytes, replicas):
+    """[MPICH]: (bytes each IPU sends, synchronised steps) of an all-to-all
+    of `nbytes` per member over `replicas` IPUs: (k - 1) / k x n bytes in
+    k - 1 steps."""
+    return reduce_scatter_link_traffic(nbytes, replicas)
+
+
+def permute_link_traffic(nbytes, sends):
+    """(bytes an IPU sends, synchronised steps) of a collective permute:
+    every source sends its whole operand to its target at once, one step
+    ([DESIGN]'s exchange over the IPU-Links); nothing when `sends` is
+    False (no replica sends)."""
+    if not sends or not nbytes:
+        return 0, 0
+    return int(nbytes), 1
 
 
 def collective_link_cycles(link_bytes, link_steps, target):

@@ -82,6 +82,19 @@ class ReplicaGroup:
         return np.array(self._results[index])
 
 
+    def exchange(self, index, value, combine):
+        """The collectives that move data (reduce-scatter, all-gather,
+        all-to-all, permute): every replica deposits `value`; then each
+        computes its own result, combine(operands of every replica, in
+        replica order), a new array, before any replica goes on (so none
+        changes an operand another still reads)."""
+        self._operands[index] = value
+        self._wait()
+        result = np.array(combine(list(self._operands)))
+        self._wait()
+        return result
+
+
 def _across_instances(total, op, count, whole_group):
     """Finish an all-reduce whose local part summed `count` replicas into
     `total`: in a multi-process job (multi_replica_distribution) a group of

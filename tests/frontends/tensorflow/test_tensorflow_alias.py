@@ -98,8 +98,9 @@ def test_tensorflow_trainer_patch_under_the_tensorflow_backend():
 
 ALIASES_CHECK = r"""
 import json
-import tensorflow.keras as keras
 import keras as real_keras
+# Imported after keras, tensorflow.keras is a second module of its own.
+import tensorflow.keras as keras
 import tensorflow as tf
 from tensorflow.keras import ipu as tf_keras_ipu
 import keras_ipu.keras
