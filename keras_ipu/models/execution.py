@@ -134,7 +134,10 @@ class ReplicatedExecution:
         self.replicas = replicas
         self.micro_batches = micro_batches
         self.donate = donate
-        self.loop = DeviceLoop(step, compiled=True, donate_state=donate, options=options)
+        # state_kinds: the profile's memory categories (weights, optimizer
+        # state, ...) and the out-of-memory advice read them.
+        self.loop = DeviceLoop(step, compiled=True, donate_state=donate,
+                               state_kinds=kinds, options=options)
         self.device_loop = self.loop
         strategy = getattr(model, "_ipu_strategy", None)
         identical = strategy is not None and _identical_replica_seeds(strategy)

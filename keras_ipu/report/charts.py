@@ -30,6 +30,13 @@ CATEGORY_COLOURS = {
 }
 PHASE_COLOURS = {"compute": "#4e79a7", "sync": "#bab0ac", "exchange": "#f28e2b"}
 LIMIT = "#d62728"
+# The timeline: layers in the tableau colours, the run and its transfers in
+# colours no layer gets (they were the same teal and green as two layers).
+LAYER_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+                 "#b07aa1", "#ff9da7")
+OTHER_LAYERS = "#bab0ac"
+RUN_COLOUR = "#ffffff"
+TRANSFER_COLOUR = "#333333"
 DPI = 100
 MAX_TIMELINE_STEPS = 20000
 
@@ -98,9 +105,10 @@ def memory_ipu(report, ipu_index=0):
                     label=f"{len(over)} tiles over capacity (by up to "
                           f"{fmt_bytes(int((total - capacity).max()))})")
     fullest = tiles["fullest_tile"]
+    # Above the data (the y range leaves room), clear of the legend outside.
     top_ax.annotate(f"fullest: tile {fullest}, {fmt_bytes(tiles['fullest_tile_bytes'])}",
-                    xy=(fullest, total[fullest]), xytext=(0.25, 0.9),
-                    textcoords="axes fraction",
+                    xy=(fullest, total[fullest]), xytext=(0.3, 0.94),
+                    textcoords="axes fraction", va="top",
                     arrowprops={"arrowstyle": "->", "color": "#333333"})
     y_max = max(peak, capacity if capacity <= 1.6 * peak else 0) * 1.15
     top_ax.set_xlim(0, n)
@@ -108,8 +116,9 @@ def memory_ipu(report, ipu_index=0):
     top_ax.set_xlabel(f"tile (0 .. {n - 1})")
     top_ax.set_ylabel("bytes on the tile")
     _bytes_axis(top_ax.yaxis, y_max)
-    top_ax.legend(loc="upper right", fontsize=8, ncol=2, title="at the peak (step "
-                  f"{ipu['peak_step']})", title_fontsize=8)
+    # Outside the axes: inside, it hid the fullest tiles of a full IPU.
+    top_ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7,
+                  title=f"at the peak\n(program step {ipu['peak_step']})", title_fontsize=7)
     top_ax.grid(axis="y", alpha=0.3)
     top_ax.set_title("Memory per tile by category", fontsize=10)
 
@@ -206,7 +215,8 @@ def cycles_by_layer(report, top=12):
     cyc = report["cycles"]
     layers = cyc["layers"][:top]
     rest = sum(x["cycles"] for x in cyc["layers"][top:])
-    names = [x["layer"] for x in layers] + (["(other layers)"] if rest else [])
+    others = len(cyc["layers"]) - len(layers)
+    names = [x["layer"] for x in layers] + ([f"({others} other layers)"] if rest else [])
     values = [x["cycles"] for x in layers] + ([rest] if rest else [])
     total = cyc["total"] or 1
     fig = Figure(figsize=(10, 0.9 + 0.32 * len(names)))
@@ -265,29 +275,27 @@ def timeline(report):
     ax = fig.subplots()
     rows = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
     ax.broken_barh([(0, host_in + device + host_out)], (rows["Program runs"] - 0.4, 0.8),
-                   color="#76b7b2")
+                   facecolor=RUN_COLOUR, edgecolor="#333333")
     ax.broken_barh([(0, host_in), (host_in + device, host_out)],
-                   (rows["Host transfers"] - 0.4, 0.8), color=CATEGORY_COLOURS["stream buffers"])
+                   (rows["Host transfers"] - 0.4, 0.8), color=TRANSFER_COLOUR)
     layer_cycles = {}
     for start, end, _, source, _ in leaves:
         layer_cycles[source] = layer_cycles.get(source, 0) + end - start
     named = sorted(layer_cycles, key=lambda k: -layer_cycles[k])[:8]
-    palette = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
-               "#b07aa1", "#ff9da7"]
-    colour = {k: palette[i] for i, k in enumerate(named)}
+    colour = {k: LAYER_COLOURS[i] for i, k in enumerate(named)}
     for start, end, _, source, d in leaves:
         lane = lanes[min(2 + d, len(lanes) - 1)]
         ax.broken_barh([(host_in + start * us, max((end - start) * us, 1e-9))],
-                       (rows[lane] - 0.4, 0.8), color=colour.get(source, "#bab0ac"),
+                       (rows[lane] - 0.4, 0.8), color=colour.get(source, OTHER_LAYERS),
                        linewidth=0)
     from matplotlib.patches import Patch
 
-    handles = [Patch(color=colour[k], label=k or "(no layer)") for k in named]
-    handles.append(Patch(color="#bab0ac", label="other layers"))
-    handles.append(Patch(color=CATEGORY_COLOURS["stream buffers"],
-                         label="host transfers (PCIe)"))
+    handles = [Patch(facecolor=RUN_COLOUR, edgecolor="#333333", label="program run"),
+               Patch(color=TRANSFER_COLOUR, label="host transfers (PCIe)")]
+    handles += [Patch(color=colour[k], label=k or "(no layer)") for k in named]
+    handles.append(Patch(color=OTHER_LAYERS, label="other layers"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7,
-              title="Keras layer", title_fontsize=8)
+              title="runs, transfers,\nsteps by Keras layer", title_fontsize=7)
     ax.set_yticks([rows[n] for n in lanes], lanes, fontsize=8)
     ax.set_xlim(0, (host_in + device + host_out) * 1.01 or 1)
     ax.set_xlabel("predicted time in the run (us)")

@@ -162,8 +162,7 @@ function timelineView(canvas, report) {
   const dev = cyc.total * us, total = hin + dev + hout || 1;
   const items = leaves(report.execution_trace, 0, [], 0, [20000]);
   const lanes = __LANES__;
-  const pad = 110, palette = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948',
-                              '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
+  const pad = 110, palette = __LAYER_COLOURS__;
   const colour = {}; let k = 0;
   function col(src) { const key = src || ''; if (!(key in colour)) colour[key] = palette[k++ % palette.length]; return colour[key]; }
   function laneY(l, h) { return 6 + l * (h - 30) / lanes.length; }
@@ -171,8 +170,9 @@ function timelineView(canvas, report) {
     const pw = w - pad - 8, lh = (h - 30) / lanes.length - 4, sx = pw / total;
     ctx.font = '11px sans-serif'; ctx.fillStyle = '#333'; ctx.textAlign = 'right';
     lanes.forEach((name, l) => ctx.fillText(name, pad - 6, laneY(l, h) + lh / 2 + 4));
-    ctx.fillStyle = '#76b7b2'; ctx.fillRect(pad, laneY(0, h), total * sx, lh);
-    ctx.fillStyle = COLOURS['stream buffers'];
+    ctx.strokeStyle = '#333'; ctx.fillStyle = __RUN_COLOUR__;
+    ctx.fillRect(pad, laneY(0, h), total * sx, lh); ctx.strokeRect(pad, laneY(0, h), total * sx, lh);
+    ctx.fillStyle = __TRANSFER_COLOUR__;
     ctx.fillRect(pad, laneY(1, h), Math.max(hin * sx, hin ? 1 : 0), lh);
     ctx.fillRect(pad + (hin + dev) * sx, laneY(1, h), Math.max(hout * sx, hout ? 1 : 0), lh);
     for (const it of items) {
@@ -281,11 +281,16 @@ def _figure(png_bytes, title):
 
 def page(reports, charts, top=5):
     """`charts`: per report, [(kind, png bytes, title)]."""
+    from keras_ipu.report import charts as charts_colours
     from keras_ipu.report.timeline import LANES
 
     script = (SCRIPT.replace("__COLOURS__", json.dumps(_colours()))
               .replace("__CATEGORIES__", json.dumps(list(profile.CATEGORIES)))
-              .replace("__LANES__", json.dumps(list(LANES))))
+              .replace("__LANES__", json.dumps(list(LANES)))
+              .replace("__LAYER_COLOURS__", json.dumps(list(charts_colours.LAYER_COLOURS)
+                                                       + [charts_colours.OTHER_LAYERS]))
+              .replace("__RUN_COLOUR__", json.dumps(charts_colours.RUN_COLOUR))
+              .replace("__TRANSFER_COLOUR__", json.dumps(charts_colours.TRANSFER_COLOUR)))
     parts = [
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\">",
         "<title>keras_ipu profile reports</title>",

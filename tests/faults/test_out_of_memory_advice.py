@@ -62,3 +62,44 @@ def test_weights_and_optimizer_state_overflow_the_tile_no_batch_advice(eight_til
     assert "Fewer or smaller layers: the weights take" in text
     assert "With batch_size" not in text and "A smaller batch size" not in text
     assert "availableMemoryProportion" not in text
+
+
+def test_a_model_that_does_not_fit_trains_with_debug_allow_out_of_memory(
+        eight_tiles, monkeypatch, tmp_path):
+    """Poplar's debug.allowOutOfMemory, as a user sets it for a Keras model
+    too big for its IPU: without it fit stops at compile and the error names
+    it; with it fit compiles, warns that a real IPU could not run the
+    program, trains, and the profile report marks the overflowing tiles."""
+    import glob
+    import json
+
+    from keras_ipu.device.simulator import profile
+    from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryWarning
+    from keras_ipu.report import summary
+
+    monkeypatch.delenv("POPLAR_ENGINE_OPTIONS", raising=False)
+    with pytest.raises(IPUOutOfMemoryError) as info:
+        _fit(_mlp("adam", 2048, 16), 16, 16, 8)
+    assert "POPLAR_ENGINE_OPTIONS='{\"debug.allowOutOfMemory\": \"true\"}'" in str(info.value)
+
+    monkeypatch.setenv("POPLAR_ENGINE_OPTIONS", json.dumps(
+        {"debug.allowOutOfMemory": "true", "autoReport.all": "true",
+         "autoReport.directory": str(tmp_path)}))
+    keras.utils.set_random_seed(0)
+    model = _mlp("adam", 2048, 16)
+    before = [np.array(w) for w in model.get_weights()]
+    with pytest.warns(IPUOutOfMemoryWarning, match="a real IPU could not run it"):
+        _fit(model, 16, 16, 8)
+    assert any(np.any(np.array(w) != b) for w, b in zip(model.get_weights(), before))
+
+    (path,) = glob.glob(str(tmp_path / f"train*{profile.SUFFIX}"))
+    with open(path) as f:
+        report = json.load(f)
+    (ipu,), (tiles,) = report["memory"]["ipus"], report["memory"]["tiles"]
+    over = [t - tiles["capacity"] for t in tiles["total"] if t > tiles["capacity"]]
+    assert not ipu["fits"] and ipu["tiles_over_capacity"] == len(over) == 8
+    assert ipu["most_over_bytes"] == max(over)
+    # What overflows is the weights and Adam's two moments (not activations).
+    assert ipu["categories"]["optimizer state"] >= 2 * ipu["categories"]["weights"]
+    report["_path"] = path
+    assert "DOES NOT FIT: 8 tiles over capacity" in summary.details(report)

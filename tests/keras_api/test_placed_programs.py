@@ -57,6 +57,11 @@ def test_fit_evaluate_predict_programs_of_a_pipeline_run_on_its_ipus():
     report = profile.build_report(exe)
     assert [entry["ipu"] for entry in report["memory"]["ipus"]] == [0, 1]
     assert len(report["memory"]["tiles"]) == 2
+    # Its inputs are the model's state by kind and the infeed, as for any
+    # Keras program (not "program inputs").
+    held = {c for entry in report["memory"]["ipus"] for c in entry["categories"]}
+    assert {"weights", "optimizer state", "stream buffers"} <= held
+    assert "program inputs" not in held
 
 
 def _all_nodes(graph):

@@ -24,6 +24,7 @@ import weakref
 
 import numpy as np
 
+from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.cache import CACHE
 from keras_ipu.device.compiler.executable import programs_compute
 from keras_ipu.device.interrupts import deferred_interrupts
@@ -32,6 +33,7 @@ from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.placement import Placement
 from keras_ipu.device.config import system_config
 from keras_ipu.frontends.tensorflow import hlo_proto
+from keras_ipu.frontends.tensorflow import variable_categories
 from keras_ipu.frontends.tensorflow.importer import import_module
 from keras_ipu.frontends.tensorflow.stages import staged_by_name
 
@@ -86,6 +88,7 @@ class Program:
     structured_outputs: object
     name: str
     resident: tuple  # graph inputs that stay on the IPU (variables)
+    input_categories: tuple = ()  # per graph input (variable_categories)
     cache_key: object = None  # of its executable in CACHE
     context: object = None
     trace: object = None
@@ -161,6 +164,9 @@ class BridgedFunction:
         self._pipelines = weakref.WeakKeyDictionary()  # cf -> its PipelineRuns
         self.__name__ = getattr(fn, "__name__", "tf_function")
         self.compile_count = 0
+        # Set by a caller that knows some variables better than their names
+        # tell (the Keras trainer: its metrics'): () -> {id(tf.Variable): category}.
+        self.known_variables = None
 
     # -- tracing and compiling --------------------------------------------
 
@@ -250,6 +256,10 @@ class BridgedFunction:
             updates.append((k, param_inputs[param]))
         inputs = list(flat) + list(captured)
         resident = tuple(p for p, i in enumerate(param_inputs) if _is_resource(inputs[i]))
+        by_handle = {id(v.handle): v for v in cf.variables}
+        kinds = variable_categories.categories(
+            [variable_categories.variable_of(inputs[i], by_handle) for i in param_inputs],
+            self.known_variables() if self.known_variables else None)
         self.compile_count += 1
         note_recompiles(self.__name__, self.compile_count, input_avals[:len(flat)], CACHE.capacity)
         program = Program(
@@ -257,6 +267,7 @@ class BridgedFunction:
             updates=tuple(updates), uses_token=imported.uses_token,
             structured_outputs=cf.structured_outputs, name=self.__name__,
             resident=resident, options=options, pipeline=pipeline,
+            input_categories=kinds + ((variable_categories.ARGUMENT,) * imported.uses_token),
         )
         return program, constants
 
@@ -278,8 +289,15 @@ class BridgedFunction:
         if program.cache_key is not None and program.context is context:
             exe = CACHE.lookup(program.cache_key)
         if exe is None:
-            program.cache_key, exe = CACHE.get_keyed(
-                program.graph, program.options or self.options, name=program.name)
+            # The variables stay on the IPU between runs, as Graphcore's
+            # resource variables do: not host transfers; the profile report
+            # splits them into weights and optimizer state.
+            with device_checks.workload(
+                    resident_inputs=program.resident,
+                    resident_outputs=tuple(k for k, _ in program.updates),
+                    input_categories=program.input_categories):
+                program.cache_key, exe = CACHE.get_keyed(
+                    program.graph, program.options or self.options, name=program.name)
             program.context = context
             if program.pipeline is not None:
                 from keras_ipu.ops.pipeline_simulation import check_before_first_run

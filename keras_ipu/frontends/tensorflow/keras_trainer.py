@@ -182,6 +182,10 @@ class _Execution:
 
             program = BridgedFunction(tf.function(staged_step(model, loop), jit_compile=True),
                                       stage_of=pipeline_stage_of, device_mapping=mapping)
+        # Metric variables are non-trainable variables like moving statistics;
+        # the model knows which they are (its profile's "metric state").
+        program.known_variables = lambda: {
+            id(v.value): "metric state" for v in model.metrics_variables}
         return infeed, outfeed, program, count, replicas
 
     def executables(self):

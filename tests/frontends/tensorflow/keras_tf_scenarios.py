@@ -128,7 +128,10 @@ def graphcore_custom_loop():
     ref_losses = [float(ref_step(f, l)) for f, l in ds.take(30)]
     return {"losses": losses.tolist(), "reference": ref_losses,
             "iterations": int(opt.iterations.numpy()),
-            "programs": bridge(training_loop).compile_count}
+            "programs": bridge(training_loop).compile_count,
+            "input_bytes": _bytes_by_category(bridge(training_loop)),
+            "expected_bytes": {"weights": _variable_bytes(model.weights),
+                               "optimizer state": _variable_bytes(opt.variables)}}
 
 
 def _mlp(keras, steps_per_execution, metrics=("accuracy",), batch_norm=True):
@@ -147,6 +150,22 @@ def _xy(n=64):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n, 10)).astype(np.float32)
     return x, (x.sum(1) > 0).astype(np.int32)
+
+
+def _bytes_by_category(bridged):
+    """{category: bytes} of the inputs of `bridged`'s one executable, as its
+    profile report counts them."""
+    from keras_ipu.device.simulator import profile
+
+    (exe,) = bridged.executables()
+    out = {}
+    for v, category in zip(exe.graph.inputs, profile.input_categories(exe)):
+        out[category] = out.get(category, 0) + (v.aval.nbytes or 0)
+    return out
+
+
+def _variable_bytes(variables):
+    return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
 
 
 def _max_diff(a, b):
@@ -180,6 +199,11 @@ def keras_fit_evaluate_predict():
         "iterations": int(model.optimizer.iterations.numpy()),
         "train_programs": model.train_function.execution.runs,
         "compiled": sum(p[2].compile_count for p in model.train_function.execution._by_spec.values()),
+        "input_bytes": _bytes_by_category(
+            next(iter(model.train_function.execution._by_spec.values()))[2]),
+        "expected_bytes": {"weights": _variable_bytes(model.weights),
+                           "optimizer state": _variable_bytes(model.optimizer.variables),
+                           "metric state": _variable_bytes(model.metrics_variables)},
     }
 
 

@@ -54,6 +54,7 @@ def test_graphcore_custom_training_loop(results):
     r = results["graphcore_custom_loop"]
     assert len(r["losses"]) == 30 and r["iterations"] == 30 and r["programs"] == 1
     assert _rel(r["losses"], r["reference"]) < 1e-4
+    _assert_profiled_as(r["input_bytes"], r["expected_bytes"])
 
 
 def test_fit_evaluate_predict_in_ipu_strategy(results):
@@ -68,6 +69,15 @@ def test_fit_evaluate_predict_in_ipu_strategy(results):
     assert r["predict_shape"] == [44, 2] and r["predict_diff"] < 1e-5
     assert r["weights_diff"] < 1e-5 and r["iterations"] == 16
     assert r["train_programs"] == 4 and r["compiled"] == 1
+    _assert_profiled_as(r["input_bytes"], r["expected_bytes"])
+
+
+def _assert_profiled_as(found, expected):
+    """The program's profile splits its variables as Keras does (weights,
+    the optimizer's variables, the metrics'); what is left is the program's
+    arguments (the step count), not a variable."""
+    arguments = found.pop("program inputs", 0)
+    assert found == expected and 0 < arguments <= 8
 
 
 def test_gradient_accumulation(results):
