@@ -26,11 +26,15 @@ from keras_ipu.backend.control_flow import scan
 from keras_ipu.device.autodiff import value_and_grad
 from keras_ipu.device.primitives import collective
 from keras_ipu.device.config import system_config
+from keras_ipu.device.trace import default_source
 from keras_ipu.gradient_accumulation import GradientAccumulationReductionMethod as Method
 
 
 # The source path of the gradients' all-reduce (once per optimizer step).
 GRADIENT_ALL_REDUCE = "gradient_all_reduce"
+# What profiles name the accumulators and the loop over the micro-batches
+# (the layers traced in its body keep their names).
+GRADIENT_ACCUMULATION = "gradient accumulation"
 
 
 def _zeros(variable, dtype):
@@ -135,10 +139,12 @@ def accumulated_train_step(model, count, method, replicas, accumulator_dtype=Non
         from keras import ops
 
         trainable, non_trainable, optimizer_variables, metrics = state
-        acc = [_zeros(v, accumulator_dtype) for v in model.trainable_variables]
+        with default_source(GRADIENT_ACCUMULATION):
+            acc = [_zeros(v, accumulator_dtype) for v in model.trainable_variables]
         carry = (list(non_trainable), list(metrics), acc, np.float32(0.0))
         if count == 1:
-            carry, logs = micro_step(trainable, optimizer_variables, carry, micro_batches)
+            with default_source(GRADIENT_ACCUMULATION):
+                carry, logs = micro_step(trainable, optimizer_variables, carry, micro_batches)
             logs = tree.map_structure(lambda v: ops.expand_dims(v, 0), logs)
         else:
             leaves = tree.flatten(micro_batches)
@@ -151,7 +157,8 @@ def accumulated_train_step(model, count, method, replicas, accumulator_dtype=Non
                 )
                 return micro_step(trainable, optimizer_variables, carry, batch)
 
-            carry, logs = scan(body, carry, [v for v in leaves if v is not None])
+            with default_source(GRADIENT_ACCUMULATION):
+                carry, logs = scan(body, carry, [v for v in leaves if v is not None])
         non_trainable, metrics, acc, _ = carry
         trainable, optimizer_variables = update(trainable, optimizer_variables, acc)
         return logs, (trainable, non_trainable, optimizer_variables, metrics)

@@ -62,6 +62,10 @@ def test_fit_evaluate_predict_programs_of_a_pipeline_run_on_its_ipus():
     held = {c for entry in report["memory"]["ipus"] for c in entry["categories"]}
     assert {"weights", "optimizer state", "stream buffers"} <= held
     assert "program inputs" not in held
+    # Every cycle has a name: the loop over the micro-batches and the
+    # accumulators are "gradient accumulation", not "(no layer)".
+    layers = {x["layer"]: x["cycles"] for x in report["cycles"]["layers"]}
+    assert "(no layer)" not in layers and layers["gradient accumulation"] > 0
 
 
 def _all_nodes(graph):
