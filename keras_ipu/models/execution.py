@@ -137,7 +137,8 @@ class ReplicatedExecution:
         # state_kinds: the profile's memory categories (weights, optimizer
         # state, ...) and the out-of-memory advice read them.
         self.loop = DeviceLoop(step, compiled=True, donate_state=donate,
-                               state_kinds=kinds, options=options)
+                               state_kinds=kinds, options=options,
+                               micro_batches=micro_batches)
         self.device_loop = self.loop
         strategy = getattr(model, "_ipu_strategy", None)
         identical = strategy is not None and _identical_replica_seeds(strategy)

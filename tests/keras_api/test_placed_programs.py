@@ -5,6 +5,7 @@ gradient accumulation does: test_accumulation_and_pipelining.py.)"""
 
 import keras
 import numpy as np
+import pytest
 
 import keras_ipu as ipu
 from keras_ipu.device.ir import ipus_of
@@ -55,6 +56,10 @@ def test_fit_evaluate_predict_programs_of_a_pipeline_run_on_its_ipus():
     # The profile report has one memory entry per IPU.
     (exe,) = model.train_function.device_loop.executables()
     report = profile.build_report(exe)
+    # A step trains on 4 micro-batches of 4 samples: samples/s counts 16.
+    assert report["cycles"]["batch_size"] == 16
+    assert report["cycles"]["samples_per_second"] == pytest.approx(
+        16 / report["cycles"]["step_seconds"])
     assert [entry["ipu"] for entry in report["memory"]["ipus"]] == [0, 1]
     assert len(report["memory"]["tiles"]) == 2
     # Its inputs are the model's state by kind and the infeed, as for any

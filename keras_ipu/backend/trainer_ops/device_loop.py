@@ -141,8 +141,12 @@ class DeviceLoop:
     (weights, optimizer state, ...).
     """
 
-    def __init__(self, step, compiled, donate_state=False, state_kinds=None, options=None):
+    def __init__(self, step, compiled, donate_state=False, state_kinds=None, options=None,
+                 micro_batches=1):
         self.step = step
+        # Batches one step takes, stacked after the steps axis (gradient
+        # accumulation, a pipeline): the samples of a step are all of theirs.
+        self.micro_batches = micro_batches
         self.compiled = compiled
         # CompileOptions of the loop's programs (None: the defaults).
         self.options = options
@@ -208,12 +212,20 @@ class DeviceLoop:
         # stays on the IPU between runs: the first inputs, the last outputs.
         n_state = len(tree.flatten(state))
         return device_checks.workload(
-            batch_size=int(stacked[0].shape[1]) if stacked and stacked[0].ndim > 1 else None,
+            batch_size=self._samples_per_step(stacked),
             steps_per_run=int(stacked[0].shape[0]) if stacked else 1,
             resident_inputs=tuple(range(n_state)),
             resident_outputs=tuple(range(-n_state, 0)),
             input_categories=self._input_categories(state, len(stacked)),
         )
+
+    def _samples_per_step(self, stacked):
+        """Samples per step: the axis after the steps (and after the
+        micro-batches of a step that stacks them), times the micro-batches."""
+        axis = 2 if self.micro_batches > 1 else 1
+        if not stacked or stacked[0].ndim <= axis:
+            return None
+        return int(stacked[0].shape[axis]) * self.micro_batches
 
     def _run_compiled(self, state, run):
         loop = self._loop_for(run)
