@@ -10,6 +10,7 @@ With KERAS_IPU_SCREENSHOTS=DIR the tests save their screenshots there
 import glob
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -58,8 +59,9 @@ def browser():
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory):
-    """A Keras fit with TensorBoard(profile_batch=..., write_graph=True) and
-    autoReport profile reports, run in a subprocess (the ipu backend)."""
+    """Keras fits (profiled_fit.py: runs `cnn`, one IPU, and `pipelined`, two)
+    with TensorBoard(profile_batch=...) and autoReport profile reports, run
+    in a subprocess (the ipu backend)."""
     root = tmp_path_factory.mktemp("profiled")
     env = dict(os.environ, KERAS_BACKEND="ipu",
                POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true",
@@ -133,13 +135,34 @@ def _text(browser):
     return browser.execute_script(_DEEP_TEXT) or ""
 
 
-def _profile_tool(browser, url, tool):
+# Elements matching a CSS selector, shadow DOMs included.
+_DEEP_QUERY = """
+const want = arguments[0], out = [];
+function walk(n) {
+  if (n.shadowRoot) walk(n.shadowRoot);
+  for (const c of n.children || []) { if (c.matches(want)) out.push(c); walk(c); }
+}
+walk(document.body);
+return out;
+"""
+
+
+def _profile_tool(browser, url, tool, run=None):
     from selenium.webdriver.common.by import By
 
     browser.switch_to.default_content()
     browser.get(url + "/#profile")
     frame = _wait(browser, lambda: browser.find_elements(By.TAG_NAME, "iframe"))[0]
     browser.switch_to.frame(frame)
+    if run is not None:
+        runs = _wait(browser, lambda: [s for s in browser.find_elements(By.CSS_SELECTOR,
+                                                                         "mat-select")
+                                       if "/train" in s.text])
+        # The runs read "<run>/<session>" (a profile session per trace).
+        if not runs[0].text.startswith(run + "/"):
+            runs[0].click()
+            _wait(browser, lambda: [o for o in browser.find_elements(
+                By.CSS_SELECTOR, "mat-option") if o.text.strip().startswith(run + "/")])[0].click()
     selects = _wait(browser, lambda: [s for s in browser.find_elements(By.CSS_SELECTOR,
                                                                         "mat-select")
                                       if "Page" in s.text or "Viewer" in s.text])
@@ -150,9 +173,11 @@ def _profile_tool(browser, url, tool):
 
 
 def test_profile_plugin_trace_viewer_shows_the_ipu_lanes(browser, tensorboard):
+    """The pipelined run: a plane per IPU, each step on the IPU it runs on."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
-    _profile_tool(browser, tensorboard, "Trace Viewer")
+    _profile_tool(browser, tensorboard, "Trace Viewer", run="pipelined/train")
     # The trace viewer is a page of its own inside the plugin's.
     inner = _wait(browser, lambda: browser.find_elements(By.TAG_NAME, "iframe"))[0]
     browser.switch_to.frame(inner)
@@ -163,8 +188,37 @@ def test_profile_plugin_trace_viewer_shows_the_ipu_lanes(browser, tensorboard):
     positions = [text.index(lane) for lane in lanes]
     assert positions == sorted(positions)  # top-down: runs, transfers, steps, bodies
     assert "/host:CPU" in text and "profiled batches" in text
+    assert "/device:CUSTOM:IPU:1 (predicted)" in text and "IPU 1 memory" in text
+    # The predicted runs last microseconds beside the simulator's
+    # milliseconds: find the device loop, as a user would, to zoom onto it.
+    (find,) = browser.execute_script(_DEEP_QUERY, "input[placeholder^='Find']")[-1:]
+    browser.execute_script("arguments[0].focus()", find)
+    find.send_keys("device loop")
+    time.sleep(2)  # the plugin searches as one types
+    find.send_keys(Keys.ENTER)
+    _wait(browser, lambda: re.search(r"\b\d+ of [1-9]", _text(browser)))  # found
+    time.sleep(3)  # the viewer zooms onto it, animated
     browser.switch_to.default_content()
     _shot(browser, "tensorboard_trace_viewer.png")
+
+
+def test_scalars_show_the_predictions(browser, tensorboard):
+    from selenium.webdriver.common.keys import Keys
+
+    browser.switch_to.default_content()
+    browser.get(tensorboard + "/#timeseries")
+    _wait(browser, lambda: "epoch_loss" in _text(browser))
+    (tags,) = [i for i in browser.execute_script(_DEEP_QUERY, "input")
+               if (i.get_attribute("placeholder") or "").startswith("Filter tags")]
+    tags.send_keys("ipu/")
+    text = _wait(browser, lambda: "ipu/predicted_step_time_us" in _text(browser)
+                 and _text(browser))
+    for tag in ("ipu/predicted_cycles_per_step", "ipu/memory_fullest_tile_bytes",
+                "ipu/predicted_samples_per_second"):
+        assert tag in text
+    assert "cnn/train" in text and "pipelined/train" in text
+    tags.send_keys(Keys.ESCAPE)  # the tag list it offers covers the charts
+    _shot(browser, "tensorboard_scalars.png")
 
 
 def test_profile_plugin_overview_and_memory_profile(browser, tensorboard):
@@ -218,7 +272,16 @@ def test_report_page_hover_shows_the_numbers(browser, logdir):
 
     (timeline,) = browser.find_elements(By.CSS_SELECTOR, 'canvas[data-view="timeline"]')[:1]
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", timeline)
-    ActionChains(browser).move_to_element_with_offset(timeline, 0, 5).perform()
+    # The loop bodies' lane (the 4th of 5, below 6 px of margin and above
+    # 30 px of axis): one op of the training step, with its Keras layer.
+    height = timeline.size["height"]
+    lane_y = 6 + 3.5 * (height - 30) / 5 - height / 2
+    ActionChains(browser).move_to_element_with_offset(timeline, 0, int(lane_y)).perform()
     text = _wait(browser, lambda: tip.text)
-    assert "cycles" in text and " in " in text
+    assert "cycles" in text and " in " in text and "device loop" not in text.split("\n")[0]
     _shot(browser, "report_timeline_hover.png")
+
+    # The pipelined program: one memory view per IPU.
+    ipus = {c.get_attribute("data-ipu") for c in browser.find_elements(
+        By.CSS_SELECTOR, 'canvas[data-view="tiles"]')}
+    assert {"0", "1"} <= ipus

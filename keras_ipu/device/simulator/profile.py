@@ -74,9 +74,10 @@ pictures, the TensorBoard scalars and the trace show.
 
 Layers: a step's source is the Keras layer (name scope) that traced it;
 "metrics" are the metric updates, "device loop" the loop of
-steps_per_execution steps itself, the optimizer is its name scope ("sgd",
-"adam"); "(no layer)" is what remains (ops traced outside any layer and
-name scope). Host transfers are not cycles: `cycles.host` has them, and
+steps_per_execution steps itself, "gradient accumulation" the loop over a
+step's micro-batches and its accumulators, the optimizer is its name scope
+("sgd", "adam"); "(no layer)" is what remains (ops traced outside any layer
+and name scope). Host transfers are not cycles: `cycles.host` has them, and
 step_seconds = (device_seconds + host.seconds) / steps_per_run.
 
 `ops` and `layers` are sorted by cycles, largest first; `steps` and
@@ -364,8 +365,10 @@ CATEGORIES = STATE_CATEGORIES + ("stream buffers", "program inputs", "constants"
 
 def input_categories(exe, program=None):
     """The memory category of each program input: the workload's
-    input_categories when the compiling caller gave them (the trainer
-    does), else "program inputs"."""
+    input_categories when the compiling caller gave them (the Keras
+    trainers do; the TensorFlow front end's bridged programs split their
+    variables, frontends/tensorflow/variable_categories.py), else
+    "program inputs"."""
     program = program or memory_model.graph_of(exe)
     given = tuple((getattr(exe, "workload", None) or {}).get("input_categories") or ())
     n = len(program.inputs)
