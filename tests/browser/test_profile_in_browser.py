@@ -175,7 +175,7 @@ def _profile_tool(browser, url, tool, run=None):
 def test_profile_plugin_trace_viewer_shows_the_ipu_lanes(browser, tensorboard):
     """The pipelined run: a plane per IPU, each step on the IPU it runs on."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.common.action_chains import ActionChains
 
     _profile_tool(browser, tensorboard, "Trace Viewer", run="pipelined/train")
     # The trace viewer is a page of its own inside the plugin's.
@@ -195,8 +195,15 @@ def test_profile_plugin_trace_viewer_shows_the_ipu_lanes(browser, tensorboard):
     browser.execute_script("arguments[0].focus()", find)
     find.send_keys("device loop")
     time.sleep(2)  # the plugin searches as one types
-    find.send_keys(Keys.ENTER)
     _wait(browser, lambda: re.search(r"\b\d+ of [1-9]", _text(browser)))  # found
+    # Enter in the box only counts the hits ("0 of 1"); the next-hit arrow
+    # selects the first one, and the viewer's `f` frames the selection.
+    (arrow,) = [b for b in browser.execute_script(_DEEP_QUERY, "tr-ui-b-toolbar-button, button")
+                if b.text.strip() == "\u2192"][-1:]
+    browser.execute_script("arguments[0].click()", arrow)
+    _wait(browser, lambda: re.search(r"\b[1-9]\d* of [1-9]", _text(browser)))  # selected
+    browser.execute_script("arguments[0].blur()", find)  # `f` must reach the viewer
+    ActionChains(browser).send_keys("f").perform()
     time.sleep(3)  # the viewer zooms onto it, animated
     browser.switch_to.default_content()
     _shot(browser, "tensorboard_trace_viewer.png")
