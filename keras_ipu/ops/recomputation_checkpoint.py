@@ -13,24 +13,17 @@ the backward pass and restarts recomputation from it
 Graphcore documents. Values never change.
 """
 
+from keras_ipu.ops import xla_custom_call
+
 TARGET = "RecomputationCheckpoint"
-_registered = []
 
 
-def _register_import_rule():
-    """The importer's rule for the custom call (registered once, when the
-    first checkpoint is made: only programs that hold one need it)."""
-    if _registered:
-        return
+@xla_custom_call.import_rule(TARGET)
+def _checkpoint(imp, instr, operands, config):
     from keras_ipu.device.primitives.markers import recomputation_checkpoint_p
-    from keras_ipu.frontends.tensorflow.opcodes.linalg import register_custom_call
 
-    @register_custom_call(TARGET)
-    def _checkpoint(imp, instr, operands):
-        (x,) = operands
-        return imp.bind(recomputation_checkpoint_p, imp.array(x))
-
-    _registered.append(True)
+    (x,) = operands
+    return imp.bind(recomputation_checkpoint_p, imp.array(x))
 
 
 def recomputation_checkpoint(tensors, name=None):
@@ -38,15 +31,10 @@ def recomputation_checkpoint(tensors, name=None):
     (see the module doc). Returns tensors of the same structure, shapes and
     types."""
     import tensorflow as tf
-    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
-
-    _register_import_rule()
 
     @tf.custom_gradient
     def checkpoint(x):
-        y = gen_xla_ops.xla_custom_call_v2(
-            [x], call_target_name=TARGET, backend_config="", has_side_effect=False,
-            result_dtypes=[x.dtype], result_shapes=[x.shape])[0]
+        (y,) = xla_custom_call.emit(TARGET, [x], [x.dtype], [x.shape])
         return y, lambda dy: dy
 
     with tf.name_scope(name or "recomputation_checkpoint"):
