@@ -8,20 +8,31 @@ formulas, which XLA compiles (CTC's dense-label loss, the sampled losses
 with Graphcore's choice of not removing accidental hits).
 """
 
-from keras_ipu._unavailable import declare_unavailable
+from keras_ipu.ops import ctc_beam_search
 
-_BEAM_SEARCH = (
-    "TensorFlow's CTC beam search decoder has no XLA kernel, so the TensorFlow "
-    "front end cannot compile it, and keras_ipu has no beam search written in "
-    "XLA-compilable operations; decode on the host with "
-    "tf.nn.ctc_beam_search_decoder, or with keras.ops.ctc_decode("
-    "strategy='beam_search') under KERAS_BACKEND=ipu."
-)
 
-declare_unavailable(
-    globals(), "nn_ops", _BEAM_SEARCH,
-    functions=("ctc_beam_search_decoder", "ctc_beam_search_decoder_with_log_probs"),
-)
+def ctc_beam_search_decoder(logits, logits_lengths, beam_width=100, top_paths=1,
+                            blank_index=-1, name=None):
+    """CTC predictions by beam search of `logits` [max_time, batch_size,
+    num_classes] with `logits_lengths` [batch_size] valid time steps each.
+
+    Returns (negative log probabilities [batch_size, top_paths], label
+    lengths [batch_size, top_paths], labels [batch_size, top_paths,
+    max_time]) of the top_paths most likely labelings, most likely first.
+    top_paths must not exceed beam_width; a negative blank_index counts
+    from the last class (-1: the last, as TensorFlow's decoder's blank).
+    The search is the device's CTC beam search, run in the compiled
+    program (ops/ctc_beam_search.py)."""
+    return ctc_beam_search.decode(logits, logits_lengths, beam_width, top_paths,
+                                  blank_index, name)
+
+
+def ctc_beam_search_decoder_with_log_probs(log_probs, input_lengths, beam_width=100,
+                                           top_paths=1, blank_index=-1, name=None):
+    """ctc_beam_search_decoder for `log_probs` given as log probabilities
+    (each time step's log-softmax over the classes)."""
+    return ctc_beam_search.decode(log_probs, input_lengths, beam_width, top_paths,
+                                  blank_index, name)
 
 
 def _ctc_out_dtype(data, out_dtype, what):
