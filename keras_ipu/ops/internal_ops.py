@@ -7,12 +7,6 @@ from keras_ipu._unavailable import unavailable_function
 
 logger = logging.getLogger("keras_ipu")
 
-print_tensor = unavailable_function(
-    "internal_ops.print_tensor",
-    "printing from inside a compiled program needs a host callback, and "
-    "TensorFlow's print has no XLA kernel for the front end to import; return "
-    "the tensor from the function or enqueue it on an IPUOutfeedQueue and "
-    "print it on the host.")
 get_current_iteration_counter = unavailable_function(
     "internal_ops.get_current_iteration_counter",
     "the counter is the one Poplar keeps for the enclosing loops.repeat or "
@@ -26,6 +20,20 @@ _FIFO = (
     "has no state carried between loop iterations outside the loop's own "
     "variables."
 )
+
+
+def print_tensor(input, name=""):  # noqa: A002 (Graphcore's argument name)
+    """Print the specified input.
+
+    Returns an op (a tensor with the input's value) that prints the input
+    to the standard error each time the compiled program runs it, as
+    "name: [values]". Graphcore's usage (return the op, or make it a
+    control dependency) works; in a TensorFlow 2 function an op nothing
+    uses prints too, since XLA keeps a call with a side effect. The tensor
+    goes to the host over a data stream (ops/tensor_printing.py)."""
+    from keras_ipu.ops import tensor_printing
+
+    return tensor_printing.print_tensor(input, name or "")
 
 
 def remap(x, name=None):

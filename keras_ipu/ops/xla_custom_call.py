@@ -48,8 +48,7 @@ def config_of(instr):
 def emit(target, inputs, result_dtypes, result_shapes, config=None, has_side_effect=False):
     """The results (a list) of custom call `target` on the tensors `inputs`.
     A call with a side effect is kept by XLA even when its results are not
-    used; TensorFlow still prunes it from a tf.function unless its result is
-    returned or a control dependency (Graphcore's print_tensor contract)."""
+    used."""
     from tensorflow.compiler.tf2xla.ops import gen_xla_ops
 
     _register(target)
