@@ -14,7 +14,12 @@ thread, as the engine sets it):
     split by matmul_plan over t threads, the fastest count, and the count
     the policy picks (threads_for) for each; then the same split with one
     block per thread instead of BLOCKS_PER_THREAD (fewer hand-offs, no
-    slack for a late thread).
+    slack for a late thread);
+  - the memory-bound kernels of the CNN's step (pads of max pooling's
+    gradient, BatchNormalization's sums, pooling, broadcast adds) as the
+    engine lowers them (device/native/leading_axis.py) with a cap of t
+    threads: wall ms (median and min) and the process's CPU ms per call
+    (all threads: what the split costs a busy machine).
 """
 
 import argparse
@@ -41,7 +46,54 @@ PRODUCTS = [
 ]
 
 
-def timed(fn, repeats):
+_POOL = {"op": "max", "window_dimensions": (1, 2, 2, 1), "window_strides": (1, 2, 2, 1),
+         "padding": ((0, 0),) * 4, "base_dilation": (1,) * 4, "window_dilation": (1,) * 4}
+# (label, primitive module and name, params, operand shapes; () a scalar)
+MEMORY_BOUND = [
+    ("cnn pad (pool grad) 128x16x16x32 -> 128x32x32x32", "structure", "pad_p",
+     {"config": ((0, 0, 0), (0, 1, 1), (1, 0, 1), (0, 0, 0))}, ((128, 16, 16, 32), ())),
+    ("cnn pad (identity) 128x32x32x32", "structure", "pad_p",
+     {"config": ((0, 0, 0),) * 4}, ((128, 32, 32, 32), ())),
+    ("cnn BN sum 128x32x32x32 -> 32", "reduce", "reduce_sum_p",
+     {"axes": (0, 1, 2)}, ((128, 32, 32, 32),)),
+    ("cnn max pool 128x32x32x32", "pooling", "reduce_window_p", _POOL,
+     ((128, 32, 32, 32),)),
+    ("cnn add 128x32x32x32 + 1x1x1x32", "elementwise", "add_p", {},
+     ((128, 32, 32, 32), (1, 1, 1, 32))),
+]
+
+
+def memory_bound_rows(host, counts, repeats, rng):
+    """Wall (median, min) and process CPU ms per call of each MEMORY_BOUND
+    kernel lowered with a cap of t threads."""
+    import importlib
+
+    from keras_ipu.device.compiler.lowering import lower
+    from keras_ipu.device.ir import ShapedArray
+
+    rows, saved = [], host._cap
+    for label, module, name, params, shapes in MEMORY_BOUND:
+        prim = getattr(importlib.import_module(f"keras_ipu.device.primitives.{module}"), name)
+        xs = [rng.standard_normal(s, dtype=np.float32) if s else np.float32(0)
+              for s in shapes]
+        avals = tuple(ShapedArray(np.shape(x), np.float32) for x in xs)
+        out = prim.abstract_eval(*avals, **params)
+        row = {"kernel": label, "wall_ms": {}, "min_ms": {}, "cpu_ms": {}}
+        for t in counts:
+            host._cap = t
+            kernel = lower(prim, params, avals, (out,))
+            cpu = time.process_time()
+            walls = timed(lambda: kernel(*xs), repeats, keep=True)
+            cpu = (time.process_time() - cpu) / (repeats + 3)
+            row["wall_ms"][t] = 1e3 * statistics.median(walls)
+            row["min_ms"][t] = 1e3 * min(walls)
+            row["cpu_ms"][t] = 1e3 * cpu
+        rows.append(row)
+    host._cap = saved
+    return rows
+
+
+def timed(fn, repeats, keep=False):
     for _ in range(3):
         fn()
     times = []
@@ -49,7 +101,7 @@ def timed(fn, repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times if keep else statistics.median(times)
 
 
 def main(argv=None):
@@ -100,11 +152,21 @@ def main(argv=None):
                          + " | ".join(f"{ms[t]:.3f}" for t in counts)
                          + f" | {best} | {picks} |")
     host.BLOCKS_PER_THREAD = default_blocks
+
+    kernels = memory_bound_rows(host, counts, args.repeats, rng)
+    lines += ["", "memory-bound kernels (wall ms median / min, process CPU ms):", "",
+              "| kernel | " + " | ".join(f"{t} thr" for t in counts) + " |",
+              "|---|" + "---:|" * len(counts)]
+    for r in kernels:
+        lines.append(f"| {r['kernel']} | " + " | ".join(
+            f"{r['wall_ms'][t]:.2f} / {r['min_ms'][t]:.2f} / {r['cpu_ms'][t]:.2f}"
+            for t in counts) + " |")
     text = "\n".join(lines)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"threads": counts, "round_trip_us": trip, "products": rows,
+                       "memory_bound": kernels,
                        "flops_per_thread": host.FLOPS_PER_THREAD,
                        "table": text}, f, indent=1)
 

@@ -15,6 +15,9 @@ def test_reports_each_product_on_each_count(tmp_path, monkeypatch):
     spec.loader.exec_module(bench)
     monkeypatch.setattr(bench, "PRODUCTS", [("rows", 0, 64, 8, 16),
                                             ("batched", 4, 32, 8, 8)])
+    small = [(label, module, name, params, tuple((8, 4, 4, 2) if s else () for s in shapes))
+             for label, module, name, params, shapes in bench.MEMORY_BOUND]
+    monkeypatch.setattr(bench, "MEMORY_BOUND", small)
     out = tmp_path / "host.json"
     bench.main(["--threads", "1,2", "--repeats", "2", "--out", str(out)])
     report = json.loads(out.read_text())
@@ -29,3 +32,8 @@ def test_reports_each_product_on_each_count(tmp_path, monkeypatch):
         assert set(row["ms"]) == {"1", "2"} and all(v > 0 for v in row["ms"].values())
         assert row["policy"] == threads.threads_for(2 * max(b, 1) * m * n * k)
     assert "| rows | 0 |" in report["table"]
+    # the memory-bound kernels as lowered: a wall and CPU time per count
+    assert [r["kernel"] for r in report["memory_bound"]] == [k[0] for k in small]
+    for row in report["memory_bound"]:
+        assert set(row["wall_ms"]) == set(row["cpu_ms"]) == {"1", "2"}
+        assert all(v > 0 for v in row["min_ms"].values())

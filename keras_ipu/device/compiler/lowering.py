@@ -14,6 +14,7 @@ import numpy as np
 
 from keras_ipu.device.compiler.host_memory import tune_malloc
 from keras_ipu.device.native import threads as host_threads
+from keras_ipu.device.native.leading_axis import split_kernel
 from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.primitives.elementwise import select_p
 
@@ -144,11 +145,12 @@ def lower(primitive, params, in_avals, out_avals):
     tune_malloc()  # once per process: compiled programs reuse heap blocks
     host_threads.configure()  # once: the kernels pick their threads
     builder = LOWERINGS.get(primitive.name)
-    if builder is not None:
-        return builder(params, in_avals, out_avals)  # returns ndarrays
-    fn = None
+    if builder is not None:  # returns ndarrays
+        return split_kernel(primitive, params, in_avals, out_avals,
+                            builder(params, in_avals, out_avals))
+    fn = ufunc = None
     if not primitive.multiple_results:
-        fn = fast_ufunc(primitive, in_avals, out_avals[0])
+        fn = ufunc = fast_ufunc(primitive, in_avals, out_avals[0])
         if fn is None:
             fn = fast_kernel(primitive, in_avals, out_avals[0])
     if fn is None:
@@ -160,7 +162,9 @@ def lower(primitive, params, in_avals, out_avals):
             fn = _as_arrays(fn)
     elif out_avals[0].ndim == 0:
         fn = _as_array(fn)
-    return fn
+    # Large memory-bound kernels (pads, sums, pooling, broadcast adds) on
+    # the threads their size is worth, as the products and chains are.
+    return split_kernel(primitive, params, in_avals, out_avals, fn, ufunc)
 
 
 # Primitives with their own lowering (name -> builder(params, in_avals,

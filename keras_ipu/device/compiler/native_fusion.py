@@ -215,8 +215,7 @@ def native_kernel(chain, results, in_avals, donate, fallback):
     shape = tuple(chain[results[0]][3].shape)
     empty = np.empty
 
-    threads = host_threads.max_threads()
-    threads = min(threads, n // host_threads.ELEMENTS_PER_THREAD)
+    threads = host_threads.threads_for_elements(n)
     parts = host_threads.ranges(n, block, threads)
     if len(parts) > 1:
         # Large chains on several threads: each call computes its own

@@ -54,6 +54,18 @@ ELEMENTS_PER_THREAD = 1 << 18
 # machine) leave their share to the others.
 BLOCKS_PER_THREAD = 2
 
+# Streaming kernels (a copy, a pad, a broadcast add: one read and one write
+# per element) split only where a second thread adds memory bandwidth:
+# on this project's 2-core VM one thread already saturates it (a 64 MiB
+# copy: 8.2 GB/s on one thread, 6.4 on two), so splitting them only adds
+# hand-offs; a many-core server's cores each add bandwidth. Measured once
+# per process (streaming_scales) with a copy of _PROBE_ELEMENTS floats,
+# larger than the caches; two threads must be STREAMING_GAIN times as
+# fast as one, so that the gain outlasts the pool's hand-offs and noise.
+_PROBE_ELEMENTS = 1 << 22
+STREAMING_GAIN = 1.3
+_streaming_scales = None
+
 _cap = None
 _configured = False
 _lock = threading.Lock()
@@ -112,6 +124,39 @@ def threads_for(flops):
     if cap == 1:
         return 1
     return int(max(1, min(cap, flops // FLOPS_PER_THREAD)))
+
+
+def threads_for_elements(n):
+    """Threads worth using for a memory-bound kernel over `n` elements
+    (a fused chain, a pad, a sum: leading_axis.py)."""
+    cap = max_threads()
+    if cap == 1:
+        return 1
+    return int(max(1, min(cap, n // ELEMENTS_PER_THREAD)))
+
+
+def streaming_scales():
+    """Whether memory bandwidth grows with a second thread here (see
+    STREAMING_GAIN); measured once, in about 20 ms."""
+    global _streaming_scales
+    if _streaming_scales is None:
+        import time
+
+        src = np.ones(_PROBE_ELEMENTS, np.float32)
+        dst = np.empty_like(src)
+        half = _PROBE_ELEMENTS // 2
+
+        def split_copy():
+            parallel_for(lambda i: np.copyto(dst[i * half:(i + 1) * half],
+                                             src[i * half:(i + 1) * half]), 2, 2)
+
+        best = {}
+        for name, fn in (("one", lambda: np.copyto(dst, src)), ("two", split_copy)) * 4:
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best.get(name, 1e9), time.perf_counter() - start)
+        _streaming_scales = best["one"] >= STREAMING_GAIN * best["two"]
+    return _streaming_scales
 
 
 def ranges(n, block, threads):
