@@ -12,10 +12,12 @@ from keras_ipu._unavailable import declare_unavailable
 
 declare_unavailable(
     globals(), "within_replica_ops",
-    "Poplar scatters the reduced chunks over the shards in its own rotated "
-    "order (the reference's example gives shard 0 the padding and shard 3 the "
-    "first chunk), which the reference does not define for other sizes; use "
-    "all_reduce and slice each shard's part.",
+    "which shard gets which reduced chunk is Poplar's choice and is not "
+    "defined: the reference's only example (3 elements, 4 shards) gives shard "
+    "0 the padding, shards 1 and 2 their own chunks and shard 3 the first, "
+    "which no rule for other sizes follows from, and Graphcore's "
+    "within_replica_ops tests compare the shards' results as an unordered "
+    "collection (assertCountEqual); use all_reduce and slice each shard's part.",
     functions=("reduce_scatter",),
 )
 
