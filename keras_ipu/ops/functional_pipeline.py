@@ -24,6 +24,7 @@ estimator when the pipeline runs in one.
 import weakref
 
 from keras_ipu.gradient_accumulation import GradientAccumulationReductionMethod
+from keras_ipu.ops import loop_state
 from keras_ipu.ops.pipeline_runs import PipelineRun
 from keras_ipu.ops.pipeline_runs import record_pipeline
 
@@ -272,7 +273,11 @@ def pipeline(computational_stages, gradient_accumulation_count=None,
                                     accumulate_outfeed_dtype, name)
 
     def body(*element, **named):
-        args, kwargs, outputs = run_stages(stages, list(fixed) + list(element), dict(named))
+        # get_current_iteration_counter in a stage: the micro-batch's
+        # gradient accumulation iteration (this loop runs repeat_count x G).
+        with loop_state.pipeline_iterations(gradient_accumulation_count):
+            args, kwargs, outputs = run_stages(stages, list(fixed) + list(element),
+                                               dict(named))
         ops = []
         to_outfeed = _flat_outputs(outputs)
         if training:

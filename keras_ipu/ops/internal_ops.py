@@ -3,23 +3,25 @@
 
 import logging
 
-from keras_ipu._unavailable import unavailable_function
-
 logger = logging.getLogger("keras_ipu")
 
-get_current_iteration_counter = unavailable_function(
-    "internal_ops.get_current_iteration_counter",
-    "the counter is the one Poplar keeps for the enclosing loops.repeat or "
-    "pipeline; the loops the TensorFlow front end imports are XLA while loops "
-    "whose counter is not exposed to the body; carry a counter in the loop's "
-    "inputs instead.")
 
-_FIFO = (
-    "a FIFO of depth >= 1 keeps values between iterations of the enclosing "
-    "device loop (Poplar's internal pipelining op); the TensorFlow front end "
-    "has no state carried between loop iterations outside the loop's own "
-    "variables."
-)
+def get_current_iteration_counter(name=None, **kwargs):
+    """Returns which iteration of the enclosing loop the op runs in (int32
+    scalar): in a pipeline's stage the gradient accumulation iteration
+    (0..G-1), in loops.repeat or a tf.range loop its iteration, 0 outside
+    any loop (ops/loop_state.py). Graphcore's `lower_into_pipeline_stage`
+    keyword only chooses where Poplar computes it, which changes no value."""
+    import tensorflow as tf
+
+    from keras_ipu.ops import loop_state
+
+    unknown = set(kwargs) - {"lower_into_pipeline_stage"}
+    if unknown:
+        raise TypeError(f"get_current_iteration_counter got unexpected keyword "
+                        f"arguments {sorted(unknown)}.")
+    with tf.name_scope(name or "execution_counter"):
+        return loop_state.iteration_counter()
 
 
 def print_tensor(input, name=""):  # noqa: A002 (Graphcore's argument name)
@@ -54,11 +56,19 @@ def remap_deduce(x, name=None):
     return tf.identity(x, name=name)
 
 
-def fifo(x, depth, name=None):
-    """`x` delayed by `depth` iterations. Depth < 1 is `x` itself, as
-    Graphcore's; a deeper FIFO raises NotImplementedError (see _FIFO)."""
-    del name
+def fifo(x, depth, offload=False, name=None):
+    """Introduces a first-in-first-out queue with a fixed depth: returns `x`
+    of `depth` runs before (zeros in the first `depth` runs, where Graphcore
+    says unspecified); depth < 1 is `x` itself, as Graphcore's. No gradient
+    flows through it, as Graphcore's. With `offload` Poplar keeps the queue
+    in Streaming Memory: the values are the same; here the queue is a
+    buffer in the IPU's memory either way (ops/loop_state.py)."""
+    import tensorflow as tf
+
+    from keras_ipu.ops import loop_state
+
+    del offload
     if depth < 1:
         return x
-    raise NotImplementedError(f"internal_ops.fifo(depth={depth}) is not available in "
-                              f"keras_ipu: {_FIFO}")
+    with tf.name_scope(name or "fifo"):
+        return loop_state.fifo(x, int(depth))

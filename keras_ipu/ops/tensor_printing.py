@@ -67,7 +67,11 @@ def print_tensor(x, name):
     """`x` unchanged, after a print of it (see the module doc)."""
     import tensorflow as tf
 
-    x = tf.convert_to_tensor(x)
-    (out,) = xla_custom_call.emit(TARGET, [x], [x.dtype], [x.shape], {"name": name},
-                                  has_side_effect=True)
-    return out
+    @tf.custom_gradient
+    def printed(t):
+        (out,) = xla_custom_call.emit(TARGET, [t], [t.dtype], [t.shape], {"name": name},
+                                      has_side_effect=True)
+        # Gradients pass through the print, as Graphcore's.
+        return out, lambda dy: dy
+
+    return printed(tf.convert_to_tensor(x))

@@ -72,3 +72,15 @@ def test_the_print_is_a_host_transfer_of_the_tensors_bytes():
     cost = node.primitive.cost([v.aval for v in node.inputs], [v.aval for v in node.outputs],
                                **node.params)
     assert cost.bytes_in == 8 * 4 * 4
+
+
+def test_gradients_pass_through_the_print(capfd):
+    def step(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = tf.reduce_sum(ipu.internal_ops.print_tensor(v * 3, "tripled") ** 2)
+        return tape.gradient(y, v)
+
+    (grad,) = ipu.ipu_compiler.compile(step, inputs=[tf.constant([1.0, 2.0])])
+    np.testing.assert_allclose(grad.numpy(), [18.0, 36.0])
+    assert _printed(capfd, "tripled") == ["tripled: [3., 6.]"]
