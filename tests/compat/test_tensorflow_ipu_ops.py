@@ -96,8 +96,6 @@ def test_embedding_lookup_checks_like_graphcore():
     with pytest.raises(ValueError, match=r"serialization_factor \(3\) must divide .* \(8\)"):
         ipu.embedding_ops.embedding_lookup(tf.zeros((8, 2)), tf.constant([1]),
                                            serialization_factor=3)
-    with pytest.raises(NotImplementedError, match="host embedding keeps its table in host"):
-        ipu.embedding_ops.HostEmbeddingOptimizerSpec(0.1)
 
 
 @pytest.mark.parametrize("dimension", ["a_columns", "a_rows_b_columns", "b_rows"])
