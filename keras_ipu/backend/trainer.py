@@ -353,11 +353,11 @@ class IPUTrainer(base_trainer.Trainer):
         step, kinds, donate, combine = self._FUNCTIONS[kind]
         execution = self._make_execution(getattr(self, step), kinds, donate_state=donate)
 
-        def run(batches):
+        def run(batches, step_logs=None):
             try:
                 chunks = execution(batches)
-                run.step_logs = (every_step(chunks) if kind != "predict"
-                                 and self._asynchronous_callbacks() else None)
+                if step_logs is not None:
+                    step_logs.extend(every_step(chunks))
                 return combine(chunks)
             except IPUFloatingPointError as e:
                 if kind != "train":
@@ -466,7 +466,8 @@ class IPUTrainer(base_trainer.Trainer):
                 callbacks.on_epoch_begin(epoch)
                 logs = self._run_executions(
                     epoch_iterator, self.train_function, callbacks.on_train_batch_begin,
-                    callbacks.on_train_batch_end, "stop_training", logs)
+                    callbacks.on_train_batch_end, "stop_training", logs,
+                    per_step=self._asynchronous_callbacks())
 
                 epoch_logs = dict(self._get_metrics_result_or_logs(logs))
                 if validation_data is not None and self._should_eval(
@@ -531,18 +532,22 @@ class IPUTrainer(base_trainer.Trainer):
             getattr(self, f"make_{kind}_function")()  # a subclass may override it
         return first_batch
 
-    def _run_executions(self, epoch_iterator, function, on_begin, on_end, stop_flag, last):
+    def _run_executions(self, epoch_iterator, function, on_begin, on_end, stop_flag, last,
+                        per_step=False):
         """Runs `function` on each execution's batches of an epoch between its
         callbacks, until the data ends or the model's `stop_flag` is set;
-        returns the last result (`last` when none ran)."""
+        returns the last result (`last` when none ran).
+
+        per_step (fit and evaluate with set_asynchronous_callbacks(True)):
+        the batch callbacks run for every step, with the logs the function
+        puts in its `step_logs` list; a function that leaves it empty
+        (Graphcore's accumulate_outfeed) gets them once per execution."""
         for begin_step, end_step, batches in epoch_iterator:
             on_begin(begin_step)
-            last = function(batches)
-            steps = getattr(function, "step_logs", None)
+            steps = []
+            last = function(batches, step_logs=steps) if per_step else function(batches)
             if steps:
-                # Asynchronous callbacks (set_asynchronous_callbacks): every
-                # step's callbacks with that step's logs from the outfeed, as
-                # Graphcore's callback thread calls them while the device
+                # As Graphcore's callback thread calls them while the device
                 # runs on; here the execution has already run.
                 for k, logs in enumerate(steps):
                     if k:
@@ -606,7 +611,8 @@ class IPUTrainer(base_trainer.Trainer):
         self.reset_metrics()
         logs = self._run_executions(
             epoch_iterator, self.test_function, callbacks.on_test_batch_begin,
-            callbacks.on_test_batch_end, "stop_evaluating", {})
+            callbacks.on_test_batch_end, "stop_evaluating", {},
+            per_step=self._asynchronous_callbacks())
         logs = pythonify_logs(self._get_metrics_result_or_logs(logs))
         callbacks.on_test_end(logs)
 

@@ -220,25 +220,25 @@ def reduce_logs(model, per_replica_logs):
     return logs
 
 
-def _mean_over_steps(chunks, count):
-    """accumulate_outfeed: every micro-batch's logs replaced by the mean of
-    its optimizer step's."""
-    def mean(x):
-        if x is None:
-            return None
-        groups = x.reshape((-1, count) + x.shape[1:]).mean(axis=1, keepdims=True)
-        return np.broadcast_to(groups, (groups.shape[0], count) + x.shape[1:]).reshape(x.shape)
+def execution_logs(model, per_replica_chunks, meaned_steps=None, step_logs=None):
+    """The logs of one execution, reduced over the replicas: each replica's
+    last step's or, with accumulate_outfeed, the mean of its last
+    `meaned_steps` steps' (fit: an optimizer step's micro-batches; evaluate:
+    all the execution's steps).
 
-    return [tree.map_structure(mean, chunk) for chunk in chunks]
-
-
-def _step_logs(model, per_replica_steps, accumulate):
-    """Each step's logs (reduced over the replicas) when the model asked
-    for asynchronous callbacks, else None. Graphcore ignores the option for
-    a pipelined model with accumulate_outfeed (one result per execution)."""
-    if not model._ipu_options.asynchronous_callbacks or accumulate or not per_replica_steps:
-        return None
-    return [reduce_logs(model, list(step)) for step in zip(*per_replica_steps)]
+    step_logs (asynchronous callbacks): a list that receives each step's
+    logs, reduced over the replicas; Graphcore ignores the option with
+    accumulate_outfeed (one result per execution), so then it stays empty."""
+    if meaned_steps:
+        last = [tree.map_structure(
+            lambda *xs: None if xs[0] is None else np.concatenate(xs)[-meaned_steps:].mean(axis=0),
+            *chunks) for chunks in per_replica_chunks]
+    else:
+        last = [last_step(chunks) for chunks in per_replica_chunks]
+        if step_logs is not None:
+            step_logs.extend(reduce_logs(model, list(step))
+                             for step in zip(*map(every_step, per_replica_chunks)))
+    return reduce_logs(model, last)
 
 
 # -- the functions --------------------------------------------------------------
@@ -298,19 +298,12 @@ def train_function(model):
     accumulate = pipelined and options.pipelining_accumulate_outfeed
     checked = []
 
-    def run_train_execution(batches):
+    def run_train_execution(batches, step_logs=None):
         if pipelined and not checked:
             _check_pipeline_memory(model, batches[0])
             checked.append(True)
-        per_replica, steps = [], []
-        for chunks in execution(batches):
-            chunks = flatten_micro_batches(chunks)
-            if accumulate and count > 1:
-                chunks = _mean_over_steps(chunks, count)
-            per_replica.append(last_step(chunks))
-            steps.append(every_step(chunks))
-        run_train_execution.step_logs = _step_logs(model, steps, accumulate)
-        return reduce_logs(model, per_replica)
+        per_replica = [flatten_micro_batches(chunks) for chunks in execution(batches)]
+        return execution_logs(model, per_replica, count if accumulate else None, step_logs)
 
     run_train_execution.device_loop = execution.device_loop
     run_train_execution.execution = execution
@@ -349,18 +342,11 @@ def test_function(model):
     run, execution = _inference_execution(model, "test_step", model_state.TEST_STATE)
     accumulate = model._ipu_is_pipelined() and model._ipu_options.pipelining_accumulate_outfeed
 
-    def run_test_execution(batches):
-        per_replica, steps = [], []
-        for chunks in run(batches):
-            if accumulate:  # the mean over the execution's steps
-                per_replica.append(tree.map_structure(
-                    lambda *xs: None if xs[0] is None else np.concatenate(xs).mean(axis=0),
-                    *chunks))
-            else:
-                per_replica.append(last_step(chunks))
-                steps.append(every_step(chunks))
-        run_test_execution.step_logs = _step_logs(model, steps, accumulate)
-        return reduce_logs(model, per_replica)
+    def run_test_execution(batches, step_logs=None):
+        # With accumulate_outfeed: the mean over the execution's steps (one
+        # batch per step on each replica).
+        steps = len(batches) // model._get_replication_factor() if accumulate else None
+        return execution_logs(model, run(batches), steps, step_logs)
 
     run_test_execution.device_loop = execution.device_loop
     run_test_execution.execution = execution
