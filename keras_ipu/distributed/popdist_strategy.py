@@ -232,7 +232,8 @@ def reduce_logs_over_instances(model, logs):
 def _synchronising(model, fn, logs=True):
     """`fn` (a train/test/predict execution) that first brings every
     instance to instance 0's state when an API call has just started, and
-    whose logs (train, test) are reduced over the instances."""
+    whose logs (train, test; each step's too, with asynchronous callbacks)
+    are reduced over the instances."""
     if getattr(fn, "_keras_ipu_synchronising", False):
         return fn
 
@@ -242,7 +243,12 @@ def _synchronising(model, fn, logs=True):
             object.__setattr__(model, "_keras_ipu_state_pending", False)
             broadcast_state(model)
         result = fn(*args, **kwargs)
-        return reduce_logs_over_instances(model, result) if logs else result
+        if not logs:
+            return result
+        # Every instance runs the same steps: their reductions pair up.
+        steps = kwargs.get("step_logs") or []
+        steps[:] = [reduce_logs_over_instances(model, step) for step in steps]
+        return reduce_logs_over_instances(model, result)
 
     execution._keras_ipu_synchronising = True
     return execution

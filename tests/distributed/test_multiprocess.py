@@ -223,10 +223,14 @@ def test_two_processes_of_two_replicas_train_as_one_process_of_four(tmp_path, re
     for w1, w2a, w2b in zip(one["weights"], first["weights"], second["weights"]):
         np.testing.assert_array_equal(w2a, w2b)  # the instances stay identical
         np.testing.assert_allclose(w2a, w1, rtol=1e-5, atol=1e-6)
+    # Asynchronous callbacks: every step's logs, each step once.
+    assert len(one["step_losses"]) == len(first["step_losses"]) == 2 * 6
     if reduction == "MEAN":
         # The mean over the replicas of every instance: the same everywhere.
         np.testing.assert_allclose(first["loss"], one["loss"], rtol=1e-5)
         assert first["loss"] == second["loss"]
+        np.testing.assert_allclose(first["step_losses"], one["step_losses"], rtol=1e-5)
+        assert first["step_losses"] == second["step_losses"]
     else:
         # Graphcore's NONE: the last replica of each instance (the outfeed is
         # per instance): instance 1's last replica is the job's last.

@@ -64,7 +64,13 @@ with strategy.scope():
     )
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=STEPS)
     model.set_replication_options(replicated_metric_reduction_method=reduction)
-    history = model.fit(mine(x), mine(y), batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
+    # Every step's callbacks, with that step's logs (reduced as the epoch's).
+    model.set_asynchronous_callbacks(True)
+    step_losses = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: step_losses.append(float(logs["loss"])))
+    history = model.fit(mine(x), mine(y), batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
+                        callbacks=[record])
 
 with strategy.scope():
     # Random state: broadcast from instance 0, then moved to this instance's
@@ -90,6 +96,7 @@ result = {
     "seed_state": seed_state,
     "weights": [w.tolist() for w in model.get_weights()],
     "loss": [float(v) for v in history.history["loss"]],
+    "step_losses": step_losses,
     "replicas_in_sync": strategy.num_replicas_in_sync,
 }
 with open(os.path.join(out, f"instance-{popdist.getInstanceIndex()}.json"), "w") as f:
