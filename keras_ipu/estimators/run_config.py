@@ -1,6 +1,7 @@
 """Graphcore's `ipu_run_config.IPURunConfig` and `RunConfig` (the
 tf.estimator RunConfig, which TensorFlow 2.16 removed, with the IPU part)."""
 
+import collections
 import os
 import tempfile
 
@@ -28,8 +29,11 @@ _ESTIMATOR_DEFAULTS = {
 _DEFAULT_CHECKPOINT_SECS = 600
 
 
-class IPURunConfig:
-    """IPU options for an IPUEstimator.
+class IPURunConfig(collections.namedtuple("IPURunConfig", (
+        "iterations_per_loop", "ipu_options", "num_replicas", "num_shards", "ordinal",
+        "prefetch_depth"))):
+    """IPU options for an IPUEstimator: a namedtuple, as Graphcore's is
+    (immutable, compared by value, `_replace`).
 
     Args:
       iterations_per_loop: training steps (or evaluation / prediction
@@ -43,18 +47,16 @@ class IPURunConfig:
       prefetch_depth: the infeed's prefetch depth.
     """
 
-    def __init__(self, iterations_per_loop=1, ipu_options=None, num_replicas=1,
-                 num_shards=1, ordinal=0, prefetch_depth=None):
+    __slots__ = ()
+
+    def __new__(cls, iterations_per_loop=1, ipu_options=None, num_replicas=1,
+                num_shards=1, ordinal=0, prefetch_depth=None):
         for name, value in (("iterations_per_loop", iterations_per_loop),
                             ("num_replicas", num_replicas), ("num_shards", num_shards)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-        self.iterations_per_loop = iterations_per_loop
-        self.ipu_options = ipu_options
-        self.num_replicas = num_replicas
-        self.num_shards = num_shards
-        self.ordinal = ordinal
-        self.prefetch_depth = prefetch_depth
+        return super().__new__(cls, iterations_per_loop, ipu_options, num_replicas, num_shards,
+                               ordinal, prefetch_depth)
 
 
 class RunConfig:
