@@ -129,17 +129,18 @@ def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1):
     return lax.reshape(out, (n, c, oh, ow))
 
 
-def _check_block_size(block_size):
+def _block_size(block_size):
+    """block_size as an int, checked (Keras' message)."""
     if not isinstance(block_size, (int, np.integer)) or block_size < 2:
         raise ValueError(
             f"`block_size` must be at least 2. Received: block_size={block_size}"
         )
+    return int(block_size)
 
 
 def depth_to_space(x, block_size, data_format="channels_last"):
-    _check_block_size(block_size)
+    b = _block_size(block_size)
     x = lax.tensor(x)
-    b = int(block_size)
     if data_format == "channels_last":
         n, h, w, c = x.shape
         _check_divisible(c, b * b)
@@ -156,9 +157,8 @@ def depth_to_space(x, block_size, data_format="channels_last"):
 
 
 def space_to_depth(x, block_size, data_format="channels_last"):
-    _check_block_size(block_size)
+    b = _block_size(block_size)
     x = lax.tensor(x)
-    b = int(block_size)
     if data_format == "channels_last":
         n, h, w, c = x.shape
         nh, nw = _div(h, b, "height"), _div(w, b, "width")
