@@ -46,6 +46,14 @@ class CTCLoss(keras.layers.Layer):
                 "from_logits": self.from_logits}
 
 
+def _traced_for_the_ipu_by_tensorflow():
+    if keras.backend.backend() != "tensorflow":
+        return False
+    from keras_ipu.frontends.tensorflow.function import tracing_for_ipu
+
+    return tracing_for_ipu()
+
+
 def beam_search(data, data_length, blank_index, beam_width, top_paths):
     """(negative log probabilities [batch, top_paths], lengths [batch,
     top_paths], labels [batch, top_paths, max_time]) of the top_paths most
@@ -55,6 +63,14 @@ def beam_search(data, data_length, blank_index, beam_width, top_paths):
         raise ValueError(
             f"top_paths ({top_paths}) must be less than or equal to beam_width "
             f"({beam_width}).")
+    if _traced_for_the_ipu_by_tensorflow():
+        # Keras' TensorFlow ctc_decode is TensorFlow's decoder, which has no
+        # XLA kernel: on the front end the search is the device's, as
+        # Graphcore's nn_ops decoder (the same outputs as below).
+        from keras_ipu.ops import ctc_beam_search
+
+        return ctc_beam_search.decode(data, data_length, beam_width, top_paths,
+                                      blank_index, None)
     paths, scores = ops.ctc_decode(
         _batch_major(data), ops.cast(data_length, "int32"),
         strategy="beam_search", beam_width=beam_width, top_paths=top_paths,
