@@ -12,7 +12,7 @@ Graphcore's `internal_ops.get_current_iteration_counter` and
   loop the program's body runs once per execution: 0.
 - A FIFO keeps its last `depth` values in a ring buffer that lives between
   iterations and executions: two resource variables (the buffer and the
-  next slot), made once per (function, tensor, depth) and reused when
+  next slot), made for the n-th FIFO of a function and reused when
   TensorFlow traces the function again. Each run reads the slot's old
   value (x of `depth` runs before; zeros before that, where Graphcore says
   "unspecified") and writes x in its place. Like Graphcore's, no gradient
@@ -20,8 +20,10 @@ Graphcore's `internal_ops.get_current_iteration_counter` and
 """
 
 import threading
+import weakref
 
 _fifos = {}
+_calls = weakref.WeakKeyDictionary()  # a traced function's graph -> FIFOs made so far
 _lock = threading.Lock()
 _pipelines = threading.local()
 
@@ -72,28 +74,34 @@ def iteration_counter():
     return tf.identity(counter)
 
 
-def _outermost_function_name():
+def _outermost_graph():
     import tensorflow as tf
 
     graph = tf.compat.v1.get_default_graph()
     while hasattr(getattr(graph, "outer_graph", None), "outer_graph"):
         graph = graph.outer_graph
-    return getattr(graph, "name", "")
+    return graph
 
 
 def _ring(x, depth):
+    """The n-th FIFO the trace of a function makes gets the same variables
+    on every trace of that function (TensorFlow traces a function in the
+    same order each time; a variable made on a second trace is refused)."""
     import tensorflow as tf
 
-    key = (_outermost_function_name(), x.name, depth, x.dtype.name, tuple(x.shape.as_list()))
+    graph = _outermost_graph()
     with _lock:
+        ordinal = _calls.get(graph, 0)
+        _calls[graph] = ordinal + 1
+        key = (getattr(graph, "name", ""), ordinal)
+        shape = [depth] + x.shape.as_list()
         ring = _fifos.get(key)
-        if ring is None:
-            # Made outside the function being traced (once: a variable made
-            # on a second trace is refused by tf.function).
+        if ring is None or ring[0].shape.as_list() != shape or ring[0].dtype != x.dtype:
+            # Made outside the function being traced, as tf.function lifts
+            # variables.
             with tf.init_scope():
                 ring = _fifos[key] = (
-                    tf.Variable(tf.zeros([depth] + x.shape.as_list(), x.dtype),
-                                trainable=False, name="fifo_buffer"),
+                    tf.Variable(tf.zeros(shape, x.dtype), trainable=False, name="fifo_buffer"),
                     tf.Variable(0, dtype=tf.int32, trainable=False, name="fifo_slot"))
     return ring
 

@@ -109,3 +109,25 @@ def test_fifo_depth_zero_is_x_and_no_gradient_flows():
 
     (grad,) = ipu.ipu_compiler.compile(step, inputs=[x])
     np.testing.assert_array_equal(grad.numpy(), [2.0, 2.0])
+
+
+def test_fifos_of_two_loops_and_of_one_tensor_keep_their_own_queues():
+    """Two FIFOs of one tensor, and a FIFO in a second loop whose body
+    names its ops as the first's: each its own queue."""
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+    def body(scale):
+        def run():
+            x = tf.cast(counter(), tf.float32) * scale
+            return outfeed.enqueue((ipu.internal_ops.fifo(x, 2), ipu.internal_ops.fifo(x, 2)))
+        return run
+
+    def program():
+        first = ipu.loops.repeat(4, body(1.0))
+        with tf.control_dependencies([first]):
+            return ipu.loops.repeat(4, body(10.0))
+
+    ipu.ipu_compiler.compile(program)
+    one, two = (t.numpy() for t in outfeed.dequeue())
+    np.testing.assert_array_equal(one, [0, 0, 0, 1, 0, 0, 0, 10])
+    np.testing.assert_array_equal(two, one)

@@ -150,3 +150,24 @@ def test_graphcore_checks():
     with pytest.raises(ValueError, match=r"The replica group size \(got 3\) does not evenly "
                                          r"divide the total number of replicas \(got 4\)"):
         _each_replica(4, lambda t: ipu.all_to_all_op.all_gather(t, 3), X5)
+
+
+def test_the_collectives_are_costed_on_the_links():
+    """The imported operators are the device's collective primitives with
+    their link traffic ([RING] halves; here 4 replicas, 8 float32)."""
+    from keras_ipu.frontends.tensorflow.function import BridgedFunction
+
+    bridged = BridgedFunction(lambda t: (ipu.reduce_scatter_op.reduce_scatter(t, 4),
+                                         ipu.all_to_all_op.all_gather(t, 4)))
+    _, _, _, prog = bridged.program((tf.zeros([8]),), replicas=4)
+    exe = bridged.executable(prog)
+    costs = {}
+    for node in exe.graph.nodes:
+        if node.primitive.name.startswith("cross_replica_"):
+            cost = node.primitive.cost([v.aval for v in node.inputs],
+                                       [v.aval for v in node.outputs], **node.params)
+            costs[node.primitive.name] = (cost.link_bytes, cost.link_steps)
+    # reduce-scatter of 32 bytes: 3/4 of them in 3 steps; all-gather of the
+    # gathered [4, 8] (128 bytes): 3/4 in 3 steps.
+    assert costs == {"cross_replica_reduce_scatter": (24, 3),
+                     "cross_replica_all_gather": (96, 3)}
