@@ -40,7 +40,9 @@ def _scattered(x, k, op):
     if before == "square":
         x = x * x
     if before == "local":
-        # Each replica keeps its own block of its own operand.
+        # Each replica keeps its own block of its own operand: Graphcore's
+        # poplar plugin describes LOCAL as the dynamic slice at the replica's
+        # index times the block size (here its position in its group).
         from keras_ipu.ops.replication_ops import replication_index
 
         block = -(-x.shape[0] // k)
