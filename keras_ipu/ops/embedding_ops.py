@@ -130,6 +130,10 @@ class HostEmbedding:
         import tensorflow as tf
 
         indices = tf.cast(tf.convert_to_tensor(indices), tf.int32)
+        if not indices.shape.is_fully_defined():
+            raise ValueError(
+                f"HostEmbedding {self._name!r}: the lookup's indices must have a known "
+                f"shape (got {indices.shape}): the host streams a fixed number of rows.")
         shape = indices.shape.as_list()
         tokens, encoding = self._embedding_tensor.shape.as_list()
         if clip_indices:
