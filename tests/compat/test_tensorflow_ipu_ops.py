@@ -360,3 +360,23 @@ def test_normalization_ops_checks():
         ipu.normalization_ops.group_norm(tf.zeros((1, 2, 6)), groups=4)
     with pytest.raises(ValueError, match="only supports NCHW"):
         ipu.normalization_ops.group_norm(tf.zeros((1, 2, 6, 3)), channels_axis=2)
+
+
+def test_codelet_expression_op_graphcore_example_and_no_gradient():
+    a, b, c = (np.arange(6, dtype="float32").reshape(2, 3) + k for k in range(3))
+
+    def my_custom_op(x, y, z):
+        return x * x + y * z
+
+    (out,) = on_ipu(lambda x, y, z: ipu.custom_ops.codelet_expression_op(my_custom_op, x, y, z),
+                    a, b, c)
+    np.testing.assert_allclose(out, a * a + b * c, rtol=1e-6)
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = ipu.custom_ops.codelet_expression_op(lambda t: t * 2, x)
+        return tape.gradient(y, x)
+
+    with pytest.raises(LookupError, match="codelet_expression_op has no gradient"):
+        ipu.ipu_compiler.compile(step, inputs=[tf.constant(a)])
