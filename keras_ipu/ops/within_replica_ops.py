@@ -3,9 +3,10 @@
 
 Collectives between the shards (IPUs) of one replica: `input_shards[i]` is
 the tensor on shard i. They need no other replica, so they are ordinary
-TensorFlow operations here: the values are Graphcore's; the exchange over
-the IPU-Links is not costed (the simulator predicts a TensorFlow program on
-one IPU, see scopes.ipu_shard).
+TensorFlow operations here: the values are Graphcore's; they are compiled
+like the program's other operations (scopes.ipu_shard says where a
+sharded program's operations run), not as a collective over the
+IPU-Links, so Poplar's exchange pattern between the shards is not costed.
 """
 
 from keras_ipu._unavailable import declare_unavailable
