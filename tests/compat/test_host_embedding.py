@@ -135,3 +135,22 @@ def test_checks():
         with pytest.raises(RuntimeError, match="already registered"):
             with embedding.register():
                 pass
+
+
+def test_a_v1_optimizers_minimize_updates_the_host_table():
+    """Graphcore's TF1 usage: minimize(loss) differentiates the trainable
+    variables collection, where the lookup put its scalar variable."""
+    embedding = _embedding("v1_minimize", embedding_ops.HostEmbeddingOptimizerSpec(0.5))
+
+    def step(i):
+        loss = tf.reduce_sum(embedding.lookup(i))
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        with tf.control_dependencies([train]):
+            return tf.identity(loss)
+
+    with embedding.register():
+        (loss,) = ipu.ipu_compiler.compile(step, inputs=[tf.constant([0, 5], tf.int32)])
+    np.testing.assert_allclose(loss.numpy(), TABLE[[0, 5]].sum(), rtol=1e-6)
+    want = TABLE.copy()
+    want[[0, 5]] -= 0.5
+    np.testing.assert_allclose(embedding.get_embedding_tensor().numpy(), want, rtol=1e-6)
