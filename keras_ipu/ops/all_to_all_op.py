@@ -36,6 +36,8 @@ def all_to_all(x, split_dimension, concat_dimension, replication_factor, name=No
     k = replica_collectives.checked_group_size(replication_factor)
     with tf.name_scope(name or "all_to_all"):
         x = tf.convert_to_tensor(x)
+        if not x.shape.is_fully_defined():
+            raise ValueError(f"all_to_all needs a tensor of known shape, got {x.shape}.")
         rank = x.shape.rank
         for what, dim in (("split_dimension", split_dimension),
                           ("concat_dimension", concat_dimension)):
