@@ -579,3 +579,59 @@ def test_exit_does_not_wait_for_a_background_compile(phase):
     # Before: the interpreter joined the compile thread (ten minutes here).
     assert out.returncode == 3, out.stderr[-3000:]
     assert out.stdout.split() == "main done atexit handlers ran".split(), out
+
+
+
+_PRIORITIES = textwrap.dedent(
+    """
+    import os, sys, threading
+    import numpy as np
+    sys.path.insert(0, {here!r})
+    from compiler_graphs import aval, build
+    from keras_ipu.device.compiler import compile_graph, engines
+
+    def nices():
+        out = {{}}
+        for tid in os.listdir("/proc/self/task"):
+            stat = open(f"/proc/self/task/{{tid}}/stat").read().rsplit(")", 1)[1].split()
+            out[int(tid)] = int(stat[16])
+        return out
+
+    engines.HOT_SECONDS = 0.0
+    engines.host_threads._cap = 2
+    seen = {{}}
+
+    class Noting(threading.Event):
+        def set(self):
+            seen["compile thread"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            seen["threads at import"] = set(nices())
+            super().set()
+
+    engines._tf_imported = Noting()
+    exe = compile_graph(build([aval((8, 6))], lambda b, x: [b.op("tanh", x)]))
+    x = np.ones((8, 6), np.float32)
+    exe.run(x)
+    exe.run(x)  # starts the compile
+    exe._engine_run.thread.join(timeout=240)
+    assert exe._engine_run.engine == "timing", exe._engine_run.engine
+    later = {{t: n for t, n in nices().items() if t not in seen["threads at import"]}}
+    print(os.getpriority(os.PRIO_PROCESS, 0), seen["compile thread"], len(later),
+          sorted(later.values()))
+    """
+)
+
+
+def test_the_background_compile_runs_at_low_priority_and_tensorflows_runtime_not():
+    # The compile takes only CPU nobody else wants; TensorFlow's and XLA's
+    # run-time pools, started by a thread at normal priority, are not
+    # niced (threads inherit their starter's nice, and a user cannot
+    # lower it again).
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, KERAS_BACKEND="ipu", KERAS_IPU_ENGINE="auto")
+    out = subprocess.run([sys.executable, "-c", _PRIORITIES.format(here=here)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    main, compile_thread, started, priorities = out.stdout.strip().splitlines()[-1].split(" ", 3)
+    assert (int(main), int(compile_thread)) == (0, 19)
+    assert int(started) > 0  # TensorFlow's runtime started its threads
+    assert set(eval(priorities)) == {0}

@@ -97,3 +97,21 @@ def test_parallel_for_runs_every_block_once_and_reraises():
 
     with pytest.raises(KeyError):
         threads.parallel_for(fail, 8, 2)
+
+
+def test_background_priority_lowers_the_calling_thread_only():
+    import os
+    import threading
+
+    seen = []
+
+    def background():
+        threads.background_priority()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    t = threading.Thread(target=background)
+    t.start()
+    t.join()
+    assert seen == [19]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before

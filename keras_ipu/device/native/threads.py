@@ -171,6 +171,17 @@ def ranges(n, block, threads):
     return tuple((lo, min(lo + step, n)) for lo in range(0, n, step))
 
 
+def background_priority():
+    """The calling thread at the lowest priority (nice 19; on Linux nice
+    is per thread), for work that should only take CPU nobody else wants:
+    the auto engine's background XLA compile (compiler/engines.py).
+    Threads it starts inherit it. Nothing happens where the OS refuses."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+
+
 # -- the pool ------------------------------------------------------------
 
 
