@@ -382,6 +382,8 @@ _SWITCH_AT_ONCE = textwrap.dedent(
     _engines.HOT_SECONDS = 0.0
     _engines.TIMED_RUNS = 10**6
     _engines.host_threads._cap = 2  # a core to compile on, on any machine
+    # Waited for below: at nice 19 on a busy machine it would crawl.
+    _engines.host_threads.background_priority = lambda: None
     _start = _engines.TieredRunner._start_compile
     def _start_and_wait(self, arrays):
         _start(self, arrays)
@@ -413,6 +415,8 @@ def test_auto_compiles_hot_programs_in_the_background_and_keeps_the_faster(monke
     monkeypatch.setenv(engines.ENV, "auto")
     monkeypatch.setattr(engines, "HOT_SECONDS", 1e-9)
     monkeypatch.setattr(engines.host_threads, "_cap", 2)
+    # Joined below: at nice 19 on a busy machine it would crawl.
+    monkeypatch.setattr(engines.host_threads, "background_priority", lambda: None)
     exe = compile_graph(_graph())
     x, w = f32(8, 6), f32(6, 5)
     want = exe.run_unchecked([x, w])
@@ -557,6 +561,8 @@ class Slow(engines.XlaProgram):
 engines.HOT_SECONDS = 0.0
 engines.host_threads._cap = 2
 engines.XlaProgram.build = classmethod(lambda cls, exe, check=None: Slow(exe, check))
+# The slow compile stands for TensorFlow too: no import, no runtime start.
+engines._runtime_started_at_normal_priority = lambda check: None
 exe = compile_graph(build([aval((4, 3))], lambda b, x: b.op("exp", x)))
 x = np.ones((4, 3), np.float32)
 exe.run(x)
@@ -599,6 +605,9 @@ _PRIORITIES = textwrap.dedent(
 
     engines.HOT_SECONDS = 0.0
     engines.host_threads._cap = 2
+    # Imported here, at normal priority: at nice 19 on a busy machine the
+    # import would crawl. TensorFlow's runtime is not started by importing.
+    import tensorflow
     seen = {{}}
 
     class Noting(threading.Event):

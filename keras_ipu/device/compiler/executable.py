@@ -34,6 +34,7 @@ import numpy as np
 
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler import engines
+from keras_ipu.device.compiler.concurrent_steps import paired_steps
 from keras_ipu.device.compiler.demotion import check_integer_range
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.donation import owned_values
@@ -252,6 +253,10 @@ class Executable:
             multi = prim.multiple_results
             program.append((kernel, ins, outs if multi else outs[0], multi, frees))
         self._program = tuple(program)
+        # What the run loop runs: independent products paired to run at
+        # once (concurrent_steps.py); not under a floating-point behaviour.
+        self._run_program = (self._program if wrap is not None
+                             else paired_steps(self._program, graph.nodes))
         self._kernels = tuple(kernels)  # unwrapped, for printing
         self._frees = tuple(frees_of)
         self._n_inputs = len(self.in_avals)
@@ -278,7 +283,8 @@ class Executable:
     def __getstate__(self):
         state = dict(self.__dict__)
         for key in (
-            "_template", "_program", "_kernels", "_frees", "_n_inputs", "_in_dtypes",
+            "_template", "_program", "_run_program", "_kernels", "_frees", "_n_inputs",
+            "_in_dtypes",
             "_in_shapes", "_output_plan", "_zeros_noted", "_engine_run", "constants",
             "output_slots",
         ):
@@ -426,7 +432,7 @@ class Executable:
         loop body called by its control-flow kernel); no errstate either."""
         env = self._template[:]
         env[: self._n_inputs] = arrays
-        for kernel, ins, out, multi, frees in self._program:
+        for kernel, ins, out, multi, frees in self._run_program:
             if multi:
                 results = kernel(*[env[i] for i in ins])
                 for s, value in zip(out, results):
