@@ -115,3 +115,36 @@ def test_background_priority_lowers_the_calling_thread_only():
     t.join()
     assert seen == [19]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
+
+
+def test_splits_back_off_while_the_helpers_get_no_core(monkeypatch):
+    import types
+
+    clock = [100.0]
+    monkeypatch.setattr(threads, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    for name, value in (("_late", 0), ("_backoff", 0.0), ("_resume_at", 0.0)):
+        monkeypatch.setattr(threads, name, value)
+    monkeypatch.setattr(threads, "_ensure_workers", lambda n: None)
+    handed = []
+    # Helpers that never get a core: the job is handed out, nobody takes it.
+    monkeypatch.setattr(threads, "_queue", types.SimpleNamespace(put=handed.append))
+    ran = []
+
+    def split():
+        threads.parallel_for(ran.append, 4, 2)
+
+    for _ in range(threads.LATE_SPLITS):
+        split()
+    assert len(handed) == threads.LATE_SPLITS and threads.backing_off()
+    split()  # backing off: the caller alone, no hand-off
+    assert len(handed) == threads.LATE_SPLITS
+    assert ran == [0, 1, 2, 3] * (threads.LATE_SPLITS + 1)  # every block, in order
+    clock[0] += threads.BACKOFF_SECONDS
+    split()  # the probe: late again, so twice as long
+    assert len(handed) == threads.LATE_SPLITS + 1
+    assert threads._backoff == 2 * threads.BACKOFF_SECONDS and threads.backing_off()
+    clock[0] += 2 * threads.BACKOFF_SECONDS
+    # A helper that gets a core at once takes the blocks: the probe ends it.
+    monkeypatch.setattr(threads, "_queue", types.SimpleNamespace(put=lambda job: job.work()))
+    split()
+    assert not threads.backing_off() and threads._late == 0

@@ -30,6 +30,7 @@ at N=1, 34 at 8, 111 at 16) while its speed did not.
 import os
 import queue
 import threading
+import time
 
 import numpy as np
 
@@ -198,13 +199,15 @@ class _Job:
         self.error = None
 
     def work(self):
-        """Take blocks until none is left."""
+        """Take blocks until none is left; returns how many this thread ran."""
+        ran = 0
         while True:
             with self.lock:
                 i = self.next
                 if i >= self.count:
-                    return
+                    return ran
                 self.next = i + 1
+            ran += 1
             try:
                 self.fn(i)
             except BaseException as error:  # noqa: BLE001 - re-raised by run
@@ -234,20 +237,63 @@ def _ensure_workers(n):
             _workers.append(t)
 
 
+# -- backing off while the helpers get no core ---------------------------
+# A split pays only if the helper threads get a core while the caller
+# works. When they do not (other processes hold the cores), the caller
+# runs every block itself or waits for a helper descheduled in the middle
+# of its block, and the hand-off is pure cost: in issue 16, on 2 cores
+# beside other work, every split product of the benchmark models was
+# slower on two threads than on one (benchmarks/README.md). So each split
+# notes whether its helpers were late: they ran no block, or the caller
+# waited for them longer than it worked itself. After LATE_SPLITS late
+# splits in a row, splits run on the caller alone (the same blocks in
+# order: the same values) for a back-off that starts at BACKOFF_SECONDS
+# and doubles while the probe after it is late again, up to
+# MAX_BACKOFF_SECONDS; a probe that is not late ends it. One late split
+# is noise (a page fault, a timer); three in a row are a busy machine.
+LATE_SPLITS = 3
+BACKOFF_SECONDS = 0.1
+MAX_BACKOFF_SECONDS = 3.2
+_late = 0
+_backoff = 0.0
+_resume_at = 0.0
+
+
+def _note_split(late, now):
+    global _late, _backoff, _resume_at
+    if not late:
+        _late, _backoff = 0, 0.0
+        return
+    _late += 1
+    if _backoff or _late >= LATE_SPLITS:  # a late probe, or the third in a row
+        _backoff = min(2 * _backoff, MAX_BACKOFF_SECONDS) if _backoff else BACKOFF_SECONDS
+        _resume_at = now + _backoff
+
+
+def backing_off():
+    """Whether splits run on the caller alone now (see LATE_SPLITS)."""
+    return _backoff > 0.0 and time.perf_counter() < _resume_at
+
+
 def parallel_for(fn, count, threads):
     """fn(0) .. fn(count - 1) on up to `threads` threads (the caller is
-    one); blocks are claimed one at a time. Returns when all are done."""
-    if threads <= 1 or count <= 1:
+    one); blocks are claimed one at a time. Returns when all are done.
+    While backing off (a busy machine) the caller runs every block."""
+    if threads <= 1 or count <= 1 or backing_off():
         for i in range(count):
             fn(i)
         return
     helpers = min(threads, count) - 1
     _ensure_workers(helpers)
     job = _Job(fn, count)
+    start = time.perf_counter()
     for _ in range(helpers):
         _queue.put(job)
-    job.work()
+    ran = job.work()
+    own = time.perf_counter()
     job.done.wait()
+    end = time.perf_counter()
+    _note_split(ran == count or end - own > own - start, end)
     if job.error is not None:
         raise job.error
 
