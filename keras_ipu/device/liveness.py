@@ -141,9 +141,14 @@ def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None, strea
     uncounted = set()  # values held in memory not counted here (inputs)
     made = {}
     totals = []
+    # What each live value was weighed at: a result computed in place keeps
+    # its operand's (the same bytes, in the same place).
+    weights = {}
 
     def add(sign, var):
-        w = weigh(var)
+        w = weigh(var) if sign > 0 else weights.pop(var)
+        if sign > 0:
+            weights[var] = w
         if not totals:
             totals.extend(0 for _ in w)
         for k, x in enumerate(w):
@@ -173,6 +178,7 @@ def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None, strea
             elif source is not None and source in live:
                 live.discard(source)  # its bytes pass to v
                 live.add(v)
+                weights[v] = weights.pop(source)
             else:
                 live.add(v)
                 add(1, v)

@@ -101,11 +101,13 @@ function tileView(canvas, report, t) {
                fmtBytes(tiles.capacity) + (tiles.total[i] > tiles.capacity ? '  OVER CAPACITY' : '');
     for (const c of cats) if (tiles.categories[c][i])
       text += '\n  ' + c + ': ' + fmtBytes(tiles.categories[c][i]);
-    const held = tensors.filter(z => i < z.tiles).slice(0, 6);
+    // A tensor covers z.tiles tiles from z.start on, wrapping past the last.
+    const at = z => (i - (z.start || 0) + n) % n;
+    const held = tensors.filter(z => at(z) < z.tiles).slice(0, 6);
     if (held.length) {
       text += '\ntensors on this tile (largest first):';
       for (const z of held) {
-        const here = i < z.tiles - 1 ? z.per_tile : z.bytes - (z.tiles - 1) * z.per_tile;
+        const here = at(z) < z.tiles - 1 ? z.per_tile : z.bytes - (z.tiles - 1) * z.per_tile;
         text += '\n  ' + z.tensor + '  ' + fmtBytes(here) + '  ' + z.category + ': ' + z.made_by;
       }
     }

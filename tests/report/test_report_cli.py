@@ -55,7 +55,8 @@ def test_summary_table_and_pictures(report_dir):
     assert re.search(r"predict_step \(\w+\)\s+3\s+ipu2", out), out
     assert f"{cyc['cycles_per_step']:,.0f}" in out
     assert "peak at step 2: reduce_sum in model/pool" in out
-    assert f"fullest tile 0: {ipu['fullest_tile_bytes'] / 1024:.1f} KiB" in out
+    assert (f"fullest tile {ipu['fullest_tile']}: "
+            f"{ipu['fullest_tile_bytes'] / 1024:.1f} KiB") in out
     assert "by category: program inputs 1.0 KiB" in out
     assert "not always live 1.0 KiB" in out and f"{ipu['total'] / 2**20:.1f} MiB" in out
     assert "top ops by cycles" in out and "model/residual" in out

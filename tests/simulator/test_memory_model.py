@@ -35,12 +35,22 @@ def test_peak_liveness_by_hand():
     assert r.peak_step == 2
     assert "reduce_sum" in r.peak_step_name and "model/pool" in r.peak_step_name
     assert r.input_bytes == 1024
-    # Per tile: a 1 KiB tensor is 128 grains at 16 per tile: 128 B on tile 0;
-    # the 4-byte sum is all on tile 0.
-    code = cm.CONTROL_CODE_BYTES_PER_TILE + 3 * cm.CODE_BYTES_PER_STEP_PER_TILE
-    assert r.tile_always_live_bytes == code + 128
-    assert r.tile_bytes == code + 128 + 128 + cm.linear_mapping(4, 4, 1472)[1]
-    assert r.always_live_bytes == 1024 + code * 1472
+    # Tiles, in allocation order [TFMAP]: a 1 KiB tensor is 128 grains at
+    # 16 per tile, 128 B on each of 8 tiles: x on tiles 0-7, a on 8-15, b
+    # (in place of a) on 8-15 too, the 4-byte c on tile 16.
+    assert [t.start for t in r.largest_live if t.made_by.startswith("model/")] == [8, 16]
+    # Code [TFREPORT]: the fixed code on every tile; each step's on the tiles
+    # of its operands and results (exp: 0-15, add: 0-15, sum: 8-16); each
+    # vertex type's codelet where it writes (exp, add: 8-15; sum: 16).
+    fixed, step, codelet = (cm.CONTROL_CODE_BYTES_PER_TILE, cm.CODE_BYTES_PER_STEP_PER_TILE,
+                            cm.VERTEX_CODE_BYTES_PER_CODELET)
+    assert (fixed, codelet) == (989, 141)
+    code_8_15 = fixed + 3 * step + 2 * codelet
+    assert r.code_bytes == 1472 * fixed + (16 + 16 + 9) * step + (8 + 8 + 1) * codelet
+    assert r.always_live_bytes == 1024 + r.code_bytes
+    # The fullest tile: 8 (the first of 8-15, code and a/b: 128 B), above
+    # tiles 0-7 (x and less code) and 16.
+    assert (r.tile, r.tile_always_live_bytes, r.tile_bytes) == (8, code_8_15, code_8_15 + 128)
     made = [t.made_by for t in r.largest_live]
     assert any("model/residual (add, step 1)" in m for m in made)
     assert any("model/pool" in m for m in made)
@@ -68,7 +78,9 @@ def test_out_of_memory_names_ipu_tile_step_tensors_and_fixes():
     with pytest.raises(IPUOutOfMemoryError) as info:
         check_memory(g, IPU2)
     msg = str(info.value)
-    for part in ("IPU 0", "tile 0", "program step 1 (reduce_sum in model/head)", "model/dense_1/BiasAdd",
+    # Tile 1: the sum's result and its codelet sit there (x is on tile 0,
+    # the broadcast over every tile from tile 0).
+    for part in ("IPU 0", "tile 1:", "program step 1 (reduce_sum in model/head)", "model/dense_1/BiasAdd",
                  "smaller batch", "Float16 activations", "624.0 KiB"):
         assert part in msg, part
     # Only remedies keras_ipu has, and that suit activations.
@@ -86,8 +98,9 @@ def test_small_program_fits_and_tile_count_matters():
     assert check_memory(g, "ipu2").fits
     small = TARGETS["ipu2"].with_tiles(4)
     r = analyze_memory(g, small)
-    # 4000 B over 4 tiles: 500 grains, 125 per tile: 1000 B on tile 0.
-    assert r.tile_bytes - r.tile_always_live_bytes == 1000
+    # 4000 B over 4 tiles: 500 grains, 125 per tile: 1000 B on every tile,
+    # not moved [TFMAP]; the fullest tile is tile 0 (the first of equals).
+    assert r.tile_bytes - r.tile_always_live_bytes == 1000 and r.tile == 0
 
 
 def test_loop_body_temporaries_count_at_the_loop_step():

@@ -12,6 +12,7 @@ from keras_ipu.device.config import ExecutionProfileType
 from keras_ipu.device.config import IPUConfig
 from keras_ipu.device.simulator import cost_model as cm
 from keras_ipu.device.simulator import profile
+from keras_ipu.device.simulator import tile_mapping
 from keras_ipu.device.simulator.memory_model import analyze_memory
 from keras_ipu.device.simulator.prediction import predict_costs
 from keras_ipu.device.simulator.targets import TARGETS
@@ -133,7 +134,14 @@ def test_execution_profile_type_option_turns_profiling_on():
 def test_memory_and_liveness_by_hand():
     exe = tiny_executable()
     r = profile.build_report(exe, name="tiny")
-    code = cm.CONTROL_CODE_BYTES_PER_TILE + 3 * cm.CODE_BYTES_PER_STEP_PER_TILE
+    # Code per tile (tests/simulator/test_memory_model.py works it out):
+    # the fixed code everywhere, plus exp's, add's and sum's step code and
+    # codelets where they touch and write.
+    fixed, step, codelet = (cm.CONTROL_CODE_BYTES_PER_TILE, cm.CODE_BYTES_PER_STEP_PER_TILE,
+                            cm.VERTEX_CODE_BYTES_PER_CODELET)
+    code_0_7, code_8_15, code_16 = fixed + 2 * step, fixed + 3 * step + 2 * codelet, (
+        fixed + step + codelet)
+    code = 1472 * fixed + (16 + 16 + 9) * step + (8 + 8 + 1) * codelet
     assert r["format_version"] == 2 and r["kind"] == "keras_ipu.profile"
     assert r["program"]["name"] == "tiny"
     assert r["program"]["steps"] == 3
@@ -146,47 +154,52 @@ def test_memory_and_liveness_by_hand():
     ipu = r["memory"]["ipus"][0]
     assert ipu["inputs"] == 1024
     assert ipu["not_always_live"] == 1028
-    assert ipu["always_live"] == 1024 + code * 1472
+    assert ipu["always_live"] == 1024 + code
     assert ipu["total"] == ipu["always_live"] + 1028
     assert ipu["capacity"] == 1472 * 624 * 1024
     assert ipu["peak_step"] == 2 and "model/pool" in ipu["peak_step_name"]
 
-    # Linear mapping: a 1 KiB tensor is 128 B on each of tiles 0..7. The
-    # input is always live; b = a + x (computed in place into a) and the
-    # 4-byte sum c (on tile 0) are live at the peak.
+    # Linear mapping, each tensor after the previous [TFMAP]: the 1 KiB
+    # input x (always live) is 128 B on each of tiles 0..7; a on 8..15; b =
+    # a + x, computed in place into a, on 8..15 too; the 4-byte sum c on 16.
     (tiles,) = r["memory"]["tiles"]
     assert len(tiles["always_live"]) == len(tiles["total"]) == 1472
-    assert tiles["always_live"][0] == tiles["always_live"][7] == code + 128
-    assert tiles["always_live"][8] == tiles["always_live"][1471] == code
-    assert tiles["total"][0] == code + 2 * 128 + 4
-    assert tiles["total"][7] == code + 2 * 128
-    assert tiles["total"][8] == code
-    assert tiles["fullest_tile"] == 0 and tiles["fullest_tile_bytes"] == code + 260
+    assert tiles["always_live"][0] == tiles["always_live"][7] == code_0_7 + 128
+    assert tiles["always_live"][8] == tiles["always_live"][15] == code_8_15
+    assert tiles["always_live"][16] == code_16 and tiles["always_live"][1471] == fixed
+    assert tiles["total"][0] == code_0_7 + 128
+    assert tiles["total"][8] == code_8_15 + 128
+    assert tiles["total"][16] == code_16 + 4
+    assert tiles["fullest_tile"] == 8 and tiles["fullest_tile_bytes"] == code_8_15 + 128
     # One truth: the per-tile picture's fullest tile is the memory report's.
     mem = analyze_memory(exe, IPU2)
     assert tiles["fullest_tile_bytes"] == mem.tile_bytes == ipu["fullest_tile_bytes"]
-    assert ipu["fullest_tile"] == mem.tile == 0 and ipu["fits"]
+    assert ipu["fullest_tile"] == mem.tile == 8 and ipu["fits"]
     # By category: the plain program's input is a "program input"; code and
     # the values at the peak ("activations") make up the rest, per tile and
     # on the IPU.
     cats = tiles["categories"]
     assert set(cats) == {"program inputs", "code", "activations"}
-    assert cats["program inputs"][0] == 128 and cats["activations"][0] == 128 + 4
-    assert [sum(v[t] for v in cats.values()) for t in (0, 7, 8)] == [
-        tiles["total"][0], tiles["total"][7], tiles["total"][8]]
-    assert ipu["categories"] == {"program inputs": 1024, "code": code * 1472,
+    assert cats["program inputs"][0] == 128 and cats["activations"][0] == 0
+    assert cats["activations"][8] == 128 and cats["activations"][16] == 4
+    assert [sum(v[t] for v in cats.values()) for t in (0, 8, 16)] == [
+        tiles["total"][0], tiles["total"][8], tiles["total"][16]]
+    assert ipu["categories"] == {"program inputs": 1024, "code": code,
                                  "activations": 1028}
     assert ipu["tiles_over_capacity"] == 0 and ipu["most_over_bytes"] == 0
     # What a tile holds at the peak, for the page's hover.
     tensors = {(t["tensor"], t["category"]): t for t in r["memory"]["tensors"]}
     assert tensors[("f32[256]", "program inputs")]["tiles"] == 8
+    assert tensors[("f32[]", "activations")]["start"] == 16
     assert tensors[("f32[]", "activations")]["made_by"].startswith("model/pool")
 
     live = r["liveness"]
     # step 0: {a}; step 1: {b}, in place of a (a and x die at step 1);
     # step 2: {b, c}.
     assert live["not_always_live"] == [1024, 1024, 1028]
-    assert live["tile0"] == [128, 128, 132]
+    # How far each step raises the fullest tile (8..15's code) above the
+    # always-live fullest: a (then b) adds its 128 B there; c goes to 16.
+    assert live["tile0"] == [128, 128, 128]
     assert live["peak_step"] == 2 == ipu["peak_step"]
     assert [d["op"] for d in live["steps"]] == ["exp", "add", "reduce_sum"]
     assert live["steps"][2]["live"][0][:2] == ["f32[256]", 1024]
@@ -196,11 +209,14 @@ def test_memory_and_liveness_by_hand():
 def test_tile_distribution_of_an_uneven_tensor():
     # 1001 float32 (4004 B) over 4 tiles: 501 grains of 8 B, ceil(501 / 4)
     # = 126 grains (1008 B) per tile; the last tile takes the rest.
-    d = profile.tile_distribution(4004, 4, 4)
+    d = tile_mapping.distribution(4004, 4, 4)
     assert d.tolist() == [1008, 1008, 1008, 4004 - 3 * 1008]
     # 100 B: one tile (at least 128 B per tile).
-    assert profile.tile_distribution(100, 4, 4).tolist() == [100, 0, 0, 0]
-    assert profile.tile_distribution(0, 4, 4).tolist() == [0, 0, 0, 0]
+    assert tile_mapping.distribution(100, 4, 4).tolist() == [100, 0, 0, 0]
+    assert tile_mapping.distribution(0, 4, 4).tolist() == [0, 0, 0, 0]
+    # From tile 3 on, wrapping past the last tile.
+    assert tile_mapping.distribution(4004, 4, 4, start=3).tolist() == [
+        1008, 1008, 4004 - 3 * 1008, 1008]
 
 
 def test_cycles_and_trace_agree_with_the_prediction():

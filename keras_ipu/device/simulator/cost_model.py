@@ -19,6 +19,10 @@ Sources, as cited below:
             worker, each of the six workers taking 1/6 of the elements).
   [PCIE]    the PCI Express specification: Gen4 x16 moves about 32 GB/s in
             each direction (the 64 GB/s of [DESIGN] counts both directions).
+  [TFREPORT] graphcore/tensorflow's documentation of the Poplar textual
+            summary report: see "code memory" below.
+  [TFMAP]   graphcore/tensorflow, compiler/plugin/poplar/driver/tools/
+            mapping_helper.cc: see "tile mapping" below.
   [TFOFFLOAD] and [BOW2000]: see "streaming memory" and "reductions
             between processes" below.
   [RING]    Patarasuk and Yuan's ring all-reduce (cited where used).
@@ -43,6 +47,16 @@ from keras_ipu.device.simulator import targets
 DATA_PATH_BYTES = 8
 # ... and minElementsPerTile = ceil(128 bytes / element size).
 MIN_BYTES_PER_TILE = 128
+# [TFMAP] Graphcore's TensorFlow backend maps a tensor linearly with
+# poputil's mapping and then moves it cyclically to start at the tile after
+# the previous linearly mapped tensor of the same graph
+# (MapTensorLinearlyImpl: next_tile_to_map_from advances by the tensor's
+# width, modulo the tiles), so small tensors spread over the IPU instead of
+# piling up on tile 0; a tensor spread over every tile is not moved. (The
+# later release in our sources rotates by the tensor's width instead of
+# the running offset while still advancing the offset; the offset rule of
+# the earlier release is the one its state exists for, and is taken here.)
+# simulator/tile_mapping.py applies it in the order the program allocates.
 
 # -- compute [DESIGN], [TILE] ------------------------------------------------
 # Non-MAC arithmetic runs on the 64-bit vector unit: 2 float32 or 4 float16
@@ -111,12 +125,35 @@ FALLBACK_HOST_BYTES_PER_S_PER_DIRECTION = 16e9  # assumption
 # Latency of one host transfer (DMA set-up and the host sync): an assumption.
 HOST_TRANSFER_LATENCY_S = 5e-6  # assumption
 
-# -- code memory ---------------------------------------------------------------
-# Code and exchange descriptors per program step on every tile, and the fixed
-# control program per tile: assumptions (Poplar reports code of a few tens of
-# KiB per tile for typical models).
+# -- code memory [TFREPORT] -----------------------------------------------------
+# [TFREPORT] graphcore/tensorflow's "Retrieving information about the Poplar
+# compilation and execution" (SDK 1.x documentation, "Reading the Poplar
+# textual summary report"): the Memory Usage of a three-add program on one
+# Mk1 IPU (1,216 tiles, 4 compute sets, three host-to-IPU streams and one
+# back): Control Code 851,272 B, Host Exchange Code 351,328 B, Internal
+# Exchange Code 60,792 B, Vertex Code 170,788 B (poprand's SetSeedSupervisor
+# on every tile and two popops vertices on one or two). It is the only
+# published breakdown of a Poplar program's code found (the Memory and
+# Performance Optimisation guide, section 3.5, and the PopVision Graph
+# Analyser guide name the categories without figures).
+# What every tile holds whatever the program: the control program and the
+# host exchange code of that smallest program, per tile
+# (851,272 + 351,328) / 1,216 = 989 B [TFREPORT] (an upper bound: it
+# includes that program's own four compute sets).
+CONTROL_CODE_BYTES_PER_TILE = math.ceil((851_272 + 351_328) / 1_216)  # [TFREPORT]
+# The code of one vertex type (codelet) on a tile that runs it: 170,788 B over
+# 1,216 tiles = 141 B, nearly all poprand's SetSeedSupervisor on every tile
+# [TFREPORT]. A small codelet; matmul/convolution codelets are larger, so
+# this is low for those.
+VERTEX_CODE_BYTES_PER_CODELET = math.ceil(170_788 / 1_216)  # [TFREPORT]
+# Control code, sync and exchange code of one program step (one or a few
+# compute sets and their exchanges) on each tile the step touches (the tiles
+# holding its operands and results: they run its vertices or send and
+# receive its exchanges; tile_mapping.Layout): an assumption. No published
+# per-compute-set figure exists; a compute set's control code calls each of
+# its vertices on the tile (a few 32/64-bit instructions each) and an
+# exchange adds send/receive instructions per message.
 CODE_BYTES_PER_STEP_PER_TILE = 64  # assumption
-CONTROL_CODE_BYTES_PER_TILE = 8 * 1024  # assumption
 
 
 def _dtype(dtype):
@@ -428,11 +465,6 @@ def pipeline_utilisation(gradient_accumulation_count, n_stages):
     over g micro-batches (the fill and drain of the pipeline idle the IPUs)."""
     g, n = int(gradient_accumulation_count), int(n_stages)
     return g / (g + n - 1)
-
-
-def code_bytes_per_tile(n_steps):
-    """Code estimate per tile (assumption: fixed control + per step)."""
-    return CONTROL_CODE_BYTES_PER_TILE + CODE_BYTES_PER_STEP_PER_TILE * n_steps
 
 
 def cycles_to_seconds(cycles, target):

@@ -3,9 +3,11 @@ bytes, per IPU and per tile, and the out-of-memory error. A placed program
 (compiler/placement.py) is counted IPU by IPU from its nodes' tags.
 
 Every tensor is mapped linearly over the tiles with Poplar's default grain
-(cost_model.linear_mapping: 8-byte grains, at least 128 bytes per tile,
-from tile 0 up [POPUTIL]). Tile 0 then holds the largest share of every
-tensor, so it is the fullest tile: the model reports it.
+(cost_model.linear_mapping: 8-byte grains, at least 128 bytes per tile
+[POPUTIL]), starting where the previous one ended as Graphcore's
+TensorFlow backend places them [TFMAP]; the code of each step sits on the
+tiles it touches (simulator/tile_mapping.py). The report names the fullest
+tile at the peak and its bytes.
 
 Always live: the program's inputs (weights, optimizer state and the stream
 buffers of the data fed in), its constants, and the code estimate.
@@ -23,6 +25,8 @@ last use, its new value until it is stored back (cost_model [TFOFFLOAD]).
 
 import dataclasses
 
+import numpy as np
+
 from keras_ipu.device import liveness
 from keras_ipu.device.config import system_config
 from keras_ipu.device.ir import Graph
@@ -35,6 +39,7 @@ from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_remedies
 from keras_ipu.device.simulator import targets as _targets
+from keras_ipu.device.simulator import tile_mapping
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 
 
@@ -117,14 +122,13 @@ def homes(graph, found=None):
 
 @dataclasses.dataclass(frozen=True)
 class Held:
-    """What IPU `ipu` holds of a program besides the values its steps make:
-    the program inputs (Vars) and constants (avals) its steps read, and how
-    many steps run there (their code). Everything, on a one-IPU program."""
+    """What IPU `ipu` holds of a program besides the values its steps make
+    and their code (layout_on): the program inputs (Vars) and constants
+    (avals) its steps read. Everything, on a one-IPU program."""
 
     ipu: int
     inputs: tuple
     constants: tuple
-    steps: int
 
 
 def held_on(graph, ipu=0):
@@ -132,9 +136,8 @@ def held_on(graph, ipu=0):
     if any(True for _ in tagged_nodes(graph)):
         read = reads_on(graph, ipu)
         return Held(ipu, tuple(v for v in graph.inputs if v in read),
-                    tuple(constants_of(graph, read)),
-                    sum(1 for node in graph.nodes if ipu in steps_on(node)))
-    return Held(ipu, tuple(graph.inputs), tuple(constants_of(graph)), len(graph.nodes))
+                    tuple(constants_of(graph, read)))
+    return Held(ipu, tuple(graph.inputs), tuple(constants_of(graph)))
 
 
 def _nbytes(aval):
@@ -142,8 +145,34 @@ def _nbytes(aval):
 
 
 def tile_bytes(aval, tiles):
-    """Bytes of `aval` on its fullest tile (tile 0) under linear mapping."""
+    """Bytes of `aval` on its fullest tile under linear mapping."""
     return cost_model.linear_mapping(_nbytes(aval), aval.dtype.itemsize, tiles)[1]
+
+
+def layout_on(graph, tiles, ipu=0, held=None):
+    """The tile_mapping.Layout of `graph` on IPU `ipu`: the inputs and
+    constants it holds, the values its steps make there, its steps' code."""
+    held = held or held_on(graph, ipu)
+    if any(True for _ in tagged_nodes(graph)):
+        home = homes(graph)
+        return tile_mapping.layout(graph, tiles, held.inputs, held.constants,
+                                   lambda node: ipu in steps_on(node),
+                                   lambda v: home.get(v, 0) == ipu,
+                                   _placed_in_place(home))
+    return tile_mapping.layout(graph, tiles, held.inputs, held.constants,
+                               lambda node: True, lambda v: True, in_place)
+
+
+def always_live_tiles(layout, held, remote=()):
+    """Always-live bytes per tile: code, and the inputs (those not in
+    Streaming Memory) and constants held."""
+    out = layout.code.copy()
+    for v in held.inputs:
+        if v not in remote:
+            out += layout.vector(v, v.aval)
+    for k, aval in enumerate(held.constants):
+        out += layout.vector(("constant", k), aval)
+    return out
 
 
 @dataclasses.dataclass
@@ -151,6 +180,7 @@ class LiveTensor:
     nbytes: int
     aval: object
     made_by: str  # Keras layer path, else the primitive (and step)
+    start: int = 0  # its first tile (tile_mapping)
 
     def describe(self):
         return f"{self.aval.short():<20} {_fmt_bytes(self.nbytes):>11}  {self.made_by}"
@@ -168,9 +198,9 @@ class MemoryReport:
     not_always_live_bytes: int  # peak, per IPU
     peak_step: int  # index of the step at the peak (-1: before the first)
     peak_step_name: str
-    tile: int  # the fullest tile
+    tile: int  # the fullest tile at the peak
     tile_bytes: int  # its peak bytes (always + not-always live)
-    tile_always_live_bytes: int
+    tile_always_live_bytes: int  # the always-live bytes of that tile
     largest_live: list  # LiveTensor, largest first, at the tile peak
     streamed_bytes: int = 0  # inputs of this IPU held in Streaming Memory
 
@@ -262,34 +292,39 @@ def analyze_memory(obj, target=None, ipu=0, top=5, streamed=None, schedule="prog
     held = held_on(graph, ipu)
     remote = set(streamed[0]) if streamed is not None else set()
     streamed_bytes = sum(_nbytes(v.aval) for v in held.inputs if v in remote)
-    inputs = [v.aval for v in held.inputs if v not in remote]
+    inputs = [v for v in held.inputs if v not in remote]
     constants = list(held.constants)
-    input_bytes = sum(_nbytes(a) for a in inputs)
+    input_bytes = sum(_nbytes(v.aval) for v in inputs)
     constant_bytes = sum(_nbytes(a) for a in constants)
-    code_tile = cost_model.code_bytes_per_tile(held.steps)
-    always_tile = code_tile + sum(tile_bytes(a, tiles) for a in inputs + constants)
+    layout = layout_on(graph, tiles, ipu, held)
+    base = always_live_tiles(layout, held, remote)
 
-    peak = not_always_live(graph, tiles, ipu, streamed)
+    peak = not_always_live(graph, tiles, ipu, streamed, layout, base)
     if schedule == "best":
-        other = not_always_live(post_order(graph), tiles, ipu, streamed)
+        # The same tensors and tiles, another order of the steps.
+        other = not_always_live(post_order(graph), tiles, ipu, streamed, layout, base)
         if other.tile_bytes < peak.tile_bytes:
             peak = other
     candidates = (
         list(peak.tensors)
-        + [LiveTensor(_nbytes(a), a, "program input") for a in inputs]
+        + [LiveTensor(_nbytes(v.aval), v.aval, "program input", layout.start(v))
+           for v in inputs]
         # Values a traced function closed over (weights under jit) are
         # constants of the program.
-        + [LiveTensor(_nbytes(a), a, "program constant") for a in constants]
+        + [LiveTensor(_nbytes(a), a, "program constant", layout.start(("constant", k)))
+           for k, a in enumerate(constants)]
     )
     candidates.sort(key=lambda x: -x.nbytes)
-    code_ipu = code_tile * tiles
+    total = base if peak.load is None else base + peak.load
+    fullest = int(total.argmax())
     return MemoryReport(
         target=target, ipu=ipu, tiles=tiles,
-        always_live_bytes=input_bytes + constant_bytes + code_ipu,
-        input_bytes=input_bytes, constant_bytes=constant_bytes, code_bytes=code_ipu,
+        always_live_bytes=input_bytes + constant_bytes + int(layout.code.sum()),
+        input_bytes=input_bytes, constant_bytes=constant_bytes,
+        code_bytes=int(layout.code.sum()),
         not_always_live_bytes=peak.ipu_bytes, peak_step=peak.step,
-        peak_step_name=peak.name, tile=0, tile_bytes=always_tile + peak.tile_bytes,
-        tile_always_live_bytes=always_tile, largest_live=candidates[:top],
+        peak_step_name=peak.name, tile=fullest, tile_bytes=int(total[fullest]),
+        tile_always_live_bytes=int(base[fullest]), largest_live=candidates[:top],
         streamed_bytes=streamed_bytes,
     )
 
@@ -333,59 +368,79 @@ def post_order(graph):
 @dataclasses.dataclass
 class Peak:
     ipu_bytes: int  # largest not-always-live bytes on the IPU over the steps
-    tile_bytes: int  # largest not-always-live bytes on the fullest tile
+    tile_bytes: int  # how far they raise the fullest tile above the always-live one's
     step: int  # outer step index of the tile peak (-1: none)
     name: str  # the step's primitive and layer (and the inner step's)
     tensors: tuple  # LiveTensor of the values live at the tile peak
+    load: object = None  # their bytes per tile (int64 array), None: nothing
 
 
-def weigher(tiles, home=None, ipu=0):
-    """weigh(var) for liveness.walk: (bytes on the IPU, on the fullest tile);
-    with `home` ({Var: IPU}), values held on another IPU than `ipu` weigh
-    nothing."""
-    if home is None:
-        def weigh(var):
+def weigher(layout, base, home=None, ipu=0):
+    """weigh(var) for liveness.walk: (bytes on the IPU, a TileLoad of its
+    bytes per tile on top of `base`); with `home` ({Var: IPU}), values held
+    on another IPU than `ipu` weigh nothing."""
+    zero = tile_mapping.TileLoad(np.zeros(layout.tiles, np.int64), base)
+    cache = {}
+
+    def weigh(var):
+        if home is not None and home.get(var, 0) != ipu:
+            return 0, zero
+        w = cache.get(var)
+        if w is None:
             aval = var.aval
-            return _nbytes(aval), tile_bytes(aval, tiles)
-    else:
-        def weigh(var):
-            if home.get(var, 0) != ipu:
-                return 0, 0
-            aval = var.aval
-            return _nbytes(aval), tile_bytes(aval, tiles)
+            w = cache[var] = (_nbytes(aval),
+                              tile_mapping.TileLoad(layout.vector(var, aval), base))
+        return w
 
     return weigh
 
 
-def _described(step, graph, keep=None):
+def _described(step, graph, layout, keep=None):
     """(LiveTensors, name) of a LiveStep of `graph`, its inner peak's
     values included (those `keep(var)` accepts, when given)."""
     nodes = graph.nodes
     tensors = tuple(
         LiveTensor(_nbytes(v.aval), v.aval,
                    made_by(nodes[step.made[v]], step.made[v]) if v in step.made
-                   else "loaded from Streaming Memory")
+                   else "loaded from Streaming Memory", layout.start(v))
         for v in step.live if keep is None or keep(v)
     )
     node = step.node
     name = node.primitive.name + (f" in {node.source}" if node.source else "")
     inner = step.inner
-    if inner is not None and inner.maxima[-1] > 0:
+    if inner is not None and inner.maxima[0] > 0:
         sub = next(g for g in subgraphs(node) if inner.step.node in g.nodes)
-        inner_tensors, inner_name = _described(inner.step, sub, keep)
+        inner_tensors, inner_name = _described(inner.step, sub, layout, keep)
         name += f", at its step {inner.step.index}: {inner_name}"
         tensors += inner_tensors
     return tensors, name
 
 
-def _on_ipu(graph, tiles, ipu):
+def _tiles_of(graph, tiles, ipu, streamed, layout, base):
+    """(layout, base) of `graph` on IPU `ipu`, made when not given."""
+    if layout is None:
+        held = held_on(graph, ipu)
+        layout = layout_on(graph, tiles, ipu, held)
+        remote = set(streamed[0]) if streamed is not None else set()
+        base = always_live_tiles(layout, held, remote)
+    return layout, base
+
+
+def _on_ipu(graph, layout, base, ipu):
     """(weigh, in_place, keep) of the liveness walk of `graph` on IPU
     `ipu`: on a placed program values held elsewhere weigh nothing, a
     result takes over its operand's memory only on the operand's IPU, and
     `keep(var)` says whether a live value is held there (None: all are)."""
     if not any(True for _ in tagged_nodes(graph)):
-        return weigher(tiles), in_place, None
+        return weigher(layout, base), in_place, None
     home = homes(graph)
+    return (weigher(layout, base, home, ipu), _placed_in_place(home),
+            lambda v: home.get(v, 0) == ipu)
+
+
+def _placed_in_place(home):
+    """in_place on a placed program: a result takes over an operand's
+    memory only on the operand's IPU."""
 
     def in_place_here(node, dies_here):
         into = in_place(node, dies_here)
@@ -394,21 +449,26 @@ def _on_ipu(graph, tiles, ipu):
         return [src if src is not None and home.get(src, 0) == home.get(out, 0)
                 else None for src, out in zip(into, node.outputs)]
 
-    return weigher(tiles, home, ipu), in_place_here, lambda v: home.get(v, 0) == ipu
+    return in_place_here
 
 
-def not_always_live(graph, tiles, ipu=0, streamed=None):
+def not_always_live(graph, tiles, ipu=0, streamed=None, layout=None, base=None):
     """The not-always-live Peak of a program on IPU `ipu`: values made by
     its steps, from their step to their last use (outputs live to the end),
     plus, at a control-flow step, the peak inside its sub-graphs (a loop
     body's temporaries exist once: each iteration frees them); results
-    computed in place (in_place) take no memory of their own."""
-    weigh, in_place_here, keep = _on_ipu(graph, tiles, ipu)
+    computed in place (in_place) take no memory of their own. The peak is
+    the step where the fullest tile (always-live bytes `base` included) is
+    fullest; layout and base: the program's (layout_on, always_live_tiles),
+    made when not given."""
+    layout, base = _tiles_of(graph, tiles, ipu, streamed, layout, base)
+    weigh, in_place_here, keep = _on_ipu(graph, layout, base, ipu)
     top = liveness.peak(graph, weigh, in_place=in_place_here, streamed=streamed)
-    if top is None or top.maxima[-1] <= 0:
-        return Peak(top.maxima[0] if top else 0, 0, -1, "program start", ())
-    tensors, name = _described(top.step, graph, keep)
-    return Peak(top.maxima[0], top.maxima[-1], top.step.index, name, tensors)
+    if top is None or top.maxima[0] <= 0:
+        return Peak(0, 0, -1, "program start", ())
+    tensors, name = _described(top.step, graph, layout, keep)
+    load = top.step.totals[-1]
+    return Peak(top.maxima[0], int(load), top.step.index, name, tensors, load.vector)
 
 
 def liveness_by_step(obj, tiles, ipu=0, streamed=None):
@@ -421,23 +481,26 @@ def liveness_by_step(obj, tiles, ipu=0, streamed=None):
     held on `ipu`. The live set may be the walker's own: copy it to keep
     it."""
     graph = graph_of(obj)
-    weigh, in_place_here, keep = _on_ipu(graph, tiles, ipu)
+    layout, base = _tiles_of(graph, tiles, ipu, streamed, None, None)
+    weigh, in_place_here, keep = _on_ipu(graph, layout, base, ipu)
     for step in liveness.walk(graph, weigh, in_place=in_place_here, streamed=streamed):
         ipu_bytes, tile_bytes_ = step.with_inner() or (0, 0)
         inner = None
-        if step.inner is not None and step.inner.maxima[-1] > 0:
+        if step.inner is not None and step.inner.maxima[0] > 0:
             sub = next(g for g in subgraphs(step.node) if step.inner.step.node in g.nodes)
-            tensors, name = _described(step.inner.step, sub, keep)
-            inner = Peak(step.inner.maxima[0], step.inner.maxima[-1],
-                         step.inner.step.index, name, tensors)
+            tensors, name = _described(step.inner.step, sub, layout, keep)
+            top = step.inner.maxima[-1]
+            inner = Peak(step.inner.maxima[0], int(top), step.inner.step.index, name,
+                         tensors, top.vector)
         live = step.live if keep is None else {v for v in step.live if keep(v)}
-        yield step.index, step.node, live, ipu_bytes, tile_bytes_, step.made, inner
+        yield step.index, step.node, live, ipu_bytes, int(tile_bytes_), step.made, inner
 
 
 def peak_liveness(obj, tiles, ipu=0, streamed=None):
     """The not-always-live Peak of a Graph or Executable on IPU `ipu` (of
-    `tiles` tiles): the one analyze_memory reports (its step, its bytes on
-    the IPU and on tile 0, the tensors live there, bodies included)."""
+    `tiles` tiles): the one analyze_memory reports with the program order
+    (its step, its bytes on the IPU and per tile, the tensors live there,
+    bodies included)."""
     return not_always_live(graph_of(obj), tiles, ipu, streamed)
 
 

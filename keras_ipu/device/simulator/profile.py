@@ -40,12 +40,13 @@ pictures, the TensorBoard scalars and the trace show.
                    "fullest_tile", "fullest_tile_bytes"}],
         "largest_live": [{"bytes", "tensor", "made_by"}],   # the fullest IPU's:
         "tensors": [{"tensor", "bytes", "category", "made_by",  # in memory at
-                     "tiles", "per_tile"}]                        # the peak
+                     "tiles", "per_tile", "start"}]               # the peak
       },
       "liveness": null | {                   # one entry per program step,
         "ipu",                               # on the fullest IPU
         "not_always_live": [bytes live on the IPU during step i],
-        "tile0": [bytes of those on the fullest tile],
+        "tile0": [how far those raise the fullest tile above the
+                  always-live bytes' fullest (the key keeps its old name)],
         "always_live": int, "peak_step": int,
         "steps": [{"op", "source", "inside",  # its largest live values:
                    "live": [[tensor, bytes, made_by]]}],
@@ -102,6 +103,7 @@ from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import prediction as _prediction
+from keras_ipu.device.simulator import tile_mapping
 
 FORMAT_VERSION = 2
 KIND = "keras_ipu.profile"
@@ -325,31 +327,23 @@ def program_fingerprint(exe):
     return h.hexdigest()[:10]
 
 
-def tile_distribution(nbytes, itemsize, tiles):
-    """Bytes per tile of one tensor under linear mapping (cost_model's
-    grain and minimum), tile 0 first: an int64 array of `tiles`."""
-    out = np.zeros(tiles, np.int64)
-    used, per_tile = cost_model.linear_mapping(nbytes, itemsize, tiles)
-    if used:
-        out[: used - 1] = per_tile
-        out[used - 1] = nbytes - (used - 1) * per_tile
-    return out
-
-
 def liveness(exe, target, ipu=0):
-    """(not-always-live bytes per step on IPU `ipu`, on its tile 0, peak
-    step): memory_model's walk of the schedule, in-place results and the
-    peak inside loop bodies included, so that the curve's maximum is the
-    peak the memory report (and the out-of-memory check) names."""
+    """(not-always-live bytes per step on IPU `ipu`, how far they raise its
+    fullest tile above the always-live one's, peak step): memory_model's
+    walk of the schedule, in-place results and the peak inside loop bodies
+    included, so that the curve's maximum is the peak the memory report
+    (and the out-of-memory check) names."""
     per_ipu, per_tile = [], []
-    peak_tile, peak_at = 0, -1
+    peak, peak_at = (0, 0), -1
     for i, _, _, ipu_bytes, tile_bytes, _, _ in memory_model.liveness_by_step(
         exe, target.tiles_per_ipu, ipu
     ):
         per_ipu.append(ipu_bytes)
         per_tile.append(tile_bytes)
-        if tile_bytes > peak_tile:
-            peak_tile, peak_at = tile_bytes, i
+        # As the memory model ranks steps (tile_mapping.TileLoad): the
+        # fullest tile, then the bytes in all.
+        if (tile_bytes, ipu_bytes) > peak:
+            peak, peak_at = (tile_bytes, ipu_bytes), i
     return per_ipu, per_tile, peak_at
 
 
@@ -383,16 +377,19 @@ def _held_categories(program, categories, held):
     return [(v, c) for v, c in zip(program.inputs, categories) if v in kept]
 
 
-def _tile_categories(held_inputs, constants, peak, code_tile, tiles):
-    """{category: int64 bytes per tile} at the tile peak."""
+def _tile_categories(held_inputs, constants, peak, layout):
+    """{category: int64 bytes per tile} at the tile peak (memory_model's
+    layout: where each tensor and the code sit)."""
+    tiles = layout.tiles
     per = {c: np.zeros(tiles, np.int64) for c in CATEGORIES}
-    per["code"][:] = code_tile
+    per["code"] += layout.code
     for v, category in held_inputs:
-        per[category] += tile_distribution(v.aval.nbytes or 0, v.aval.dtype.itemsize, tiles)
-    for aval in constants:
-        per["constants"] += tile_distribution(aval.nbytes or 0, aval.dtype.itemsize, tiles)
+        per[category] += layout.vector(v, v.aval)
+    for k, aval in enumerate(constants):
+        per["constants"] += layout.vector(("constant", k), aval)
     for t in peak.tensors:
-        per["activations"] += tile_distribution(t.nbytes, t.aval.dtype.itemsize, tiles)
+        per["activations"] += tile_mapping.distribution(
+            t.nbytes, t.aval.dtype.itemsize, tiles, t.start)
     return per
 
 
@@ -415,22 +412,25 @@ def step_details(program, tiles, top=5, ipu=0):
     return out
 
 
-def _peak_tensors(held_inputs, constants, peak, tiles, top=200):
+def _peak_tensors(held_inputs, constants, peak, layout, top=200):
     """The tensors in memory at the tile peak, largest first: the program's
     inputs and constants (always live) and the values live there, each with
-    its category and its linear mapping (tiles 0..tiles-1, bytes on each
-    but the last), so a viewer can tell which of them a tile holds."""
-    items = [(v.aval, category, "program input") for v, category in held_inputs]
-    items += [(aval, "constants", "program constant") for aval in constants]
-    items += [(t.aval, "activations", t.made_by) for t in peak.tensors]
+    its category and its linear mapping (`tiles` tiles from tile `start`,
+    wrapping; bytes on each but the last), so a viewer can tell which of
+    them a tile holds."""
+    items = [(v.aval, category, "program input", layout.start(v))
+             for v, category in held_inputs]
+    items += [(aval, "constants", "program constant", layout.start(("constant", k)))
+              for k, aval in enumerate(constants)]
+    items += [(t.aval, "activations", t.made_by, t.start) for t in peak.tensors]
     items.sort(key=lambda x: -(x[0].nbytes or 0))
     out = []
-    for aval, category, made_by in items[:top]:
+    for aval, category, made_by, start in items[:top]:
         used, per_tile = cost_model.linear_mapping(aval.nbytes or 0, aval.dtype.itemsize,
-                                                   tiles)
+                                                   layout.tiles)
         out.append({"tensor": aval.short(), "bytes": aval.nbytes or 0,
                     "category": category, "made_by": made_by,
-                    "tiles": used, "per_tile": per_tile})
+                    "tiles": used, "per_tile": per_tile, "start": start})
     return out
 
 
@@ -441,9 +441,8 @@ def tile_memory(exe, target, program=None, peak=None, ipu=0):
     tiles = target.tiles_per_ipu
     peak = peak or memory_model.peak_liveness(program, tiles, ipu)
     held = memory_model.held_on(program, ipu)
-    code_tile = cost_model.code_bytes_per_tile(held.steps)
     return _tile_categories(_held_categories(program, input_categories(exe, program), held),
-                            held.constants, peak, code_tile, tiles)
+                            held.constants, peak, memory_model.layout_on(program, tiles, ipu, held))
 
 
 def tile_overflow(exe, target, ipu=0):
@@ -468,13 +467,13 @@ def _memory_section(exe, mem, target):
         peak = memory_model.peak_liveness(program, tiles, ipu)
         held = memory_model.held_on(program, ipu)
         held_inputs = _held_categories(program, categories, held)
-        by_category = _tile_categories(held_inputs, held.constants, peak,
-                                       cost_model.code_bytes_per_tile(held.steps), tiles)
+        layout = memory_model.layout_on(program, tiles, ipu, held)
+        by_category = _tile_categories(held_inputs, held.constants, peak, layout)
         ipu_entry, tile_entry = _ipu_memory(report, target, held_inputs, by_category)
         ipus.append(ipu_entry)
         tile_pictures.append(tile_entry)
         if ipu == mem.ipu:
-            tensors = _peak_tensors(held_inputs, held.constants, peak, tiles)
+            tensors = _peak_tensors(held_inputs, held.constants, peak, layout)
     memory = {
         "ipus": ipus,
         "tiles": tile_pictures,
