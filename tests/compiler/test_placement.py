@@ -13,34 +13,10 @@ from keras_ipu.device.jit import jit
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator.sharding import predict_sharded
 
-PLACEMENT = Placement.of({"net/d0": 0, "net/d1": 1}, device_mapping=(0, 1))
-
-
-def _model():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential(
-        [keras.Input((16,)), keras.layers.Dense(32, activation="relu", name="d0"),
-         keras.layers.Dense(4, name="d1")], name="net")
-    return model
-
-
-def _train_step(model):
-    def loss_of(trainable, x, y):
-        pred, _ = model.stateless_call(trainable, [], x)
-        return keras.ops.mean(keras.ops.square(pred - y))
-
-    def step(trainable, x, y):
-        loss, grads = autodiff.value_and_grad(loss_of)(trainable, x, y)
-        return loss, [w - 0.1 * g for w, g in zip(trainable, grads)]
-
-    return step
-
-
-def _data():
-    rng = np.random.default_rng(0)
-    return (rng.standard_normal((8, 16)).astype(np.float32),
-            rng.standard_normal((8, 4)).astype(np.float32))
-
+from two_ipu_step import PLACEMENT
+from two_ipu_step import data as _data
+from two_ipu_step import model as _model
+from two_ipu_step import train_step as _train_step
 
 def _maker(graph, var):
     return next(node for node in graph.nodes if var in node.outputs)

@@ -18,18 +18,7 @@ from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import targets
 from keras_ipu.device.simulator.prediction import predict_costs
 
-
-@pytest.fixture(autouse=True)
-def fresh_ipu_system():
-    system_config.reset_ipu_configuration()
-    yield
-    system_config.reset_ipu_configuration()
-
-
-def configure(num_ipus):
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = num_ipus
-    cfg.configure_ipu_system()
+from ipu_keras_helpers import configure
 
 
 def test_public_paths_are_graphcores():

@@ -14,23 +14,9 @@ from keras.distribution import TensorLayout
 
 import keras_ipu as ipu
 from keras_ipu.backend import distribution_lib
-from keras_ipu.device.config import system_config
 from keras_ipu.models.extension import KerasExtension
 
-
-@pytest.fixture(autouse=True)
-def fresh_system_and_no_distribution():
-    system_config.reset_ipu_configuration()
-    keras.distribution.set_distribution(None)
-    yield
-    keras.distribution.set_distribution(None)
-    system_config.reset_ipu_configuration()
-
-
-def configure(num_ipus):
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = num_ipus
-    cfg.configure_ipu_system()
+from ipu_keras_helpers import configure
 
 
 def make_model():
@@ -51,6 +37,16 @@ def data(n=32):
             rng.normal(size=(n, 1)).astype("float32"))
 
 
+def replicated_reference(x, y, epochs):
+    """The model trained in an IPUStrategy on 2 replicas of 4 samples each:
+    what DataParallel's global batch of 8 must reproduce."""
+    configure(2)
+    with ipu.ipu_strategy.IPUStrategy().scope():
+        model = make_model()
+    model.fit(x, y, batch_size=4, epochs=epochs, shuffle=False, verbose=0)
+    return model
+
+
 def test_keras_sees_the_ipu_backends_distribution_lib():
     assert keras_backend_dlib is distribution_lib
 
@@ -67,12 +63,9 @@ def test_devices_are_the_ipus_of_the_device_models_run_on():
 
 
 def test_data_parallel_trains_as_ipu_strategy_replication():
-    configure(2)
     x, y = data()
-    with ipu.ipu_strategy.IPUStrategy().scope():
-        replicated = make_model()
     # An IPUStrategy batch is one replica's: 4 per replica, 8 per step.
-    replicated.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    replicated = replicated_reference(x, y, epochs=2)
 
     keras.distribution.set_distribution(DataParallel())
     model = make_model()
@@ -96,11 +89,8 @@ def test_data_parallel_trains_as_ipu_strategy_replication():
 def test_data_parallel_splits_a_tf_dataset_and_predicts_in_order():
     import tensorflow as tf
 
-    configure(2)
     x, y = data()
-    with ipu.ipu_strategy.IPUStrategy().scope():
-        replicated = make_model()
-    replicated.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    replicated = replicated_reference(x, y, epochs=1)
 
     with DataParallel().scope():
         model = make_model()

@@ -42,6 +42,26 @@ def mlp(strategy, stages=None, batch_norm=False, seed=3):
         return keras.Model(inputs, x)
 
 
+def two_stage_pipeline(ipu_api=ipu, seed=3):
+    """Input(16) -> Dense(32, tanh) in PipelineStage 0 -> Dense(8) in stage 1,
+    made in an IPUStrategy scope and compiled (SGD 0.1, mse, 4 steps per
+    execution, 4 micro-batches per optimizer step). Backend-neutral: the
+    TensorFlow front end's scenario (keras_tf_scenarios.py) builds it under
+    tf.keras with Graphcore's `tensorflow.python.ipu` as `ipu_api`, and its
+    test compares the placement with the ipu backend's."""
+    keras.utils.set_random_seed(seed)
+    with ipu_api.ipu_strategy.IPUStrategy().scope():
+        x = inputs = keras.Input((16,))
+        with ipu_api.keras.PipelineStage(0):
+            x = keras.layers.Dense(32, activation="tanh")(x)
+        with ipu_api.keras.PipelineStage(1):
+            x = keras.layers.Dense(8)(x)
+        model = keras.Model(inputs, x)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=4)
+        model.set_pipelining_options(gradient_accumulation_steps_per_replica=4)
+    return model
+
+
 class _NoStage:
     def __enter__(self):
         return self

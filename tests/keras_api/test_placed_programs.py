@@ -12,25 +12,13 @@ from keras_ipu.device.ir import ipus_of
 from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.simulator import profile
 
-
-def _configure():
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = 2
-    cfg.configure_ipu_system()
+from ipu_keras_helpers import configure
+from ipu_keras_helpers import two_stage_pipeline
 
 
-def _model(seed=3):
-    keras.utils.set_random_seed(seed)
-    with ipu.ipu_strategy.IPUStrategy().scope():
-        x = inputs = keras.Input((16,))
-        with ipu.keras.PipelineStage(0):
-            x = keras.layers.Dense(32, activation="tanh")(x)
-        with ipu.keras.PipelineStage(1):
-            x = keras.layers.Dense(8)(x)
-        model = keras.Model(inputs, x)
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=4)
-        model.set_pipelining_options(gradient_accumulation_steps_per_replica=4)
-    return model
+def _model():
+    configure(2)
+    return two_stage_pipeline()
 
 
 def _data():
@@ -40,7 +28,6 @@ def _data():
 
 
 def test_fit_evaluate_predict_programs_of_a_pipeline_run_on_its_ipus():
-    _configure()
     x, y = _data()
     model = _model()
     model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)

@@ -6,42 +6,26 @@ and an allocator per IPU whose numbers are the report's."""
 import glob
 import os
 
-import keras
 import numpy as np
 import pytest
 
 from keras_ipu.backend import tensorboard as tb
-from keras_ipu.device import autodiff
 from keras_ipu.device.compiler import CompileOptions
-from keras_ipu.device.compiler.placement import Placement
 from keras_ipu.device.jit import jit
 from keras_ipu.device.simulator import profile
 from keras_ipu.report import summary
 from keras_ipu.report import xspace
 
-PLACEMENT = Placement.of({"net/d0": 0, "net/d1": 1}, device_mapping=(0, 1))
+import two_ipu_step
 
 
 @pytest.fixture(scope="module")
 def placed():
-    keras.utils.set_random_seed(1)
-    model = keras.Sequential(
-        [keras.Input((16,)), keras.layers.Dense(64, activation="relu", name="d0"),
-         keras.layers.Dense(4, name="d1")], name="net")
-
-    def loss_of(trainable, x, y):
-        pred, _ = model.stateless_call(trainable, [], x)
-        return keras.ops.mean(keras.ops.square(pred - y))
-
-    def step(trainable, x, y):
-        loss, grads = autodiff.value_and_grad(loss_of)(trainable, x, y)
-        return loss, [w - 0.1 * g for w, g in zip(trainable, grads)]
-
-    rng = np.random.default_rng(0)
-    args = ([np.asarray(w.value) for w in model.trainable_variables],
-            rng.standard_normal((8, 16)).astype(np.float32),
-            rng.standard_normal((8, 4)).astype(np.float32))
-    fn = jit(step, options=CompileOptions(placement=PLACEMENT))
+    model = two_ipu_step.model(hidden=64)
+    step = two_ipu_step.train_step(model)
+    x, y = two_ipu_step.data()
+    args = ([np.asarray(w.value) for w in model.trainable_variables], x, y)
+    fn = jit(step, options=CompileOptions(placement=two_ipu_step.PLACEMENT))
     fn(*args)
     (exe,) = fn.executables()
     assert exe.ipus == (0, 1)

@@ -14,6 +14,9 @@ import sys
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The Keras API tests' shared models (ipu_keras_helpers), backend-neutral.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "keras_api"))
 
 
 def _conv_net(keras, dropout):
@@ -306,24 +309,16 @@ def keras_pipelined_replicas():
                 "train_programs": model.train_function.execution.runs}
 
 
-def pipeline_stage_model(keras, ipu):
-    """A Functional model pipelined over two stages by PipelineStage
-    scopes, in an IPUStrategy on 4 IPUs (two replicas of two IPUs); the
-    same code runs under the ipu backend (test_keras_tensorflow.py)."""
+def pipeline_stage_model(ipu):
+    """The Keras API tests' two-stage PipelineStage model, in an IPUStrategy
+    on 4 IPUs (two replicas of two IPUs), made through `ipu`; the same code
+    runs under the ipu backend (test_keras_tensorflow.py)."""
+    from ipu_keras_helpers import two_stage_pipeline
+
     cfg = ipu.config.IPUConfig()
     cfg.auto_select_ipus = 4
     cfg.configure_ipu_system()
-    keras.utils.set_random_seed(3)
-    strategy = ipu.ipu_strategy.IPUStrategy()
-    with strategy.scope():
-        x = inputs = keras.Input((16,))
-        with ipu.keras.PipelineStage(0):
-            x = keras.layers.Dense(32, activation="tanh")(x)
-        with ipu.keras.PipelineStage(1):
-            x = keras.layers.Dense(8)(x)
-        model = keras.Model(inputs, x)
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=4)
-        model.set_pipelining_options(gradient_accumulation_steps_per_replica=4)
+    model = two_stage_pipeline(ipu)
     rng = np.random.default_rng(0)
     data = (rng.normal(size=(32, 16)).astype("float32"), rng.normal(size=(32, 8)).astype("float32"))
     return model, data
@@ -362,12 +357,11 @@ def placement_facts(exe, kernel_shapes):
 def keras_pipeline_stage_placed():
     """pipeline_stage_model trained, evaluated and predicted through the
     front end: its programs' placements and replicas."""
-    import keras
     from tensorflow.python import ipu
 
     from keras_ipu.frontends.tensorflow import keras_trainer
 
-    model, (x, y) = pipeline_stage_model(keras, ipu)
+    model, (x, y) = pipeline_stage_model(ipu)
     history = model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)
     model.evaluate(x, y, batch_size=2, verbose=0)
     model.predict(x, batch_size=2, verbose=0)

@@ -110,8 +110,6 @@ def test_pipeline_stage_scopes_place_the_programs_as_the_ipu_backend_does(result
     the ipu backend places the same model's: each Dense product on its
     stage's IPU, activations copied forward (and gradients back when
     training), cycles predicted per IPU."""
-    import keras
-
     import keras_ipu as ipu
     from keras_tf_scenarios import pipeline_stage_model
     from keras_tf_scenarios import placement_facts
@@ -121,7 +119,7 @@ def test_pipeline_stage_scopes_place_the_programs_as_the_ipu_backend_does(result
     # optimizer step: 2 executions of one step.
     assert r["replicas"] == 2 and r["iterations"] == 2
     assert np.isfinite(r["loss"]).all()
-    model, (x, y) = pipeline_stage_model(keras, ipu)
+    model, (x, y) = pipeline_stage_model(ipu)
     model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)
     model.evaluate(x, y, batch_size=2, verbose=0)
     model.predict(x, batch_size=2, verbose=0)
