@@ -45,7 +45,7 @@ def test_activations_overflow_the_tile_smaller_batches_are_compiled(eight_tiles)
     # The alternatives compiled into a cache of their own, not the model's.
     (loop,) = model.train_function.device_loop._loops.values()
     assert loop.signature_count == 0
-    fitting = re.findall(r"With batch_size=(\d+) \(not 1024\), tile 0 would need [^:]+: fits", text)
+    fitting = re.findall(r"With batch_size=(\d+) \(not 1024\), the fullest tile would need [^:]+: fits", text)
     assert fitting, text
     # The simulator's prediction holds: that batch size trains.
     _fit(_mlp("sgd", 512, 256), 2048, 256, int(fitting[0]))

@@ -123,7 +123,8 @@ def describe(report, advice=None):
         )
     for alt in advice.alternatives:
         lines.append(
-            f"  - With {alt.change}, tile {report.tile} would need "
+            # Its own fullest tile: not necessarily this report's.
+            f"  - With {alt.change}, the fullest tile would need "
             f"{_needs(alt.tile_bytes, capacity)} (compiled by the simulator)."
         )
     lines.append(
