@@ -11,7 +11,6 @@ lowers the whole function to HLO before the front end splits it).
 """
 
 import contextlib
-import warnings
 
 import numpy as np
 
@@ -72,27 +71,19 @@ def outside_compilation_scope(name="outside"):
         yield
 
 
-_SHARD_WARNED = []
-
-
 @contextlib.contextmanager
 def ipu_shard(index):
-    """Control sharding for a set of operations: the index is recorded on
-    the ops (XLA sharding), the values are unchanged; the simulator
-    predicts a TensorFlow program on one IPU (sharded TensorFlow programs
-    are not modelled yet, and it warns once)."""
+    """Control sharding for a set of operations: the ops made inside carry
+    XLA's maximal sharding on IPU `index` (the `_XlaSharding` attribute),
+    which tf2xla copies onto their HLO; the front end's importer puts them
+    on that shard and the program compiles placed, shard s on IPU s, with
+    the copies between IPUs (an op with no mark runs where the values it
+    reads are, as Graphcore's sharding pass places it)."""
     from tensorflow.compiler.xla import xla_data_pb2
     from tensorflow.core.framework import attr_value_pb2
     from tensorflow.python.framework import ops
 
     ipus = list(index) if hasattr(index, "__iter__") else [index]
-    if not _SHARD_WARNED:
-        _SHARD_WARNED.append(True)
-        warnings.warn(
-            "ipu_shard in TensorFlow code: the values are computed as written, "
-            "but the simulator predicts memory and cycles of the program on one "
-            "IPU (sharding of TensorFlow programs is not modelled).",
-            stacklevel=3)
     proto = xla_data_pb2.OpSharding(type=xla_data_pb2.OpSharding.MAXIMAL,
                                     tile_assignment_devices=ipus)
     attrs = {"_XlaSharding": attr_value_pb2.AttrValue(s=proto.SerializeToString())}

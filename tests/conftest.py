@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 os.environ["KERAS_BACKEND"] = "ipu"
 # The suite checks the NumPy engine, the reference, deterministically (the
 # default "auto" would move programs that run long enough to XLA in the
@@ -76,3 +78,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("numpy_engine"):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def configure_ipus():
+    """configure_ipus(n): the IPU system is one device of n IPUs (a
+    pipeline or a sharded program needs one IPU per shard: Graphcore's
+    compiler refuses a device whose IPUs its shards do not divide); the
+    configuration is reset after the test."""
+    from keras_ipu.config import IPUConfig
+    from keras_ipu.device.config import system_config
+
+    def configure(n):
+        cfg = IPUConfig()
+        cfg.auto_select_ipus = n
+        cfg.configure_ipu_system()
+        return cfg
+
+    yield configure
+    system_config.reset_ipu_configuration()

@@ -13,6 +13,13 @@ atomically; a new estimator on the directory resumes from the latest).
 As in Graphcore's IPUEstimator, the host increments the global step by
 iterations_per_loop after each loop, so the model_fn must not increment it
 (`minimize(loss)` without `global_step`), and hooks run once per loop.
+
+Replication (num_replicas): the loop runs on that many replicas, replica r
+of a step reading the dataset's element step * num_replicas + r; the
+results come back replicas merged (_LoopProgram.results). Sharding
+(num_shards): the model_fn marks its ops with scopes.ipu_shard, which the
+front end's importer reads back from the HLO, so the loop compiles placed
+over num_shards IPUs (frontends/tensorflow/function.py).
 """
 
 import inspect
@@ -76,19 +83,10 @@ class IPUEstimator:
                 raise ValueError(
                     f"{mode} batch size {size} must be divisible by the number of "
                     f"replicas {ipu.num_replicas}.")
-        self._check_supported(ipu)
         self._store = VariableStore()
         self._initialised = set()  # store keys given their starting value
         self._system_configured = False
         checkpoints.remove_orphans(self._model_dir)
-
-    @staticmethod
-    def _check_supported(ipu):
-        if ipu.num_shards > 1:
-            raise NotImplementedError(
-                f"IPURunConfig(num_shards={ipu.num_shards}): the TensorFlow front end "
-                "runs a TensorFlow program's shards on one IPU, so a sharded "
-                "estimator is not supported; use num_shards=1.")
 
     # -- properties of tf.estimator.Estimator --------------------------------
 
@@ -188,7 +186,7 @@ class IPUEstimator:
             t0 = time.time()
             program()
             step = self._add_to_global_step(ipl)
-            losses = _replica_mean(program.results()["loss"].numpy(), program.replicas)
+            losses = program.results()["loss"]
             if not np.all(np.isfinite(losses)):
                 raise FloatingPointError(
                     f"Loss is {losses[~np.isfinite(losses)][0]} at global step {step}: "
@@ -241,11 +239,9 @@ class IPUEstimator:
             hook_lib.call_before_run(all_hooks, hook_lib.RunContext(step, ipl))
             program()
             out = program.results()
-            losses.append(_replica_mean(out["loss"].numpy(), program.replicas))
-            # The last update's value is the metric over the loop; replicas
-            # saw equal shares of the data, so their metrics are averaged.
-            metrics = {k: _replica_mean(v.numpy(), program.replicas)[-1]
-                       for k, v in out["metrics"].items()}
+            losses.append(out["loss"])
+            # The last update's value is the metric over the loop.
+            metrics = {k: v[-1] for k, v in out["metrics"].items()}
             hook_lib.call_after_run(all_hooks, hook_lib.RunContext(step, ipl))
         for hook in all_hooks:
             hook.end(None)
@@ -289,7 +285,7 @@ class IPUEstimator:
                     if _is_end_of_data(error):
                         return
                     raise
-                out = _replica_batches(program.results()["predictions"], program.replicas)
+                out = program.results()["predictions"]
                 hook_lib.call_after_run(all_hooks, hook_lib.RunContext(step, ipl))
                 for batch in _per_step(out, predict_keys):
                     for item in (_per_example(batch) if single else [batch]):
@@ -532,9 +528,21 @@ class _LoopProgram:
         self._bridged.run((), {}, replicas=self.replicas)
 
     def results(self):
-        """What the last run sent: {"loss": per step} (train), {"loss",
-        "metrics": {name: per step}} (eval), {"predictions"} (predict)."""
-        return self.outfeed.dequeue()
+        """What the last run sent, replicas merged: {"loss": per step (NumPy,
+        the replicas' mean)} (train), {"loss", "metrics": {name: per step}}
+        (eval; replicas saw equal shares of the data, so their metrics are
+        averaged), {"predictions": the replicas' batches one after the
+        other} (predict)."""
+        out = self.outfeed.dequeue()
+        merged = {}
+        if "loss" in out:
+            merged["loss"] = _replica_mean(out["loss"].numpy(), self.replicas)
+        if "metrics" in out:
+            merged["metrics"] = {k: _replica_mean(v.numpy(), self.replicas)
+                                 for k, v in out["metrics"].items()}
+        if "predictions" in out:
+            merged["predictions"] = _replica_batches(out["predictions"], self.replicas)
+        return merged
 
 
 def _replica_mean(values, replicas):

@@ -9,13 +9,21 @@ mini-batches. Training outfeeds the loss of every mini-batch; evaluation
 outfeeds the last stage's outputs and runs `eval_metrics_fn` on the host
 over them (as Graphcore's does), its `tf.compat.v1.metrics` accumulating
 over the whole evaluation; prediction outfeeds the last stage's outputs.
+With num_replicas > 1 each replica runs the pipeline on its own
+micro-batches (the optimizer_function's CrossReplicaOptimizer averages the
+accumulated gradients, as Graphcore's documentation asks); the host
+metrics see every replica's outputs.
 """
 
 import collections
 
+import numpy as np
+
 from keras_ipu.estimators.estimator import IPUEstimator
 from keras_ipu.estimators.estimator import _arg_names
 from keras_ipu.estimators.estimator import _LoopProgram
+from keras_ipu.estimators.estimator import _replica_batches
+from keras_ipu.estimators.estimator import _replica_mean
 from keras_ipu.estimators.spec import ModeKeys
 from keras_ipu.gradient_accumulation import GradientAccumulationReductionMethod
 
@@ -61,15 +69,6 @@ class IPUPipelineEstimator(IPUEstimator):
                  warm_start_from=None):
         super().__init__(model_fn, model_dir=model_dir, config=config, params=params,
                          warm_start_from=warm_start_from)
-
-    @staticmethod
-    def _check_supported(ipu):
-        # Shards are the pipeline's IPUs (checked against each spec).
-        if ipu.num_replicas > 1:
-            raise NotImplementedError(
-                f"IPURunConfig(num_replicas={ipu.num_replicas}) with IPUPipelineEstimator: "
-                "replicated pipeline estimators are not supported by keras_ipu yet; "
-                "use num_replicas=1.")
 
     def _loop_program(self, mode, dataset):
         return _PipelineProgram(self, mode, dataset)
@@ -143,7 +142,7 @@ class _PipelineProgram(_LoopProgram):
 
         out = self.outfeed.dequeue()
         if self.mode == ModeKeys.TRAIN:
-            return {"loss": out}
+            return {"loss": _replica_mean(out.numpy(), self.replicas)}
         if self.mode == ModeKeys.PREDICT:
             if isinstance(out, (list, tuple)):
                 if len(out) != 1:
@@ -151,8 +150,9 @@ class _PipelineProgram(_LoopProgram):
                         "The last computational stage must return exactly one prediction "
                         f"tensor, but got {len(out)}")
                 out = out[0]
-            return {"predictions": out}
-        return self._evaluate_on_host(out)
+            return {"predictions": _replica_batches(out, self.replicas)}
+        # The metrics see every replica's micro-batches, as one stream.
+        return self._evaluate_on_host(_replica_batches(out, self.replicas))
 
     def _evaluate_on_host(self, out):
         """eval_metrics_fn over this loop's outputs, on the host: its metric
@@ -189,4 +189,5 @@ class _PipelineProgram(_LoopProgram):
             self._host_metrics = tf.function(host, autograph=False)
         args, kwargs = _body_arguments(out)
         loss, values = self._host_metrics(*args, **kwargs)
-        return {"loss": loss, "metrics": {k: tf.reshape(v, [1]) for k, v in values.items()}}
+        return {"loss": loss.numpy(), "metrics": {k: np.reshape(v.numpy(), [1])
+                                                 for k, v in values.items()}}

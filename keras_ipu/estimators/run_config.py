@@ -55,8 +55,39 @@ class IPURunConfig(collections.namedtuple("IPURunConfig", (
                             ("num_replicas", num_replicas), ("num_shards", num_shards)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        _check_device_count(ipu_options, num_replicas, num_shards, ordinal)
         return super().__new__(cls, iterations_per_loop, ipu_options, num_replicas, num_shards,
                                ordinal, prefetch_depth)
+
+
+def _check_device_count(ipu_options, num_replicas, num_shards, ordinal):
+    """Graphcore's checks: the estimator's program needs num_replicas x
+    num_shards IPUs, which the IPUConfig must select (with select_ipus the
+    count is only known once the device exists: not checked here)."""
+    num_devices = num_replicas * num_shards
+    if num_devices > 1 and ipu_options is None:
+        raise ValueError("IPU configuration requires more than one device, but "
+                         "`ipu_options` is None")
+    if ipu_options is None:
+        return
+    from keras_ipu.config import IPUConfig
+
+    if not isinstance(ipu_options, IPUConfig):
+        raise TypeError("ipu_options must be an IPUConfig instance.")
+    auto = ipu_options.auto_select_ipus
+    auto = list(auto) if isinstance(auto, (list, tuple)) else [auto]
+    select = ipu_options.select_ipus
+    select = list(select) if isinstance(select, (list, tuple)) else [select]
+    devices = max(len(auto), len(select), 1)
+    if ordinal >= devices:
+        raise ValueError(f"Only {devices} device(s) available to choose from. "
+                         f"You tried to pick a device at ordinal {ordinal}")
+    configured = auto[ordinal] if ordinal < len(auto) else (num_devices if select else 1)
+    if num_devices != configured:
+        raise ValueError(
+            f"`IPURunConfig` configured with {num_devices} devices ({num_replicas} "
+            f"replicas times {num_shards} shards), but `ipu_options` configured with "
+            f"{configured} devices")
 
 
 class RunConfig:

@@ -119,6 +119,10 @@ class IPUOptions:
     pipelining_device_mapping: object = None
     pipelining_accumulate_outfeed: object = None
     pipelining_kwargs: dict = dataclasses.field(default_factory=dict)
+    # SDK 2.1's PipelineSequential/PipelineModel(batch_serialization_iterations):
+    # what the prediction holds at once (the step's micro-batches already
+    # count them); not saved, as the pipeline's kwargs are not.
+    pipelining_batch_serialization_iterations: int = 1
     replicated_metric_reduction_method: object = ReplicatedMetricReductionMethod.NONE
     asynchronous_callbacks: bool = False
     infeed_kwargs: dict = dataclasses.field(default_factory=dict)

@@ -289,6 +289,8 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
         batch_size=batch_size,
         resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
         weight_update=once_per_step(model), memory_schedule="best",
+        batch_serialization_iterations=(
+            options.pipelining_batch_serialization_iterations if pipelined else 1),
         offload=offload_of(model, model_state.state_variables(model, model_state.TRAIN_STATE),
                            replicas, gradient_accumulation, placed, layout["state_outputs"]),
     )

@@ -315,6 +315,16 @@ def _pipeline_options(model, count, dtype, batch_serialization_iterations, devic
         if schedule != PipelineSchedule.Sequential:
             raise NotImplementedError(
                 "Batch serialization is only supported with the `Sequential` schedule.")
+        # As pipelining_ops.pipeline: every stage on IPU 0 by default, and
+        # on one IPU in any case (each stage loops over the slices there).
+        if device_mapping is None:
+            device_mapping = [0] * len(model.stages)
+        if len(set(device_mapping)) != 1:
+            raise NotImplementedError(
+                "When using batch serialization, all the pipeline stages need to be "
+                "mapped to a single IPU.")
+        model._ipu_options.pipelining_batch_serialization_iterations = (
+            batch_serialization_iterations)
     kwargs = {k: v for k, v in extra.items() if v is not None and v is not False}
     if dtype is not None:
         kwargs["gradient_accumulation_dtype"] = dtype

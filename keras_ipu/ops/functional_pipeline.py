@@ -15,6 +15,16 @@ mapping, schedule and recomputation mode for the front end, which places
 the stages on their IPUs and simulates the schedule as for a Keras
 pipeline (ops/pipeline_simulation.py).
 
+batch_serialization_iterations = b > 1 (Graphcore: Sequential schedule,
+every stage on one IPU): Poplar wraps each stage in a loop over b
+micro-batches, its inputs and outputs sliced from buffers of b, so one
+pipeline iteration reads b infeed elements and a weight update
+accumulates G x b micro-batches (SUM). The values are those of that
+gradient accumulation, which is what this loop computes; the simulator
+holds b micro-batches' stashed activations and stage outputs at once
+(sharding.predict_sharded), the time being the Sequential schedule's
+over G x b micro-batches.
+
 TF1-style variables the stages make (tf.compat.v1.get_variable, the
 optimizer's slots and accumulators) are kept across traces in a
 VariableStore (keras_ipu/estimators/variable_store.py), the one of the
@@ -255,21 +265,25 @@ def pipeline(computational_stages, gradient_accumulation_count=None,
                 "An outfeed_queue must be provided when accumulate_outfeed is True.")
         if outfeed_queue._outfeed_mode != IPUOutfeedMode.ALL:  # noqa: SLF001 - as Graphcore's
             raise ValueError("To accumulate the outfeed, it must be in IPUOutfeedMode ALL.")
-    if batch_serialization_iterations != 1:
-        raise NotImplementedError(
-            "batch_serialization_iterations other than 1 is not supported by keras_ipu's "
-            "functional pipeline: Poplar splits each stage's batch into that many slices "
-            "run in a loop on the one IPU, and the simulator has no model of that "
-            "slicing (neither the values' order nor its memory and cycles), so it "
-            "cannot run such a pipeline faithfully.")
+    if (not isinstance(batch_serialization_iterations, int)
+            or isinstance(batch_serialization_iterations, bool)
+            or batch_serialization_iterations < 1):
+        raise ValueError(
+            f"batch_serialization_iterations must be a positive integer, got "
+            f"{batch_serialization_iterations!r}.")
     check_pipeline_iterations(gradient_accumulation_count, schedule, mapping, training)
+    # Batch serialization (Poplar's PipelineBatchSerializationLoopInserter):
+    # each stage runs in a loop over batch_serialization_iterations
+    # micro-batches, so a weight update accumulates count x iterations of
+    # them (Graphcore's tests compare with that many on the CPU).
+    micro_batches = gradient_accumulation_count * batch_serialization_iterations
     fixed = list(inputs or [])
     name = name or "pipeline"
 
     def enqueue_or_accumulate(data):
         if not accumulate_outfeed:
             return outfeed_queue.enqueue(data)
-        return _accumulated_enqueue(outfeed_queue, data, gradient_accumulation_count,
+        return _accumulated_enqueue(outfeed_queue, data, micro_batches,
                                     accumulate_outfeed_dtype, name)
 
     def body(*element, **named):
@@ -289,7 +303,7 @@ def pipeline(computational_stages, gradient_accumulation_count=None,
                         "pipelining_ops.OptimizerFunctionOutput, got "
                         f"{type(spec).__name__}.")
                 opt = GradientAccumulationOptimizerV2(
-                    spec.opt, gradient_accumulation_count, dtype=gradient_accumulation_dtype,
+                    spec.opt, micro_batches, dtype=gradient_accumulation_dtype,
                     reduction_method=method, name="PipelineGradientAccumulation")
                 grads = opt.compute_gradients(spec.loss, *spec.compute_gradients_args,
                                               **spec.compute_gradients_kwargs)
@@ -313,11 +327,12 @@ def pipeline(computational_stages, gradient_accumulation_count=None,
             ops.append(enqueue_or_accumulate(to_outfeed))
         return tf.group(ops) if ops else tf.no_op()
 
-    total = repeat_count * gradient_accumulation_count
+    total = repeat_count * micro_batches
     record_pipeline(PipelineRun(
         device_mapping=mapping, schedule=schedule,
         gradient_accumulation_count=gradient_accumulation_count, repeat_count=repeat_count,
-        recomputation_mode=recomputation_mode, training=training))
+        recomputation_mode=recomputation_mode, training=training,
+        batch_serialization_iterations=batch_serialization_iterations))
     store = active_store()
     if store is not None:
         return loops.repeat(total, body, [], infeed_queue)

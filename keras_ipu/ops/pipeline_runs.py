@@ -27,6 +27,9 @@ class PipelineRun:
     repeat_count: int
     recomputation_mode: object  # RecomputationMode
     training: bool
+    # Micro-batches each stage runs in a loop per pipeline iteration (a
+    # weight update accumulates gradient_accumulation_count x this many).
+    batch_serialization_iterations: int = 1
 
 
 def record_pipeline(run):

@@ -116,10 +116,12 @@ def predict_pipeline(executable, run, target=None):
     def once(node):
         return isinstance(node.source, str) and f"{WEIGHT_UPDATE_SCOPE}/cond" in node.source
 
+    serialized = run.batch_serialization_iterations
     return sharding.predict_sharded(
-        body, target=target, gradient_accumulation_count=run.gradient_accumulation_count,
+        body, target=target,
+        gradient_accumulation_count=run.gradient_accumulation_count * serialized,
         schedule=run.schedule, batch_size=_micro_batch_size(body), weight_update=once,
-        training=run.training)
+        training=run.training, batch_serialization_iterations=serialized)
 
 
 def check_before_first_run(executable, run):

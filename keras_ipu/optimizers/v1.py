@@ -8,9 +8,12 @@ all-reduce) before applying them; MapGradientOptimizer maps each gradient
 with a function of (gradient, variable); the gradient-accumulation
 optimizers add each step's gradients into accumulators and apply them
 every `num_mini_batches` steps (a conditional in the program, counted by a
-step counter variable). ShardedOptimizer forwards as IpuOptimizer: the
-simulator runs a TensorFlow program's shards on one IPU (`ipu_shard`
-keeps the values), so there is no placement for it to follow.
+step counter variable). ShardedOptimizer computes the gradients
+co-located with their forward ops and gives each its forward op's shard
+(sharding.propagate_sharding), so a sharded program (`scopes.ipu_shard`)
+runs each backward op on its forward op's IPU; without it the placement
+puts an unmarked op on the highest shard of the values it reads
+(compiler/placement.py).
 """
 
 import tensorflow as tf
@@ -59,8 +62,23 @@ class ShardedOptimizer(IpuOptimizer):
         super().__init__(optimizer, name="ShardedOptimizer")
 
     def compute_gradients(self, loss, var_list=None, **kwargs):
+        # As Graphcore's: each gradient op co-located with its forward op,
+        # then given that op's shard, so it runs on the forward op's IPU.
         kwargs["colocate_gradients_with_ops"] = True
-        return super().compute_gradients(loss, var_list=var_list, **kwargs)
+        grads = super().compute_gradients(loss, var_list=var_list, **kwargs)
+        _propagate_sharding()
+        return grads
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        applied = super().apply_gradients(grads_and_vars, global_step, name)
+        _propagate_sharding()
+        return applied
+
+
+def _propagate_sharding():
+    from keras_ipu.sharding import propagate_sharding
+
+    propagate_sharding(tf.compat.v1.get_default_graph())
 
 
 class CrossReplicaOptimizer(IpuOptimizer):

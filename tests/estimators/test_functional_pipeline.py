@@ -17,6 +17,11 @@ Y = X @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")
 MB, GAC, LR = 4, 4, 0.05
 
 
+@pytest.fixture(autouse=True)
+def two_ipus(configure_ipus):
+    configure_ipus(2)  # the two stages' IPUs
+
+
 def _stages():
     def stage1(lr, x, y):
         w1 = tf.compat.v1.get_variable("w1", shape=(4, 3),
@@ -201,6 +206,40 @@ def test_recomputation_checkpoint_marks_the_value_and_keeps_the_numbers():
     assert set(structure) == {"a", "b"} and structure["b"][0].shape == ()
 
 
+def test_batch_serialization_accumulates_count_times_iterations_micro_batches():
+    """gradient_accumulation_count 2 with batch_serialization_iterations 2:
+    each weight update sums 4 micro-batches' gradients (Graphcore's tests
+    compare such a pipeline with 4 on the CPU), all stages on IPU 0 under
+    the Sequential schedule (both the defaults Graphcore picks)."""
+    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(MB, drop_remainder=True).repeat()
+    infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(dataset)
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+    stage1, stage2 = _stages()
+    runs = []
+
+    def optimizer_function(lr, loss):
+        return pipelining_ops.OptimizerFunctionOutput(
+            tf.compat.v1.train.GradientDescentOptimizer(lr), loss)
+
+    def model(lr):
+        from keras_ipu.ops.pipeline_runs import recording
+
+        with recording() as recorded:
+            op = pipelining_ops.pipeline(
+                [stage1, stage2], gradient_accumulation_count=GAC // 2,
+                batch_serialization_iterations=2, repeat_count=2, inputs=[lr],
+                infeed_queue=infeed, outfeed_queue=outfeed,
+                optimizer_function=optimizer_function, outfeed_loss=True)
+        runs.extend(recorded)
+        return op
+
+    ipu.ipu_compiler.compile(model, inputs=[tf.constant(LR)])
+    w1, w2, expected = _reference(2)
+    np.testing.assert_allclose(outfeed.dequeue().numpy(), expected, rtol=1e-5)
+    assert runs[0].device_mapping == (0, 0) and runs[0].batch_serialization_iterations == 2
+    assert runs[0].schedule == pipelining_ops.PipelineSchedule.Sequential
+
+
 def test_graphcore_checks_of_the_pipeline():
     two = [lambda x: x, lambda x: x]
     infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(tf.data.Dataset.from_tensor_slices(X))
@@ -220,8 +259,9 @@ def test_graphcore_checks_of_the_pipeline():
          "only supported with the `Sequential` schedule"),
         (dict(gradient_accumulation_count=4, batch_serialization_iterations=2,
               device_mapping=[0, 1]), NotImplementedError, "mapped to a single IPU"),
-        (dict(gradient_accumulation_count=4, batch_serialization_iterations=2),
-         NotImplementedError, "no model of that slicing"),
+        (dict(gradient_accumulation_count=4, batch_serialization_iterations=2,
+              reduction_method="MEAN", optimizer_function=lambda x: x), ValueError,
+         "only supported when reduction_method is GradientAccumulationReductionMethod.SUM"),
         (dict(gradient_accumulation_count=4, accumulate_outfeed=True, outfeed_queue=last),
          ValueError, "must be in IPUOutfeedMode ALL"),
         (dict(gradient_accumulation_count=4, continuous_weight_updates=True),

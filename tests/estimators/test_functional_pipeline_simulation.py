@@ -23,11 +23,8 @@ SCHEDULES = ("Grouped", "Interleaved", "Sequential")
 
 
 @pytest.fixture(autouse=True)
-def two_ipus():
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = 2
-    cfg.configure_ipu_system()
-    yield
+def two_ipus(configure_ipus):
+    configure_ipus(2)
 
 
 def _stages():
@@ -44,7 +41,7 @@ def _stages():
     return [stage1, stage2]
 
 
-def _program(schedule, device_mapping=(0, 1)):
+def _program(schedule, device_mapping=(0, 1), gac=GAC, batch_serialization_iterations=1):
     dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(MB, drop_remainder=True).repeat()
     infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(dataset)
     outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
@@ -57,7 +54,8 @@ def _program(schedule, device_mapping=(0, 1)):
 
     def program():
         pipelining_ops.pipeline(
-            stages, gradient_accumulation_count=GAC, infeed_queue=infeed,
+            stages, gradient_accumulation_count=gac, infeed_queue=infeed,
+            batch_serialization_iterations=batch_serialization_iterations,
             outfeed_queue=outfeed, optimizer_function=optimizer_function, outfeed_loss=True,
             device_mapping=list(device_mapping),
             pipeline_schedule=getattr(pipelining_ops.PipelineSchedule, schedule))
@@ -126,6 +124,29 @@ def test_stages_run_on_their_ipus_and_the_schedule_changes_time_and_memory():
     assert memory["Interleaved"] - memory["Sequential"] == stash
     assert (predictions["Grouped"].step_cycles < predictions["Interleaved"].step_cycles
             <= predictions["Sequential"].step_cycles)
+
+
+def test_batch_serialization_holds_its_iterations_micro_batches_at_once():
+    """All stages on IPU 0 under the Sequential schedule: batch serialization
+    over 2 micro-batches (count 4) runs the values and cycles of 8
+    micro-batches per update, and holds the stash of 2 at once."""
+    exe, run, losses = _program("Sequential", (0, 0), gac=GAC)
+    serial_exe, serial_run, serial_losses = _program(
+        "Sequential", (0, 0), gac=GAC // 2, batch_serialization_iterations=2)
+    np.testing.assert_allclose(serial_losses, losses, rtol=1e-6)
+    plain, serial = predict_pipeline(exe, run), predict_pipeline(serial_exe, serial_run)
+    assert serial.gradient_accumulation_count == plain.gradient_accumulation_count == GAC
+    assert serial.step_cycles == plain.step_cycles
+    (ipu0,), (serial_ipu0,) = plain.ipus, serial.ipus
+    assert (ipu0.in_flight, serial_ipu0.in_flight) == (1, 2)
+    # What the backward passes read from the forward ones, per micro-batch:
+    # tanh's output, the micro-batch, the infeed's token, and the gradient
+    # of tanh's output that the last stage makes (its backward counts in
+    # its forward slot: sharding.py's phases).
+    stash = 2 * MB * HIDDEN * 4 + MB * IN * 4 + 4
+    assert serial_ipu0.stash_bytes == ipu0.stash_bytes == stash
+    assert (serial_ipu0.memory.not_always_live_bytes
+            - ipu0.memory.not_always_live_bytes) == stash
 
 
 def test_the_keras_pipeline_of_the_same_model_predicts_the_same_layout():

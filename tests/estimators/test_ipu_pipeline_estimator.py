@@ -6,6 +6,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+import keras_ipu as ipu  # noqa: E402
 from keras_ipu import ipu_pipeline_estimator  # noqa: E402
 from keras_ipu import ipu_run_config  # noqa: E402
 from keras_ipu.estimators.spec import ModeKeys  # noqa: E402
@@ -47,10 +48,18 @@ def input_fn():
     return tf.data.Dataset.from_tensor_slices((X, Y)).batch(MB, drop_remainder=True).repeat()
 
 
+def run_config(model_dir, ipl, replicas=1):
+    """The two stages' IPUs times `replicas`."""
+    options = ipu.config.IPUConfig()
+    options.auto_select_ipus = 2 * replicas
+    return ipu_run_config.RunConfig(
+        ipu_run_config=ipu_run_config.IPURunConfig(
+            iterations_per_loop=ipl, num_shards=2, num_replicas=replicas, ipu_options=options),
+        model_dir=str(model_dir))
+
+
 def test_pipeline_estimator_trains_evaluates_and_predicts(tmp_path):
-    config = ipu_run_config.RunConfig(
-        ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=8, num_shards=2),
-        model_dir=str(tmp_path))
+    config = run_config(tmp_path, 8)
     estimator = ipu_pipeline_estimator.IPUPipelineEstimator(model_fn, config=config)
     estimator.train(input_fn, steps=16)  # 16 mini-batches: 4 weight updates
     w1, w2, _ = _reference(4)
@@ -69,9 +78,7 @@ def test_pipeline_estimator_trains_evaluates_and_predicts(tmp_path):
 
 
 def test_pipeline_estimator_checks_graphcore_rules(tmp_path):
-    config = ipu_run_config.RunConfig(
-        ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=6, num_shards=2),
-        model_dir=str(tmp_path))
+    config = run_config(tmp_path, 6)
     estimator = ipu_pipeline_estimator.IPUPipelineEstimator(model_fn, config=config)
     with pytest.raises(ValueError, match=r"must be divisible by `gradient_accumulation_count` \(got 4\)"):
         estimator.train(input_fn, steps=6)

@@ -33,8 +33,11 @@ def make_model_fn(wrap):
 
 
 def train(tmp_path, wrap, steps=8, replicas=1, ipl=4):
+    options = ipu.config.IPUConfig()
+    options.auto_select_ipus = replicas
     config = ipu_run_config.RunConfig(
-        ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=ipl, num_replicas=replicas),
+        ipu_run_config=ipu_run_config.IPURunConfig(iterations_per_loop=ipl, num_replicas=replicas,
+                                                   ipu_options=options),
         model_dir=str(tmp_path))
     estimator = ipu_estimator.IPUEstimator(make_model_fn(wrap), config=config,
                                            train_batch_size=BATCH * replicas)

@@ -87,6 +87,41 @@ def test_constructor_checks():
                                          batch_serialization_iterations=2)
 
 
+def test_batch_serialization_runs_all_stages_on_one_ipu_holding_its_slices():
+    """PipelineSequential(batch_serialization_iterations=2): the stages on
+    IPU 0 (Graphcore's default), the weights of accumulation over count x 2
+    micro-batches, and the prediction of the Sequential pipeline of as many
+    micro-batches with the stash of 2 held at once."""
+    from keras_ipu.models.prediction import predict_training
+
+    sequential = ipu.ops.pipelining_ops.PipelineSchedule.Sequential
+    x, y = regression_data(n=32)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    with strategy.scope():
+        with pytest.raises(NotImplementedError, match="all the pipeline stages need to be "
+                           "mapped to a single IPU"):
+            ipu.keras.PipelineSequential([[keras.layers.Dense(1)], [keras.layers.Dense(1)]],
+                                         gradient_accumulation_count=2, device_mapping=[0, 1],
+                                         batch_serialization_iterations=2,
+                                         pipeline_schedule=sequential)
+        serial = ipu.keras.PipelineSequential(
+            [[a] for a in layers(5)], gradient_accumulation_count=2,
+            batch_serialization_iterations=2, pipeline_schedule=sequential)
+        plain = ipu.keras.PipelineSequential(
+            [[a] for a in layers(5)], gradient_accumulation_count=4, device_mapping=[0, 0],
+            pipeline_schedule=sequential)
+        for model in (serial, plain):
+            model.compile(keras.optimizers.SGD(0.05), "mse")
+            model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+        assert max_weight_difference(serial, plain) < 1e-6
+        held, one = predict_training(serial, 4).sharded, predict_training(plain, 4).sharded
+    assert [p.ipu for p in held.ipus] == [p.ipu for p in one.ipus] == [0]
+    assert held.step_cycles == one.step_cycles
+    assert (held.ipus[0].in_flight, one.ipus[0].in_flight) == (2, 1)
+    assert (held.ipus[0].memory.not_always_live_bytes
+            - one.ipus[0].memory.not_always_live_bytes) == held.ipus[0].stash_bytes > 0
+
+
 def test_fit_arguments_and_steps_rules():
     import tensorflow as tf
 

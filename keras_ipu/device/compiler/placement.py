@@ -245,7 +245,7 @@ class _Placer:
         new = copy_node(node, node.inputs, params)
         stages = set()
         for sub in subgraphs(new):
-            stages |= _stages(sub)
+            stages |= recorded_stages(sub)
         if len(stages) == 1:
             (stage,) = stages
             return _tagged(new, stage, self.placement.ipu_of(stage))
@@ -264,14 +264,14 @@ def _by_dataflow(node, home, made_on, before):
     return max(made)[1] if made else before
 
 
-def _stages(graph):
+def recorded_stages(graph):
     found = set()
     for node in graph.nodes:
         if node.stage is not None:
             found.add(node.stage)
         else:
             for sub in subgraphs(node):
-                found |= _stages(sub)
+                found |= recorded_stages(sub)
     return found
 
 

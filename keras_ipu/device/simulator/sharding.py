@@ -36,8 +36,9 @@ an over-estimate of (g - 1) x W_k.
 Memory. Each IPU's MemoryReport (memory_model.analyze_memory(ipu=k)) plus
 the stash: the activations its backward pass reads, one copy per
 micro-batch in flight on stage k: Grouped 2 (n - 1 - k) + 1, Interleaved
-n - k, Sequential 1. The out-of-memory error names the IPU and its fullest
-tile. The schedule changes time and memory, never values (DESIGN decision
+n - k, Sequential 1 (b with batch serialization, which also holds the
+values passed between stages for b micro-batches). The out-of-memory
+error names the IPU and its fullest tile. The schedule changes time and memory, never values (DESIGN decision
 5).
 
 Offloaded optimizer state (`offload`, an Offload: Graphcore's
@@ -191,13 +192,15 @@ def _schedule_name(schedule):
     )
 
 
-def in_flight(schedule, stage, n_stages):
-    """Micro-batches whose activations stage `stage` holds at once."""
+def in_flight(schedule, stage, n_stages, batch_serialization_iterations=1):
+    """Micro-batches whose activations stage `stage` holds at once (with
+    batch serialization, Sequential only: each stage's loop runs its
+    forward pass over that many micro-batches before any backward pass)."""
     if schedule == "Grouped":
         return 2 * (n_stages - 1 - stage) + 1
     if schedule == "Interleaved":
         return n_stages - stage
-    return 1
+    return batch_serialization_iterations
 
 
 # -- the prediction -------------------------------------------------------------
@@ -273,7 +276,8 @@ def _offload_cycles(graph, ipu, streamed, offload, target):
 def predict_sharded(obj, target=None, gradient_accumulation_count=1,
                     schedule="Grouped", batch_size=None, resident_inputs=(),
                     resident_outputs=(), check_memory=False, weight_update=None,
-                    offload=None, memory_schedule="program", training=True):
+                    offload=None, memory_schedule="program", training=True,
+                    batch_serialization_iterations=1):
     """The ShardedPrediction of a placed Graph or Executable (see the module
     doc; compile it with CompileOptions(placement=...), or place a graph with
     compiler.placement.place).
@@ -288,6 +292,10 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
     IPUOutOfMemoryError naming the first IPU that does not fit. offload:
     an Offload (optimizer state in Streaming Memory), or None.
     memory_schedule: "program" or "best" (memory_model.analyze_memory).
+    batch_serialization_iterations: b > 1 (the Sequential schedule, every
+    stage on one IPU, gradient_accumulation_count counting all G x b
+    micro-batches): each stage runs over b micro-batches in a loop, so the
+    stash and the values passed between stages are held for b at once.
     """
     target = memory_model.resolve_target(target)
     graph = memory_model.graph_of(obj)
@@ -322,6 +330,11 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
         for i, (node, s) in enumerate(zip(nodes, steps)) if node.primitive is ipu_copy_p
     ]
 
+    if batch_serialization_iterations > 1 and (schedule != "Sequential" or n != 1):
+        raise ValueError(
+            f"batch_serialization_iterations={batch_serialization_iterations} needs the "
+            f"Sequential schedule on one IPU; got {schedule} on {n} IPUs.")
+    producer_stage = {v: node.stage for node in nodes for v in node.outputs}
     streamed = offload.values(graph) if offload is not None and offload.inputs else None
     results = []
     for d in ipus:
@@ -339,10 +352,17 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
         fwd_values = {v for i in mine if phase[i] == "forward" for v in nodes[i].outputs}
         stashed = {v for i in mine if phase[i] == "backward"
                    for v in nodes[i].inputs if v in fwd_values}
+        if batch_serialization_iterations > 1:
+            # The stage-boundary buffers of b slices (Poplar's
+            # CreateBuffer): forward values a later stage's forward reads.
+            stashed |= {v for i in mine if phase[i] == "forward"
+                        for v in nodes[i].inputs
+                        if v in fwd_values and producer_stage.get(v) != nodes[i].stage}
         stash_bytes = sum(v.aval.nbytes or 0 for v in stashed)
         stash_tile = sum(memory_model.tile_bytes(v.aval, target.tiles_per_ipu)
                          for v in stashed)
-        flight = in_flight(schedule, rank[d], n) if d != last_ipu else 1
+        flight = (in_flight(schedule, rank[d], n, batch_serialization_iterations)
+                  if d != last_ipu or batch_serialization_iterations > 1 else 1)
         report = memory_model.analyze_memory(graph, target, ipu=d, streamed=streamed,
                                              schedule=memory_schedule)
         moved = _offload_cycles(graph, d, streamed, offload, target)

@@ -163,10 +163,14 @@ class IPUDevice:
     def replication_factor(self, num_shards):
         """How many replicas of a `num_shards`-IPU program this device runs."""
         if num_shards < 1 or self.num_ipus % num_shards:
+            # Graphcore's compiler's words first (poplar_compiler.cc), then ours.
             raise ValueError(
-                f"{self.name} has {self.num_ipus} IPUs, which is not a multiple of the "
-                f"program's {num_shards} shards: each replica needs {num_shards} IPUs. "
-                f"Select a device of k x {num_shards} IPUs (IPUConfig.auto_select_ipus)."
+                f"Trying to compile a graph for an IPU device with {self.num_ipus} IPUs "
+                f"and {num_shards} shards. The number of shards needs to divide the "
+                f"number of IPUs. {self.name} has {self.num_ipus} IPUs, which is not a "
+                f"multiple of the program's {num_shards} shards: each replica needs "
+                f"{num_shards} IPUs. Select a device of k x {num_shards} IPUs "
+                "(IPUConfig.auto_select_ipus)."
             )
         return self.num_ipus // num_shards
 

@@ -31,6 +31,7 @@ from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.jit import note_recompiles
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.placement import Placement
+from keras_ipu.device.compiler.placement import recorded_stages
 from keras_ipu.device.config import system_config
 from keras_ipu.frontends.tensorflow import hlo_proto
 from keras_ipu.frontends.tensorflow import variable_categories
@@ -235,6 +236,9 @@ class BridgedFunction:
             pipeline = pipeline_simulation.the_pipeline(self._pipelines.get(cf))
             if pipeline is not None:
                 graph, options = pipeline_simulation.placed_program(graph, self.options, pipeline)
+            elif recorded_stages(graph):
+                # ipu_shard marked ops (the importer's stages): shard s on IPU s.
+                options = dataclasses.replace(self.options, placement=Placement.of({}))
         param_avals = [(tuple(v.aval.shape), v.aval.dtype)
                        for v in imported.graph.inputs[:imported.n_params]]
         input_avals = [(tuple(a.shape), a.dtype) for a in arrays]
@@ -299,6 +303,9 @@ class BridgedFunction:
                 program.cache_key, exe = CACHE.get_keyed(
                     program.graph, program.options or self.options, name=program.name)
             program.context = context
+            # Graphcore's compiler refuses a program whose shards do not
+            # divide the device's IPUs (its replicas are the quotient).
+            system_config.current_system().device(0).replication_factor(max(exe.ipus) + 1)
             if program.pipeline is not None:
                 from keras_ipu.ops.pipeline_simulation import check_before_first_run
 

@@ -29,6 +29,7 @@ takes the current token and returns the next one. The token is a graph
 input and output, so no pass can drop, merge, fold or reorder an effect.
 """
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -39,6 +40,7 @@ from keras_ipu.device.rule_table import rule_decorator
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import current_builder
 from keras_ipu.device.trace import source_scope
+from keras_ipu.device.trace import stage_scope
 from keras_ipu.device.trace import trace_flat
 from keras_ipu.frontends.tensorflow import hlo_proto
 from keras_ipu.frontends.tensorflow.attributes import OUTSIDE_COMPILATION
@@ -110,6 +112,21 @@ def describe(instr):
 
 def _source(instr):
     return instr.metadata.op_name or None
+
+
+def shard_of(instr):
+    """The IPU shard an instruction is pinned to: XLA's maximal sharding on
+    one device, which `scopes.ipu_shard` puts on TensorFlow ops and tf2xla
+    copies onto their HLO; None when it has none (the placement pass puts it
+    where the values it reads are)."""
+    if not instr.HasField("sharding"):
+        return None
+    _, xla_data_pb2 = hlo_proto.protos()
+    sharding = instr.sharding
+    if (sharding.type != xla_data_pb2.OpSharding.MAXIMAL
+            or len(sharding.tile_assignment_devices) != 1):
+        return None
+    return int(sharding.tile_assignment_devices[0])
 
 
 # -- effects ------------------------------------------------------------------
@@ -245,7 +262,9 @@ class Importer:
                 "Rewrite that part of the TensorFlow function with other ops, "
                 "or run it outside the compiled function."
             )
-        with source_scope(_source(instr)):
+        shard = shard_of(instr)
+        pinned = stage_scope(shard) if shard is not None else contextlib.nullcontext()
+        with source_scope(_source(instr)), pinned:
             try:
                 return fn(self, instr, operands)
             except HloImportError as e:

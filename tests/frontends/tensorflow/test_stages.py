@@ -67,7 +67,8 @@ def _nodes(graph):
             yield from _nodes(sub)
 
 
-def test_a_bridged_training_loop_compiles_placed():
+def test_a_bridged_training_loop_compiles_placed(configure_ipus):
+    configure_ipus(2)  # the placed loop's two IPUs
     a0, a1 = _weights()
     x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
     results = {}
