@@ -17,9 +17,13 @@ tensor out on a DeviceMesh. On the ipu backend:
   per IPU of the mesh, exactly as IPUStrategy's replication;
 - a layout that splits a tensor's dimension over a mesh axis of more than
   one IPU (ModelParallel's sharded weights) has no IPU counterpart here:
-  the compiler places whole layers on IPUs (pipelining, sharding), it does
-  not cut one tensor across IPUs, so such layouts raise NotImplementedError.
-  Layouts that shard only the batch (the data) or replicate are accepted.
+  the placement pass (device/compiler/placement.py) gives every node one
+  IPU, so a weight and the ops reading it live whole on one IPU; a split
+  weight would need those ops partitioned into per-IPU parts with
+  collectives between them (tensor parallelism), which neither the
+  compiler nor Graphcore's SDK does. Such layouts raise
+  NotImplementedError (SHARDED_TENSOR_REASON). Layouts that shard only the
+  batch (the data) or replicate are accepted.
 
 Values live on the host either way (the simulator's IPUs share one copy of
 each variable, broadcast to every replica when a program starts), so the
@@ -31,10 +35,13 @@ import re
 _DEVICE = re.compile(r"^(ipu|cpu):(\d+)$")
 
 SHARDED_TENSOR_REASON = (
-    "keras_ipu places whole layers on IPUs (pipeline stages, sharding), it does "
-    "not split one tensor's dimension across IPUs; shard only the batch "
+    "keras_ipu's placement pass puts each operation, with the weights it reads, "
+    "whole on one IPU (pipeline stages, ipu_shard), as Graphcore's pipelining and "
+    "sharding do; cutting a weight's dimension over several IPUs would need every "
+    "operation that reads it split into per-IPU parts joined by collectives, and "
+    "the compiler does not split one tensor across IPUs. Shard only the batch "
     "(DataParallel, or a ModelParallel whose other mesh axes have size 1), or "
-    "place layers with PipelineStage / set_pipeline_stage_assignment."
+    "place whole layers on IPUs with PipelineStage / set_pipeline_stage_assignment."
 )
 
 
