@@ -226,8 +226,8 @@ def test_graphcore_rules_and_messages(tmp_path):
     with pytest.raises(ValueError, match="must be a positive integer"):
         ipu_run_config.IPURunConfig(iterations_per_loop=0)
     # Graphcore's IPURunConfig is a namedtuple of these fields.
-    run = ipu_run_config.IPURunConfig(iterations_per_loop=4, num_replicas=2)
-    assert run == (4, None, 2, 1, 0, None)
+    run = ipu_run_config.IPURunConfig(iterations_per_loop=4)
+    assert run == (4, None, 1, 1, 0, None)
     assert run._replace(ordinal=1).ordinal == 1
     with pytest.raises(AttributeError):
         run.num_shards = 2
