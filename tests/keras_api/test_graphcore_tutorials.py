@@ -67,11 +67,20 @@ UNEDITED = [
      "completed_demo_pipelining.py", [], _PIPELINING_DEMO_DATA, "Program ran successfully"),
     ("unedited_training_pipelining", [TECH_NOTE + "training_pipelining.py"],
      "training_pipelining.py", [], {}, None),
-    ("unedited_estimator_cifar10",
-     [ESTIMATOR + name for name in ("cifar10_ipu_estimator.py", "data.py", "model.py",
-                                    "utils.py")],
-     "cifar10_ipu_estimator.py", ["--epochs", "1"],
-     {"GRAPHCORE_PORT_TRAIN": "64", "GRAPHCORE_PORT_TEST": "32"}, "Validation accuracy"),
+] + [
+    # The estimator tutorials: one IPU, two replicas (CrossReplicaOptimizer),
+    # a two-IPU pipeline (num_shards=2).
+    (f"unedited_{script[:-3]}",
+     [ESTIMATOR + name for name in (script, "data.py", "model.py", "utils.py")],
+     script, ["--epochs", "1"] + extra,
+     {"GRAPHCORE_PORT_TRAIN": "64", "GRAPHCORE_PORT_TEST": test}, "Validation accuracy")
+    # The pipeline rounds its test steps (images / batch 16) down to a
+    # multiple of the accumulation count, which two Grouped stages need to be
+    # a multiple of 4: 64 test images and a count of 4, not its default 8.
+    for script, extra, test in (
+        ("cifar10_ipu_estimator.py", [], "32"),
+        ("cifar10_ipu_estimator_replica.py", [], "32"),
+        ("cifar10_ipu_pipeline_estimator.py", ["--gradient-accumulation-count", "4"], "64"))
 ]
 
 
