@@ -56,7 +56,8 @@ def test_counter_in_a_replicated_strategy_loop():
         system_config.reset_ipu_configuration()
 
 
-def test_counter_in_a_pipeline_counts_gradient_accumulation_iterations():
+def test_counter_in_a_pipeline_counts_gradient_accumulation_iterations(configure_ipus):
+    configure_ipus(2)  # the two stages' IPUs
     dataset = tf.data.Dataset.from_tensor_slices(np.arange(16, dtype=np.float32)).batch(
         2, drop_remainder=True)
     infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(dataset)
