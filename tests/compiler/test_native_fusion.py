@@ -14,6 +14,7 @@ from compiler_graphs import lit
 
 from keras_ipu.device import native
 from keras_ipu.device.flags import env_switch
+from keras_ipu.device.compiler import host_memory
 from keras_ipu.device.compiler import native_fusion
 from keras_ipu.device.compiler.executable import Executable
 from keras_ipu.device.compiler.fusion import fuse_elementwise
@@ -315,3 +316,34 @@ def test_large_chains_split_over_threads_give_the_same_bits(small, monkeypatch):
     exe = _agrees(body, _special((40, 31, 24)), _special(small))
     assert _uses_native(exe)
     assert calls and len(calls[-1]) > 1
+
+
+@needs_native
+def test_returned_results_are_aligned_as_tensorflows_tensors():
+    # A momentum update returns the new momentum and weights: arrays the
+    # TensorFlow front end hands to tf.Variables, which take them without
+    # a copy only when 64-byte aligned (host_memory.py). malloc aligns to
+    # 16: ten arrays aligned by chance would be about one run in a million.
+    def body(b, w, m, g):
+        new_m = b.op("sub", b.op("mul", m, lit(0.9, "float32")),
+                     b.op("mul", g, lit(0.01, "float32")))
+        return [b.op("add", w, new_m), new_m]
+
+    shape = (130, 257)  # 133,640 bytes: above ALIGN_MIN_BYTES
+    args = [_rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    exe = _agrees(body, *args)
+    assert _uses_native(exe)
+    for _ in range(5):
+        for out in exe.run(*args):
+            assert out.ctypes.data % host_memory.ALIGNMENT == 0
+            assert out.flags.writeable and out.flags.c_contiguous
+
+
+def test_empty_aligned_gives_plain_arrays_below_the_threshold():
+    big = host_memory.empty_aligned((3, 64, 129), np.float32)
+    assert big.shape == (3, 64, 129) and big.dtype == np.float32
+    assert big.ctypes.data % host_memory.ALIGNMENT == 0 and big.flags.c_contiguous
+    big[...] = 1.5  # writable, its own memory
+    assert big.sum() == 1.5 * big.size
+    small = host_memory.empty_aligned((4, 4), np.int32)
+    assert small.shape == (4, 4) and small.dtype == np.int32 and small.base is None

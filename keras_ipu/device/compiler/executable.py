@@ -40,6 +40,7 @@ from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.donation import owned_values
 from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
+from keras_ipu.device.compiler.lowering import ALIGNED_OUTPUT_LOWERINGS
 from keras_ipu.device.compiler.lowering import lower
 from keras_ipu.device import liveness
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
@@ -233,12 +234,18 @@ class Executable:
         program = []
         kernels = []
         frees_of = []
+        returned = {v for v in graph.outputs if type(v) is Var}
         for i, node in enumerate(graph.nodes):
             prim, params = node.primitive, node.params
             if i in self.subprograms:
                 params = dict(params, compiled=self.subprograms[i])
             if i in self.owned_operands:  # a loop: its owned initial carries
                 params = dict(params, owned_carry=self.owned_operands[i])
+            if prim.name in ALIGNED_OUTPUT_LOWERINGS:
+                # Returned arrays aligned as TensorFlow's tensors are: the
+                # TensorFlow front end hands them to tf.Variables uncopied.
+                params = dict(params, aligned_outputs=tuple(
+                    k for k, v in enumerate(node.outputs) if v in returned))
             in_avals = tuple(v.aval for v in node.inputs)
             out_avals = tuple(v.aval for v in node.outputs)
             kernel = lower(prim, params, in_avals, out_avals)

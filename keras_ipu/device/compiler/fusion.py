@@ -24,6 +24,7 @@ from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
 from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
+from keras_ipu.device.compiler.lowering import ALIGNED_OUTPUT_LOWERINGS
 from keras_ipu.device.compiler.lowering import LOWERINGS
 from keras_ipu.device.compiler.lowering import fast_kernel
 from keras_ipu.device.compiler.lowering import fast_ufunc
@@ -215,10 +216,12 @@ def _lower_fused(params, in_avals, out_avals):
     # with; the eager kernel above never writes into its operands.
     chain, results, donate = params["chain"], params["results"], params.get("donate", ())
     kernel = build_fused_kernel(chain, results, len(in_avals), donate)
-    return native_kernel(chain, results, in_avals, donate, kernel) or kernel
+    aligned = params.get("aligned_outputs", ())
+    return native_kernel(chain, results, in_avals, donate, kernel, aligned) or kernel
 
 
 LOWERINGS["fused_elementwise"] = _lower_fused
+ALIGNED_OUTPUT_LOWERINGS.add("fused_elementwise")
 
 
 # -- the pass ----------------------------------------------------------------

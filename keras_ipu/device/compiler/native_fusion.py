@@ -22,6 +22,7 @@ import numpy as np
 from keras_ipu.device.native import threads as host_threads
 
 from keras_ipu.device import native
+from keras_ipu.device.compiler.host_memory import empty_aligned
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives.convert import convert_element_type_p
 
@@ -202,9 +203,11 @@ def plan(chain, results, in_avals, donate=()):
     return code, n, inner, _block_size(len(reg_dtypes), inner), tuple(allocations), tuple(result_index)
 
 
-def native_kernel(chain, results, in_avals, donate, fallback):
+def native_kernel(chain, results, in_avals, donate, fallback, aligned=()):
     """A kernel running the chain in C, or None (use `fallback`, the NumPy
-    kernel with the same signature and donations)."""
+    kernel with the same signature and donations). The results at the
+    positions `aligned` (those the program returns) get buffers from
+    host_memory.empty_aligned."""
     if native.elementwise is None:
         return None
     planned = plan(chain, results, in_avals, donate)
@@ -213,7 +216,12 @@ def native_kernel(chain, results, in_avals, donate, fallback):
     code, n, inner, block, allocations, result_index = planned
     run = native.elementwise.run
     shape = tuple(chain[results[0]][3].shape)
-    empty = np.empty
+    aligned_buffers = {result_index[k] for k in aligned}
+    # Per output buffer: the function allocating it, or None (a donated operand's).
+    makers = tuple(
+        None if into is not None else empty_aligned if k in aligned_buffers else np.empty
+        for k, (into, _) in enumerate(allocations)
+    )
 
     threads = host_threads.threads_for_elements(n)
     parts = host_threads.ranges(n, block, threads)
@@ -239,8 +247,8 @@ def native_kernel(chain, results, in_avals, donate, fallback):
 
     def fused_native(*xs):
         outs = tuple(
-            empty(shape, dtype) if into is None else xs[into]
-            for into, dtype in allocations
+            xs[into] if make is None else make(shape, dtype)
+            for make, (into, dtype) in zip(makers, allocations)
         )
         if run_all(xs, outs):
             return tuple(outs[i] for i in result_index)

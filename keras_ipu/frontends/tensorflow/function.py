@@ -138,7 +138,12 @@ class _Captured:
         return [values[k] for k in range(self.n)]
 
     def write(self, positions, values):
-        """Assign `values` to the captured variables at `positions`."""
+        """Assign `values` to the captured variables at `positions`. An
+        eager assign keeps a value as the variable's buffer, no copy, when
+        it is aligned as TensorFlow's tensors are (the executable allocates
+        its returned arrays so: compiler/host_memory.py); the values never
+        alias the caller's memory (TensorFlow made tensors of the call's
+        arguments before the run, and their views are read-only)."""
         for k, v in zip(positions, values):
             _assign(self._handles[k], v)
 
