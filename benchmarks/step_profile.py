@@ -26,6 +26,40 @@ import os
 import sys
 import time
 
+import numpy as np
+
+
+def kernel_times(step, inputs, repeats, clock=time.thread_time, warmup=3):
+    """{"<primitive> <output shape>": [kernels, seconds]} of the Executable
+    `step`'s kernels run one by one on `inputs`, summed over `repeats` runs
+    after `warmup` untimed ones (each run on fresh copies: a kernel may
+    write into a donated input)."""
+    nodes = step.steps  # one graph node per kernel of step._program
+    totals = collections.defaultdict(lambda: [0, 0.0])
+    with np.errstate(all="ignore"):  # as Executable.run
+        for rep in range(warmup + repeats):
+            env = step._template[:]
+            env[: step._n_inputs] = [a.copy() for a in inputs]
+            for k, (kernel, ins, out, multi, frees) in enumerate(step._program):
+                start = clock()
+                result = kernel(*[env[i] for i in ins])
+                seconds = clock() - start
+                if multi:
+                    for s, value in zip(out, result):
+                        env[s] = value
+                else:
+                    env[out] = result
+                for s in frees:
+                    env[s] = None
+                if rep < warmup:
+                    continue
+                node = nodes[k]
+                shape = tuple(node.outputs[0].aval.shape) if node.outputs else ()
+                key = f"{node.primitive.name} {shape}"
+                totals[key][0] += 1
+                totals[key][1] += seconds
+    return totals
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -45,7 +79,6 @@ def main(argv=None):
     os.environ["KERAS_IPU_ENGINE"] = "numpy"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import keras
-    import numpy as np
 
     import fit_throughput as ft
     from keras_ipu.device.compiler.executable import Executable
@@ -64,35 +97,12 @@ def main(argv=None):
     # The step: the executable with the most kernels (the device loop's body).
     step = max((o for o in gc.get_objects() if isinstance(o, Executable)),
                key=lambda e: len(e._program))
-    nodes = step.steps  # one graph node per kernel of step._program
     rng = np.random.default_rng(0)
     inputs = [np.asarray(rng.uniform(0.01, 0.1, a.shape)).astype(a.dtype)
               for a in step.in_avals]
 
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
-    totals = collections.defaultdict(lambda: [0, 0.0])
-    warmup = 3
-    for rep in range(warmup + args.repeats):
-        env = step._template[:]
-        env[: step._n_inputs] = [a.copy() for a in inputs]  # donated: fresh
-        for k, (kernel, ins, out, multi, frees) in enumerate(step._program):
-            start = clock()
-            result = kernel(*[env[i] for i in ins])
-            seconds = clock() - start
-            if multi:
-                for s, value in zip(out, result):
-                    env[s] = value
-            else:
-                env[out] = result
-            for s in frees:
-                env[s] = None
-            if rep < warmup:
-                continue
-            node = nodes[k]
-            shape = tuple(node.outputs[0].aval.shape) if node.outputs else ()
-            key = f"{node.primitive.name} {shape}"
-            totals[key][0] += 1
-            totals[key][1] += seconds
+    totals = kernel_times(step, inputs, args.repeats, clock)
 
     rows = sorted(
         ({"kernel": key, "per_step": n // args.repeats,

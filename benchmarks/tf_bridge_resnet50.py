@@ -4,6 +4,7 @@ the ipu backend.
 
     python benchmarks/tf_bridge_resnet50.py [--image-size 64] [--batch 4] [--steps 3]
     python benchmarks/tf_bridge_resnet50.py --model tiny --steps 1    # smoke test
+    python benchmarks/tf_bridge_resnet50.py --profile                 # where the time goes
 
 Two subprocesses, each with one thread on one core:
 
@@ -21,7 +22,18 @@ Two subprocesses, each with one thread on one core:
 
 Both keras_ipu paths run the simulator on the host CPU (NumPy, one C
 kernel for fused elementwise chains): their step times measure that host
-execution. The default image size is 64x64 (224x224 needs
+execution. Each steady step is timed twice: wall time and the process's CPU
+time (time.process_time, all threads), the measure that a busy machine
+inflates least.
+
+`--profile` adds where each step's CPU time goes: the call path's phases
+(the bridged call: TensorFlow's trace-cache lookup and argument flattening,
+the read of the captured variables, the executable's run, the write-back of
+the updated variables; the ipu call: the executable's run and Keras'
+trainer around it) and the step executable's kernels, run one by one on
+the inputs of a real step, by primitive (count and CPU ms per step).
+
+The default image size is 64x64 (224x224 needs
 POPLAR_ENGINE_OPTIONS='{"debug.allowOutOfMemory": "true"}' where available:
 float32 ResNet-50 training does not fit one simulated IPU's tiles, and
 keras_ipu refuses to compile what does not fit, as Poplar does).
@@ -29,6 +41,7 @@ Timings on a shared machine are noisy: run it on an idle one.
 """
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -58,6 +71,97 @@ def _data(np, batch, image_size, classes):
 
 def _median(values):
     return statistics.median(values) if values else None
+
+
+def _timed_steps(call, steps):
+    """(median wall seconds, median CPU seconds, wall list) of `steps` calls."""
+    wall, cpu = [], []
+    for _ in range(steps):
+        t, c = time.perf_counter(), time.process_time()
+        call()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return _median(wall), _median(cpu), wall
+
+
+class _Phases:
+    """CPU seconds spent inside some methods, while profiling: each
+    (owner, name, label) is wrapped; nested phases count in both."""
+
+    def __init__(self, methods):
+        self.seconds = collections.defaultdict(float)
+        self._saved = []
+        for owner, name, label in methods:
+            original = getattr(owner, name)
+            self._saved.append((owner, name, original))
+            setattr(owner, name, self._wrap(original, label))
+
+    def _wrap(self, original, label):
+        seconds = self.seconds
+
+        def timed(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                seconds[label] += time.process_time() - start
+
+        return timed
+
+    def restore(self):
+        for owner, name, original in self._saved:
+            setattr(owner, name, original)
+
+
+def _step_inputs(call):
+    """(the Executable with the most kernels that one `call` runs, copies of
+    its inputs in that run)."""
+    import numpy as np
+
+    from keras_ipu.device.compiler.executable import Executable
+
+    seen = []
+    run, run_unchecked = Executable.run, Executable.run_unchecked
+
+    def recording(self, *arrays):
+        seen.append((self, [np.array(a) for a in arrays]))  # before donation writes
+        return run(self, *arrays)
+
+    def recording_body(self, arrays):  # a loop body (the ipu step's device loop)
+        seen.append((self, [np.array(a) for a in arrays]))
+        return run_unchecked(self, arrays)
+
+    Executable.run, Executable.run_unchecked = recording, recording_body
+    try:
+        call()
+    finally:
+        Executable.run, Executable.run_unchecked = run, run_unchecked
+    return max(seen, key=lambda recorded: len(recorded[0]._program))
+
+
+def _profile(call, steps, methods):
+    """The --profile report of a step `call`: CPU ms per step in each phase
+    and in the whole step, the step executable's kernels by primitive, its
+    node counts after each compiler pass."""
+    import step_profile
+
+    phases = _Phases(methods)
+    try:
+        _, cpu, _ = _timed_steps(call, steps)
+    finally:
+        phases.restore()
+    report = {"phases_ms": {k: 1e3 * v / steps for k, v in phases.seconds.items()}}
+    report["phases_ms"]["step (all)"] = 1e3 * cpu
+    exe, inputs = _step_inputs(call)
+    by_primitive = collections.defaultdict(lambda: [0, 0.0])
+    for key, (n, seconds) in step_profile.kernel_times(exe, inputs, steps).items():
+        name = key.split(" ", 1)[0]
+        by_primitive[name][0] += n // steps
+        by_primitive[name][1] += 1e3 * seconds / steps
+    report["kernels"] = {k: {"count": n, "cpu_ms": ms} for k, (n, ms) in by_primitive.items()}
+    report["passes"] = [list(p) for p in exe.passes]
+    report["inputs"], report["outputs"] = len(exe.in_avals), len(exe.out_avals)
+    return report
 
 
 def run_tensorflow(args):
@@ -95,12 +199,8 @@ def run_tensorflow(args):
     t = time.perf_counter()
     xla(x, y)
     out["tf_xla_first_call_s"] = time.perf_counter() - t
-    steps = []
-    for _ in range(args.steps):
-        t = time.perf_counter()
-        xla(x, y).numpy()
-        steps.append(time.perf_counter() - t)
-    out["tf_xla_step_s"] = _median(steps)
+    out["tf_xla_step_s"], out["tf_xla_step_cpu_s"], _ = _timed_steps(
+        lambda: xla(x, y).numpy(), args.steps)
     # XLA's compile: the first call less a steady step.
     out["tf_xla_compile_s"] = out["tf_xla_first_call_s"] - out["tf_xla_step_s"]
 
@@ -125,13 +225,19 @@ def run_tensorflow(args):
     t = time.perf_counter()
     bridged(x, y)  # the bridge's own program for this trace (the probe above measured its stages)
     out["bridge_first_call_s"] = time.perf_counter() - t
-    steps = []
-    for _ in range(args.steps):
-        t = time.perf_counter()
-        float(bridged(x, y))
-        steps.append(time.perf_counter() - t)
-    out["bridge_step_s"] = _median(steps)
-    out["bridge_steps_s"] = steps
+    out["bridge_step_s"], out["bridge_step_cpu_s"], out["bridge_steps_s"] = _timed_steps(
+        lambda: float(bridged(x, y)), args.steps)
+    if args.profile:
+        from keras_ipu.device.compiler.executable import Executable
+        from keras_ipu.frontends.tensorflow import function
+
+        out["profile"] = _profile(lambda: float(bridged(x, y)), args.steps, [
+            (function.BridgedFunction, "program",
+             "trace lookup, arguments, variable read"),
+            (function._Captured, "read", "variable read"),  # noqa: SLF001
+            (Executable, "run", "executable run"),
+            (function._Captured, "write", "variable write-back"),  # noqa: SLF001
+        ])
     return out
 
 
@@ -149,13 +255,13 @@ def run_ipu(args):
     t = time.perf_counter()
     model.train_on_batch(x, y)
     out["ipu_first_call_s"] = time.perf_counter() - t
-    steps = []
-    for _ in range(args.steps):
-        t = time.perf_counter()
-        model.train_on_batch(x, y)
-        steps.append(time.perf_counter() - t)
-    out["ipu_step_s"] = _median(steps)
-    out["ipu_steps_s"] = steps
+    out["ipu_step_s"], out["ipu_step_cpu_s"], out["ipu_steps_s"] = _timed_steps(
+        lambda: model.train_on_batch(x, y), args.steps)
+    if args.profile:
+        from keras_ipu.device.compiler.executable import Executable
+
+        out["profile"] = _profile(lambda: model.train_on_batch(x, y), args.steps,
+                                  [(Executable, "run", "executable run")])
     return out
 
 
@@ -165,12 +271,36 @@ def _child(backend, args):
                TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
     cmd = [sys.executable, __file__, "--child", backend, "--model", args.model,
            "--image-size", str(args.image_size), "--batch", str(args.batch),
-           "--steps", str(args.steps)]
+           "--steps", str(args.steps)] + (["--profile"] if args.profile else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout,
                           preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
     if proc.returncode != 0:
         raise RuntimeError(f"the {backend} run failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _profile_lines(bridged, ipu):
+    lines = ["", "CPU ms per step by phase:"]
+    for name, label in ((bridged, "bridged"), (ipu, "ipu")):
+        lines.append(f"  {label}: " + ", ".join(
+            f"{k} {v:.1f}" for k, v in sorted(name["phases_ms"].items(), key=lambda kv: -kv[1])))
+    lines.append("compiler passes (nodes after each): bridged "
+                 + " ".join(f"{k} {n}" for k, n in bridged["passes"])
+                 + "; ipu " + " ".join(f"{k} {n}" for k, n in ipu["passes"]))
+    lines += ["", "| kernel | bridged count | bridged CPU ms | ipu count | ipu CPU ms |",
+              "|---|---:|---:|---:|---:|"]
+    names = set(bridged["kernels"]) | set(ipu["kernels"])
+    empty = {"count": 0, "cpu_ms": 0.0}
+    rows = sorted(names, key=lambda k: -max(bridged["kernels"].get(k, empty)["cpu_ms"],
+                                            ipu["kernels"].get(k, empty)["cpu_ms"]))
+    for k in rows + ["(all)"]:
+        if k == "(all)":
+            b = {f: sum(r[f] for r in bridged["kernels"].values()) for f in empty}
+            i = {f: sum(r[f] for r in ipu["kernels"].values()) for f in empty}
+        else:
+            b, i = bridged["kernels"].get(k, empty), ipu["kernels"].get(k, empty)
+        lines.append(f"| {k} | {b['count']} | {b['cpu_ms']:.1f} | {i['count']} | {i['cpu_ms']:.1f} |")
+    return lines
 
 
 def main(argv=None):
@@ -180,6 +310,8 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3, help="timed steps after the first")
     parser.add_argument("--timeout", type=int, default=3600)
+    parser.add_argument("--profile", action="store_true",
+                        help="also report where each step's CPU time goes (phases, kernels)")
     parser.add_argument("--out", help="write the JSON report here")
     parser.add_argument("--child", choices=("tensorflow", "ipu"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -192,6 +324,7 @@ def main(argv=None):
     report["ipu"] = _child("ipu", args)
     tf_, ipu = report["tensorflow"], report["ipu"]
     report["bridge_step_over_ipu_step"] = tf_["bridge_step_s"] / ipu["ipu_step_s"]
+    report["bridge_step_cpu_over_ipu_step_cpu"] = tf_["bridge_step_cpu_s"] / ipu["ipu_step_cpu_s"]
     report["bridge_compile_over_tf_xla_compile"] = (
         tf_["bridge_total_compile_s"] / max(tf_["tf_xla_compile_s"], 1e-9))
     lines = [
@@ -202,10 +335,15 @@ def main(argv=None):
         f"({tf_['hlo_instructions']} instructions) + import {tf_['bridge_import_s']:.1f} s "
         f"({tf_['imported_nodes']} nodes) + keras_ipu compile {tf_['bridge_compile_s']:.1f} s = "
         f"{tf_['bridge_total_compile_s']:.1f} s",
+        f"CPU per step: bridged {tf_['bridge_step_cpu_s']:.3f} s, ipu backend "
+        f"{ipu['ipu_step_cpu_s']:.3f} s: bridged / ipu = "
+        f"{report['bridge_step_cpu_over_ipu_step_cpu']:.2f}",
         f"bridged step {tf_['bridge_step_s']:.3f} s; ipu backend step {ipu['ipu_step_s']:.3f} s "
         f"(first call {ipu['ipu_first_call_s']:.1f} s): bridged / ipu = "
         f"{report['bridge_step_over_ipu_step']:.2f}",
     ]
+    if args.profile:
+        lines += _profile_lines(tf_["profile"], ipu["profile"])
     report["summary"] = lines
     print("\n".join(lines))
     if args.out:
