@@ -331,7 +331,9 @@ def test_control_flow_scan_while_and_cond(monkeypatch):
 
 
 def _mlp_losses(engine, extra_env=None, prelude=""):
-    code = prelude + textwrap.dedent(
+    # As in a user's environment: no jax (a test-only reference here; its
+    # import sets TensorFlow's log level) and no TensorFlow log level set.
+    code = "import sys\nsys.modules['jax'] = None\n" + prelude + textwrap.dedent(
         """
         import numpy as np, keras
         from keras import layers
@@ -353,14 +355,32 @@ def _mlp_losses(engine, extra_env=None, prelude=""):
         print(h.history["loss"], used, "keras_ipu.device.to_tensorflow" in sys.modules)
         """
     )
-    env = dict(os.environ, KERAS_BACKEND="ipu", KERAS_IPU_ENGINE=engine, **(extra_env or {}))
+    env = {k: v for k, v in os.environ.items() if k != engines.TF_LOG_LEVEL_ENV}
+    env.update(KERAS_BACKEND="ipu", KERAS_IPU_ENGINE=engine, **(extra_env or {}))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     line = out.stdout.strip().splitlines()[-1]
     losses = eval(line[: line.index("]") + 1])
     rest = line[line.index("]") + 1:].split()
+    if "['xla']" in rest:
+        # TensorFlow's C++ INFO lines stay out of the user's output.
+        assert "XLA service" not in out.stderr and "Compiled cluster" not in out.stderr, \
+            out.stderr[-3000:]
     return losses, rest
+
+
+def test_our_tensorflow_import_is_quiet_unless_the_user_chose():
+    environ = {}
+    engines.quiet_tensorflow_start(environ, modules={})
+    assert environ == {engines.TF_LOG_LEVEL_ENV: "1"}  # INFO off, warnings on
+    environ = {engines.TF_LOG_LEVEL_ENV: "0"}
+    engines.quiet_tensorflow_start(environ, modules={})
+    assert environ == {engines.TF_LOG_LEVEL_ENV: "0"}
+    # The user imported TensorFlow: its logging is theirs.
+    environ = {}
+    engines.quiet_tensorflow_start(environ, modules={"tensorflow": object()})
+    assert environ == {}
 
 
 def test_fit_on_xla_matches_numpy_and_numpy_never_emits():

@@ -60,6 +60,7 @@ import atexit
 import ctypes
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -135,11 +136,30 @@ _tf_lock = threading.Lock()
 _tf_configured = False
 
 
+# TensorFlow's C++ log level at our import when the user set none: 1 drops
+# its INFO lines (CPU features, "XLA service ... initialized", StreamExecutor,
+# "Compiled cluster using XLA"), which `auto`'s background compile would
+# print into the user's progress bar; warnings and errors still show.
+QUIET_TF_LOG_LEVEL = "1"
+TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
+
+
+def quiet_tensorflow_start(environ=os.environ, modules=sys.modules):
+    """Before TensorFlow is imported for us (here, or by Keras under the ipu
+    backend): its C++ INFO lines off, unless the user chose a level or
+    imported TensorFlow (then its logging is theirs). The level stays set:
+    TensorFlow reads it once, when it starts logging (jax's import sets the
+    same default)."""
+    if "tensorflow" not in modules:
+        environ.setdefault(TF_LOG_LEVEL_ENV, QUIET_TF_LOG_LEVEL)
+
+
 def _tensorflow():
     """TensorFlow, imported (once) and its intra-op pool capped by
     OMP_NUM_THREADS when the user set it."""
     global _tf_configured
     with _tf_lock:
+        quiet_tensorflow_start()
         import tensorflow as tf
 
         if not _tf_configured:
@@ -218,6 +238,7 @@ class XlaProgram:
     def build(cls, executable, check=None):
         """The XlaProgram, or None (logged) when the program cannot be
         emitted; Abandoned passes through."""
+        _tensorflow()  # before the emitter's import of it: configured, quiet
         from keras_ipu.device.to_tensorflow import missing_rules
 
         name = executable.name or "a program"
