@@ -10,6 +10,7 @@ registered under an integer id that the stream primitives carry as a
 param; their kernels call it when the simulator runs the program.
 """
 
+import contextlib
 import itertools
 import threading
 import weakref
@@ -17,6 +18,7 @@ import weakref
 _streams = weakref.WeakValueDictionary()
 _ids = itertools.count(1)
 _lock = threading.Lock()
+_bound = threading.local()  # .streams: the ids bound() gives this thread
 
 
 class StreamClosedError(RuntimeError):
@@ -31,7 +33,23 @@ def register(stream):
     return sid
 
 
+@contextlib.contextmanager
+def bound(streams):
+    """In this thread, the ids of `streams` (id -> stream) name those
+    streams: a program loaded from a file (ops/embedded_runtime.py) meets
+    its host side under the ids it was compiled with."""
+    previous = getattr(_bound, "streams", None)
+    _bound.streams = {**(previous or {}), **streams}
+    try:
+        yield
+    finally:
+        _bound.streams = previous
+
+
 def get(stream_id):
+    local = getattr(_bound, "streams", None)
+    if local and stream_id in local:
+        return local[stream_id]
     stream = _streams.get(stream_id)
     if stream is None:
         raise StreamClosedError(
