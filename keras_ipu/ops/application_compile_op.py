@@ -29,6 +29,8 @@ def _nodes(graph):
 
 
 def _streams(graph, primitive):
+    from keras_ipu.frontends.tensorflow import feeds
+
     """The Streams the program reads (stream_from_host) or writes
     (stream_to_host), in the order the program first uses them."""
     found = {}
@@ -41,6 +43,12 @@ def _streams(graph, primitive):
         else:
             shape, dtype = tuple(node.inputs[1].aval.shape), np.dtype(node.inputs[1].aval.dtype)
         queue = host_streams.get(p["stream"])
+        if not isinstance(queue, (feeds.Infeed, feeds.Outfeed)):
+            raise NotImplementedError(
+                f"The function uses the host stream of {type(queue).__name__} "
+                "(print_tensor or a host embedding); an application executable "
+                "here carries only infeeds and outfeeds, whose host side the "
+                "embedded runtime serves. Remove it from the compiled function.")
         name = f"{getattr(queue, 'name', 'stream')}_{p['component']}"
         found.setdefault(p["stream"], {})[p["component"]] = application_file.TensorSignature(
             name, shape, dtype)
@@ -61,7 +69,8 @@ def _application(func, inputs, freeze_variables):
 
     run.__name__ = getattr(func, "__name__", "application")
     bridged = bridge(tf.function(run, jit_compile=True, autograph=False))
-    cf, all_inputs, arrays, program = bridged.program(([tf.convert_to_tensor(x) for x in inputs],))
+    args = tf.nest.map_structure(tf.convert_to_tensor, inputs)
+    cf, all_inputs, arrays, program = bridged.program((args,))
     executable = bridged.executable(program)
     captured = program.trace.captured
     n_flat = len(all_inputs) - captured.n

@@ -147,7 +147,7 @@ class _Engine:
             self._results.put(e)
 
 
-def _check(values, signature, what, error=ValueError):
+def _check(values, signature, error=ValueError):
     for i, (value, spec) in enumerate(zip(values, signature)):
         shape = list(np.shape(value))
         if shape != list(spec.shape):
@@ -245,7 +245,7 @@ def embedded_runtime_start(executable_file, inputs, name, timeout=None):
             f"Embedded application runtime expects {len(app.inputs)} inputs, "
             f"but {len(inputs)} were provided.")
     values = _arrays(inputs)
-    _check(values, app.inputs, "start")
+    _check(values, app.inputs)
     return RuntimeContext(name, executable_file, app, _Engine(app, values, name))
 
 
@@ -270,7 +270,7 @@ def embedded_runtime_call(inputs, context):
             f"Embedded application call expects {len(streamed)} inputs, but "
             f"{len(inputs)} were provided.")
     values = _arrays(inputs)
-    _check(values, streamed, "call", error=TypeError)
+    _check(values, streamed, error=TypeError)
     outputs = context.start_output().call(values)
     return [tf.convert_to_tensor(v) for v in outputs]
 

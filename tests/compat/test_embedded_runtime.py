@@ -128,6 +128,16 @@ def test_graphcores_checks(tmp_path):
         runtime.embedded_runtime_start(str(junk), [], "e")
 
 
+def test_a_host_stream_other_than_the_feeds_is_refused(tmp_path):
+    def net(x):
+        ipu.internal_ops.print_tensor(x)
+        return x + 1.0
+
+    with pytest.raises(NotImplementedError, match="only infeeds and outfeeds"):
+        compile_op(net, inputs=[tf.constant(1.0)], output_path=str(tmp_path / "p"))
+    assert not (tmp_path / "p").exists()
+
+
 def test_the_file_is_written_atomically(tmp_path, monkeypatch):
     target = tmp_path / "app"
     target.write_bytes(b"the old file")
