@@ -27,7 +27,7 @@ from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import every_step
 from keras_ipu.backend.trainer_ops.device_loop import last_step
 from keras_ipu.device.compiler import CompileOptions
-from keras_ipu.device.compiler.placement import Placement
+from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.config import system_config
 from keras_ipu.models.execution import ReplicatedExecution
@@ -135,14 +135,29 @@ def check_pipeline(model, training):
     return mapping
 
 
-def _placement(device_mapping):
-    """The placement of a pipelined model's programs: each node on the IPU
-    of the stage its layer invocation traced in (trace.stage_scope), so the
-    executable's memory and cycles are per IPU (exe.memory_by_ipu) and the
-    copies between IPUs are in it; None (one IPU) when not pipelined."""
-    if device_mapping is None:
-        return None
-    return Placement.of({}, device_mapping)
+def pipeline_placement(model, device_mapping, training, count=None, replicas=1):
+    """The PipelinePlacement (ops/pipeline_placement.py) of a pipelined
+    model's program: each node on the IPU of the stage its layer invocation
+    traced in (trace.stage_scope), so the executable's memory and cycles are
+    per IPU (exe.memory_by_ipu) and the copies between IPUs are in it; its
+    prediction under the model's schedule, `count` micro-batches per step
+    (training; inference: the execution's micro-batches), the optimizer
+    state it offloads (models/offload.py)."""
+    from keras_ipu.models.offload import program_offload
+    from keras_ipu.ops.pipeline_placement import PipelinePlacement
+
+    offload = None
+    if training:
+        offload = program_offload(
+            model, model_state.state_variables(model, model_state.TRAIN_STATE), replicas,
+            count)
+    return PipelinePlacement.of(
+        device_mapping, model._ipu_options.pipeline_schedule,
+        count if training else None, training=training,
+        recomputation=training_recomputation(model) if training else CONFIGURED,
+        offload=offload,
+        batch_serialization_iterations=(
+            model._ipu_options.pipelining_batch_serialization_iterations if training else 1))
 
 
 def _warn_batch_normalization(model):
@@ -288,12 +303,14 @@ def train_function(model):
         accumulator_dtype=accumulator_dtype,
         variable_stages=model._ipu_variable_stages() if pipelined else None,
     )
+    compile_options = CompileOptions(recomputation=training_recomputation(model))
     if pipelined:
         step = staged_step(model, step)
+        compile_options = pipeline_placement(model, mapping, True, count, replicas).options(
+            compile_options)
     execution = ReplicatedExecution(
         model, step, model_state.TRAIN_STATE, replicas, micro_batches=count, donate=True,
-        options=CompileOptions(recomputation=training_recomputation(model),
-                               placement=_placement(mapping if pipelined else None)),
+        options=compile_options,
     )
     accumulate = pipelined and options.pipelining_accumulate_outfeed
     checked = []
@@ -315,13 +332,14 @@ def _inference_execution(model, step_name, kinds):
     pipelined = model._ipu_is_pipelined()
     step = getattr(model, step_name)
     mapping = None
+    options = CompileOptions()
     if pipelined:
         if not model._ipu_step_is_default(step_name):
             model._ipu_raise_overridden(step_name, pipelined=True)
         mapping = check_pipeline(model, training=False)
         step = staged_step(model, step)
-    execution = ReplicatedExecution(
-        model, step, kinds, replicas, options=CompileOptions(placement=_placement(mapping)))
+        options = pipeline_placement(model, mapping, False).options(options)
+    execution = ReplicatedExecution(model, step, kinds, replicas, options=options)
     checked = set()
 
     def run(batches):

@@ -43,11 +43,11 @@ from keras_ipu.device.simulator import sharding
 from keras_ipu.device.trace import trace_flat
 from keras_ipu.device.units import fmt_bytes
 from keras_ipu.distribute.replication import tracing_replicas
-from keras_ipu.models.offload import offload_of
+from keras_ipu.models.offload import program_offload
 from keras_ipu.models.recomputation import training_recomputation
+from keras_ipu.models.training_step import GRADIENT_ACCUMULATION
 from keras_ipu.models.training_step import GRADIENT_ALL_REDUCE
 from keras_ipu.models.training_step import accumulated_train_step
-from keras_ipu.models.training_step import pipeline_step_with_accumulators
 
 
 @dataclasses.dataclass
@@ -165,12 +165,16 @@ def _sample_batch(model, batch_size):
 
 
 def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
-                        accumulators=False, layout=None):
-    """The optimized Graph of one micro-batch's training step of `model`
-    (staged when pipelined), and the number of its state inputs.
-    `accumulators`: the gradient accumulators (and the micro-batch count)
-    are resident state of the program, as when the step accumulates over
-    several micro-batches; else the gradients go straight to the update.
+                        micro_batches=1, layout=None, device_loop=False):
+    """The optimized Graph of one training step of `model` (staged when
+    pipelined), and the number of its state inputs. `micro_batches` > 1:
+    the step fit compiles (training_step.accumulated_train_step): a loop
+    over that many micro-batches of `batch_size` samples (stacked along a
+    leading axis), the gradients accumulated, then one weight update; else
+    one micro-batch's gradients go straight to the update. `batch`: the
+    avals of one micro-batch (default: zeros of the model's shapes).
+    device_loop: the program of a fit's execution of one step (the device
+    loop around the step: what the executable of fit runs, and so predicts).
     layout: a dict to fill with "state_outputs", the output position of the
     new value of each flattened state input (offload.offload_of reads it)."""
     from keras_ipu.models.functions import staged_step
@@ -191,19 +195,28 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
     variables = model_state.state_variables(model, model_state.TRAIN_STATE)
     state_avals = [[ShapedArray(tuple(v.shape), np.dtype(v.dtype)) for v in group]
                    for group in variables]
-    if accumulators:
-        dtype = gradient_accumulator_dtype(model)
-        step = pipeline_step_with_accumulators(model, 2, method, replicas, stages)
-        state_avals.append([
-            ShapedArray(tuple(v.shape), np.dtype(_dtype_name(dtype) or v.dtype))
-            for v in model.trainable_variables
-        ])
-        state_avals.append(ShapedArray((), np.dtype("float32")))
-    else:
-        step = accumulated_train_step(model, 1, method, replicas, variable_stages=stages)
+    micro_batches = int(micro_batches)
+    step = accumulated_train_step(
+        model, micro_batches, method, replicas,
+        accumulator_dtype=gradient_accumulator_dtype(model) if micro_batches > 1 else None,
+        variable_stages=stages)
     if pipelined:
         step = staged_step(model, step)
     batch = _sample_batch(model, batch_size) if batch is None else batch
+    from keras.src import tree
+
+    def stacked(n):
+        return lambda a: ShapedArray((n,) + tuple(a.shape), a.dtype)
+
+    if micro_batches > 1:
+        batch = tree.map_structure(stacked(micro_batches), batch)
+    if device_loop:
+        # One run of fit's program: the device loop (trainer_ops/device_loop.py)
+        # around one step, as the executable of a fit is compiled.
+        from keras_ipu.backend.trainer_ops.device_loop import DeviceLoop
+
+        step = DeviceLoop(step, compiled=True)._make_loop(batch, [])
+        batch = tree.map_structure(stacked(1), batch)
     leaves, structure = flatten((tuple(state_avals), batch))
     n_state = len(leaves) - len(flatten(batch)[0])
 
@@ -275,24 +288,27 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
             schedule = options.pipeline_schedule
         if replicas is None:
             replicas = _replicas_or_one(model)
-        layout = {}
         graph, n_state = trace_training_step(
-            model, batch_size, replicas, batch=batch, accumulators=gradient_accumulation > 1,
-            layout=layout)
+            model, batch_size, replicas, batch=batch, micro_batches=gradient_accumulation,
+            device_loop=True)
     finally:
         if assignment is not None:
             object.__setattr__(model, "_ipu_assignment", saved)
     placed = placed_step(graph, device_mapping if pipelined else None)
+    offload = program_offload(
+        model, model_state.state_variables(model, model_state.TRAIN_STATE), replicas,
+        gradient_accumulation)
+    # The executable of the same program predicts the same (its prediction
+    # applies the schedule: sharding.predict_sharded, device_checks.workload).
     sharded = sharding.predict_sharded(
         placed, target=target,
-        gradient_accumulation_count=gradient_accumulation, schedule=schedule,
+        pipelining=sharding.Pipelining(
+            schedule, gradient_accumulation, loop_source=GRADIENT_ACCUMULATION,
+            batch_serialization_iterations=(
+                options.pipelining_batch_serialization_iterations if pipelined else 1)),
         batch_size=batch_size,
         resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
-        weight_update=once_per_step(model), memory_schedule="best",
-        batch_serialization_iterations=(
-            options.pipelining_batch_serialization_iterations if pipelined else 1),
-        offload=offload_of(model, model_state.state_variables(model, model_state.TRAIN_STATE),
-                           replicas, gradient_accumulation, placed, layout["state_outputs"]),
+        memory_schedule="best", offload=offload,
     )
     return TrainingPrediction(
         model_name=model.name, sharded=sharded, replicas=replicas, batch_size=batch_size,

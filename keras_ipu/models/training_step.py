@@ -165,36 +165,3 @@ def accumulated_train_step(model, count, method, replicas, accumulator_dtype=Non
 
     step.__name__ = "train_step"
     return step
-
-
-def pipeline_step_with_accumulators(model, count, method, replicas, variable_stages=None):
-    """What the pipeline program does for ONE micro-batch, for predictions:
-    `step(state, batch)` with state = (trainable, non-trainable, optimizer,
-    metrics, accumulators, n): the accumulators are resident buffers of the
-    program (inputs and outputs: memory as on the IPU), the micro-batch's
-    gradients are combined into them, then all-reduce and weight update
-    (the predictions count those once per `count` micro-batches)."""
-    method = Method.parse(method)
-    micro_step = _micro_step(model, count, method, variable_stages)
-    update = _weight_update(model, replicas, variable_stages)
-
-    def step(state, batch):
-        trainable, non_trainable, optimizer_variables, metrics, acc, n = state
-        carry = (list(non_trainable), list(metrics), list(acc), n)
-        carry, logs = micro_step(trainable, optimizer_variables, carry, batch)
-        non_trainable, metrics, acc, n = carry
-        # On the IPU the accumulation runs in every micro-batch's loop body,
-        # the update after the loop: nothing fuses across (a barrier keeps
-        # the compiler from fusing them here).
-        from keras_ipu.device.primitives.control_flow import optimization_barrier_p
-
-        barriers = []
-        for a, w in zip(acc, model.trainable_variables):
-            with _in_stage(variable_stages, w):
-                barriers.append(optimization_barrier_p.bind(a)[0])
-        acc = barriers
-        trainable, optimizer_variables = update(trainable, optimizer_variables, acc)
-        return logs, (trainable, non_trainable, optimizer_variables, metrics, acc, n)
-
-    step.__name__ = "pipeline_step"
-    return step

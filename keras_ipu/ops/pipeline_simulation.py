@@ -15,12 +15,13 @@ micro-batches per weight update, the recomputation mode. Then:
 - recomputation: with IPUConfig.allow_recompute, a training pipeline
   compiles with its recomputation mode, Auto resolved by the schedule
   (models/options.resolved_recomputation_mode, as a Keras pipeline);
-- time and memory: the pipeline's loop body (one micro-batch) read by the
-  simulator's sharding model (device/simulator/sharding.predict_sharded,
-  the one models/prediction.py uses for Keras pipelines): per-IPU forward
-  and backward cycles, the stash of micro-batches in flight under the
-  schedule, bubbles, the weight update once per step
-  (`gradient_accumulation_count` micro-batches).
+- time and memory: the executable's prediction applies the schedule
+  (placement_of gives the front end the record it compiles with,
+  ops/pipeline_placement.py; device/simulator/sharding.predict_sharded,
+  the one model of Keras pipelines too): the loop body is one
+  micro-batch, per-IPU forward and backward cycles, the stash of
+  micro-batches in flight under the schedule, bubbles, the weight update
+  once per step (`gradient_accumulation_count` micro-batches).
 
 Before the program first runs, the prediction goes to the cycle log
 (TF_POPLAR_FLAGS=--log_cycle_count) and an IPU that cannot hold its stages
@@ -32,7 +33,6 @@ import dataclasses
 import logging
 
 from keras_ipu.frontends.tensorflow.stages import pipeline_stage_of
-from keras_ipu.frontends.tensorflow.stages import staged_by_name
 
 # The name scope of the gradient accumulation and the weight update
 # (functional_pipeline.py); its conditional applies the update once per step.
@@ -53,20 +53,31 @@ def the_pipeline(runs):
     return first
 
 
-def placed_program(graph, options, run):
-    """(the imported graph with its stages, the CompileOptions placing it)
-    for a program holding the pipeline `run`."""
-    from keras_ipu.device.compiler.placement import Placement
+def placement_of(run):
+    """The PipelinePlacement (pipeline_placement.py) of a program holding the
+    pipeline `run`: its stages by op name on run.device_mapping, its
+    recomputation mode (a training pipeline under IPUConfig.allow_recompute),
+    its schedule over the loop of repeat_count x gradient_accumulation_count
+    micro-batches (times its batch serialization iterations, which a
+    weight update accumulates too), the weight update's conditional once
+    per step."""
+    from keras_ipu.device.compiler.options import CONFIGURED
     from keras_ipu.models.options import resolved_recomputation_mode
     from keras_ipu.models.recomputation import allow_recompute
+    from keras_ipu.ops.pipeline_placement import PipelinePlacement
 
-    graph = staged_by_name(graph, pipeline_stage_of)
-    changes = {"placement": Placement.of({}, run.device_mapping)}
+    recomputation = CONFIGURED
     if run.training:
-        changes["recomputation"] = (
-            resolved_recomputation_mode(run.recomputation_mode, run.schedule)
-            if allow_recompute() else None)
-    return graph, dataclasses.replace(options, **changes)
+        recomputation = (resolved_recomputation_mode(run.recomputation_mode, run.schedule)
+                         if allow_recompute() else None)
+    serialized = run.batch_serialization_iterations
+    micro_batches = run.gradient_accumulation_count * serialized
+    return PipelinePlacement.of(
+        run.device_mapping, run.schedule, micro_batches,
+        training=run.training, recomputation=recomputation, stage_of=pipeline_stage_of,
+        once_per_step=(f"{WEIGHT_UPDATE_SCOPE}/cond",),
+        loop_micro_batches=run.repeat_count * micro_batches,
+        batch_serialization_iterations=serialized)
 
 
 def _loop_body(graph):
@@ -102,7 +113,9 @@ def _micro_batch_size(body):
 
 def predict_pipeline(executable, run, target=None):
     """The ShardedPrediction of a compiled pipeline program (see the module
-    doc)."""
+    doc): the one its executable's prediction applies (compiled with the
+    run's placement, BridgedFunction.executable), else made now the same
+    way."""
     from keras_ipu.device.simulator import sharding
 
     graph = getattr(executable, "graph", executable)
@@ -112,16 +125,12 @@ def predict_pipeline(executable, run, target=None):
             "The program holds no placed pipeline loop: compile the function that "
             "calls pipelining_ops.pipeline through the IPU (ipu_compiler.compile, "
             "IPUStrategy.run).")
-
-    def once(node):
-        return isinstance(node.source, str) and f"{WEIGHT_UPDATE_SCOPE}/cond" in node.source
-
-    serialized = run.batch_serialization_iterations
-    return sharding.predict_sharded(
-        body, target=target,
-        gradient_accumulation_count=run.gradient_accumulation_count * serialized,
-        schedule=run.schedule, batch_size=_micro_batch_size(body), weight_update=once,
-        training=run.training, batch_serialization_iterations=serialized)
+    pipelining = placement_of(run).pipelining
+    if target is None and getattr(executable, "pipeline", None) == pipelining:
+        pred = executable.prediction.pipeline
+    else:
+        pred = sharding.predict_sharded(graph, target=target, pipelining=pipelining)
+    return dataclasses.replace(pred, batch_size=_micro_batch_size(body))
 
 
 def check_before_first_run(executable, run):

@@ -83,12 +83,24 @@ def details(report, top=5):
             f"per step: device {fmt_seconds(cyc['device_seconds'])} + host transfers "
             f"{fmt_seconds(host['seconds'])} ({host['bytes_in']:,} B in, "
             f"{host['bytes_out']:,} B out) per run")
+        pipe = cyc.get("pipeline")
+        # Shares are of the IPUs' work; a pipeline's `total` is its schedule's
+        # time, with the IPUs' work overlapping.
+        work = cyc["compute"] + cyc["exchange"] + cyc["sync"]
+        total = (work if pipe else cyc["total"]) or 1
+        if pipe:
+            lines.append(
+                f"   pipelined, schedule {pipe['schedule']}: {pipe['step_cycles']:,} cycles "
+                f"per step of {pipe['micro_batches_per_step']} micro-batches, utilisation "
+                f"{pipe['utilisation']:.0%}; per micro-batch " + ", ".join(
+                    f"IPU {x['ipu']} forward {x['forward_cycles']:,} backward "
+                    f"{x['backward_cycles']:,} ({x['in_flight']} in flight)"
+                    for x in pipe["ipus"]))
         per_ipu = cyc.get("ipus") or []
         if len(per_ipu) > 1:
             lines.append("   cycles per run by IPU: " + ", ".join(
-                f"IPU {x['ipu']} {x['cycles']:,} ({pct(x['cycles'], cyc['total'] or 1)})"
+                f"IPU {x['ipu']} {x['cycles']:,} ({pct(x['cycles'], total)})"
                 for x in per_ipu))
-        total = cyc["total"] or 1
         rows = [[o["op"], o["count"], f"{o['cycles']:,}", pct(o["cycles"], total),
                  f"{o['compute']:,}", f"{o['exchange']:,}", f"{o['sync']:,}"]
                 for o in cyc["ops"][:top]]

@@ -6,7 +6,9 @@ timeline picture draw the same lanes, top-down:
     Program runs     one slice per run: host -> IPU, the program, IPU -> host
     Host transfers   the run's PCIe transfers (inputs in, outputs out)
     Program steps    each step a superstep (compute, sync, exchange), named
-                     by op and Keras layer
+                     by op and Keras layer; a pipelined program's: a row
+                     per IPU, each micro-batch's forward and backward pass
+                     where its schedule puts them (pipeline_slices)
     Loop bodies      one pass after another through each loop body (the
                      device loop's training step is the body of its scan)
     Nested bodies    the bodies inside those
@@ -99,6 +101,9 @@ def run_slices(exe, pred, label, begin_us, detailed=True, budget=None, memo=None
             "drawn step by step")
         slices[0].name = f"{label} (steps not drawn)"
         return slices, []
+    if getattr(pred, "pipeline", None) is not None:
+        return slices + pipeline_slices(pred.pipeline, start_device, us_per_cycle, budget), \
+            pipeline_counters(pred.pipeline, start_device, start_device + device_us)
     trace = profile.execution_trace(pred, exe, memo=memo)
     before = budget[0]
     _step_slices(slices, trace, start_device, us_per_cycle, STEPS, budget)
@@ -137,6 +142,82 @@ def _step_slices(out, steps, origin, us_per_cycle, lane, budget, ipu=0):
                     break
                 _step_slices(out, loop["trace"], at, us_per_cycle, lane + 1, budget, where)
                 at += length
+
+
+def pipeline_schedule(pipe):
+    """[(ipu, what, micro-batch or None, start, cycles)] of one step of a
+    pipelined program (sharding.ShardedPrediction), cycles from 0, as its
+    schedule times it (sharding.py's module doc): Grouped: slot t of
+    max_k (F_k + B_k) cycles, the IPU at pipeline position r working on
+    micro-batch t - r, forward then backward; Interleaved: a forward slot of
+    max_k F_k then a backward slot of max_k B_k; Sequential: each
+    micro-batch through the IPUs one after another. Then the weight update
+    (all IPUs together; Sequential: one after another)."""
+    ipus, g, n = pipe.ipus, pipe.gradient_accumulation_count, len(pipe.ipus)
+    out = []
+    if pipe.schedule == "Sequential" or n == 1:
+        per_micro_batch = sum(p.cycles for p in ipus)
+        for m in range(g):
+            t = m * per_micro_batch
+            for p in ipus:
+                out.append((p.ipu, "forward", m, t, p.forward_cycles))
+                out.append((p.ipu, "backward", m, t + p.forward_cycles, p.backward_cycles))
+                t += p.cycles
+        end = g * per_micro_batch
+    else:
+        grouped = pipe.schedule == "Grouped"
+        forward_slot = max(p.cycles if grouped else p.forward_cycles for p in ipus)
+        slot = forward_slot + (0 if grouped else max(p.backward_cycles for p in ipus))
+        for r, p in enumerate(ipus):
+            for m in range(g):
+                t = (m + r) * slot
+                out.append((p.ipu, "forward", m, t, p.forward_cycles))
+                back = t + (p.forward_cycles if grouped else forward_slot)
+                out.append((p.ipu, "backward", m, back, p.backward_cycles))
+        end = (g + n - 1) * slot
+    for p in ipus:
+        out.append((p.ipu, "weight update", None, end, p.weight_update_cycles))
+        if pipe.schedule == "Sequential" or n == 1:
+            end += p.weight_update_cycles
+    return [x for x in out if x[4]]
+
+
+def pipeline_slices(pipe, origin, us_per_cycle, budget):
+    """The Program steps lane of a pipelined run: one row per IPU, a slice
+    per micro-batch's forward and backward pass on it (the stages overlap
+    as the schedule has them) and the weight update, for each step of the
+    run (pipeline_schedule)."""
+    out = []
+    for step in range(pipe.steps_per_run):
+        at = origin + step * pipe.step_cycles * us_per_cycle
+        for ipu, what, m, start, cycles in pipeline_schedule(pipe):
+            if budget[0] <= 0:
+                return out
+            stages = ",".join(str(s) for p in pipe.ipus if p.ipu == ipu for s in p.stages)
+            name = what if m is None else f"micro-batch {m} {what}"
+            out.append(Slice(STEPS, f"{name} (stage {stages})", at + start * us_per_cycle,
+                             cycles * us_per_cycle,
+                             {"ipu": ipu, "stages": stages, "step": step, "micro-batch": m,
+                              "pass": what, "cycles": cycles,
+                              "schedule": pipe.schedule}, ipu))
+            budget[0] -= 1
+    return out
+
+
+def pipeline_counters(pipe, start_us, end_us):
+    """Each IPU's memory through a pipelined run: its always-live bytes and
+    its not-always-live peak (the micro-batches in flight stashed), held
+    for the run (the schedule interleaves the micro-batches' steps, so
+    there is no one program order to follow)."""
+    counters = []
+    for p in pipe.ipus:
+        name = MEMORY_COUNTER.format(ipu=p.ipu)
+        m = p.memory
+        counters.append(Counter(name, start_us, {"always live": m.always_live_bytes,
+                                                 "not always live": m.not_always_live_bytes},
+                                p.ipu))
+        counters.append(Counter(name, end_us, {"always live": 0, "not always live": 0}, p.ipu))
+    return counters
 
 
 def memory_counters(exe, pred, trace, origin, us_per_cycle, ipu=0):

@@ -145,8 +145,12 @@ def test_a_device_loop_around_the_placed_step():
     # The weights each stay on the IPU of their layer.
     read0 = memory_model.reads_on(exe.graph, 0)
     assert [v in read0 for v in exe.graph.inputs[:4]] == [True, True, False, False]
-    # The schedule reads the loop's body: one training step, run 3 times.
-    pipe = predict_sharded(exe, gradient_accumulation_count=4)
+    # The schedule reads the loop's body: one micro-batch, run 3 times (the
+    # loop's micro-batches, which a step of 4 would not divide).
+    pipe = predict_sharded(exe, gradient_accumulation_count=3)
+    assert pipe.steps_per_run == 1 and pipe.gradient_accumulation_count == 3
+    with pytest.raises(ValueError, match="runs 3 micro-batches, not a multiple"):
+        predict_sharded(exe, gradient_accumulation_count=4)
     assert [p.ipu for p in pipe.ipus] == [0, 1]
     assert all(p.forward_cycles > 0 and p.backward_cycles >= 0 for p in pipe.ipus)
     assert pipe.ipus[0].backward_cycles > 0  # d0's backward comes back to IPU 0

@@ -153,3 +153,26 @@ def test_a_streamed_input_is_live_from_its_load_to_its_store():
     assert live_bytes(None) == [k, 2 * k, 3 * k, 2 * k, 3 * k]
     # streamed: m joins at step 1, m2 leaves after step 3.
     assert live_bytes(({graph.inputs[1]}, {graph.outputs[1]})) == [k, 3 * k, 3 * k, 2 * k, 2 * k]
+
+
+def test_the_fit_executable_offloads_as_predict_training_does():
+    """The program fit compiles knows its offloaded state (its placement's
+    Pipelining): its memory per IPU and its weight update cycles are
+    predict_training's offload columns."""
+    import numpy as np
+
+    configure()
+    model = two_stage(offload_weight_update_variables=True)
+    model.compile(keras.optimizers.Adam(0.01), "mse", steps_per_execution=4)
+    rng = np.random.default_rng(0)
+    model.fit(rng.normal(size=(16, 8)).astype("float32"),
+              rng.normal(size=(16, 4)).astype("float32"),
+              batch_size=BATCH, epochs=1, verbose=0)
+    (exe,) = model.train_function.device_loop.executables()
+    training = predict_training(model, BATCH)
+    for ipu_, moved in ((0, OFFLOADED_0), (1, OFFLOADED_1)):
+        assert exe.memory_by_ipu[ipu_].streamed_bytes == moved
+        assert exe.memory_by_ipu[ipu_].total_bytes == training.sharded.ipus[ipu_].memory.total_bytes
+        mine = exe.prediction.pipeline.ipus[ipu_]
+        assert mine.offload_cycles == training.sharded.ipus[ipu_].offload_cycles > 0
+        assert mine.weight_update_cycles == training.sharded.ipus[ipu_].weight_update_cycles

@@ -29,6 +29,7 @@ from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import numerics
 from keras_ipu.device.simulator import profile
+from keras_ipu.device.simulator import sharding
 from keras_ipu.device.simulator import targets as _targets
 from keras_ipu.device.simulator.prediction import predict_costs
 from keras_ipu.device.units import fmt_bytes
@@ -62,16 +63,27 @@ def resolve_options(options, context=None):
 
 
 # -- after compiling ------------------------------------------------------------
-def check_executable(exe, target, context=None):
+def check_executable(exe, target, context=None, pipeline=None):
     """Attach the memory reports of `exe` on `target` (one per IPU it runs
     on: `memory_by_ipu`; `memory`: the fullest IPU's), write its profile
     report and log its cycles when asked; raise IPUOutOfMemoryError naming
-    the first IPU with a tile that overflows (after the report is written)."""
+    the first IPU with a tile that overflows (after the report is written).
+    `pipeline`: its schedule (CompileOptions.pipeline), kept as
+    `exe.pipeline`: a pipelined program's prediction and memory per IPU
+    follow it."""
     context = context or system_config.configuration()
     exe.target = target
     exe.memory_by_ipu = {
         ipu: memory_model.analyze_memory(exe, target, ipu=ipu) for ipu in exe.ipus
     }
+    exe.pipeline = pipeline
+    if pipeline is not None:
+        # A pipelined program's IPUs also hold the activations of the
+        # micro-batches in flight under its schedule, and not the optimizer
+        # state it offloads: its prediction counts both (sharding.py).
+        exe.workload = _WORKLOAD.get()
+        exe._prediction = predict(exe)
+        exe.memory_by_ipu.update({p.ipu: p.memory for p in exe._prediction.pipeline.ipus})
     exe.memory = max(exe.memory_by_ipu.values(), key=lambda m: m.tile_bytes)
     announce(exe, context)
     for report in exe.memory_by_ipu.values():
@@ -138,6 +150,9 @@ def predict(exe, log=False, **workload):
     target = exe.target if exe.target is not None else system_config.configuration().target
     workload = {**(getattr(exe, "workload", None) or {}), **workload}
     workload.pop("input_categories", None)  # the profile's, not the cost model's
+    pipeline = workload.pop("pipeline", None) or getattr(exe, "pipeline", None)
+    if pipeline is not None:
+        return sharding.predict_pipelined(exe, target, pipeline, log=log, **workload)
     return predict_costs(exe, target, log=log, **workload)
 
 

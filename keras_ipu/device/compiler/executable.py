@@ -134,6 +134,7 @@ class Executable:
     memory = None  # the MemoryReport of the fullest IPU
     memory_by_ipu = None  # {IPU: MemoryReport}
     workload = None  # device_checks.workload(...) of the compiling caller
+    pipeline = None  # a pipelined program's CompileOptions.pipeline
     _prediction = None
     # What computes run()'s values (engines.runner: NumPy, XLA or tiered),
     # chosen at the first run.

@@ -42,6 +42,11 @@ class CompileOptions:
     # (recompute.py): a recompute.RecomputationMode, None for none, or
     # CONFIGURED: Auto when the configured IPUConfig has allow_recompute.
     recomputation: object = CONFIGURED
+    # A pipelined program's schedule (simulator/sharding.Pipelining: the
+    # schedule, micro-batches per step, offloaded optimizer state): its
+    # prediction and memory per IPU follow it (device_checks); its values
+    # never do. In the key, so that each executable has one prediction.
+    pipeline: object = None
 
     def cache_key(self):
         return repr(

@@ -93,10 +93,11 @@ def body_options(options, donated_inputs=()):
     """The options a cond branch or loop body is compiled with: the outer
     program's, without the demotion, the recomputation and the placement
     (done with the outer program: a body's signature must match it, and
-    those passes rewrote and placed the bodies' nodes), and with the body's
-    own donated inputs."""
+    those passes rewrote and placed the bodies' nodes) and the pipeline
+    schedule (the outer program's prediction applies it), and with the
+    body's own donated inputs."""
     return dataclasses.replace(options, demote_64bit=False, recomputation=CONFIGURED,
-                               placement=None,
+                               placement=None, pipeline=None,
                                donated_inputs=tuple(donated_inputs))
 
 
@@ -130,7 +131,7 @@ def compile_graph(graph, options=None, name=None):
                           stacklevel=user_code.stacklevel())
         exe = build_executable(optimized, options, notes=notes, passes=log, name=name)
         bar.done("lowering")
-        device_checks.check_executable(exe, options.target, context)
+        device_checks.check_executable(exe, options.target, context, options.pipeline)
         bar.done("memory and cycles")
     finally:
         if owned:

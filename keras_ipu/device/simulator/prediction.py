@@ -121,11 +121,14 @@ def step_costs(graph, target):
     return steps
 
 
-def ipu_cycles(graph, steps, target, memo=None):
+def ipu_cycles(graph, steps, target, memo=None, skip=None):
     """{IPU: cycles} of one run of `graph` (its StepCosts `steps`): each step
-    on the IPU it runs on, a control-flow step spanning IPUs opened up."""
+    on the IPU it runs on, a control-flow step spanning IPUs opened up;
+    without the step at index `skip` (a pipeline's loop, timed apart)."""
     per_ipu = {}
-    for s, node in zip(steps, graph.nodes):
+    for i, (s, node) in enumerate(zip(steps, graph.nodes)):
+        if i == skip:
+            continue
         if s.ipu is not None:
             per_ipu[s.ipu] = per_ipu.get(s.ipu, 0) + s.cycles
             continue
@@ -152,6 +155,10 @@ class Prediction:
     # {IPU: cycles of one run} (a one-IPU program: {0: cycles}); the IPUs of
     # a placed program work in turn unless pipelined (sharding.py).
     ipu_cycles: dict = dataclasses.field(default_factory=dict)
+    # A pipelined program (sharding.predict_pipelined): its ShardedPrediction,
+    # whose schedule `cycles` follows; compute, exchange and sync stay the
+    # IPUs' work summed (they overlap under the schedule).
+    pipeline: object = None
 
     @property
     def cycles_per_step(self):
@@ -173,9 +180,14 @@ class Prediction:
 
     def summary(self):
         sps = self.samples_per_second
+        pipe = self.pipeline
+        scheduled = "" if pipe is None else (
+            f"pipelined over {pipe.n_stages} IPUs, schedule {pipe.schedule}, "
+            f"{pipe.gradient_accumulation_count} micro-batches per step, utilisation "
+            f"{100 * pipe.utilisation:.0f}%; work summed: ")
         return (
             f"{self.target.name}: {self.cycles_per_step:,.0f} cycles per step "
-            f"(compute {self.compute_cycles:,}, exchange {self.exchange_cycles:,}, "
+            f"({scheduled}compute {self.compute_cycles:,}, exchange {self.exchange_cycles:,}, "
             f"sync {self.sync_cycles:,} per run), "
             f"{self.step_seconds * 1e6:,.1f} us per step"
             + (f", {sps:,.1f} samples/s" if sps is not None else "")
@@ -251,7 +263,7 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
         batch_size=batch_size, memory=memory, ipu_cycles=ipu_cycles(graph, steps, target),
     )
     if log is None:
-        log = _log_cycle_count_flag() >= 0
+        log = log_cycle_count_flag() >= 0
     if log:
         logger.info("Predicted cycles: %s", pred.summary())
     return pred
@@ -309,7 +321,7 @@ def _synthetic_data_for(category):
     return system_config.configuration().flags.synthetic_data_for(category)
 
 
-def _log_cycle_count_flag():
+def log_cycle_count_flag():
     return system_config.configuration().flags.log_cycle_count
 
 
@@ -344,7 +356,7 @@ def predict_host_allreduce(nbytes, instances, target=None, log=None):
     transfer = 2 * cost_model.host_transfer_seconds(nbytes, target) if instances > 1 else 0.0
     result = HostReduction(int(nbytes), int(instances), transfer, total - transfer)
     if log is None:
-        log = _log_cycle_count_flag() >= 0
+        log = log_cycle_count_flag() >= 0
     if log:
         logger.info("Predicted %s", result.summary())
     return result

@@ -660,6 +660,7 @@ def _cycles_section(pred, program=None):
         # side, a copy on both ends); one IPU: all of them.
         "ipus": [{"ipu": int(k), "cycles": int(c)} for k, c in sorted(
             (getattr(pred, "ipu_cycles", None) or {0: pred.cycles}).items())],
+        "pipeline": _pipeline_section(getattr(pred, "pipeline", None)),
         "host": {"bytes_in": pred.host_bytes_in, "bytes_out": pred.host_bytes_out,
                  "seconds": pred.host_seconds,
                  "seconds_in": transfer_seconds(pred)[0],
@@ -673,6 +674,29 @@ def _cycles_section(pred, program=None):
         ],
         "ops": ops,
         "layers": layers,
+    }
+
+
+def _pipeline_section(pipe):
+    """A pipelined program's schedule (sharding.ShardedPrediction: what
+    `total` follows), per IPU in pipeline order; None for other programs."""
+    if pipe is None:
+        return None
+    return {
+        "schedule": pipe.schedule,
+        "micro_batches_per_step": pipe.gradient_accumulation_count,
+        "steps_per_run": pipe.steps_per_run,
+        "step_cycles": pipe.step_cycles,
+        "utilisation": pipe.utilisation,
+        "copy_bytes_per_micro_batch": pipe.copy_bytes,
+        "ipus": [
+            {"ipu": p.ipu, "stages": list(p.stages), "forward_cycles": p.forward_cycles,
+             "backward_cycles": p.backward_cycles,
+             "weight_update_cycles": p.weight_update_cycles,
+             "offload_cycles": p.offload_cycles, "stash_bytes": p.stash_bytes,
+             "in_flight": p.in_flight}
+            for p in pipe.ipus
+        ],
     }
 
 

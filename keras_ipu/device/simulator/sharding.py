@@ -11,8 +11,19 @@ Everything per IPU comes from the placed program: each node's stage and
 IPU, the ipu_copy nodes where a value crosses IPUs (their cycles are the
 IPU-Link transfer, cost_model.ipu_link_cycles), the memory model's count of
 what each IPU holds. What this module adds is the pipeline schedule. The
-step it reads is the program, or the body of its device loop (a top-level
-scan whose body spans IPUs), run `length` times per program run.
+micro-batch it reads is the body of the program's micro-batch loop (the
+innermost loop whose body spans IPUs: `pipeline_path`; a Keras step's loop
+over its micro-batches, a functional pipeline's while loop), or the program
+itself when it is one micro-batch. The rest of the graph holding the loop
+runs once per pass of the loop (the accumulators' set-up and the weight
+update of a Keras step: counted with the update), and the loops around it
+(the device loop of steps_per_execution steps) repeat the whole.
+
+A placed pipelined program's executable predicts itself this way: its
+CompileOptions.pipeline (a Pipelining: the schedule, micro-batches per
+step; ops/pipeline_placement.PipelinePlacement makes it) goes to
+predict_pipelined, whose Prediction's cycles are the schedule's and whose
+`pipeline` is the ShardedPrediction.
 
 Time. Per micro-batch, IPU k spends F_k (its forward nodes, and the copies
 they wait for) and B_k (its backward nodes and their copies). In program
@@ -52,7 +63,10 @@ sharding splits it over the replicas) and stores it back, once per step
 import dataclasses
 
 from keras_ipu.device.ir import runs_on
+from keras_ipu.device.ir import subgraphs
+from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.primitives.control_flow import scan_p
+from keras_ipu.device.primitives.control_flow import while_p
 from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import memory_model
@@ -124,6 +138,11 @@ class ShardedPrediction:
     step_cycles: int  # one step: g micro-batches through the pipeline
     host_seconds: float  # per step
     batch_size: object  # samples per micro-batch, or None
+    # Steps one run of the program performs (its device loop's, as the cost
+    # model counts loops), and the cycles of that run (the steps, and the
+    # work around them once per run).
+    steps_per_run: int = 1
+    program_cycles: int = 0
 
     @property
     def n_stages(self):
@@ -206,20 +225,92 @@ def in_flight(schedule, stage, n_stages, batch_serialization_iterations=1):
 # -- the prediction -------------------------------------------------------------
 
 
-def step_program(graph):
-    """(the program of one training step, its runs per program run): the
-    program itself, or the body of its device loop (a top-level scan whose
-    body spans IPUs, as fit's steps_per_execution loop around a pipelined
-    step) and the loop's length."""
-    for node in graph.nodes:
-        if runs_on(node) is None and node.primitive is scan_p:
-            length = node.params["length"]
-            if length is None:
-                n_carry, n_xs = node.params["n_carry"], node.params["n_xs"]
-                xs = node.inputs[n_carry:n_carry + n_xs]
-                length = (xs[0].aval.shape[0] or 1) if xs else 1
-            return node.params["body"], max(1, int(length))
-    return graph, 1
+@dataclasses.dataclass(frozen=True)
+class Pipelining:
+    """What the placement of a pipelined program does not say and its
+    prediction needs: the schedule, the micro-batches per weight update
+    (None: every micro-batch one run of the pipeline loop processes, as an
+    inference pipeline), whether it trains (a backward pass), the layer
+    paths (or parts of them) of nodes inside the micro-batch loop that run
+    once per step (a functional pipeline's weight update), and the
+    micro-batches one run of the loop processes when its trip count is only
+    known at run time (a while loop: the cost model assumes
+    WHILE_LOOP_ASSUMED_TRIPS), the layer path the micro-batch loop was
+    traced in where it does not span IPUs (one IPU), and the optimizer
+    state it offloads. The caller compiling a pipelined program gives it as
+    CompileOptions.pipeline: the executable's prediction (predict_costs)
+    applies it."""
+
+    schedule: str = "Grouped"
+    gradient_accumulation_count: object = None
+    training: bool = True
+    once_per_step: tuple = ()
+    loop_micro_batches: object = None
+    loop_source: str = None  # the micro-batch loop's layer path (pipeline_path)
+    offload: object = None  # an Offload: its optimizer state in Streaming Memory
+    # Micro-batches each stage loops over per pipeline iteration (Sequential,
+    # one IPU); gradient_accumulation_count counts all of them.
+    batch_serialization_iterations: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "schedule", _schedule_name(self.schedule))
+        object.__setattr__(self, "once_per_step", tuple(self.once_per_step))
+
+
+_LOOPS = (scan_p, while_p)
+
+
+def _trips(node):
+    """How often the cost model counts a loop's body (scan: its length; a
+    while loop: its assumed trip count); 1 for other control flow."""
+    record = cost_util.node_cost(node)
+    if node.primitive in _LOOPS and record.parts:
+        return record.parts[0].repeat
+    return 1
+
+
+def _body(node):
+    return node.params["body"] if node.primitive is scan_p else node.params["body_graph"]
+
+
+def pipeline_path(graph, loop_source=None):
+    """[(graph, index of the node)] from `graph` down to the micro-batch
+    loop: the innermost loop whose body spans IPUs (its node is on no IPU),
+    as a pipeline's inside the device loop of a Keras execution or within
+    the control flow of an imported program, or the loop traced with the
+    layer path `loop_source` (a Keras step's "gradient accumulation" loop,
+    also on one IPU); [] when there is none (a program of one micro-batch)."""
+    def wanted(node):
+        if node.primitive not in _LOOPS:
+            return False
+        if loop_source is not None and node.source == loop_source:
+            return True
+        # Its body runs stages itself (not only control flow holding them).
+        return runs_on(node) is None and any(n.stage is not None for n in _body(node).nodes)
+
+    for i, node in enumerate(graph.nodes):
+        inside = [_body(node)] if node.primitive in _LOOPS else list(subgraphs(node))
+        for sub in inside:
+            below = pipeline_path(sub, loop_source)
+            if below:
+                return [(graph, i)] + below
+        if wanted(node):
+            return [(graph, i)]
+    return []
+
+
+def step_program(graph, loop_source=None):
+    """(the program of one micro-batch, its runs per program run as the cost
+    model counts them): the body of the micro-batch loop (pipeline_path),
+    or the program itself."""
+    path = pipeline_path(graph, loop_source)
+    if not path:
+        return graph, 1
+    runs = 1
+    for g, i in path:
+        runs *= _trips(g.nodes[i])
+    g, i = path[-1]
+    return _body(g.nodes[i]), runs
 
 
 def _phases(step, once, training=True):
@@ -251,14 +342,22 @@ def _phases(step, once, training=True):
     return phases
 
 
-def _update_predicate(weight_update):
+def _update_predicate(weight_update, marks=()):
+    """node -> whether it runs once per step: named by `weight_update`
+    (layer paths, or a predicate), or its layer path holds one of `marks`
+    (Pipelining.once_per_step)."""
     if weight_update is None:
-        return lambda node: False
-    if callable(weight_update):
-        return weight_update
-    paths = tuple(p.rstrip("/") for p in weight_update)
-    return lambda node: bool(node.source) and any(
-        node.source == p or node.source.startswith(p + "/") for p in paths)
+        named = lambda node: False  # noqa: E731
+    elif callable(weight_update):
+        named = weight_update
+    else:
+        paths = tuple(p.rstrip("/") for p in weight_update)
+        named = lambda node: bool(node.source) and any(  # noqa: E731
+            node.source == p or node.source.startswith(p + "/") for p in paths)
+    if not marks:
+        return named
+    return lambda node: named(node) or (
+        isinstance(node.source, str) and any(m in node.source for m in marks))
 
 
 def _offload_cycles(graph, ipu, streamed, offload, target):
@@ -273,46 +372,84 @@ def _offload_cycles(graph, ipu, streamed, offload, target):
     return cost_model.offloaded_update_cycles(shard, full, offload.shards, target)
 
 
-def predict_sharded(obj, target=None, gradient_accumulation_count=1,
+def _combine(schedule, n, per_ipu):
+    """Work done once per step by the IPUs together: side by side (the
+    slowest paces), or one after another under Sequential."""
+    values = list(per_ipu)
+    if not values:
+        return 0
+    return sum(values) if schedule == "Sequential" or n == 1 else max(values)
+
+
+def predict_sharded(obj, target=None, gradient_accumulation_count=None,
                     schedule="Grouped", batch_size=None, resident_inputs=(),
                     resident_outputs=(), check_memory=False, weight_update=None,
                     offload=None, memory_schedule="program", training=True,
-                    batch_serialization_iterations=1):
+                    pipelining=None, batch_serialization_iterations=1):
     """The ShardedPrediction of a placed Graph or Executable (see the module
     doc; compile it with CompileOptions(placement=...), or place a graph with
     compiler.placement.place).
 
-    gradient_accumulation_count: micro-batches per step. schedule:
-    "Grouped", "Interleaved" or "Sequential" (or a PipelineSchedule).
-    batch_size: samples per micro-batch. resident_inputs / resident_outputs:
-    as predict_costs (not moved over PCIe). weight_update: the nodes run
-    once per step rather than per micro-batch: layer paths (the optimizer's
-    scope), or a predicate node -> bool. training: False for an inference
-    program (no backward pass, nothing stashed). check_memory: raise
-    IPUOutOfMemoryError naming the first IPU that does not fit. offload:
-    an Offload (optimizer state in Streaming Memory), or None.
-    memory_schedule: "program" or "best" (memory_model.analyze_memory).
+    The program is one micro-batch (its weight update named by
+    `weight_update`), or holds the micro-batch loop (pipeline_path): the
+    loop's body is one micro-batch, the rest of the graph holding the loop
+    runs once per pass of the loop (the gradient accumulators' set-up and
+    the weight update of a Keras step), and loops around that (the device
+    loop) repeat it.
+
+    pipelining: a Pipelining record, or given by its parts:
+    gradient_accumulation_count (micro-batches per step; None: those of one
+    run of the micro-batch loop), schedule ("Grouped", "Interleaved",
+    "Sequential", or a PipelineSchedule), training (False for an inference
+    program: no backward pass, nothing stashed). batch_size: samples per
+    micro-batch. resident_inputs / resident_outputs: as predict_costs (not
+    moved over PCIe). weight_update: nodes of the micro-batch that run once
+    per step: layer paths (the optimizer's scope), or a predicate node ->
+    bool. check_memory: raise IPUOutOfMemoryError naming the first IPU that
+    does not fit. offload: an Offload (optimizer state in Streaming
+    Memory), or None. memory_schedule: "program" or "best"
+    (memory_model.analyze_memory).
     batch_serialization_iterations: b > 1 (the Sequential schedule, every
     stage on one IPU, gradient_accumulation_count counting all G x b
-    micro-batches): each stage runs over b micro-batches in a loop, so the
-    stash and the values passed between stages are held for b at once.
+    micro-batches), given with the parts or in `pipelining`: each stage
+    runs over b micro-batches in a loop, so the stash and the values passed
+    between stages are held for b at once.
     """
+    if pipelining is None:
+        pipelining = Pipelining(schedule, gradient_accumulation_count, training,
+                                batch_serialization_iterations=batch_serialization_iterations)
+    schedule, training = pipelining.schedule, pipelining.training
+    batch_serialization_iterations = pipelining.batch_serialization_iterations
     target = memory_model.resolve_target(target)
     graph = memory_model.graph_of(obj)
-    schedule = _schedule_name(schedule)
-    g = int(gradient_accumulation_count)
-    if g < 1:
-        raise ValueError(f"gradient_accumulation_count must be >= 1, got {g}.")
     if not any(True for _ in memory_model.tagged_nodes(graph)):
         raise ValueError(
             "predict_sharded reads a placed program: compile it with "
             "CompileOptions(placement=Placement.of({layer path: stage}, device_mapping)) "
             "or place its graph with keras_ipu.device.compiler.placement.place first."
         )
-    step, runs = step_program(graph)
+    path = pipeline_path(graph, pipelining.loop_source)
+    if path:
+        holder, loop_index = path[-1]
+        loop = holder.nodes[loop_index]
+        step = _body(loop)
+        loop_micro_batches = int(pipelining.loop_micro_batches or _trips(loop))
+    else:  # a program of one micro-batch
+        holder = loop_index = None
+        step = graph
+        loop_micro_batches = 1
+    g = int(pipelining.gradient_accumulation_count or loop_micro_batches)
+    if g < 1:
+        raise ValueError(f"gradient_accumulation_count must be >= 1, got {g}.")
+    # Steps (weight updates) per pass of the graph holding the loop.
+    repeats = loop_micro_batches // g if path else 1
+    if path and (repeats < 1 or loop_micro_batches % g):
+        raise ValueError(
+            f"The pipeline loop runs {loop_micro_batches} micro-batches, not a multiple "
+            f"of gradient_accumulation_count {g}: give the micro-batches of one step.")
     steps = prediction.step_costs(step, target)
     nodes = step.nodes
-    phase = _phases(step, _update_predicate(weight_update), training)
+    phase = _phases(step, _update_predicate(weight_update, pipelining.once_per_step), training)
     # Pipeline position of each IPU: the order of its first stage.
     first_stage = {}
     for node in nodes:
@@ -322,6 +459,12 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
     rank = {d: r for r, d in enumerate(ipus)}
     n = len(ipus)
     last_ipu = ipus[-1]
+    # Once per pass of the loop's holder (the accumulators' set-up and the
+    # update of a Keras step): per step, that work over its steps.
+    holder_work = {}
+    if path:
+        holder_work = prediction.ipu_cycles(
+            holder, prediction.step_costs(holder, target), target, skip=loop_index)
 
     copies = [
         Copy(node.inputs[0].aval.nbytes or 0, node.params["src"],
@@ -346,6 +489,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
             if node.ipu is None and steps[i].ipu is None:
                 for repeat, _, sub in prediction.sub_predictions(node, target):
                     cycles[phase[i]] += repeat * sub.ipu_cycles.get(d, 0)
+        cycles["update"] += -(-holder_work.get(d, 0) // repeats)
         incoming = [c for c in copies if c.dst == d]
         # Stash: values made (or received) in this IPU's forward pass that
         # its backward pass reads.
@@ -383,26 +527,73 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=1,
             weight_update_cycles=cycles["update"], offload_cycles=moved,
         ))
 
-    if schedule == "Sequential" or n == 1:
-        total = g * sum(p.cycles for p in results)
-        total += sum(p.weight_update_cycles for p in results)
-    else:
-        if schedule == "Grouped":
-            total = (g + n - 1) * max(p.cycles for p in results)
-        else:  # Interleaved
-            total = (g + n - 1) * (max(p.forward_cycles for p in results)
-                                   + max(p.backward_cycles for p in results))
-        total += max(p.weight_update_cycles for p in results)
+    total = _micro_batch_cycles(schedule, g, results)
+    total += _combine(schedule, n, (p.weight_update_cycles for p in results))
+    # One run of the program: its steps, and the work of the loops around
+    # the holder (the device loop's) once per pass.
+    program_cycles = repeats * total
+    steps_per_run = repeats
+    for level, index in reversed(path[:-1]):
+        trips = _trips(level.nodes[index])
+        other = prediction.ipu_cycles(
+            level, prediction.step_costs(level, target), target, skip=index)
+        program_cycles = trips * program_cycles + _combine(schedule, n, other.values())
+        steps_per_run *= trips
     host = prediction.predict_costs(graph, target, resident_inputs=resident_inputs,
                                     resident_outputs=resident_outputs, log=False)
+    # A program of one micro-batch moves one micro-batch's data per run.
+    host_per_step = (host.host_seconds / steps_per_run if path
+                     else g * host.host_seconds)
     pred = ShardedPrediction(
         target=target, schedule=schedule, gradient_accumulation_count=g,
         stage_of_step=tuple(node.stage for node in nodes), ipus=results, copies=copies,
-        step_cycles=int(total), host_seconds=g * host.host_seconds / runs,
-        batch_size=batch_size,
+        step_cycles=int(total), host_seconds=host_per_step,
+        batch_size=batch_size, steps_per_run=steps_per_run if path else 1,
+        program_cycles=int(program_cycles) if path else int(total),
     )
     if check_memory:
         for p in results:
             if not p.memory.fits:
                 raise memory_model.IPUOutOfMemoryError(p.memory)
+    return pred
+
+
+def _micro_batch_cycles(schedule, g, ipus):
+    """g micro-batches through the pipeline of `ipus` (IPUPredictions in
+    pipeline order) under `schedule` (see the module doc)."""
+    n = len(ipus)
+    if schedule == "Sequential" or n == 1:
+        return g * sum(p.cycles for p in ipus)
+    if schedule == "Grouped":
+        return (g + n - 1) * max(p.cycles for p in ipus)
+    return (g + n - 1) * (max(p.forward_cycles for p in ipus)
+                          + max(p.backward_cycles for p in ipus))
+
+
+def predict_pipelined(obj, target=None, pipeline=None, batch_size=None, log=None,
+                      check_memory=False, **workload):
+    """The prediction.Prediction of a placed pipelined program (an
+    Executable's: device_checks.predict) under its Pipelining `pipeline`:
+    predict_costs' steps, host transfers and work, with `cycles` the
+    schedule's (predict_sharded, kept as `pipeline`) and `memory` its
+    fullest IPU (the stash of the micro-batches in flight included, the
+    optimizer state it offloads not). batch_size: samples per step.
+    workload: the rest of predict_costs' arguments."""
+    pred = prediction.predict_costs(obj, target, batch_size=batch_size, log=False,
+                                    **workload)
+    g = pipeline.gradient_accumulation_count
+    sharded = predict_sharded(
+        obj, pred.target, pipelining=pipeline,
+        resident_inputs=workload.get("resident_inputs", ()),
+        resident_outputs=workload.get("resident_outputs", ()), offload=pipeline.offload,
+        batch_size=batch_size // g if batch_size and g else None, memory_schedule="best")
+    memory = max((p.memory for p in sharded.ipus), key=lambda m: m.tile_bytes)
+    if check_memory and not memory.fits:
+        raise memory_model.IPUOutOfMemoryError(memory)
+    pred = dataclasses.replace(pred, cycles=sharded.program_cycles, memory=memory,
+                               pipeline=sharded)
+    if log is None:
+        log = prediction.log_cycle_count_flag() >= 0
+    if log:
+        prediction.logger.info("Predicted cycles: %s", pred.summary())
     return pred

@@ -30,13 +30,12 @@ from keras_ipu.device.compiler.executable import programs_compute
 from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.jit import note_recompiles
 from keras_ipu.device.compiler.options import CompileOptions
-from keras_ipu.device.compiler.placement import Placement
 from keras_ipu.device.compiler.placement import recorded_stages
 from keras_ipu.device.config import system_config
 from keras_ipu.frontends.tensorflow import hlo_proto
 from keras_ipu.frontends.tensorflow import variable_categories
 from keras_ipu.frontends.tensorflow.importer import import_module
-from keras_ipu.frontends.tensorflow.stages import staged_by_name
+from keras_ipu.ops.pipeline_placement import PipelinePlacement
 
 _state = threading.local()
 
@@ -95,6 +94,7 @@ class Program:
     trace: object = None
     options: object = None  # its own CompileOptions (a placed pipeline), else the function's
     pipeline: object = None  # the ops.pipeline_runs.PipelineRun it holds, if any
+    placement: object = None  # its ops.pipeline_placement.PipelinePlacement, if placed
 
 
 @dataclasses.dataclass
@@ -152,20 +152,24 @@ class BridgedFunction:
     """`fn` (a tf.function or a Python function of TensorFlow ops) run on
     the simulated IPU through XLA; see the module doc.
 
-    `stage_of` (a rule: TensorFlow op name -> pipeline stage or None, such
-    as stages.pipeline_stage_of) compiles the program placed: each node on
-    its op's stage, stage s on IPU device_mapping[s] (default IPU s), with
-    the copies between IPUs, memory and cycles per IPU (stages.py).
+    `placement` (ops/pipeline_placement.PipelinePlacement: a rule from
+    TensorFlow op name to pipeline stage, such as stages.pipeline_stage_of,
+    the IPU of each stage, and a pipeline's schedule) compiles the program
+    placed: each node on its op's stage, with the copies between IPUs,
+    memory and cycles per IPU (stages.py), predicted under the schedule.
+    `stage_of` and `device_mapping` say the same of a program placed but
+    not pipelined. A program holding a functional pipeline is placed by
+    the record its pipeline makes (pipeline_simulation.placement_of).
     """
 
-    def __init__(self, fn, options=None, stage_of=None, device_mapping=None):
+    def __init__(self, fn, options=None, stage_of=None, device_mapping=None,
+                 placement=None):
         self.python_function = fn
         self.tf_function = as_xla_function(fn)
         self.options = options or CompileOptions(demote_64bit=False)
-        self.stage_of = stage_of
-        if stage_of is not None:
-            self.options = dataclasses.replace(
-                self.options, placement=Placement.of({}, device_mapping))
+        if placement is None and stage_of is not None:
+            placement = PipelinePlacement.of(device_mapping, stage_of=stage_of)
+        self.placement = placement
         self._traces = weakref.WeakKeyDictionary()
         self._pipelines = weakref.WeakKeyDictionary()  # cf -> its PipelineRuns
         self.__name__ = getattr(fn, "__name__", "tf_function")
@@ -233,17 +237,19 @@ class BridgedFunction:
         imported = import_module(module, replicas=replicas)
         graph = imported.graph
         options = pipeline = None
-        if self.stage_of is not None:
-            graph = staged_by_name(graph, self.stage_of)
-        else:
+        placement = self.placement
+        if placement is None:
             from keras_ipu.ops import pipeline_simulation
 
             pipeline = pipeline_simulation.the_pipeline(self._pipelines.get(cf))
             if pipeline is not None:
-                graph, options = pipeline_simulation.placed_program(graph, self.options, pipeline)
+                placement = pipeline_simulation.placement_of(pipeline)
             elif recorded_stages(graph):
                 # ipu_shard marked ops (the importer's stages): shard s on IPU s.
-                options = dataclasses.replace(self.options, placement=Placement.of({}))
+                placement = PipelinePlacement.of(None)
+        if placement is not None:
+            graph = placement.staged(graph)
+            options = placement.options(self.options)
         param_avals = [(tuple(v.aval.shape), v.aval.dtype)
                        for v in imported.graph.inputs[:imported.n_params]]
         input_avals = [(tuple(a.shape), a.dtype) for a in arrays]
@@ -275,7 +281,7 @@ class BridgedFunction:
             graph=graph, param_inputs=tuple(param_inputs), n_outputs=n_outputs,
             updates=tuple(updates), uses_token=imported.uses_token,
             structured_outputs=cf.structured_outputs, name=self.__name__,
-            resident=resident, options=options, pipeline=pipeline,
+            resident=resident, options=options, pipeline=pipeline, placement=placement,
             input_categories=kinds + ((variable_categories.ARGUMENT,) * imported.uses_token),
         )
         return program, constants

@@ -180,8 +180,18 @@ class _Execution:
         else:
             from keras_ipu.models.functions import staged_step
 
+            from keras_ipu.ops.pipeline_placement import PipelinePlacement
+
+            # A training loop's micro-batch loop runs `count` micro-batches
+            # (a while loop: the cost model cannot know its trip count). The
+            # inference loops are placed, their schedule not applied: their
+            # micro-batches per pipeline run are the execution's, which the
+            # program is not compiled for.
+            schedule = model._ipu_options.pipeline_schedule if self.kind == "train" else None
+            placement = PipelinePlacement.of(
+                mapping, schedule, count, stage_of=pipeline_stage_of, loop_micro_batches=count)
             program = BridgedFunction(tf.function(staged_step(model, loop), jit_compile=True),
-                                      stage_of=pipeline_stage_of, device_mapping=mapping)
+                                      placement=placement)
         # Metric variables are non-trainable variables like moving statistics;
         # the model knows which they are (its profile's "metric state").
         program.known_variables = lambda: {

@@ -354,6 +354,20 @@ def placement_facts(exe, kernel_shapes):
     }
 
 
+def schedule_formula(pipeline):
+    """The step cycles of a ShardedPrediction by its schedule's formula
+    (sharding.py's module doc), from its per-IPU cycles."""
+    ipus, g = pipeline.ipus, pipeline.gradient_accumulation_count
+    n = len(ipus)
+    if pipeline.schedule == "Sequential":
+        return g * sum(p.cycles for p in ipus) + sum(p.weight_update_cycles for p in ipus)
+    if pipeline.schedule == "Grouped":
+        steady = max(p.cycles for p in ipus)
+    else:
+        steady = max(p.forward_cycles for p in ipus) + max(p.backward_cycles for p in ipus)
+    return (g + n - 1) * steady + max(p.weight_update_cycles for p in ipus)
+
+
 def keras_pipeline_stage_placed():
     """pipeline_stage_model trained, evaluated and predicted through the
     front end: its programs' placements and replicas."""
@@ -370,9 +384,15 @@ def keras_pipeline_stage_placed():
     for kind in ("train", "test", "predict"):
         (exe,) = getattr(model, f"{kind}_function").execution.executables()
         facts[kind] = json.loads(json.dumps(placement_facts(exe, shapes)))
+    (exe,) = model.train_function.execution.executables()
+    pipe = exe.prediction.pipeline
+    schedule = {"schedule": pipe.schedule, "micro_batches": pipe.gradient_accumulation_count,
+                "step_cycles": pipe.step_cycles, "formula": schedule_formula(pipe),
+                "cycles": exe.prediction.cycles, "program_cycles": pipe.program_cycles,
+                "in_flight": [p.in_flight for p in pipe.ipus]}
     return {"replicas": keras_trainer.replication_factor(model),
             "iterations": int(model.optimizer.iterations.numpy()),
-            "loss": history.history["loss"], "facts": facts}
+            "loss": history.history["loss"], "facts": facts, "schedule": schedule}
 
 
 SCENARIOS = {

@@ -131,3 +131,9 @@ def test_pipeline_stage_scopes_place_the_programs_as_the_ipu_backend_does(result
         assert r["facts"][kind] == want, kind
     assert r["facts"]["train"]["kernels"] == {"[16, 32]": [0], "[32, 8]": [1]}
     assert r["facts"]["train"]["copies"] == [[0, 1], [1, 0]]
+    # Its training program's prediction is the pipeline's (Grouped, 4
+    # micro-batches per step): the schedule's formula, not the micro-batches
+    # one after another; the first stage holds 2 (n - 1) + 1 in flight.
+    s = r["schedule"]
+    assert (s["schedule"], s["micro_batches"], s["in_flight"]) == ("Grouped", 4, [3, 1])
+    assert s["step_cycles"] == s["formula"] and s["cycles"] == s["program_cycles"]
