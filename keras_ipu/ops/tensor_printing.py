@@ -32,13 +32,19 @@ class _PrintStream:
 
     def send(self, component, value):
         text = np.array2string(np.asarray(value), separator=", ", threshold=sys.maxsize)
-        print(f"{self.name}: {text}" if self.name else text, file=sys.stderr, flush=True)
+        line = (f"{self.name}: {text}" if self.name else text) + "\n"
+        # Replicas run in threads: one write per line under a lock, or their
+        # lines interleave (print writes the text and the newline apart).
+        with _write_lock:
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 # Streams live as long as the process: a compiled program keeps the id of
 # its stream (host_streams holds streams weakly).
 _streams = {}
 _lock = threading.Lock()
+_write_lock = threading.Lock()
 
 
 def stream_id(name):
