@@ -187,6 +187,11 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
         )
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
+    batch = _sample_batch(model, batch_size) if batch is None else batch
+    # As fit does before its first step: the compiled loss and metrics make
+    # their variables (one loss tracker per output) on their first call, and
+    # the state traced below must already hold them (a loop carries it).
+    model._symbolic_build(data_batch=batch)
     pipelined = model._ipu_is_pipelined()
     method = model._ipu_options.gradient_accumulation_reduction_method
     stages = model._ipu_variable_stages() if pipelined else None
@@ -202,7 +207,6 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
         variable_stages=stages)
     if pipelined:
         step = staged_step(model, step)
-    batch = _sample_batch(model, batch_size) if batch is None else batch
     from keras.src import tree
 
     def stacked(n):
@@ -222,6 +226,11 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
 
     def flat_fn(*tracers):
         state_in, data = unflatten(structure, tracers)
+        if device_loop:
+            # The device loop takes the infeed's arrays flat, Nones left out,
+            # as DeviceLoop feeds them (a model with several inputs or
+            # outputs has a nested batch).
+            data = [x for x in tree.flatten(data) if x is not None]
         logs, new_state = step(state_in, data)
         out, _ = flatten((logs, new_state))
         if layout is not None:

@@ -134,3 +134,27 @@ def test_the_profile_draws_the_stages_overlapping(schedule):
     most = max(overlap(a, b) for a in busy0 for b in busy1)
     assert (most > 1e-6) == (schedule == "Grouped")
     assert {c.ipu for c in counters} == {0, 1}
+
+
+def test_predict_training_of_a_model_with_two_inputs_and_two_outputs_before_any_fit():
+    # The fit program's device loop takes the batch flat, and the compiled
+    # loss makes one tracker per output on its first call: predicting before
+    # fit (as benchmarks/bert_large_pipeline.py does) must see both.
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 2
+    cfg.configure_ipu_system()
+    with ipu.ipu_strategy.IPUStrategy().scope():
+        a, b = keras.Input((8,)), keras.Input((4,))
+        with ipu.keras.PipelineStage(0):
+            h = keras.layers.Dense(16)(keras.layers.Concatenate()([a, b]))
+        with ipu.keras.PipelineStage(1):
+            outputs = [keras.layers.Dense(3)(h), keras.layers.Dense(2)(h)]
+        model = keras.Model([a, b], outputs)
+        model.compile(optimizer="sgd", loss=["mse", "mse"], steps_per_execution=G)
+        model.set_pipelining_options(gradient_accumulation_steps_per_replica=G)
+        before = predict_training(model, 2)
+        x = [np.zeros((16, 8), "float32"), np.zeros((16, 4), "float32")]
+        y = [np.zeros((16, 3), "float32"), np.zeros((16, 2), "float32")]
+        model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+    (exe,) = model.train_function.device_loop.executables()
+    assert before.sharded.step_cycles == exe.prediction.pipeline.step_cycles
