@@ -664,3 +664,51 @@ def test_the_background_compile_runs_at_low_priority_and_tensorflows_runtime_not
     assert (int(main), int(compile_thread)) == (0, 19)
     assert int(started) > 0  # TensorFlow's runtime started its threads
     assert set(eval(priorities)) == {0}
+
+
+_RUNTIME_START_AT_EXIT = """
+import sys, threading, time
+from keras_ipu.device.compiler import engines
+
+
+class FakeTensorFlow:
+    # Stands for the runtime's start (TensorFlow's C++, a second or two):
+    # a daemon thread still in it when the interpreter finalizes aborts the
+    # process when it returns.
+    @staticmethod
+    def function(fn, **kwargs):
+        def run(x):
+            time.sleep(1.0)
+            print("runtime started", flush=True)
+        return run
+
+    @staticmethod
+    def constant(x):
+        return x
+
+
+engines._tensorflow = lambda: FakeTensorFlow
+finished = threading.Thread(target=lambda: None)
+finished.start()
+finished.join()
+class Runner:  # a compile that has ended
+    abandoned, unstoppable, thread = threading.Event(), threading.Event(), finished
+
+
+runner = Runner()
+runner.unstoppable.set()
+engines._in_flight_add(runner)
+engines._start_runtime_starter()
+engines._tf_imported.set()
+time.sleep(0.2)
+print("main done", flush=True)
+sys.exit(3)
+"""
+
+
+def test_exit_waits_for_tensorflows_runtime_start_in_progress():
+    out = subprocess.run([sys.executable, "-c", _RUNTIME_START_AT_EXIT],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr[-3000:]
+    # Before: the exit went on under the start (an abort when it was C++).
+    assert out.stdout.split() == "main done runtime started".split(), out

@@ -423,6 +423,11 @@ _runtime_lock = threading.Lock()
 _runtime_thread = None
 _tf_imported = threading.Event()
 _runtime_started = threading.Event()
+_exiting = threading.Event()
+# The runtime's start is a second or two of TensorFlow's C++; the exit
+# waits that long for it rather than let it return into a finalized
+# interpreter (which aborts the process: "terminate called ...").
+_RUNTIME_START_JOIN_SECONDS = 60.0
 
 
 def _start_runtime_starter():
@@ -442,6 +447,8 @@ def _start_runtime_starter():
 def _start_runtime():
     _tf_imported.wait()
     try:
+        if _exiting.is_set():  # nothing left to start it for
+            return
         tf = _tensorflow()
         # An eager op starts the runtime's pools, an XLA call XLA's own.
         tf.function(lambda x: x + 1, jit_compile=True, autograph=False)(tf.constant(1.0))
@@ -489,12 +496,15 @@ def _at_exit():
     tear down what a running compile uses: if one is left running, the
     process ends with its exit status as soon as Python's finalization
     is done (glibc's on_exit calls _exit before the other exit handlers)."""
+    _exiting.set()
     with _in_flight_lock:
         runners = list(_in_flight)
     for runner in runners:
         runner.abandoned.set()
     for runner in runners:
         runner.unstoppable.wait()
+    if _runtime_thread is not None and _tf_imported.is_set():
+        _runtime_thread.join(_RUNTIME_START_JOIN_SECONDS)
     # The runtime's start cannot be stopped either (TensorFlow's C++).
     starting = _runtime_thread is not None and _tf_imported.is_set() and _runtime_thread.is_alive()
     if starting or any(runner.thread.is_alive() for runner in runners):
