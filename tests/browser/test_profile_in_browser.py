@@ -183,17 +183,20 @@ def test_profile_plugin_trace_viewer_shows_the_ipu_lanes(browser, tensorboard):
     browser.switch_to.frame(inner)
     text = _wait(browser, lambda: "Program steps" in _text(browser) and _text(browser))
     assert "/device:CUSTOM:IPU:0 (predicted)" in text
+    # A pipelined run's steps are drawn by its schedule (each micro-batch's
+    # passes on its IPU's row), not as loop bodies one after another.
     lanes = ("IPU 0 memory (predicted bytes)", "Program runs", "Host transfers",
-             "Program steps", "Loop bodies")
+             "Program steps")
     positions = [text.index(lane) for lane in lanes]
-    assert positions == sorted(positions)  # top-down: runs, transfers, steps, bodies
+    assert positions == sorted(positions)  # top-down: runs, transfers, steps
+    assert "Loop bodies" not in text
     assert "/host:CPU" in text and "profiled batches" in text
     assert "/device:CUSTOM:IPU:1 (predicted)" in text and "IPU 1 memory" in text
     # The predicted runs last microseconds beside the simulator's
-    # milliseconds: find the device loop, as a user would, to zoom onto it.
+    # milliseconds: find the first micro-batch's forward pass, as a user would, to zoom onto it.
     (find,) = browser.execute_script(_DEEP_QUERY, "input[placeholder^='Find']")[-1:]
     browser.execute_script("arguments[0].focus()", find)
-    find.send_keys("device loop")
+    find.send_keys("micro-batch 0 forward")
     time.sleep(2)  # the plugin searches as one types
     _wait(browser, lambda: re.search(r"\b\d+ of [1-9]", _text(browser)))  # found
     # Enter in the box only counts the hits ("0 of 1"); the next-hit arrow
