@@ -9,7 +9,6 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import keras_ipu as ipu  # noqa: E402
-from keras_ipu.device.config import system_config  # noqa: E402
 
 embedding_ops = ipu.embedding_ops
 TABLE = np.arange(24, dtype=np.float32).reshape(6, 4) / 10
@@ -73,26 +72,21 @@ def test_gradient_accumulation_spec_applies_the_sum_every_factor_updates():
     np.testing.assert_allclose(embedding.get_embedding_tensor().numpy(), want, rtol=1e-6)
 
 
-def test_lookups_each_loop_iteration_on_two_replicas():
+def test_lookups_each_loop_iteration_on_two_replicas(configure_ipus):
     embedding = _embedding("replicated")
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = 2
-    cfg.configure_ipu_system()
-    try:
-        strategy = ipu.ipu_strategy.IPUStrategy()
-        outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+    configure_ipus(2)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
 
-        @tf.function(jit_compile=True)
-        def loop():
-            replica = tf.cast(ipu.replication_ops.replication_index(), tf.int32)
-            for step in tf.range(3):
-                outfeed.enqueue(embedding.lookup(tf.reshape(step + 3 * replica, [1])))
+    @tf.function(jit_compile=True)
+    def loop():
+        replica = tf.cast(ipu.replication_ops.replication_index(), tf.int32)
+        for step in tf.range(3):
+            outfeed.enqueue(embedding.lookup(tf.reshape(step + 3 * replica, [1])))
 
-        with embedding.register(), strategy.scope():
-            strategy.run(loop)
-        got = outfeed.dequeue().numpy()  # [step, replica, 1, 4]
-    finally:
-        system_config.reset_ipu_configuration()
+    with embedding.register(), strategy.scope():
+        strategy.run(loop)
+    got = outfeed.dequeue().numpy()  # [step, replica, 1, 4]
     for step in range(3):
         for replica in range(2):
             np.testing.assert_array_equal(got[step, replica, 0], TABLE[step + 3 * replica])

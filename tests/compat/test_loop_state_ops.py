@@ -11,7 +11,6 @@ tf = pytest.importorskip("tensorflow")
 
 import keras_ipu as ipu  # noqa: E402
 from keras_ipu import pipelining_ops  # noqa: E402
-from keras_ipu.device.config import system_config  # noqa: E402
 
 counter = ipu.internal_ops.get_current_iteration_counter
 
@@ -35,25 +34,20 @@ def test_counter_in_repeat_nested_loops_and_outside():
     assert top.numpy() == 0 and top.dtype == tf.int32
 
 
-def test_counter_in_a_replicated_strategy_loop():
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = 2
-    cfg.configure_ipu_system()
-    try:
-        strategy = ipu.ipu_strategy.IPUStrategy()
-        outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+def test_counter_in_a_replicated_strategy_loop(configure_ipus):
+    configure_ipus(2)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
 
-        @tf.function(jit_compile=True)
-        def loop():
-            for _ in tf.range(3):
-                outfeed.enqueue(counter() * 10 + tf.cast(
-                    ipu.replication_ops.replication_index(), tf.int32))
+    @tf.function(jit_compile=True)
+    def loop():
+        for _ in tf.range(3):
+            outfeed.enqueue(counter() * 10 + tf.cast(
+                ipu.replication_ops.replication_index(), tf.int32))
 
-        with strategy.scope():
-            strategy.run(loop)
-        np.testing.assert_array_equal(outfeed.dequeue().numpy(), [[0, 1], [10, 11], [20, 21]])
-    finally:
-        system_config.reset_ipu_configuration()
+    with strategy.scope():
+        strategy.run(loop)
+    np.testing.assert_array_equal(outfeed.dequeue().numpy(), [[0, 1], [10, 11], [20, 21]])
 
 
 def test_counter_in_a_pipeline_counts_gradient_accumulation_iterations(configure_ipus):

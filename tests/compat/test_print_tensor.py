@@ -10,7 +10,6 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import keras_ipu as ipu  # noqa: E402
-from keras_ipu.device.config import system_config  # noqa: E402
 
 
 def _printed(capfd, name):
@@ -32,29 +31,24 @@ def test_returned_print_op_prints_each_execution(capfd):
     assert _printed(capfd, "v_in") == ["v_in: [[1., 2.],", "v_in: [[1., 2.],"]
 
 
-def test_control_dependency_prints_every_loop_iteration_of_every_replica(capfd):
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = 2
-    cfg.configure_ipu_system()
-    try:
-        strategy = ipu.ipu_strategy.IPUStrategy()
-        outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+def test_control_dependency_prints_every_loop_iteration_of_every_replica(capfd, configure_ipus):
+    configure_ipus(2)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
 
-        @tf.function(jit_compile=True)
-        def loop():
-            replica = tf.cast(ipu.replication_ops.replication_index(), tf.float32)
-            for step in tf.range(3):
-                x = tf.cast(step, tf.float32) + 10.0 * replica
-                with tf.control_dependencies([ipu.internal_ops.print_tensor(x, "x_step")]):
-                    outfeed.enqueue(x * 2)
-                ipu.internal_ops.print_tensor(x * 100, "not_used")
+    @tf.function(jit_compile=True)
+    def loop():
+        replica = tf.cast(ipu.replication_ops.replication_index(), tf.float32)
+        for step in tf.range(3):
+            x = tf.cast(step, tf.float32) + 10.0 * replica
+            with tf.control_dependencies([ipu.internal_ops.print_tensor(x, "x_step")]):
+                outfeed.enqueue(x * 2)
+            ipu.internal_ops.print_tensor(x * 100, "not_used")
 
-        capfd.readouterr()
-        with strategy.scope():
-            strategy.run(loop)
-        np.testing.assert_array_equal(outfeed.dequeue().numpy(), [[0, 20], [2, 22], [4, 24]])
-    finally:
-        system_config.reset_ipu_configuration()
+    capfd.readouterr()
+    with strategy.scope():
+        strategy.run(loop)
+    np.testing.assert_array_equal(outfeed.dequeue().numpy(), [[0, 20], [2, 22], [4, 24]])
     err = capfd.readouterr().err
     lines = sorted(line for line in err.splitlines() if line.startswith("x_step"))
     assert lines == sorted(f"x_step: {v:.0f}." for v in (0, 1, 2, 10, 11, 12))

@@ -245,30 +245,23 @@ def test_replicated_strategy_run_deals_the_infeed_and_stacks_the_outfeed():
         system_config.reset_ipu_configuration()
 
 
-def test_replica_id_is_each_replicas_index():
+def test_replica_id_is_each_replicas_index(configure_ipus):
     """XLA's replica-id in a program on two replicas: each replica's own
     index, a run-time value (not folded to 0 at compile time)."""
     from tensorflow.compiler.tf2xla.ops import gen_xla_ops
 
-    from keras_ipu.device.config import system_config
+    configure_ipus(2)
+    strategy = ipu.ipu_strategy.IPUStrategy()
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
 
-    cfg = ipu.config.IPUConfig()
-    cfg.auto_select_ipus = 2
-    cfg.configure_ipu_system()
-    try:
-        strategy = ipu.ipu_strategy.IPUStrategy()
-        outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+    @tf.function(jit_compile=True)
+    def step():
+        outfeed.enqueue(gen_xla_ops.xla_replica_id())
 
-        @tf.function(jit_compile=True)
-        def step():
-            outfeed.enqueue(gen_xla_ops.xla_replica_id())
-
-        with strategy.scope():
-            strategy.run(step)
-        ids = outfeed.dequeue().numpy()
-        np.testing.assert_array_equal(ids, [[0, 1]])
-    finally:
-        system_config.reset_ipu_configuration()
+    with strategy.scope():
+        strategy.run(step)
+    ids = outfeed.dequeue().numpy()
+    np.testing.assert_array_equal(ids, [[0, 1]])
 
 
 def test_one_replica_per_instance_all_reduce_spans_the_instances(monkeypatch):
