@@ -150,11 +150,10 @@ def split_sum(kernel, in_avals, out_aval, axes):
     if (not _static((x_aval, out_aval)) or 0 not in axes
             or x_aval.dtype not in (np.dtype(np.float32), np.dtype(np.float64))):
         return None
-    size = x_aval.size
-    threads = min(host_threads.threads_for_elements(size), x_aval.shape[0])
-    if threads <= 1:
+    planned = _plan(x_aval)  # the operand's rows: the result has none
+    if planned is None:
         return None
-    blocks = host_threads.ranges(x_aval.shape[0], 1, threads)
+    threads, blocks = planned
 
     def split_sum_kernel(x):
         partial = [None] * len(blocks)
