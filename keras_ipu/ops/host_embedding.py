@@ -94,12 +94,12 @@ class HostTable:
 @xla_custom_call.import_rule(LOOKUP)
 def _import_lookup(imp, instr, operands, config):
     from keras_ipu.device.primitives import host_transfer
-    from keras_ipu.frontends.tensorflow.opcodes.effects import _effect
+    from keras_ipu.frontends.tensorflow.opcodes.effects import bind_effect
 
     (indices,) = operands
-    _effect(imp, host_transfer.stream_to_host_p, imp.array(indices), stream=config["stream"],
+    bind_effect(imp, host_transfer.stream_to_host_p, imp.array(indices), stream=config["stream"],
             component=_LOOKUP_INDICES)
-    (rows,) = _effect(imp, host_transfer.stream_from_host_p, stream=config["stream"],
+    (rows,) = bind_effect(imp, host_transfer.stream_from_host_p, stream=config["stream"],
                       component=_LOOKUP_INDICES, shape=tuple(config["shape"]),
                       dtype=np.dtype(config["dtype"]))
     return rows
@@ -108,12 +108,12 @@ def _import_lookup(imp, instr, operands, config):
 @xla_custom_call.import_rule(UPDATE)
 def _import_update(imp, instr, operands, config):
     from keras_ipu.device.primitives import host_transfer
-    from keras_ipu.frontends.tensorflow.opcodes.effects import _effect
+    from keras_ipu.frontends.tensorflow.opcodes.effects import bind_effect
 
     indices, grads = operands
-    _effect(imp, host_transfer.stream_to_host_p, imp.array(indices), stream=config["stream"],
+    bind_effect(imp, host_transfer.stream_to_host_p, imp.array(indices), stream=config["stream"],
             component=_UPDATE_INDICES)
-    _effect(imp, host_transfer.stream_to_host_p, imp.array(grads), stream=config["stream"],
+    bind_effect(imp, host_transfer.stream_to_host_p, imp.array(grads), stream=config["stream"],
             component=_UPDATE_GRADIENTS)
     return np.zeros((), np.dtype(config["dtype"]))
 

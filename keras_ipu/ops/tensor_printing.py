@@ -61,10 +61,10 @@ def stream_id(name):
 @xla_custom_call.import_rule(TARGET)
 def _import(imp, instr, operands, config):
     from keras_ipu.device.primitives.host_transfer import stream_to_host_p
-    from keras_ipu.frontends.tensorflow.opcodes.effects import _effect
+    from keras_ipu.frontends.tensorflow.opcodes.effects import bind_effect
 
     (x,) = operands
-    _effect(imp, stream_to_host_p, imp.array(x), stream=stream_id(config["name"]),
+    bind_effect(imp, stream_to_host_p, imp.array(x), stream=stream_id(config["name"]),
             component=0)
     return x
 

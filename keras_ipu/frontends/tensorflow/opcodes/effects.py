@@ -36,7 +36,7 @@ def _stream_of(instr, what):
     return int(attrs[STREAM_ATTRIBUTE]), int(attrs.get(COMPONENT_ATTRIBUTE, "0"))
 
 
-def _effect(imp, prim, *args, **params):
+def bind_effect(imp, prim, *args, **params):
     """Bind an effectful primitive with the current token (recorded, never
     run at import time) and advance the token."""
     from keras_ipu.device.trace import current_builder
@@ -57,7 +57,7 @@ def _recv(imp, instr, operands):
     stream, component = _stream_of(instr, "an HLO recv")
     data_shape = instr.shape.tuple_shapes[0]
     dims, dtype = hlo_proto.array_shape(data_shape)
-    (value,) = _effect(imp, host_transfer.stream_from_host_p, stream=stream,
+    (value,) = bind_effect(imp, host_transfer.stream_from_host_p, stream=stream,
                        component=component, shape=dims, dtype=dtype)
     return (value, np.zeros((), np.uint32), TOKEN)
 
@@ -72,7 +72,7 @@ def _recv_done(imp, instr, operands):
 def _send(imp, instr, operands):
     value, _token = operands
     stream, component = _stream_of(instr, "an HLO send")
-    _effect(imp, host_transfer.stream_to_host_p, imp.array(value), stream=stream,
+    bind_effect(imp, host_transfer.stream_to_host_p, imp.array(value), stream=stream,
             component=component)
     return (value, np.zeros((), np.uint32), TOKEN)
 
@@ -107,6 +107,6 @@ def _rng(imp, instr, operands):
     if distribution is None:
         raise HloImportError(f"random distribution {name} is not supported.")
     dims, _ = hlo_proto.array_shape(instr.shape)
-    (values,) = _effect(imp, xla_random.rng_stateful_p, a, b,
+    (values,) = bind_effect(imp, xla_random.rng_stateful_p, a, b,
                         distribution=distribution, shape=dims)
     return values
