@@ -73,9 +73,17 @@ def check_executable(exe, target, context=None, pipeline=None):
     follow it."""
     context = context or system_config.configuration()
     exe.target = target
-    exe.memory_by_ipu = {
-        ipu: memory_model.analyze_memory(exe, target, ipu=ipu) for ipu in exe.ipus
-    }
+    split = exe.tensor_parallel
+    if split is None:
+        exe.memory_by_ipu = {
+            ipu: memory_model.analyze_memory(exe, target, ipu=ipu) for ipu in exe.ipus
+        }
+    else:
+        # SPMD: every IPU of the mesh axis runs the one-IPU part on its
+        # blocks, so each holds what that part holds (tensor_parallel.py).
+        one = memory_model.analyze_memory(split.local, target)
+        exe.memory_by_ipu = {ipu: dataclasses.replace(one, ipu=ipu)
+                             for ipu in range(split.ipus)}
     exe.pipeline = pipeline
     if pipeline is not None:
         # A pipelined program's IPUs also hold the activations of the
@@ -153,6 +161,12 @@ def predict(exe, log=False, **workload):
     pipeline = workload.pop("pipeline", None) or getattr(exe, "pipeline", None)
     if pipeline is not None:
         return sharding.predict_pipelined(exe, target, pipeline, log=log, **workload)
+    split = getattr(exe, "tensor_parallel", None)
+    if split is not None:
+        # One IPU's part, the same on each IPU of the axis (they run at once).
+        pred = predict_costs(split.local, target, log=log, **workload)
+        pred.ipu_cycles = {ipu: pred.cycles for ipu in range(split.ipus)}
+        return pred
     return predict_costs(exe, target, log=log, **workload)
 
 

@@ -136,6 +136,9 @@ class Executable:
     workload = None  # device_checks.workload(...) of the compiling caller
     pipeline = None  # a pipelined program's CompileOptions.pipeline
     _prediction = None
+    # A program split over the IPUs of a mesh axis: its SplitProgram
+    # (compiler/tensor_parallel.py), whose one-IPU part is predicted.
+    tensor_parallel = None
     # What computes run()'s values (engines.runner: NumPy, XLA or tiered),
     # chosen at the first run.
     _engine_run = None

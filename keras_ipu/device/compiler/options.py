@@ -47,6 +47,11 @@ class CompileOptions:
     # prediction and memory per IPU follow it (device_checks); its values
     # never do. In the key, so that each executable has one prediction.
     pipeline: object = None
+    # A program split over the IPUs of a keras.distribution mesh axis
+    # (tensor_parallel.TensorParallel: the split dimension of each split
+    # input): its prediction and memory per IPU are those of one IPU's part
+    # (device_checks); its values never change. None: not split.
+    tensor_parallel: object = None
 
     def cache_key(self):
         return repr(

@@ -43,6 +43,7 @@ from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.placement import place
 from keras_ipu.device.compiler.recompute import recompute
+from keras_ipu.device.compiler import tensor_parallel
 from keras_ipu.device.compiler.static_shapes import check_static_shapes
 from keras_ipu.device.config import system_config
 
@@ -97,8 +98,16 @@ def body_options(options, donated_inputs=()):
     schedule (the outer program's prediction applies it), and with the
     body's own donated inputs."""
     return dataclasses.replace(options, demote_64bit=False, recomputation=CONFIGURED,
-                               placement=None, pipeline=None,
+                               placement=None, pipeline=None, tensor_parallel=None,
                                donated_inputs=tuple(donated_inputs))
+
+
+def _fused(graph, options, log):
+    if not options.fuse_elementwise:
+        return graph
+    graph = fuse_elementwise(graph, options.donated_inputs)
+    log.append(("fuse", len(graph.nodes)))
+    return graph
 
 
 def build_executable(graph, options, notes=(), passes=(), name=None):
@@ -125,11 +134,30 @@ def compile_graph(graph, options=None, name=None):
     bar, owned = _progress.take(context.flags.show_progress_bar, graph, name)
     try:
         notes = []
-        optimized, log = optimize(graph, options, notes, on_pass=bar.done)
+        split = options.tensor_parallel
+        if split is not None and (options.placement is not None or options.pipeline is not None):
+            raise NotImplementedError(
+                "A program split over the IPUs of a keras.distribution mesh axis (tensor "
+                "parallelism) cannot also be placed in pipeline stages or shards: the "
+                "simulator predicts one or the other. Use a LayoutMap without "
+                "PipelineStage / set_pipeline_stage_assignment, or pipeline without it.")
+        # A split program is partitioned before fusion (the rules are the
+        # primitives'), then both programs are fused the same way.
+        unfused = options if split is None else dataclasses.replace(
+            options, fuse_elementwise=False)
+        optimized, log = optimize(graph, unfused, notes, on_pass=bar.done)
         if notes:
             warnings.warn(demotion_message(notes), DemotionWarning, 
                           stacklevel=user_code.stacklevel())
+        if split is not None:
+            partitioned = tensor_parallel.partition(optimized, split)
+            optimized = _fused(optimized, options, log)
         exe = build_executable(optimized, options, notes=notes, passes=log, name=name)
+        if split is not None:
+            exe.tensor_parallel = tensor_parallel.SplitProgram(
+                partitioned, build_executable(_fused(partitioned.local, options, []),
+                                              body_options(options, options.donated_inputs),
+                                              name=name))
         bar.done("lowering")
         device_checks.check_executable(exe, options.target, context, options.pipeline)
         bar.done("memory and cycles")

@@ -1,0 +1,180 @@
+"""Tensor parallelism (compiler/tensor_parallel.py): a program whose weights
+are split over the IPUs of a mesh axis computes the same values, and its
+prediction is that of one IPU's part (Megatron's column- and row-parallel
+layers, with the one all-reduce of the row-parallel layer), checked by hand.
+
+The 2-layer MLP: x [64, 32] -> dense_1 [32, 64] (split on its columns),
+relu -> dense_2 [64, 16] (split on its rows) -> squared error with y."""
+
+import numpy as np
+import pytest
+
+import keras
+
+from keras_ipu.device import autodiff
+from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device.compiler.tensor_parallel import PARTIAL
+from keras_ipu.device.compiler.tensor_parallel import TensorParallel
+from keras_ipu.device.jit import jit
+from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import targets
+
+B, IN, HIDDEN, OUT = 64, 32, 64, 16
+LAYOUTS = {0: 1, 1: 0}  # dense_1/kernel (None, "model"), dense_2/kernel ("model", None)
+NAMES = {0: "dense_1/kernel", 1: "dense_2/kernel"}
+
+
+def _loss(w1, w2, x, y):
+    h = keras.ops.relu(x @ w1)
+    return keras.ops.mean((h @ w2 - y) ** 2)
+
+
+def _args():
+    rng = np.random.default_rng(7)
+    return [rng.normal(size=s).astype(np.float32)
+            for s in ((IN, HIDDEN), (HIDDEN, OUT), (B, IN), (B, OUT))]
+
+
+def _grad_step(ipus=None, fn=_loss, layouts=LAYOUTS):
+    options = CompileOptions() if ipus is None else CompileOptions(
+        tensor_parallel=TensorParallel.of(ipus, layouts, NAMES))
+    return jit(autodiff.grad(fn, argnums=(0, 1)), options=options)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_values_equal_the_unsplit_run(k):
+    args = _args()
+    whole = _grad_step()(*args)
+    split = _grad_step(k)(*args)
+    for a, b in zip(whole, split):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_megatron_layouts_need_one_all_reduce(k):
+    exe = _grad_step(k).executable(*_args())
+    part = exe.tensor_parallel.partitioned
+    # Inputs: the two kernels split as laid out, x and y whole; the
+    # gradients come out split like their kernels (no collective for them).
+    assert part.input_shardings == (1, 0, None, None)
+    assert part.output_shardings == (1, 0)
+    # Forward: x @ w1 is column-parallel (h split on its columns), h @ w2
+    # row-parallel (partial sums): one all-reduce of the [64, 16] float32
+    # output, 4,096 bytes. Backward: dh = dy @ w2^T and dw1 = x^T @ dh are
+    # split, dw2 = h^T @ dy too: nothing more crosses the links.
+    [(kind, nbytes, count)] = [(c.kind, c.nbytes, c.count) for c in part.collectives]
+    assert (kind, nbytes, count) == ("all-reduce", 4096, 1)
+
+
+@pytest.mark.parametrize("k, weight_bytes", [(2, (4096, 2048)), (4, (2048, 1024))])
+def test_each_ipu_holds_its_block_of_the_weights(k, weight_bytes):
+    exe = _grad_step(k).executable(*_args())
+    # dense_1/kernel 32 x 64 x 4 B = 8,192 B, dense_2/kernel 64 x 16 x 4 B =
+    # 4,096 B: 1/k of each on every IPU.
+    held = exe.tensor_parallel.partitioned.sharded_input_bytes(exe.graph)
+    assert held == {0: (8192, weight_bytes[0]), 1: (4096, weight_bytes[1])}
+    # x (8,192 B) and y (4,096 B) whole on every IPU.
+    assert sorted(exe.memory_by_ipu) == list(range(k))
+    for report in exe.memory_by_ipu.values():
+        assert report.input_bytes == sum(weight_bytes) + 8192 + 4096
+    whole = _grad_step().executable(*_args())
+    assert whole.memory.input_bytes == 8192 + 4096 + 8192 + 4096
+
+
+@pytest.mark.parametrize("k, link_bytes, link_steps, link_cycles", [
+    # [RING]: 2 (k - 1) / k x 4,096 B each IPU sends, in 2 (k - 1) steps;
+    # cycles: bytes / 320 GB/s x 1.33 GHz (ipu2), rounded up.
+    (2, 4096, 2, 18),  # 4096 / 320e9 * 1.33e9 = 17.02
+    (4, 6144, 6, 26),  # 6144 / 320e9 * 1.33e9 = 25.54
+])
+def test_the_all_reduce_is_costed_over_the_ipu_links(k, link_bytes, link_steps, link_cycles):
+    exe = _grad_step(k).executable(*_args())
+    pred = exe.prediction
+    [step] = [s for s in pred.steps if s.name == "cross_replica_sum"]
+    assert cost_model.all_reduce_link_traffic(4096, k) == (link_bytes, link_steps)
+    target = targets.get_target("ipu2")
+    assert exe.target.name == target.name
+    assert step.exchange == link_cycles
+    assert step.sync == link_steps * cost_model.INTER_IPU_SYNC_CYCLES + cost_model.SYNC_CYCLES
+    assert pred.ipu_cycles == {ipu: pred.cycles for ipu in range(k)}
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_each_ipu_does_one_kth_of_the_matmuls(k):
+    # Forward 2·64·32·64 + 2·64·64·16, backward dh 2·64·16·64, dw2
+    # 2·64·64·16, dw1 2·32·64·64: 917,504 FLOPs, each product split k ways.
+    def matmul_flops(exe):
+        pred = exe.prediction
+        return sum(s.flops for s in pred.steps if s.name == "dot_general")
+
+    assert matmul_flops(_grad_step().executable(*_args())) == 917_504
+    assert matmul_flops(_grad_step(k).executable(*_args())) == 917_504 // k
+
+
+def test_one_ipu_axis_predicts_the_unsplit_program():
+    args = _args()
+    assert _grad_step(1).executable(*args).prediction.cycles == \
+        _grad_step().executable(*args).prediction.cycles
+
+
+def test_a_split_that_does_not_divide_the_dimension_is_refused():
+    args = _args()
+    with pytest.raises(ValueError) as info:
+        _grad_step(3).executable(*args)
+    message = str(info.value)
+    assert "dense_1/kernel f32[32,64]" in message  # the value
+    assert "64 is not a multiple of 3" in message  # the rule
+    assert "mesh axis whose size divides 64" in message  # the fix
+
+
+def test_an_op_without_a_rule_reads_its_operand_whole():
+    def sorted_loss(w1, w2, x, y):
+        h = keras.ops.sort(keras.ops.relu(x @ w1), axis=-1)
+        return keras.ops.mean((h @ w2 - y) ** 2)
+
+    args = _args()
+    exe = _grad_step(2, sorted_loss).executable(*args)
+    kinds = [c.kind for c in exe.tensor_parallel.collectives]
+    # sort has no split form: h is all-gathered (64 x 64 x 4 B) before it.
+    assert ("all-gather", 16384) in [(c.kind, c.nbytes) for c in exe.tensor_parallel.collectives]
+    assert "all-gather" in kinds
+    for a, b in zip(_grad_step(None, sorted_loss)(*args), _grad_step(2, sorted_loss)(*args)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_optimizer_slots_of_a_split_weight_are_split_too():
+    def update(w1, m1, x, y):
+        def loss(w):
+            return keras.ops.mean((x @ w - y) ** 2)
+
+        g = autodiff.grad(loss)(w1)
+        m = 0.9 * m1 + g
+        return w1 - 0.1 * m, m
+
+    rng = np.random.default_rng(1)
+    args = [rng.normal(size=s).astype(np.float32) for s in ((IN, OUT), (IN, OUT), (B, IN),
+                                                            (B, OUT))]
+    options = CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 1}))
+    exe = jit(update, options=options).executable(*args)
+    part = exe.tensor_parallel.partitioned
+    # The momentum m1 had no layout: its readers add it to the split
+    # gradient. y is read only against the split x @ w: each IPU needs its
+    # columns of y alone, so it is streamed split too.
+    assert part.inferred == (1, 3)
+    assert part.input_shardings == (1, 1, None, 1)
+    assert part.output_shardings == (1, 1)
+    assert part.collectives == []
+
+
+def test_reduce_over_a_split_dimension_is_a_partial_sum():
+    def total(w1, x):
+        return keras.ops.sum(x @ w1, axis=1)
+
+    args = _args()
+    options = CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 1}))
+    exe = jit(total, options=options).executable(args[0], args[2])
+    part = exe.tensor_parallel.partitioned
+    # The partial sums leave the program summed: one all-reduce of [64] float32.
+    assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-reduce", 256)]
+    assert part.output_shardings == (None,)
+    assert PARTIAL not in part.output_shardings
