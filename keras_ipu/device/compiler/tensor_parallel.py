@@ -472,18 +472,12 @@ def _dot_general(p, node, have):
     lhs, rhs = node.inputs[0].aval, node.inputs[1].aval
     lc, rc, lb, rb, lf, rf = split_dimensions(lhs.ndim, rhs.ndim,
                                               node.params["dimension_numbers"])
-    if _split(sl) and sl in lc:
-        i = lc.index(sl)
-        return [sl, rc[i]], [PARTIAL], None
-    if _split(sr) and sr in rc:
-        i = rc.index(sr)
-        return [lc[i], sr], [PARTIAL], None
-    if _split(sl) and sl in lb:
-        i = lb.index(sl)
-        return [sl, rb[i]], [i], None
-    if _split(sr) and sr in rb:
-        i = rb.index(sr)
-        return [lb[i], sr], [i], None
+    # A contracted pair split (row-parallel: partial sums), then a batch
+    # pair (the result keeps it): both operands split on the pair.
+    for pairs, partial in ((zip(lc, rc), True), (zip(lb, rb), False)):
+        for i, (a, b) in enumerate(pairs):
+            if (_split(sl) and sl == a) or (_split(sr) and sr == b):
+                return [a, b], [PARTIAL if partial else i], None
     if _split(sl):  # a free dimension of the lhs: its rows of the result
         return [sl, None], [len(lb) + lf.index(sl)], None
     if _split(sr):  # column-parallel
