@@ -15,33 +15,37 @@ tensor out on a DeviceMesh. On the ipu backend:
   gets the IPU extensions of a strategy on that device
   (keras_ipu/distribute/keras_distribution.py), so `fit` runs one replica
   per IPU of the mesh, exactly as IPUStrategy's replication;
-- a layout that splits a tensor's dimension over a mesh axis of more than
-  one IPU (ModelParallel's sharded weights) has no IPU counterpart here:
-  the placement pass (device/compiler/placement.py) gives every node one
-  IPU, so a weight and the ops reading it live whole on one IPU; a split
-  weight would need those ops partitioned into per-IPU parts with
-  collectives between them (tensor parallelism), which neither the
-  compiler nor Graphcore's SDK does. Such layouts raise
-  NotImplementedError (SHARDED_TENSOR_REASON). Layouts that shard only the
-  batch (the data) or replicate are accepted.
+- `ModelParallel` with a model axis of k > 1 IPUs is tensor parallelism:
+  each replica (the mesh's batch axis) spans k consecutive IPUs, and a
+  weight whose layout splits a dimension over the model axis lives 1/k
+  on each of them; the program's operations are partitioned to match,
+  with collectives between the IPUs (device/compiler/tensor_parallel.py,
+  GSPMD's propagation as Keras' JAX backend would get it). Graphcore's
+  SDK has no tensor parallelism in TensorFlow 2: this is keras_ipu's own.
+  One model axis is supported: a weight split over two mesh axes, or a
+  weight split over the batch axis (its replicas), raises
+  NotImplementedError (`weight_split`). Layouts of activations
+  (LayoutMap entries for layer outputs) are not constraints here: the
+  partition follows from the weights' layouts.
 
 Values live on the host either way (the simulator's IPUs share one copy of
-each variable, broadcast to every replica when a program starts), so the
-`distribute_*` functions return their input after checking its layout.
+each variable, broadcast to every replica when a program starts; a split
+weight changes the prediction of each IPU's memory and cycles, not the
+arithmetic), so the `distribute_*` functions return their input after
+checking its layout.
 """
 
 import re
 
 _DEVICE = re.compile(r"^(ipu|cpu):(\d+)$")
 
-SHARDED_TENSOR_REASON = (
-    "keras_ipu's placement pass puts each operation, with the weights it reads, "
-    "whole on one IPU (pipeline stages, ipu_shard), as Graphcore's pipelining and "
-    "sharding do; cutting a weight's dimension over several IPUs would need every "
-    "operation that reads it split into per-IPU parts joined by collectives, and "
-    "the compiler does not split one tensor across IPUs. Shard only the batch "
-    "(DataParallel, or a ModelParallel whose other mesh axes have size 1), or "
-    "place whole layers on IPUs with PipelineStage / set_pipeline_stage_assignment."
+SPLIT_AXES_REASON = (
+    "keras_ipu splits a weight over one mesh axis (the model axis: tensor "
+    "parallelism within each replica, device/compiler/tensor_parallel.py); "
+    "splitting it over several axes, or over the batch axis whose IPUs are the "
+    "replicas (each replica holds whole weights, as Graphcore's replication "
+    "does), is not implemented. Lay the weight out over the model axis only, "
+    "e.g. (None, 'model')."
 )
 
 
@@ -146,41 +150,40 @@ def mesh_axis_sizes(device_mesh):
     return dict(zip(device_mesh.axis_names, device_mesh.shape))
 
 
-def sharded_axes(tensor_layout, batch_dim_name=None):
-    """The (dimension, mesh axis) pairs of a layout that split a dimension
-    over more than one device, the batch axis of dimension 0 left out."""
-    sizes = mesh_axis_sizes(tensor_layout.device_mesh)
-    return [
-        (dim, axis) for dim, axis in enumerate(tensor_layout.axes)
-        if axis is not None and sizes.get(axis, 1) > 1
-        and not (dim == 0 and axis == batch_dim_name)
-    ]
+def model_axes(device_mesh, batch_dim_name):
+    """{axis: size} of the mesh axes other than the batch with more than
+    one IPU: the axes a weight may be split over."""
+    return {a: n for a, n in mesh_axis_sizes(device_mesh).items()
+            if a != batch_dim_name and n > 1}
 
 
-def check_layout(tensor_layout, what, batch_dim_name=None):
-    """NotImplementedError when `tensor_layout` splits a dimension other
-    than the batch over several IPUs (see the module doc)."""
+def weight_split(tensor_layout, what, batch_dim_name):
+    """(dimension, mesh axis, IPUs) of the one dimension a weight's layout
+    splits over the model axis, or None when it is replicated;
+    NotImplementedError for splits keras_ipu does not do (SPLIT_AXES_REASON)."""
     if tensor_layout is None or tensor_layout.device_mesh is None:
-        return
-    split = sharded_axes(tensor_layout, batch_dim_name)
-    if split:
-        sizes = mesh_axis_sizes(tensor_layout.device_mesh)
-        dims = ", ".join(f"dimension {d} over '{a}' ({sizes[a]} devices)" for d, a in split)
+        return None
+    sizes = mesh_axis_sizes(tensor_layout.device_mesh)
+    split = [(d, a) for d, a in enumerate(tensor_layout.axes)
+             if a is not None and sizes.get(a, 1) > 1]
+    if not split:
+        return None
+    if len(split) > 1 or split[0][1] == batch_dim_name:
+        dims = ", ".join(f"dimension {d} over '{a}' ({sizes[a]} IPUs)" for d, a in split)
         raise NotImplementedError(
             f"{what} has the layout {tuple(tensor_layout.axes)}, which splits {dims}: "
-            + SHARDED_TENSOR_REASON
-        )
+            + SPLIT_AXES_REASON)
+    (dim, axis), = split
+    return dim, axis, sizes[axis]
 
 
 def _to_backend_layout(tensor_layout):
-    """The layout, checked: replicated, or sharded on the batch only."""
+    """The layout, its mesh checked to be IPUs of the configured system."""
     if tensor_layout.device_mesh is None:
         raise ValueError(
             "Cannot create sharding when device mesh is not set for TensorLayout."
         )
     _to_backend_mesh(tensor_layout.device_mesh)
-    batch = _batch_dim_name()
-    check_layout(tensor_layout, "A tensor", batch)
     return tensor_layout
 
 
@@ -202,14 +205,16 @@ def _layout_of(layout):
 
 
 def distribute_variable(value, layout):
-    """`value` (its layout checked): the replicas share one copy."""
-    _layout_of(layout)
+    """`value` (its layout checked): the replicas share one copy; a split
+    over the model axis is read by the compiler (tensor_parallel.py)."""
+    weight_split(_layout_of(layout), "A variable", _batch_dim_name())
     return value
 
 
 def distribute_tensor(tensor, layout):
     """`tensor` (its layout checked): in a replicated program each replica
-    already holds its share of the batch; nothing else may be split."""
+    already holds its share of the batch, and activations are split as the
+    weights they come from (tensor_parallel.py), not by their layout."""
     _layout_of(layout)
     return tensor
 

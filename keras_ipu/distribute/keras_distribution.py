@@ -21,10 +21,17 @@ the global batch, as JAX's data sharding gives device r. And the metrics
 fit/evaluate report are the mean over the replicas (the global batch's),
 not replica 0's (IPUStrategy's default, NONE).
 
+ModelParallel with a model axis of k IPUs: each replica spans k
+consecutive IPUs (`model_axis_ipus`, the shards of Graphcore's replication
+factor), and the programs of fit/evaluate/predict are compiled split over
+them as the variables' layouts say (`compile_options`, read by
+models/execution.py): see compiler/tensor_parallel.py.
+
 The backend side (devices, processes, layouts) is
-keras_ipu/backend/distribution_lib.py; layouts that split a weight across
-IPUs raise NotImplementedError there.
+keras_ipu/backend/distribution_lib.py.
 """
+
+import dataclasses
 
 from keras_ipu.backend import distribution_lib as backend_dlib
 from keras_ipu.distribute.strategy import IPUStrategyV1
@@ -43,17 +50,20 @@ class KerasDistributionStrategy(IPUStrategyV1):
 
     def __init__(self, distribution):
         mesh = distribution.device_mesh
-        backend_dlib._to_backend_mesh(mesh)  # every device an IPU we have
+        indices = backend_dlib._to_backend_mesh(mesh)  # every device an IPU we have
         batch = distribution.batch_dim_name
-        others = {a: n for a, n in backend_dlib.mesh_axis_sizes(mesh).items()
-                  if a != batch and n > 1}
-        if others:
+        others = backend_dlib.model_axes(mesh, batch)
+        if len(others) > 1:
             raise NotImplementedError(
                 f"{type(distribution).__name__} over the mesh {dict(zip(mesh.axis_names, mesh.shape))} "
-                f"splits the model over the axes {others}: " + backend_dlib.SHARDED_TENSOR_REASON
+                f"splits the model over the axes {others}: " + backend_dlib.SPLIT_AXES_REASON
             )
         super().__init__()
         self._distribution = distribution
+        # IPUs per replica: the model axis (tensor parallelism), 1 without.
+        self.model_axis_ipus = next(iter(others.values()), 1)
+        self._model_axis = next(iter(others), None)
+        _check_ipu_order(mesh, indices, batch, self._model_axis)
 
     def __repr__(self):
         return f"<KerasDistributionStrategy {self._distribution!r} on {self._ipu_device}>"
@@ -109,10 +119,57 @@ class KerasDistributionStrategy(IPUStrategyV1):
             )
 
     def _check_variable_layouts(self, model):
-        for variable in model.variables:
-            backend_dlib.check_layout(
+        self._splits(model.variables)
+
+    def _splits(self, variables):
+        """{variable index: split dimension} of the variables the layouts
+        split over the model axis (weight_split's checks on each)."""
+        splits = {}
+        batch = self._distribution.batch_dim_name
+        for j, variable in enumerate(variables):
+            split = backend_dlib.weight_split(
                 self._distribution.get_variable_layout(variable),
-                f"The variable {variable.path!r}", None)
+                f"The variable {variable.path!r}", batch)
+            if split is not None:
+                splits[j] = split[0]
+        return splits
+
+    def compile_options(self, variables, options):
+        """`options` (a program's CompileOptions) for a program whose first
+        inputs are `variables`: split over the model axis as their layouts
+        say (compiler/tensor_parallel.py); unchanged without a model axis."""
+        if self.model_axis_ipus == 1:
+            return options
+        from keras_ipu.device.compiler.options import CompileOptions
+        from keras_ipu.device.compiler.tensor_parallel import TensorParallel
+
+        split = TensorParallel.of(self.model_axis_ipus, self._splits(variables),
+                                  {j: v.path for j, v in enumerate(variables)},
+                                  self._model_axis)
+        return dataclasses.replace(options or CompileOptions(), tensor_parallel=split)
+
+
+def _check_ipu_order(mesh, indices, batch, model_axis):
+    """Replica r runs on the IPUs r*k .. r*k + k - 1 (the device's IPUs in
+    order, as Graphcore's replication lays out multi-IPU replicas): the
+    mesh must name them so, batch axis before the model axis."""
+    if model_axis is None:
+        return
+    import numpy as np
+
+    names = list(mesh.axis_names)
+    order = [names.index(a) for a in (batch, model_axis) if a in names]
+    order += [i for i in range(len(names)) if i not in order]
+    laid = np.transpose(indices, order).reshape(-1)
+    if list(laid) != list(range(laid.size)):
+        raise ValueError(
+            f"The DeviceMesh {dict(zip(names, mesh.shape))} puts its IPUs "
+            f"{np.asarray(mesh.devices).tolist()} in an order the ipu backend cannot "
+            f"run: replica r of the '{batch}' axis runs on the consecutive IPUs "
+            f"r*k .. r*k+k-1 of its '{model_axis}' axis (k IPUs). Make the mesh from "
+            "keras.distribution.list_devices() in order, with the batch axis first, "
+            f"e.g. DeviceMesh(({mesh.shape[names.index(batch)] if batch in names else 1}, "
+            f"k), ['{batch}', '{model_axis}'], keras.distribution.list_devices()).")
 
 
 def _is_tf_dataset(x):

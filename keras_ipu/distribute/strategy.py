@@ -128,6 +128,16 @@ class IPUStrategyV1:
     `enable_keras_extensions=False` leaves Keras models made in the scope
     as they are."""
 
+    # IPUs one replica spans besides its pipeline stages: a keras.distribution
+    # model axis (tensor parallelism, keras_distribution.py); 1 here.
+    model_axis_ipus = 1
+
+    def compile_options(self, variables, options):
+        """The CompileOptions of a program whose first inputs are the model's
+        `variables`: `options` as they are (keras_distribution.py splits them)."""
+        del variables
+        return options
+
     def __init__(
         self,
         ipu_device="/device:IPU:0",

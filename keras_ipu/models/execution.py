@@ -158,6 +158,7 @@ class ReplicatedExecution:
         # A Ctrl-C waits until every replica's state is stored (interrupts.py).
         with deferred_interrupts(f"the running execution ({len(batches)} batches)"):
             variables = model_state.state_variables(self.model, self.kinds)
+            self._split_over_the_model_axis(variables)
             states = self.states.read(variables, self.donate)
             with tracing_replicas(r):
                 self.loop.prepare(states[0], per_replica[0])
@@ -166,6 +167,17 @@ class ReplicatedExecution:
             )
             self.states.write(variables, self.kinds, [state for _, state in results])
         return [chunks for chunks, _ in results]
+
+
+    def _split_over_the_model_axis(self, variables):
+        """The loop's programs compiled split as the strategy's layouts say
+        (a keras.distribution model axis: compiler/tensor_parallel.py); the
+        loop's first inputs are the state's variables, in this order."""
+        strategy = getattr(self.model, "_ipu_strategy", None)
+        if strategy is None or strategy.model_axis_ipus == 1:
+            return
+        flat = [v for group in variables for v in group]
+        self.loop.options = strategy.compile_options(flat, self.loop.options)
 
 
 def flatten_micro_batches(chunks):

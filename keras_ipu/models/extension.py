@@ -288,7 +288,7 @@ class KerasExtension:
     def _get_shard_count(self):
         """IPUs one replica of the model needs (not yet rounded)."""
         if not self._ipu_is_pipelined():
-            return 1
+            return self._ipu_strategy.model_axis_ipus
         mapping = self._ipu_options.pipelining_device_mapping
         if mapping:
             return max(mapping) + 1

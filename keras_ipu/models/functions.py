@@ -259,9 +259,11 @@ def execution_logs(model, per_replica_chunks, meaned_steps=None, step_logs=None)
 # -- the functions --------------------------------------------------------------
 def _needs_ipu_functions(model, count):
     # Replicas in other processes (multi_replica_distribution) need the
-    # all-reduce of the replicated step even with one replica here.
+    # all-reduce of the replicated step even with one replica here; a
+    # replica split over a model axis, its split programs (execution.py).
     return (
         model._get_replication_factor() > 1
+        or model._ipu_strategy.model_axis_ipus > 1
         or system_config.configured_instances()[0] > 1
         or count > 1
         or model._ipu_is_pipelined()

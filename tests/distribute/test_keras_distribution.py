@@ -1,6 +1,6 @@
 """keras.distribution on the ipu backend: devices are IPUs, DataParallel is
 IPU replication (the same numbers as IPUStrategy's), layouts that split a
-weight across IPUs raise NotImplementedError."""
+weight across IPUs are tensor parallelism (compiler/tensor_parallel.py)."""
 
 import keras
 import numpy as np
@@ -154,16 +154,131 @@ def test_model_parallel_over_one_ipu_per_replica_is_data_parallel():
     assert model._get_replication_factor() == 2
 
 
-def test_splitting_weights_across_ipus_is_not_implemented():
-    configure(2)
-    mesh = DeviceMesh((1, 2), ["batch", "model"], keras.distribution.list_devices())
+def mlp(hidden=64):
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([
+        keras.Input((32,)),
+        keras.layers.Dense(hidden, activation="relu", name="dense_1"),
+        keras.layers.Dense(16, name="dense_2"),
+    ])
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse",
+                  steps_per_execution=2)
+    return model
+
+
+def mlp_data(n=32):
+    rng = np.random.default_rng(5)
+    return (rng.normal(size=(n, 32)).astype("float32"),
+            rng.normal(size=(n, 16)).astype("float32"))
+
+
+def megatron(mesh_shape):
+    """Megatron's MLP layouts: dense_1 column-parallel, dense_2 row-parallel."""
+    configure(int(np.prod(mesh_shape)))
+    mesh = DeviceMesh(mesh_shape, ["batch", "model"], keras.distribution.list_devices())
     layout_map = LayoutMap(mesh)
-    layout_map[".*dense.*kernel"] = (None, "model")
+    # Keras matches the whole path (sequential/dense_1/kernel) to a key.
+    layout_map[".*dense_1/kernel"] = (None, "model")
+    layout_map[".*dense_1/bias"] = ("model",)
+    layout_map[".*dense_2/kernel"] = ("model", None)
     keras.distribution.set_distribution(ModelParallel(layout_map=layout_map))
-    with pytest.raises(NotImplementedError, match=r"splits the model over the axes \{'model': 2\}"):
+
+
+def fit_program(model):
+    [exe] = model.train_function.execution.device_loop.executables()
+    return exe
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_model_parallel_splits_the_weights_over_the_model_axis(k):
+    x, y = mlp_data()
+    whole = mlp()
+    whole.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+
+    megatron((1, k))
+    model = mlp()
+    assert model._get_replication_factor() == 1  # one replica on k IPUs
+    model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    # The values are computed whole: bit-identical to the unsplit run.
+    for ours, theirs in zip(model.get_weights(), whole.get_weights()):
+        np.testing.assert_array_equal(ours, theirs)
+
+    exe = fit_program(model)
+    part = exe.tensor_parallel.partitioned
+    assert part.tp.ipus == k and part.tp.axis == "model"
+    paths = {j: p.split("/", 1)[-1] for j, p in part.tp.names}  # without the model's name
+    split = {paths[j]: s for j, s in enumerate(part.input_shardings) if s is not None
+             and j in paths}
+    # The kernels and dense_1's bias as laid out; the momentum of each (no
+    # layout given: its update adds the split gradient) split the same way.
+    assert split["dense_1/kernel"] == 1 and split["dense_2/kernel"] == 0
+    assert split["dense_1/bias"] == 0
+    momenta = [p for p in split if "momentum" in p]
+    assert len(momenta) == 3, split
+    # dense_1/kernel 32 x 64 x 4 B = 8,192 B, 1/k per IPU; its momentum too.
+    held = part.sharded_input_bytes(exe.graph)
+    names = {v: j for j, v in paths.items()}
+    assert held[names["dense_1/kernel"]] == (8192, 8192 // k)
+    assert held[names["dense_2/kernel"]] == (4096, 4096 // k)
+    # One all-reduce per step: the row-parallel layer's [8, 16] float32
+    # output (512 B), twice per run (steps_per_execution=2).
+    assert [(c.kind, c.nbytes, c.count) for c in part.collectives] == [("all-reduce", 512, 2)]
+    assert sorted(exe.memory_by_ipu) == list(range(k))
+    assert exe.prediction.ipu_cycles == {i: exe.prediction.cycles for i in range(k)}
+
+
+def test_model_parallel_with_replicas_on_a_two_by_two_mesh():
+    x, y = mlp_data()
+    megatron((2, 1))
+    reference = mlp()
+    reference.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    keras.distribution.set_distribution(None)
+
+    megatron((2, 2))
+    model = mlp()
+    assert model._get_replication_factor() == 2  # 2 replicas of 2 IPUs each
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    for ours, theirs in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_array_equal(ours, theirs)
+    part = fit_program(model).tensor_parallel.partitioned
+    # Each replica's 4 samples: the row-parallel all-reduce is [4, 16] float32.
+    assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-reduce", 256)]
+
+
+def test_a_split_that_does_not_divide_the_dimension_names_the_variable():
+    megatron((1, 4))
+    model = mlp(hidden=6)
+    x, y = mlp_data()
+    with pytest.raises(ValueError, match=r"dense_1/kernel f32\[32,6\] splits dimension 1 "
+                       r"\(size 6\) over the 4 IPUs of the mesh axis 'model'.*not a multiple"
+                       r" of 4.*mesh axis whose size divides 6"):
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+
+
+def test_splits_keras_ipu_does_not_do_are_not_implemented():
+    configure(4)
+    mesh = DeviceMesh((2, 2), ["batch", "model"], keras.distribution.list_devices())
+    layout_map = LayoutMap(mesh)
+    layout_map[".*dense.*kernel"] = ("batch", "model")
+    keras.distribution.set_distribution(ModelParallel(layout_map=layout_map))
+    x, y = data()
+    with pytest.raises(NotImplementedError, match="splits dimension 0 over 'batch'.*one mesh axis"):
+        make_model().fit(x, y, batch_size=8, verbose=0)
+    three = DeviceMesh((1, 2, 2), ["batch", "model", "expert"],
+                       keras.distribution.list_devices())
+    keras.distribution.set_distribution(ModelParallel(layout_map=LayoutMap(three)))
+    with pytest.raises(NotImplementedError, match=r"over the axes \{'model': 2, 'expert': 2\}"):
         make_model()
-    with pytest.raises(NotImplementedError, match="does not split one tensor"):
-        keras.distribution.distribute_tensor(np.zeros((2, 4)), layout_map[".*dense.*kernel"])
+
+
+def test_a_mesh_whose_replicas_are_not_consecutive_ipus_is_refused():
+    configure(4)
+    devices = np.array(keras.distribution.list_devices()).reshape(2, 2).T
+    mesh = DeviceMesh((2, 2), ["batch", "model"], devices)
+    keras.distribution.set_distribution(ModelParallel(layout_map=LayoutMap(mesh)))
+    with pytest.raises(ValueError, match=r"replica r of the 'batch' axis runs on the "
+                       r"consecutive IPUs"):
+        make_model()
 
 
 def test_distribute_tensor_keeps_values_of_batch_and_replicated_layouts():
