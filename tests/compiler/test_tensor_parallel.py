@@ -178,3 +178,95 @@ def test_reduce_over_a_split_dimension_is_a_partial_sum():
     assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-reduce", 256)]
     assert part.output_shardings == (None,)
     assert PARTIAL not in part.output_shardings
+
+
+def test_convolutions_split_on_output_then_input_channels():
+    # conv_a's kernel split on its output channels (column-parallel): its
+    # output is split on the channels; conv_b's kernel split on its input
+    # channels (row-parallel): partial sums, one all-reduce of its output
+    # [2, 8, 8, 4] float32 = 2,048 B.
+    def convs(ka, kb, x):
+        h = keras.ops.relu(keras.ops.conv(x, ka, padding="same"))
+        return keras.ops.conv(h, kb, padding="same")
+
+    rng = np.random.default_rng(3)
+    ka, kb, x = (rng.normal(size=s).astype(np.float32)
+                 for s in ((3, 3, 4, 8), (3, 3, 8, 4), (2, 8, 8, 4)))
+    whole = jit(convs)
+    split = jit(convs, options=CompileOptions(
+        tensor_parallel=TensorParallel.of(2, {0: 3, 1: 2})))
+    np.testing.assert_array_equal(np.asarray(whole(ka, kb, x)), np.asarray(split(ka, kb, x)))
+    exe = split.executable(ka, kb, x)
+    part = exe.tensor_parallel.partitioned
+    assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-reduce", 2048)]
+
+    def conv_flops(exe):
+        return [s.flops for s in exe.prediction.steps if s.name == "conv_general_dilated"]
+
+    # Each conv: 2 x (2·8·8 outputs x channels out) x (3·3 x channels in)
+    # MACs; per IPU half of each.
+    assert conv_flops(whole.executable(ka, kb, x)) == [2 * 128 * 8 * 36, 2 * 128 * 4 * 72]
+    assert conv_flops(exe) == [128 * 8 * 36, 128 * 4 * 72]
+
+
+def test_heads_reshaped_and_transposed_keep_their_split():
+    # Attention-style: the projection's 64 columns as 4 heads of 16; the
+    # split stays on the heads through the reshape and the transpose, and
+    # the sum over the heads is a partial sum: one all-reduce of [64, 16].
+    def heads(w, x):
+        h = keras.ops.reshape(x @ w, (B, 4, 16))
+        return keras.ops.sum(keras.ops.transpose(h, (0, 2, 1)), axis=2)
+
+    args = _args()
+    for k in (2, 4):
+        split = jit(heads, options=CompileOptions(
+            tensor_parallel=TensorParallel.of(k, {0: 1})))
+        np.testing.assert_array_equal(np.asarray(jit(heads)(args[0], args[2])),
+                                      np.asarray(split(args[0], args[2])))
+        part = split.executable(args[0], args[2]).tensor_parallel.partitioned
+        assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-reduce", 4096)]
+        shapes = [n.outputs[0].aval.shape for n in part.local.nodes
+                  if n.primitive.name in ("reshape", "transpose")]
+        assert shapes == [(B, 4 // k, 16), (B, 16, 4 // k)]
+
+
+def test_an_embedding_split_on_its_features_looks_up_split_rows():
+    # Table [100, 32] split on its 32 features; the lookup's rows [64, 32]
+    # and the gradient's scatter-add into the table stay split: no collective
+    # until the sum over the features (partial sums, all-reduce of [64]).
+    def lookup(table, ids):
+        return keras.ops.sum(keras.ops.take(table, ids, axis=0) ** 2, axis=1)
+
+    def step(table, ids):
+        return autodiff.grad(lambda t: keras.ops.sum(lookup(t, ids)))(table)
+
+    rng = np.random.default_rng(4)
+    table = rng.normal(size=(100, 32)).astype(np.float32)
+    ids = rng.integers(0, 100, size=(64,)).astype(np.int32)
+    options = CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 1}))
+    np.testing.assert_array_equal(np.asarray(jit(lookup)(table, ids)),
+                                  np.asarray(jit(lookup, options=options)(table, ids)))
+    np.testing.assert_array_equal(np.asarray(jit(step)(table, ids)),
+                                  np.asarray(jit(step, options=options)(table, ids)))
+    part = jit(lookup, options=options).executable(table, ids).tensor_parallel.partitioned
+    assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-reduce", 256)]
+    grads = jit(step, options=options).executable(table, ids).tensor_parallel.partitioned
+    assert grads.collectives == [] and grads.output_shardings == (1,)
+
+
+def test_the_profile_report_shows_one_ipus_part(monkeypatch, tmp_path):
+    import glob
+    import json
+
+    from keras_ipu.device.simulator import profile
+
+    monkeypatch.setenv(profile.ENV_VAR, '{"autoReport.all":"true","autoReport.directory":"%s"}'
+                       % tmp_path)
+    exe = _grad_step(2).executable(*_args())
+    [path] = glob.glob(str(tmp_path / "*.json"))
+    with open(path) as f:
+        report = json.load(f)
+    # One IPU of the axis: its inputs are its blocks of the kernels (4,096 +
+    # 2,048 B) and the whole x and y (8,192 + 4,096 B), as memory_by_ipu says.
+    [ipu] = report["memory"]["ipus"]
+    assert ipu["inputs"] == 4096 + 2048 + 8192 + 4096 == exe.memory_by_ipu[1].input_bytes

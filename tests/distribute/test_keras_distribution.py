@@ -202,6 +202,10 @@ def test_model_parallel_splits_the_weights_over_the_model_axis(k):
     # The values are computed whole: bit-identical to the unsplit run.
     for ours, theirs in zip(model.get_weights(), whole.get_weights()):
         np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(model.predict(x, batch_size=8, verbose=0),
+                                  whole.predict(x, batch_size=8, verbose=0))
+    [predict_program] = model.predict_function.execution.device_loop.executables()
+    assert predict_program.tensor_parallel.ipus == k
 
     exe = fit_program(model)
     part = exe.tensor_parallel.partitioned

@@ -166,8 +166,26 @@ def predict(exe, log=False, **workload):
         # One IPU's part, the same on each IPU of the axis (they run at once).
         pred = predict_costs(split.local, target, log=log, **workload)
         pred.ipu_cycles = {ipu: pred.cycles for ipu in range(split.ipus)}
+        if log:
+            logger.info("%s: %s", exe.name or "program", split.partitioned.summary())
         return pred
     return predict_costs(exe, target, log=log, **workload)
+
+
+def _reported(exe):
+    """What the profile report shows of `exe`: itself, or for a program
+    split over a mesh axis its one-IPU part (every IPU of the axis runs the
+    same part on its blocks), with the split program's memory, workload and
+    prediction."""
+    split = exe.tensor_parallel
+    if split is None:
+        return exe
+    local = split.local
+    local.target, local.workload = exe.target, exe.workload
+    local.memory = exe.memory_by_ipu[0]
+    local.memory_by_ipu = {0: local.memory}
+    local._prediction = exe.prediction
+    return local
 
 
 def _write_report(exe):
@@ -175,7 +193,8 @@ def _write_report(exe):
     if options is None:
         return None
     try:
-        path = profile.write_executable_report(exe, options, getattr(exe, "name", None))
+        path = profile.write_executable_report(_reported(exe), options,
+                                               getattr(exe, "name", None))
     except Exception as e:  # noqa: BLE001 - a diagnostic must not stop the program
         logger.warning("no profile report for %s: %s: %s",
                        exe.name or "program", type(e).__name__, e)

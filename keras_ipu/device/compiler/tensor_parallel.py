@@ -43,6 +43,9 @@ split operation wants and what sharding its results get:
   merge or a split), transpose and broadcast move it;
 - conv_general_dilated split on the kernel's output features gives a
   result split on its features; split on the input features, PARTIAL;
+- gather from a table split on its rows' own dimensions (an embedding
+  split on its features) gives rows split so; scatter (its gradient)
+  writes such rows into a table split the same way;
 - scan (the device loop, accumulation loops): the body is partitioned with
   the carries' shardings, iterated until the carries keep their sharding;
 - anything without a rule reads its operands whole: a split operand is
@@ -523,6 +526,42 @@ def _conv(p, node, have):
     return None
 
 
+def _row_dims(node):
+    """(first trailing dimension of the operand, first trailing dimension of
+    the result) of a gather / scatter: the dimensions of each addressed row
+    (an embedding's features), which a lookup copies as they are."""
+    indices = node.inputs[1].aval
+    b = node.params.get("batch_dims", 0)
+    return b + indices.shape[-1], indices.ndim - 1
+
+
+def _gather(p, node, have):
+    """A table split on its rows' own dimensions (an embedding split on its
+    features) gives rows split the same way; a table split on an addressed
+    dimension (its vocabulary) has no rule here: it is all-gathered."""
+    sx, si = have[0], have[1]
+    row, out_row = _row_dims(node)
+    if not _split(sx) or si is not None or sx < row:
+        return None
+    return [sx, None], [out_row + sx - row], None
+
+
+def _scatter(p, node, have):
+    """The transpose of _gather (its gradient: rows added into a table):
+    updates split on a row dimension write the table split on it."""
+    sx, si, su = have[0], have[1], have[2]
+    row, out_row = _row_dims(node)
+    if _split(su) and su >= out_row:
+        d = row + su - out_row
+    elif _split(sx) and sx >= row:
+        d = sx
+    else:
+        return None
+    if si is not None:
+        return None
+    return [d, None, out_row + d - row], [d], None
+
+
 def _scan(p, node, have):
     params = node.params
     body = params["body"]
@@ -563,6 +602,8 @@ _RULES = {
     "transpose": _transpose,
     "broadcast_to": _broadcast_to,
     "conv_general_dilated": _conv,
+    "gather": _gather,
+    "scatter": _scatter,
     "scan": _scan,
     "cross_replica_sum": _identity,
     "cross_replica_mean": _identity,

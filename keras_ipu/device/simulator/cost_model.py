@@ -437,16 +437,6 @@ def replica_shard_bytes(nbytes, itemsize, replicas):
     return math.ceil(elements / r) * int(itemsize)
 
 
-def all_gather_link_traffic(nbytes, replicas):
-    """[RING]: (bytes each IPU sends, synchronised steps) of an all-gather
-    that rebuilds an `nbytes` tensor from `replicas` shards: the all-gather
-    half of the ring all-reduce, (k - 1) / k x n bytes in k - 1 steps."""
-    k = int(replicas)
-    if k <= 1 or not nbytes:
-        return 0, 0
-    return math.ceil((k - 1) * nbytes / k), k - 1
-
-
 def offloaded_update_cycles(shard_bytes, full_bytes, replicas, target):
     """[TFOFFLOAD]: cycles the weight update spends on offloaded optimizer
     state per step: load this replica's shard (`shard_bytes`, all of it
