@@ -270,3 +270,27 @@ def test_the_profile_report_shows_one_ipus_part(monkeypatch, tmp_path):
     # 2,048 B) and the whole x and y (8,192 + 4,096 B), as memory_by_ipu says.
     [ipu] = report["memory"]["ipus"]
     assert ipu["inputs"] == 4096 + 2048 + 8192 + 4096 == exe.memory_by_ipu[1].input_bytes
+
+
+def test_partial_sums_meeting_a_split_value_are_reduce_scattered():
+    # h @ w2 (w2 split on its rows) is a partial [64, 16]; added to x @ w3
+    # (w3 split on its columns), split on its columns: each IPU needs only
+    # its columns of the sum, a reduce-scatter of the 4,096 B partials.
+    def mixed(w2, w3, h, x):
+        return h @ w2 + x @ w3
+
+    rng = np.random.default_rng(9)
+    args = [rng.normal(size=s).astype(np.float32)
+            for s in ((HIDDEN, OUT), (IN, OUT), (B, HIDDEN), (B, IN))]
+    options = CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 0, 1: 1}))
+    split = jit(mixed, options=options)
+    np.testing.assert_array_equal(np.asarray(jit(mixed)(*args)), np.asarray(split(*args)))
+    part = split.executable(*args).tensor_parallel.partitioned
+    assert [(c.kind, c.nbytes) for c in part.collectives] == [("reduce-scatter", 4096)]
+    assert part.output_shardings == (1,)
+    [step] = [s for s in split.executable(*args).prediction.steps
+              if s.name == "cross_replica_reduce_scatter"]
+    # [RING]: (k - 1) / k x 4,096 B = 2,048 B in k - 1 = 1 step:
+    # 2048 / 320e9 * 1.33e9 = 8.5 -> 9 cycles.
+    assert cost_model.reduce_scatter_link_traffic(4096, 2) == (2048, 1)
+    assert step.exchange == 9
