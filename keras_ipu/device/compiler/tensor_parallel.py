@@ -66,6 +66,7 @@ import numpy as np
 from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import Node
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.ir import Var
 from keras_ipu.device.primitives import collective
@@ -386,8 +387,6 @@ class _Partitioner:
 
 
 def _node_like(primitive, inputs, params, outputs, source):
-    from keras_ipu.device.ir import Node
-
     return Node(primitive, inputs, params, outputs, source)
 
 
