@@ -100,12 +100,23 @@ KERAS_TEST_EXPORTING = {
     "keras.src.models.model_test": ("test_export_error",),
 }
 _EXPORTING_BACKENDS = ("tensorflow", "jax", "torch")
+# - the test classes listed in KERAS_TEST_JAX_DISTRIBUTION, which Keras skips
+#   with `skipif(backend() != "jax")` because only JAX had a distribution_lib
+#   behind keras.distribution, run under "ipu" too: the ipu backend has one
+#   (keras_ipu/backend/distribution_lib.py). Left skipped:
+#   MultiProcessInitializeTest (its tearDown clears os.environ, which the
+#   rest of a pytest worker's run needs) and the multi_device class.
+KERAS_TEST_JAX_DISTRIBUTION = {
+    "keras.src.distribution.distribution_lib_test": (
+        "DataParallelDistributionTest", "ModelParallelDistributionTest"),
+}
 _PATCHED_TEST_MODULES = (
     frozenset(KERAS_TEST_BRANCHES)
     | KERAS_TEST_TABLES
     | frozenset(KERAS_TEST_JAX_BRANCHES)
     | frozenset(KERAS_TEST_JAX_PORTS)
     | frozenset(KERAS_TEST_EXPORTING)
+    | frozenset(KERAS_TEST_JAX_DISTRIBUTION)
 )
 # jax.<name> -> keras_ipu's equivalent, for ported branches.
 _JAX_EQUIVALENTS = {
@@ -198,6 +209,28 @@ def take_jax_branches(tree, function_names):
     return changed
 
 
+def run_jax_only_classes(tree, class_names):
+    """In the decorators of the named classes, `<...>backend() != "jax"`
+    becomes `<...>backend() not in ("jax", "ipu")`; returns how many changed."""
+    import ast
+
+    changed = 0
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef) or cls.name not in class_names:
+            continue
+        for node in (n for d in cls.decorator_list for n in ast.walk(d)):
+            if (isinstance(node, ast.Compare) and len(node.ops) == 1
+                    and isinstance(node.ops[0], ast.NotEq)
+                    and isinstance(node.left, ast.Call)
+                    and getattr(node.comparators[0], "value", None) == "jax"):
+                node.ops = [ast.NotIn()]
+                node.comparators = [
+                    ast.Tuple([ast.Constant("jax"), ast.Constant("ipu")], ast.Load())
+                ]
+                changed += 1
+    return changed
+
+
 def add_ipu_to_exporting_backends(tree, function_names):
     """In the named functions, each tuple literal equal to
     _EXPORTING_BACKENDS gets "ipu"; returns how many changed."""
@@ -254,6 +287,12 @@ def patch_keras_test_module(tree, module_name):
         raise RuntimeError(
             f"{module_name}: a function of {exporting} no longer lists the "
             "exporting backends; update KERAS_TEST_EXPORTING"
+        )
+    classes = KERAS_TEST_JAX_DISTRIBUTION.get(module_name, ())
+    if classes and run_jax_only_classes(tree, classes) < len(classes):
+        raise RuntimeError(
+            f"{module_name}: a class of {classes} is no longer skipped for "
+            "backends other than jax; update KERAS_TEST_JAX_DISTRIBUTION"
         )
     names = KERAS_TEST_JAX_BRANCHES.get(module_name, ())
     if names and take_jax_branches(tree, names) < len(names):

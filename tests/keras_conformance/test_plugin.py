@@ -241,6 +241,22 @@ def test_listed_functions_take_the_jax_branch_and_others_do_not():
     assert namespace["other"]() == "stateful"
 
 
+def test_listed_jax_only_classes_run_and_others_stay_skipped():
+    import ast
+
+    source = (
+        "def backend():\n    return 'ipu'\n"
+        "def skipif(condition):\n    return lambda cls: (cls, condition)\n"
+        "@skipif(backend() != 'jax')\nclass Listed: pass\n"
+        "@skipif(backend() != 'jax')\nclass Other: pass\n"
+    )
+    tree = ast.parse(source)
+    assert plugin.run_jax_only_classes(tree, ("Listed",)) == 1
+    namespace = _executed(tree)
+    assert namespace["Listed"][1] is False  # not skipped under ipu
+    assert namespace["Other"][1] is True
+
+
 def test_trainer_test_module_loads_with_the_ipu_trainer():
     import importlib
 
