@@ -295,3 +295,24 @@ def test_partial_sums_meeting_a_split_value_are_reduce_scattered():
     # 2048 / 320e9 * 1.33e9 = 8.5 -> 9 cycles.
     assert cost_model.reduce_scatter_link_traffic(4096, 2) == (2048, 1)
     assert step.exchange == 9
+
+
+def test_a_reshape_keeps_a_split_only_where_blocks_stay_contiguous():
+    # Flattening [64, 64] split on its columns interleaves the blocks: the
+    # columns are all-gathered (16,384 B) first. Flattening a kernel split on
+    # its rows keeps each IPU's rows contiguous: no collective.
+    def flat_columns(w, x):
+        return keras.ops.reshape(x @ w, (-1,)) * 2.0
+
+    def flat_rows(w):
+        return keras.ops.reshape(w, (-1,)) * 2.0
+
+    args = _args()
+    cols = jit(flat_columns, options=CompileOptions(
+        tensor_parallel=TensorParallel.of(2, {0: 1}))).executable(args[0], args[2])
+    assert [(c.kind, c.nbytes) for c in cols.tensor_parallel.collectives] == [
+        ("all-gather", 16384)]
+    rows = jit(flat_rows, options=CompileOptions(
+        tensor_parallel=TensorParallel.of(2, {0: 0}))).executable(args[0])
+    assert rows.tensor_parallel.collectives == []
+    assert rows.tensor_parallel.partitioned.output_shardings == (0,)

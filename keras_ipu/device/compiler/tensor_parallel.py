@@ -447,15 +447,13 @@ def _reshape(p, node, have):
     if None in src or None in dst:
         return None
     before = int(np.prod(src[:s]))
+    # Block i of dimension s is, within each run of the dimensions before
+    # it, the i-th contiguous 1/k of the elements; so is block i of a
+    # result dimension e with as many elements before it (the same runs):
+    # the split survives a reshape that keeps, merges or splits it, as long
+    # as e divides by k.
     for e in range(len(dst)):
-        if int(np.prod(dst[:e])) != before:
-            continue
-        # The split dimension survives, or is the major one of a merge (its
-        # blocks stay contiguous), or is split with a divisible major part.
-        if dst[e] == src[s] or (dst[e] > src[s] and dst[e] % src[s] == 0) or (
-                dst[e] < src[s] and src[s] % dst[e] == 0 and dst[e] % p.k == 0):
-            if dst[e] % p.k:
-                return None
+        if int(np.prod(dst[:e])) == before and dst[e] % p.k == 0:
             local = list(dst)
             local[e] //= p.k
             return [s], [e], {**node.params, "new_shape": tuple(local)}
