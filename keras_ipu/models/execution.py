@@ -143,6 +143,7 @@ class ReplicatedExecution:
         strategy = getattr(model, "_ipu_strategy", None)
         identical = strategy is not None and _identical_replica_seeds(strategy)
         self.states = ReplicaStates(replicas, identical_seeds=identical)
+        self._split = False  # the loop's options name the model axis's split
 
     def __call__(self, batches):
         r = self.replicas
@@ -174,10 +175,11 @@ class ReplicatedExecution:
         (a keras.distribution model axis: compiler/tensor_parallel.py); the
         loop's first inputs are the state's variables, in this order."""
         strategy = getattr(self.model, "_ipu_strategy", None)
-        if strategy is None or strategy.model_axis_ipus == 1:
+        if strategy is None or strategy.model_axis_ipus == 1 or self._split:
             return
         flat = [v for group in variables for v in group]
         self.loop.options = strategy.compile_options(flat, self.loop.options)
+        self._split = True  # before the loop compiles its first program
 
 
 def flatten_micro_batches(chunks):

@@ -316,3 +316,12 @@ def test_a_reshape_keeps_a_split_only_where_blocks_stay_contiguous():
         tensor_parallel=TensorParallel.of(2, {0: 0}))).executable(args[0])
     assert rows.tensor_parallel.collectives == []
     assert rows.tensor_parallel.partitioned.output_shardings == (0,)
+
+
+def test_tensor_parallelism_with_pipeline_stages_is_not_implemented():
+    from keras_ipu.device.compiler.placement import Placement
+
+    options = CompileOptions(placement=Placement.of({"model/dense_1": 0}),
+                             tensor_parallel=TensorParallel.of(2, LAYOUTS))
+    with pytest.raises(NotImplementedError, match="cannot also be placed in pipeline stages"):
+        jit(autodiff.grad(_loss, argnums=(0, 1)), options=options).executable(*_args())
