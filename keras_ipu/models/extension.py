@@ -27,7 +27,6 @@ What they change when the model trains (fit/evaluate/predict):
 
 import json
 import logging
-import math
 import os
 
 import numpy as np
@@ -35,6 +34,7 @@ import numpy as np
 from keras.src import tree
 
 from keras_ipu import _atomic_files
+from keras_ipu.device.simulator.system import rounded_shards
 from keras_ipu.models import stage_assignment as sa
 from keras_ipu.models.options import IPUOptions
 from keras_ipu.models.staged_graph import StagedGraph
@@ -298,7 +298,7 @@ class KerasExtension:
         """IPUs of the strategy's device / shards (a power of two)."""
         num_ipus = self._ipu_strategy._device().num_ipus
         shards = self._get_shard_count()
-        rounded = 2 ** int(math.ceil(math.log2(shards)))
+        rounded = rounded_shards(shards)
         if shards > num_ipus:
             raise ValueError(
                 f"Current device has {num_ipus} IPUs attached, however the current "

@@ -161,7 +161,8 @@ class IPUDevice:
 
 
     def replication_factor(self, num_shards):
-        """How many replicas of a `num_shards`-IPU program this device runs."""
+        """How many replicas of a `num_shards`-IPU program this device runs
+        (`num_shards` as rounded_shards gives it)."""
         if num_shards < 1 or self.num_ipus % num_shards:
             # Graphcore's compiler's words first (poplar_compiler.cc), then ours.
             raise ValueError(
@@ -407,3 +408,13 @@ def _device_index(name):
         return None
     match = _DEVICE_NAME.search(name.strip())
     return int(match.group(1)) if match else None
+
+
+def rounded_shards(num_shards):
+    """The IPUs one replica of a program spanning IPUs 0..num_shards-1
+    takes: Graphcore's compiler rounds the highest shard + 1 up to a power
+    of two (poplar_compiler NumIPUsInShards), so a 3-stage pipeline takes 4
+    IPUs and runs 1 replica on 4 or 8 / 4 = 2 on 8."""
+    if num_shards <= 1:
+        return 1
+    return 1 << (int(num_shards) - 1).bit_length()

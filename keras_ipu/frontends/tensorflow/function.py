@@ -32,6 +32,7 @@ from keras_ipu.device.jit import note_recompiles
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.placement import recorded_stages
 from keras_ipu.device.config import system_config
+from keras_ipu.device.simulator.system import rounded_shards
 from keras_ipu.frontends.tensorflow import hlo_proto
 from keras_ipu.frontends.tensorflow import variable_categories
 from keras_ipu.frontends.tensorflow.importer import import_module
@@ -314,9 +315,11 @@ class BridgedFunction:
                 program.cache_key, exe = CACHE.get_keyed(
                     program.graph, program.options or self.options, name=program.name)
             program.context = context
-            # Graphcore's compiler refuses a program whose shards do not
-            # divide the device's IPUs (its replicas are the quotient).
-            system_config.current_system().device(0).replication_factor(max(exe.ipus) + 1)
+            # Graphcore's compiler refuses a program whose shards (rounded
+            # up to a power of two) do not divide the device's IPUs (its
+            # replicas are the quotient).
+            system_config.current_system().device(0).replication_factor(
+                rounded_shards(max(exe.ipus) + 1))
             if program.pipeline is not None:
                 from keras_ipu.ops.pipeline_simulation import check_before_first_run
 

@@ -16,6 +16,19 @@ across replicas, and the outputs and variables are replica 0's. The
 function is traced in a TensorFlow replica context (replica_context.py),
 so Keras' optimizer sums the gradients over the replicas as on Graphcore's
 IPUStrategy.
+
+Replicas, as Graphcore's compiler counts them: the device's IPUs over the
+IPUs one replica spans, its highest IPU + 1 rounded up to a power of two
+(system.rounded_shards), so a 2-stage functional pipeline (or a program
+sharded over 2 IPUs) runs 2 replicas on 4 IPUs, and a device whose IPUs
+that does not divide refuses it with the compiler's message. The shards
+are known once the function is traced: the first call traces it for a
+one-shard program (a replica per IPU: most programs, which then need
+nothing more) and, when the imported program spans more IPUs, traces it
+again for its own replica count (the replica context's reductions are
+traced for a number of replicas; TensorFlow keeps one trace per
+tf.function, so that trace is a copy's). Each later call on the same
+configuration goes straight to the program of its replica count.
 """
 
 import weakref
@@ -53,13 +66,76 @@ def _substitute(value):
     return value
 
 
+class _Replicated:
+    """`fn`'s bridged functions by replica count, and the replica count its
+    program takes on each device (see the module doc)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.by_replicas = {}
+        self.known = {}  # device name -> (the configuration, its replicas there)
+
+    def bridged(self, replicas, probe):
+        """The BridgedFunction tracing `fn` for `replicas` replicas: the
+        shared one (bridge(fn)) for the probe's count, else its own."""
+        from keras_ipu.frontends.tensorflow.function import BridgedFunction
+        from keras_ipu.frontends.tensorflow.function import bridge
+
+        if replicas == probe:
+            return bridge(self.fn)
+        found = self.by_replicas.get(replicas)
+        if found is None:
+            fn = self.fn
+            clone = getattr(fn, "_clone", None)  # a tf.function: its own traces
+            found = self.by_replicas[replicas] = BridgedFunction(
+                clone(None) if clone is not None else fn)
+        return found
+
+
+_replicated = weakref.WeakKeyDictionary()
+
+
+def _replicated_of(fn):
+    try:
+        found = _replicated.get(fn)
+    except TypeError:  # not weak-referenceable
+        return _Replicated(fn)
+    if found is None:
+        found = _replicated[fn] = _Replicated(fn)
+    return found
+
+
+def program_shards(program):
+    """IPUs one replica of an imported (not yet compiled) program spans: its
+    highest IPU + 1, rounded up to a power of two (1 unless placed)."""
+    from keras_ipu.device.compiler.placement import Placement
+    from keras_ipu.device.compiler.placement import recorded_stages
+    from keras_ipu.device.simulator.system import rounded_shards
+
+    placement = program.placement
+    stages = recorded_stages(program.graph) if placement is not None else ()
+    if not stages:
+        return 1
+    ipu_of = Placement.of({}, placement.device_mapping).ipu_of
+    return rounded_shards(max(ipu_of(s) for s in stages) + 1)
+
+
 def run(strategy, fn, args=(), kwargs=None):
     """Run `fn(*args, **kwargs)` on `strategy`'s IPU (see the module doc)."""
-    from keras_ipu.frontends.tensorflow.function import bridge
+    from keras_ipu.device.config import system_config
 
-    replicas = strategy._replication_factor() if hasattr(strategy, "_replication_factor") else 1  # noqa: SLF001
     args = _substitute(list(args or ()))
     kwargs = _substitute(dict(kwargs or {}))
     in_sync = getattr(strategy, "num_replicas_in_sync", 1)
+    device = strategy._device()  # noqa: SLF001
+    replicated = _replicated_of(fn)
+    probe = device.replication_factor(1)
+    configuration = system_config.configuration()
+    known, replicas = replicated.known.get(strategy._ipu_device, (None, None))  # noqa: SLF001
+    if known is not configuration:
+        with replica_context(probe, in_sync):
+            program = replicated.bridged(probe, probe).program(args, kwargs, probe)[3]
+        replicas = device.replication_factor(program_shards(program))
+        replicated.known[strategy._ipu_device] = (configuration, replicas)  # noqa: SLF001
     with replica_context(replicas, in_sync):  # traced in it: the replicas' reductions
-        return bridge(fn).run(args, kwargs, replicas=replicas)
+        return replicated.bridged(replicas, probe).run(args, kwargs, replicas=replicas)
