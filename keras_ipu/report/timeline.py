@@ -152,7 +152,8 @@ def pipeline_schedule(pipe):
     micro-batch t - r, forward then backward; Interleaved: a forward slot of
     max_k F_k then a backward slot of max_k B_k; Sequential: each
     micro-batch through the IPUs one after another. Then the weight update
-    (all IPUs together; Sequential: one after another)."""
+    (all IPUs together; Sequential: one after another); an inference
+    pipeline has forward passes only, and its work after them."""
     ipus, g, n = pipe.ipus, pipe.gradient_accumulation_count, len(pipe.ipus)
     out = []
     if pipe.schedule == "Sequential" or n == 1:
@@ -175,8 +176,10 @@ def pipeline_schedule(pipe):
                 back = t + (p.forward_cycles if grouped else forward_slot)
                 out.append((p.ipu, "backward", m, back, p.backward_cycles))
         end = (g + n - 1) * slot
+    # An inference pipeline's work after its micro-batches updates no weights.
+    after = "weight update" if pipe.training else "after the micro-batches"
     for p in ipus:
-        out.append((p.ipu, "weight update", None, end, p.weight_update_cycles))
+        out.append((p.ipu, after, None, end, p.weight_update_cycles))
         if pipe.schedule == "Sequential" or n == 1:
             end += p.weight_update_cycles
     return [x for x in out if x[4]]

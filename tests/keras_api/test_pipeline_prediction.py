@@ -23,7 +23,7 @@ from keras_tf_scenarios import schedule_formula  # noqa: E402
 G, MB = 4, 4
 
 
-def _fit(schedule):
+def _model(schedule):
     cfg = ipu.config.IPUConfig()
     cfg.auto_select_ipus = 2
     cfg.configure_ipu_system()
@@ -41,6 +41,11 @@ def _fit(schedule):
             pipeline_schedule=getattr(ipu.pipelining_ops.PipelineSchedule, schedule))
     rng = np.random.default_rng(0)
     data = rng.normal(size=(32, 16)).astype("float32"), rng.normal(size=(32, 8)).astype("float32")
+    return model, data
+
+
+def _fit(schedule):
+    model, data = _model(schedule)
     model.fit(*data, batch_size=MB, epochs=1, verbose=0, shuffle=False)
     (exe,) = model.train_function.device_loop.executables()
     return model, exe
@@ -158,3 +163,34 @@ def test_predict_training_of_a_model_with_two_inputs_and_two_outputs_before_any_
         model.fit(x, y, batch_size=2, epochs=1, verbose=0)
     (exe,) = model.train_function.device_loop.executables()
     assert before.sharded.step_cycles == exe.prediction.pipeline.step_cycles
+
+
+@pytest.mark.parametrize("schedule", ["Grouped", "Interleaved", "Sequential"])
+def test_evaluate_and_predict_programs_are_pipelined_inference(schedule):
+    """Graphcore pipelines inference too: evaluate's and predict's programs
+    run the execution's steps (G per replica) as micro-batches through the
+    stages, forward passes only (no backward, nothing stashed, no weight
+    update), with the schedule's ramp-up and ramp-down: the formula with
+    B_k = 0, each IPU's forward cycles its nodes in the device loop's body."""
+    model, (x, y) = _model(schedule)
+    model.evaluate(x, y, batch_size=MB, verbose=0)
+    model.predict(x, batch_size=MB, verbose=0)
+    for function in (model.test_function, model.predict_function):
+        (exe,) = function.device_loop.executables()
+        pred = exe.prediction
+        pipe = pred.pipeline
+        assert pipe is not None and pipe.schedule == schedule and not pipe.training
+        # 32 samples, batches of MB, G steps per execution: G micro-batches.
+        assert pipe.gradient_accumulation_count == G and pipe.steps_per_run == 1
+        body = sharding.step_program(exe.graph)[0]
+        body_steps = sim_prediction.step_costs(body, pred.target)
+        for p in pipe.ipus:
+            assert p.backward_cycles == 0 and p.stash_bytes == 0 and p.in_flight == 1
+            assert p.forward_cycles == sum(s.cycles for s in body_steps if s.ipu == p.ipu) > 0
+        f = [p.forward_cycles for p in pipe.ipus]
+        after = [p.weight_update_cycles for p in pipe.ipus]
+        by_hand = {"Grouped": (G + 1) * max(f) + max(after),
+                   "Interleaved": (G + 1) * max(f) + max(after),
+                   "Sequential": G * sum(f) + sum(after)}[schedule]
+        assert pipe.step_cycles == by_hand == schedule_formula(pipe)
+        assert pred.cycles == pipe.program_cycles == pipe.step_cycles

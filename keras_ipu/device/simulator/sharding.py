@@ -38,6 +38,10 @@ stage's; the others are backward. With n stages and g micro-batches
 - Interleaved: forward and backward slots alternate, each as slow as its
   slowest IPU: (g + n - 1) x (max_k F_k + max_k B_k).
 - Sequential: as a sharded model, one IPU at a time: g x sum_k (F_k + B_k).
+An inference pipeline (Pipelining.training False: evaluate, predict, a
+functional pipeline without an optimizer) runs its forward passes only,
+with the same ramp-up and ramp-down: B_k = 0 in the formulas above, and
+nothing is stashed (one micro-batch in flight on every stage).
 Nodes named by `weight_update` (the optimizer's, when the caller knows
 them) run once per step, after the last micro-batch, not once per
 micro-batch: + max_k W_k (all IPUs update together; Sequential: sum_k W_k).
@@ -143,6 +147,9 @@ class ShardedPrediction:
     # work around them once per run).
     steps_per_run: int = 1
     program_cycles: int = 0
+    # False for an inference pipeline: forward passes only, and the work
+    # after its micro-batches is no weight update.
+    training: bool = True
 
     @property
     def n_stages(self):
@@ -505,8 +512,10 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
         stash_bytes = sum(v.aval.nbytes or 0 for v in stashed)
         stash_tile = sum(memory_model.tile_bytes(v.aval, target.tiles_per_ipu)
                          for v in stashed)
+        # Inference stashes nothing: no backward pass reads its activations.
         flight = (in_flight(schedule, rank[d], n, batch_serialization_iterations)
-                  if d != last_ipu or batch_serialization_iterations > 1 else 1)
+                  if training and (d != last_ipu or batch_serialization_iterations > 1)
+                  else 1)
         report = memory_model.analyze_memory(graph, target, ipu=d, streamed=streamed,
                                              schedule=memory_schedule)
         moved = _offload_cycles(graph, d, streamed, offload, target)
@@ -549,7 +558,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
         stage_of_step=tuple(node.stage for node in nodes), ipus=results, copies=copies,
         step_cycles=int(total), host_seconds=host_per_step,
         batch_size=batch_size, steps_per_run=steps_per_run if path else 1,
-        program_cycles=int(program_cycles) if path else int(total),
+        program_cycles=int(program_cycles) if path else int(total), training=training,
     )
     if check_memory:
         for p in results:

@@ -84,14 +84,18 @@ def _accumulation(model):
     return int(count), options.gradient_accumulation_reduction_method
 
 
+def _is_pipelined(model):
+    is_pipelined = getattr(model, "_ipu_is_pipelined", None)
+    return is_pipelined is not None and is_pipelined()
+
+
 def _pipeline(model, kind):
     """The IPU of each stage of a pipelined model (Graphcore's checks), or
     None. Its forward pass runs stage by stage, each stage's ops in the
     name scope pipeline_stage_<k> (models/staged_graph.py), by which the
     front end places them (stages.py): the program runs on the stages'
     IPUs, with the copies between them, as on the ipu backend."""
-    is_pipelined = getattr(model, "_ipu_is_pipelined", None)
-    if is_pipelined is None or not is_pipelined():
+    if not _is_pipelined(model):
         return None
     from keras_ipu.models.functions import check_pipeline
 
@@ -132,7 +136,8 @@ def counting_replica_batches(method, model):
 
 class _Execution:
     """One kind of execution (train, test, predict) of a model: its infeed,
-    outfeed and compiled loop per element spec."""
+    outfeed and compiled loop per element spec (and, for a pipelined
+    model's inference, per number of steps: see _program)."""
 
     def __init__(self, model, kind):
         self.model = model
@@ -174,34 +179,66 @@ class _Execution:
                     outfeed.enqueue(step(infeed.dequeue()))
 
         loop.__name__ = f"{self.kind}_loop"
+        programs = {}
+        return infeed, outfeed, (loop, programs), count, replicas
+
+    def _program(self, parts, steps):
+        """The program running `steps` steps of `parts`. A pipelined
+        model's inference program is compiled for its number of steps:
+        Graphcore pipelines inference too (forward stages only), over the
+        execution's steps per replica (its micro-batches: checked as the
+        ipu backend checks them), so its prediction follows the schedule
+        with that many micro-batches; every other program serves any
+        number of steps (TensorFlow traces each number anyway: a Python
+        int argument)."""
+        import tensorflow as tf
+
+        model = self.model
+        _, _, (loop, programs), count, _ = parts
         mapping = _pipeline(model, self.kind)
+        inference = mapping is not None and self.kind != "train"
+        key = steps if inference else None
+        program = programs.get(key)
+        if program is not None:
+            return program
         if mapping is None:
             program = bridge(tf.function(loop, jit_compile=True))
         else:
+            from keras_ipu.models.functions import check_pipeline_iterations
             from keras_ipu.models.functions import staged_step
-
             from keras_ipu.ops.pipeline_placement import PipelinePlacement
 
-            # A training loop's micro-batch loop runs `count` micro-batches
-            # (a while loop: the cost model cannot know its trip count). The
-            # inference loops are placed, their schedule not applied: their
-            # micro-batches per pipeline run are the execution's, which the
-            # program is not compiled for.
-            schedule = model._ipu_options.pipeline_schedule if self.kind == "train" else None
-            placement = PipelinePlacement.of(
-                mapping, schedule, count, stage_of=pipeline_stage_of, loop_micro_batches=count)
+            schedule = model._ipu_options.pipeline_schedule
+            if inference:
+                check_pipeline_iterations(steps, schedule, mapping, training=False)
+                # The loop's micro-batches: one per step (a while loop: the
+                # cost model cannot know its trip count).
+                placement = PipelinePlacement.of(
+                    mapping, schedule, None, training=False, stage_of=pipeline_stage_of,
+                    loop_micro_batches=steps)
+            else:
+                # A training loop's micro-batch loop runs `count`
+                # micro-batches per weight update.
+                placement = PipelinePlacement.of(
+                    mapping, schedule, count, stage_of=pipeline_stage_of,
+                    loop_micro_batches=count)
             program = BridgedFunction(tf.function(staged_step(model, loop), jit_compile=True),
                                       placement=placement)
         # Metric variables are non-trainable variables like moving statistics;
         # the model knows which they are (its profile's "metric state").
         program.known_variables = lambda: {
             id(v.value): "metric state" for v in model.metrics_variables}
-        return infeed, outfeed, program, count, replicas
+        programs[key] = program
+        return program
+
+    def programs(self):
+        """The BridgedFunctions made for this kind so far."""
+        return [program for parts in self._by_spec.values() for program in parts[2][1].values()]
 
     def executables(self):
         """The Executables compiled for this kind so far and still cached
         (memory per IPU, prediction, profile)."""
-        return [exe for parts in self._by_spec.values() for exe in parts[2].executables()]
+        return [exe for program in self.programs() for exe in program.executables()]
 
     def run(self, iterator, element_spec, batches, replicas=None):
         """Run the steps of `batches` batches (replicas x steps) on
@@ -210,7 +247,8 @@ class _Execution:
         import tensorflow as tf
 
         replicas = replication_factor(self.model) if replicas is None else replicas
-        infeed, outfeed, program, count, replicas = self._parts(element_spec, replicas)
+        parts = self._parts(element_spec, replicas)
+        infeed, outfeed, _, count, replicas = parts
         steps = batches // replicas
         if steps % count:
             raise ValueError(
@@ -218,6 +256,7 @@ class _Execution:
                 f"multiple of gradient_accumulation_steps_per_replica ({count}): "
                 "each execution runs whole optimizer steps. Set steps_per_execution "
                 f"to a multiple of {count} in model.compile().")
+        program = self._program(parts, steps)
         infeed.rebind(iterator)
         infeed.begin_execution()
         outfeed.take()
@@ -231,7 +270,7 @@ class _Execution:
                 raise StopIteration from None
             infeed.replay_execution()
             outfeed.take()
-            program.run((done,), replicas=replicas)
+            self._program(parts, done).run((done,), replicas=replicas)
         return outfeed.take()
 
 

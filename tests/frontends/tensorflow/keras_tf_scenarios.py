@@ -201,9 +201,8 @@ def keras_fit_evaluate_predict():
         "weights_diff": _max_diff(model.weights, ref.weights),
         "iterations": int(model.optimizer.iterations.numpy()),
         "train_programs": model.train_function.execution.runs,
-        "compiled": sum(p[2].compile_count for p in model.train_function.execution._by_spec.values()),
-        "input_bytes": _bytes_by_category(
-            next(iter(model.train_function.execution._by_spec.values()))[2]),
+        "compiled": sum(p.compile_count for p in model.train_function.execution.programs()),
+        "input_bytes": _bytes_by_category(model.train_function.execution.programs()[0]),
         "expected_bytes": {"weights": _variable_bytes(model.weights),
                            "optimizer state": _variable_bytes(model.optimizer.variables),
                            "metric state": _variable_bytes(model.metrics_variables)},
@@ -384,15 +383,22 @@ def keras_pipeline_stage_placed():
     for kind in ("train", "test", "predict"):
         (exe,) = getattr(model, f"{kind}_function").execution.executables()
         facts[kind] = json.loads(json.dumps(placement_facts(exe, shapes)))
-    (exe,) = model.train_function.execution.executables()
-    pipe = exe.prediction.pipeline
-    schedule = {"schedule": pipe.schedule, "micro_batches": pipe.gradient_accumulation_count,
-                "step_cycles": pipe.step_cycles, "formula": schedule_formula(pipe),
-                "cycles": exe.prediction.cycles, "program_cycles": pipe.program_cycles,
-                "in_flight": [p.in_flight for p in pipe.ipus]}
+    schedules = {}
+    for kind in ("train", "test", "predict"):
+        (exe,) = getattr(model, f"{kind}_function").execution.executables()
+        pipe = exe.prediction.pipeline
+        schedules[kind] = {
+            "schedule": pipe.schedule, "micro_batches": pipe.gradient_accumulation_count,
+            "training": pipe.training, "step_cycles": pipe.step_cycles,
+            "formula": schedule_formula(pipe), "cycles": exe.prediction.cycles,
+            "program_cycles": pipe.program_cycles, "in_flight": [p.in_flight for p in pipe.ipus],
+            "forward": [p.forward_cycles for p in pipe.ipus],
+            "backward": [p.backward_cycles for p in pipe.ipus],
+            "after": [p.weight_update_cycles for p in pipe.ipus]}
     return {"replicas": keras_trainer.replication_factor(model),
             "iterations": int(model.optimizer.iterations.numpy()),
-            "loss": history.history["loss"], "facts": facts, "schedule": schedule}
+            "loss": history.history["loss"], "facts": facts, "schedule": schedules["train"],
+            "inference": {k: schedules[k] for k in ("test", "predict")}}
 
 
 SCENARIOS = {

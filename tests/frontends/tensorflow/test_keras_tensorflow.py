@@ -137,3 +137,11 @@ def test_pipeline_stage_scopes_place_the_programs_as_the_ipu_backend_does(result
     s = r["schedule"]
     assert (s["schedule"], s["micro_batches"], s["in_flight"]) == ("Grouped", 4, [3, 1])
     assert s["step_cycles"] == s["formula"] and s["cycles"] == s["program_cycles"]
+    # Its evaluate and predict programs are pipelined inference, predicted
+    # the same way: the execution's 4 steps per replica as micro-batches,
+    # forward passes only, by hand (g + n - 1) x max_k F_k + the work after.
+    for kind, p in r["inference"].items():
+        assert (p["schedule"], p["micro_batches"], p["training"]) == ("Grouped", 4, False), kind
+        assert p["in_flight"] == [1, 1] and p["backward"] == [0, 0] and min(p["forward"]) > 0
+        assert p["step_cycles"] == (4 + 1) * max(p["forward"]) + max(p["after"]) == p["formula"]
+        assert p["cycles"] == p["program_cycles"] == p["step_cycles"]
