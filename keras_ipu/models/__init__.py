@@ -16,8 +16,9 @@ def auto_pipeline(model, num_ipus, batch_size, **kwargs):
 
 
 auto_pipeline.__doc__ = """Choose pipeline stage boundaries for `model` over
-`num_ipus` IPUs: balanced predicted cycles, every IPU's memory checked
-(keras_ipu/models/pipeline_planner.py). Returns a PipelinePlan (printed)."""
+`num_ipus` IPUs: the split fit's program is predicted to run fastest while
+every IPU fits (keras_ipu/models/pipeline_planner.py). Returns a
+PipelinePlan (printed)."""
 
 
 def predict_training(model, batch_size, **kwargs):

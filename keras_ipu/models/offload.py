@@ -114,24 +114,6 @@ def _offloaded_positions(model, state_variables, replicas, gradient_accumulation
     return tuple(i for i, v in enumerate(flat) if id(v) in ids), shards
 
 
-def offload_of(model, state_variables, replicas, gradient_accumulation, graph, state_outputs):
-    """The sharding.Offload of a traced training step `graph` whose inputs
-    start with the flattened `state_variables`, the new value of input k
-    being output state_outputs[k] (prediction.trace_training_step's
-    program and layout); None when nothing is offloaded."""
-    found = _offloaded_positions(model, state_variables, replicas, gradient_accumulation)
-    if found is None:
-        return None
-    positions, shards = found
-    outputs = tuple(state_outputs[i] for i in positions)
-    for i, o in zip(positions, outputs):
-        if o is None or graph.inputs[i].aval != graph.outputs[o].aval:
-            raise AssertionError(
-                f"the traced step's new value of state input {i} "
-                f"({graph.inputs[i].aval.short()}) is not at output {o}")
-    return Offload(inputs=positions, outputs=outputs, shards=shards)
-
-
 def program_offload(model, state_variables, replicas, gradient_accumulation):
     """The sharding.Offload of a training program whose inputs start with
     the flattened `state_variables` and whose outputs end with their new

@@ -5,35 +5,46 @@ number of IPUs (beyond Graphcore's API, which leaves the split to the user).
     print(plan)              # each stage: layers, memory, cycles; and why
     plan.apply(model)        # set_pipeline_stage_assignment + device mapping
 
-How: one micro-batch's training step is traced once with every layer
-invocation in a stage of its own (models/prediction.py), so each program
-step knows its invocation. Contiguous runs of invocations (in execution
-order, so every stage reads only earlier stages) are the candidate
-stages; a dynamic program picks the split into `num_ipus` stages whose
-slowest stage is fastest (forward + backward cycles per micro-batch, the
-weight update counted once per `gradient_accumulation` micro-batches),
-since the slowest stage paces a pipeline. The compiler's placement pass
-then places the program on that split (the trace's stages renamed) and the
-simulator's sharding model checks every IPU's memory
-(weights, optimizer state, activations stashed for the schedule); while
-an IPU does not fit, a layer moves from it to a neighbour stage. The plan
-says which stage is the bottleneck, the utilisation and whether all fits.
+How: fit's own program (the device loop around one weight update of
+`gradient_accumulation` micro-batches: models/prediction.py's
+trace_training_step) is traced once with every layer invocation in a stage
+of its own, so each program step knows its invocation. Contiguous runs of
+invocations (in execution order, so every stage reads only earlier stages)
+are the candidate stages. A split renames the stages of that trace; the
+compiler's placement pass places it and the simulator predicts it exactly
+as the executable fit compiles for that split predicts itself
+(sharding.predict_sharded under the schedule over the g micro-batches:
+bubbles, copies, each IPU's memory with the activations stashed for the
+schedule, the weight update once per step). With up to EXHAUSTIVE_SPLITS
+contiguous splits every one is predicted; beyond, a dynamic program first
+splits the invocations' own cycles (the slowest stage paces a pipeline),
+then a local search moves one boundary at a time while that improves the
+prediction. The plan is the best split predicted: one that fits every IPU
+before one that does not, then the fewest cycles per weight update. The
+plan says which stage is the bottleneck, the utilisation and whether all
+fits.
 """
 
 import dataclasses
+import itertools
+import math
 
 from keras_ipu.backend.trainer_ops.model_state import TRAIN_STATE
 from keras_ipu.backend.trainer_ops.model_state import state_variables
 from keras_ipu.device.compiler.placement import restaged
 from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
+from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import sharding
-from keras_ipu.device.simulator.prediction import predict_costs
+from keras_ipu.device.simulator.prediction import ipu_cycles
+from keras_ipu.device.simulator.prediction import step_costs
 from keras_ipu.device.units import fmt_bytes
-from keras_ipu.models.offload import offload_of
+from keras_ipu.models.offload import program_offload
 from keras_ipu.models.prediction import TrainingPrediction
-from keras_ipu.models.prediction import once_per_step
+from keras_ipu.models.prediction import fit_pipelining
 from keras_ipu.models.prediction import placed_step
+from keras_ipu.models.prediction import predict_fit_program
 from keras_ipu.models.prediction import trace_training_step
+from keras_ipu.models.training_step import GRADIENT_ACCUMULATION
 
 
 @dataclasses.dataclass
@@ -43,6 +54,9 @@ class PipelinePlan:
     invocations: list  # "layer (node index)" of each invocation
     prediction: object  # TrainingPrediction of the split
     reason: str
+    # Every split predicted (a tuple of stages per invocation): its cycles
+    # per weight update.
+    candidates: dict = dataclasses.field(default_factory=dict)
 
     @property
     def fits(self):
@@ -123,6 +137,66 @@ def _balanced_split(costs, parts):
     return stages
 
 
+# Up to this many contiguous splits, every one is predicted; beyond, a local
+# search from the balanced split (each prediction places and times the
+# whole program: a fraction of a second for a small model, more for a big one).
+EXHAUSTIVE_SPLITS = 64
+
+
+def _contiguous_splits(m, n):
+    """Every split of m invocations (in execution order) into n non-empty
+    contiguous stages."""
+    for cuts in itertools.combinations(range(1, m), n - 1):
+        bounds = (0,) + cuts + (m,)
+        yield [k for k in range(n) for _ in range(bounds[k], bounds[k + 1])]
+
+
+def _split_count(m, n):
+    return math.comb(m - 1, n - 1)
+
+
+def _neighbours(split, n):
+    """The splits one boundary away: a stage's first or last invocation
+    moved to the neighbour stage, every stage kept non-empty."""
+    out = []
+    for k in range(n - 1):
+        last = max(i for i, s in enumerate(split) if s == k)
+        for index, to in ((last, k + 1), (last + 1, k)):
+            moved = list(split)
+            moved[index] = to
+            if set(moved) == set(range(n)):
+                out.append(moved)
+    return out
+
+
+def _rank(sharded):
+    """Order of preference: splits that fit first, fastest per weight
+    update; splits that do not fit by how far their fullest tile is over."""
+    over = max(p.memory.tile_bytes - p.memory.tile_capacity for p in sharded.ipus)
+    if sharded.fits:
+        return (0, sharded.step_cycles, max(p.memory.tile_bytes for p in sharded.ipus))
+    return (1, over, sharded.step_cycles)
+
+
+def _invocation_costs(placed, g, target):
+    """Cycles of each layer invocation of fit's program placed with every
+    invocation on an IPU of its own: per micro-batch (the accumulation
+    loop's body, copies left out: a split decides which cross IPUs), and
+    the work once per weight update (around the loop) over g."""
+    target = memory_model.resolve_target(target)
+    path = sharding.pipeline_path(placed, GRADIENT_ACCUMULATION)
+    holder, index = path[-1]
+    body = sharding.step_program(placed, GRADIENT_ACCUMULATION)[0]
+    costs = {}
+    for node, step in zip(body.nodes, step_costs(body, target)):
+        if node.primitive is not ipu_copy_p and step.ipu is not None:
+            costs[step.ipu] = costs.get(step.ipu, 0) + step.cycles
+    once = ipu_cycles(holder, step_costs(holder, target), target, skip=index)
+    for ipu, cycles in once.items():
+        costs[ipu] = costs.get(ipu, 0) + cycles / g
+    return costs
+
+
 def auto_pipeline(model, num_ipus, batch_size, *, gradient_accumulation=None,
                   schedule=None, target=None, replicas=1, print_fn=print):
     """The PipelinePlan of `model` (compiled, made in an IPUStrategy scope)
@@ -152,90 +226,65 @@ def auto_pipeline(model, num_ipus, batch_size, *, gradient_accumulation=None,
     if not isinstance(schedule, PipelineSchedule):
         schedule = PipelineSchedule[str(schedule).capitalize()]
 
-    # Trace once with every invocation in its own stage.
+    # Trace fit's program once (g micro-batches per weight update, in the
+    # device loop) with every invocation in its own stage; a split renames
+    # the stages of that trace.
     saved = model._ipu_assignment
     for i, a in enumerate(defaults):
         a.pipeline_stage = i
     object.__setattr__(model, "_ipu_assignment", defaults)
     try:
-        layout = {}
-        graph, n_state = trace_training_step(model, batch_size, replicas, layout=layout)
+        graph, n_state = trace_training_step(model, batch_size, replicas, micro_batches=g,
+                                             device_loop=True)
+        offload = program_offload(model, state_variables(model, TRAIN_STATE), replicas, g)
+        pipelining = fit_pipelining(model, g, schedule)
     finally:
         object.__setattr__(model, "_ipu_assignment", saved)
 
-    # Cycles per invocation: its nodes, and the nodes the placement gives it
-    # (the loss after the last layer; a weight's update where the weight is).
-    by_invocation = placed_step(graph, list(range(m)))
-    single = predict_costs(by_invocation, target=target, log=False,
-                           resident_inputs=tuple(range(n_state)))
-    once = once_per_step(model)
-    costs = [0.0] * m
-    for node, step in zip(by_invocation.nodes, single.steps):
-        if node.primitive is ipu_copy_p:
-            continue  # between invocations: a split decides which cross IPUs
-        costs[node.stage] += step.cycles / g if once(node) else step.cycles
-
-    assignment = _balanced_split(costs, num_ipus) if num_ipus > 1 else [0] * m
-    moves = 0
+    predicted = {}
 
     def predict(split):
-        placed = placed_step(restaged(graph, split), list(range(num_ipus)))
-        return sharding.predict_sharded(
-            placed, target=target,
-            gradient_accumulation_count=g, schedule=schedule.name, batch_size=batch_size,
-            resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
-            weight_update=once, memory_schedule="best",
-            offload=offload_of(model, state_variables(model, TRAIN_STATE), replicas, g,
-                               placed, layout["state_outputs"]),
-        )
+        key = tuple(split)
+        if key not in predicted:
+            placed = placed_step(restaged(graph, list(split)), list(range(num_ipus)))
+            predicted[key] = predict_fit_program(placed, n_state, pipelining, batch_size,
+                                                 target, offload)
+        return predicted[key]
 
-    sharded = predict(assignment)
-    visited = {tuple(assignment)}
-    while not sharded.fits and moves < 4 * m:
-        moved = _relieve(assignment, sharded, num_ipus, visited)
-        if moved is None:
-            break
-        visited.add(tuple(moved))
-        assignment, moves = moved, moves + 1
-        sharded = predict(assignment)
-
+    total = _split_count(m, num_ipus)
+    if total <= EXHAUSTIVE_SPLITS:
+        for split in _contiguous_splits(m, num_ipus):
+            predict(split)
+        how = f"all {total} contiguous splits"
+    else:
+        costs = _invocation_costs(placed_step(graph, list(range(m))), g, target)
+        best = _balanced_split([costs.get(i, 0) for i in range(m)], num_ipus)
+        while len(predicted) < 16 * num_ipus:
+            for split in _neighbours(best, num_ipus):
+                predict(split)
+            better = min(predicted, key=lambda k: _rank(predict(k)))
+            if _rank(predict(better)) >= _rank(predict(best)):
+                break
+            best = list(better)
+        how = (f"{len(predicted)} of {total} contiguous splits: the split balancing each "
+               "invocation's cycles and its neighbours, one boundary moved at a time")
+    chosen = min(predicted, key=lambda k: _rank(predicted[k]))
+    sharded = predicted[chosen]
     prediction = TrainingPrediction(
         model_name=model.name, sharded=sharded, replicas=replicas, batch_size=batch_size,
         device_mapping=tuple(range(num_ipus)), prefetch_depth=options.prefetch_depth,
     )
     names = [f"{a.layer.name} ({getattr(a, 'node_index', 0)})" for a in defaults]
-    plan = PipelinePlan(model.name, assignment, names, prediction,
-                        _reason(prediction, moves, num_ipus))
+    unfit = sum(not p.fits for p in predicted.values())
+    plan = PipelinePlan(model.name, list(chosen), names, prediction,
+                        _reason(prediction, num_ipus, how, unfit),
+                        {k: v.step_cycles for k, v in predicted.items()})
     if print_fn is not None:
         print_fn(str(plan))
     return plan
 
 
-def _relieve(assignment, sharded, n, visited):
-    """Move one invocation off the first IPU that does not fit to a
-    neighbour stage (the one with more room first; a split already tried
-    is not tried again: a layer pushed on from a full neighbour moves on
-    further); None when no move is left."""
-    over = next(p for p in sharded.ipus if not p.memory.fits)
-    stage = over.ipu
-    members = [i for i, s in enumerate(assignment) if s == stage]
-    if len(members) <= 1:
-        return None
-    room = {p.ipu: p.memory.tile_capacity - p.memory.tile_bytes for p in sharded.ipus}
-    options = []
-    if stage > 0:
-        options.append((room.get(stage - 1, 0), members[0], stage - 1))
-    if stage < n - 1:
-        options.append((room.get(stage + 1, 0), members[-1], stage + 1))
-    for _, index, to in sorted(options, reverse=True):
-        out = list(assignment)
-        out[index] = to
-        if tuple(out) not in visited:
-            return out
-    return None
-
-
-def _reason(prediction, moves, n):
+def _reason(prediction, n, how, unfit):
     ipus = prediction.sharded.ipus
     if not prediction.fits:
         worst = max(ipus, key=lambda p: p.memory.tile_bytes - p.memory.tile_capacity)
@@ -246,8 +295,10 @@ def _reason(prediction, moves, n):
     if n == 1:
         return "one IPU holds the whole model"
     slowest = max(ipus, key=lambda p: p.cycles)
-    text = (f"boundaries balance the cycles per micro-batch; stage {slowest.ipu} is the "
-            f"slowest ({slowest.cycles:,} cycles) and paces the pipeline")
-    if moves:
-        text += f"; {moves} layer(s) moved between neighbour stages so that every IPU fits"
+    text = (f"the fastest per weight update of {how}, as fit's program predicts them "
+            f"(the schedule over {prediction.gradient_accumulation} micro-batches, the "
+            f"stash included); stage {slowest.ipu} is the slowest ({slowest.cycles:,} cycles "
+            "per micro-batch) and paces the pipeline")
+    if unfit:
+        text += f"; {unfit} of the splits predicted did not fit"
     return text

@@ -46,7 +46,6 @@ from keras_ipu.distribute.replication import tracing_replicas
 from keras_ipu.models.offload import program_offload
 from keras_ipu.models.recomputation import training_recomputation
 from keras_ipu.models.training_step import GRADIENT_ACCUMULATION
-from keras_ipu.models.training_step import GRADIENT_ALL_REDUCE
 from keras_ipu.models.training_step import accumulated_train_step
 
 
@@ -165,7 +164,7 @@ def _sample_batch(model, batch_size):
 
 
 def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
-                        micro_batches=1, layout=None, device_loop=False):
+                        micro_batches=1, device_loop=False):
     """The optimized Graph of one training step of `model` (staged when
     pipelined), and the number of its state inputs. `micro_batches` > 1:
     the step fit compiles (training_step.accumulated_train_step): a loop
@@ -174,9 +173,7 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
     one micro-batch's gradients go straight to the update. `batch`: the
     avals of one micro-batch (default: zeros of the model's shapes).
     device_loop: the program of a fit's execution of one step (the device
-    loop around the step: what the executable of fit runs, and so predicts).
-    layout: a dict to fill with "state_outputs", the output position of the
-    new value of each flattened state input (offload.offload_of reads it)."""
+    loop around the step: what the executable of fit runs, and so predicts)."""
     from keras_ipu.models.functions import staged_step
     from keras_ipu.models.functions import gradient_accumulator_dtype
 
@@ -233,9 +230,6 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
             data = [x for x in tree.flatten(data) if x is not None]
         logs, new_state = step(state_in, data)
         out, _ = flatten((logs, new_state))
-        if layout is not None:
-            start = len(flatten(logs)[0])
-            layout["state_outputs"] = _state_outputs(state_in, new_state, start)
         return out
 
     with tracing_replicas(replicas):
@@ -244,18 +238,6 @@ def trace_training_step(model, batch_size, replicas=1, batch=None, options=None,
         options = CompileOptions(recomputation=training_recomputation(model))
     graph, _ = optimize(graph, options)
     return graph, n_state
-
-
-def _state_outputs(state_in, new_state, start):
-    """The output position (from `start`) of the new value of each
-    flattened leaf of `state_in`, group by group (None: a leaf whose group
-    comes back with another length)."""
-    positions = []
-    for group_in, group_out in zip(state_in, new_state):
-        n_in, n_out = len(flatten(group_in)[0]), len(flatten(group_out)[0])
-        positions += list(range(start, start + n_in)) if n_in == n_out else [None] * n_in
-        start += n_out
-    return positions
 
 
 def _dtype_name(dtype):
@@ -300,29 +282,45 @@ def predict_training(model, batch_size, *, gradient_accumulation=None, schedule=
         graph, n_state = trace_training_step(
             model, batch_size, replicas, batch=batch, micro_batches=gradient_accumulation,
             device_loop=True)
+        # Under the assignment predicted: what it offloads depends on
+        # whether the model is pipelined.
+        offload = program_offload(
+            model, model_state.state_variables(model, model_state.TRAIN_STATE), replicas,
+            gradient_accumulation)
+        pipelining = fit_pipelining(model, gradient_accumulation, schedule)
     finally:
         if assignment is not None:
             object.__setattr__(model, "_ipu_assignment", saved)
     placed = placed_step(graph, device_mapping if pipelined else None)
-    offload = program_offload(
-        model, model_state.state_variables(model, model_state.TRAIN_STATE), replicas,
-        gradient_accumulation)
-    # The executable of the same program predicts the same (its prediction
-    # applies the schedule: sharding.predict_sharded, device_checks.workload).
-    sharded = sharding.predict_sharded(
-        placed, target=target,
-        pipelining=sharding.Pipelining(
-            schedule, gradient_accumulation, loop_source=GRADIENT_ACCUMULATION,
-            batch_serialization_iterations=(
-                options.pipelining_batch_serialization_iterations if pipelined else 1)),
-        batch_size=batch_size,
-        resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
-        memory_schedule="best", offload=offload,
-    )
+    sharded = predict_fit_program(placed, n_state, pipelining, batch_size, target, offload)
     return TrainingPrediction(
         model_name=model.name, sharded=sharded, replicas=replicas, batch_size=batch_size,
         device_mapping=tuple(device_mapping if pipelined else [0]),
         prefetch_depth=options.prefetch_depth,
+    )
+
+
+def fit_pipelining(model, gradient_accumulation, schedule):
+    """The sharding.Pipelining of the program fit compiles (its micro-batch
+    loop: the gradient accumulation loop of `gradient_accumulation`
+    micro-batches per weight update)."""
+    serialized = 1
+    if model._ipu_is_pipelined():
+        serialized = model._ipu_options.pipelining_batch_serialization_iterations
+    return sharding.Pipelining(schedule, gradient_accumulation, loop_source=GRADIENT_ACCUMULATION,
+                               batch_serialization_iterations=serialized)
+
+
+def predict_fit_program(placed, n_state, pipelining, batch_size, target=None, offload=None):
+    """The ShardedPrediction of fit's program (trace_training_step with
+    device_loop, placed: placed_step) whose first `n_state` inputs are the
+    model's state, under `pipelining` (fit_pipelining). The executable of
+    the same program predicts the same (its prediction applies the
+    schedule: sharding.predict_sharded, device_checks.workload)."""
+    return sharding.predict_sharded(
+        placed, target=target, pipelining=pipelining, batch_size=batch_size,
+        resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
+        memory_schedule="best", offload=offload,
     )
 
 
@@ -332,18 +330,6 @@ def placed_step(graph, device_mapping):
     if device_mapping is None:
         return on_one_ipu(graph)
     return place(graph, Placement.of({}, device_mapping))
-
-
-def once_per_step(model):
-    """The nodes run once per weight update, not once per micro-batch: the
-    optimizer's and the gradients' all-reduce (a predicate on nodes)."""
-    optimizer = model.optimizer.name
-
-    def once(node):
-        source = node.source or ""
-        return source.startswith(optimizer) or GRADIENT_ALL_REDUCE in source
-
-    return once
 
 
 def _replicas_or_one(model):
