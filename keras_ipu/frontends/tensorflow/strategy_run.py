@@ -68,21 +68,21 @@ def _substitute(value):
 
 class _Replicated:
     """`fn`'s bridged functions by replica count, and the replica count its
-    program takes on each device (see the module doc)."""
+    program takes on each device (see the module doc). `shared`: bridge(fn),
+    which traces it for the probe's count (a replica per IPU)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, shared):
         self.fn = fn
+        self.shared = shared
         self.by_replicas = {}
         self.known = {}  # device name -> (the configuration, its replicas there)
 
     def bridged(self, replicas, probe):
-        """The BridgedFunction tracing `fn` for `replicas` replicas: the
-        shared one (bridge(fn)) for the probe's count, else its own."""
+        """The BridgedFunction tracing `fn` for `replicas` replicas."""
         from keras_ipu.frontends.tensorflow.function import BridgedFunction
-        from keras_ipu.frontends.tensorflow.function import bridge
 
         if replicas == probe:
-            return bridge(self.fn)
+            return self.shared
         found = self.by_replicas.get(replicas)
         if found is None:
             fn = self.fn
@@ -92,16 +92,15 @@ class _Replicated:
         return found
 
 
-_replicated = weakref.WeakKeyDictionary()
-
-
 def _replicated_of(fn):
-    try:
-        found = _replicated.get(fn)
-    except TypeError:  # not weak-referenceable
-        return _Replicated(fn)
+    """The _Replicated of `fn`, kept with its shared BridgedFunction (one
+    per function object, as bridge keeps those)."""
+    from keras_ipu.frontends.tensorflow.function import bridge
+
+    shared = bridge(fn)
+    found = getattr(shared, "strategy_replicas", None)
     if found is None:
-        found = _replicated[fn] = _Replicated(fn)
+        found = shared.strategy_replicas = _Replicated(fn, shared)
     return found
 
 

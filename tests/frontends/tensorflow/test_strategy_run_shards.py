@@ -49,13 +49,19 @@ def test_shards_round_up_to_a_power_of_two():
     assert [rounded_shards(n) for n in range(1, 10)] == [1, 2, 4, 4, 8, 8, 8, 8, 16]
 
 
-def test_a_two_stage_pipeline_on_four_ipus_runs_two_replicas(configure_ipus):
+def _run_on_four_ipus(configure_ipus, calls):
+    """A 2-stage pipeline run `calls` times by IPUStrategy.run on 4 IPUs."""
     configure_ipus(4)
     strategy = ipu.ipu_strategy.IPUStrategy()
     program, outfeed = _pipelined(2)
     with strategy.scope():
-        strategy.run(program)
-    out = outfeed.dequeue()
+        for _ in range(calls):
+            strategy.run(program)
+    return strategy, program, outfeed.dequeue()
+
+
+def test_a_two_stage_pipeline_on_four_ipus_runs_two_replicas(configure_ipus):
+    strategy, program, out = _run_on_four_ipus(configure_ipus, 1)
     # [micro-batch, replica, ...]: each of the 2 replicas dequeues every
     # other micro-batch of the infeed (element i to replica i mod 2).
     x = out["x"].numpy()
@@ -78,15 +84,10 @@ def test_a_two_stage_pipeline_on_four_ipus_runs_two_replicas(configure_ipus):
 
 
 def test_a_second_call_reuses_the_programs_replica_count(configure_ipus):
-    configure_ipus(4)
-    strategy = ipu.ipu_strategy.IPUStrategy()
-    program, outfeed = _pipelined(2)
-    with strategy.scope():
-        strategy.run(program)
-        strategy.run(program)
+    _, program, out = _run_on_four_ipus(configure_ipus, 2)
     (bridged,) = strategy_run._replicated_of(program).by_replicas.values()
     assert bridged.compile_count == 1
-    assert outfeed.dequeue()["x"].numpy().shape == (2 * COUNT, 2, MB, 3)
+    assert out["x"].numpy().shape == (2 * COUNT, 2, MB, 3)
 
 
 def test_a_one_shard_program_keeps_a_replica_per_ipu(configure_ipus):
