@@ -1,13 +1,15 @@
 """Automatic pipeline split (beyond Graphcore's API): given a model and a
-number of IPUs, keras_ipu.models.auto_pipeline chooses stage boundaries that
-balance the predicted cycles of the stages and fit every IPU's memory, and
-says why; python -m keras_ipu.plan does the same for a saved model.
+number of IPUs, keras_ipu.models.auto_pipeline chooses the stage boundaries
+whose training fit's program is predicted to run fastest while every IPU's
+memory holds its stages, and says why; python -m keras_ipu.plan does the
+same for a saved model.
 
     KERAS_BACKEND=ipu python examples/auto_pipeline.py
 
 The model here does not fit one IPU at a micro-batch of 8192 (printed); on
-four IPUs the balanced split overflows the first (Grouped stashes 7 of its
-micro-batches), and layers move on until every IPU fits. The plan is then
+four IPUs most splits overflow an IPU (Grouped stashes 7 micro-batches of
+the first stage's activations), and the plan is the fastest split that
+fits. The plan is then
 applied and the model trains for two epochs of one weight update (8
 micro-batches of 4).
 """

@@ -64,5 +64,7 @@ def test_gradient_accumulation_example():
 def test_auto_pipeline_example():
     out = run_example("auto_pipeline.py")
     assert "does NOT fit" in out and "4 stages on 4 ipu2 IPUs" in out
-    assert "moved between neighbour stages so that every IPU fits" in out
+    # Most splits overflow an IPU (Grouped stashes the first stages'
+    # activations); the plan is the fastest of those that fit.
+    assert "of the splits predicted did not fit" in out and "fits; utilisation" in out
     assert "trained the planned pipeline" in out
