@@ -582,7 +582,7 @@ engines.HOT_SECONDS = 0.0
 engines.host_threads._cap = 2
 engines.XlaProgram.build = classmethod(lambda cls, exe, check=None: Slow(exe, check))
 # The slow compile stands for TensorFlow too: no import, no runtime start.
-engines._runtime_started_at_normal_priority = lambda check: None
+engines._tensorflow_ready = lambda graph, check: None
 exe = compile_graph(build([aval((4, 3))], lambda b, x: b.op("exp", x)))
 x = np.ones((4, 3), np.float32)
 exe.run(x)
@@ -606,6 +606,45 @@ def test_exit_does_not_wait_for_a_background_compile(phase):
     assert out.returncode == 3, out.stderr[-3000:]
     assert out.stdout.split() == "main done atexit handlers ran".split(), out
 
+
+
+_EXIT_IN_TENSORFLOWS_IMPORT = """
+import atexit, sys, time
+sys.path.insert(0, {tests!r})
+import numpy as np
+from compiler_graphs import aval, build
+from keras_ipu.device.compiler import compile_graph, engines
+
+assert "tensorflow" not in sys.modules
+engines.HOT_SECONDS = 0.0
+engines.host_threads._cap = 2
+exe = compile_graph(build([aval((4, 3))], lambda b, x: b.op("exp", x)))
+x = np.ones((4, 3), np.float32)
+exe.run(x)
+exe.run(x)  # starts the compile: its thread imports TensorFlow, at nice 19
+while "tensorflow" not in sys.modules:
+    time.sleep(0.001)
+atexit.register(print, "atexit handlers ran", flush=True)
+print("main done", flush=True)
+sys.exit(3)
+"""
+
+
+def test_exit_during_the_background_compiles_import_of_tensorflow():
+    # A short script on a busy machine: the niced compile thread is still
+    # importing TensorFlow when the script ends. Before: the exit waited
+    # for the import, which then failed ("can't register atexit after
+    # shutdown", a traceback on stderr), and tearing down the partly
+    # imported TensorFlow crashed the process (SIGSEGV) when the thread
+    # had ended before the exit's last check.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, KERAS_IPU_ENGINE="auto")
+    out = subprocess.run([sys.executable, "-c", _EXIT_IN_TENSORFLOWS_IMPORT.format(tests=tests)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr[-3000:]
+    assert out.stdout.split() == "main done atexit handlers ran".split(), out
+    assert "Exception in thread" not in out.stderr, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
 
 
 _PRIORITIES = textwrap.dedent(

@@ -45,15 +45,20 @@ no TensorFlow rule, or whose XLA compile fails, runs on NumPy (a debug
 message, once, on the `keras_ipu.device` logger; nothing else changes).
 
 The process's exit never waits for a background compile (ResNet-50's
-XLA compile takes minutes): at exit, a compile still in Python
-(tracing) stops at the next node it emits; one inside XLA's C++ compiler
-cannot be stopped, so it is left running, and the process then ends with
-its exit status without running the C libraries' exit handlers, which
-could otherwise break under the running compile (Python's own
-finalization, atexit handlers included, runs as usual). An abandoned
-compile's result is never used. Threads: XLA uses TensorFlow's intra-op
-pool (all cores it may run on); `OMP_NUM_THREADS` caps it, when set before
-TensorFlow starts.
+XLA compile takes minutes): at exit, a compile still importing
+TensorFlow stops at the next module it imports, one still in Python
+(tracing) at the next node it emits; one inside XLA's C++ compiler
+cannot be stopped, so it is left running. In both cases the process
+then ends with its exit status without running the C libraries' exit
+handlers: they would break under the running compile, or crash tearing
+down a TensorFlow that was only partly imported (SIGSEGV; a short
+script on a busy machine exits while the niced import is still going,
+and an import during the exit fails anyway: "can't register atexit
+after shutdown"). Python's own finalization, atexit handlers included,
+runs as usual. An abandoned compile's result is never used.
+
+Threads: XLA uses TensorFlow's intra-op pool (all cores it may run on);
+`OMP_NUM_THREADS` caps it, when set before TensorFlow starts.
 """
 
 import atexit
@@ -368,21 +373,30 @@ class TieredRunner:
         # doc, "Priority").
         host_threads.background_priority()
         try:
+            self._check()  # the exit began first: import nothing
             self._compile_stoppably(sample)
-        except Abandoned:
-            logger.debug("%s: XLA compile abandoned at exit", self.executable.name)
+        except Exception as error:  # noqa: BLE001
+            # Stopped at exit, or failed because the interpreter is going
+            # down (an import then cannot register its exit handlers):
+            # either way nothing is left to report to.
+            if not (isinstance(error, Abandoned) or _exit_began(self)):
+                raise
+            logger.debug("%s: XLA compile abandoned at exit (%r)",
+                         self.executable.name, error)
         finally:
             self.unstoppable.set()
             _in_flight_discard(self)
 
     def _compile_stoppably(self, sample):
-        from keras_ipu.device.to_tensorflow import missing_rules
-
-        if not missing_rules(self.executable.graph):
-            try:
-                _runtime_started_at_normal_priority(self._check)
-            except ImportError:
-                pass  # no TensorFlow: XlaProgram.build notes it
+        try:
+            _tensorflow_ready(self.executable.graph, self._check)
+        except ImportError as error:
+            if _exit_began(self):
+                raise
+            _note(f"{self.executable.name or 'a program'} runs on NumPy: "
+                  f"TensorFlow could not be imported ({error!r})")
+            self.engine = "numpy-final"
+            return
         program = XlaProgram.build(self.executable, check=self._check)
         if program is None:
             self.engine = "numpy-final"
@@ -421,6 +435,13 @@ class TieredRunner:
 
 _runtime_lock = threading.Lock()
 _runtime_thread = None
+# A compile began importing TensorFlow / finished it: between the two, its
+# C++ libraries are partly loaded and initialised (what the exit must not
+# tear down).
+_import_began = threading.Event()
+_import_done = threading.Event()
+# Set when TensorFlow is imported for a program that will be compiled: the
+# starter thread then starts the runtime.
 _tf_imported = threading.Event()
 _runtime_started = threading.Event()
 _exiting = threading.Event()
@@ -458,14 +479,20 @@ def _start_runtime():
         _runtime_started.set()
 
 
-def _runtime_started_at_normal_priority(check):
-    """In the compile thread, at background priority: imports TensorFlow,
-    then waits (stoppably) until the starter thread has started its
-    runtime."""
+def _tensorflow_ready(graph, check):
+    """In the compile thread, at background priority: TensorFlow and the
+    emitter imported (at exit the import stops at its next module:
+    _StopImports), then, when `graph` can be emitted, TensorFlow's runtime
+    started by the starter thread (waited for stoppably)."""
+    _import_began.set()
     _tensorflow()
-    _tf_imported.set()
-    while not _runtime_started.wait(0.05):
-        check()
+    from keras_ipu.device.to_tensorflow import missing_rules
+
+    _import_done.set()
+    if not missing_rules(graph):
+        _tf_imported.set()
+        while not _runtime_started.wait(0.05):
+            check()
 
 
 # -- the process's exit -------------------------------------------------------
@@ -499,6 +526,7 @@ def _at_exit():
     _exiting.set()
     with _in_flight_lock:
         runners = list(_in_flight)
+    _StopImports.install({runner.thread for runner in runners})
     for runner in runners:
         runner.abandoned.set()
     for runner in runners:
@@ -507,8 +535,39 @@ def _at_exit():
         _runtime_thread.join(_RUNTIME_START_JOIN_SECONDS)
     # The runtime's start cannot be stopped either (TensorFlow's C++).
     starting = _runtime_thread is not None and _tf_imported.is_set() and _runtime_thread.is_alive()
-    if starting or any(runner.thread.is_alive() for runner in runners):
+    # A compile stopped (or failed) inside TensorFlow's import leaves it
+    # partly initialised, whose C++ exit handlers crash (module doc).
+    partly_imported = _import_began.is_set() and not _import_done.is_set()
+    if starting or partly_imported or any(runner.thread.is_alive() for runner in runners):
         _end_at_exit_status()
+
+
+def _exit_began(runner):
+    """Whether the process's exit has begun for `runner`'s compile: it was
+    abandoned, or the interpreter is shutting down (the main thread has
+    ended; the atexit handlers, ours among them, may not have run yet)."""
+    return runner.abandoned.is_set() or not threading.main_thread().is_alive()
+
+
+class _StopImports:
+    """First on sys.meta_path from the exit on: an import in an abandoned
+    compile's thread raises Abandoned. An import cannot be stopped inside
+    a module, only between modules; TensorFlow's (thousands of modules,
+    ten seconds and more at nice 19 on a busy machine) then ends within
+    one module instead of running on into the interpreter's finalization."""
+
+    def __init__(self, threads):
+        self.threads = threads
+
+    @classmethod
+    def install(cls, threads):
+        if threads:
+            sys.meta_path.insert(0, cls(threads))
+
+    def find_spec(self, name, path=None, target=None):
+        if threading.current_thread() in self.threads:
+            raise Abandoned(f"import of {name} stopped: the process is exiting")
+        return None
 
 
 def _end_at_exit_status():
