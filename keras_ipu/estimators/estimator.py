@@ -30,9 +30,9 @@ import time
 import numpy as np
 from absl import logging
 
-from keras_ipu._unavailable import unavailable_function
 from keras_ipu.estimators import checkpoints
 from keras_ipu.estimators import hooks as hook_lib
+from keras_ipu.estimators import saved_model_export
 from keras_ipu.estimators.run_config import RunConfig
 from keras_ipu.estimators.run_config import resolve_model_dir
 from keras_ipu.estimators.spec import ModeKeys
@@ -132,17 +132,105 @@ class IPUEstimator:
     def eval_dir(self, name=None):
         return os.path.join(self._model_dir, "eval" if not name else "eval_" + name)
 
-    _NO_SERVING_RECEIVERS = (
-        "tf.estimator.export's serving input receivers are gone from TensorFlow "
-        "2.16, so there is no serving_input_receiver_fn to build the graph from; "
-        "export a Keras model with model.export(path) instead.")
-    export_saved_model = unavailable_function(
-        "ipu_estimator.IPUEstimator.export_saved_model", _NO_SERVING_RECEIVERS)
-    export_savedmodel = unavailable_function(
-        "ipu_estimator.IPUEstimator.export_savedmodel", _NO_SERVING_RECEIVERS)
-    experimental_export_all_saved_models = unavailable_function(
-        "ipu_estimator.IPUEstimator.experimental_export_all_saved_models",
-        _NO_SERVING_RECEIVERS)
+    # -- SavedModel export (saved_model_export.py) -----------------------------
+
+    def export_saved_model(self, export_dir_base, serving_input_receiver_fn, assets_extra=None,
+                           as_text=False, checkpoint_path=None,
+                           experimental_mode=ModeKeys.PREDICT):
+        """Export the model_fn's PREDICT graph on the serving input
+        receiver's features, with the checkpoint's (default: the latest)
+        values, as a SavedModel under export_dir_base/<timestamp>; returns
+        that directory (bytes)."""
+        if not serving_input_receiver_fn:
+            raise ValueError("An input_receiver_fn must be defined.")
+        return self.experimental_export_all_saved_models(
+            export_dir_base, {experimental_mode: serving_input_receiver_fn},
+            assets_extra=assets_extra, as_text=as_text, checkpoint_path=checkpoint_path)
+
+    def export_savedmodel(self, export_dir_base, serving_input_receiver_fn, assets_extra=None,
+                          as_text=False, checkpoint_path=None, strip_default_attrs=False):
+        """Deprecated name of export_saved_model (which strips default
+        attributes always)."""
+        import warnings
+
+        warnings.warn("export_savedmodel (from tensorflow_estimator) is deprecated and will "
+                      "be removed in a future version. Instructions for updating: This "
+                      "function has been renamed, use `export_saved_model` instead.",
+                      DeprecationWarning, stacklevel=2)
+        if not serving_input_receiver_fn:
+            raise ValueError("An input_receiver_fn must be defined.")
+        return self._export(export_dir_base, serving_input_receiver_fn, assets_extra, as_text,
+                            checkpoint_path, strip_default_attrs)
+
+    def experimental_export_all_saved_models(self, export_dir_base, input_receiver_fn_map,
+                                             assets_extra=None, as_text=False,
+                                             checkpoint_path=None):
+        """export_saved_model for {mode: input_receiver_fn}; only the
+        PREDICT graph is exported (saved_model_export._TRAIN_EVAL_GRAPHS)."""
+        receiver_fn = saved_model_export.check_receiver_fn_map(input_receiver_fn_map)
+        return self._export(export_dir_base, receiver_fn, assets_extra, as_text,
+                            checkpoint_path, True)
+
+    def _export(self, export_dir_base, receiver_fn, assets_extra, as_text, checkpoint_path,
+                strip_default_attrs):
+        self._prepare()
+        prefix = checkpoint_path or self.latest_checkpoint()
+        if prefix is None:
+            raise ValueError(f"Couldn't find trained model at {self._model_dir}.")
+        return saved_model_export.export(
+            export_dir_base, receiver_fn,
+            lambda features, specs: self._emitted_model(features, specs, prefix),
+            self._mode_params(ModeKeys.PREDICT).get("batch_size"), assets_extra=assets_extra,
+            as_text=as_text, strip_default_attrs=strip_default_attrs)
+
+    def serving_outputs(self, features):
+        """(predictions, export_outputs) of the model_fn in PREDICT mode on
+        `features`, inside a trace."""
+        spec = self.call_model_fn(features, None, ModeKeys.PREDICT)
+        return spec.predictions, getattr(spec, "export_outputs", None)
+
+    def _emitted_model(self, features, specs, prefix):
+        """The model part of an export (saved_model_export.export's
+        `emitted_model`): the PREDICT model_fn on features of `specs`,
+        compiled through the front end with checkpoint `prefix` restored
+        into its variables, emitted as TensorFlow ops (frozen variables)."""
+        import tensorflow as tf
+
+        from keras_ipu.export.serving_export import emitted_step
+        from keras_ipu.frontends.tensorflow.function import bridge
+
+        classes = {}  # signature key -> ExportOutput class, found by the trace
+        store = self._store
+
+        def serving_model(*flat):
+            with store.trace():
+                self.global_step_variable()
+                predictions, export_outputs = self.serving_outputs(
+                    tf.nest.pack_sequence_as(features, list(flat)))
+                traced = saved_model_export.traced_export_outputs(export_outputs, predictions)
+            classes.update({key: cls for key, (cls, _) in traced.items()})
+            return {key: fields for key, (_, fields) in traced.items()}
+
+        serving_model.__name__ = "ipu_estimator_serving_model"
+        # Trace first: the model_fn makes its variables, which then take the
+        # checkpoint's values for the emitted program to freeze. The
+        # estimator's own values come back afterwards, so an export of an
+        # older checkpoint does not rewind training.
+        bridge(serving_model).concrete(*[tf.zeros(s.shape, s.dtype) for s in specs])
+        self._initialise_new_variables()
+        variables = self._store.saveable()
+        kept = {name: v.numpy() for name, v in variables.items()}
+        checkpoints.restore(prefix, variables)
+        try:
+            step = emitted_step(serving_model, specs)
+        finally:
+            for name, value in kept.items():
+                variables[name].assign(value)
+
+        def model(*flat):
+            return {key: (classes[key], fields) for key, fields in step(*flat).items()}
+
+        return model
 
     # -- the three modes ------------------------------------------------------
 

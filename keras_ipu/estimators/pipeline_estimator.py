@@ -104,6 +104,29 @@ class IPUPipelineEstimator(IPUEstimator):
         return spec
 
 
+    def serving_outputs(self, features):
+        """(predictions, None): the stages one after the other on `features`
+        (the first stage's arguments, as the infeed gives them), the last
+        stage's one output the predictions, as predict() outfeeds them."""
+        from keras_ipu.loops import _body_arguments
+        from keras_ipu.ops.functional_pipeline import run_stages
+
+        spec = self.call_pipeline_model_fn(ModeKeys.PREDICT)
+        args, kwargs = _body_arguments(features)
+        _, _, outputs = run_stages(spec.computational_stages, args, kwargs)
+        return _one_prediction(outputs), None
+
+
+def _one_prediction(out):
+    if isinstance(out, (list, tuple)):
+        if len(out) != 1:
+            raise ValueError(
+                "The last computational stage must return exactly one prediction "
+                f"tensor, but got {len(out)}")
+        return out[0]
+    return out
+
+
 class _PipelineProgram(_LoopProgram):
     def _loop(self):
         from keras_ipu.ops.functional_pipeline import pipeline
@@ -144,13 +167,7 @@ class _PipelineProgram(_LoopProgram):
         if self.mode == ModeKeys.TRAIN:
             return {"loss": _replica_mean(out.numpy(), self.replicas)}
         if self.mode == ModeKeys.PREDICT:
-            if isinstance(out, (list, tuple)):
-                if len(out) != 1:
-                    raise ValueError(
-                        "The last computational stage must return exactly one prediction "
-                        f"tensor, but got {len(out)}")
-                out = out[0]
-            return {"predictions": _replica_batches(out, self.replicas)}
+            return {"predictions": _replica_batches(_one_prediction(out), self.replicas)}
         # The metrics see every replica's micro-batches, as one stream.
         return self._evaluate_on_host(_replica_batches(out, self.replicas))
 

@@ -38,3 +38,15 @@ class IPUEstimatorSpec(collections.namedtuple("IPUEstimatorSpec", _FIELDS)):
             cls, mode, predictions, loss, train_op, eval_metric_ops, eval_metrics, host_call,
             tuple(training_hooks or ()), tuple(evaluation_hooks or ()),
             tuple(prediction_hooks or ()))
+
+
+class EstimatorSpec(IPUEstimatorSpec):
+    """tf.estimator.EstimatorSpec as the IPUEstimator runs it: an
+    IPUEstimatorSpec that also keeps `export_outputs` ({signature key:
+    tf.estimator.export.ExportOutput}), which shape the SignatureDefs of a
+    SavedModel export (saved_model_export.py)."""
+
+    def __new__(cls, mode, export_outputs=None, **fields):
+        spec = super().__new__(cls, mode, **fields)
+        spec.export_outputs = export_outputs
+        return spec

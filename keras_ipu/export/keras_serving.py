@@ -100,9 +100,9 @@ def _inference_step(model, specs, structure):
         return model(tree.pack_sequence_as(structure, list(flat)), training=False)
 
     if backend.backend() == "tensorflow":
-        from keras_ipu.export.serving_export import _emitted_step
+        from keras_ipu.export.serving_export import emitted_step
 
-        return _emitted_step(tf.function(call, input_signature=specs, autograph=False), specs)
+        return emitted_step(tf.function(call, input_signature=specs, autograph=False), specs)
     from keras_ipu.export.stateless_trace import trace
     from keras_ipu.export.tf_function import frozen_function
     from keras_ipu.export.tf_function import tensor_specs

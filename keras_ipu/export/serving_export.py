@@ -60,7 +60,7 @@ def _prepare_dir(export_dir, purge_export_dir):
                 "to empty it first, or choose another directory.")
 
 
-def _emitted_step(predict_step, signature):
+def emitted_step(predict_step, signature):
     """A function of tensors running predict_step as the front end compiles
     it, emitted as TensorFlow ops with its variables frozen."""
     import numpy as np
@@ -209,7 +209,7 @@ def export_single_step(predict_step, export_dir, iterations, predict_step_signat
                                  postprocessing_step_signature, export_dir, purge_export_dir)
     outer, pre, inner = _signatures(predict_step, predict_step_signature, input_dataset,
                                     preprocessing_step, preprocessing_step_signature)
-    return write_serving_model(_emitted_step(predict_step, inner), export_dir, outer, pre,
+    return write_serving_model(emitted_step(predict_step, inner), export_dir, outer, pre,
                                postprocessing_step, output_names)
 
 
@@ -244,5 +244,5 @@ def export_pipeline(computational_stages, export_dir, iterations, inputs=None,
             "predict_step_signature must describe the infeed's arguments of the first "
             "computational stage (after its `inputs`); none are left.")
     step = inference_step(stages, fixed, name=name or "pipeline")
-    return write_serving_model(_emitted_step(step, inner), export_dir, outer, pre,
+    return write_serving_model(emitted_step(step, inner), export_dir, outer, pre,
                                postprocessing_step, output_names)

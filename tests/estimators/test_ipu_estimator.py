@@ -221,7 +221,7 @@ def test_graphcore_rules_and_messages(tmp_path):
 
     with pytest.raises(NotImplementedError, match="IPULoggingTensorHook"):
         estimator.train(input_fn, steps=4, hooks=[Fetching()])
-    with pytest.raises(NotImplementedError, match="serving input receivers"):
+    with pytest.raises(ValueError, match="An input_receiver_fn must be defined"):
         estimator.export_saved_model(str(tmp_path / "export"), None)
     with pytest.raises(ValueError, match="must be a positive integer"):
         ipu_run_config.IPURunConfig(iterations_per_loop=0)

@@ -9,6 +9,7 @@ tf = pytest.importorskip("tensorflow")
 import keras_ipu as ipu  # noqa: E402
 from keras_ipu import ipu_pipeline_estimator  # noqa: E402
 from keras_ipu import ipu_run_config  # noqa: E402
+from keras_ipu.estimators import export as estimator_export  # noqa: E402
 from keras_ipu.estimators.spec import ModeKeys  # noqa: E402
 from keras_ipu.ops import pipelining_ops  # noqa: E402
 
@@ -75,6 +76,15 @@ def test_pipeline_estimator_trains_evaluates_and_predicts(tmp_path):
     features = lambda: tf.data.Dataset.from_tensor_slices((X, Y)).batch(MB, drop_remainder=True)  # noqa: E731
     outputs = np.stack(list(estimator.predict(features)))
     np.testing.assert_allclose(outputs, pred, rtol=1e-5, atol=1e-6)
+
+    # The SavedModel export: the PREDICT stages one after the other on the
+    # serving features (named after the first stage's arguments).
+    receiver_fn = estimator_export.build_raw_serving_input_receiver_fn(
+        {"x": tf.zeros([1, X.shape[1]]), "y": tf.zeros([1, Y.shape[1]])}, default_batch_size=MB)
+    path = estimator.export_saved_model(str(tmp_path / "exports"), receiver_fn)
+    served = tf.saved_model.load(path).signatures["serving_default"](
+        x=tf.constant(X[MB:2 * MB]), y=tf.constant(Y[MB:2 * MB]))
+    np.testing.assert_allclose(served["output"].numpy(), pred[MB:2 * MB], rtol=1e-5, atol=1e-6)
 
 
 def test_pipeline_estimator_checks_graphcore_rules(tmp_path):
