@@ -5,9 +5,11 @@ The activations are TensorFlow functions (for TensorFlow code compiled
 through the TensorFlow front end) with Popnn's definitions, the numbers of
 the Keras activations of the same name. The losses are TensorFlow's own
 formulas, which XLA compiles (CTC's dense-label loss, the sampled losses
-with Graphcore's choice of not removing accidental hits).
+with Graphcore's choice of not removing accidental hits; their default
+sampler runs on the device: ops/candidate_sampling.py).
 """
 
+from keras_ipu.ops import candidate_sampling
 from keras_ipu.ops import ctc_beam_search
 
 
@@ -110,15 +112,25 @@ def multi_conv(func=None, options=None):
     return decorated
 
 
+def _default_sampled_values(labels, num_true, num_sampled, num_classes, seed=None):
+    """Graphcore's default for sampled_values=None: TensorFlow's
+    log-uniform sampler with unique=True (on the IPU: ops/candidate_sampling.py)."""
+    import tensorflow as tf
+
+    return candidate_sampling.log_uniform_candidate_sampler(
+        tf.cast(labels, tf.int64), num_true, num_sampled, True, num_classes, seed=seed)
+
+
 def nce_loss(weights, biases, labels, inputs, num_sampled, num_classes, num_true=1,
              sampled_values=None, name="nce_loss"):
     """Noise-contrastive estimation loss per example (Graphcore's: the
     sampled logits of TensorFlow's nce_loss, accidental hits kept). With
-    `sampled_values=None` the classes are drawn by TensorFlow's
-    log_uniform_candidate_sampler, which XLA cannot compile: inside a
-    compiled function pass `sampled_values` drawn outside it."""
+    `sampled_values=None` the classes are drawn by the log-uniform
+    candidate sampler (unique), inside a compiled function on the device."""
     import tensorflow as tf
 
+    if sampled_values is None:
+        sampled_values = _default_sampled_values(labels, num_true, num_sampled, num_classes)
     return tf.nn.nce_loss(weights, biases, labels, inputs, num_sampled, num_classes,
                           num_true=num_true, sampled_values=sampled_values,
                           remove_accidental_hits=False, name=name)
@@ -129,9 +141,13 @@ def sampled_softmax_loss(weights, biases, labels, inputs, num_sampled, num_class
                          seed=None):
     """Sampled softmax loss per example (Graphcore's: TensorFlow's
     sampled_softmax_loss, accidental hits kept). `sampled_values=None`
-    samples as nce_loss does (not inside a compiled function)."""
+    samples as nce_loss does (`seed` is TensorFlow's op seed outside a
+    compiled function; on the device reset_ipu_seed fixes the draws)."""
     import tensorflow as tf
 
+    if sampled_values is None:
+        sampled_values = _default_sampled_values(labels, num_true, num_sampled, num_classes,
+                                                 seed)
     return tf.nn.sampled_softmax_loss(weights, biases, labels, inputs, num_sampled,
                                       num_classes, num_true=num_true,
                                       sampled_values=sampled_values,

@@ -6,6 +6,7 @@ module per family), then their gradient rules (grads/), which bind
 primitives of any family.
 """
 
+from keras_ipu.device.primitives import candidate_sampling  # noqa: F401
 from keras_ipu.device.primitives import collective  # noqa: F401
 from keras_ipu.device.primitives import control_flow  # noqa: F401
 from keras_ipu.device.primitives import conv  # noqa: F401
