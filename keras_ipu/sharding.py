@@ -2,22 +2,72 @@
 
 Utilities over a TensorFlow graph's sharding marks: the `_XlaSharding`
 attribute `scopes.ipu_shard` puts on the ops made in its scope (an XLA
-OpSharding naming the IPU). They read and copy the marks; what the
+OpSharding naming the IPU). They read and copy the marks (propagate_sharding
+for the colocated gradient ops of tf.gradients, which ShardedOptimizer
+uses; enable_sharded_gradient_tape for tf.GradientTape's); what the
 simulator does with a sharded TensorFlow program is scopes.ipu_shard's
 business.
 """
 
-from keras_ipu._unavailable import unavailable_function
-
 XLA_SHARDING = "_XlaSharding"
 
-enable_sharded_gradient_tape = unavailable_function(
-    "sharding.enable_sharded_gradient_tape",
-    "it makes tf.GradientTape copy a forward op's sharding onto its backward "
-    "ops by replacing TensorFlow's private gradient recording "
-    "(pywrap_tfe.TFE_Py_RegisterGradientFunction, execute.record_gradient), "
-    "which keras_ipu does not patch; in a tf.function use "
-    "sharding.propagate_sharding(graph) after building the gradients.")
+# -- tf.GradientTape's backward ops on their forward op's shard ---------------
+
+
+def enable_sharded_gradient_tape():
+    """Make the backward ops `tf.GradientTape` builds inherit the sharding
+    (scopes.ipu_shard's mark) of the forward op they differentiate, so that
+    a sharded program's backward pass runs on the forward pass's IPUs.
+
+    As Graphcore's: the sharding in scope when an op is recorded on a tape
+    travels with the op's recorded attributes, and its gradient function
+    runs inside an attribute scope of that sharding. This replaces
+    TensorFlow's gradient recording for the process (eager execution is
+    unchanged: sharding applies to traced functions only). The front end's
+    importer then reads each backward op's shard from its HLO, as for any
+    marked op (keras_ipu/frontends/tensorflow/importer.py), and the
+    program compiles with it on that IPU."""
+    from tensorflow.python import pywrap_tfe
+    from tensorflow.python.eager import execute
+
+    # The gradient function TensorFlow registers, then ours around it.
+    pywrap_tfe.TFE_Py_RegisterGradientFunction(_sharded_gradient_function)
+    execute.record_gradient = _record_gradient_with_sharding
+
+
+def _sharding_supported():
+    from tensorflow.python.eager import context
+
+    # Sharding marks ops of a traced graph; eager ops run as they come.
+    return not context.executing_eagerly()
+
+
+def _record_gradient_with_sharding(op_name, inputs, attrs, *args, **kwargs):
+    from tensorflow.python.eager import backprop
+    from tensorflow.python.framework import ops
+
+    # A pipeline stage's backward pass is placed by its stage, not marked.
+    if _sharding_supported() and op_name != "PipelineStage":
+        scoped = ops.get_default_graph()._attr_scope_map  # noqa: SLF001 - ipu_shard's scope
+        shard = scoped.get(XLA_SHARDING)
+        if shard:
+            attrs = (attrs or ()) + (XLA_SHARDING, shard)
+    return backprop.record_gradient(op_name, inputs, attrs, *args, **kwargs)
+
+
+def _sharded_gradient_function(op_name, attr_tuple, *args, **kwargs):
+    from tensorflow.python.eager import backprop
+    from tensorflow.python.framework import ops
+
+    scope = {}
+    if _sharding_supported() and len(attr_tuple) >= 2 and attr_tuple[-2] == XLA_SHARDING:
+        scope[XLA_SHARDING] = attr_tuple[-1]
+        attr_tuple = attr_tuple[:-2]
+    with ops.get_default_graph()._attr_scope(scope):  # noqa: SLF001 - TensorFlow's op attribute scope
+        return backprop._gradient_function(op_name, attr_tuple, *args, **kwargs)  # noqa: SLF001
+
+
+# -- utilities over a graph's sharding marks ------------------------------------
 
 
 def has_attr(o, attr_name):
