@@ -41,8 +41,3 @@ def test_dependencies_are_the_ancestors():
     names = {op.name for op in sharding.dependencies([d])}
     assert {"a", "b", "c", "d"} <= names
     assert "d" not in {op.name for op in sharding.dependencies([b.op])}
-
-
-def test_sharded_gradient_tape_is_not_provided():
-    with pytest.raises(NotImplementedError, match="private gradient recording"):
-        sharding.enable_sharded_gradient_tape()
