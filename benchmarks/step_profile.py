@@ -16,6 +16,14 @@ The step on the NumPy engine is the sum of its kernels plus the executor's
 Python (Executable.run_unchecked, the device loop, Keras' fit loop), which
 this table leaves out: compare its total with fit_throughput.py's
 cpu_ms_per_step to see that part.
+
+`--run-loop` instead runs the whole step as the engine does, alternating
+the program's order (one kernel after another) with the run loop's
+(independent kernels launched beside the next ones:
+compiler/concurrent_steps.py), checks that both give the same bits, and
+prints each one's wall time (median, min) and process CPU time per step:
+what running kernels at once buys, measured in one process (a quiet
+machine's measure: on a busy one only the CPU time means much).
 """
 
 import argparse
@@ -23,6 +31,7 @@ import collections
 import gc
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -61,6 +70,36 @@ def kernel_times(step, inputs, repeats, clock=time.thread_time, warmup=3):
     return totals
 
 
+def run_loop_times(step, inputs, repeats):
+    """{"program order" | "run loop": (wall seconds list, CPU seconds)} of
+    the Executable `step` run whole, alternating the two orders on fresh
+    copies of `inputs`; raises if their results differ."""
+    orders = {"program order": step._program, "run loop": step._run_program}
+    saved = step._run_program
+    results, times = {}, {name: ([], 0.0) for name in orders}
+    try:
+        with np.errstate(all="ignore"):
+            for rep in range(3 + repeats):
+                for name, program in orders.items():
+                    step._run_program = program
+                    arrays = [a.copy() for a in inputs]
+                    cpu, start = time.process_time(), time.perf_counter()
+                    out = step.run_unchecked(arrays)
+                    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                    if rep < 3:
+                        results.setdefault(name, out)
+                        continue
+                    walls, total = times[name]
+                    walls.append(wall)
+                    times[name] = (walls, total + cpu)
+    finally:
+        step._run_program = saved
+    for a, b in zip(*results.values()):
+        if not np.array_equal(a, b, equal_nan=True):
+            raise AssertionError("the run loop's results differ from the program order's")
+    return times
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="demo_functional")
@@ -72,6 +111,9 @@ def main(argv=None):
                         help="thread: this thread's CPU time (a busy machine); "
                              "wall: elapsed time (a quiet one; multithreaded kernels)")
     parser.add_argument("--quick", action="store_true", help="tiny model sizes")
+    parser.add_argument("--run-loop", action="store_true",
+                        help="time the whole step in program order against the "
+                             "run loop's (independent kernels at once)")
     parser.add_argument("--out", help="JSON report")
     args = parser.parse_args(argv)
 
@@ -100,6 +142,18 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     inputs = [np.asarray(rng.uniform(0.01, 0.1, a.shape)).astype(a.dtype)
               for a in step.in_avals]
+
+    if args.run_loop:
+        launched = sum(getattr(k, "launched", None) is not None for k, *_ in step._run_program)
+        print(f"{args.model}, batch {args.batch_size}, {args.optimizer}: "
+              f"{len(step._program)} kernels, {launched} launched beside the next ones; "
+              f"same bits in both orders; {args.repeats} runs each, alternating")
+        print("| order | wall ms median | wall ms min | CPU ms per step |")
+        print("|---|---:|---:|---:|")
+        for name, (walls, cpu) in run_loop_times(step, inputs, args.repeats).items():
+            print(f"| {name} | {1e3 * statistics.median(walls):.2f} | "
+                  f"{1e3 * min(walls):.2f} | {1e3 * cpu / args.repeats:.2f} |")
+        return
 
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
     totals = kernel_times(step, inputs, args.repeats, clock)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "step_profile.py"
 
 
@@ -27,3 +29,45 @@ def test_quick_step_profile(tmp_path):
     assert abs(sum(r["ms_per_step"] for r in rows) - report["kernels_ms_per_step"]) < 1e-9
     assert "ms CPU per step" in proc.stdout
     assert report["clock"] == "thread"
+
+
+def test_run_loop_times_both_orders_and_checks_their_bits(monkeypatch):
+    import importlib.util
+
+    import numpy as np
+
+    from keras_ipu.device.compiler import compile_graph
+    from keras_ipu.device.ir import Graph
+    from keras_ipu.device.ir import Node
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.ir import Var
+    from keras_ipu.device.native import threads
+    from keras_ipu.device.primitives import REGISTRY
+
+    spec = importlib.util.spec_from_file_location("step_profile", SCRIPT)
+    step_profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_profile)
+    monkeypatch.setattr(threads, "_cap", 2)
+    # A Dense layer's two gradients at batch 32 (g @ w^T launched beside x^T @ g).
+    x, w, g = (Var(ShapedArray(s, "float32")) for s in ((32, 512), (512, 512), (32, 512)))
+    dot = REGISTRY["dot_general"]
+    dims = ((((1,), (1,)), ((), ())), (((0,), (0,)), ((), ())))
+    outs = [Var(ShapedArray(s, "float32")) for s in ((32, 512), (512, 512))]
+    graph = Graph()
+    graph.inputs = [x, w, g]
+    graph.nodes = [Node(dot, [g, w], {"dimension_numbers": dims[0]}, [outs[0]]),
+                   Node(dot, [x, g], {"dimension_numbers": dims[1]}, [outs[1]])]
+    graph.outputs = outs
+    step = compile_graph(graph)
+    assert any(getattr(k, "launched", None) for k, *_ in step._run_program)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(v.aval.shape).astype(np.float32) for v in graph.inputs]
+    times = step_profile.run_loop_times(step, inputs, 3)
+    assert set(times) == {"program order", "run loop"}
+    assert all(len(walls) == 3 and cpu >= 0 for walls, cpu in times.values())
+    # A run loop giving other values is reported.
+    kernel, ins, out, multi, frees = step._program[1]
+    broken = (lambda *xs: kernel(*xs) + 1, ins, out, multi, frees)
+    step._run_program = (step._program[0], broken)
+    with pytest.raises(AssertionError, match="differ"):
+        step_profile.run_loop_times(step, inputs, 1)

@@ -1,13 +1,15 @@
-"""Independent products run at once (compiler/concurrent_steps.py): a Dense
-layer's input and weight gradients, paired by size when the program is
-bound, give the bits of the one-at-a-time run; dependent, small or split
-products, a cap of one thread and a floating-point behaviour keep one step
-per node."""
+"""Independent steps run at once (compiler/concurrent_steps.py): a step
+whose result the next one does not need is launched on a pool thread and
+joined before its first dependent (a reader of its result, a kernel
+writing into its operands, a kernel that splits, a barrier), giving the
+bits of the one-at-a-time run; dependent, small or split steps, a cap of
+one thread and a floating-point behaviour keep the program's order."""
 
 import numpy as np
 import pytest
 from compiler_graphs import aval
 from compiler_graphs import build
+from compiler_graphs import lit
 
 from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.compiler import concurrent_steps
@@ -59,40 +61,68 @@ def _steps(exe):
     return [getattr(k, "__name__", "") for k, *_ in exe._run_program]
 
 
-def test_a_dense_layers_two_gradients_run_at_once_with_the_same_bits(cap, monkeypatch):
-    xs = _inputs()
+def _run_alone_and_at_once(graph_fn, cap, monkeypatch, xs):
+    """Results with a cap of 1 and of 2, and the run loop's step names and
+    launched kernels at 2."""
     cap(1)
-    alone = compile_graph(_backward())
-    assert len(alone._run_program) == 2
+    alone = compile_graph(graph_fn())
+    assert [k for k, *_ in alone._run_program] == [k for k, *_ in alone._program]
     want = alone.run(*[np.array(v) for v in xs])
     cap(2)
-    exe = compile_graph(_backward())
-    # 2 x 64 x 512 x 512 = 33.6 MFLOP each: one thread each (a product
-    # splits from 2 x FLOPS_PER_THREAD = 64 MFLOP), two together.
-    assert concurrent_steps.product_flops(exe.steps[0]) == 2 * 64 * 512 * 512
-    assert _steps(exe) == ["concurrent_products"]
-    assert len(exe._program) == 2  # the kernel list keeps one step per node
-    calls = []
-    pool = threads.parallel_for
-    monkeypatch.setattr(threads, "parallel_for",
-                        lambda fn, count, n: calls.append((count, n)) or pool(fn, count, n))
+    launched = []
+    launch = threads.launch
+    monkeypatch.setattr(threads, "launch",
+                        lambda fn, args: launched.append(fn) or launch(fn, args))
+    exe = compile_graph(graph_fn())
     got = exe.run(*[np.array(v) for v in xs])
-    assert calls == [(2, 2)]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+    return got, _steps(exe), launched
+
+
+def test_a_dense_layers_input_gradient_runs_beside_its_weight_gradient(cap, monkeypatch):
+    # Keras' demo_functional at batch 32: 2 x 32 x 512 x 512 = 17 MFLOP
+    # each, far below a split (64 MFLOP), above a launch (4 MFLOP).
+    xs = _inputs(batch=32)
+    got, steps, launched = _run_alone_and_at_once(lambda: _backward(batch=32), cap,
+                                                  monkeypatch, xs)
+    assert concurrent_steps.product_flops(_backward(batch=32).nodes[0]) == 2 * 32 * 512 * 512
+    # g @ w^T launched, x^T @ g beside it, the join at the end (a result).
+    assert steps == ["launched", "dot_general", "joined"]
+    assert len(launched) == 1
     np.testing.assert_allclose(got[1], xs[0].T @ xs[2], rtol=1e-4, atol=1e-3)
+
+
+def test_a_kernel_writing_into_a_launched_steps_operand_joins_it_first(cap, monkeypatch):
+    def graph():
+        def body(b, x, w, g):
+            t = b.op("mul", x, lit(2.0, "float32"))
+            p = b.op("dot_general", t, w, dimension_numbers=MATMUL)
+            q = b.op("dot_general", g, w, dimension_numbers=MATMUL)
+            # Reads t and q, not p; t's last reader: the chain writes into t.
+            return [p, b.op("mul", b.op("add", t, q), t)]
+
+        return build([aval((64, 512)), aval((512, 512)), aval((64, 512))], body)
+
+    cap(2)
+    assert compile_graph(graph()).steps[-1].params["donate"] == (0, 1)
+    _, steps, launched = _run_alone_and_at_once(graph, cap, monkeypatch, _inputs())
+    # The product reading t is joined before the chain overwrites t.
+    assert steps == ["multiply", "launched", "dot_general", "joined", "fused_native"]
+    assert len(launched) == 1
 
 
 def test_dependent_small_and_split_products_keep_their_own_steps(cap):
     cap(2)
-    assert len(compile_graph(_chain())._run_program) == 2  # the second reads the first
-    # 2 x 32 x 512 x 512 FLOPs each (demo_functional's): 34 MFLOP together,
-    # not worth a second thread.
-    assert len(compile_graph(_backward(batch=32))._run_program) == 2
+    # The second reads the first.
+    assert _steps(compile_graph(_chain())) == ["dot_general"] * 2
+    # 2 x 4 x 64 x 64 FLOPs each: below a hand-off's worth.
+    assert _steps(compile_graph(_backward(batch=4, width=64))) == ["dot_general"] * 2
     # 2 x 128 x 1024 x 1024 = 268 MFLOP each: each already split on its own.
-    assert len(compile_graph(_backward(batch=128, width=1024))._run_program) == 2
+    split = compile_graph(_backward(batch=128, width=1024))
+    assert len(split._run_program) == 2 and "launched" not in _steps(split)
     cap(1)
-    assert len(compile_graph(_backward())._run_program) == 2
+    assert _steps(compile_graph(_backward())) == ["dot_general"] * 2
 
 
 def test_a_floating_point_behaviour_keeps_the_program_order(cap):
@@ -101,4 +131,4 @@ def test_a_floating_point_behaviour_keeps_the_program_order(cap):
     cap(2)
     exe = compile_graph(_backward(), options=CompileOptions(
         fp_behaviour=FPBehaviour(inv=True)))
-    assert len(exe._run_program) == 2
+    assert exe._run_program == exe._program

@@ -148,3 +148,58 @@ def test_splits_back_off_while_the_helpers_get_no_core(monkeypatch):
     monkeypatch.setattr(threads, "_queue", types.SimpleNamespace(put=lambda job: job.work()))
     split()
     assert not threads.backing_off() and threads._late == 0
+
+
+def _no_backoff(monkeypatch):
+    for name, value in (("_late", 0), ("_backoff", 0.0), ("_resume_at", 0.0)):
+        monkeypatch.setattr(threads, name, value)
+
+
+def test_a_launched_call_runs_on_a_pool_thread_and_joins_its_result(monkeypatch):
+    import threading
+
+    _no_backoff(monkeypatch)
+    monkeypatch.setattr(threads, "_cap", 2)
+    started, release = threading.Event(), threading.Event()
+
+    def work(a, b):
+        started.set()
+        release.wait(10)
+        return a + b, threading.get_ident()
+
+    job = threads.launch(work, (2, 3))
+    assert started.wait(10)  # a pool thread took it while the caller goes on
+    release.set()
+    total, ident = threads.join(job)
+    assert total == 5 and ident != threading.get_ident()
+
+
+def test_join_runs_a_launched_call_no_pool_thread_took_and_reraises(monkeypatch):
+    import threading
+    import types
+
+    _no_backoff(monkeypatch)
+    monkeypatch.setattr(threads, "_ensure_workers", lambda n: None)
+    handed = []
+    # No pool thread gets a core: the caller runs it at the join.
+    monkeypatch.setattr(threads, "_queue", types.SimpleNamespace(put=handed.append))
+    job = threads.launch(lambda: threading.get_ident(), ())
+    assert len(handed) == 1 and threads.join(job) == threading.get_ident()
+    assert handed[0].work() == 0  # a pool thread coming late finds it taken
+
+    def fail():
+        raise KeyError("launched")
+
+    with pytest.raises(KeyError):
+        threads.join(threads.launch(fail, ()))
+
+
+def test_a_launched_call_runs_at_once_while_backing_off(monkeypatch):
+    import types
+
+    monkeypatch.setattr(threads, "backing_off", lambda: True)
+    handed, ran = [], []
+    monkeypatch.setattr(threads, "_queue", types.SimpleNamespace(put=handed.append))
+    job = threads.launch(lambda x: ran.append(x) or x * 2, (21,))
+    assert ran == [21] and not handed  # run now, in the caller: no hand-off
+    assert threads.join(job) == 42

@@ -1,37 +1,68 @@
-"""Independent products of a program run at the same time on the host.
+"""Independent steps of a program run at the same time on the host.
 
-A Dense layer's backward pass has two products that read the same
-gradient and nothing of each other: the input gradient (g @ W^T) and the
-weight gradient (x^T @ g), and the program's order puts them next to each
-other. A product splits over threads from 64 MFLOP (two threads of
-device/native/threads.py's FLOPS_PER_THREAD); below that a pair of them
-together may still be worth two threads by the same policy (a batch-64
-Dense 512 layer: 34 MFLOP each): they run at once, one on the caller's
-thread and one on a pool thread. Blocks are claimed one at a time
-(threads.parallel_for), so when no pool thread gets a core in time the
-caller runs both, as before. Keras' demo_functional at batch 32 (17 MFLOP
-products, 34 a pair) stays one product at a time: on 16 idle cores such
-products gained nothing from any thread count (issue 16, third pass).
+The NumPy engine runs a program's kernels one after another. Most of a
+training step's kernels are too small to split over threads (a batch-32
+Dense layer's product: 17 MFLOP, 0.16 ms; Adam's update of a 512x512
+weight: 0.5 ms), so with two cores the second one idled, while XLA runs
+independent kernels at once (issue 16: JAX at 2 threads ran Keras'
+demo_functional 1.5 times as fast as at one, the NumPy engine not at all).
+A training step has plenty of independent work: each layer's weight
+gradient is read only by its optimizer update at the end of the step,
+and the updates of different weights are independent of each other.
 
-Decided per pair when the program is bound, by size: two adjacent
-dot_general steps, the second not reading the first's result, each on
-one thread by the policy (threads_for of its FLOPs is 1), together worth
-two (threads_for of their sum is at least 2). Products allocate their
-results and never write into their operands (donation.py), so running
-two at once cannot race. Each product is computed by its own kernel
-exactly as alone: the values are the same bits. Not done with a
-floating-point behaviour set (numerics.py wraps each kernel and counts
-on the program's order), nor with a cap of one thread.
+So a step whose result is not needed by the step after it is *launched*:
+its kernel starts on a pool thread (threads.launch) and the run loop goes
+on; a *join* step, placed right before the first later step that
+depends on it, waits for it (threads.join). A later step depends on a
+launched one when it reads one of its results, when it writes into
+(donates, donation.py) one of its operands, when it is not one of the
+kernels known to read their operands and allocate (or write only their
+donated operands: control flow, effects and the rest join every
+launched step first), or when it may split over the pool itself. Steps still running at the end are joined there,
+the last launched first: the run loop takes the ones no pool thread has
+started, from the back, while the pool works from the front.
 
-Only the run loop sees the pairs (Executable._run_program); the graph,
-its costs and profiles, and the kernel list (`_program`) keep one step
-per node.
+Launched: products and native (C) fused chains worth a hand-off
+(MIN_LAUNCH_FLOPS, MIN_LAUNCH_ELEMENTS: their kernels release the GIL, so
+they run beside the run loop's Python) and not split over threads on their
+own (a split kernel has the pool already). Each kernel computes exactly
+what it computes alone, on the same operands: the values are the same
+bits as in program order. When no pool thread gets a core (a busy
+machine) the run loop runs the launched kernel itself at its join; a pool
+thread that took it and then made the run loop wait counts as a late
+split, so the pool's back-off (threads.py) turns launches into plain
+calls for a while. Not done with a floating-point behaviour set
+(numerics.py wraps each kernel and counts on the program's order), nor
+with a cap of one thread.
+
+Only the run loop sees launches and joins (Executable._run_program); the
+graph, its costs and profiles, and the kernel list (`_program`) keep one
+step per node.
 """
 
 import numpy as np
 
 from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives.dot import split_dimensions
+
+# A launch and its join cost some 10-30 us of the run loop's time and a
+# pool thread's wake-up on an idle machine (host_threads.py: the pool's
+# round trip); kernels below about 50 us of one core's work are not worth
+# it: 4 MFLOP of product at OpenBLAS' ~85 GFLOP/s here, or 32k elements of
+# a fused chain (1.5-2.5 ns per element for a chain of a few ops).
+MIN_LAUNCH_FLOPS = 4_000_000
+MIN_LAUNCH_ELEMENTS = 1 << 15
+
+# Kernels that only read their operands and allocate their results (or
+# write into the operands their node donates): a launched step may run
+# beside them. Every other primitive (control flow, effects, in-place
+# updates, ...) joins all launched steps before it runs.
+_PLAIN = frozenset((
+    "dot_general", "fused_elementwise", "conv_general_dilated", "reduce_window",
+    "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
+    "argmax", "argmin", "reshape", "broadcast_to", "transpose", "concatenate", "pad",
+    "slice", "rev", "gather", "iota",
+))
 
 
 def product_flops(node):
@@ -46,52 +77,108 @@ def product_flops(node):
     return 2 * int(np.prod(out.shape, dtype=np.int64)) * k
 
 
-def _pairable(first, second):
-    if first.primitive.name != "dot_general" or second.primitive.name != "dot_general":
-        return False
-    if any(v in first.outputs for v in second.inputs):
-        return False
-    flops = (product_flops(first), product_flops(second))
-    if None in flops:
-        return False
-    threads_for = host_threads.threads_for
-    return (threads_for(flops[0]) == 1 and threads_for(flops[1]) == 1
-            and threads_for(sum(flops)) >= 2)
+def worth_launching(node, kernel):
+    """Whether the step's kernel is one that runs beside the run loop and
+    is large enough for the hand-off, yet not split on its own."""
+    name = node.primitive.name
+    if name == "dot_general":
+        flops = product_flops(node)
+        return (flops is not None and flops >= MIN_LAUNCH_FLOPS
+                and host_threads.threads_for(flops) == 1)
+    if name == "fused_elementwise" and getattr(kernel, "native", False):
+        aval = node.outputs[0].aval
+        if not aval.is_static():
+            return False
+        n = int(np.prod(aval.shape, dtype=np.int64))
+        return n >= MIN_LAUNCH_ELEMENTS and host_threads.threads_for_elements(n) == 1
+    return False
 
 
-def _pair(a, b):
-    """One run-loop step computing steps `a` and `b` at once."""
-    kernel_a, ins_a, out_a, _, frees_a = a
-    kernel_b, ins_b, out_b, _, frees_b = b
-    n_a = len(ins_a)
-
-    def concurrent_products(*xs):
-        results = [None, None]
-
-        def part(i):
-            if i == 0:
-                results[0] = kernel_a(*xs[:n_a])
-            else:
-                results[1] = kernel_b(*xs[n_a:])
-
-        host_threads.parallel_for(part, 2, 2)
-        return results
-
-    return (concurrent_products, ins_a + ins_b, (out_a, out_b), True, frees_a + frees_b)
+def _plain(node):
+    return node.primitive.elementwise or node.primitive.name in _PLAIN
 
 
-def paired_steps(program, nodes):
-    """The run loop's steps: `program` (one step per node) with pairs of
-    independent products merged into one concurrent step (module doc)."""
+def _may_split(node):
+    """Whether the step's kernel may split over the pool itself (a large
+    product or convolution, a chain, pad, sum or pooling over at least two
+    threads' elements: threads.py, leading_axis.py). Launched steps are
+    joined before it: it wants every thread, and a pool thread busy with a
+    launched kernel would look like a late helper to its split."""
+    name = node.primitive.name
+    if name == "conv_general_dilated":
+        return True
+    if name == "dot_general":
+        flops = product_flops(node)
+        return flops is None or host_threads.threads_for(flops) > 1
+    for v in node.outputs:
+        if not v.aval.is_static():
+            return True
+        if host_threads.threads_for_elements(int(np.prod(v.aval.shape, dtype=np.int64))) > 1:
+            return True
+    return False
+
+
+def _launch_step(step):
+    kernel, ins, out, multi, frees = step
+    launch = host_threads.launch
+
+    def launched(*xs):
+        job = launch(kernel, xs)
+        return [job] * len(out) if multi else job
+
+    launched.launched = kernel
+    return (launched, ins, out, multi, frees)
+
+
+def _join_step(step):
+    _, _, out, multi, _ = step
+    join = host_threads.join
+
+    def joined(pending):
+        return join(pending)
+
+    # The handle sits in every result slot of the launched step; the join
+    # reads it from the first and puts the results in all of them.
+    return (joined, (out[0] if multi else out,), out, multi, ())
+
+
+def concurrent_program(program, nodes):
+    """The run loop's steps: `program` (one step per node) with steps
+    worth running beside the next ones launched and joined before their
+    first dependent (module doc)."""
     if host_threads.max_threads() < 2:
         return program
-    steps, i = [], 0
-    while i < len(program):
-        if (i + 1 < len(program) and not program[i][3] and not program[i + 1][3]
-                and _pairable(nodes[i], nodes[i + 1])):
-            steps.append(_pair(program[i], program[i + 1]))
-            i += 2
-        else:
-            steps.append(program[i])
-            i += 1
+    n = len(program)
+    writes = [
+        {step[1][k] for k in node.params.get("donate", ())}
+        for step, node in zip(program, nodes)
+    ]
+    reads_of = [set(step[1]) for step in program]
+    barrier = [not _plain(node) or _may_split(node) for node in nodes]
+    joins_before = [[] for _ in range(n + 1)]
+    launched = set()
+    for i, (step, node) in enumerate(zip(program, nodes)):
+        kernel, ins, out, multi, frees = step
+        outs = set(out) if multi else {out}
+        # A result nobody reads is freed at once: its slot could be reused
+        # before the join reads the handle from it.
+        if outs & set(frees) or not worth_launching(node, kernel):
+            continue
+        reads = reads_of[i]
+        first = n
+        for j in range(i + 1, n):
+            if barrier[j] or outs & reads_of[j] or reads & writes[j]:
+                first = j
+                break
+        if first > i + 1:  # something to run beside it
+            launched.add(i)
+            joins_before[first].append(i)
+    if not launched:
+        return program
+    steps = []
+    for i in range(n + 1):
+        # The last launched first (module doc).
+        steps.extend(_join_step(program[k]) for k in sorted(joins_before[i], reverse=True))
+        if i < n:
+            steps.append(_launch_step(program[i]) if i in launched else program[i])
     return tuple(steps)

@@ -34,7 +34,7 @@ import numpy as np
 
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler import engines
-from keras_ipu.device.compiler.concurrent_steps import paired_steps
+from keras_ipu.device.compiler.concurrent_steps import concurrent_program
 from keras_ipu.device.compiler.demotion import check_integer_range
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.donation import owned_values
@@ -264,10 +264,10 @@ class Executable:
             multi = prim.multiple_results
             program.append((kernel, ins, outs if multi else outs[0], multi, frees))
         self._program = tuple(program)
-        # What the run loop runs: independent products paired to run at
-        # once (concurrent_steps.py); not under a floating-point behaviour.
+        # What the run loop runs: independent steps at once
+        # (concurrent_steps.py); not under a floating-point behaviour.
         self._run_program = (self._program if wrap is not None
-                             else paired_steps(self._program, graph.nodes))
+                             else concurrent_program(self._program, graph.nodes))
         self._kernels = tuple(kernels)  # unwrapped, for printing
         self._frees = tuple(frees_of)
         self._n_inputs = len(self.in_avals)

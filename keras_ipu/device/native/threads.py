@@ -187,7 +187,8 @@ def background_priority():
 
 
 class _Job:
-    __slots__ = ("fn", "count", "next", "left", "lock", "done", "error")
+    __slots__ = ("fn", "count", "next", "left", "lock", "done", "error", "result",
+                 "launched_at")
 
     def __init__(self, fn, count):
         self.fn = fn
@@ -197,6 +198,8 @@ class _Job:
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.error = None
+        self.result = None
+        self.launched_at = 0.0
 
     def work(self):
         """Take blocks until none is left; returns how many this thread ran."""
@@ -296,6 +299,46 @@ def parallel_for(fn, count, threads):
     _note_split(ran == count or end - own > own - start, end)
     if job.error is not None:
         raise job.error
+
+
+# -- one kernel beside the caller -----------------------------------------
+
+
+def launch(fn, args):
+    """Start fn(*args) on a pool thread while the caller goes on; `join`
+    gives its result. The caller runs it at `join` if no pool thread has
+    taken it by then, so a busy machine costs the hand-off only. While
+    backing off (see LATE_SPLITS) it runs now, in the caller."""
+    job = _Job(None, 1)
+    if backing_off():
+        job.result = fn(*args)
+        job.next = 1
+        job.done.set()
+        return job
+
+    def call(_):
+        job.result = fn(*args)
+
+    job.fn = call
+    _ensure_workers(max_threads() - 1)
+    job.launched_at = time.perf_counter()
+    _queue.put(job)
+    return job
+
+
+def join(job):
+    """The result of a launched call (its exception raised here), once
+    it is done; the caller runs it itself if no pool thread took it. A
+    pool thread that took it and made the caller wait longer than the
+    caller worked since the launch counts as a late split."""
+    start = time.perf_counter()
+    if not job.work() and job.launched_at:  # a pool thread took it
+        job.done.wait()
+        end = time.perf_counter()
+        _note_split(end - start > start - job.launched_at, end)
+    if job.error is not None:
+        raise job.error
+    return job.result
 
 
 # -- products ------------------------------------------------------------
