@@ -538,6 +538,27 @@ def test_reduce_window(op, case):
         x)
 
 
+def test_valid_pooling_gradient_pads_nothing():
+    # Unpadded pooling: the gradient neither pads the operand nor crops the
+    # result (identity pads were two full copies per step); padded pooling does.
+    x = r(2, 4, 4, 3)
+    pads = {}
+    for name, padding in (("valid", ((0, 0),) * 4), ("same", ((0, 0), (0, 1), (0, 1), (0, 0)))):
+        fn = lambda v, padding=padding: pooling.reduce_window_p.bind(  # noqa: E731
+            v, op="max", window_dimensions=(1, 2, 2, 1), window_strides=(1, 2, 2, 1),
+            padding=padding, base_dilation=(1,) * 4, window_dilation=(1,) * 4)
+        y = fn(x)
+        ct = r(*np.shape(y), seed=2)
+        graph, (g,) = traced_vjp(fn, [x], [ct])
+        pads[name] = [n.params["config"] for n in graph.nodes if n.primitive.name == "pad"]
+        _, back = autodiff.vjp(fn, x)
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(back(ct)[0]))
+    assert pads["valid"] and all(any(lo or hi or i for lo, hi, i in c) for c in pads["valid"])
+    identity = ((0, 0, 0),) * 4
+    assert identity not in pads["valid"]
+    assert len(pads["same"]) == len(pads["valid"]) + 2  # the operand's and the crop
+
+
 def test_max_pool_tie_goes_to_the_first_maximum():
     x = np.array([1.0, 1.0, 0.0, 2.0])
     _, back = autodiff.vjp(
