@@ -40,6 +40,16 @@ def test_replicated_training_example():
     assert "1 IPU(s) per replica x 4 replica(s)" in out
 
 
+def test_model_parallel_training_example():
+    out = run_example("model_parallel_training.py")
+    assert "replicas: 2 of 2 IPUs each" in out
+    first, last = losses(out)
+    assert last < first / 4
+    # 8 steps per run, one all-reduce of a replica's [16, 10] float32 logits each.
+    assert "per run 8 all-reduce (5,120 B)" in out
+    assert "sequential/dense_1/kernel: 802,816 B, 401,408 B on each IPU" in out
+
+
 @pytest.mark.parametrize("name, schedules", [
     ("pipelined_functional.py", ["Grouped", "Interleaved", "Sequential"]),
     ("pipeline_sequential.py", ["Interleaved"]),
