@@ -141,8 +141,6 @@ class IPUEstimator:
         receiver's features, with the checkpoint's (default: the latest)
         values, as a SavedModel under export_dir_base/<timestamp>; returns
         that directory (bytes)."""
-        if not serving_input_receiver_fn:
-            raise ValueError("An input_receiver_fn must be defined.")
         return self.experimental_export_all_saved_models(
             export_dir_base, {experimental_mode: serving_input_receiver_fn},
             assets_extra=assets_extra, as_text=as_text, checkpoint_path=checkpoint_path)
@@ -157,8 +155,6 @@ class IPUEstimator:
                       "be removed in a future version. Instructions for updating: This "
                       "function has been renamed, use `export_saved_model` instead.",
                       DeprecationWarning, stacklevel=2)
-        if not serving_input_receiver_fn:
-            raise ValueError("An input_receiver_fn must be defined.")
         return self._export(export_dir_base, serving_input_receiver_fn, assets_extra, as_text,
                             checkpoint_path, strip_default_attrs)
 

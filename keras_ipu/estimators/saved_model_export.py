@@ -55,7 +55,7 @@ def check_receiver_fn_map(input_receiver_fn_map):
     for mode, fn in input_receiver_fn_map.items():
         if mode not in (ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.PREDICT):
             raise ValueError(f"Unknown mode {mode!r}: use tf.estimator.ModeKeys.")
-        if fn is None:
+        if not fn:
             raise ValueError(_NO_SERVING_INPUT)
         if mode != ModeKeys.PREDICT:
             raise NotImplementedError(f"Exporting mode {mode!r}: {_TRAIN_EVAL_GRAPHS}")
@@ -118,7 +118,7 @@ def export(export_dir_base, serving_input_receiver_fn, emitted_model, batch_size
     tf = _tf()
     from tensorflow.python.saved_model.model_utils import export_utils
 
-    if serving_input_receiver_fn is None:
+    if not serving_input_receiver_fn:
         raise ValueError(_NO_SERVING_INPUT)
     export_dir = export_utils.get_timestamped_export_dir(os.fspath(export_dir_base))
     temp_dir = export_utils.get_temp_export_dir(export_dir)
