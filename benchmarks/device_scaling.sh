@@ -25,7 +25,9 @@
 #     the models' products on 1..16 threads) and step_profile.py's wall
 #     time per kernel of the MLP, CNN, transformer (batch 128, SGD) and
 #     demo_functional (batch 32, Adam) steps, on one thread
-#     (KERAS_IPU_HOST_THREADS=1) and with default threads.
+#     (KERAS_IPU_HOST_THREADS=1) and with default threads; then
+#     step_profile.py --run-loop (demo_functional, the MLP with Adam):
+#     the step in program order against independent kernels at once.
 # COUNTS (e.g. default,1,16,4) replaces the thread counts of stage 2.
 # Without TensorFlow the ipu backend's default engine (auto) cannot reach
 # XLA: ipu's numbers here are its NumPy/C engine's.
@@ -95,6 +97,16 @@ if [ "${PROFILES:-0}" = 1 ]; then
                 --batch-size "$2" --optimizer "$3" --repeats 5 --clock wall \
                 >> "$OUT/profiles.txt" 2>&1
         done
+    done
+    # What running independent kernels at once buys there (the whole step in
+    # program order against the run loop's, alternating, same bits checked).
+    for spec in "demo_functional 32 adam" "mlp 128 adam"; do
+        set -- $spec
+        echo "== step_profile.py --run-loop $1, default threads ($(date -u +%T), $(left) s left)" \
+            | tee -a "$OUT/profiles.txt"
+        timeout "$(left)" "$PY" benchmarks/step_profile.py --model "$1" \
+            --batch-size "$2" --optimizer "$3" --repeats 30 --run-loop \
+            >> "$OUT/profiles.txt" 2>&1
     done
     unset KERAS_IPU_HOST_THREADS
 fi
