@@ -307,3 +307,50 @@ def test_processes_are_the_mpi_launchers(monkeypatch):
     with pytest.raises(ValueError, match=r"process_id=1\) but this process has MPI rank 2"):
         keras.distribution.initialize(num_processes=4, process_id=1)
     assert DataParallel(devices=["ipu:0"]).num_processes == 4
+
+
+def test_a_transformer_block_with_megatrons_layouts_needs_megatrons_all_reduces():
+    # Attention heads and the first FFN layer column-parallel, the attention
+    # output and the second FFN layer row-parallel (Megatron-LM): per step,
+    # forward one all-reduce after each row-parallel layer; backward one for
+    # the input gradient of each column-parallel layer (query, key, value,
+    # ff1). Nothing else crosses the links; the values are the unsplit run's.
+    def block():
+        keras.utils.set_random_seed(2)
+        tokens = keras.Input((8,), dtype="int32")
+        h = keras.layers.Embedding(50, 32, name="emb")(tokens)
+        h = keras.layers.LayerNormalization(name="ln")(
+            h + keras.layers.MultiHeadAttention(4, 8, name="mha")(h, h))
+        f = keras.layers.Dense(64, activation="gelu", name="ff1")(h)
+        h = h + keras.layers.Dense(32, name="ff2")(f)
+        out = keras.layers.Dense(5, name="head")(keras.layers.GlobalAveragePooling1D()(h))
+        model = keras.Model(tokens, out)
+        model.compile(keras.optimizers.Adam(1e-3),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 50, size=(16, 8)).astype("int32")
+    y = rng.integers(0, 5, size=(16,))
+    whole = block()
+    whole.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+
+    configure(2)
+    mesh = DeviceMesh((1, 2), ["batch", "model"], keras.distribution.list_devices())
+    layout_map = LayoutMap(mesh)
+    for name in ("query", "key", "value"):
+        layout_map[f".*mha/{name}/kernel"] = (None, "model", None)
+    layout_map[".*mha/attention_output/kernel"] = ("model", None, None)
+    layout_map[".*ff1/kernel"] = (None, "model")
+    layout_map[".*ff2/kernel"] = ("model", None)
+    with ModelParallel(layout_map=layout_map).scope():
+        model = block()
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    for ours, theirs in zip(model.get_weights(), whole.get_weights()):
+        np.testing.assert_array_equal(ours, theirs)
+    part = fit_program(model).tensor_parallel.partitioned
+    # [8, 8, 32] float32 activations: 8,192 B each.
+    assert sorted((c.kind, c.source, c.nbytes) for c in part.collectives) == sorted(
+        ("all-reduce", source, 8192)
+        for source in ("mha/attention_output", "ff2", "ff1", "mha/query", "mha/key",
+                       "mha/value"))

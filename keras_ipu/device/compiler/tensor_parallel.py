@@ -73,6 +73,7 @@ from keras_ipu.device.primitives import collective
 from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.primitives.dot import split_dimensions
 from keras_ipu.device.primitives.indexing import slice_p
+from keras_ipu.device.primitives.shape_rules import ShapeError
 
 PARTIAL = "partial"
 
@@ -312,7 +313,11 @@ class _Partitioner:
             if _split(s) and not _divides(v.aval, s, k):
                 return False
         avals = [local_aval(v.aval, s, k) for v, s in zip(node.inputs, wanted)]
-        got = node.primitive.shape_rule(*avals, **(node.params if params is None else params))
+        try:
+            got = node.primitive.shape_rule(*avals,
+                                            **(node.params if params is None else params))
+        except (ShapeError, TypeError, ValueError):
+            return False  # e.g. a shape parameter the rule did not localise
         got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
         return list(got) == [local_aval(v.aval, s, k) for v, s in zip(node.outputs, results)]
 
