@@ -325,3 +325,27 @@ def test_tensor_parallelism_with_pipeline_stages_is_not_implemented():
                              tensor_parallel=TensorParallel.of(2, LAYOUTS))
     with pytest.raises(NotImplementedError, match="cannot also be placed in pipeline stages"):
         jit(autodiff.grad(_loss, argnums=(0, 1)), options=options).executable(*_args())
+
+
+def test_loops_and_branches_carry_a_split():
+    # A while loop updating a split weight three times, then a cond picking
+    # one of two elementwise maps of it: the weight stays split throughout,
+    # nothing crosses the links, the values are the unsplit program's.
+    def program(w, x):
+        def body(i, v):
+            return i + 1, v - 0.1 * keras.ops.tanh(v)
+
+        _, w = keras.ops.while_loop(lambda i, v: i < 3, body, (0, w))
+        w = keras.ops.cond(keras.ops.sum(x) > 0, lambda: w * 2.0, lambda: w + 1.0)
+        return x @ w
+
+    args = _args()
+    options = CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 1}))
+    split = jit(program, options=options)
+    np.testing.assert_array_equal(np.asarray(jit(program)(args[0], args[2])),
+                                  np.asarray(split(args[0], args[2])))
+    part = split.executable(args[0], args[2]).tensor_parallel.partitioned
+    assert part.collectives == []
+    assert part.output_shardings == (1,)
+    kinds = {n.primitive.name for n in part.local.nodes}
+    assert {"while_loop", "cond"} <= kinds

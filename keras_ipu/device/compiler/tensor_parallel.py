@@ -46,8 +46,10 @@ split operation wants and what sharding its results get:
 - gather from a table split on its rows' own dimensions (an embedding
   split on its features) gives rows split so; scatter (its gradient)
   writes such rows into a table split the same way;
-- scan (the device loop, accumulation loops): the body is partitioned with
-  the carries' shardings, iterated until the carries keep their sharding;
+- scan (the device loop, accumulation loops) and while_loop: the body is
+  partitioned with the carries' shardings, iterated until the carries keep
+  their sharding; cond: every branch takes the operands as they come and
+  leaves its results as the first branch does;
 - anything without a rule reads its operands whole: a split operand is
   all-gathered first, a PARTIAL one all-reduced (the collectives the
   prediction then counts); its results are replicated.
@@ -74,6 +76,7 @@ from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.primitives.dot import split_dimensions
 from keras_ipu.device.primitives.indexing import slice_p
 from keras_ipu.device.primitives.shape_rules import ShapeError
+from keras_ipu.device.simulator import cost_model
 
 PARTIAL = "partial"
 
@@ -564,34 +567,78 @@ def _scatter(p, node, have):
     return [d, None, out_row + d - row], [d], None
 
 
+def _whole(shardings):
+    """Shardings a sub-graph's inputs take: splits kept, partial sums summed."""
+    return [s if _split(s) else None for s in shardings]
+
+
+def _settled_carries(p, body, carry, rest):
+    """The carries' shardings a loop body keeps (a carry split inside the
+    body, a weight's update or a slot's, is split from the start), found by
+    partitioning the body until they stop changing; `rest`: the shardings
+    of the body's other inputs, after the carries."""
+    for _ in range(_MAX_CARRY_ROUNDS):
+        _, outs = _Partitioner(p.k, ()).graph(body, carry + rest)
+        settled = [c if c is not None else (o if _split(o) else None)
+                   for c, o in zip(carry, outs[:len(carry)])]
+        if settled == carry:
+            break
+        carry = settled
+    return carry, _whole(outs[len(carry):])
+
+
+def _repeated(p, times, partition):
+    """partition() with the collectives it finds counted `times` times."""
+    saved = p.repeat
+    p.repeat = saved * max(1, int(times or 1))
+    try:
+        return partition()
+    finally:
+        p.repeat = saved
+
+
 def _scan(p, node, have):
     params = node.params
     body = params["body"]
     n_carry, n_xs = params["n_carry"], params["n_xs"]
-    carry = [s if _split(s) else None for s in have[:n_carry]]
+    carry = _whole(have[:n_carry])
     xs = [s - 1 if _split(s) and s > 0 else None for s in have[n_carry:n_carry + n_xs]]
-    consts = [s if _split(s) else None for s in have[n_carry + n_xs:]]
-    # A carry split inside the body (a weight's update, a slot's) is split
-    # from the start: iterate the body until the carries keep their split.
-    for _ in range(_MAX_CARRY_ROUNDS):
-        trial = _Partitioner(p.k, ())
-        _, outs = trial.graph(body, carry + xs + consts)
-        settled = [c if c is not None else (o if _split(o) else None)
-                   for c, o in zip(carry, outs[:n_carry])]
-        if settled == carry:
-            break
-        carry = settled
-    _, outs = _Partitioner(p.k, ()).graph(body, carry + xs + consts)
-    ys = [o if _split(o) else None for o in outs[n_carry:]]
-    saved = p.repeat
-    p.repeat = saved * max(1, int(params.get("length") or 1))
-    try:
-        local_body, _ = p.graph(body, carry + xs + consts, out_wanted=carry + ys)
-    finally:
-        p.repeat = saved
+    consts = _whole(have[n_carry + n_xs:])
+    carry, ys = _settled_carries(p, body, carry, xs + consts)
+    local_body, _ = _repeated(p, params.get("length"), lambda: p.graph(
+        body, carry + xs + consts, out_wanted=carry + ys))
     wanted = carry + [x + 1 if x is not None else None for x in xs] + consts
     results = carry + [y + 1 if y is not None else None for y in ys]
     return wanted, results, {**params, "body": local_body}
+
+
+def _while_loop(p, node, have):
+    """As a scan's carries; the condition reads them as the body leaves
+    them. Its trips: the cost model's assumed count (as its cost rule)."""
+    params = node.params
+    cond, body = params["cond_graph"], params["body_graph"]
+    n_carry = len(cond.inputs) - params["n_cond_consts"]
+    carry = _whole(have[:n_carry])
+    cond_consts = _whole(have[n_carry:n_carry + params["n_cond_consts"]])
+    body_consts = _whole(have[n_carry + params["n_cond_consts"]:])
+    carry, _ = _settled_carries(p, body, carry, body_consts)
+    local_cond, local_body = _repeated(p, cost_model.WHILE_LOOP_ASSUMED_TRIPS, lambda: (
+        p.graph(cond, carry + cond_consts, out_wanted=[None])[0],
+        p.graph(body, carry + body_consts, out_wanted=carry)[0]))
+    return (carry + cond_consts + body_consts, list(carry),
+            {**params, "cond_graph": local_cond, "body_graph": local_body})
+
+
+def _cond(p, node, have):
+    """Every branch takes the operands as they are and leaves its results
+    as the first branch does (the collectives of every branch are listed;
+    the prediction counts the costliest branch, as the cond's cost rule)."""
+    branches = node.params["branches"]
+    operands = _whole(have[1:])
+    _, outs = _Partitioner(p.k, ()).graph(branches[0], operands)
+    outs = _whole(outs)
+    local = tuple(p.graph(b, operands, out_wanted=outs)[0] for b in branches)
+    return [None] + operands, outs, {**node.params, "branches": local}
 
 
 _RULES = {
@@ -607,6 +654,8 @@ _RULES = {
     "gather": _gather,
     "scatter": _scatter,
     "scan": _scan,
+    "while_loop": _while_loop,
+    "cond": _cond,
     "cross_replica_sum": _identity,
     "cross_replica_mean": _identity,
     "stop_gradient": _identity,
