@@ -176,6 +176,7 @@ def test_profile_plugin_trace_viewer_shows_the_ipu_lanes(browser, tensorboard):
     """The pipelined run: a plane per IPU, each step on the IPU it runs on."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
 
     _profile_tool(browser, tensorboard, "Trace Viewer", run="pipelined/train")
     # The trace viewer is a page of its own inside the plugin's.
@@ -193,18 +194,32 @@ def test_profile_plugin_trace_viewer_shows_the_ipu_lanes(browser, tensorboard):
     assert "/host:CPU" in text and "profiled batches" in text
     assert "/device:CUSTOM:IPU:1 (predicted)" in text and "IPU 1 memory" in text
     # The predicted runs last microseconds beside the simulator's
-    # milliseconds: find the first micro-batch's forward pass, as a user would, to zoom onto it.
+    # milliseconds: find them, as a user would, to zoom onto them. The
+    # first micro-batch's forward pass is drawn (found)...
     (find,) = browser.execute_script(_DEEP_QUERY, "input[placeholder^='Find']")[-1:]
     browser.execute_script("arguments[0].focus()", find)
-    find.send_keys("micro-batch 0 forward")
+    first_pass = "micro-batch 0 forward"
+    find.send_keys(first_pass)
     time.sleep(2)  # the plugin searches as one types
     _wait(browser, lambda: re.search(r"\b\d+ of [1-9]", _text(browser)))  # found
-    # Enter in the box only counts the hits ("0 of 1"); the next-hit arrow
-    # selects the first one, and the viewer's `f` frames the selection.
+    # ... and the first program run on IPU 0 is framed: every micro-batch's
+    # passes on both IPUs' rows, where the schedule puts them. Its name is
+    # also in the host's "simulator runs ..." slices: the next-hit arrow
+    # (Enter in the box only counts the hits) selects one hit after the
+    # other until the details name the IPU's; the viewer's `f` frames it.
+    find.send_keys(Keys.BACKSPACE * len(first_pass) + "train_step_loop")
+    time.sleep(2)
     (arrow,) = [b for b in browser.execute_script(_DEEP_QUERY, "tr-ui-b-toolbar-button, button")
                 if b.text.strip() == "\u2192"][-1:]
-    browser.execute_script("arguments[0].click()", arrow)
-    _wait(browser, lambda: re.search(r"\b[1-9]\d* of [1-9]", _text(browser)))  # selected
+    for _ in range(8):
+        browser.execute_script("arguments[0].click()", arrow)
+        text = _wait(browser, lambda: re.search(r"\b[1-9]\d* of [1-9]", _text(browser))
+                     and _text(browser))  # selected
+        # The details: "Title | <search icon> | <name>".
+        if re.search(r"Title \|(?: [^|]{1,2} \|)? train_step_loop", text):
+            break
+    else:
+        raise AssertionError("no program run of IPU 0 among the hits: " + text[-2000:])
     browser.execute_script("arguments[0].blur()", find)  # `f` must reach the viewer
     ActionChains(browser).send_keys("f").perform()
     time.sleep(3)  # the viewer zooms onto it, animated
