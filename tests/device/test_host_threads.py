@@ -203,3 +203,59 @@ def test_a_launched_call_runs_at_once_while_backing_off(monkeypatch):
     job = threads.launch(lambda x: ran.append(x) or x * 2, (21,))
     assert ran == [21] and not handed  # run now, in the caller: no hand-off
     assert threads.join(job) == 42
+
+
+def test_a_join_held_up_past_the_kernels_cpu_time_is_a_late_split(monkeypatch):
+    import threading
+
+    _no_backoff(monkeypatch)
+    monkeypatch.setattr(threads, "_cap", 2)
+    taken, release = threading.Event(), threading.Event()
+
+    def kernel():
+        # A pool thread that loses its core mid-kernel: wall time passes,
+        # almost no CPU time.
+        taken.set()
+        release.wait(10)
+
+    job = threads.launch(kernel, ())
+    assert taken.wait(10)
+    threading.Timer(0.05, release.set).start()
+    threads.join(job)  # waits ~50 ms for a kernel of ~0 ms of CPU
+    # One such join starts the back-off (a split needs LATE_SPLITS in a row).
+    assert threads._late == 1 and threads.backing_off()
+    # A kernel that kept its core: the join waited less than its CPU time.
+    import types
+
+    _no_backoff(monkeypatch)
+    wall = iter((100.0, 100.004))  # the join's start and end: 4 ms
+    monkeypatch.setattr(threads, "time", types.SimpleNamespace(
+        perf_counter=lambda: next(wall), thread_time=lambda: 10.0))
+    job = threads._Job(None, 1)
+    job.next, job.result = 1, "done"
+    job.launched_at, job.caller_cpu, job.cpu = 99.9999, 10.0, 0.010  # 10 ms of CPU
+    job.done.set()
+    assert threads.join(job) == "done"
+    assert threads._late == 0 and not threads.backing_off()
+
+
+def test_a_caller_off_its_core_between_launch_and_join_is_a_late_split(monkeypatch):
+    import types
+
+    _no_backoff(monkeypatch)
+    monkeypatch.setattr(threads, "_ensure_workers", lambda n: None)
+    monkeypatch.setattr(threads, "_queue", types.SimpleNamespace(put=lambda job: None))
+    clock = {"wall": 100.0, "cpu": 10.0}
+    monkeypatch.setattr(threads, "time", types.SimpleNamespace(
+        perf_counter=lambda: clock["wall"], thread_time=lambda: clock["cpu"]))
+    job = threads.launch(lambda: "ran", ())
+    # 1 ms of the caller's CPU in 2 ms of wall time: it kept its core.
+    clock["wall"] += 0.002
+    clock["cpu"] += 0.001
+    assert threads.join(job) == "ran" and threads._late == 0
+    job = threads.launch(lambda: "ran", ())
+    # 1 ms of CPU in 10 ms: the caller lost its core (a busy machine).
+    clock["wall"] += 0.010
+    clock["cpu"] += 0.001
+    assert threads.join(job) == "ran"  # no pool thread took it: the caller ran it
+    assert threads._late == 1 and threads._backoff == threads.BACKOFF_SECONDS

@@ -29,8 +29,8 @@ own (a split kernel has the pool already). Each kernel computes exactly
 what it computes alone, on the same operands: the values are the same
 bits as in program order. When no pool thread gets a core (a busy
 machine) the run loop runs the launched kernel itself at its join; a pool
-thread that took it and then made the run loop wait counts as a late
-split, so the pool's back-off (threads.py) turns launches into plain
+thread that took it and then lost its core, or a run loop that lost its
+own (threads.LATE_WAIT_SECONDS), makes a late split, so the pool's back-off (threads.py) turns launches into plain
 calls for a while. Not done with a floating-point behaviour set
 (numerics.py wraps each kernel and counts on the program's order), nor
 with a cap of one thread.

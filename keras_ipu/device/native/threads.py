@@ -188,7 +188,7 @@ def background_priority():
 
 class _Job:
     __slots__ = ("fn", "count", "next", "left", "lock", "done", "error", "result",
-                 "launched_at")
+                 "launched_at", "caller_cpu", "cpu")
 
     def __init__(self, fn, count):
         self.fn = fn
@@ -200,6 +200,8 @@ class _Job:
         self.error = None
         self.result = None
         self.launched_at = 0.0
+        self.caller_cpu = 0.0
+        self.cpu = 0.0
 
     def work(self):
         """Take blocks until none is left; returns how many this thread ran."""
@@ -262,13 +264,15 @@ _backoff = 0.0
 _resume_at = 0.0
 
 
-def _note_split(late, now):
+def _note_split(late, now, at_once=False):
+    """`at_once`: this late split alone starts the back-off (a late join:
+    see LATE_WAIT_SECONDS)."""
     global _late, _backoff, _resume_at
     if not late:
         _late, _backoff = 0, 0.0
         return
     _late += 1
-    if _backoff or _late >= LATE_SPLITS:  # a late probe, or the third in a row
+    if _backoff or _late >= LATE_SPLITS or at_once:  # a late probe, or the third in a row
         _backoff = min(2 * _backoff, MAX_BACKOFF_SECONDS) if _backoff else BACKOFF_SECONDS
         _resume_at = now + _backoff
 
@@ -303,25 +307,39 @@ def parallel_for(fn, count, threads):
 
 # -- one kernel beside the caller -----------------------------------------
 
+# A launched kernel taken by a pool thread holds up its join by at most its
+# own CPU time when that thread keeps its core (less, since the caller
+# worked meanwhile), plus a wake-up (tens of microseconds on an idle
+# machine). A join that waits longer than the kernel's CPU time plus
+# LATE_WAIT_SECONDS saw the pool thread lose its core mid-kernel; a caller
+# whose wall time from the launch to the join exceeds twice its CPU time
+# plus LATE_WAIT_SECONDS lost its own core meanwhile (a busy machine's time
+# slices are milliseconds; a second thread of ours then competes with the
+# caller for the cores and for the GIL, which a descheduled thread may
+# hold). Either is a late split, and the back-off starts at once, not
+# after LATE_SPLITS: such a wait (a time slice) costs more than a launch
+# can gain (one kernel's time), and a step's many joins on time would
+# otherwise keep resetting the count between the late ones.
+LATE_WAIT_SECONDS = 0.0005
+
 
 def launch(fn, args):
     """Start fn(*args) on a pool thread while the caller goes on; `join`
     gives its result. The caller runs it at `join` if no pool thread has
     taken it by then, so a busy machine costs the hand-off only. While
     backing off (see LATE_SPLITS) it runs now, in the caller."""
-    job = _Job(None, 1)
     if backing_off():
-        job.result = fn(*args)
-        job.next = 1
-        job.done.set()
-        return job
+        return _Ran(fn(*args))
+    job = _Job(None, 1)
 
     def call(_):
+        cpu = time.thread_time()
         job.result = fn(*args)
+        job.cpu = time.thread_time() - cpu
 
     job.fn = call
     _ensure_workers(max_threads() - 1)
-    job.launched_at = time.perf_counter()
+    job.launched_at, job.caller_cpu = time.perf_counter(), time.thread_time()
     _queue.put(job)
     return job
 
@@ -329,16 +347,31 @@ def launch(fn, args):
 def join(job):
     """The result of a launched call (its exception raised here), once
     it is done; the caller runs it itself if no pool thread took it. A
-    pool thread that took it and made the caller wait longer than the
-    caller worked since the launch counts as a late split."""
+    pool thread or a caller that lost its core since the launch makes it
+    a late split (LATE_WAIT_SECONDS)."""
+    if type(job) is _Ran:
+        return job.result
     start = time.perf_counter()
-    if not job.work() and job.launched_at:  # a pool thread took it
+    late = (start - job.launched_at
+            > 2 * (time.thread_time() - job.caller_cpu) + LATE_WAIT_SECONDS)
+    if not job.work():  # a pool thread took it
         job.done.wait()
         end = time.perf_counter()
-        _note_split(end - start > start - job.launched_at, end)
+        _note_split(late or end - start > job.cpu + LATE_WAIT_SECONDS, end, at_once=True)
+    elif late:
+        _note_split(True, start, at_once=True)
     if job.error is not None:
         raise job.error
     return job.result
+
+
+class _Ran:
+    """A launched call run at once (while backing off): no job, no hand-off."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result):
+        self.result = result
 
 
 # -- products ------------------------------------------------------------
