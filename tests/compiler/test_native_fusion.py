@@ -347,3 +347,77 @@ def test_empty_aligned_gives_plain_arrays_below_the_threshold():
     assert big.sum() == 1.5 * big.size
     small = host_memory.empty_aligned((4, 4), np.int32)
     assert small.shape == (4, 4) and small.dtype == np.int32 and small.base is None
+
+
+def _output_modes(code):
+    """Per output buffer of a planned chain: 0 copied, 1 direct, 2 streamed."""
+    words = np.frombuffer(code, np.int32)
+    return [int(m) for m in words[len(words) - 2 * words[3] + 1::2]]
+
+
+@needs_native
+def test_returned_results_read_by_nothing_later_are_streamed(monkeypatch):
+    # The new weights go back to the caller and nothing reads them again:
+    # written with non-temporal stores (no read of the lines they replace).
+    # The new momentum is read again by the sum after the chain: it stays
+    # an ordinary store, so the sum finds it in the cache.
+    from keras_ipu.device.compiler import fusion
+
+    seen = []
+    original = fusion.native_kernel
+
+    def noting(chain, results, in_avals, donate, fallback, aligned=(), streamed=()):
+        kernel = original(chain, results, in_avals, donate, fallback, aligned, streamed)
+        if kernel is not None:  # not the NumPy-only reference's
+            code = native_fusion.plan(chain, results, in_avals, donate, streamed)[0]
+            seen.append((chain, results, aligned, streamed, _output_modes(code)))
+        return kernel
+
+    monkeypatch.setattr(fusion, "native_kernel", noting)
+
+    def body(b, w, m, g):
+        new_m = b.op("sub", b.op("mul", m, lit(0.9, "float32")),
+                     b.op("mul", g, lit(0.01, "float32")))
+        new_w = b.op("add", w, new_m)
+        return [new_w, new_m, b.op("reduce_sum", new_m, axes=(0, 1))]
+
+    shape = (131, 257)  # 134,668 bytes: aligned, and not a whole number of blocks
+    args = [_rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    exe = _agrees(body, *args)
+    assert _uses_native(exe)
+    (chain, results, aligned, streamed, modes), = seen
+    kinds = {chain[j][0].name: pos for pos, j in enumerate(results)}
+    assert set(aligned) == {kinds["add"], kinds["sub"]}
+    assert streamed == (kinds["add"],)
+    assert modes[kinds["add"]] == 2 and modes[kinds["sub"]] != 2
+    for _ in range(3):  # the same bits every run (the buffers are reused)
+        _assert_same_bits(exe.run(*args), _numpy_executable(exe.graph).run(*args))
+
+
+@needs_native
+def test_a_streamed_result_gives_the_same_bits_at_any_offset():
+    # Streaming stores start at a 16-byte boundary: the bytes before it, and
+    # those after the last whole 16, are copied plainly; every length and
+    # split of the elements between threads must give the plain copy's bits.
+    def body(b, x, y):
+        return b.op("mul", b.op("add", x, y), y)
+
+    for n in (16385, 16389, 40001):  # 64 KiB and more: returned arrays are aligned
+        x, y = _special((n,)), _special((n,))
+        graph = build([aval((n,), "float32")] * 2, body)
+        fused = fuse_elementwise(graph)
+        chain_node = next(nd for nd in fused.nodes if nd.primitive.name == "fused_elementwise")
+        planned = native_fusion.plan(chain_node.params["chain"], chain_node.params["results"],
+                                     [v.aval for v in chain_node.inputs], (), (0,))
+        assert _output_modes(planned[0]) == [2]
+        code, total, inner, block = planned[:4]
+        for lo_blocks in (0, 1, 3):
+            out = np.full(n, np.nan, np.float32)
+            lo = min(lo_blocks * block, total)
+            # An unaligned output (a view one element in) takes the same path.
+            shifted = np.empty(n + 1, np.float32)[1:]
+            for target in (out, shifted):
+                target[:lo] = 0.0
+                assert native.elementwise.run(code, total, inner, block, (x, y), (target,), lo, total)
+                want = (x + y) * y
+                _assert_same_bits([target[lo:]], [want[lo:]])

@@ -248,8 +248,10 @@ class Executable:
             if prim.name in ALIGNED_OUTPUT_LOWERINGS:
                 # Returned arrays aligned as TensorFlow's tensors are: the
                 # TensorFlow front end hands them to tf.Variables uncopied.
-                params = dict(params, aligned_outputs=tuple(
-                    k for k, v in enumerate(node.outputs) if v in returned))
+                # Those no later step reads go straight to memory.
+                aligned = tuple(k for k, v in enumerate(node.outputs) if v in returned)
+                params = dict(params, aligned_outputs=aligned, streamed_outputs=tuple(
+                    k for k in aligned if not live.readers.get(node.outputs[k])))
             in_avals = tuple(v.aval for v in node.inputs)
             out_avals = tuple(v.aval for v in node.outputs)
             kernel = lower(prim, params, in_avals, out_avals)

@@ -217,7 +217,8 @@ def _lower_fused(params, in_avals, out_avals):
     chain, results, donate = params["chain"], params["results"], params.get("donate", ())
     kernel = build_fused_kernel(chain, results, len(in_avals), donate)
     aligned = params.get("aligned_outputs", ())
-    return native_kernel(chain, results, in_avals, donate, kernel, aligned) or kernel
+    streamed = params.get("streamed_outputs", ())
+    return native_kernel(chain, results, in_avals, donate, kernel, aligned, streamed) or kernel
 
 
 LOWERINGS["fused_elementwise"] = _lower_fused

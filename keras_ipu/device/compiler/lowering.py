@@ -171,7 +171,9 @@ def lower(primitive, params, in_avals, out_avals):
 # out_avals) -> callable returning ndarrays, never NumPy scalars): filled
 # in by the modules that define them.
 LOWERINGS = {}
-# Those of them whose builder takes the param `aligned_outputs`: the
+# Those of them whose builder takes the params `aligned_outputs`: the
 # positions of the node's outputs the program returns, which it allocates
-# with host_memory.empty_aligned (the Executable sets it).
+# with host_memory.empty_aligned, and `streamed_outputs`: those of them no
+# later node reads, which it may write with non-temporal stores (the
+# Executable sets both).
 ALIGNED_OUTPUT_LOWERINGS = set()

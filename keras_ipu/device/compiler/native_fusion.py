@@ -43,6 +43,11 @@ _COMPARE = {ew.gt_p: 14, ew.ge_p: 15, ew.lt_p: 16, ew.le_p: 17, ew.eq_p: 18,
 _BOOL_BINARY = {ew.and_p: 20, ew.or_p: 21, ew.xor_p: 22}
 _NOT, _SELECT_F, _SELECT_B, _F2B, _B2F = 23, 24, 25, 26, 27
 
+# How a result reaches its output buffer (_elementwise.c): copied at the
+# end of each block, written there by its step, or copied with
+# non-temporal stores.
+_OUT_COPY, _OUT_DIRECT, _OUT_STREAM = 0, 1, 2
+
 # Block size: the chain's registers (block x 4 bytes each) stay within
 # about half of a 1 MiB L2; above a few thousand elements a longer block
 # saves nothing, below a few hundred the per-op call costs show.
@@ -119,8 +124,12 @@ def _nearest_operand(chain, j, candidates):
     return candidates[0] if candidates else None
 
 
-def plan(chain, results, in_avals, donate=()):
+def plan(chain, results, in_avals, donate=(), streamed=()):
     """The C program of a fused chain, or None if it does not qualify.
+
+    `streamed`: positions in `results` of results nothing reads after the
+    chain (returned by the program): a fresh buffer for one is written with
+    non-temporal stores (_elementwise.c's stream mode).
 
     Returns (code, n, inner, block, allocations, result_index) where
     allocations[i] = (donated operand index or None, dtype) for each distinct
@@ -175,7 +184,7 @@ def plan(chain, results, in_avals, donate=()):
         k for k in donate
         if modes[k] == FULL and tuple(in_avals[k].shape) == shape and k not in aliased
     ]
-    for j in results:
+    for position, j in enumerate(results):
         reg = reg_of_step[j]
         if reg not in buffer_of_reg:
             dtype = chain[j][3].dtype
@@ -190,7 +199,11 @@ def plan(chain, results, in_avals, donate=()):
             direct = reg >= n_in and (
                 into is None or last_read.get(into, -1) <= reg - n_in
             )
-            out_regs += [reg, int(direct)]
+            if into is None and position in streamed:
+                mode = _OUT_STREAM
+            else:
+                mode = _OUT_DIRECT if direct else _OUT_COPY
+            out_regs += [reg, mode]
         result_index.append(buffer_of_reg[reg])
     words = [n_in, len(reg_dtypes), len(ops), len(out_regs) // 2]
     for mode, code in zip(modes, reg_dtypes):
@@ -203,14 +216,15 @@ def plan(chain, results, in_avals, donate=()):
     return code, n, inner, _block_size(len(reg_dtypes), inner), tuple(allocations), tuple(result_index)
 
 
-def native_kernel(chain, results, in_avals, donate, fallback, aligned=()):
+def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), streamed=()):
     """A kernel running the chain in C, or None (use `fallback`, the NumPy
     kernel with the same signature and donations). The results at the
     positions `aligned` (those the program returns) get buffers from
-    host_memory.empty_aligned."""
+    host_memory.empty_aligned; those at `streamed` (returned, and read by
+    nothing after the chain) are written there with non-temporal stores."""
     if native.elementwise is None:
         return None
-    planned = plan(chain, results, in_avals, donate)
+    planned = plan(chain, results, in_avals, donate, streamed)
     if planned is None:
         return None
     code, n, inner, block, allocations, result_index = planned

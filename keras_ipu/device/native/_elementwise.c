@@ -22,8 +22,11 @@
        n_in  x (mode dtype)        inputs are registers 0 .. n_in-1
        n_regs x dtype
        n_ops x (opcode dst a b c)
-       n_out x (reg direct)     direct: the step writes straight into the
-                                output (nothing reads that buffer after it)
+       n_out x (reg mode)       mode 1 (direct): the step writes straight
+                                into the output (nothing reads that buffer
+                                after it); 0: copied there at the end of
+                                each block; 2 (stream): copied there with
+                                non-temporal stores (below)
      n: elements of the result; L: the inner length that ROW/COL operands
      repeat along (1 if none); B: block size, a multiple of L. */
 
@@ -48,6 +51,34 @@ enum {
 };
 
 #define MAX_REGS 512
+
+enum { OUT_COPY = 0, OUT_DIRECT = 1, OUT_STREAM = 2 };
+
+/* A fresh output that nothing reads soon (an array the program returns,
+   such as a training step's new weights) is written with non-temporal
+   stores: an ordinary store first reads each cache line it overwrites from
+   memory (read for ownership), so writing a large array out of place costs
+   about half as much memory traffic again as updating it in place; these
+   stores skip that read. The values are the same bytes. The sfence at the
+   end of run() orders them before the array is handed on. */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+static void stream_copy(char *dst, const char *src, size_t bytes) {
+    while (bytes > 0 && ((uintptr_t)dst & 15) != 0) {
+        *dst++ = *src++;
+        bytes--;
+    }
+    for (; bytes >= 16; bytes -= 16, dst += 16, src += 16)
+        _mm_stream_si128((__m128i *)dst, _mm_loadu_si128((const __m128i *)src));
+    memcpy(dst, src, bytes);
+}
+#define STREAM_FENCE() _mm_sfence()
+#else
+static void stream_copy(char *dst, const char *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+}
+#define STREAM_FENCE() ((void)0)
+#endif
 
 static int itemsize_of(int dtype) { return dtype == T_F32 ? 4 : 1; }
 
@@ -216,7 +247,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
     }
     for (int k = 0; k < n_out; k++) {
         int reg = out_regs[2 * k];
-        if (reg < 0 || reg >= n_regs || (out_regs[2 * k + 1] && reg < n_in)
+        int mode = out_regs[2 * k + 1];
+        if (reg < 0 || reg >= n_regs || mode < OUT_COPY || mode > OUT_STREAM
+            || (mode == OUT_DIRECT && reg < n_in)
             || !get_buffer(PyTuple_GET_ITEM(outs, k), &views[n_views],
                            reg_dtype[reg], n, 1)) {
             result = Py_False;
@@ -263,7 +296,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
                      m / L, size, L);
         }
         for (int k = 0; k < n_out; k++)
-            if (out_regs[2 * k + 1])
+            if (out_regs[2 * k + 1] == OUT_DIRECT)
                 ptr[out_regs[2 * k]] =
                     out_base[k] + start * itemsize_of(reg_dtype[out_regs[2 * k]]);
         for (int k = 0; k < n_ops; k++) {
@@ -272,10 +305,13 @@ static PyObject *run(PyObject *self, PyObject *args) {
         }
         for (int k = 0; k < n_out; k++) {
             int reg = out_regs[2 * k], size = itemsize_of(reg_dtype[reg]);
-            if (!out_regs[2 * k + 1])
+            if (out_regs[2 * k + 1] == OUT_COPY)
                 memcpy(out_base[k] + start * size, ptr[reg], m * size);
+            else if (out_regs[2 * k + 1] == OUT_STREAM)
+                stream_copy(out_base[k] + start * size, ptr[reg], (size_t)(m * size));
         }
     }
+    STREAM_FENCE();
     Py_END_ALLOW_THREADS
     result = Py_True;
 
