@@ -229,14 +229,16 @@ def run_tensorflow(args):
         lambda: float(bridged(x, y)), args.steps)
     if args.profile:
         from keras_ipu.device.compiler.executable import Executable
+        from keras_ipu.frontends.tensorflow import captured_variables
         from keras_ipu.frontends.tensorflow import function
 
         out["profile"] = _profile(lambda: float(bridged(x, y)), args.steps, [
             (function.BridgedFunction, "program",
              "trace lookup, arguments, variable read"),
-            (function._Captured, "read", "variable read"),  # noqa: SLF001
+            (function.BridgedFunction, "_find_trace", "trace lookup, arguments"),
+            (captured_variables.CapturedInputs, "read", "variable read"),
             (Executable, "run", "executable run"),
-            (function._Captured, "write", "variable write-back"),  # noqa: SLF001
+            (captured_variables.CapturedInputs, "write", "variable write-back"),
         ])
     return out
 

@@ -35,6 +35,10 @@ from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator.system import rounded_shards
 from keras_ipu.frontends.tensorflow import hlo_proto
 from keras_ipu.frontends.tensorflow import variable_categories
+from keras_ipu.frontends.tensorflow.captured_variables import CapturedInputs
+from keras_ipu.frontends.tensorflow.captured_variables import assign
+from keras_ipu.frontends.tensorflow.captured_variables import is_resource
+from keras_ipu.frontends.tensorflow.captured_variables import value_of
 from keras_ipu.frontends.tensorflow.importer import import_module
 from keras_ipu.ops.pipeline_placement import PipelinePlacement
 
@@ -106,47 +110,7 @@ class _Trace:
 
     constant_inputs: tuple
     programs: dict
-    captured: object  # _Captured
-
-
-class _Captured:
-    """The captured inputs of one trace: the variables (resource handles),
-    all read in one TensorFlow call (a tf.function over them: one call
-    instead of one eager op per variable; writes stay eager ops, which
-    convert NumPy values fastest), and the captured tensors (constants of
-    the trace, converted once)."""
-
-    def __init__(self, captured, first):
-        import tensorflow as tf
-        from tensorflow.python.ops import gen_resource_variable_ops as rv
-
-        self.n = len(captured)
-        self.resources = [k for k, x in enumerate(captured) if _is_resource(x)]
-        self.constants = {k: first[k] for k in range(self.n) if k not in self.resources}
-        handles = [(captured[k], _handle_dtype(captured[k])) for k in self.resources]
-
-        def read():
-            return [rv.read_variable_op(h, d) for h, d in handles]
-
-        self._read = tf.function(read, autograph=False) if handles else None
-        self._handles = dict(zip(self.resources, (h for h, _ in handles)))
-
-    def read(self):
-        values = dict(self.constants)
-        if self._read is not None:
-            for k, t in zip(self.resources, self._read()):
-                values[k] = np.asarray(t)
-        return [values[k] for k in range(self.n)]
-
-    def write(self, positions, values):
-        """Assign `values` to the captured variables at `positions`. An
-        eager assign keeps a value as the variable's buffer, no copy, when
-        it is aligned as TensorFlow's tensors are (the executable allocates
-        its returned arrays so: compiler/host_memory.py); the values never
-        alias the caller's memory (TensorFlow made tensors of the call's
-        arguments before the run, and their views are read-only)."""
-        for k, v in zip(positions, values):
-            _assign(self._handles[k], v)
+    captured: object  # captured_variables.CapturedInputs
 
 
 class BridgedFunction:
@@ -172,6 +136,9 @@ class BridgedFunction:
             placement = PipelinePlacement.of(device_mapping, stage_of=stage_of)
         self.placement = placement
         self._traces = weakref.WeakKeyDictionary()
+        # (argument shapes and dtypes, TensorFlow's function context) -> the
+        # concrete function TensorFlow traced for them (_find_trace).
+        self._by_signature = {}
         self._pipelines = weakref.WeakKeyDictionary()  # cf -> its PipelineRuns
         self.__name__ = getattr(fn, "__name__", "tf_function")
         self.compile_count = 0
@@ -196,7 +163,13 @@ class BridgedFunction:
         """The inputs of a call: flat tensor arguments, then captured values."""
         from tensorflow.python.eager.polymorphic_function import function_type_utils
 
-        bound = function_type_utils.canonicalize_function_inputs(args, kwargs, cf.function_type)
+        # As tf.function's own call: bound first by the function's type,
+        # which fills in the parameters' defaults (a trace's type has none:
+        # a call leaving one out would not bind), then by the trace's.
+        fn = self.tf_function
+        bound = function_type_utils.canonicalize_function_inputs(
+            args, kwargs, fn._function_type, fn._default_values)  # noqa: SLF001 - no public accessor
+        bound = cf.function_type.bind(*bound.args, **bound.kwargs)
         return list(cf.function_type.unpack_inputs(bound)), list(cf.captured_inputs)
 
     def program(self, args, kwargs=None, replicas=1):
@@ -204,12 +177,11 @@ class BridgedFunction:
         and `kwargs` on `replicas` replicas; the Program is compiled on
         first use."""
         kwargs = kwargs or {}
-        cf = self.concrete(*args, **kwargs)
-        flat, captured = self.flat_inputs(cf, args, kwargs)
+        cf, flat, captured = self._find_trace(args, kwargs)
         trace = self._traces.get(cf)
-        flat_arrays = [_value_of(x) for x in flat]
+        flat_arrays = [value_of(x) for x in flat]
         if trace is None:
-            captured_arrays = [_value_of(x) for x in captured]
+            captured_arrays = [value_of(x) for x in captured]
         else:
             captured_arrays = trace.captured.read()
         arrays = flat_arrays + captured_arrays
@@ -218,10 +190,37 @@ class BridgedFunction:
         if program is None:
             program, constants = self._import(cf, flat, captured, arrays, replicas)
             if trace is None:
-                trace = self._traces[cf] = _Trace(constants, {}, _Captured(captured, captured_arrays))
+                trace = self._traces[cf] = _Trace(constants, {}, CapturedInputs(captured, captured_arrays))
             trace.programs[(replicas, _constant_key(arrays, constants))] = program
         program.trace = trace
         return cf, flat + captured, arrays, program
+
+    def _find_trace(self, args, kwargs):
+        """(concrete function, flat arguments, captured inputs) of a call.
+
+        TensorFlow finds a call's trace by hashing the function's type, its
+        captures included: about 1.2 ms per call for a training step with
+        hundreds of variables. A call from eager code whose arguments are
+        all arrays or eager tensors (what TensorFlow traces by shape and
+        dtype alone) takes the trace TensorFlow gave the same shapes and
+        dtypes in the same TensorFlow context; any other call asks
+        TensorFlow. The arguments are flattened (and converted) by
+        TensorFlow either way."""
+        fast = None if kwargs else _array_signature(args)
+        cf = None
+        if fast is not None:
+            from tensorflow.python.eager.polymorphic_function import function_context
+
+            fast = (fast, function_context.make_function_context())
+            cf = self._by_signature.get(fast)
+        if cf is None:
+            cf = self.concrete(*args, **kwargs)
+            if fast is not None:
+                if len(self._by_signature) >= _SIGNATURES_KEPT:
+                    self._by_signature.clear()
+                self._by_signature[fast] = cf
+        flat, captured = self.flat_inputs(cf, args, kwargs)
+        return cf, flat, captured
 
     def hlo_module(self, cf, flat, captured):
         from tensorflow.python.eager import context
@@ -271,7 +270,7 @@ class BridgedFunction:
                 )
             updates.append((k, param_inputs[param]))
         inputs = list(flat) + list(captured)
-        resident = tuple(p for p, i in enumerate(param_inputs) if _is_resource(inputs[i]))
+        resident = tuple(p for p, i in enumerate(param_inputs) if is_resource(inputs[i]))
         by_handle = {id(v.handle): v for v in cf.variables}
         kinds = variable_categories.categories(
             [variable_categories.variable_of(inputs[i], by_handle) for i in param_inputs],
@@ -349,18 +348,39 @@ class BridgedFunction:
             results = list(run_replicated(lambda *xs: exe.run(*xs), [feed] * replicas)[0])
         if not programs_compute():  # PRE_COMPILE's zeros are no new values
             return _pack(program.structured_outputs, results[:program.n_outputs])
-        n_flat = len(inputs) - program.trace.captured.n
+        captured = program.trace.captured
+        n_flat = len(inputs) - captured.n
         positions, values = [], []
         # A Ctrl-C waits until every variable this run updates is stored.
         with deferred_interrupts(f"the variable updates of {self.__name__}"):
             for out_pos, in_pos in program.updates:
                 if in_pos < n_flat:
-                    _assign(inputs[in_pos], results[out_pos])
+                    assign(inputs[in_pos], results[out_pos])
                 else:
                     positions.append(in_pos - n_flat)
                     values.append(results[out_pos])
-            program.trace.captured.write(positions, values)
+            if positions:
+                captured.write(positions, values)
         return _pack(program.structured_outputs, results[:program.n_outputs])
+
+
+# Signatures _find_trace remembers per function (then it starts afresh).
+_SIGNATURES_KEPT = 64
+
+
+def _array_signature(args):
+    """The shapes and dtypes of `args` when all are NumPy arrays or eager
+    tensors (TensorFlow traces those by shape and dtype), else None."""
+    signature = []
+    for a in args:
+        kind = type(a)
+        if kind is np.ndarray:
+            signature.append((kind, a.shape, a.dtype))
+        elif kind.__name__ == "EagerTensor":
+            signature.append((kind, a._shape_tuple(), a.dtype))  # noqa: SLF001 - TensorFlow's cheap shape
+        else:
+            return None
+    return tuple(signature)
 
 
 def _constant_key(arrays, positions):
@@ -396,46 +416,6 @@ def _align(params, inputs, name):
         out.append(j)
         j += 1
     return out
-
-
-def _is_resource(x):
-    dtype = getattr(x, "dtype", None)
-    return getattr(dtype, "name", None) == "resource" or _is_variable(x)
-
-
-def _is_variable(x):
-    return hasattr(x, "handle") and hasattr(x, "assign") and hasattr(x, "read_value")
-
-
-def _value_of(x):
-    """The NumPy value of a flat input: a tensor, a variable or a resource
-    handle (read now)."""
-    if _is_variable(x):
-        return np.asarray(x.read_value())
-    if getattr(getattr(x, "dtype", None), "name", None) == "resource":
-        from tensorflow.python.ops import gen_resource_variable_ops
-
-        dtype = _handle_dtype(x)
-        return np.asarray(gen_resource_variable_ops.read_variable_op(x, dtype))
-    return np.asarray(x)
-
-
-def _handle_dtype(handle):
-    data = handle._handle_data  # noqa: SLF001 - the dtype of a raw resource handle
-    if data is None or not data.shape_and_type:
-        raise TypeError("A resource handle without dtype information was passed.")
-    from tensorflow.python.framework import dtypes
-
-    return dtypes.as_dtype(data.shape_and_type[0].dtype)
-
-
-def _assign(target, value):
-    if _is_variable(target):
-        target.assign(value)
-        return
-    from tensorflow.python.ops import gen_resource_variable_ops
-
-    gen_resource_variable_ops.assign_variable_op(target, value)
 
 
 def _pack(structured, outputs):
