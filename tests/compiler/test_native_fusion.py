@@ -419,5 +419,6 @@ def test_a_streamed_result_gives_the_same_bits_at_any_offset():
             for target in (out, shifted):
                 target[:lo] = 0.0
                 assert native.elementwise.run(code, total, inner, block, (x, y), (target,), lo, total)
-                want = (x + y) * y
+                with np.errstate(invalid="ignore"):  # inf - inf in the specials
+                    want = (x + y) * y
                 _assert_same_bits([target[lo:]], [want[lo:]])

@@ -77,6 +77,32 @@ def test_eager_ops_and_other_functions_see_the_run_and_it_sees_them():
     np.testing.assert_allclose(float(out), 1.8 * w.shape.num_elements(), rtol=1e-5)
 
 
+def test_small_variables_of_several_dtypes_are_written_together():
+    # Arrays below ALIGN_MIN_BYTES travel packed, one flat tensor per
+    # dtype, split inside the assigning graph: each must get its own part.
+    step_count = tf.Variable(0, dtype=tf.int64)
+    flags = tf.Variable(np.zeros((2, 3), bool))
+    scales = [tf.Variable(np.full(n, float(n), np.float32)) for n in (1, 5, 7)]
+    big = tf.Variable(np.ones(SHAPE, np.float32))
+
+    def step(x):
+        step_count.assign_add(1)
+        flags.assign(tf.logical_not(flags))
+        for k, s in enumerate(scales):
+            s.assign(s * x + k)
+        big.assign(big * x)
+        return tf.reduce_sum(big)
+
+    bridged = BridgedFunction(step)
+    for call in (1, 2):
+        bridged(np.float32(2.0))
+        assert int(step_count.numpy()) == call
+        np.testing.assert_array_equal(flags.numpy(), np.full((2, 3), call % 2 == 1))
+        np.testing.assert_allclose(big.numpy(), 2.0 ** call)
+    for k, (s, n) in enumerate(zip(scales, (1, 5, 7))):
+        np.testing.assert_allclose(s.numpy(), np.full(n, (n * 2 + k) * 2 + k, np.float32))
+
+
 def test_calls_with_the_same_shapes_reuse_tensorflows_trace():
     v = tf.Variable(np.zeros(4, np.float32))
 
