@@ -164,7 +164,8 @@ def test_the_run_config_must_select_replicas_times_shards_ipus(tmp_path):
 
 
 def test_a_program_with_more_shards_than_the_device_has_ipus_is_refused(configure_ipus):
-    """Graphcore's compiler: the shards must divide the device's IPUs."""
+    """Graphcore's compiler: the shards (the highest shard + 1 rounded up to
+    a power of two: 3 -> 4) must divide the device's IPUs."""
     configure_ipus(2)
 
     def sharded(x):
@@ -174,7 +175,7 @@ def test_a_program_with_more_shards_than_the_device_has_ipus_is_refused(configur
             return y + 1.0
 
     with pytest.raises(ValueError, match="Trying to compile a graph for an IPU device with 2 "
-                                         "IPUs and 3 shards. The number of shards needs to "
+                                         "IPUs and 4 shards. The number of shards needs to "
                                          "divide the number of IPUs."):
         ipu.ipu_compiler.compile(sharded, inputs=[tf.ones((2,))])
 
@@ -187,7 +188,7 @@ def test_a_program_with_more_shards_than_the_device_has_ipus_is_refused(configur
             outfeed_queue=ipu.ipu_outfeed_queue.IPUOutfeedQueue(),
             pipeline_schedule=pipelining_ops.PipelineSchedule.Sequential)
 
-    with pytest.raises(ValueError, match="with 2 IPUs and 3 shards"):
+    with pytest.raises(ValueError, match="with 2 IPUs and 4 shards"):
         ipu.ipu_compiler.compile(pipelined, inputs=[tf.ones((2,))])
 
 

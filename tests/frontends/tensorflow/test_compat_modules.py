@@ -17,9 +17,9 @@ from keras_ipu.frontends.tensorflow.strategy_run import run as strategy_run  # n
 DATA = np.arange(40, dtype=np.float32).reshape(10, 4)
 
 
-class _Strategy:
+class _Strategy(ipu.ipu_strategy.IPUStrategy):
     """IPUStrategy's TensorFlow path (keras_ipu.distribute calls the same
-    function)."""
+    function), on the strategy's device."""
 
     def run(self, fn, args=(), kwargs=None):
         return strategy_run(self, fn, args, kwargs)
