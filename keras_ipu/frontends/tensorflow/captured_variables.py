@@ -23,6 +23,8 @@ array as the variable's buffer.
 
 import numpy as np
 
+from keras_ipu.device.compiler.host_memory import ALIGN_MIN_BYTES
+
 
 def is_variable(x):
     return hasattr(x, "handle") and hasattr(x, "assign") and hasattr(x, "read_value")
@@ -131,14 +133,31 @@ class CapturedInputs:
         from tensorflow.python.ops import gen_resource_variable_ops as rv
 
         handles = [self._handles[k] for k in positions]
-        dtypes = [self._dtypes[k] for k in positions]
+        dtypes = [self._dtypes[k].as_numpy_dtype for k in positions]
+        # Arrays TensorFlow can take as they are go one tensor each; the
+        # small ones (copied by TensorFlow anyway) one flat tensor per
+        # dtype, split again inside the graph: wrapping an array as a
+        # tensor costs about 10 us, a split in the graph about 1.
+        whole = [i for i, v in enumerate(values) if v.nbytes >= ALIGN_MIN_BYTES]
+        packs = {}
+        for i, v in enumerate(values):
+            if v.nbytes < ALIGN_MIN_BYTES:
+                packs.setdefault(np.dtype(dtypes[i]), []).append(i)
+        packs = list(packs.items())
+        shapes = [tuple(v.shape) for v in values]
+        sizes = [int(np.prod(s)) for s in shapes]
 
         def assign_all(*new):
-            for h, v in zip(handles, new):
-                rv.assign_variable_op(h, v)
+            for i, v in zip(whole, new):
+                rv.assign_variable_op(handles[i], v)
+            for (_, members), flat in zip(packs, new[len(whole):]):
+                parts = tf.split(flat, [sizes[i] for i in members]) if len(members) > 1 else [flat]
+                for i, part in zip(members, parts):
+                    rv.assign_variable_op(handles[i], tf.reshape(part, shapes[i]))
 
-        call = _GraphCall(assign_all, *[tf.TensorSpec(v.shape, d) for v, d in zip(values, dtypes)])
-        numpy_dtypes = [d.as_numpy_dtype for d in dtypes]
+        specs = [tf.TensorSpec(shapes[i], dtypes[i]) for i in whole]
+        specs += [tf.TensorSpec((sum(sizes[i] for i in members),), dtype) for dtype, members in packs]
+        call = _GraphCall(assign_all, *specs)
         device = call._context.device_name  # noqa: SLF001 - this module's own class
 
         def write(arrays):
@@ -146,7 +165,10 @@ class CapturedInputs:
             # tensors are without a copy, and the assigns inside the graph
             # adopt those buffers (tests/frontends/tensorflow/
             # test_variable_write_back.py checks that TensorFlow still does).
-            call([ops.EagerTensor(np.asarray(a, dtype=t), device)
-                  for a, t in zip(arrays, numpy_dtypes)])
+            tensors = [ops.EagerTensor(np.asarray(arrays[i], dtypes[i]), device) for i in whole]
+            for dtype, members in packs:
+                flat = np.concatenate([np.ravel(arrays[i]) for i in members]).astype(dtype, copy=False)
+                tensors.append(ops.EagerTensor(flat, device))
+            call(tensors)
 
         return write
