@@ -658,7 +658,11 @@ _PRIORITIES = textwrap.dedent(
     def nices():
         out = {{}}
         for tid in os.listdir("/proc/self/task"):
-            stat = open(f"/proc/self/task/{{tid}}/stat").read().rsplit(")", 1)[1].split()
+            try:  # a thread that ended since the listing has no stat left
+                with open(f"/proc/self/task/{{tid}}/stat") as f:
+                    stat = f.read().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
             out[int(tid)] = int(stat[16])
         return out
 

@@ -160,10 +160,11 @@ def test_ctrl_c_while_strategy_run_stores_keras_variables_leaves_none_behind(mon
 
 def test_ctrl_c_while_a_tensorflow_function_stores_its_variables_leaves_none_behind(monkeypatch):
     """The TensorFlow front end (Graphcore's custom training loops): a
-    Ctrl-C after the first variable update is stored waits until every
+    Ctrl-C as a run's variable updates are being stored waits until every
     update of that run is."""
     _default_sigint()
     tf = pytest.importorskip("tensorflow")
+    from keras_ipu.frontends.tensorflow import captured_variables
     from keras_ipu.frontends.tensorflow import function as bridge
 
     w = tf.Variable(np.zeros(2, np.float32))
@@ -177,16 +178,18 @@ def test_ctrl_c_while_a_tensorflow_function_stores_its_variables_leaves_none_beh
 
     bridged = bridge.BridgedFunction(step)
     bridged()
-    original = bridge._assign
+    # The updated variables are stored by one TensorFlow call
+    # (captured_variables.CapturedInputs.write); the Ctrl-C arrives just
+    # before it starts, so without the deferral nothing would be stored.
+    original = captured_variables.CapturedInputs.write
     stored = []
 
-    def assign(target, value):
-        original(target, value)
-        stored.append(target)
-        if len(stored) == 1:
-            signal.raise_signal(signal.SIGINT)
+    def write(self, positions, values):
+        signal.raise_signal(signal.SIGINT)
+        original(self, positions, values)
+        stored.extend(positions)
 
-    monkeypatch.setattr(bridge, "_assign", assign)
+    monkeypatch.setattr(captured_variables.CapturedInputs, "write", write)
     with pytest.raises(KeyboardInterrupt):
         bridged()
     monkeypatch.undo()
