@@ -34,10 +34,12 @@ from keras_ipu.device.compiler import optimize
 from keras_ipu.device.compiler.placement import Placement
 from keras_ipu.device.compiler.placement import on_one_ipu
 from keras_ipu.device.compiler.placement import place
+from keras_ipu.device.compiler.pipeline import running_graph
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.pytree import flatten
 from keras_ipu.device.pytree import unflatten
 from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator.feeds import Feeds
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import sharding
 from keras_ipu.device.trace import trace_flat
@@ -321,15 +323,21 @@ def predict_fit_program(placed, n_state, pipelining, batch_size, target=None, of
         placed, target=target, pipelining=pipelining, batch_size=batch_size,
         resident_inputs=tuple(range(n_state)), resident_outputs=tuple(range(-n_state, 0)),
         memory_schedule="best", offload=offload,
+        # As fit's program: its batches come through the infeed, its logs go
+        # back through the outfeed (feeds.feeds_of).
+        feeds=Feeds.of_workload(len(placed.inputs), len(placed.outputs),
+                                range(n_state, len(placed.inputs)), range(-n_state, 0)),
     )
 
 
 def placed_step(graph, device_mapping):
     """The traced step placed on the IPUs: its stages (recorded by the
-    trace) on `device_mapping`, or, not pipelined (None), all on IPU 0."""
+    trace) on `device_mapping`, or, not pipelined (None), all on IPU 0;
+    its loop bodies optimized as its executable compiles them (fused), so
+    that it is read as the program that runs (compiler.running_graph)."""
     if device_mapping is None:
-        return on_one_ipu(graph)
-    return place(graph, Placement.of({}, device_mapping))
+        return running_graph(on_one_ipu(graph))
+    return running_graph(place(graph, Placement.of({}, device_mapping)))
 
 
 def _replicas_or_one(model):

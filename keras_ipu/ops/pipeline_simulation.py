@@ -116,9 +116,10 @@ def predict_pipeline(executable, run, target=None):
     doc): the one its executable's prediction applies (compiled with the
     run's placement, BridgedFunction.executable), else made now the same
     way."""
+    from keras_ipu.device.simulator import memory_model
     from keras_ipu.device.simulator import sharding
 
-    graph = getattr(executable, "graph", executable)
+    graph = memory_model.graph_of(executable)  # the bodies that run
     body = _loop_body(graph)
     if body is None:
         raise ValueError(

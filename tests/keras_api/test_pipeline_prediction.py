@@ -15,6 +15,7 @@ import pytest
 import keras_ipu as ipu
 from keras_ipu.device.simulator import prediction as sim_prediction
 from keras_ipu.device.simulator import sharding
+from keras_ipu.device.simulator.memory_model import graph_of
 from keras_ipu.models.prediction import predict_training
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "frontends" / "tensorflow"))
@@ -65,9 +66,12 @@ def test_the_executable_and_predict_training_give_one_number(schedule):
     assert pred.samples_per_second == pytest.approx(G * MB / pred.step_seconds)
     # Each IPU's forward and backward cycles are its nodes in the micro-batch
     # loop's body; its update the nodes around the loop in the step.
-    path = sharding.pipeline_path(exe.graph)
+    # (The program as it runs: the loop bodies compiled, fused.)
+    program = graph_of(exe)
+    path = sharding.pipeline_path(program)
     holder, index = path[-1]
-    body = sharding.step_program(exe.graph)[0]
+    body = sharding.step_program(program)[0]
+    assert any(n.primitive.name == "fused_elementwise" for n in holder.nodes)
     body_steps = sim_prediction.step_costs(body, pred.target)
     holder_steps = sim_prediction.step_costs(holder, pred.target)
     for p in pipe.ipus:

@@ -4,6 +4,9 @@ import pytest
 
 from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device.ir import Node
+from keras_ipu.device.ir import Var
+from keras_ipu.device.primitives import REGISTRY
 from keras_ipu.device.simulator import cost_model as cm
 from keras_ipu.device.simulator.memory_model import IPUOutOfMemoryError
 from keras_ipu.device.simulator.memory_model import analyze_memory
@@ -190,3 +193,70 @@ def test_best_schedule_takes_the_post_order_when_it_holds_less():
     # product and both sums.
     assert program.not_always_live_bytes == 2 * big + 4
     assert best.not_always_live_bytes == big + 8
+
+
+def _fed_scan(steps=(10,)):
+    """c:f32[8192], xs:f32[*steps, 8192] -> (ys:f32[*steps, 8192], c'): scans
+    nested one per leading axis of xs; the innermost body makes c + x_t and
+    y_t = 2 x_t."""
+    shape = (8192,)
+    body = build([aval(shape), aval(shape)],
+                 lambda b, c, x: [b.op("add", c, x), b.op("mul", x, lit(2.0, "float32"))])
+    for n in reversed(steps):
+        inner = body
+        inner_xs = aval((n,) + inner.inputs[1].aval.shape)
+        body = build([aval(shape), inner_xs], lambda b, c, xs, inner=inner, n=n: b.op(
+            "scan", c, xs, body=inner, length=n, reverse=False, n_carry=1, n_xs=1, unroll=1))
+    g = build([aval(shape), aval(tuple(steps) + shape)],
+              lambda b, c, xs: list(reversed(b.op("scan", c, xs, **body.nodes[0].params))))
+    return g
+
+
+@pytest.mark.parametrize("steps", [(10,), (2, 10)])
+def test_a_feed_is_held_as_one_element(steps):
+    """[TFFEED]: the infeed copies one element at a time into a tensor of
+    one element, the outfeed likewise out of one: a program input the
+    infeed feeds and loops only slice (their xs), and a loop's stacked
+    result returned through the outfeed, take one innermost element of IPU
+    memory, not the stack (nested loops: the innermost slice)."""
+    from keras_ipu.device.simulator.feeds import Feeds
+
+    g = _fed_scan(steps)
+    xs, ys = g.inputs[1], g.outputs[0]
+    assert xs.aval.shape == ys.aval.shape == tuple(steps) + (8192,)
+    whole = analyze_memory(g, IPU2)
+    fed = analyze_memory(g, IPU2, feeds=Feeds(inputs=(1,), outputs=(0,)))
+    element = 8192 * 4
+    stack = element * (10 if steps == (10,) else 20)
+    assert cm.FEED_ELEMENTS_ON_IPU == 1
+    # Always live: the carry and the stacked xs / one element of them.
+    assert whole.input_bytes == element + stack
+    assert fed.input_bytes == element + element
+    # Not always live: the stacked ys (live to the end) / one element; the
+    # rest is the same.
+    assert whole.not_always_live_bytes - fed.not_always_live_bytes == stack - element
+    # Per tile, the element is mapped as a tensor of its own size: 32 KiB
+    # over 1,472 tiles is 128 B a tile (the minimum), the stack 224 or 448.
+    tile_element = cm.linear_mapping(element, 4, IPU2.tiles_per_ipu)[1]
+    tile_stack = cm.linear_mapping(stack, 4, IPU2.tiles_per_ipu)[1]
+    assert (tile_element, tile_stack) == (128, 224 if steps == (10,) else 448)
+    assert fed.tile_always_live_bytes < whole.tile_always_live_bytes
+
+
+def test_a_feed_read_whole_is_held_whole():
+    """A fed input something reads whole (not only a loop's slices) must be
+    on the IPU whole; a stacked result the program reads again is held
+    whole too."""
+    from keras_ipu.device.simulator.feeds import Feeds
+
+    g = _fed_scan()
+    scan = g.nodes[0]
+    total = Var(aval(()))
+    g.nodes.append(Node(REGISTRY["reduce_sum"], [g.inputs[1]], {"axes": (0, 1)}, [total]))
+    ys_sum = Var(aval(()))
+    g.nodes.append(Node(REGISTRY["reduce_sum"], [scan.outputs[1]], {"axes": (0, 1)}, [ys_sum]))
+    g.outputs += [total, ys_sum]
+    whole = analyze_memory(g, IPU2)
+    fed = analyze_memory(g, IPU2, feeds=Feeds(inputs=(1,), outputs=(0,)))
+    assert fed.input_bytes == whole.input_bytes == 8192 * 4 * 11
+    assert fed.not_always_live_bytes == whole.not_always_live_bytes

@@ -12,6 +12,7 @@ from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.config import IPUConfig
 from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import cost_model as cm
+from keras_ipu.device.simulator.memory_model import graph_of
 from keras_ipu.device.simulator.prediction import predict_costs
 from keras_ipu.device.simulator.targets import TARGETS
 
@@ -96,6 +97,31 @@ def test_scan_costs_length_times_its_body():
     assert p.steps[0].kind == "loop"
     assert p.cycles == 10 * body_pred.cycles
     assert p.steps[0].flops == 10 * 2 * 512
+
+
+def test_a_loop_body_is_costed_as_it_runs_fused():
+    # carry c:f32[4096], x_t:f32[4096] -> (c + x_t) * x_t: a chain the
+    # body's own compile fuses into one compute set.
+    body = build([aval((4096,)), aval((4096,))],
+                 lambda b, c, x: b.op("mul", b.op("add", c, x), x))
+    g = build([aval((4096,)), aval((10, 4096))], lambda b, c, xs: b.op(
+        "scan", c, xs, body=body, length=10, reverse=False, n_carry=1, n_xs=1, unroll=1))
+    exe = compile_graph(g)
+    (loop,) = graph_of(exe).nodes
+    assert [n.primitive.name for n in loop.params["body"].nodes] == ["fused_elementwise"]
+    # By hand on ipu2 (1,472 tiles): 16 KiB in 8-byte grains, at least 128 B
+    # a tile, spread over 128 tiles; 2 x 4096 FLOPs at 2 float32 lanes, 16
+    # vectors of 2 load/store cycles, one vertex launch, one sync.
+    tiles, vectors = 128, 4096 // (128 * 2)
+    fused = (2 * 4096 // (tiles * 2) + cm.ELEMENTWISE_LOOP_OVERHEAD_CYCLES * vectors
+             + cm.VERTEX_OVERHEAD_CYCLES + cm.SYNC_CYCLES)
+    assert predict_costs(exe, target=IPU2).cycles == 10 * fused
+    # The same body compiled outside a loop costs the same.
+    assert predict_costs(compile_graph(body), target=IPU2).cycles == fused
+    # The traced body (add, then mul) would cost a launch and a sync more.
+    one_op = 4096 // (tiles * 2) + cm.ELEMENTWISE_LOOP_OVERHEAD_CYCLES * vectors + (
+        cm.VERTEX_OVERHEAD_CYCLES + cm.SYNC_CYCLES)
+    assert predict_costs(g, target=IPU2).cycles == 10 * 2 * one_op
 
 
 def test_cond_counts_its_costliest_branch():

@@ -9,6 +9,8 @@ of the primitives' eager kernels in primitives/control_flow.py.
 
 import numpy as np
 
+from keras_ipu.device.compiler.graph_utils import copy_node
+from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.lowering import LOWERINGS
 from keras_ipu.device.primitives.control_flow import cond_p
 from keras_ipu.device.primitives.control_flow import scan_p
@@ -43,6 +45,37 @@ def compile_bodies(graph, compile_body):
         for i, node in enumerate(graph.nodes)
         if node.primitive in _BODIES
     }
+
+
+# primitive -> its params naming the sub-graphs, from what _BODIES made of
+# them (a Graph for each compiled body): with_bodies' inverse of _BODIES.
+_PARAMS = {
+    cond_p: lambda branches: {"branches": tuple(branches)},
+    while_p: lambda bodies: {"cond_graph": bodies[0], "body_graph": bodies[1]},
+    scan_p: lambda body: {"body": body},
+}
+
+
+def with_bodies(graph, compiled, graph_of=lambda body: body):
+    """`graph` whose control-flow nodes hold, in place of the sub-graphs
+    they were traced with, the bodies that run: `compiled` ({node index:
+    what compile_bodies made}), each made a Graph by `graph_of` (an
+    Executable's running_graph; identity when compile_bodies made Graphs).
+    Loop bodies are optimized apart (elementwise chains fused) when
+    compiled, so the cost and memory models read these, not the traced
+    ones. The other nodes, the inputs and the outputs are graph's own."""
+    if not compiled:
+        return graph
+
+    def graphs(made):
+        return tuple(map(graph_of, made)) if isinstance(made, tuple) else graph_of(made)
+
+    nodes = list(graph.nodes)
+    for i, made in compiled.items():
+        node = nodes[i]
+        nodes[i] = copy_node(node, node.inputs,
+                             params={**node.params, **_PARAMS[node.primitive](graphs(made))})
+    return rebuilt(graph, nodes, {})
 
 
 def _compiled(params, name):

@@ -27,6 +27,7 @@ from keras_ipu.device.compiler import recompute as _recompute
 from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import memory_model
+from keras_ipu.device.simulator.feeds import Feeds
 from keras_ipu.device.simulator import numerics
 from keras_ipu.device.simulator import profile
 from keras_ipu.device.simulator import sharding
@@ -74,9 +75,11 @@ def check_executable(exe, target, context=None, pipeline=None):
     context = context or system_config.configuration()
     exe.target = target
     split = exe.tensor_parallel
+    fed = feeds_of(exe, _WORKLOAD.get())
     if split is None:
         exe.memory_by_ipu = {
-            ipu: memory_model.analyze_memory(exe, target, ipu=ipu) for ipu in exe.ipus
+            ipu: memory_model.analyze_memory(exe, target, ipu=ipu, feeds=fed)
+            for ipu in exe.ipus
         }
     else:
         # SPMD: every IPU of the mesh axis runs the one-IPU part on its
@@ -157,13 +160,16 @@ def predict(exe, log=False, **workload):
     """The Prediction of `exe` on the target it was compiled for."""
     target = exe.target if exe.target is not None else system_config.configuration().target
     workload = {**(getattr(exe, "workload", None) or {}), **workload}
+    workload.setdefault("feeds", feeds_of(exe, workload))
     workload.pop("input_categories", None)  # the profile's, not the cost model's
     pipeline = workload.pop("pipeline", None) or getattr(exe, "pipeline", None)
     if pipeline is not None:
         return sharding.predict_pipelined(exe, target, pipeline, log=log, **workload)
     split = getattr(exe, "tensor_parallel", None)
     if split is not None:
-        # One IPU's part, the same on each IPU of the axis (they run at once).
+        # One IPU's part, the same on each IPU of the axis (they run at once);
+        # its inputs are not the split program's (no feeds read from them).
+        workload.pop("feeds", None)
         pred = predict_costs(split.local, target, log=log, **workload)
         pred.ipu_cycles = {ipu: pred.cycles for ipu in range(split.ipus)}
         if log:
@@ -186,6 +192,21 @@ def _reported(exe):
     local.memory_by_ipu = {0: local.memory}
     local._prediction = exe.prediction
     return local
+
+
+def feeds_of(exe, workload):
+    """The simulator's feeds.Feeds of `exe` under its workload: the inputs it
+    names "stream buffers" are the infeed's (a Keras fit's stacked batches:
+    trainer_ops/device_loop.py), and then its outputs other than the
+    resident ones (the state it keeps) go back through the outfeed; None
+    without such inputs."""
+    workload = workload or {}
+    categories = workload.get("input_categories") or ()
+    fed = tuple(j for j, kind in enumerate(categories) if kind == "stream buffers")
+    if not fed:
+        return None
+    return Feeds.of_workload(len(exe.in_avals), len(exe.out_avals), fed,
+                             workload.get("resident_outputs") or ())
 
 
 def _write_report(exe):

@@ -34,6 +34,7 @@ import numpy as np
 
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler import engines
+from keras_ipu.device.compiler import control_flow
 from keras_ipu.device.compiler.concurrent_steps import concurrent_program
 from keras_ipu.device.compiler.demotion import check_integer_range
 from keras_ipu.device.compiler.donation import donatable_operands
@@ -139,6 +140,7 @@ class Executable:
     # A program split over the IPUs of a mesh axis: its SplitProgram
     # (compiler/tensor_parallel.py), whose one-IPU part is predicted.
     tensor_parallel = None
+    _running_graph = None  # made when first asked for (running_graph)
     # What computes run()'s values (engines.runner: NumPy, XLA or tiered),
     # chosen at the first run.
     _engine_run = None
@@ -293,13 +295,24 @@ class Executable:
         compiler/placement.py)."""
         return ipus_of(self.graph)
 
+    @property
+    def running_graph(self):
+        """The program as it runs: `graph` whose control-flow nodes hold the
+        compiled bodies (`subprograms`, optimized apart: their elementwise
+        chains fused) in place of the traced ones, down every level. The
+        simulator reads this one (memory_model.graph_of)."""
+        if self._running_graph is None:
+            self._running_graph = control_flow.with_bodies(
+                self.graph, self.subprograms, lambda exe: exe.running_graph)
+        return self._running_graph
+
     def __getstate__(self):
         state = dict(self.__dict__)
         for key in (
             "_template", "_program", "_run_program", "_kernels", "_frees", "_n_inputs",
             "_in_dtypes",
             "_in_shapes", "_output_plan", "_zeros_noted", "_engine_run", "constants",
-            "output_slots",
+            "output_slots", "_running_graph",
         ):
             state.pop(key, None)
         state["format_version"] = FORMAT_VERSION

@@ -110,15 +110,35 @@ def _fused(graph, options, log):
     return graph
 
 
-def build_executable(graph, options, notes=(), passes=(), name=None):
-    """The Executable of an optimized `graph`; its control-flow bodies are
-    optimized and compiled first, with body_options(options)."""
+def _body_compiler(options, finish):
+    """compile_body for control_flow.compile_bodies: a body optimized with
+    body_options(options), then finish(optimized, its options, pass log)."""
 
     def compile_body(body, donated_inputs=()):
         inner = body_options(options, donated_inputs)
         optimized, log = optimize(body, inner)
-        return build_executable(optimized, inner, passes=log)
+        return finish(optimized, inner, log)
 
+    return compile_body
+
+
+def running_graph(graph, options=None):
+    """An optimized `graph` with its control-flow bodies optimized as
+    build_executable compiles them (body_options, every level), without
+    lowering anything: the program its executable runs
+    (Executable.running_graph), for the prediction of a traced program
+    that is not compiled (models/prediction.py). `options`: those `graph`
+    was optimized with."""
+    compile_body = _body_compiler(
+        options or CompileOptions(), lambda body, inner, log: running_graph(body, inner))
+    return control_flow.with_bodies(graph, control_flow.compile_bodies(graph, compile_body))
+
+
+def build_executable(graph, options, notes=(), passes=(), name=None):
+    """The Executable of an optimized `graph`; its control-flow bodies are
+    optimized and compiled first, with body_options(options)."""
+    compile_body = _body_compiler(
+        options, lambda body, inner, log: build_executable(body, inner, passes=log))
     return Executable(graph, notes=notes, passes=passes, behaviour=options.fp_behaviour,
                       name=name, donated_inputs=options.donated_inputs,
                       subprograms=control_flow.compile_bodies(graph, compile_body))

@@ -25,6 +25,8 @@ Sources, as cited below:
             mapping_helper.cc: see "tile mapping" below.
   [TFOFFLOAD] and [BOW2000]: see "streaming memory" and "reductions
             between processes" below.
+  [TFFEED]  graphcore/tensorflow, compiler/plugin/poplar/driver/ops/
+            feed_ops.cc: see "infeed and outfeed" below.
   [RING]    Patarasuk and Yuan's ring all-reduce (cited where used).
   [MPICH]   Thakur, Rabenseifner and Gropp's pairwise-exchange all-to-all
             (cited where used).
@@ -124,6 +126,16 @@ HOST_LINK_DIRECTIONS = 2
 FALLBACK_HOST_BYTES_PER_S_PER_DIRECTION = 16e9  # assumption
 # Latency of one host transfer (DMA set-up and the host sync): an assumption.
 HOST_TRANSFER_LATENCY_S = 5e-6  # assumption
+
+# -- infeed and outfeed [TFFEED] ------------------------------------------------
+# [TFFEED] graphcore/tensorflow, compiler/plugin/poplar/driver/ops/feed_ops.cc:
+# CreateInfeed makes a host-to-device FIFO of one element's size (its
+# "bufferingDepth" option is the infeed's prefetch_depth: the data stream's
+# buffers, on the host) and a program::Copy from it into the tensor of one
+# element, at each dequeue; CreateOutfeed copies each enqueued element into a
+# device-to-host FIFO the same way. So the IPU holds one element of a feed
+# (simulator/feeds.py), not the batches of a whole execution.
+FEED_ELEMENTS_ON_IPU = 1  # [TFFEED]
 
 # -- code memory [TFREPORT] -----------------------------------------------------
 # [TFREPORT] graphcore/tensorflow's "Retrieving information about the Poplar

@@ -10,7 +10,8 @@ tiles it touches (simulator/tile_mapping.py). The report names the fullest
 tile at the peak and its bytes.
 
 Always live: the program's inputs (weights, optimizer state and the stream
-buffers of the data fed in), its constants, and the code estimate.
+buffers of the data fed in: of a feed, one element, feeds.py), its
+constants, and the code estimate.
 Not always live: the values made by the program's steps, from their step
 to their last use (graph outputs to the end); the peak over the schedule.
 With schedule="best" (the training predictions) the peak is the lower of
@@ -37,6 +38,7 @@ from keras_ipu.device.ir import runs_on
 from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import feeds as _feeds
 from keras_ipu.device.simulator import memory_remedies
 from keras_ipu.device.simulator import targets as _targets
 from keras_ipu.device.simulator import tile_mapping
@@ -45,12 +47,14 @@ from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 
 def graph_of(obj):
     """The program of a Graph or of a compiled Executable: a Graph whose
-    nodes are its steps, in order."""
+    nodes are its steps, in order; an Executable's as it runs (its loop
+    bodies and branches the compiled ones: Executable.running_graph)."""
     if isinstance(obj, Graph):
         return obj
-    graph = getattr(obj, "graph", None)
-    if isinstance(graph, Graph):
-        return graph
+    for name in ("running_graph", "graph"):
+        graph = getattr(obj, name, None)
+        if isinstance(graph, Graph):
+            return graph
     raise TypeError(
         f"Cannot cost {type(obj).__name__}: pass a keras_ipu Graph or an "
         "Executable (keras_ipu.device.compiler.compile_graph(graph))."
@@ -149,18 +153,20 @@ def tile_bytes(aval, tiles):
     return cost_model.linear_mapping(_nbytes(aval), aval.dtype.itemsize, tiles)[1]
 
 
-def layout_on(graph, tiles, ipu=0, held=None):
+def layout_on(graph, tiles, ipu=0, held=None, feeds=None):
     """The tile_mapping.Layout of `graph` on IPU `ipu`: the inputs and
-    constants it holds, the values its steps make there, its steps' code."""
+    constants it holds, the values its steps make there, its steps' code;
+    of the values its Feeds stream (feeds.py), one element each."""
     held = held or held_on(graph, ipu)
+    fed = _feeds.held_avals(graph, feeds)
     if any(True for _ in tagged_nodes(graph)):
         home = homes(graph)
         return tile_mapping.layout(graph, tiles, held.inputs, held.constants,
                                    lambda node: ipu in steps_on(node),
                                    lambda v: home.get(v, 0) == ipu,
-                                   _placed_in_place(home))
+                                   _placed_in_place(home), held=fed)
     return tile_mapping.layout(graph, tiles, held.inputs, held.constants,
-                               lambda node: True, lambda v: True, in_place)
+                               lambda node: True, lambda v: True, in_place, held=fed)
 
 
 def always_live_tiles(layout, held, remote=()):
@@ -278,14 +284,17 @@ def made_by(node, index):
     return f"{node.primitive.name} (step {index})"
 
 
-def analyze_memory(obj, target=None, ipu=0, top=5, streamed=None, schedule="program"):
+def analyze_memory(obj, target=None, ipu=0, top=5, streamed=None, schedule="program",
+                   feeds=None):
     """The MemoryReport of a Graph or Executable on IPU `ipu` of `target`
     (an IPUTarget or its name; default: the current system's). A placed
     program (compiler/placement.py) counts on each IPU what its nodes hold
     there: the inputs and constants they read, the code of the steps that
     run there (a copy runs on both IPUs), the values they make. streamed:
     (inputs, outputs) of the program held in Streaming Memory (see the
-    module doc). schedule: "program" or "best" (module doc)."""
+    module doc). schedule: "program" or "best" (module doc). feeds: the
+    feeds.Feeds of the program (its infeed's inputs and outfeed's outputs:
+    one element of each held), or None."""
     target = resolve_target(target)
     graph = graph_of(obj)
     tiles = target.tiles_per_ipu
@@ -294,9 +303,9 @@ def analyze_memory(obj, target=None, ipu=0, top=5, streamed=None, schedule="prog
     streamed_bytes = sum(_nbytes(v.aval) for v in held.inputs if v in remote)
     inputs = [v for v in held.inputs if v not in remote]
     constants = list(held.constants)
-    input_bytes = sum(_nbytes(v.aval) for v in inputs)
+    layout = layout_on(graph, tiles, ipu, held, feeds)
+    input_bytes = sum(_nbytes(layout.aval(v, v.aval)) for v in inputs)
     constant_bytes = sum(_nbytes(a) for a in constants)
-    layout = layout_on(graph, tiles, ipu, held)
     base = always_live_tiles(layout, held, remote)
 
     peak = not_always_live(graph, tiles, ipu, streamed, layout, base)
@@ -307,8 +316,8 @@ def analyze_memory(obj, target=None, ipu=0, top=5, streamed=None, schedule="prog
             peak = other
     candidates = (
         list(peak.tensors)
-        + [LiveTensor(_nbytes(v.aval), v.aval, "program input", layout.start(v))
-           for v in inputs]
+        + [LiveTensor(_nbytes(layout.aval(v, v.aval)), layout.aval(v, v.aval),
+                      "program input", layout.start(v)) for v in inputs]
         # Values a traced function closed over (weights under jit) are
         # constants of the program.
         + [LiveTensor(_nbytes(a), a, "program constant", layout.start(("constant", k)))
@@ -387,7 +396,7 @@ def weigher(layout, base, home=None, ipu=0):
             return 0, zero
         w = cache.get(var)
         if w is None:
-            aval = var.aval
+            aval = layout.aval(var, var.aval)
             w = cache[var] = (_nbytes(aval),
                               tile_mapping.TileLoad(layout.vector(var, aval), base))
         return w
@@ -400,7 +409,7 @@ def _described(step, graph, layout, keep=None):
     values included (those `keep(var)` accepts, when given)."""
     nodes = graph.nodes
     tensors = tuple(
-        LiveTensor(_nbytes(v.aval), v.aval,
+        LiveTensor(_nbytes(layout.aval(v, v.aval)), layout.aval(v, v.aval),
                    made_by(nodes[step.made[v]], step.made[v]) if v in step.made
                    else "loaded from Streaming Memory", layout.start(v))
         for v in step.live if keep is None or keep(v)
@@ -416,11 +425,11 @@ def _described(step, graph, layout, keep=None):
     return tensors, name
 
 
-def _tiles_of(graph, tiles, ipu, streamed, layout, base):
+def _tiles_of(graph, tiles, ipu, streamed, layout, base, feeds=None):
     """(layout, base) of `graph` on IPU `ipu`, made when not given."""
     if layout is None:
         held = held_on(graph, ipu)
-        layout = layout_on(graph, tiles, ipu, held)
+        layout = layout_on(graph, tiles, ipu, held, feeds)
         remote = set(streamed[0]) if streamed is not None else set()
         base = always_live_tiles(layout, held, remote)
     return layout, base
@@ -452,7 +461,8 @@ def _placed_in_place(home):
     return in_place_here
 
 
-def not_always_live(graph, tiles, ipu=0, streamed=None, layout=None, base=None):
+def not_always_live(graph, tiles, ipu=0, streamed=None, layout=None, base=None,
+                    feeds=None):
     """The not-always-live Peak of a program on IPU `ipu`: values made by
     its steps, from their step to their last use (outputs live to the end),
     plus, at a control-flow step, the peak inside its sub-graphs (a loop
@@ -460,8 +470,8 @@ def not_always_live(graph, tiles, ipu=0, streamed=None, layout=None, base=None):
     computed in place (in_place) take no memory of their own. The peak is
     the step where the fullest tile (always-live bytes `base` included) is
     fullest; layout and base: the program's (layout_on, always_live_tiles),
-    made when not given."""
-    layout, base = _tiles_of(graph, tiles, ipu, streamed, layout, base)
+    made when not given (with `feeds`)."""
+    layout, base = _tiles_of(graph, tiles, ipu, streamed, layout, base, feeds)
     weigh, in_place_here, keep = _on_ipu(graph, layout, base, ipu)
     top = liveness.peak(graph, weigh, in_place=in_place_here, streamed=streamed)
     if top is None or top.maxima[0] <= 0:
@@ -471,7 +481,7 @@ def not_always_live(graph, tiles, ipu=0, streamed=None, layout=None, base=None):
     return Peak(top.maxima[0], int(load), top.step.index, name, tensors, load.vector)
 
 
-def liveness_by_step(obj, tiles, ipu=0, streamed=None):
+def liveness_by_step(obj, tiles, ipu=0, streamed=None, feeds=None):
     """The walk of not_always_live on IPU `ipu`, step by step: yields (step
     index, node, values live, IPU bytes, tile-0 bytes, {value: step that
     made it}, inner Peak or None), the bytes including the peak inside a
@@ -481,7 +491,7 @@ def liveness_by_step(obj, tiles, ipu=0, streamed=None):
     held on `ipu`. The live set may be the walker's own: copy it to keep
     it."""
     graph = graph_of(obj)
-    layout, base = _tiles_of(graph, tiles, ipu, streamed, None, None)
+    layout, base = _tiles_of(graph, tiles, ipu, streamed, None, None, feeds)
     weigh, in_place_here, keep = _on_ipu(graph, layout, base, ipu)
     for step in liveness.walk(graph, weigh, in_place=in_place_here, streamed=streamed):
         ipu_bytes, tile_bytes_ = step.with_inner() or (0, 0)
@@ -496,12 +506,12 @@ def liveness_by_step(obj, tiles, ipu=0, streamed=None):
         yield step.index, step.node, live, ipu_bytes, int(tile_bytes_), step.made, inner
 
 
-def peak_liveness(obj, tiles, ipu=0, streamed=None):
+def peak_liveness(obj, tiles, ipu=0, streamed=None, feeds=None):
     """The not-always-live Peak of a Graph or Executable on IPU `ipu` (of
     `tiles` tiles): the one analyze_memory reports with the program order
     (its step, its bytes on the IPU and per tile, the tensors live there,
     bodies included)."""
-    return not_always_live(graph_of(obj), tiles, ipu, streamed)
+    return not_always_live(graph_of(obj), tiles, ipu, streamed, feeds=feeds)
 
 
 def in_place(node, dies_here):

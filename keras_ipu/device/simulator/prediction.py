@@ -231,7 +231,7 @@ class Prediction:
 
 def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
                   resident_inputs=(), check_memory=False, log=None,
-                  resident_outputs=()):
+                  resident_outputs=(), feeds=None):
     """The Prediction of a Graph or Executable on `target` (IPUTarget or
     name; default: the configured system's).
 
@@ -241,7 +241,8 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
     resident_outputs: indices of outputs that stay on the IPU (the new
     weights and optimizer state of a training step): not read back.
     check_memory: raise IPUOutOfMemoryError when a tile overflows. log:
-    log the summary (default: when --log_cycle_count is set).
+    log the summary (default: when --log_cycle_count is set). feeds: the
+    program's feeds.Feeds (one element of each held on the IPU), or None.
     """
     target = memory_model.resolve_target(target)
     graph = memory_model.graph_of(obj)
@@ -250,8 +251,9 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
         [v.aval for v in graph.inputs], [v.aval for v in graph.outputs], target,
         resident_inputs, resident_outputs,
     )
-    memory = (memory_model.check_memory if check_memory
-              else memory_model.analyze_memory)(graph, target)
+    memory = memory_model.analyze_memory(graph, target, feeds=feeds)
+    if check_memory and not memory.fits:
+        raise memory_model.IPUOutOfMemoryError(memory)
     compute = sum(s.compute for s in steps)
     exchange = sum(s.exchange for s in steps)
     sync = sum(s.sync for s in steps)

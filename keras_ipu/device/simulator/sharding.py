@@ -392,7 +392,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
                     schedule="Grouped", batch_size=None, resident_inputs=(),
                     resident_outputs=(), check_memory=False, weight_update=None,
                     offload=None, memory_schedule="program", training=True,
-                    pipelining=None, batch_serialization_iterations=1):
+                    pipelining=None, batch_serialization_iterations=1, feeds=None):
     """The ShardedPrediction of a placed Graph or Executable (see the module
     doc; compile it with CompileOptions(placement=...), or place a graph with
     compiler.placement.place).
@@ -421,6 +421,8 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
     micro-batches), given with the parts or in `pipelining`: each stage
     runs over b micro-batches in a loop, so the stash and the values passed
     between stages are held for b at once.
+    feeds: the program's feeds.Feeds (its infeed's inputs and outfeed's
+    outputs: one element of each held, memory_model.analyze_memory).
     """
     if pipelining is None:
         pipelining = Pipelining(schedule, gradient_accumulation_count, training,
@@ -517,7 +519,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
                   if training and (d != last_ipu or batch_serialization_iterations > 1)
                   else 1)
         report = memory_model.analyze_memory(graph, target, ipu=d, streamed=streamed,
-                                             schedule=memory_schedule)
+                                             schedule=memory_schedule, feeds=feeds)
         moved = _offload_cycles(graph, d, streamed, offload, target)
         cycles["update"] += moved
         extra = flight - 1
@@ -595,7 +597,8 @@ def predict_pipelined(obj, target=None, pipeline=None, batch_size=None, log=None
         obj, pred.target, pipelining=pipeline,
         resident_inputs=workload.get("resident_inputs", ()),
         resident_outputs=workload.get("resident_outputs", ()), offload=pipeline.offload,
-        batch_size=batch_size // g if batch_size and g else None, memory_schedule="best")
+        batch_size=batch_size // g if batch_size and g else None, memory_schedule="best",
+        feeds=workload.get("feeds"))
     memory = max((p.memory for p in sharded.ipus), key=lambda m: m.tile_bytes)
     if check_memory and not memory.fits:
         raise memory_model.IPUOutOfMemoryError(memory)

@@ -49,17 +49,25 @@ class Layout:
     """The start tile of each tensor of one IPU's program, in allocation
     order ([TFMAP]), and the code on each tile ([TFREPORT])."""
 
-    def __init__(self, tiles):
+    def __init__(self, tiles, held=None):
         self.tiles = tiles
+        # {key: the aval the IPU holds of it} where that is not the tensor's
+        # own (a feed's one element: simulator/feeds.py).
+        self.held = dict(held or {})
         self.starts = {}
         self.code = np.full(tiles, cost_model.CONTROL_CODE_BYTES_PER_TILE, np.int64)
         self._next = 0
         self._codelets = {}  # vertex type -> bool mask of the tiles running it
 
+    def aval(self, key, aval):
+        """What the IPU holds of the tensor `key` (of `aval`)."""
+        return self.held.get(key, aval)
+
     def place(self, key, aval):
         """Map the tensor `key` (of `aval`) at the running offset."""
         if key in self.starts:
             return
+        aval = self.aval(key, aval)
         used = cost_model.tiles_used(aval.nbytes or 0, aval.dtype.itemsize, self.tiles)
         if 0 < used < self.tiles:
             self.starts[key] = self._next
@@ -71,11 +79,13 @@ class Layout:
         return self.starts.get(key, 0)
 
     def tiles_of(self, key, aval):
+        aval = self.aval(key, aval)
         used = cost_model.tiles_used(aval.nbytes or 0, aval.dtype.itemsize, self.tiles)
         return _span(self.start(key), used, self.tiles)
 
     def vector(self, key, aval):
         """Bytes per tile of the tensor `key`."""
+        aval = self.aval(key, aval)
         return distribution(aval.nbytes or 0, aval.dtype.itemsize, self.tiles, self.start(key))
 
     def add_step(self, node, operands, results):
@@ -97,14 +107,15 @@ class Layout:
             mask |= written
 
 
-def layout(graph, tiles, inputs, constants, is_step, holds, in_place=None):
+def layout(graph, tiles, inputs, constants, is_step, holds, in_place=None, held=None):
     """The Layout of a program on one IPU: `inputs` (Vars) and `constants`
     (avals, keyed ("constant", k)) first, then the results `holds(var)`
     accepts of every node, sub-graphs included; the code of the outer
     steps `is_step(node)` accepts. in_place(node, dying) -> per output the
     operand whose memory it takes over (memory_model.in_place), in program
-    order: such a result sits where that operand does."""
-    out = Layout(tiles)
+    order: such a result sits where that operand does. held: {Var: the aval
+    the IPU holds of it} where not its own (Layout.held)."""
+    out = Layout(tiles, held)
     for v in inputs:
         out.place(v, v.aval)
     for k, aval in enumerate(constants):
