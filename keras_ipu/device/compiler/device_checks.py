@@ -27,7 +27,7 @@ from keras_ipu.device.compiler import recompute as _recompute
 from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.config import system_config
 from keras_ipu.device.simulator import memory_model
-from keras_ipu.device.simulator.feeds import Feeds
+from keras_ipu.device.simulator.feeds import feeds_of
 from keras_ipu.device.simulator import numerics
 from keras_ipu.device.simulator import profile
 from keras_ipu.device.simulator import sharding
@@ -192,21 +192,6 @@ def _reported(exe):
     local.memory_by_ipu = {0: local.memory}
     local._prediction = exe.prediction
     return local
-
-
-def feeds_of(exe, workload):
-    """The simulator's feeds.Feeds of `exe` under its workload: the inputs it
-    names "stream buffers" are the infeed's (a Keras fit's stacked batches:
-    trainer_ops/device_loop.py), and then its outputs other than the
-    resident ones (the state it keeps) go back through the outfeed; None
-    without such inputs."""
-    workload = workload or {}
-    categories = workload.get("input_categories") or ()
-    fed = tuple(j for j, kind in enumerate(categories) if kind == "stream buffers")
-    if not fed:
-        return None
-    return Feeds.of_workload(len(exe.in_avals), len(exe.out_avals), fed,
-                             workload.get("resident_outputs") or ())
 
 
 def _write_report(exe):

@@ -44,6 +44,21 @@ class Feeds:
                    tuple(j for j in range(n_outputs) if j not in kept))
 
 
+def feeds_of(exe, workload):
+    """The Feeds of an Executable `exe` under its workload (the compiling
+    caller's device_checks.workload): the inputs it names "stream buffers"
+    are the infeed's (a Keras fit's stacked batches: trainer_ops/
+    device_loop.py), and then its outputs other than the resident ones (the
+    state it keeps) go back through the outfeed; None without such inputs."""
+    workload = workload or {}
+    categories = workload.get("input_categories") or ()
+    fed = tuple(j for j, kind in enumerate(categories) if kind == "stream buffers")
+    if not fed:
+        return None
+    return Feeds.of_workload(len(exe.in_avals), len(exe.out_avals), fed,
+                             workload.get("resident_outputs") or ())
+
+
 def _readers(graph):
     found = {}
     for node in graph.nodes:

@@ -101,6 +101,7 @@ from keras_ipu.device.config import system_config
 from keras_ipu.device.enums import ExecutionProfileType
 from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import feeds
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import prediction as _prediction
 from keras_ipu.device.simulator import tile_mapping
@@ -336,7 +337,7 @@ def liveness(exe, target, ipu=0):
     per_ipu, per_tile = [], []
     peak, peak_at = (0, 0), -1
     for i, _, _, ipu_bytes, tile_bytes, _, _ in memory_model.liveness_by_step(
-        exe, target.tiles_per_ipu, ipu
+        exe, target.tiles_per_ipu, ipu, feeds=_feeds_of(exe)
     ):
         per_ipu.append(ipu_bytes)
         per_tile.append(tile_bytes)
@@ -371,6 +372,13 @@ def input_categories(exe, program=None):
     return tuple(c if c in CATEGORIES else "program inputs" for c in given)
 
 
+def _feeds_of(exe):
+    """The feeds.Feeds the memory model counted `exe` with (None: a Graph)."""
+    if not hasattr(exe, "in_avals"):
+        return None
+    return feeds.feeds_of(exe, getattr(exe, "workload", None))
+
+
 def _held_categories(program, categories, held):
     """[(input Var, category)] of the program inputs an IPU holds."""
     kept = set(held.inputs)
@@ -384,7 +392,7 @@ def _tile_categories(held_inputs, constants, peak, layout):
     per = {c: np.zeros(tiles, np.int64) for c in CATEGORIES}
     per["code"] += layout.code
     for v, category in held_inputs:
-        per[category] += layout.vector(v, v.aval)
+        per[category] += layout.vector(v, v.aval)  # a feed's: one element
     for k, aval in enumerate(constants):
         per["constants"] += layout.vector(("constant", k), aval)
     for t in peak.tensors:
@@ -418,7 +426,7 @@ def _peak_tensors(held_inputs, constants, peak, layout, top=200):
     its category and its linear mapping (`tiles` tiles from tile `start`,
     wrapping; bytes on each but the last), so a viewer can tell which of
     them a tile holds."""
-    items = [(v.aval, category, "program input", layout.start(v))
+    items = [(layout.aval(v, v.aval), category, "program input", layout.start(v))
              for v, category in held_inputs]
     items += [(aval, "constants", "program constant", layout.start(("constant", k)))
               for k, aval in enumerate(constants)]
@@ -439,10 +447,12 @@ def tile_memory(exe, target, program=None, peak=None, ipu=0):
     `ipu` of `target`: what the per-tile picture stacks, and the overflow."""
     program = program or memory_model.graph_of(exe)
     tiles = target.tiles_per_ipu
-    peak = peak or memory_model.peak_liveness(program, tiles, ipu)
+    fed = _feeds_of(exe)
+    peak = peak or memory_model.peak_liveness(program, tiles, ipu, feeds=fed)
     held = memory_model.held_on(program, ipu)
     return _tile_categories(_held_categories(program, input_categories(exe, program), held),
-                            held.constants, peak, memory_model.layout_on(program, tiles, ipu, held))
+                            held.constants, peak,
+                            memory_model.layout_on(program, tiles, ipu, held, fed))
 
 
 def tile_overflow(exe, target, ipu=0):
@@ -462,12 +472,13 @@ def _memory_section(exe, mem, target):
     categories = input_categories(exe, program)
     by_ipu = getattr(exe, "memory_by_ipu", None) or {mem.ipu: mem}
     ipus, tile_pictures, tensors = [], [], []
+    fed = _feeds_of(exe)
     for ipu in sorted(by_ipu):
         report = by_ipu[ipu]
-        peak = memory_model.peak_liveness(program, tiles, ipu)
+        peak = memory_model.peak_liveness(program, tiles, ipu, feeds=fed)
         held = memory_model.held_on(program, ipu)
         held_inputs = _held_categories(program, categories, held)
-        layout = memory_model.layout_on(program, tiles, ipu, held)
+        layout = memory_model.layout_on(program, tiles, ipu, held, fed)
         by_category = _tile_categories(held_inputs, held.constants, peak, layout)
         ipu_entry, tile_entry = _ipu_memory(report, target, held_inputs, by_category)
         ipus.append(ipu_entry)
