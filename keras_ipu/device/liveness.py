@@ -125,7 +125,11 @@ def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None, strea
     outputs) held in streaming memory (offloaded variables): such an input
     is live from its first reader (loaded there) to its last, such an
     output from its step to its last reader in the program (stored back
-    then), not to the end.
+    then), not to the end. One handed to a loop or branch goes on streamed
+    inside it (streamed_into): loaded where its body reads it, its new
+    value stored back where the body returns it (a device loop's weight
+    update loads and stores each variable's state in turn), so the
+    control-flow step itself holds none of it.
     """
     liveness = liveness or analyze(graph)
     dying = liveness.dying
@@ -164,8 +168,11 @@ def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None, strea
     else:
         uncounted.update(v for v in graph.inputs if v not in loads)
     for i, node in enumerate(graph.nodes):
+        handed, inside = streamed_into(node, loads) if loads else ((), {})
+        # Handed to a body: in Streaming Memory here, as is a carry made of it.
+        uncounted.update(handed)
         for v in node.inputs:
-            if v in loads and v not in live:
+            if v in loads and v not in live and v not in handed:
                 live.add(v)
                 add(1, v)
         dies_here = dying.get(i, ())
@@ -184,7 +191,7 @@ def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None, strea
                 add(1, v)
         inner = None
         for sub in subgraphs(node):
-            top = peak(sub, weigh, in_place=in_place)
+            top = peak(sub, weigh, in_place=in_place, streamed=inside.get(id(sub)))
             if top is not None and (inner is None or top.maxima[-1] > inner.maxima[-1]):
                 inner = top
         yield LiveStep(i, node, live, totals, made, inner)
@@ -192,6 +199,30 @@ def walk(graph, weigh, *, inputs_live=False, in_place=None, liveness=None, strea
             if v in live:
                 live.discard(v)
                 add(-1, v)
+
+
+def streamed_into(node, loads):
+    """(the operands of `node` in `loads` it hands to its sub-graphs, {id of
+    a sub-graph: its (loads, stores)}): a sub-graph input receiving a
+    loaded operand is loaded inside, and a loop body's carry k returned for
+    a loaded carry operand k is stored back."""
+    prim = node.primitive
+    if not prim.subgraph_params or prim.subgraph_operands is None:
+        return (), {}
+    feeds = prim.subgraph_operands(node.params)
+    n_carry = prim.carry_count(node.params) if prim.carry_count else 0
+    handed, inside = set(), {}
+    for sub, positions in zip(subgraphs(node), feeds):
+        if positions is None:
+            continue
+        sub_loads = {x for x, p in zip(sub.inputs, positions) if node.inputs[p] in loads}
+        if not sub_loads:
+            continue
+        handed.update(node.inputs[p] for p in positions if node.inputs[p] in loads)
+        stores = {sub.outputs[k] for k in range(min(n_carry, len(sub.outputs)))
+                  if k < len(positions) and positions[k] == k and node.inputs[k] in loads}
+        inside[id(sub)] = (sub_loads, stores)
+    return handed, inside
 
 
 def peak(graph, weigh, *, inputs_live=False, in_place=None, liveness=None, streamed=None):

@@ -122,9 +122,33 @@ def _weight_update(model, replicas, variable_stages):
                 with _in_stage(variable_stages, w), name_scope(GRADIENT_ALL_REDUCE):
                     reduced.append(collective.cross_replica_mean(g, replicas))
             grads = reduced
-        return model.optimizer.stateless_apply(optimizer_variables, grads, trainable)
+        with _updates_in_stages(model.optimizer, variable_stages):
+            return model.optimizer.stateless_apply(optimizer_variables, grads, trainable)
 
     return update
+
+
+@contextlib.contextmanager
+def _updates_in_stages(optimizer, stages):
+    """Within: the optimizer's step of each weight runs in the weight's
+    pipeline stage, as Graphcore's pipeline updates a weight on the IPU
+    holding it. (Left to the placement pass, an update reading only the
+    weight's optimizer state, program inputs no placed node reads, would
+    follow the node before it: a later stage's update.)"""
+    if not stages:
+        yield
+        return
+    step = optimizer.update_step
+
+    def update_step(gradient, variable, learning_rate):
+        with _in_stage(stages, variable):
+            return step(gradient, variable, learning_rate)
+
+    object.__setattr__(optimizer, "update_step", update_step)
+    try:
+        yield
+    finally:
+        object.__delattr__(optimizer, "update_step")
 
 
 def accumulated_train_step(model, count, method, replicas, accumulator_dtype=None,

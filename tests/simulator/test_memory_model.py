@@ -260,3 +260,22 @@ def test_a_feed_read_whole_is_held_whole():
     fed = analyze_memory(g, IPU2, feeds=Feeds(inputs=(1,), outputs=(0,)))
     assert fed.input_bytes == whole.input_bytes == 8192 * 4 * 11
     assert fed.not_always_live_bytes == whole.not_always_live_bytes
+
+
+def test_state_in_streaming_memory_is_loaded_where_a_loop_body_reads_it():
+    """Two variables kept in Streaming Memory [TFOFFLOAD], handed to a loop
+    as carries (a device loop around a weight update): the body loads each
+    where it reads it and stores its new value back at once, so one is on
+    the IPU at a time; the loop step itself holds neither."""
+    n = 1024  # f32: 4 KiB each
+    body = build([aval((n,)), aval((n,)), aval((n,))], lambda b, a, c, x: [
+        b.op("mul", a, lit(0.5, "float32")), b.op("mul", c, lit(0.5, "float32"))])
+    g = build([aval((n,)), aval((n,)), aval((3, n))], lambda b, a, c, xs: b.op(
+        "scan", a, c, xs, body=body, length=3, reverse=False, n_carry=2, n_xs=1, unroll=1))
+    a, c = g.inputs[:2]
+    streamed = ({a, c}, set(g.outputs))
+    r = analyze_memory(g, IPU2, streamed=streamed)
+    assert r.streamed_bytes == 2 * n * 4
+    # a loaded (4 KiB), halved in place and stored; then c: 4 KiB at most.
+    assert r.not_always_live_bytes == n * 4
+    assert r.input_bytes == 3 * n * 4  # xs only (not fed here)

@@ -272,3 +272,33 @@ def test_weight_update_runs_once_per_step():
                           gradient_accumulation_count=8, weight_update=update)
     assert seq.step_cycles == 8 * (f0 + f1) + w0
     assert p.utilisation == pytest.approx((8 * (f0 + f1) + w0) / (2 * p.step_cycles))
+
+
+def test_a_value_of_the_weights_alone_is_not_stashed_per_micro_batch():
+    """In a micro-batch loop, stage 0's backward reads its activation `a`
+    (made from the micro-batch) and a transposed weight (made from the
+    weights alone, the same for every micro-batch): only `a` is stashed
+    once per micro-batch in flight."""
+    def body(b, acc, x, w1, w2):
+        a = b.op("tanh", b.op("dot_general", x, w1, dimension_numbers=MM, source="m/s0"),
+                 source="m/s0")
+        wt = b.op("transpose", w1, permutation=(1, 0), source="m/s0")  # f32[128,32]
+        o = b.op("dot_general", a, w2, dimension_numbers=MM, source="m/s1")
+        ga = b.op("dot_general", b.op("mul", o, o, source="m/s1"), w2,
+                  dimension_numbers=MM_T, source="m/s1")
+        gx = b.op("dot_general", ga, wt, dimension_numbers=MM, source="m/s0")
+        total = b.op("add", b.op("reduce_sum", b.op("mul", ga, a, source="m/s0"),
+                                 axes=(0, 1), source="m/s0"),
+                     b.op("reduce_sum", gx, axes=(0, 1), source="m/s0"), source="m/s0")
+        return b.op("add", acc, total, source="m/s0")
+
+    step = build([aval(()), aval((64, 32)), aval((32, 128)), aval((128, 16))], body)
+    g = build([aval(()), aval((4, 64, 32)), aval((32, 128)), aval((128, 16))],
+              lambda b, acc, xs, w1, w2: b.op("scan", acc, xs, w1, w2, body=step, length=4,
+                                              reverse=False, n_carry=1, n_xs=1, unroll=1))
+    p = predict_sharded(placed(g, {"m/s0": 0, "m/s1": 1}), target=IPU2,
+                        gradient_accumulation_count=4)
+    ipu0, ipu1 = p.ipus
+    assert ipu0.in_flight == 3
+    assert ipu0.stash_bytes == 64 * 128 * 4  # a; not wt's 128 * 32 * 4
+    assert ipu1.stash_bytes == 0

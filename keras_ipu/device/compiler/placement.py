@@ -16,8 +16,9 @@ nodes carry the Keras layer path they were traced in (`source`):
 - Any other node (the loss, the optimizer's updates, the metrics) runs
   where the values it reads are: on the home of the program inputs it
   reads (an input's home: the highest stage of the placed nodes reading
-  it), else on the stage of its largest operand's maker (of equal sizes,
-  the later stage), else on the stage of the node before it. So a weight's
+  it, inside the loops and branches it is handed to included), else on
+  the stage of its largest operand's maker (of equal sizes, the later
+  stage), else on the stage of the node before it. So a weight's
   update runs where the weight is, or where its gradient is made, not where
   a scalar it shares with every update comes from (the learning rate); the
   loss (which reads the model's output) on the last stage.
@@ -210,13 +211,7 @@ class _Placer:
         explicit = [node.stage if node.stage is not None else placement.stage_of(node.source)
                     for node in graph.nodes]
         # Inputs live where the placed nodes reading them run.
-        inputs = set(graph.inputs)
-        home = {}
-        for node, stage in zip(graph.nodes, explicit):
-            if stage is not None:
-                for v in node.inputs:
-                    if v in inputs:
-                        home[v] = max(home.get(v, stage), stage)
+        home = _input_homes(graph, placement)
         made_on = {}  # value made by a node of this graph -> its stage
         nodes = []
         for node, stage in zip(graph.nodes, explicit):
@@ -252,6 +247,30 @@ class _Placer:
         if not stages:
             return _tagged(new, before, self.placement.ipu_of(before))
         return new  # spanning: stage and ipu None
+
+
+def _input_homes(graph, placement):
+    """{input of `graph`: the highest stage of the placed nodes reading it},
+    the readers inside the sub-graphs it is handed to included (a weight
+    handed to the micro-batch loop lives where its layer runs in there)."""
+    inputs = set(graph.inputs)
+    home = {}
+    for node in graph.nodes:
+        stage = node.stage if node.stage is not None else placement.stage_of(node.source)
+        reads = {}
+        if stage is not None:
+            reads = {v: stage for v in node.inputs if v in inputs}
+        elif node.primitive.subgraph_params and node.primitive.subgraph_operands is not None:
+            feeds = node.primitive.subgraph_operands(node.params)
+            for sub, positions in zip(subgraphs(node), feeds):
+                inner = _input_homes(sub, placement) if positions else {}
+                for x, p in zip(sub.inputs, positions or ()):
+                    v = node.inputs[p]
+                    if v in inputs and x in inner:
+                        reads[v] = max(reads.get(v, inner[x]), inner[x])
+        for v, s in reads.items():
+            home[v] = max(home.get(v, s), s)
+    return home
 
 
 def _by_dataflow(node, home, made_on, before):

@@ -113,7 +113,9 @@ def reads_on(graph, ipu):
 
 def homes(graph, found=None):
     """{Var: the IPU holding it} for the values the nodes of `graph` (and of
-    its sub-graphs) make; a value not placed is on IPU 0."""
+    its sub-graphs) make, and for its inputs and its sub-graphs' the IPU
+    where their first reader runs (a variable kept in Streaming Memory is
+    loaded onto that IPU); a value not placed is on IPU 0."""
     found = {} if found is None else found
     for node in graph.nodes:
         for k, v in enumerate(node.outputs):
@@ -121,7 +123,25 @@ def homes(graph, found=None):
             found[v] = 0 if held is None else held
         for sub in subgraphs(node):
             homes(sub, found)
+    _input_homes(graph, found)
     return found
+
+
+def _input_homes(graph, found):
+    """Adds to `found` the home of each input of `graph`: the IPU of its
+    first placed reader, or the home of the sub-graph input it feeds."""
+    inputs = set(graph.inputs)
+    for node in graph.nodes:
+        where = runs_on(node)
+        if where is not None:
+            found.update((v, where) for v in node.inputs if v in inputs and v not in found)
+            continue
+        feeds = node.primitive.subgraph_operands(node.params)
+        for sub, positions in zip(subgraphs(node), feeds):
+            for x, p in zip(sub.inputs, positions or ()):
+                v = node.inputs[p]
+                if v in inputs and v not in found and x in found:
+                    found[v] = found[x]
 
 
 @dataclasses.dataclass(frozen=True)

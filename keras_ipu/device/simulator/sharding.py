@@ -487,6 +487,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
             f"batch_serialization_iterations={batch_serialization_iterations} needs the "
             f"Sequential schedule on one IPU; got {schedule} on {n} IPUs.")
     producer_stage = {v: node.stage for node in nodes for v in node.outputs}
+    varying = _per_micro_batch(step, loop if path else None)
     streamed = offload.values(graph) if offload is not None and offload.inputs else None
     results = []
     for d in ipus:
@@ -511,6 +512,10 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
             stashed |= {v for i in mine if phase[i] == "forward"
                         for v in nodes[i].inputs
                         if v in fwd_values and producer_stage.get(v) != nodes[i].stage}
+        # A value made from the weights alone (a transposed or cast weight)
+        # is the same for every micro-batch: one copy, not one per
+        # micro-batch in flight (Graphcore's pipeline stashes activations).
+        stashed &= varying
         stash_bytes = sum(v.aval.nbytes or 0 for v in stashed)
         stash_tile = sum(memory_model.tile_bytes(v.aval, target.tiles_per_ipu)
                          for v in stashed)
@@ -567,6 +572,24 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
             if not p.memory.fits:
                 raise memory_model.IPUOutOfMemoryError(p.memory)
     return pred
+
+
+def _per_micro_batch(step, loop):
+    """The values of the micro-batch program `step` that differ from one
+    micro-batch to the next: those depending on the body inputs the loop
+    `loop` changes each iteration (its carries and a scan's slices), not
+    only on what it hands every iteration alike (the weights); all of them
+    when there is no loop (a program of one micro-batch)."""
+    if loop is None:
+        return {v for node in step.nodes for v in node.outputs}
+    n = loop.primitive.carry_count(loop.params)
+    if loop.primitive is scan_p:
+        n += loop.params["n_xs"]
+    varying = set(step.inputs[:n])
+    for node in step.nodes:
+        if any(v in varying for v in node.inputs):
+            varying.update(node.outputs)
+    return varying
 
 
 def _micro_batch_cycles(schedule, g, ipus):
