@@ -277,12 +277,14 @@ def test_weight_update_runs_once_per_step():
 def test_a_value_of_the_weights_alone_is_not_stashed_per_micro_batch():
     """In a micro-batch loop, stage 0's backward reads its activation `a`
     (made from the micro-batch) and a transposed weight (made from the
-    weights alone, the same for every micro-batch): only `a` is stashed
-    once per micro-batch in flight."""
+    weights alone, the same for every micro-batch), both through one
+    barrier: only `a` is stashed once per micro-batch in flight."""
     def body(b, acc, x, w1, w2):
         a = b.op("tanh", b.op("dot_general", x, w1, dimension_numbers=MM, source="m/s0"),
                  source="m/s0")
         wt = b.op("transpose", w1, permutation=(1, 0), source="m/s0")  # f32[128,32]
+        # A barrier bundling both (a recomputation checkpoint) keeps each apart.
+        a, wt = b.op("optimization_barrier", a, wt, source="m/s0")
         o = b.op("dot_general", a, w2, dimension_numbers=MM, source="m/s1")
         ga = b.op("dot_general", b.op("mul", o, o, source="m/s1"), w2,
                   dimension_numbers=MM_T, source="m/s1")

@@ -587,7 +587,9 @@ def _per_micro_batch(step, loop):
         n += loop.params["n_xs"]
     varying = set(step.inputs[:n])
     for node in step.nodes:
-        if any(v in varying for v in node.inputs):
+        if node.primitive.aliases_operands:  # output k is operand k (a barrier)
+            varying.update(o for o, v in zip(node.outputs, node.inputs) if v in varying)
+        elif any(v in varying for v in node.inputs):
             varying.update(node.outputs)
     return varying
 
