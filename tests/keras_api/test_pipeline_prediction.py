@@ -186,7 +186,7 @@ def test_evaluate_and_predict_programs_are_pipelined_inference(schedule):
         assert pipe is not None and pipe.schedule == schedule and not pipe.training
         # 32 samples, batches of MB, G steps per execution: G micro-batches.
         assert pipe.gradient_accumulation_count == G and pipe.steps_per_run == 1
-        body = sharding.step_program(exe.graph)[0]
+        body = sharding.step_program(graph_of(exe))[0]  # the bodies that run
         body_steps = sim_prediction.step_costs(body, pred.target)
         for p in pipe.ipus:
             assert p.backward_cycles == 0 and p.stash_bytes == 0 and p.in_flight == 1
