@@ -34,7 +34,8 @@
 #
 # Cut to fit the time: 10 steps per epoch and 2 timed epochs for the batch
 # 128 models (30 and 3 by default), 20 steps and 2 timed epochs for
-# demo_functional; each stage gets what is left of BUDGET_S under `timeout`,
+# demo_functional; each stage gets what is left of BUDGET_S under `timeout`
+# (the profiles at most PROFILE_S, the batch-128 curve all but DEMO_S),
 # and thread_scaling.py rewrites its JSON after each thread count.
 
 set -uo pipefail
@@ -44,6 +45,10 @@ PY=${PYTHON:-python3}
 SITE=${SITE:-/tmp/site}
 WHEELS=${WHEELS:-.whl}
 BUDGET_S=${BUDGET_S:-345}
+# Seconds kept back for the later stages, so that a slow earlier stage cannot
+# leave the demo_functional curve (or the whole curve, after PROFILES) empty.
+DEMO_S=${DEMO_S:-90}
+PROFILE_S=${PROFILE_S:-120}
 STEPS=${STEPS:-10}
 # More fit_throughput options for both stages (--quick: a smoke test of this script).
 FIT_ARGS=${FIT_ARGS:-}
@@ -51,7 +56,7 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 export PYTHONUNBUFFERED=1
 
-left() { local s=$((BUDGET_S - SECONDS)); echo $((s > 1 ? s : 1)); }
+left() { local s=$((BUDGET_S - SECONDS - ${1:-0})); echo $((s > 1 ? s : 1)); }
 
 echo "== install ($(date -u +%T))"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
@@ -84,8 +89,10 @@ EOF
 } 2>&1 | tee "$OUT/env.txt"
 
 if [ "${PROFILES:-0}" = 1 ]; then
+    # What the profiles may leave for the curves: all but PROFILE_S seconds.
+    KEEP=$((BUDGET_S - SECONDS - PROFILE_S))
     echo "== host_threads.py ($(date -u +%T), $(left) s left)"
-    timeout "$(left)" "$PY" benchmarks/host_threads.py --repeats 20 \
+    timeout "$(left $KEEP)" "$PY" benchmarks/host_threads.py --repeats 20 \
         --out "$OUT/host_threads.json"
     for spec in "mlp 128 sgd" "cnn 128 sgd" "transformer 128 sgd" "demo_functional 32 adam"; do
         set -- $spec
@@ -93,7 +100,7 @@ if [ "${PROFILES:-0}" = 1 ]; then
             echo "== step_profile.py $1, threads $cap ($(date -u +%T), $(left) s left)" \
                 | tee -a "$OUT/profiles.txt"
             if [ "$cap" = 1 ]; then export KERAS_IPU_HOST_THREADS=1; else unset KERAS_IPU_HOST_THREADS; fi
-            timeout "$(left)" "$PY" benchmarks/step_profile.py --model "$1" \
+            timeout "$(left $KEEP)" "$PY" benchmarks/step_profile.py --model "$1" \
                 --batch-size "$2" --optimizer "$3" --repeats 5 --clock wall \
                 >> "$OUT/profiles.txt" 2>&1
         done
@@ -104,15 +111,15 @@ if [ "${PROFILES:-0}" = 1 ]; then
         set -- $spec
         echo "== step_profile.py --run-loop $1, default threads ($(date -u +%T), $(left) s left)" \
             | tee -a "$OUT/profiles.txt"
-        timeout "$(left)" "$PY" benchmarks/step_profile.py --model "$1" \
+        timeout "$(left $KEEP)" "$PY" benchmarks/step_profile.py --model "$1" \
             --batch-size "$2" --optimizer "$3" --repeats 30 --run-loop \
             >> "$OUT/profiles.txt" 2>&1
     done
     unset KERAS_IPU_HOST_THREADS
 fi
 
-echo "== batch 128, SGD ($(date -u +%T), $(left) s left)"
-timeout "$(left)" "$PY" benchmarks/thread_scaling.py --threads "$COUNTS" \
+echo "== batch 128, SGD ($(date -u +%T), $(left) s left, $DEMO_S kept for the next stage)"
+timeout "$(left "$DEMO_S")" "$PY" benchmarks/thread_scaling.py --threads "$COUNTS" \
     --backends ipu,jax --models mlp,cnn,transformer,lstm \
     --steps "$STEPS" --timed-epochs 2 --timeout 200 \
     --out "$OUT/scaling_b128_sgd.json" $FIT_ARGS
