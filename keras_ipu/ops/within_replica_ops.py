@@ -7,20 +7,19 @@ TensorFlow operations here: the values are Graphcore's; they are compiled
 like the program's other operations (scopes.ipu_shard says where a
 sharded program's operations run), not as a collective over the
 IPU-Links, so Poplar's exchange pattern between the shards is not costed.
+
+reduce_scatter's placement of the reduced elements is GCL's
+(gcl::reduceScatterWithinReplica, closed source): Graphcore's own
+plugin says it does not know how GCL distributes them and pads every
+shard's result to ceil(n / shards) elements, and Graphcore's tests
+check the shards' results as an unordered collection against a model
+of the op (`reduce` in within_replica_ops_test.py) that deals the
+reduced elements out from the last, one per shard in turn. That model
+is the one statement of the result in Graphcore's source, so it is the
+order here: shard s holds elements n-1-s, n-1-s-k, ... (k shards),
+zeros after them. The reference's 3-element example shows the same
+collection of chunks in another placement.
 """
-
-from keras_ipu._unavailable import declare_unavailable
-
-declare_unavailable(
-    globals(), "within_replica_ops",
-    "which shard gets which reduced chunk is Poplar's choice and is not "
-    "defined: the reference's only example (3 elements, 4 shards) gives shard "
-    "0 the padding, shards 1 and 2 their own chunks and shard 3 the first, "
-    "which no rule for other sizes follows from, and Graphcore's "
-    "within_replica_ops tests compare the shards' results as an unordered "
-    "collection (assertCountEqual); use all_reduce and slice each shard's part.",
-    functions=("reduce_scatter",),
-)
 
 _REDUCTIONS = {
     "COLLECTIVE_OP_ADD": "add_n",
@@ -45,11 +44,9 @@ def _validated(input_shards):
     return shards
 
 
-def all_reduce(input_shards, op):
-    """Every shard gets the elementwise `op` over the shards' rank-0 or
-    rank-1 tensors, each zero-padded to the longest: a tuple, element i
-    for shard i. `op`: COLLECTIVE_OP_ADD / MUL / MIN / MAX / LOGICAL_AND /
-    LOGICAL_OR."""
+def _reduced(input_shards, op, name):
+    """The elementwise `op` over the shards' rank-0 or rank-1 tensors, each
+    zero-padded to the longest (a rank-1 tensor), and the shard count."""
     import functools
 
     import tensorflow as tf
@@ -57,20 +54,50 @@ def all_reduce(input_shards, op):
     shards = _validated(input_shards)
     if op not in _REDUCTIONS:
         raise ValueError(
-            f"within_replica_ops.all_reduce op={op!r}: use one of {sorted(_REDUCTIONS)} "
+            f"within_replica_ops.{name} op={op!r}: use one of {sorted(_REDUCTIONS)} "
             "(COLLECTIVE_OP_LOCAL is not supported: it reduces nothing across shards).")
     if any(s.shape.rank > 1 for s in shards):
-        raise ValueError("within_replica_ops.all_reduce takes tensors of rank 0 or 1.")
+        raise ValueError(f"within_replica_ops.{name} takes tensors of rank 0 or 1.")
     flat = [tf.reshape(s, [-1]) for s in shards]
     longest = max(f.shape[0] for f in flat)
     padded = [tf.pad(f, [[0, longest - f.shape[0]]]) for f in flat]
-    name = _REDUCTIONS[op]
-    if name == "add_n":
-        reduced = tf.add_n(padded)
-    else:
-        fn = getattr(tf.math, name)
-        reduced = functools.reduce(fn, padded)
-    return tuple(tf.identity(reduced) for _ in shards)
+    reduction = _REDUCTIONS[op]
+    if reduction == "add_n":
+        return tf.add_n(padded), len(shards)
+    return functools.reduce(getattr(tf.math, reduction), padded), len(shards)
+
+
+def all_reduce(input_shards, op):
+    """Every shard gets the elementwise `op` over the shards' rank-0 or
+    rank-1 tensors, each zero-padded to the longest: a tuple, element i
+    for shard i. `op`: COLLECTIVE_OP_ADD / MUL / MIN / MAX / LOGICAL_AND /
+    LOGICAL_OR."""
+    import tensorflow as tf
+
+    reduced, count = _reduced(input_shards, op, "all_reduce")
+    return tuple(tf.identity(reduced) for _ in range(count))
+
+
+def reduce_scatter(input_shards, op):
+    """The elementwise `op` over the shards' rank-0 or rank-1 tensors (each
+    zero-padded to the longest, n elements) scattered over the k shards:
+    a tuple, element s for shard s, each of ceil(n / k) elements: shard s
+    holds reduced elements n-1-s, n-1-s-k, ..., then zeros (the order of
+    Graphcore's tests, see the module doc). The gradient is TensorFlow's
+    own of these operations: each shard's input gets the gradients of the
+    elements it reduced into."""
+    import math
+
+    import tensorflow as tf
+
+    reduced, count = _reduced(input_shards, op, "reduce_scatter")
+    n = reduced.shape[0]
+    size = math.ceil(n / count)
+    # Index n reads the zero appended for the padding.
+    table = tf.concat([reduced, tf.zeros([1], reduced.dtype)], axis=0)
+    picks = [[n - 1 - s - j * count if n - 1 - s - j * count >= 0 else n
+              for j in range(size)] for s in range(count)]
+    return tuple(tf.gather(table, indices) for indices in picks)
 
 
 def all_gather(input_shards, axis=0):

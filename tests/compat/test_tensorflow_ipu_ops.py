@@ -312,8 +312,67 @@ def test_within_replica_all_reduce_pads_and_all_gather_concatenates():
     with pytest.raises(ValueError, match="duplicate entries"):
         t = tf.constant(a)
         ipu.within_replica_ops.all_reduce([t, t], "COLLECTIVE_OP_ADD")
-    with pytest.raises(NotImplementedError, match="Poplar.s choice and is not defined"):
-        ipu.within_replica_ops.reduce_scatter([a, b], "COLLECTIVE_OP_ADD")
+
+
+def _scatter(op, *shards):
+    return [list(r) for r in on_ipu(
+        lambda *xs: ipu.within_replica_ops.reduce_scatter(list(xs), op), *shards)]
+
+
+def test_within_replica_reduce_scatter_deals_the_reduced_elements_from_the_last():
+    # Graphcore's within_replica_ops_test cases, expected values by hand:
+    # shard s holds reduced elements n-1-s, n-1-s-k, ..., then zeros.
+    x = [np.array([1.0, 2.0, 3.0], "float32") * 10 ** i for i in range(4)]
+    # The reference's example (3 elements, 4 shards): the same chunks
+    # [x], [y], [z], [0] (Graphcore places them 0/y/z/x).
+    assert _scatter("COLLECTIVE_OP_ADD", *x) == [[3333.0], [2222.0], [1111.0], [0.0]]
+    five = [np.arange(1, 6, dtype="int32") * k for k in (1, 2, 3, 4)]
+    # 5 elements over 4 shards: ceil(5 / 4) = 2 each, one shard gets two.
+    assert _scatter("COLLECTIVE_OP_ADD", *five) == [[50, 10], [40, 0], [30, 0], [20, 0]]
+    two = [np.array([1, 2], "int32") * k for k in (1, 2, 3, 4)]
+    assert _scatter("COLLECTIVE_OP_ADD", *two) == [[20], [10], [0], [0]]
+    # Mixed sizes are zero-padded: [2, 0] + [1, 1]; scalars are [1].
+    assert _scatter("COLLECTIVE_OP_ADD", np.array([2], "int32"),
+                    np.array([1, 1], "int32")) == [[1], [3]]
+    assert _scatter("COLLECTIVE_OP_MUL", np.array([2, 3], "float32"),
+                    np.array([5, 7], "float32")) == [[21.0], [10.0]]
+    assert _scatter("COLLECTIVE_OP_MAX", np.float32(4), np.float32(9)) == [[9.0], [0.0]]
+    a, b = np.array([False, True]), np.array([True, True])
+    assert _scatter("COLLECTIVE_OP_LOGICAL_AND", a, b) == [[True], [False]]
+    assert _scatter("COLLECTIVE_OP_LOGICAL_OR", a, b) == [[True], [True]]
+    with pytest.raises(ValueError, match="rank 0 or 1"):
+        ipu.within_replica_ops.reduce_scatter(
+            [tf.zeros([1, 2, 3]), tf.ones([1, 2, 3])], "COLLECTIVE_OP_ADD")
+    with pytest.raises(ValueError, match="same type"):
+        ipu.within_replica_ops.reduce_scatter(
+            [tf.zeros([2]), tf.zeros([2], tf.int32)], "COLLECTIVE_OP_ADD")
+
+
+def test_within_replica_reduce_scatter_gradient():
+    # Graphcore's testGrad: [1, 1] and [2, 2] reduce to [3], [3]; the loss
+    # sum_s mean(r_s ** 2) gives each input element 2 * 3.
+    def net(s0, s1):
+        with tf.GradientTape() as tape:
+            tape.watch([s0, s1])
+            r = ipu.within_replica_ops.reduce_scatter([s0, s1], "COLLECTIVE_OP_ADD")
+            loss = tf.reduce_mean(r[0] ** 2) + tf.reduce_mean(r[1] ** 2)
+        return tape.gradient(loss, [s0, s1])
+
+    g0, g1 = on_ipu(net, np.array([1.0, 1.0], "float32"), np.array([2.0, 2.0], "float32"))
+    np.testing.assert_array_equal(g0, [6.0, 6.0])
+    np.testing.assert_array_equal(g1, [6.0, 6.0])
+    # Unequal values: shard 0 holds element 1, shard 1 element 0, so the
+    # loss 3 * r_0 + r_1 gives element 1 the weight 3.
+    def weighted(s0, s1):
+        with tf.GradientTape() as tape:
+            tape.watch([s0, s1])
+            r = ipu.within_replica_ops.reduce_scatter([s0, s1], "COLLECTIVE_OP_ADD")
+            loss = 3.0 * tf.reduce_sum(r[0]) + tf.reduce_sum(r[1])
+        return tape.gradient(loss, [s0, s1])
+
+    g0, g1 = on_ipu(weighted, np.array([1.0, 5.0], "float32"), np.array([2.0, 7.0], "float32"))
+    np.testing.assert_array_equal(g0, [1.0, 3.0])
+    np.testing.assert_array_equal(g1, [1.0, 3.0])
 
 
 # -- normalization_ops ----------------------------------------------------------
