@@ -137,13 +137,14 @@ class IPUEstimator:
     def export_saved_model(self, export_dir_base, serving_input_receiver_fn, assets_extra=None,
                            as_text=False, checkpoint_path=None,
                            experimental_mode=ModeKeys.PREDICT):
-        """Export the model_fn's PREDICT graph on the serving input
-        receiver's features, with the checkpoint's (default: the latest)
-        values, as a SavedModel under export_dir_base/<timestamp>; returns
-        that directory (bytes)."""
-        return self.experimental_export_all_saved_models(
-            export_dir_base, {experimental_mode: serving_input_receiver_fn},
-            assets_extra=assets_extra, as_text=as_text, checkpoint_path=checkpoint_path)
+        """Export the model_fn's graph of `experimental_mode` (PREDICT: on
+        the serving input receiver's features) with the checkpoint's
+        (default: the latest) values, as a SavedModel under
+        export_dir_base/<timestamp>; returns that directory (bytes)."""
+        if not serving_input_receiver_fn:
+            raise ValueError(saved_model_export._NO_SERVING_INPUT)  # noqa: SLF001
+        return self._export(export_dir_base, {experimental_mode: serving_input_receiver_fn},
+                            assets_extra, as_text, checkpoint_path, True)
 
     def export_savedmodel(self, export_dir_base, serving_input_receiver_fn, assets_extra=None,
                           as_text=False, checkpoint_path=None, strip_default_attrs=False):
@@ -155,29 +156,45 @@ class IPUEstimator:
                       "be removed in a future version. Instructions for updating: This "
                       "function has been renamed, use `export_saved_model` instead.",
                       DeprecationWarning, stacklevel=2)
-        return self._export(export_dir_base, serving_input_receiver_fn, assets_extra, as_text,
-                            checkpoint_path, strip_default_attrs)
+        if not serving_input_receiver_fn:
+            raise ValueError(saved_model_export._NO_SERVING_INPUT)  # noqa: SLF001
+        return self._export(export_dir_base, {ModeKeys.PREDICT: serving_input_receiver_fn},
+                            assets_extra, as_text, checkpoint_path, strip_default_attrs)
 
     def experimental_export_all_saved_models(self, export_dir_base, input_receiver_fn_map,
                                              assets_extra=None, as_text=False,
                                              checkpoint_path=None):
-        """export_saved_model for {mode: input_receiver_fn}; only the
-        PREDICT graph is exported (saved_model_export._TRAIN_EVAL_GRAPHS)."""
-        receiver_fn = saved_model_export.check_receiver_fn_map(input_receiver_fn_map)
-        return self._export(export_dir_base, receiver_fn, assets_extra, as_text,
+        """One SavedModel holding a MetaGraph per mode of
+        input_receiver_fn_map ({mode: input receiver fn}; TRAIN and EVAL
+        take supervised receivers); see saved_model_export's module doc."""
+        return self._export(export_dir_base, input_receiver_fn_map, assets_extra, as_text,
                             checkpoint_path, True)
 
-    def _export(self, export_dir_base, receiver_fn, assets_extra, as_text, checkpoint_path,
+    def _export(self, export_dir_base, receiver_fns, assets_extra, as_text, checkpoint_path,
                 strip_default_attrs):
+        saved_model_export.check_receiver_fn_map(receiver_fns)
         self._prepare()
         prefix = checkpoint_path or self.latest_checkpoint()
         if prefix is None:
             raise ValueError(f"Couldn't find trained model at {self._model_dir}.")
         return saved_model_export.export(
-            export_dir_base, receiver_fn,
-            lambda features, specs: self._emitted_model(features, specs, prefix),
-            self._mode_params(ModeKeys.PREDICT).get("batch_size"), assets_extra=assets_extra,
+            export_dir_base, receiver_fns, self, prefix, assets_extra=assets_extra,
             as_text=as_text, strip_default_attrs=strip_default_attrs)
+
+    def export_batch_size(self, mode):
+        """The batch size (per replica) an export of `mode` fills an open
+        batch dimension with, or None."""
+        return self._mode_params(mode).get("batch_size")
+
+    def variable_entry(self, handle):
+        """(checkpoint name, is local, the variable) of the one of this
+        estimator's variables whose resource handle is `handle`, or None."""
+        from keras_ipu.estimators.variable_store import is_local
+
+        for name, entry in self._store.named().items():
+            if entry.variable.handle is handle:
+                return name, is_local(entry), entry
+        return None
 
     def serving_outputs(self, features):
         """(predictions, export_outputs) of the model_fn in PREDICT mode on
@@ -185,11 +202,32 @@ class IPUEstimator:
         spec = self.call_model_fn(features, None, ModeKeys.PREDICT)
         return spec.predictions, getattr(spec, "export_outputs", None)
 
-    def _emitted_model(self, features, specs, prefix):
-        """The model part of an export (saved_model_export.export's
-        `emitted_model`): the PREDICT model_fn on features of `specs`,
-        compiled through the front end with checkpoint `prefix` restored
-        into its variables, emitted as TensorFlow ops (frozen variables)."""
+    def supervised_outputs(self, features, labels, mode):
+        """Inside a trace, the model_fn in TRAIN or EVAL mode: {"loss" (after
+        the train op), "predictions", "metrics": {name: the metric after
+        its update}} (what a TRAIN or EVAL export's signature gives)."""
+        import tensorflow as tf
+
+        global_step = self.global_step_variable()
+        spec = self.call_model_fn(features, labels, mode)
+        if mode == ModeKeys.TRAIN:
+            _check_global_step_not_incremented(global_step)
+            with tf.control_dependencies([spec.train_op]):
+                loss = tf.identity(spec.loss)
+        else:
+            loss = spec.loss
+        outputs = {"loss": loss, "metrics": _updated_metrics(spec.eval_metric_ops)}
+        if spec.predictions is not None and not (isinstance(spec.predictions, dict)
+                                                 and not spec.predictions):
+            outputs["predictions"] = spec.predictions
+        return outputs
+
+    def emitted_predict_model(self, features, specs, prefix):
+        """The model part of a PREDICT export: the PREDICT model_fn on
+        features of `specs`, compiled through the front end with checkpoint
+        `prefix` restored into its variables, emitted as TensorFlow ops
+        (frozen variables); a function of the flat features returning
+        {signature key: (ExportOutput class, {field: tensor})}."""
         import tensorflow as tf
 
         from keras_ipu.export.serving_export import emitted_step
@@ -227,6 +265,35 @@ class IPUEstimator:
             return {key: (classes[key], fields) for key, fields in step(*flat).items()}
 
         return model
+
+    def emitted_supervised_step(self, mode, features, labels, specs, prefix):
+        """The model part of a TRAIN or EVAL export: the model_fn in `mode`
+        on features and labels of `specs` (two lists), compiled through the
+        front end and emitted as TensorFlow ops reading and writing the
+        export graph's variables: `step(graph_variable, *features_then_
+        labels)` returns (supervised_outputs' dict, the variables' assign
+        ops); see serving_export.emitted_stateful_step. The variables'
+        values are the export graph's (restored from `prefix`)."""
+        import tensorflow as tf
+
+        from keras_ipu.export.serving_export import emitted_stateful_step
+
+        del prefix  # restored into the export graph's variables, not here
+        store = self._store
+        n_features = len(specs[0])
+
+        def supervised_model(*flat):
+            with store.trace():
+                return self.supervised_outputs(
+                    tf.nest.pack_sequence_as(features, list(flat[:n_features])),
+                    tf.nest.pack_sequence_as(labels, list(flat[n_features:])), mode)
+
+        supervised_model.__name__ = f"ipu_estimator_{mode}_export_model"
+        step = emitted_stateful_step(supervised_model, specs[0] + specs[1])
+        # Variables made by the trace (optimizer slots) take their values as
+        # for a run, so the estimator's state stays as training left it.
+        self._initialise_new_variables()
+        return step
 
     # -- the three modes ------------------------------------------------------
 
@@ -583,14 +650,8 @@ class _LoopProgram:
                     loss = tf.identity(spec.loss)
                 return self.outfeed.enqueue({"loss": loss})
             if mode == ModeKeys.EVAL:
-                updates = {}
-                for key, pair in (spec.eval_metric_ops or {}).items():
-                    value, update = pair
-                    if isinstance(update, tf.Operation):
-                        with tf.control_dependencies([update]):
-                            update = tf.identity(value)
-                    updates[key] = update
-                return self.outfeed.enqueue({"loss": spec.loss, "metrics": updates})
+                return self.outfeed.enqueue({"loss": spec.loss, "metrics": _updated_metrics(
+                    spec.eval_metric_ops)})
             return self.outfeed.enqueue({"predictions": spec.predictions})
 
         reductions_before = cross_replica_ops.reductions_traced()
@@ -644,6 +705,20 @@ def _replica_batches(out, replicas):
         return out
     return tf.nest.map_structure(
         lambda v: tf.reshape(v, [-1] + v.shape.as_list()[2:]), out)
+
+
+def _updated_metrics(eval_metric_ops):
+    """{name: the metric's value after its update op} of tf.compat.v1.metrics
+    (value, update) pairs (an update given as an op is run first)."""
+    import tensorflow as tf
+
+    updated = {}
+    for key, (value, update) in (eval_metric_ops or {}).items():
+        if isinstance(update, tf.Operation):
+            with tf.control_dependencies([update]):
+                update = tf.identity(value)
+        updated[key] = update
+    return updated
 
 
 def _features_and_labels(element, named, mode):

@@ -7,7 +7,10 @@ serving_input_receiver_fn takes no argument and, called inside the graph
 the export builds, returns a ServingInputReceiver (features, a dict of
 them, for the model_fn; the receiver tensors, the SavedModel's inputs) or
 a TensorServingInputReceiver (one feature tensor handed to the model_fn as
-it is). The export outputs (PredictOutput, ClassificationOutput,
+it is). experimental_export_all_saved_models' TRAIN and EVAL graphs take
+a SupervisedInputReceiver (features and labels, both receiver tensors),
+made by build_raw_supervised_input_receiver_fn or
+build_supervised_input_receiver_fn_from_input_fn. The export outputs (PredictOutput, ClassificationOutput,
 RegressionOutput) are TensorFlow's own classes, which TensorFlow still
 ships (tensorflow/python/saved_model/model_utils/export_output.py).
 
@@ -19,6 +22,7 @@ import collections
 
 _SINGLE_FEATURE_DEFAULT_NAME = "feature"
 _SINGLE_RECEIVER_DEFAULT_NAME = "input"
+_SINGLE_LABEL_DEFAULT_NAME = "label"
 # The key a single tensor gets in each field (TensorFlow 1's names).
 _SINGLE_TENSOR_DEFAULT_NAMES = {
     "feature": _SINGLE_FEATURE_DEFAULT_NAME,
@@ -27,8 +31,10 @@ _SINGLE_TENSOR_DEFAULT_NAMES = {
 }
 _EXPORT_OUTPUTS = ("ExportOutput", "PredictOutput", "ClassificationOutput", "RegressionOutput")
 
-__all__ = ["ServingInputReceiver", "TensorServingInputReceiver",
+__all__ = ["ServingInputReceiver", "TensorServingInputReceiver", "SupervisedInputReceiver",
            "build_raw_serving_input_receiver_fn", "build_parsing_serving_input_receiver_fn",
+           "build_raw_supervised_input_receiver_fn",
+           "build_supervised_input_receiver_fn_from_input_fn",
            *_EXPORT_OUTPUTS]
 
 
@@ -92,6 +98,70 @@ class TensorServingInputReceiver(collections.namedtuple(
         return super().__new__(cls, receiver.features[_SINGLE_FEATURE_DEFAULT_NAME],
                                receiver.receiver_tensors,
                                receiver.receiver_tensors_alternatives)
+
+
+class SupervisedInputReceiver(collections.namedtuple(
+        "SupervisedInputReceiver", ["features", "labels", "receiver_tensors"])):
+    """What the input_receiver_fn of a TRAIN or EVAL export returns:
+    `features` and `labels` (each a Tensor, SparseTensor or dict of them,
+    handed to the model_fn as they are) and `receiver_tensors` (the
+    SavedModel's inputs)."""
+
+    def __new__(cls, features, labels, receiver_tensors):
+        for values, label in ((features, "feature"), (labels, "label")):
+            if isinstance(values, dict):
+                _wrap_and_check_input_tensors(values, "feature")
+            else:
+                _check_tensor(values, None, error_label=label)
+        receiver_tensors = _wrap_and_check_input_tensors(receiver_tensors, "receiver_tensor")
+        return super().__new__(cls, features, labels, receiver_tensors)
+
+
+def build_raw_supervised_input_receiver_fn(features, labels, default_batch_size=None):
+    """An input_receiver_fn for TRAIN and EVAL exports whose receiver
+    tensors are placeholders of `features` and `labels` (tensors or dicts of
+    them, giving dtypes and shapes after the batch dimension): a single
+    feature is received as 'input', a single label as 'label'."""
+    feature_keys = features.keys() if isinstance(features, dict) else [_SINGLE_RECEIVER_DEFAULT_NAME]
+    label_keys = labels.keys() if isinstance(labels, dict) else [_SINGLE_LABEL_DEFAULT_NAME]
+    overlap = set(feature_keys) & set(label_keys)
+    if overlap:
+        raise ValueError("Features and labels must have distinct keys. Found overlapping "
+                         f"keys: {overlap}")
+
+    def placeholders(values):
+        if isinstance(values, dict):
+            return {name: _placeholder_from_tensor(t, default_batch_size)
+                    for name, t in values.items()}
+        return _placeholder_from_tensor(values, default_batch_size)
+
+    def supervised_input_receiver_fn():
+        feature_tensors, label_tensors = placeholders(features), placeholders(labels)
+        receiver = {}
+        for values, single in ((feature_tensors, _SINGLE_RECEIVER_DEFAULT_NAME),
+                               (label_tensors, _SINGLE_LABEL_DEFAULT_NAME)):
+            receiver.update(values if isinstance(values, dict) else {single: values})
+        return SupervisedInputReceiver(feature_tensors, label_tensors, receiver)
+
+    return supervised_input_receiver_fn
+
+
+def build_supervised_input_receiver_fn_from_input_fn(input_fn, **input_fn_args):
+    """build_raw_supervised_input_receiver_fn on the (features, labels) of
+    the elements of the tf.data.Dataset `input_fn(**input_fn_args)`
+    returns (their shapes after the batch dimension)."""
+    import tensorflow as tf
+
+    with tf.Graph().as_default():
+        dataset = input_fn(**input_fn_args)
+        if not isinstance(dataset, tf.data.Dataset):
+            raise ValueError(
+                f"input_fn must return a tf.data.Dataset, got {type(dataset).__name__}.")
+        element = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    if not isinstance(element, tuple) or len(element) != 2:
+        raise ValueError("input_fn's dataset must give (features, labels) elements for a "
+                         "supervised input receiver.")
+    return build_raw_supervised_input_receiver_fn(*element)
 
 
 def build_parsing_serving_input_receiver_fn(feature_spec, default_batch_size=None):

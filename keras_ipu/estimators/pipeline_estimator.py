@@ -117,6 +117,52 @@ class IPUPipelineEstimator(IPUEstimator):
         return _one_prediction(outputs), None
 
 
+    def supervised_outputs(self, features, labels, mode):
+        """Inside a trace, a TRAIN or EVAL export's step on one batch (one
+        micro-batch): the stages one after the other on (features, labels)
+        as the infeed gives them; TRAIN: the optimizer_function's optimizer
+        applies that micro-batch's gradients (a pipeline of
+        gradient_accumulation_count 1: train() applies G micro-batches'
+        accumulated gradients, the same update when the G are this batch
+        and the reduction is MEAN); EVAL: eval_metrics_fn on the last
+        stage's outputs, compiled with them (evaluate() runs it on the
+        host)."""
+        import tensorflow as tf
+
+        from keras_ipu.estimators.estimator import _updated_metrics
+        from keras_ipu.loops import _body_arguments
+        from keras_ipu.ops.functional_pipeline import OptimizerFunctionOutput
+        from keras_ipu.ops.functional_pipeline import run_stages
+
+        self.global_step_variable()
+        spec = self.call_pipeline_model_fn(mode)
+        args, kwargs = _body_arguments((features, labels))
+        last_args, last_kwargs, _ = run_stages(spec.computational_stages, args, kwargs)
+        if mode == ModeKeys.TRAIN:
+            out = spec.optimizer_function(*last_args, **last_kwargs)
+            if not isinstance(out, OptimizerFunctionOutput):
+                raise TypeError("The optimizer_function must return a pipelining_ops."
+                                f"OptimizerFunctionOutput, got {type(out).__name__}.")
+            grads = out.opt.compute_gradients(out.loss, *out.compute_gradients_args,
+                                              **out.compute_gradients_kwargs)
+            train_op = out.opt.apply_gradients(grads, *out.apply_gradients_args,
+                                               **out.apply_gradients_kwargs)
+            with tf.control_dependencies([train_op]):
+                return {"loss": tf.identity(out.loss), "metrics": {}}
+        metrics = _checked_metrics(spec.eval_metrics_fn(*last_args, **last_kwargs))
+        loss = metrics.pop("loss")
+        return {"loss": loss, "metrics": _updated_metrics(metrics)}
+
+
+def _checked_metrics(metrics):
+    """A copy of eval_metrics_fn's dict, checked as Graphcore checks it."""
+    if not isinstance(metrics, dict):
+        raise TypeError(f"The `eval_metrics_fn` must return a dict, but got {type(metrics)}.")
+    if "loss" not in metrics:
+        raise KeyError("The dict returned from `eval_metrics_fn` must contain 'loss'.")
+    return dict(metrics)
+
+
 def _one_prediction(out):
     if isinstance(out, (list, tuple)):
         if len(out) != 1:
@@ -185,13 +231,7 @@ class _PipelineProgram(_LoopProgram):
 
             def host(*args, **kwargs):
                 with store.trace():
-                    metrics = metrics_fn(*args, **kwargs)
-                if not isinstance(metrics, dict):
-                    raise TypeError("The `eval_metrics_fn` must return a dict, but got "
-                                    f"{type(metrics)}.")
-                if "loss" not in metrics:
-                    raise KeyError("The dict returned from `eval_metrics_fn` must "
-                                   "contain 'loss'.")
+                    metrics = _checked_metrics(metrics_fn(*args, **kwargs))
                 values = {}
                 for key, metric in metrics.items():
                     if key == "loss":

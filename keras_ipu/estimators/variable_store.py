@@ -53,25 +53,22 @@ class VariableStore:
     def entries(self):
         return dict(self._entries)
 
-    def saveable(self):
-        """{checkpoint name: variable} of the global (not local) variables,
-        named as TF1 names them in a checkpoint."""
-        from tensorflow.compat.v1 import GraphKeys
+    def named(self):
+        """{name: Entry} of every variable, named as TF1 names them in a
+        checkpoint (a name's later creations get _1, _2, ...)."""
+        return {name if occurrence == 0 else f"{name}_{occurrence}": entry
+                for (name, occurrence), entry in self._entries.items()}
 
-        out = {}
-        for (name, occurrence), entry in self._entries.items():
-            if GraphKeys.LOCAL_VARIABLES in entry.collections:
-                continue
-            out[name if occurrence == 0 else f"{name}_{occurrence}"] = entry.variable
-        return out
+    def saveable(self):
+        """{checkpoint name: variable} of the global (not local) variables."""
+        return {name: entry.variable for name, entry in self.named().items()
+                if not is_local(entry)}
 
     def reset_local_variables(self):
         """Give every local variable (metric accumulators) its initial value,
         as a new TF1 session's local variable initializer does."""
-        from tensorflow.compat.v1 import GraphKeys
-
         for entry in self._entries.values():
-            if GraphKeys.LOCAL_VARIABLES in entry.collections:
+            if is_local(entry):
                 entry.variable.assign(entry.initial_value)
 
     # -- tracing --------------------------------------------------------------
@@ -125,6 +122,13 @@ class VariableStore:
             if not any(x is entry.variable for x in graph.get_collection(key)):
                 graph.add_to_collection(key, entry.variable)
         return entry.variable
+
+
+def is_local(entry):
+    """A local variable (a metric's accumulator): not in checkpoints."""
+    from tensorflow.compat.v1 import GraphKeys
+
+    return GraphKeys.LOCAL_VARIABLES in entry.collections
 
 
 def _base_name(name):

@@ -63,32 +63,63 @@ def _prepare_dir(export_dir, purge_export_dir):
 def emitted_step(predict_step, signature):
     """A function of tensors running predict_step as the front end compiles
     it, emitted as TensorFlow ops with its variables frozen."""
+    step = emitted_stateful_step(predict_step, signature)
+
+    def frozen(*args):
+        outputs, _ = step(lambda handle: None, *args)
+        return outputs
+
+    return frozen
+
+
+def emitted_stateful_step(fn, signature):
+    """`fn` as the front end compiles it (now), emitted as TensorFlow ops:
+    `step(graph_variable, *tensors)` returns (fn's outputs, the assign ops
+    of the variables it updates). Called in the graph being built, it asks
+    `graph_variable(handle)`, for the resource handle of each variable
+    the program reads, for the variable of that graph standing for it (read
+    where the program reads the variable, assigned what the program writes
+    into it), or None to freeze the variable's value at compile time into a
+    constant."""
     import numpy as np
     import tensorflow as tf
 
     from keras_ipu.device.to_tensorflow import emit_graph
     from keras_ipu.device.to_tensorflow import missing_rules
+    from keras_ipu.frontends.tensorflow.captured_variables import is_resource
     from keras_ipu.frontends.tensorflow.function import _pack
     from keras_ipu.frontends.tensorflow.function import bridge
 
     examples = [tf.zeros(s.shape, s.dtype) for s in signature]
-    bridged = bridge(predict_step)
+    bridged = bridge(fn)
     _, inputs, arrays, program = bridged.program(examples)
     missing = missing_rules(program.graph)
     if missing:
         raise NotImplementedError(
-            f"The predict step uses {sorted(missing)}, which the TensorFlow emitter "
+            f"The step uses {sorted(missing)}, which the TensorFlow emitter "
             "cannot write as TensorFlow ops, so it cannot be exported.")
     n_args = len(examples)
-    frozen = {i: np.asarray(arrays[i]) for i in program.param_inputs if i >= n_args}
+    captured = {i: (inputs[i] if is_resource(inputs[i]) else None, np.asarray(arrays[i]))
+                for i in program.param_inputs if i >= n_args}
 
-    def step(*args):
+    def step(graph_variable, *args):
         flat = [tf.convert_to_tensor(a) for a in tf.nest.flatten(list(args))]
-        feed = [flat[i] if i < n_args else tf.constant(frozen[i]) for i in program.param_inputs]
+        live = {i: graph_variable(handle) for i, (handle, _) in captured.items()
+                if handle is not None}
+        live = {i: target for i, target in live.items() if target is not None}
+        feed = [flat[i] if i < n_args else
+                live[i].read_value() if i in live else tf.constant(captured[i][1])
+                for i in program.param_inputs]
         if program.uses_token:
             feed.append(tf.zeros((), tf.uint32))
         outputs = emit_graph(program.graph, feed)
-        return _pack(program.structured_outputs, list(outputs[:program.n_outputs]))
+        updated = [(out, live[i]) for out, i in program.updates if i in live]
+        # A TF1 graph orders a read and a write of one variable only by
+        # their dependencies: every read and result comes before any write.
+        with tf.control_dependencies(feed + list(outputs) if updated else []):
+            assigns = [target.assign(outputs[out], read_value=False)
+                       for out, target in updated]
+        return _pack(program.structured_outputs, list(outputs[:program.n_outputs])), assigns
 
     return step
 

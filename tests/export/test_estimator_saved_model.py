@@ -145,9 +145,13 @@ def test_export_checks_as_tensorflow_1_did(trained, tmp_path):
     estimator, _ = trained
     with pytest.raises(ValueError, match="An input_receiver_fn must be defined"):
         estimator.export_saved_model(str(tmp_path), None)
-    with pytest.raises(NotImplementedError, match="PREDICT graph only"):
+    # A TRAIN or EVAL graph needs labels too; nothing is left half written.
+    with pytest.raises(TypeError, match="SupervisedInputReceiver"):
         estimator.experimental_export_all_saved_models(
-            str(tmp_path), {ModeKeys.TRAIN: _tensor_receiver})
+            str(tmp_path / "modes"), {ModeKeys.TRAIN: _tensor_receiver})
+    assert not (tmp_path / "modes").exists() or os.listdir(tmp_path / "modes") == []
+    with pytest.raises(ValueError, match="Unknown mode 'fit'"):
+        estimator.experimental_export_all_saved_models(str(tmp_path), {"fit": _tensor_receiver})
     with pytest.raises(TypeError, match="ServingInputReceiver"):
         estimator.export_saved_model(str(tmp_path), lambda: {"x": 1})
     with pytest.raises(ValueError, match="receiver_tensor keys must be strings"):
