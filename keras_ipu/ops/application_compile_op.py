@@ -17,8 +17,11 @@ import tempfile
 import numpy as np
 
 from keras_ipu.device import host_streams
+from keras_ipu.device.config import system_config
 from keras_ipu.device.ir import subgraphs
+from keras_ipu.device.simulator.system import rounded_shards
 from keras_ipu.ops import application_file
+from keras_ipu.ops import program_state
 
 
 def _nodes(graph):
@@ -72,20 +75,31 @@ def _application(func, inputs, freeze_variables):
     args = tf.nest.map_structure(tf.convert_to_tensor, inputs)
     cf, all_inputs, arrays, program = bridged.program((args,))
     executable = bridged.executable(program)
+    # As Graphcore's compiler, the device's IPUs over the program's shards
+    # make its replication factor; the file records it and the runtime
+    # refuses a replicated program, as Graphcore's does.
+    replicas = system_config.current_system().device(0).replication_factor(
+        rounded_shards(max(executable.ipus) + 1))
+    if replicas > 1:
+        cf, all_inputs, arrays, program = bridged.program((args,), replicas=replicas)
+        executable = bridged.executable(program)
     captured = program.trace.captured
     n_flat = len(all_inputs) - captured.n
     variables = {id(v.handle): v for v in cf.variables}
     signature, feed, updates = [], [], []
     for param, i in enumerate(program.param_inputs):
+        variable = variables.get(id(all_inputs[i]))
         # Captured tensors are constants of the trace; captured variables
-        # are inputs unless frozen.
-        frozen = i >= n_flat and (freeze_variables or (i - n_flat) not in captured.resources)
+        # are inputs unless frozen; the program's own state (accumulators,
+        # FIFOs) starts from its value now and, as every variable the
+        # program writes, keeps what each run writes.
+        frozen = i >= n_flat and (freeze_variables or (i - n_flat) not in captured.resources
+                                  or program_state.is_program_state(variable))
         if frozen:
             feed.append(("value", np.asarray(arrays[i])))
             continue
         # Arguments by position, variables by their names (start inputs
         # can be given as a dict of these names).
-        variable = variables.get(id(all_inputs[i]))
         name = f"input_{i}" if variable is None else variable.name
         feed.append(("input", len(signature)))
         signature.append(application_file.TensorSignature(
@@ -93,7 +107,8 @@ def _application(func, inputs, freeze_variables):
     for out, i in program.updates:
         updates.append((out, program.param_inputs.index(i)))
     return application_file.Application(
-        executable=executable, inputs=tuple(signature), feed=tuple(feed),
+        executable=executable, replication_factor=replicas, inputs=tuple(signature),
+        feed=tuple(feed),
         uses_token=program.uses_token, updates=tuple(updates),
         infeeds=_streams(program.graph, "stream_from_host"),
         outfeeds=_streams(program.graph, "stream_to_host"))

@@ -16,7 +16,7 @@ import pickle
 
 from keras_ipu import _atomic_files
 
-MAGIC = b"keras_ipu application executable 1\n"
+MAGIC = b"keras_ipu application executable 2\n"
 SUFFIX = ".ipu_app"
 
 
@@ -38,6 +38,7 @@ class Stream:
 @dataclasses.dataclass
 class Application:
     executable: object
+    replication_factor: int  # the compiled program's replicas
     inputs: tuple  # TensorSignature of each start input
     feed: tuple  # per program parameter: ("input", k) or ("value", array); then "token"
     uses_token: bool

@@ -229,6 +229,13 @@ def embedded_runtime_start(executable_file, inputs, name, timeout=None):
     if isinstance(executable_file, bytes):
         executable_file = executable_file.decode()
     app = application_file.read(executable_file)
+    if app.replication_factor != 1:
+        # Graphcore's runtime checks the same before it loads the engine.
+        raise NotImplementedError(
+            "Embedded runtime does not support executables with a replication factor "
+            f"greater than one (this one has {app.replication_factor}: the configured "
+            "device has that many times the program's IPUs). Compile it with "
+            "IPUConfig.auto_select_ipus set to the program's own IPUs.")
     if isinstance(inputs, dict):
         missing = [s.name for s in app.inputs if s.name not in inputs]
         if missing:

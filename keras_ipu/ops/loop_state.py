@@ -22,6 +22,8 @@ Graphcore's `internal_ops.get_current_iteration_counter` and
 import threading
 import weakref
 
+from keras_ipu.ops import program_state
+
 _fifos = {}
 _calls = weakref.WeakKeyDictionary()  # a traced function's graph -> FIFOs made so far
 _lock = threading.Lock()
@@ -100,7 +102,7 @@ def _ring(x, depth):
             # Made outside the function being traced, as tf.function lifts
             # variables.
             with tf.init_scope():
-                ring = _fifos[key] = (
+                ring = _fifos[key] = program_state.mark(
                     tf.Variable(tf.zeros(shape, x.dtype), trainable=False, name="fifo_buffer"),
                     tf.Variable(0, dtype=tf.int32, trainable=False, name="fifo_slot"))
     return ring

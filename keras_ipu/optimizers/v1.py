@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from keras_ipu.gradient_accumulation import GradientAccumulationReductionMethod
 from keras_ipu.ops import cross_replica_ops
+from keras_ipu.ops import program_state
 
 _Optimizer = tf.compat.v1.train.Optimizer
 
@@ -178,6 +179,8 @@ def every_nth(counter, n, accumulators, updated, use):
     the int32 variable `counter`), `use(updated)` (an operation on the
     accumulated values) then the accumulators and the counter reset; at the
     others the accumulators take `updated` and the counter counts."""
+    # Poplar keeps these in the program's own buffers (program_state.py).
+    program_state.mark(counter, *accumulators)
     last = tf.equal(counter + 1, n)
 
     def on_last():

@@ -159,3 +159,122 @@ def test_the_engine_thread_ends_with_its_context(tmp_path):
     gc.collect()
     thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+# -- pipelined and replicated programs (Graphcore's embedded runtime docs:
+# a pipelined application, its calls in parallel threads; its runtime
+# refuses a replication factor above one) -------------------------------------
+
+def _flush_pipeline(tmp_path):
+    """Graphcore's test_pipeline_flush program: two stages on two IPUs,
+    gradient accumulation count 12, the sum of x @ ones outfed per element."""
+    dataset = tf.data.Dataset.from_tensor_slices(np.zeros((4, 2, 2), np.float32)).repeat()
+    infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(dataset)
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+    def stage1(x):
+        return x @ tf.constant(1.0, shape=[2, 2])
+
+    def stage2(x):
+        return tf.reduce_sum(x)
+
+    def my_net():
+        return ipu.pipelining_ops.pipeline([stage1, stage2], 12, infeed_queue=infeed,
+                                           outfeed_queue=outfeed)
+
+    return compile_op(my_net, output_path=str(tmp_path / "pipeline_flush"))
+
+
+def test_a_pipelined_program_serves_each_call_its_own_element(tmp_path, configure_ipus):
+    configure_ipus(2)
+    path = _flush_pipeline(tmp_path)
+    app = application_file.read(path.numpy().decode())
+    assert app.replication_factor == 1 and sorted(app.executable.ipus) == [0, 1]
+    ctx = runtime.embedded_runtime_start(path, [], "pipeline_flush")
+    # Graphcore's numbers: [[1, 1], [1, 1]] gives 8, twice that 16.
+    for value, want in [(1.0, 8.0), (2.0, 16.0)]:
+        (out,) = runtime.embedded_runtime_call([np.full([2, 2], value, np.float32)], ctx)
+        assert float(out) == want
+    # Calls from parallel threads (as the docs advise for a pipelined
+    # application), across the end of a run of 12 elements: each gets the
+    # result of its own element.
+    import concurrent.futures
+
+    data = np.random.default_rng(1).normal(size=(24, 2, 2)).astype(np.float32)
+
+    def call(x):
+        return float(runtime.embedded_runtime_call([x], ctx)[0])
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(call, data))
+    np.testing.assert_allclose(got, [2.0 * x.sum() for x in data], rtol=1e-5)
+
+
+def test_a_pipelined_training_program_keeps_its_weights_between_runs(tmp_path, configure_ipus):
+    configure_ipus(2)
+    rng = np.random.default_rng(2)
+    xs = rng.normal(size=(8, 3, 4)).astype(np.float32)
+    ys = rng.normal(size=(8, 3, 1)).astype(np.float32)
+    start = {"w1:0": np.full((4, 2), 0.3, np.float32), "w2:0": np.full((2, 1), -0.2, np.float32)}
+
+    def make():
+        infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(
+            tf.data.Dataset.from_tensor_slices((xs, ys)))
+        outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+        # TF1 variables, as Graphcore's pipelines make them (the v1
+        # optimizer finds them in the trainable collection).
+        def stage1(x, y):
+            w1 = tf.compat.v1.get_variable(
+                "w1", initializer=tf.compat.v1.constant_initializer(0.3), shape=(4, 2))
+            return tf.tanh(x @ w1), y
+
+        def stage2(h, y):
+            w2 = tf.compat.v1.get_variable(
+                "w2", initializer=tf.compat.v1.constant_initializer(-0.2), shape=(2, 1))
+            return tf.reduce_mean(tf.square(h @ w2 - y))
+
+        def optimizer_function(loss):
+            return ipu.pipelining_ops.OptimizerFunctionOutput(
+                tf.compat.v1.train.GradientDescentOptimizer(0.5), loss)
+
+        def net():
+            return ipu.pipelining_ops.pipeline(
+                [stage1, stage2], 4, infeed_queue=infeed, outfeed_queue=outfeed,
+                optimizer_function=optimizer_function, outfeed_loss=True)
+
+        return net, outfeed
+
+    net, _ = make()
+    path = compile_op(net, output_path=str(tmp_path / "pipeline_training"))
+    assert {(i.name, i.shape) for i in application_file.read(path.numpy().decode()).inputs} == {
+        ("w1:0", (4, 2)), ("w2:0", (2, 1))}
+    ctx = runtime.embedded_runtime_start(path, start, "pipeline_training")
+    # Two runs of 4 micro-batches: one weight update each.
+    losses = [float(runtime.embedded_runtime_call([xs[k], ys[k]], ctx)[0]) for k in range(8)]
+    # The same program run twice by ipu_compiler.compile from the same weights.
+    net2, outfeed = make()
+    for _ in range(2):
+        ipu.ipu_compiler.compile(net2)
+    want = outfeed.dequeue().numpy()
+    np.testing.assert_allclose(losses, want, rtol=1e-5)
+    # The second run's losses are of the updated weights: by hand.
+    a, b = start["w1:0"], start["w2:0"]
+    h = np.tanh(xs[:4] @ a)
+    error = h @ b - ys[:4]
+    grad_b = sum(2.0 * h[k].T @ error[k] / 3 for k in range(4))
+    grad_a = sum(xs[k].T @ ((2.0 * error[k] / 3 @ b.T) * (1 - h[k] ** 2)) for k in range(4))
+    a, b = a - 0.5 * grad_a, b - 0.5 * grad_b
+    by_hand = [np.mean((np.tanh(xs[k] @ a) @ b - ys[k]) ** 2) for k in range(4, 8)]
+    np.testing.assert_allclose(losses[4:], by_hand, rtol=1e-4)
+
+
+def test_a_replicated_program_is_refused_as_graphcore_refuses_it(tmp_path, configure_ipus):
+    configure_ipus(2)
+    # A one-IPU program on a device of two: two replicas.
+    path = _squares(tmp_path)
+    assert application_file.read(path.numpy().decode()).replication_factor == 2
+    with pytest.raises(NotImplementedError,
+                       match="does not support executables with a replication factor "
+                             "greater than one .this one has 2"):
+        runtime.embedded_runtime_start(path, [], "replicated")
