@@ -170,6 +170,21 @@ def test_export_checks_as_tensorflow_1_did(trained, tmp_path):
         receiver = receiver_fn()
     assert receiver.features.keys() == receiver.receiver_tensors.keys() == {"x"}
     assert receiver.features["x"].shape.as_list() == [3, 4]
+    # The supervised receivers of TRAIN and EVAL exports, as TensorFlow 1's:
+    # from an input_fn's (features, labels) elements, batch left open.
+    receiver_fn = estimator_export.build_supervised_input_receiver_fn_from_input_fn(
+        input_fn, params={"batch_size": 5})
+    with tf.Graph().as_default():
+        receiver = receiver_fn()
+    assert isinstance(receiver, estimator_export.SupervisedInputReceiver)
+    assert sorted(receiver.receiver_tensors) == ["input", "label"]
+    assert receiver.features.shape.as_list() == [None, 4]
+    assert receiver.labels.shape.as_list() == [None, 1]
+    with pytest.raises(ValueError, match="distinct keys. Found overlapping keys: {'x'}"):
+        estimator_export.build_raw_supervised_input_receiver_fn(
+            {"x": tf.zeros([1, 4])}, {"x": tf.zeros([1])})
+    with pytest.raises(ValueError, match="label must be a Tensor or SparseTensor"):
+        estimator_export.SupervisedInputReceiver(tf.zeros([1]), [1.0], {"x": tf.zeros([1])})
 
 
 def test_an_older_checkpoint_exports_without_rewinding_the_estimator(trained, tmp_path):
