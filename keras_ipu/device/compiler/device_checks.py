@@ -142,6 +142,12 @@ def workload(**kwargs):
         _WORKLOAD.reset(token)
 
 
+def current_workload():
+    """The workload set by the caller compiling now (a dict, {} when none):
+    for a compiling layer adding what it knows to its caller's."""
+    return dict(_WORKLOAD.get() or {})
+
+
 def announce(exe, context=None):
     """What a newly obtained executable (compiled, or loaded from the disk
     cache) tells the user: --log_cycle_count, and the profile report."""

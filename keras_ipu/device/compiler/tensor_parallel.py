@@ -76,7 +76,7 @@ from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.primitives.dot import split_dimensions
 from keras_ipu.device.primitives.indexing import slice_p
 from keras_ipu.device.primitives.shape_rules import ShapeError
-from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import loop_trips
 
 PARTIAL = "partial"
 
@@ -614,7 +614,7 @@ def _scan(p, node, have):
 
 def _while_loop(p, node, have):
     """As a scan's carries; the condition reads them as the body leaves
-    them. Its trips: the cost model's assumed count (as its cost rule)."""
+    them. Its trips: those its cost rule counts (simulator/loop_trips.py)."""
     params = node.params
     cond, body = params["cond_graph"], params["body_graph"]
     n_carry = len(cond.inputs) - params["n_cond_consts"]
@@ -622,7 +622,7 @@ def _while_loop(p, node, have):
     cond_consts = _whole(have[n_carry:n_carry + params["n_cond_consts"]])
     body_consts = _whole(have[n_carry + params["n_cond_consts"]:])
     carry, _ = _settled_carries(p, body, carry, body_consts)
-    local_cond, local_body = _repeated(p, cost_model.WHILE_LOOP_ASSUMED_TRIPS, lambda: (
+    local_cond, local_body = _repeated(p, loop_trips.trips(node), lambda: (
         p.graph(cond, carry + cond_consts, out_wanted=[None])[0],
         p.graph(body, carry + body_consts, out_wanted=carry)[0]))
     return (carry + cond_consts + body_consts, list(carry),

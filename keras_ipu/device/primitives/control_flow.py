@@ -36,6 +36,7 @@ from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives.registry import Primitive
 from keras_ipu.device.primitives.shape_rules import ShapeError
 from keras_ipu.device.simulator import cost_model as _cost_model
+from keras_ipu.device.simulator import loop_trips as _loop_trips
 
 
 def _avals(vars_):
@@ -336,7 +337,9 @@ custom_vjp_p = Primitive(
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
 # The cost of control flow is the cost of its sub-graphs: one branch of a
 # cond (the costliest is counted), `length` scan bodies, a while loop's body
-# WHILE_LOOP_ASSUMED_TRIPS times (its trip count is only known at run time).
+# as many times as it runs when that can be counted from the program (a
+# Poplar Repeat: no condition; simulator/loop_trips.py), else its body
+# WHILE_LOOP_ASSUMED_TRIPS times and its condition once more.
 
 
 def _cond_cost(ins, outs, *, branches):
@@ -344,7 +347,11 @@ def _cond_cost(ins, outs, *, branches):
     return _cost.control(ins, outs, "cond", parts, combine="max")
 
 
-def _while_cost(ins, outs, *, cond_graph, body_graph, n_cond_consts):
+def _while_cost(ins, outs, *, cond_graph, body_graph, n_cond_consts, operands=None):
+    trips = None if operands is None else _loop_trips.known_trips(
+        operands, cond_graph, body_graph, n_cond_consts)
+    if trips is not None:
+        return _cost.control(ins, outs, "loop", [_cost.part(trips, body_graph)])
     trips = _cost_model.WHILE_LOOP_ASSUMED_TRIPS
     parts = [_cost.part(trips, body_graph), _cost.part(trips + 1, cond_graph)]
     return _cost.control(ins, outs, "loop", parts)
@@ -367,6 +374,7 @@ def _custom_vjp_cost(ins, outs, *, fwd, **params):
 
 cond_p.cost = _cond_cost
 while_p.cost = _while_cost
+while_p.cost_reads_operands = True
 scan_p.cost = _scan_cost
 stop_gradient_p.cost = _cost.view
 optimization_barrier_p.cost = _cost.view

@@ -30,7 +30,7 @@ Cost = collections.namedtuple(
     defaults=(None, (), "sum", 0, 0),
 )
 # A sub-graph run `repeat` times (a scan body `length` times, a while loop's
-# body its assumed trip count), with the costs of its nodes.
+# body its trip count: simulator/loop_trips.py), with the costs of its nodes.
 Part = collections.namedtuple("Part", "repeat graph costs")
 
 
@@ -140,11 +140,11 @@ def node_cost(node):
             f"`{node.primitive.name}_p.cost` in its primitive module "
             "(see keras_ipu/device/primitives/cost_util.py)."
         )
-    return rule(
-        tuple(v.aval for v in node.inputs),
-        tuple(v.aval for v in node.outputs),
-        **node.params,
-    )
+    ins = tuple(v.aval for v in node.inputs)
+    outs = tuple(v.aval for v in node.outputs)
+    if node.primitive.cost_reads_operands:
+        return rule(ins, outs, operands=tuple(node.inputs), **node.params)
+    return rule(ins, outs, **node.params)
 
 
 def part(repeat, graph):

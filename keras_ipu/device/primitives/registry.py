@@ -48,6 +48,7 @@ class Primitive:
         "residual_grad",
         "nondiff",
         "cost",
+        "cost_reads_operands",
         "dynamic_shape",
         "runtime_value",
         "elementwise",
@@ -106,6 +107,10 @@ class Primitive:
         self.nondiff = nondiff
         # Cost rule: set beside the declaration, from cost_util's rules.
         self.cost = None
+        # The cost rule also takes the node's operands (`operands=`: Vars and
+        # Literals): a while loop counts its trips from the constants it
+        # starts from (simulator/loop_trips.py).
+        self.cost_reads_operands = False
         # Output shape depends on values (unique, nonzero): eager only, and
         # refused by the compiler (IPU programs have static shapes).
         self.dynamic_shape = dynamic_shape

@@ -27,6 +27,8 @@ Sources, as cited below:
             between processes" below.
   [TFFEED]  graphcore/tensorflow, compiler/plugin/poplar/driver/ops/
             feed_ops.cc: see "infeed and outfeed" below.
+  [TFREPEAT] graphcore/tensorflow's while-loop-to-repeat pass: see
+            "while loops" below.
   [RING]    Patarasuk and Yuan's ring all-reduce (cited where used).
   [MPICH]   Thakur, Rabenseifner and Gropp's pairwise-exchange all-to-all
             (cited where used).
@@ -112,10 +114,26 @@ EXCHANGE_FRACTION = {  # assumption
     "stream": 0.0,  # over the host link, not the exchange: stream_cycles()
 }
 
-# -- while loops --------------------------------------------------------------
-# A while_loop's trip count is only known at run time; the cost model counts
-# its body this many times (and its condition once more). An assumption:
-# the real count is printed by nothing before the run.
+# -- while loops [TFREPEAT] -----------------------------------------------------
+# [TFREPEAT] graphcore/tensorflow, compiler/plugin/poplar/driver/
+# while_loop_to_repeat_simplify.cc: a while loop whose trip count the
+# compiler works out (a counter from a constant compared with a constant,
+# WhileLoopUtil::CanConvertWhileToRepeat; else XLA's
+# ComputeWhileLoopTripCount by brute force, up to
+# TF_POPLAR_MAX_WHILE_LOOP_TRIP_COUNT trips, 128 by default) is recorded
+# with its count, and the driver's CreateRepeatOp lowers it to
+# poplar::program::Repeat(count, body): the body `count` times and the
+# condition never (the loop's start and end copies are its carries' copies,
+# which the memory model already holds). simulator/loop_trips.py counts
+# them, by running the loop's control arithmetic as the brute force does,
+# for loops of any length its pattern would accept: at most this many trips
+# (a bound on the host time spent counting, about 15 us per trip, so about
+# a second at most; not a Graphcore figure).
+WHILE_LOOP_MAX_COUNTED_TRIPS = 1 << 16
+# A while loop nothing can count (its bound read from an input or the data)
+# stays a Poplar RepeatWhileTrue: the condition before every trip and once
+# more. Its trips are only known at run time; the cost model counts its body
+# this many times (and its condition once more). An assumption.
 WHILE_LOOP_ASSUMED_TRIPS = 1  # assumption
 
 # -- host and inter-IPU links [DESIGN], [PCIE] ---------------------------------

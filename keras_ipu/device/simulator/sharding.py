@@ -241,8 +241,8 @@ class Pipelining:
     paths (or parts of them) of nodes inside the micro-batch loop that run
     once per step (a functional pipeline's weight update), and the
     micro-batches one run of the loop processes when its trip count is only
-    known at run time (a while loop: the cost model assumes
-    WHILE_LOOP_ASSUMED_TRIPS), the layer path the micro-batch loop was
+    known at run time (a while loop loop_trips.py cannot count: the cost
+    model assumes WHILE_LOOP_ASSUMED_TRIPS), the layer path the micro-batch loop was
     traced in where it does not span IPUs (one IPU), and the optimizer
     state it offloads. The caller compiling a pipelined program gives it as
     CompileOptions.pipeline: the executable's prediction (predict_costs)
@@ -269,7 +269,7 @@ _LOOPS = (scan_p, while_p)
 
 def _trips(node):
     """How often the cost model counts a loop's body (scan: its length; a
-    while loop: its assumed trip count); 1 for other control flow."""
+    while loop: its trip count, loop_trips.py); 1 for other control flow."""
     record = cost_util.node_cost(node)
     if node.primitive in _LOOPS and record.parts:
         return record.parts[0].repeat

@@ -306,11 +306,14 @@ class BridgedFunction:
         if exe is None:
             # The variables stay on the IPU between runs, as Graphcore's
             # resource variables do: not host transfers; the profile report
-            # splits them into weights and optimizer state.
-            with device_checks.workload(
-                    resident_inputs=program.resident,
-                    resident_outputs=tuple(k for k, _ in program.updates),
-                    input_categories=program.input_categories):
+            # splits them into weights and optimizer state. A caller that
+            # knows the samples and steps of a run (the tf.keras trainer)
+            # has said so around the call.
+            with device_checks.workload(**{
+                    **device_checks.current_workload(),
+                    "resident_inputs": program.resident,
+                    "resident_outputs": tuple(k for k, _ in program.updates),
+                    "input_categories": program.input_categories}):
                 program.cache_key, exe = CACHE.get_keyed(
                     program.graph, program.options or self.options, name=program.name)
             program.context = context

@@ -262,7 +262,8 @@ class _Execution:
         outfeed.take()
         self.runs += 1
         try:
-            program.run((steps,), replicas=replicas)
+            with _workload(element_spec, steps, count):
+                program.run((steps,), replicas=replicas)
         except tf.errors.OutOfRangeError:
             done = infeed.recorded // replicas
             done -= done % count
@@ -270,8 +271,24 @@ class _Execution:
                 raise StopIteration from None
             infeed.replay_execution()
             outfeed.take()
-            self._program(parts, done).run((done,), replicas=replicas)
+            with _workload(element_spec, done, count):
+                self._program(parts, done).run((done,), replicas=replicas)
         return outfeed.take()
+
+
+def _workload(element_spec, steps, count):
+    """What a run of `steps` steps does, for its program's prediction (as
+    the ipu backend's device loop says it): a step is one weight update of
+    `count` micro-batches (count is 1 but in training with accumulation),
+    its samples the batch of one replica's micro-batches."""
+    import tensorflow as tf
+
+    from keras_ipu.device.compiler import device_checks
+
+    sizes = [s.shape[0] for s in tf.nest.flatten(element_spec) if s.shape.rank]
+    batch = sizes[0] if sizes and sizes[0] is not None else None
+    return device_checks.workload(batch_size=batch and batch * count,
+                                  steps_per_run=steps // count)
 
 
 class _SpecOnly:

@@ -401,7 +401,55 @@ def keras_pipeline_stage_placed():
             "inference": {k: schedules[k] for k in ("test", "predict")}}
 
 
+def _loop_facts(exe):
+    """The device loop of a training program as its prediction counts it:
+    the while loop's trips (from the program), its body's cycles, the loop
+    step's cycles; the run's cycles, the other steps' and the workload."""
+    from keras_ipu.device.primitives.control_flow import while_p
+    from keras_ipu.device.simulator import loop_trips
+    from keras_ipu.device.simulator import prediction
+    from keras_ipu.device.simulator.memory_model import graph_of
+
+    pred = exe.prediction
+    graph = graph_of(exe)
+    (index,) = [i for i, n in enumerate(graph.nodes) if n.primitive is while_p]
+    loop = graph.nodes[index]
+    body = prediction.predict_graph(loop.params["body_graph"], pred.target)
+    inner = [n for n in loop.params["body_graph"].nodes if n.primitive is while_p]
+    return {"trips": loop_trips.trips(loop), "body_cycles": body.cycles,
+            "inner_trips": [loop_trips.trips(n) for n in inner],
+            "loop_cycles": pred.steps[index].cycles,
+            "other_cycles": sum(s.cycles for i, s in enumerate(pred.steps) if i != index),
+            "run_cycles": pred.cycles, "per_step": pred.cycles_per_step,
+            "steps_per_run": pred.steps_per_run, "batch_size": pred.batch_size,
+            "summary": pred.summary()}
+
+
+def keras_run_and_step_cycles():
+    """A tf.keras training program's prediction counts every step of an
+    execution: steps_per_execution=4 is a device loop of 4 trips (read from
+    the program), reported per run and per step; with accumulation over 2,
+    a loop of 2 weight updates, each a loop over 2 micro-batches."""
+    import keras
+    from tensorflow.python.ipu import ipu_strategy
+
+    x, y = _xy()
+    strategy = ipu_strategy.IPUStrategy()
+    out = {}
+    with strategy.scope():
+        for name, count in (("plain", 1), ("accumulated", 2)):
+            model = _mlp(keras, 4, metrics=())
+            if count > 1:
+                model.set_gradient_accumulation_options(
+                    gradient_accumulation_steps_per_replica=count)
+            model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+            (exe,) = model.train_function.execution.executables()
+            out[name] = _loop_facts(exe)
+    return out
+
+
 SCENARIOS = {
+    "keras_run_and_step_cycles": keras_run_and_step_cycles,
     "keras_pipeline_stage_placed": keras_pipeline_stage_placed,
     "keras_pipelined_replicas": keras_pipelined_replicas,
     "conv_net_losses": conv_net_losses,

@@ -22,7 +22,7 @@ def results():
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "conv_net_losses", "graphcore_custom_loop",
          "keras_fit_evaluate_predict", "keras_gradient_accumulation", "keras_replication", "keras_pipelined_replicas",
-         "keras_pipeline_stage_placed"],
+         "keras_pipeline_stage_placed", "keras_run_and_step_cycles"],
         env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"the TensorFlow scenarios failed:\n{proc.stderr[-6000:]}")
@@ -145,3 +145,24 @@ def test_pipeline_stage_scopes_place_the_programs_as_the_ipu_backend_does(result
         assert p["in_flight"] == [1, 1] and p["backward"] == [0, 0] and min(p["forward"]) > 0
         assert p["step_cycles"] == (4 + 1) * max(p["forward"]) + max(p["after"]) == p["formula"]
         assert p["cycles"] == p["program_cycles"] == p["step_cycles"]
+
+
+def test_training_program_prediction_counts_every_step_of_a_run(results):
+    """steps_per_execution=4: the program's device loop (an XLA while) runs
+    4 trips, read from the program (a Repeat of 4: the body 4 times, no
+    condition), so a run costs 4 bodies (nothing else in the program costs
+    cycles) and a step a quarter of the run, with the batch's samples. With
+    accumulation over 2 the loop runs 2 weight updates, each a loop of 2
+    micro-batches: 2 steps per run of 16 samples."""
+    r = results["keras_run_and_step_cycles"]
+    plain, accumulated = r["plain"], r["accumulated"]
+    assert (plain["trips"], plain["inner_trips"]) == (4, [])
+    assert plain["loop_cycles"] == 4 * plain["body_cycles"]
+    assert plain["run_cycles"] == plain["loop_cycles"] + plain["other_cycles"]
+    assert (plain["steps_per_run"], plain["batch_size"]) == (4, 8)
+    assert plain["per_step"] == plain["run_cycles"] / 4
+    assert f"{plain['run_cycles'] / 4:,.0f} cycles per step" in plain["summary"]
+    assert (accumulated["trips"], accumulated["inner_trips"]) == (2, [2])
+    assert accumulated["loop_cycles"] == 2 * accumulated["body_cycles"]
+    assert (accumulated["steps_per_run"], accumulated["batch_size"]) == (2, 16)
+    assert accumulated["per_step"] == accumulated["run_cycles"] / 2
