@@ -62,11 +62,17 @@ CASES = [
 # scripts run as Graphcore wrote them, under KERAS_BACKEND=tensorflow
 # through the TensorFlow front end.
 ESTIMATOR = "tutorials/feature_examples/tensorflow2/ipu_estimator/"
+RECOMPILATION = "tutorials/tech_notes_code/recompilation/tensorflow2/TF2_recompilation.py"
 UNEDITED = [
     ("unedited_demo_pipelining", [KERAS + "completed_demos/completed_demo_pipelining.py"],
      "completed_demo_pipelining.py", [], _PIPELINING_DEMO_DATA, "Program ran successfully"),
     ("unedited_training_pipelining", [TECH_NOTE + "training_pipelining.py"],
      "training_pipelining.py", [], {}, None),
+    # The recompilation tech note: IPUStrategy.run of a tf.function with the
+    # executable cache (--executable_cache_path), a constant fed as an
+    # argument; its first result is (a + b + a + c) x 10 by hand.
+    ("unedited_recompilation", [RECOMPILATION], "TF2_recompilation.py", [], {},
+     "Caching/warm up test:\t tf.Tensor([[30. 80.]]"),
 ] + [
     # The estimator tutorials: one IPU, two replicas (CrossReplicaOptimizer),
     # a two-IPU pipeline (num_shards=2).

@@ -89,6 +89,14 @@ def test_a_bound_the_program_reads_from_its_input_keeps_the_assumption():
     n = cm.WHILE_LOOP_ASSUMED_TRIPS
     assert loop_trips.known_trips(tuple(g.nodes[0].inputs), **g.nodes[0].params) is None
     assert _cycles(g) == n * _cycles(body) + (n + 1) * _cycles(cond)
+    # ... and the prediction says so (a counted loop says nothing).
+    p = predict_costs(g, target=IPU2)
+    assert p.uncounted_loops == 1
+    assert p.summary().endswith(
+        f"; 1 while loop(s) whose trips the program does not fix counted {n} trip(s) each")
+    counted, _, _ = _loop(0, lambda b, i: b.op("lt", i, lit(7, "int32")))
+    assert predict_costs(counted, target=IPU2).uncounted_loops == 0
+    assert "while loop" not in predict_costs(counted, target=IPU2).summary()
 
 
 def test_a_condition_on_the_data_keeps_the_assumption():

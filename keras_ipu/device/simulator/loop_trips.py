@@ -151,3 +151,18 @@ def trips(node):
     count, else cost_model.WHILE_LOOP_ASSUMED_TRIPS."""
     known = known_trips(tuple(node.inputs), **node.params)
     return cost_model.WHILE_LOOP_ASSUMED_TRIPS if known is None else known
+
+
+def uncounted(graph):
+    """How many while loops in `graph` (sub-graphs included) the cost model
+    counts at the assumed trips because their count is not in the program."""
+    from keras_ipu.device.ir import subgraphs
+
+    found = 0
+    for node in graph.nodes:
+        if node.primitive.name == "while_loop" and known_trips(
+                tuple(node.inputs), **node.params) is None:
+            found += 1
+        for sub in subgraphs(node):
+            found += uncounted(sub)
+    return found

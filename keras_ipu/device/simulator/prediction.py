@@ -8,7 +8,9 @@ TF_POPLAR_FLAGS=--log_cycle_count=N the prediction is logged.
 
 Control flow costs its sub-graphs as its cost rule counts them
 (primitives/control_flow.py: a scan's body `length` times, a while loop's
-body its assumed trip count, a cond its costliest branch): `counted_parts`
+body its trip count as loop_trips.py reads it from the program, else the
+assumed count, which the summary then mentions; a cond its costliest
+branch): `counted_parts`
 and `cycles` compose them, the one place that does; the profile opens the
 same parts up (`sub_predictions`).
 """
@@ -21,6 +23,7 @@ from keras_ipu.device.config import system_config
 from keras_ipu.device.ir import runs_on
 from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.simulator import cost_model
+from keras_ipu.device.simulator import loop_trips
 from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator import partition
 from keras_ipu.device.units import fmt_bytes
@@ -159,6 +162,9 @@ class Prediction:
     # whose schedule `cycles` follows; compute, exchange and sync stay the
     # IPUs' work summed (they overlap under the schedule).
     pipeline: object = None
+    # While loops whose trips the program does not say (loop_trips.py):
+    # counted at cost_model.WHILE_LOOP_ASSUMED_TRIPS, and said so.
+    uncounted_loops: int = 0
 
     @property
     def cycles_per_step(self):
@@ -185,12 +191,15 @@ class Prediction:
             f"pipelined over {pipe.n_stages} IPUs, schedule {pipe.schedule}, "
             f"{pipe.gradient_accumulation_count} micro-batches per step, utilisation "
             f"{100 * pipe.utilisation:.0f}%; work summed: ")
+        uncounted = "" if not self.uncounted_loops else (
+            f"; {self.uncounted_loops} while loop(s) whose trips the program does not "
+            f"fix counted {cost_model.WHILE_LOOP_ASSUMED_TRIPS} trip(s) each")
         return (
             f"{self.target.name}: {self.cycles_per_step:,.0f} cycles per step "
             f"({scheduled}compute {self.compute_cycles:,}, exchange {self.exchange_cycles:,}, "
             f"sync {self.sync_cycles:,} per run), "
             f"{self.step_seconds * 1e6:,.1f} us per step"
-            + (f", {sps:,.1f} samples/s" if sps is not None else "")
+            + (f", {sps:,.1f} samples/s" if sps is not None else "") + uncounted
         )
 
     def __str__(self, top=15):
@@ -263,6 +272,7 @@ def predict_costs(obj, target=None, batch_size=None, steps_per_run=1,
         cycles=compute + exchange + sync, steps_per_run=max(1, int(steps_per_run)),
         host_bytes_in=bytes_in, host_bytes_out=bytes_out, host_seconds=host,
         batch_size=batch_size, memory=memory, ipu_cycles=ipu_cycles(graph, steps, target),
+        uncounted_loops=loop_trips.uncounted(graph),
     )
     if log is None:
         log = log_cycle_count_flag() >= 0

@@ -251,11 +251,9 @@ class _Execution:
         infeed, outfeed, _, count, replicas = parts
         steps = batches // replicas
         if steps % count:
-            raise ValueError(
-                f"{self.model.name}: `steps_per_execution` ({steps}) must be a "
-                f"multiple of gradient_accumulation_steps_per_replica ({count}): "
-                "each execution runs whole optimizer steps. Set steps_per_execution "
-                f"to a multiple of {count} in model.compile().")
+            # Each execution runs whole optimizer steps: Graphcore's check
+            # and message, as the ipu backend's (models/extension.py).
+            self.model._ipu_check_accumulation(steps, count)
         program = self._program(parts, steps)
         infeed.rebind(iterator)
         infeed.begin_execution()

@@ -227,8 +227,8 @@ def keras_gradient_accumulation():
         try:
             bad.fit(x, y, batch_size=8, epochs=1, verbose=0)
             error = None
-        except ValueError as e:
-            error = str(e)
+        except RuntimeError as e:
+            error = f"{type(e).__name__}: {e}"
     ref = _mlp(keras, 1, metrics=())
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     for i in range(0, 64, 16):
@@ -431,10 +431,13 @@ def keras_run_and_step_cycles():
     the program), reported per run and per step; with accumulation over 2,
     a loop of 2 weight updates, each a loop over 2 micro-batches."""
     import keras
-    from tensorflow.python.ipu import ipu_strategy
+    from tensorflow.python import ipu
 
+    cfg = ipu.config.IPUConfig()
+    cfg.auto_select_ipus = 1
+    cfg.configure_ipu_system()
     x, y = _xy()
-    strategy = ipu_strategy.IPUStrategy()
+    strategy = ipu.ipu_strategy.IPUStrategy()
     out = {}
     with strategy.scope():
         for name, count in (("plain", 1), ("accumulated", 2)):
