@@ -26,6 +26,7 @@ import weakref
 import numpy as np
 
 from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.simulator import cost_model
 
 # Counters are scalars (XLA's and Poplar's induction variables are); a few
@@ -156,8 +157,6 @@ def trips(node):
 def uncounted(graph):
     """How many while loops in `graph` (sub-graphs included) the cost model
     counts at the assumed trips because their count is not in the program."""
-    from keras_ipu.device.ir import subgraphs
-
     found = 0
     for node in graph.nodes:
         if node.primitive.name == "while_loop" and known_trips(
