@@ -58,8 +58,11 @@ def known_trips(operands, cond_graph, body_graph, n_cond_consts):
     key = (id(body_graph), tuple((i, v.dtype.str, v.tobytes()) for i, v in start))
     memo = _MEMO.setdefault(cond_graph, {})
     if key not in memo:
-        memo[key] = _count(cond_graph, body_graph, n_carry, dict(start),
-                           cond_consts, body_consts, control)
+        try:
+            memo[key] = _count(cond_graph, body_graph, n_carry, dict(start),
+                               cond_consts, body_consts, control)
+        except Exception:  # noqa: BLE001 - a kernel refusing the counters: not countable
+            memo[key] = None
     return memo[key]
 
 
