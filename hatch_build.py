@@ -1,9 +1,9 @@
-"""Builds keras_ipu's one C extension (keras_ipu/device/native/_elementwise.c)
+"""Builds keras_ipu's C extensions (keras_ipu/device/native/*.c: SOURCES)
 while pip installs the project, so the install stays one command.
 
-The extension is optional: without a C compiler, or if the compile fails,
-the install goes on with a warning and keras_ipu runs its NumPy kernels
-(keras_ipu.device.native.available() says which). No setuptools: the
+Each extension is optional: without a C compiler, or if a compile fails,
+the install goes on with a warning and keras_ipu runs the NumPy kernels it
+replaces (keras_ipu.device.native says which are in use). No setuptools: the
 compiler and flags are the ones the running Python was built with
 (sysconfig), plus our own.
 """
@@ -17,7 +17,10 @@ import sysconfig
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = os.path.join("keras_ipu", "device", "native", "_elementwise.c")
+SOURCES = tuple(
+    os.path.join("keras_ipu", "device", "native", name)
+    for name in ("_elementwise.c", "_scatter_add.c")
+)
 # -ffp-contract=off: a*b+c must round twice, as NumPy's separate ufuncs do.
 # No -march: the built file may be cached by pip and used on another CPU.
 FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-std=c99"]
@@ -33,10 +36,11 @@ def _compiler():
     return None
 
 
-def build_extension(root):
-    """Compile the extension next to its source. Returns its path, or None
-    (with the reason on stderr) when it could not be built."""
-    source = os.path.join(root, SOURCE)
+def build_extension(root, source):
+    """Compile the extension of `source` (relative to `root`) next to it.
+    Returns its path, or None (with the reason on stderr) when it could not
+    be built."""
+    source = os.path.join(root, source)
     target = source[: -len(".c")] + sysconfig.get_config_var("EXT_SUFFIX")
     compiler = _compiler()
     if compiler is None:
@@ -64,11 +68,12 @@ class CustomBuildHook(BuildHookInterface):
     def initialize(self, version, build_data):
         if self.target_name != "wheel":
             return
-        target = build_extension(self.root)
-        if target is None:
-            return
-        build_data["pure_python"] = False
-        build_data["infer_tag"] = True
-        if version != "editable":
-            # The editable install imports it from the source tree.
-            build_data["force_include"][target] = os.path.relpath(target, self.root)
+        for source in SOURCES:
+            target = build_extension(self.root, source)
+            if target is None:
+                continue
+            build_data["pure_python"] = False
+            build_data["infer_tag"] = True
+            if version != "editable":
+                # The editable install imports it from the source tree.
+                build_data["force_include"][target] = os.path.relpath(target, self.root)

@@ -1,18 +1,25 @@
 """keras_ipu's optional C kernels, built when the project is installed
-(hatch_build.py). `elementwise` is the extension module, or None when it
-was not built or `KERAS_IPU_NATIVE=0` turns it off; every caller then runs
-its NumPy kernel, which computes the same bits."""
+(hatch_build.py). `elementwise` (fused elementwise chains) and
+`scatter_add` (row scatter-add) are the extension modules, each None when
+it was not built or `KERAS_IPU_NATIVE=0` turns them off; every caller then
+runs its NumPy kernel, which computes the same bits."""
 
 from keras_ipu.device.flags import env_switch
 
 elementwise = None
+scatter_add = None
 if env_switch("KERAS_IPU_NATIVE"):
     try:
         from keras_ipu.device.native import _elementwise as elementwise
     except ImportError:
         elementwise = None
+    try:
+        from keras_ipu.device.native import _scatter_add as scatter_add
+    except ImportError:
+        scatter_add = None
 
 
 def available():
-    """Whether the C kernels are in use."""
+    """Whether the C kernels are in use (the fused chains' is the one the
+    engine's speed depends on most)."""
     return elementwise is not None
