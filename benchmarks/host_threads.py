@@ -4,17 +4,20 @@ and buys on this machine: the data its thresholds rest on.
     python benchmarks/host_threads.py                 # 1, 2, 4, ... all cores
     python benchmarks/host_threads.py --threads 1,2,4 --out host_threads.json
 
-Two tables, wall time (median of --repeats after warm-up; OpenBLAS on one
-thread, as the engine sets it):
-  - the pool's round trip: parallel_for over t blocks that do nothing, i.e.
-    handing out work to t - 1 helper threads and waiting for them;
+Tables, wall time (median of --repeats after warm-up; OpenBLAS on one
+thread, as the engine sets it, except where OpenBLAS' threads are timed):
+  - the pool's round trip: parallel_for over t blocks that do nothing
+    (the caller runs them all before a helper wakes: the bookkeeping), and
+    over t blocks of a GIL-releasing copy each, beside the caller doing the
+    t copies alone (the hand-off to t - 1 helpers and their GIL turns);
   - products of the shapes the benchmark models run (fit_throughput.py's
     MLP, demo_functional, transformer and CNN at their batch sizes, forward
     and gradients, plus a large square one), on one thread (np.matmul) and
     split by matmul_plan over t threads, the fastest count, and the count
     the policy picks (threads_for) for each; then the same split with one
     block per thread instead of BLOCKS_PER_THREAD (fewer hand-offs, no
-    slack for a late thread);
+    slack for a late thread); then on t of OpenBLAS' own threads
+    (blas_matmul_plan); each with the process CPU ms per call;
   - the memory-bound kernels of the CNN's step (pads of max pooling's
     gradient, BatchNormalization's sums, pooling, broadcast adds) as the
     engine lowers them (device/native/leading_axis.py) with a cap of t
@@ -30,6 +33,9 @@ import time
 
 import numpy as np
 
+# Floats per block of the hand-off table: 64 KiB, above NumPy's threshold
+# for releasing the GIL, small enough that the hand-off shows.
+HANDOFF_ELEMENTS = 1 << 14
 # (label, b, m, n, k): x (b, m, k) @ y (b, k, n); b = 0 for 2-d products.
 PRODUCTS = [
     ("mlp fwd 128x784 @ 784x512", 0, 128, 512, 784),
@@ -126,30 +132,62 @@ def main(argv=None):
              "|---|" + "---:|" * len(counts),
              "| us | " + " | ".join(f"{trip[t]:.1f}" for t in counts) + " |", ""]
 
+    # The round trip with work in it: t blocks that each release the GIL
+    # for a copy of HANDOFF_ELEMENTS floats (a few microseconds), so the
+    # helpers must wake, take the GIL, and hand it back, as a split
+    # product's do; beside it the same copies on the caller alone.
+    src = np.ones(HANDOFF_ELEMENTS, np.float32)
+    dsts = [np.empty_like(src) for _ in range(max(counts))]
+    handoff = {}
+    for t in counts:
+        split = 1e6 * timed(lambda: host.parallel_for(
+            lambda i: np.copyto(dsts[i], src), t, t), args.repeats * 10)
+        alone = 1e6 * timed(lambda: [np.copyto(dsts[i], src) for i in range(t)],
+                            args.repeats * 10)
+        handoff[t] = {"split_us": split, "caller_alone_us": alone}
+    # Appended to the round-trip table (its header holds the counts).
+    lines.insert(3, f"| t copies of {HANDOFF_ELEMENTS} floats, split / caller alone, us | "
+                 + " | ".join(f"{handoff[t]['split_us']:.1f} / "
+                              f"{handoff[t]['caller_alone_us']:.1f}" for t in counts) + " |")
+
     rng = np.random.default_rng(0)
     rows = []
     default_blocks = host.BLOCKS_PER_THREAD
-    for blocks in (default_blocks, 1):
-        host.BLOCKS_PER_THREAD = blocks
-        lines += ["", f"{blocks} block(s) per thread:", "",
-                  "| product | MFLOP | " + " | ".join(f"{t} thr ms" for t in counts)
+    # Our pool with its blocks per thread, with one block per thread, and
+    # OpenBLAS' own threads (blas_matmul_plan); wall ms, then the process's
+    # CPU ms per call (every thread: what the split costs a busy machine).
+    for split, blocks in (("pool", default_blocks), ("pool", 1), ("openblas", 0)):
+        host.BLOCKS_PER_THREAD = blocks or default_blocks
+        if split == "openblas" and not host.blas_thread_setters():
+            lines += ["", "OpenBLAS' own threads: not settable here (no pthreads OpenBLAS)"]
+            continue
+        title = (f"{blocks} block(s) per thread of our pool" if split == "pool"
+                 else "OpenBLAS' own threads")
+        lines += ["", f"{title} (wall ms / process CPU ms):", "",
+                  "| product | MFLOP | " + " | ".join(f"{t} thr" for t in counts)
                   + " | best | policy picks |", "|---|---:|" + "---:|" * (len(counts) + 2)]
         for label, b, m, n, k in PRODUCTS:
             lead = (b,) if b else ()
             x = rng.standard_normal(lead + (m, k), dtype=np.float32)
             y = rng.standard_normal(lead + (k, n), dtype=np.float32)
             flops = 2 * max(b, 1) * m * n * k
-            ms = {}
+            ms, cpu = {}, {}
             for t in counts:
-                plan = host.matmul_plan(b, m, n, k, np.float32, threads=t) if t > 1 else None
+                if split == "pool":
+                    plan = host.matmul_plan(b, m, n, k, np.float32, threads=t) if t > 1 else None
+                else:
+                    plan = host.blas_matmul_plan(t)
                 fn = (lambda: plan(x, y)) if plan else (lambda: np.matmul(x, y))
+                start = time.process_time()
                 ms[t] = 1e3 * timed(fn, args.repeats)
+                cpu[t] = 1e3 * (time.process_time() - start) / (args.repeats + 3)
             best = min(ms, key=ms.get)
             picks = host.threads_for(flops)
-            rows.append({"product": label, "blocks_per_thread": blocks,
-                         "mflop": flops / 1e6, "ms": ms, "best": best, "policy": picks})
+            rows.append({"product": label, "split": split, "blocks_per_thread": blocks,
+                         "mflop": flops / 1e6, "ms": ms, "cpu_ms": cpu, "best": best,
+                         "policy": picks})
             lines.append(f"| {label} | {flops / 1e6:.0f} | "
-                         + " | ".join(f"{ms[t]:.3f}" for t in counts)
+                         + " | ".join(f"{ms[t]:.3f} / {cpu[t]:.2f}" for t in counts)
                          + f" | {best} | {picks} |")
     host.BLOCKS_PER_THREAD = default_blocks
 
@@ -165,7 +203,8 @@ def main(argv=None):
     print(text)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"threads": counts, "round_trip_us": trip, "products": rows,
+            json.dump({"threads": counts, "round_trip_us": trip, "handoff": handoff,
+                       "products": rows,
                        "memory_bound": kernels,
                        "flops_per_thread": host.FLOPS_PER_THREAD,
                        "table": text}, f, indent=1)

@@ -25,12 +25,20 @@ def test_reports_each_product_on_each_count(tmp_path, monkeypatch):
     assert set(report["round_trip_us"]) == {"1", "2"}
     from keras_ipu.device.native import threads
 
-    assert [r["blocks_per_thread"] for r in report["products"]] == [
-        threads.BLOCKS_PER_THREAD] * 2 + [1] * 2
-    for row, (label, b, m, n, k) in zip(report["products"], bench.PRODUCTS * 2):
+    # Our pool with its blocks per thread, with one, then OpenBLAS' threads
+    # where this process can set them.
+    splits = [("pool", threads.BLOCKS_PER_THREAD), ("pool", 1)]
+    if threads.blas_thread_setters():
+        splits.append(("openblas", 0))
+    assert [(r["split"], r["blocks_per_thread"]) for r in report["products"]] == [
+        s for s in splits for _ in bench.PRODUCTS]
+    for row, (label, b, m, n, k) in zip(report["products"], bench.PRODUCTS * len(splits)):
         assert row["product"] == label
-        assert set(row["ms"]) == {"1", "2"} and all(v > 0 for v in row["ms"].values())
+        assert set(row["ms"]) == set(row["cpu_ms"]) == {"1", "2"}
+        assert all(v > 0 for v in row["ms"].values())
         assert row["policy"] == threads.threads_for(2 * max(b, 1) * m * n * k)
+    assert set(report["handoff"]) == {"1", "2"}
+    assert all(v["split_us"] > 0 for v in report["handoff"].values())
     assert "| rows | 0 |" in report["table"]
     # the memory-bound kernels as lowered: a wall and CPU time per count
     assert [r["kernel"] for r in report["memory_bound"]] == [k[0] for k in small]

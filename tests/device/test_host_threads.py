@@ -57,6 +57,27 @@ def test_a_bad_variable_names_itself(cap, monkeypatch):
         threads.max_threads()
 
 
+class _Setter:
+    """Stands for OpenBLAS' openblas_set_num_threads: records the counts."""
+
+    def __init__(self):
+        self.counts = []
+
+    def __call__(self, n):
+        self.counts.append(n)
+
+
+@pytest.fixture(params=["pool", "openblas"])
+def splitter(request, monkeypatch):
+    """Products on our pool (no settable OpenBLAS) or on OpenBLAS' threads
+    (the real setters where this process has them, else a recording one)."""
+    if request.param == "pool":
+        monkeypatch.setattr(threads, "_blas_setters", ())
+    elif not threads.blas_thread_setters():
+        monkeypatch.setattr(threads, "_blas_setters", (_Setter(),))
+    return request.param
+
+
 def test_small_products_stay_on_one_thread(cap):
     cap(8)
     assert threads.threads_for(threads.FLOPS_PER_THREAD - 1) == 1
@@ -67,21 +88,71 @@ def test_small_products_stay_on_one_thread(cap):
     assert threads.matmul_plan(0, 512, 512, 512, np.float32) is None
 
 
+def test_openblas_threads_only_for_products_that_split_on_many_cores(cap, monkeypatch):
+    monkeypatch.setattr(threads, "_blas_setters", (_Setter(),))
+    split = 2 * threads.FLOPS_PER_THREAD  # the smallest product that splits
+    cap(threads.BLAS_MIN_CAP)
+    assert threads.blas_threads_for(split - 1) == 0  # stays on one thread
+    assert threads.blas_threads_for(split) == min(
+        threads.BLAS_MIN_CAP, max(2, split // threads.BLAS_FLOPS_PER_THREAD))
+    cap(16)
+    assert threads.blas_threads_for(10 * threads.BLAS_FLOPS_PER_THREAD) == 10
+    assert threads.blas_threads_for(100 * threads.BLAS_FLOPS_PER_THREAD) == 16
+    cap(threads.BLAS_MIN_CAP - 1)  # a small machine: our pool
+    assert threads.blas_threads_for(100 * split) == 0
+    cap(16)
+    monkeypatch.setattr(threads, "_blas_setters", ())  # not settable here
+    assert threads.blas_threads_for(100 * split) == 0
+
+
+def test_openblas_threads_are_set_for_the_call_only(monkeypatch):
+    setter = _Setter()
+    monkeypatch.setattr(threads, "_blas_setters", (setter,))
+    monkeypatch.setattr(threads, "_backoff", 0.0)
+    plan = threads.blas_matmul_plan(4)
+    x, y = np.ones((3, 5), np.float32), np.ones((5, 2), np.float32)
+    np.testing.assert_array_equal(plan(x, y), np.matmul(x, y))
+    assert setter.counts == [4, 1]
+    # Another threaded product in flight (the count is process-wide): this
+    # one runs on its own thread and leaves the count alone.
+    with threads._blas_busy:
+        np.testing.assert_array_equal(plan(x, y), np.matmul(x, y))
+    assert setter.counts == [4, 1]
+    # A busy machine (the pool backing off): one thread.
+    monkeypatch.setattr(threads, "_backoff", 1.0)
+    monkeypatch.setattr(threads, "_resume_at", threads.time.perf_counter() + 60)
+    plan(x, y)
+    assert setter.counts == [4, 1]
+    assert threads.blas_matmul_plan(1) is None
+
+
+def test_a_split_2d_product_goes_to_openblas_where_it_can_be_set(cap, monkeypatch):
+    cap(threads.BLAS_MIN_CAP)
+    monkeypatch.setattr(threads, "_blas_setters", (_Setter(),))
+    assert threads.matmul_plan(0, 512, 512, 512, np.float32).__name__ == "blas_matmul"
+    # Batched: numpy loops over the small products; our pool splits the batch.
+    assert threads.matmul_plan(64, 128, 128, 128, np.float32).__name__ == "split_matmul"
+    monkeypatch.setattr(threads, "_blas_setters", ())
+    assert threads.matmul_plan(0, 512, 512, 512, np.float32).__name__ == "split_matmul"
+
+
 @pytest.mark.parametrize("shapes", [
     ((256, 300), (300, 64)),     # rows
     ((64, 300), (300, 256)),     # columns
     ((8, 64, 100), (8, 100, 96)),  # batches
     ((1, 256, 200), (1, 200, 64)),  # one batch: its rows
 ])
-def test_split_products_equal_numpy(cap, shapes, monkeypatch):
+def test_split_products_equal_numpy(cap, shapes, monkeypatch, splitter):
     cap(4)
     monkeypatch.setattr(threads, "FLOPS_PER_THREAD", 1000)
+    monkeypatch.setattr(threads, "BLAS_FLOPS_PER_THREAD", 1000)
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shapes[0]).astype(np.float32)
     y = rng.standard_normal(shapes[1]).astype(np.float32)
     b = x.shape[0] if x.ndim == 3 else 0
     plan = threads.matmul_plan(b, x.shape[-2], y.shape[-1], x.shape[-1], np.float32)
-    assert plan is not None
+    assert plan.__name__ == ("blas_matmul" if splitter == "openblas" and not b
+                             else "split_matmul")
     np.testing.assert_allclose(plan(x, y), np.matmul(x, y), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(threads.matmul(x, y), np.matmul(x, y), rtol=1e-5, atol=1e-4)
 

@@ -8,12 +8,16 @@ core from any other process that wants it (measured in issue 16: under
 one busy process, 48 ms per step with default threads, 18 ms with one).
 
 So, when the first program is lowered, OpenBLAS is set to one thread
-(threadpoolctl) and the compiled kernels decide themselves: a product
-whose work is worth it is split into row (or column) blocks, each a
-one-thread BLAS call, run by a small pool of our own threads together with
-the caller. Blocks are handed out one at a time, so a thread the OS does
-not schedule (a busy machine) delays nothing: the others take its blocks.
-Idle pool threads block on a queue; nothing spins.
+(threadpoolctl) and the compiled kernels decide themselves: a kernel
+whose work is worth it is split into row (or column, batch) blocks, run
+by a small pool of our own threads together with the caller. Blocks are
+handed out one at a time, so a thread the OS does not schedule (a busy
+machine) delays nothing: the others take its blocks. Idle pool threads
+block on a queue; nothing spins. On a host of BLAS_MIN_CAP threads or
+more, a 2-d product worth splitting runs on OpenBLAS' own threads instead,
+their count set for that call only (blas_matmul_plan): our pool's helpers
+take turns on the GIL for every block, which on 16 cores cost more than
+the split of a sub-millisecond product gained (issue 16).
 
 Caps, in order: `KERAS_IPU_HOST_THREADS`, then `OPENBLAS_NUM_THREADS`,
 `OMP_NUM_THREADS`, `MKL_NUM_THREADS` (the usual variables; the smallest
@@ -47,6 +51,30 @@ CAP_VARIABLES = (
 # caller waits for its block: only products long enough to absorb that
 # are split.
 FLOPS_PER_THREAD = 32_000_000
+# A 2-d product that splits (FLOPS_PER_THREAD) runs on OpenBLAS' own
+# threads (blas_matmul_plan) where this process may use BLAS_MIN_CAP
+# threads or more, BLAS_FLOPS_PER_THREAD operations each: about 60 us of
+# one core's sgemm (~130 GFLOP/s with AVX-512). Its threads are C threads
+# that wait spinning for a while after each call, so a hand-off costs
+# microseconds, where our pool's helpers take turns on the GIL and each
+# block repacks the operand the blocks share. Measured on a 16-core Xeon
+# (issue 16, benchmarks/README.md, one run each, noisy): the MLP's
+# 128x512 @ 512x512 product 0.50 ms on one thread, 0.39 on 4 of our
+# pool's (its best), 0.135 on 16 of OpenBLAS'; fit of the MLP 24-25k
+# samples/s on our pool, 31-34k on OpenBLAS' threads. Below 4 threads a
+# helper or two hardly queue on the GIL, and spinning threads would take
+# the cores of a small machine from other work: our pool, as before.
+# Products under FLOPS_PER_THREAD stay on one thread either way: run
+# beside other kernels (concurrent_steps.py) they do better (Keras'
+# demo_functional at batch 32, its 17 MFLOP products on 2 of OpenBLAS'
+# threads: 2.4-3.1k samples/s in four runs; on one thread 4.0-4.4k in two).
+# The price: OpenBLAS' idle threads spin (yielding their core to any other
+# runnable thread) for about 0.1 s after each call, so the MLP's CPU time
+# per step grew from 7 to 50 ms there; `OPENBLAS_THREAD_TIMEOUT=4` set
+# before the program starts makes them sleep at once (18 ms, same speed,
+# one run). A busy machine (backing_off) runs them on one thread.
+BLAS_FLOPS_PER_THREAD = 8_000_000
+BLAS_MIN_CAP = 4
 # Elements per thread below which a fused elementwise chain stays on one
 # thread (about 0.3 ms of a few-op chain; memory-bound, so far fewer
 # operations per thread than a product's).
@@ -120,11 +148,24 @@ def configure():
 
 
 def threads_for(flops):
-    """Threads worth using for a kernel of `flops` operations."""
+    """Threads of our pool worth using for a kernel of `flops` operations;
+    more than one: the kernel is split (a product may go to OpenBLAS'
+    threads instead: matmul_plan)."""
     cap = max_threads()
     if cap == 1:
         return 1
     return int(max(1, min(cap, flops // FLOPS_PER_THREAD)))
+
+
+def blas_threads_for(flops):
+    """Threads of OpenBLAS for a 2-d product of `flops` operations that
+    splits (threads_for > 1) on a host of at least BLAS_MIN_CAP threads;
+    0 where our pool splits it (fewer threads, or OpenBLAS' count cannot
+    be set)."""
+    cap = max_threads()
+    if cap < BLAS_MIN_CAP or threads_for(flops) <= 1 or not blas_thread_setters():
+        return 0
+    return int(min(cap, max(2, flops // BLAS_FLOPS_PER_THREAD)))
 
 
 def threads_for_elements(n):
@@ -390,15 +431,21 @@ def _blocks(size, threads, min_block=_MIN_BLOCK):
 
 def matmul_plan(b, m, n, k, compute, threads=None):
     """A function computing matmul(x, y) for x (b, m, k) (or (m, k) when b
-    is 0) and y (b, k, n) (or (k, n)) of dtype `compute`, split into blocks
-    over threads; None when one thread is right (small products, dtypes
-    BLAS does not run). `threads` overrides the policy's count
-    (benchmarks/host_threads.py measures each count)."""
+    is 0) and y (b, k, n) (or (k, n)) of dtype `compute` on several
+    threads: a 2-d product on OpenBLAS' own where blas_threads_for says so,
+    else split into blocks over our pool (a batched one: numpy loops over
+    its small products, which OpenBLAS' threads cannot share); None when
+    one thread is right (small products, dtypes BLAS does not run).
+    `threads` overrides the policy's count and splits over our pool
+    (benchmarks/host_threads.py measures each)."""
     if np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None
     configure()
     if threads is None:
-        threads = threads_for(2 * max(b, 1) * m * n * k)
+        flops = 2 * max(b, 1) * m * n * k
+        if not b and blas_threads_for(flops):
+            return blas_matmul_plan(blas_threads_for(flops))
+        threads = threads_for(flops)
     if threads <= 1:
         return None
     empty, matmul = np.empty, np.matmul
@@ -428,6 +475,75 @@ def matmul_plan(b, m, n, k, compute, threads=None):
         return out
 
     return split_matmul
+
+
+# -- products on OpenBLAS' own threads -------------------------------------
+# Our pool hands each block to a Python thread: a helper takes the GIL to
+# claim its block and again when its BLAS call returns, so on many cores
+# the hand-offs queue on the GIL and every block repacks the operand it
+# shares with the others. OpenBLAS' own threads (C threads, no GIL) share
+# the packed panels. `blas_matmul_plan` runs a product on `threads` of
+# them: OpenBLAS is set to that count for the call and back to one after
+# it (a ctypes call, about a microsecond). OpenBLAS splits rows and columns
+# only, never the inner dimension, as our blocks do.
+
+_blas_setters = None
+
+
+def blas_thread_setters():
+    """The openblas_set_num_threads functions of the pthreads OpenBLAS
+    builds loaded in this process (threadpoolctl finds them); empty where
+    there are none (another BLAS, OpenMP threading)."""
+    global _blas_setters
+    if _blas_setters is None:
+        setters = []
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            libs = ThreadpoolController().select(internal_api="openblas").lib_controllers
+        except Exception:  # noqa: BLE001 - no threadpoolctl or no BLAS: our pool only
+            libs = []
+        # Wheels rename OpenBLAS' symbols (scipy-openblas: prefix "scipy_",
+        # suffix "64_" for the 64-bit integer build).
+        names = [f"{prefix}openblas_set_num_threads{suffix}"
+                 for prefix in ("", "scipy_") for suffix in ("", "64_")]
+        for lib in libs:
+            if getattr(lib, "threading_layer", None) == "pthreads":
+                found = [getattr(lib.dynlib, n) for n in names if hasattr(lib.dynlib, n)]
+                setters.extend(found[:1])
+        _blas_setters = tuple(setters)
+    return _blas_setters
+
+
+# OpenBLAS' thread count is one number for the process: one threaded
+# product at a time sets it. Another that finds it taken (a kernel of the
+# pool, a user's thread) runs on its own thread, as every product did
+# before.
+_blas_busy = threading.Lock()
+
+
+def blas_matmul_plan(threads):
+    """np.matmul on `threads` of OpenBLAS' threads (one while backing off
+    or while another threaded product runs), or None where OpenBLAS'
+    threads cannot be set."""
+    setters = blas_thread_setters()
+    if threads <= 1 or not setters:
+        return None
+    matmul, busy = np.matmul, _blas_busy
+
+    def blas_matmul(x, y):
+        if backing_off() or not busy.acquire(blocking=False):
+            return matmul(x, y)
+        try:
+            for set_threads in setters:
+                set_threads(threads)
+            return matmul(x, y)
+        finally:
+            for set_threads in setters:
+                set_threads(1)
+            busy.release()
+
+    return blas_matmul
 
 
 _plans = {}
