@@ -64,15 +64,16 @@ FLOPS_PER_THREAD = 32_000_000
 # samples/s on our pool, 31-34k on OpenBLAS' threads. Below 4 threads a
 # helper or two hardly queue on the GIL, and spinning threads would take
 # the cores of a small machine from other work: our pool, as before.
-# Products under FLOPS_PER_THREAD stay on one thread either way: run
-# beside other kernels (concurrent_steps.py) they do better (Keras'
-# demo_functional at batch 32, its 17 MFLOP products on 2 of OpenBLAS'
-# threads: 2.4-3.1k samples/s in four runs; on one thread 4.0-4.4k in two).
+# Products that do not split (under 2 x FLOPS_PER_THREAD) stay on one
+# thread either way: run beside other kernels (concurrent_steps.py) they
+# do better (Keras' demo_functional at batch 32, its 17 MFLOP products on
+# 2 of OpenBLAS' threads: 2.4-3.1k samples/s in four runs; on one thread
+# 4.0-4.4k in two).
 # The price: OpenBLAS' idle threads spin (yielding their core to any other
 # runnable thread) for about 0.1 s after each call, so the MLP's CPU time
 # per step grew from 7 to 50 ms there; `OPENBLAS_THREAD_TIMEOUT=4` set
 # before the program starts makes them sleep at once (18 ms, same speed,
-# one run). A busy machine (backing_off) runs them on one thread.
+# one run). A busy machine (backing_off) runs the product on one thread.
 BLAS_FLOPS_PER_THREAD = 8_000_000
 BLAS_MIN_CAP = 4
 # Elements per thread below which a fused elementwise chain stays on one
