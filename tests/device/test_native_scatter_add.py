@@ -101,3 +101,27 @@ def test_lowered_scatter_equals_the_numpy_path(monkeypatch, dtype):
     eager = np.asarray(prim.kernel(x, idx, upd, **params))
     assert with_c.dtype == without_c.dtype == eager.dtype == np.dtype(dtype)
     assert with_c.tobytes() == without_c.tobytes() == eager.tobytes()
+
+
+def test_an_embedding_gradient_takes_the_c_loop(monkeypatch):
+    # The lowered kernel must not fall back silently on the layout Keras'
+    # Embedding gradient has: int32 indices (batch, seq, 1), float32 rows.
+    taken = []
+    real = native.scatter_add
+
+    class Recording:
+        @staticmethod
+        def rows(*args):
+            taken.append(real.rows(*args))
+            return taken[-1]
+
+    monkeypatch.setattr(native, "scatter_add", Recording)
+    prim = REGISTRY["scatter"]
+    params = dict(mode="add", batch_dims=0)
+    x = np.zeros((100, 16), np.float32)
+    idx = rng.integers(0, 100, (8, 12, 1)).astype(np.int32)
+    upd = rng.standard_normal((8, 12, 16)).astype(np.float32)
+    avals = [ShapedArray(a.shape, a.dtype) for a in (x, idx, upd)]
+    out = lower(prim, params, avals, (prim.abstract_eval(*avals, **params),))(x, idx, upd)
+    assert taken == [True]
+    assert out.tobytes() == _add_at(x, idx, upd).tobytes()
