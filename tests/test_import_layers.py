@@ -13,8 +13,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = "keras_ipu"
 LAYER = "keras_ipu.device"
-# The C kernel is built at install time and may be missing (hatch_build.py).
-OPTIONAL_MODULES = {"keras_ipu.device.native._elementwise"}
+# The C kernels are built at install time and may be missing (hatch_build.py).
+OPTIONAL_MODULES = {"keras_ipu.device.native._elementwise",
+                    "keras_ipu.device.native._scatter_add"}
 # Packages that import a heavy library, loaded on first use (a function-level
 # import): the TensorFlow emitter, which only the XLA engine needs, and the
 # one module that talks to MPI, which only multi-process jobs load.
