@@ -42,7 +42,11 @@ graph's train op (in the collection TensorFlow 1 kept it in,
 'saved_model_train_op') writes the step's new weights and optimizer
 state and adds one to the global step, as one step of train() does; its
 'train' signature gives the loss (of the variables before the step),
-and predictions and metrics where the model_fn returns them. The EVAL
+and predictions and metrics where the model_fn returns them. Unlike
+TensorFlow 1's, the signature's loss depends on the train op, so each
+run of the signature is one step also for TensorFlow 2's loader (which
+does not read the train op's collection); a TF1 session fetching both
+still runs one step. The EVAL
 graph's 'eval' signature gives the loss, predictions and, per metric,
 'metrics/<name>/update_op' and '.../value': both are the metric after
 this batch's update (the program does both at once), so fetching either
@@ -223,6 +227,11 @@ def _add_supervised_graph(builder, mode, receiver_fn, estimator, prefix, save_va
             # The step's writes, then the global step, as train() counts it.
             with tf.control_dependencies(assigns + tf.nest.flatten(outputs)):
                 train_op = tf.group(*assigns, global_step.assign_add(1))
+            # The signature's loss (of the variables before the step) runs
+            # the step too, so a signature call trains where the train op's
+            # collection is not read (TensorFlow 2's loader).
+            with tf.control_dependencies([train_op]):
+                outputs["loss"] = tf.identity(outputs["loss"])
             metrics = None
             builder._add_train_op(train_op)  # noqa: SLF001 - as tf.estimator did
             output_class = export_output.TrainOutput

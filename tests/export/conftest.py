@@ -45,7 +45,7 @@ _TF1_SCRIPT = Path(__file__).parent / "run_tf1_saved_model.py"
 @pytest.fixture(scope="module")
 def run_tf1_in_fresh_tensorflow(tmp_path_factory):
     """run(jobs) with jobs [(SavedModel path, tag, signature, {input name:
-    array}, runs)] -> per job {"runs": the signature's outputs of each run,
+    array}, runs[, "tf2": TensorFlow 2's loader])] -> per job {"runs": the signature's outputs of each run,
     "variables": the global variables after the runs (each with the
     graph's train op), "train_op": bool}, computed by one new Python
     process running plain TensorFlow's TF1 SavedModel loader; fails the
@@ -54,11 +54,12 @@ def run_tf1_in_fresh_tensorflow(tmp_path_factory):
     def run(jobs):
         tmp_path = tmp_path_factory.mktemp("tf1_jobs")
         described = []
-        for k, (path, tag, signature, inputs, runs) in enumerate(jobs):
+        for k, (path, tag, signature, inputs, runs, *loader) in enumerate(jobs):
             arrays = tmp_path / f"tf1_inputs_{k}.npz"
             np.savez(arrays, **inputs)
-            described.append({"path": str(path), "tag": tag, "signature": signature, "inputs": str(arrays),
-                              "runs": runs})
+            described.append({"path": str(path), "tag": tag, "signature": signature,
+                              "inputs": str(arrays), "runs": runs,
+                              "loader": loader[0] if loader else "tf1"})
         jobs_file = tmp_path / "tf1_jobs.json"
         jobs_file.write_text(json.dumps(described))
         env = dict(os.environ, KERAS_IPU_TF_HOOK="0", TF_CPP_MIN_LOG_LEVEL="3")

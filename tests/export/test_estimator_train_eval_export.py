@@ -124,7 +124,8 @@ def exported(tmp_path_factory, run_tf1_in_fresh_tensorflow):
     graphs on a training batch; then each estimator evaluates on the
     evaluation batch and trains on the training batch from the same
     checkpoint. Returns {"plain" / "pipeline": (path, eval run, train run,
-    checkpoint values, evaluate()'s results, values after train())}."""
+    checkpoint values, evaluate()'s results, values after train()[, the
+    train run by TensorFlow 2's loader])}."""
     estimator = make_estimator(tmp_path_factory.mktemp("estimator"))
     estimator.train(lambda params: dataset(X, Y, params["batch_size"]), steps=3)
     path = os.fsdecode(estimator.experimental_export_all_saved_models(
@@ -141,6 +142,7 @@ def exported(tmp_path_factory, run_tf1_in_fresh_tensorflow):
     runs = run_tf1_in_fresh_tensorflow([
         (path, "eval", "eval", {"input": EVAL_X, "label": EVAL_Y}, 2),
         (path, "train", "train", {"input": TRAIN_X, "label": TRAIN_Y}, 2),
+        (path, "train", "train", {"input": TRAIN_X, "label": TRAIN_Y}, 2, "tf2"),
         (piped_path, "eval", "eval", {"input": EVAL_X[:MB], "label": EVAL_Y[:MB]}, 1),
         (piped_path, "train", "train", {"input": TRAIN_X[:MB], "label": TRAIN_Y[:MB]}, 1)])
     checkpoint = {n: estimator.get_variable_value(n) for n in NAMES}
@@ -156,8 +158,8 @@ def exported(tmp_path_factory, run_tf1_in_fresh_tensorflow):
     # One weight update over GAC micro-batches that are all the training batch.
     piped.train(lambda: pipeline_dataset(TRAIN_X[:MB], TRAIN_Y[:MB]), steps=GAC)
     piped_trained = {n: piped.get_variable_value(n) for n in piped_names}
-    return {"plain": (path, runs[0], runs[1], checkpoint, evaluated, trained),
-            "pipeline": (piped_path, runs[2], runs[3], piped_checkpoint, piped_evaluated,
+    return {"plain": (path, runs[0], runs[1], checkpoint, evaluated, trained, runs[2]),
+            "pipeline": (piped_path, runs[3], runs[4], piped_checkpoint, piped_evaluated,
                          piped_trained)}
 
 
@@ -182,7 +184,7 @@ def test_one_saved_model_with_a_meta_graph_per_mode(exported):
 
 
 def test_eval_signature_gives_evaluates_loss_and_metrics(exported):
-    _, ran, _, checkpoint, evaluated, _ = exported["plain"]
+    _, ran, _, checkpoint, evaluated, _, _ = exported["plain"]
     assert not ran["train_op"]
     first, second = ran["runs"]
     np.testing.assert_allclose(first["loss"], evaluated["loss"], rtol=1e-6)
@@ -201,7 +203,7 @@ def test_eval_signature_gives_evaluates_loss_and_metrics(exported):
 
 
 def test_train_op_makes_the_steps_train_makes(exported):
-    _, _, ran, checkpoint, _, trained = exported["plain"]
+    _, _, ran, checkpoint, _, trained, ran_tf2 = exported["plain"]
     assert ran["train_op"]
     after = ran["variables"]
     for name in NAMES:
@@ -220,6 +222,13 @@ def test_train_op_makes_the_steps_train_makes(exported):
         w, b = w - 0.05 * mw, b - 0.05 * mb
     np.testing.assert_allclose(after["w"], w, rtol=1e-5)
     np.testing.assert_allclose(after["b/Momentum"], mb, rtol=1e-5)
+    # TensorFlow 2's loader reads no train op collection: each call of the
+    # signature is the step all the same.
+    for name in NAMES:
+        np.testing.assert_allclose(ran_tf2["variables"][name], after[name], rtol=1e-6,
+                                   err_msg=name)
+    for tf1_run, tf2_run in zip(ran["runs"], ran_tf2["runs"]):
+        np.testing.assert_allclose(tf2_run["loss"], tf1_run["loss"], rtol=1e-6)
 
 
 def test_pipeline_estimator_eval_and_train_graphs(exported):
