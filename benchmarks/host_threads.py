@@ -14,7 +14,8 @@ thread, as the engine sets it, except where OpenBLAS' threads are timed):
     MLP, demo_functional, transformer and CNN at their batch sizes, forward
     and gradients, plus a large square one), on one thread (np.matmul) and
     split by matmul_plan over t threads, the fastest count, and the count
-    the policy picks (threads_for) for each; then the same split with one
+    the policy picks (threads_for, or "N OpenBLAS" where the product goes
+    to OpenBLAS' threads: blas_threads_for) for each; then the same split with one
     block per thread instead of BLOCKS_PER_THREAD (fewer hand-offs, no
     slack for a late thread); then on t of OpenBLAS' own threads
     (blas_matmul_plan); each with the process CPU ms per call;
@@ -183,12 +184,15 @@ def main(argv=None):
                 cpu[t] = 1e3 * (time.process_time() - start) / (args.repeats + 3)
             best = min(ms, key=ms.get)
             picks = host.threads_for(flops)
+            # What the engine runs: a 2-d product that splits may go to
+            # OpenBLAS' threads instead of our pool (threads.matmul_plan).
+            on_blas = 0 if b else host.blas_threads_for(flops)
             rows.append({"product": label, "split": split, "blocks_per_thread": blocks,
                          "mflop": flops / 1e6, "ms": ms, "cpu_ms": cpu, "best": best,
-                         "policy": picks})
+                         "policy": picks, "policy_openblas": on_blas})
             lines.append(f"| {label} | {flops / 1e6:.0f} | "
                          + " | ".join(f"{ms[t]:.3f} / {cpu[t]:.2f}" for t in counts)
-                         + f" | {best} | {picks} |")
+                         + f" | {best} | {f'{on_blas} OpenBLAS' if on_blas else picks} |")
     host.BLOCKS_PER_THREAD = default_blocks
 
     kernels = memory_bound_rows(host, counts, args.repeats, rng)

@@ -37,6 +37,8 @@ def test_reports_each_product_on_each_count(tmp_path, monkeypatch):
         assert set(row["ms"]) == set(row["cpu_ms"]) == {"1", "2"}
         assert all(v > 0 for v in row["ms"].values())
         assert row["policy"] == threads.threads_for(2 * max(b, 1) * m * n * k)
+        assert row["policy_openblas"] == (
+            0 if b else threads.blas_threads_for(2 * m * n * k))
     assert set(report["handoff"]) == {"1", "2"}
     assert all(v["split_us"] > 0 for v in report["handoff"].values())
     assert "| rows | 0 |" in report["table"]
