@@ -349,3 +349,203 @@ def test_loops_and_branches_carry_a_split():
     assert part.output_shardings == (1,)
     kinds = {n.primitive.name for n in part.local.nodes}
     assert {"while_loop", "cond"} <= kinds
+
+
+# -- an embedding split on its vocabulary (Megatron's vocabulary-parallel lookup)
+VOCAB, FEATURES, IDS = 100, 32, 64
+
+
+def _embedding_args():
+    rng = np.random.default_rng(4)
+    table = rng.normal(size=(VOCAB, FEATURES)).astype(np.float32)
+    # Negative ids count from the end, as the whole lookup wraps them.
+    ids = rng.integers(-VOCAB, VOCAB, size=(IDS,)).astype(np.int32)
+    return table, ids
+
+
+def _sgd_on_lookup(table, ids):
+    def loss(t):
+        return keras.ops.sum(keras.ops.take(t, ids, axis=0) ** 2)
+
+    return table - 0.1 * autodiff.grad(loss)(table)
+
+
+def _vocabulary_split(k):
+    return CompileOptions(tensor_parallel=TensorParallel.of(k, {0: 0}, {0: "embeddings"}))
+
+
+@pytest.mark.parametrize("k, link_bytes, link_steps, link_cycles", [
+    # The lookup's rows [64, 32] float32 = 8,192 B. [RING]: 2 (k - 1) / k x
+    # 8,192 B in 2 (k - 1) steps; cycles: bytes / 320 GB/s x 1.33 GHz (ipu2).
+    (2, 8192, 2, 35),  # 8192 / 320e9 * 1.33e9 = 34.05
+    (4, 12288, 6, 52),  # 12288 / 320e9 * 1.33e9 = 51.07
+])
+def test_an_embedding_split_on_its_vocabulary_looks_up_its_own_rows(
+        k, link_bytes, link_steps, link_cycles):
+    table, ids = _embedding_args()
+    split = jit(_sgd_on_lookup, options=_vocabulary_split(k))
+    np.testing.assert_array_equal(np.asarray(jit(_sgd_on_lookup)(table, ids)),
+                                  np.asarray(split(table, ids)))
+    exe = split.executable(table, ids)
+    part = exe.tensor_parallel.partitioned
+    # The table 100 x 32 x 4 B = 12,800 B: 1/k of its rows on each IPU, and
+    # the updated table leaves split: the gradient's scatter added only the
+    # rows of each IPU's own ids into its block.
+    assert part.sharded_input_bytes(exe.graph) == {0: (12800, 12800 // k)}
+    assert part.input_shardings == (0, None) and part.output_shardings == (0,)
+    for report in exe.memory_by_ipu.values():
+        assert report.input_bytes == 12800 // k + IDS * 4
+    local = {n.primitive.name: n for n in part.local.nodes}
+    assert local["gather"].inputs[0].aval.shape == (VOCAB // k, FEATURES)
+    assert local["scatter"].outputs[0].aval.shape == (VOCAB // k, FEATURES)
+    # Each IPU's rows are a partial sum of the lookup: one all-reduce of
+    # them (the square reads them whole), no all-gather of the table.
+    assert [(c.kind, c.nbytes, c.count) for c in part.collectives] == [("all-reduce", 8192, 1)]
+    assert cost_model.all_reduce_link_traffic(8192, k) == (link_bytes, link_steps)
+    [step] = [s for s in exe.prediction.steps if s.name == "cross_replica_sum"]
+    assert step.exchange == link_cycles
+
+
+def _rows_before_the_all_reduce(program, args, options):
+    """Each IPU's partial rows: the local program run up to its all-reduce
+    with that IPU's block of the table and its index on the axis."""
+    from keras_ipu.device.interpreter import eval_graph
+    from keras_ipu.device.ir import Graph
+    from keras_ipu.device.simulator import replicas
+
+    part = program.executable(*args).tensor_parallel.partitioned
+    k = part.tp.ipus
+    [reduce] = [n for n in part.local.nodes if n.primitive.name == "cross_replica_sum"]
+    prefix = Graph()
+    prefix.inputs = part.local.inputs
+    prefix.nodes = part.local.nodes[:part.local.nodes.index(reduce)]
+    prefix.outputs = list(reduce.inputs)
+    table = args[0]
+    rows = []
+    for i in range(k):
+        block = np.split(table, k, axis=0)[i]
+        original = replicas.replica_index
+        replicas.replica_index = lambda: i
+        try:
+            [partial] = eval_graph(prefix, block, *args[1:])
+        finally:
+            replicas.replica_index = original
+        rows.append(np.asarray(partial))
+    return rows
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_each_ipu_looks_up_the_ids_of_its_rows_and_zeros_for_the_others(k):
+    # The local program is one SPMD program: IPU i's rows are the table's
+    # rows for the ids in [i V/k, (i+1) V/k) (negative ids wrapped first)
+    # and zeros elsewhere; their sum is the whole lookup.
+    table, ids = _embedding_args()
+    lookup = jit(lambda t, i: keras.ops.take(t, i, axis=0) * 2.0,
+                 options=_vocabulary_split(k))
+    rows = _rows_before_the_all_reduce(lookup, (table, ids), _vocabulary_split(k))
+    wrapped = ids % VOCAB
+    for i, partial in enumerate(rows):
+        mine = (wrapped // (VOCAB // k)) == i
+        np.testing.assert_array_equal(partial[mine], table[wrapped[mine]])
+        assert not partial[~mine].any()
+    np.testing.assert_array_equal(sum(rows), table[wrapped])
+
+
+def test_a_vocabulary_split_keras_embedding_trains_its_rows_and_slots_on_their_ipus():
+    import keras_ipu as ipu
+    from keras.distribution import DeviceMesh
+    from keras.distribution import LayoutMap
+    from keras.distribution import ModelParallel
+
+    def model():
+        keras.utils.set_random_seed(2)
+        tokens = keras.Input((8,), dtype="int32")
+        h = keras.layers.Embedding(64, 16, name="emb")(tokens)
+        out = keras.layers.Dense(3, name="head")(keras.layers.Flatten()(h))
+        m = keras.Model(tokens, out)
+        m.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return m
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 64, size=(16, 8)).astype("int32")
+    y = rng.integers(0, 3, size=(16,)).astype("int32")
+    whole = model()
+    whole.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+
+    config = ipu.config.IPUConfig()
+    config.auto_select_ipus = 2
+    config.configure_ipu_system()
+    mesh = DeviceMesh((1, 2), ["batch", "model"], keras.distribution.list_devices())
+    layout_map = LayoutMap(mesh)
+    layout_map[".*emb/embeddings"] = ("model", None)
+    with ModelParallel(layout_map=layout_map).scope():
+        split = model()
+        split.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    for ours, theirs in zip(split.get_weights(), whole.get_weights()):
+        np.testing.assert_array_equal(ours, theirs)
+    [exe] = split.train_function.execution.device_loop.executables()
+    part = exe.tensor_parallel.partitioned
+    names = dict(part.tp.names)
+    # (Without the optimizer's own name, which counts the optimizers made.)
+    held = {names[j].split("/")[-1]: b for j, b in part.sharded_input_bytes(exe.graph).items()}
+    # The table 64 x 16 x 4 B = 4,096 B and Adam's two slots of it (no
+    # layout given: they are updated from the split gradient), half on each.
+    assert held == {"embeddings": (4096, 2048), "emb_embeddings_momentum": (4096, 2048),
+                    "emb_embeddings_velocity": (4096, 2048)}
+    # The rows [8, 8, 16] float32 (4,096 B) are all-reduced once, before the
+    # flatten; nothing else crosses the links.
+    assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-reduce", 4096)]
+
+
+# -- the partitioner's own costs ---------------------------------------------------
+
+
+def test_a_value_read_twice_by_each_op_is_asked_for_once(monkeypatch):
+    # x -> x * x -> ... (12 squarings, each reading its operand twice) meets
+    # the split w: the request for w's split walks back through the chain
+    # to x once per value, not twice per level (2^12 times).
+    from keras_ipu.device.compiler import tensor_parallel_partitioner as partitioner
+
+    calls = []
+    ask = partitioner.Partitioner._ask
+    monkeypatch.setattr(partitioner.Partitioner, "_ask",
+                        lambda self, value, want: calls.append(1) or ask(self, value, want))
+
+    def chain(w, x):
+        for _ in range(12):
+            x = x * x
+        return w * x
+
+    rng = np.random.default_rng(5)
+    w, x = (rng.normal(size=(4, 8)).astype(np.float32) for _ in range(2))
+    options = CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 1}),
+                             fuse_elementwise=False)
+    part = jit(chain, options=options).executable(w, x).tensor_parallel.partitioned
+    assert part.inferred == (1,)  # x is only ever read split: split too
+    assert part.collectives == []
+    assert len(calls) < 100, len(calls)
+
+
+def test_a_chain_of_loop_carries_settles_split():
+    # Ten carries, each updated from the one before: the split of w reaches
+    # the last after ten trial partitions of the body; all stay split, and
+    # nothing crosses the links in the loop.
+    n = 10
+
+    def program(w, x):
+        def body(i, carries):
+            return i + 1, (carries[0],) + tuple(c * 2.0 for c in carries[:-1])
+
+        _, carries = keras.ops.while_loop(
+            lambda i, carries: i < 3, body, (0, (w,) + (keras.ops.zeros_like(w),) * n))
+        return x @ carries[-1]
+
+    args = _args()
+    options = CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 1}))
+    split = jit(program, options=options)
+    np.testing.assert_array_equal(np.asarray(jit(program)(args[0], args[2])),
+                                  np.asarray(split(args[0], args[2])))
+    part = split.executable(args[0], args[2]).tensor_parallel.partitioned
+    assert part.collectives == []
+    assert part.output_shardings == (1,)
