@@ -549,3 +549,19 @@ def test_a_chain_of_loop_carries_settles_split():
     part = split.executable(args[0], args[2]).tensor_parallel.partitioned
     assert part.collectives == []
     assert part.output_shardings == (1,)
+
+
+def test_an_elementwise_op_keeps_the_split_that_gathers_fewer_bytes():
+    # v [64] split on its 64 entries plus m [64, 64] split on its rows: v
+    # lines up with m's columns. Keeping v's split would gather m (16,384 B);
+    # keeping m's gathers v (256 B).
+    def add(v, m):
+        return v + m
+
+    rng = np.random.default_rng(6)
+    v, m = rng.normal(size=(64,)).astype(np.float32), rng.normal(size=(64, 64)).astype(np.float32)
+    split = jit(add, options=CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 0, 1: 0})))
+    np.testing.assert_array_equal(np.asarray(jit(add)(v, m)), np.asarray(split(v, m)))
+    part = split.executable(v, m).tensor_parallel.partitioned
+    assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-gather", 256)]
+    assert part.output_shardings == (0,)

@@ -11,10 +11,12 @@ which appends the nodes it takes to `out` (tensor_parallel_lookups.py).
 
 This module holds the rules of the dense operations; the lookups' are in
 tensor_parallel_lookups.py, the control flow's in tensor_parallel_loops.py.
-The rules choose greedily: the first split operand (in operand order)
-decides the result's sharding and the others are resharded to it, which
-can cost collectives a cost-based choice (GSPMD's) would avoid; the
-partitioner lists each one, so the prediction counts them.
+The rules choose locally: an elementwise op keeps the split that gathers
+the fewest bytes; the others take the first split operand's (dot_general:
+a split contracted pair before a split batch pair before a split free
+dimension), and nothing looks further than the one node, so conflicting
+layouts can cost collectives a global cost-based choice (GSPMD's) would
+avoid; the partitioner lists each one, so the prediction counts them.
 """
 
 import numpy as np
@@ -23,29 +25,41 @@ from keras_ipu.device.compiler import tensor_parallel_lookups as lookups
 from keras_ipu.device.compiler import tensor_parallel_loops as loops
 from keras_ipu.device.compiler.tensor_parallel_shardings import PARTIAL
 from keras_ipu.device.compiler.tensor_parallel_shardings import is_split
+from keras_ipu.device.primitives import cost_util
 from keras_ipu.device.primitives.dot import split_dimensions
 
 
 def elementwise(p, node, have):
-    """The first split operand's dimension (aligned from the right, as
-    broadcasting aligns) splits the result and every operand that spans
-    it; operands broadcast along it are read whole."""
+    """A split operand's dimension (aligned from the right, as broadcasting
+    aligns) splits the result and every operand that spans it; operands
+    broadcast along it are read whole. Where operands are split on
+    different dimensions, the split kept is the one that gathers the fewest
+    bytes of the others (the first on a tie): a small split vector added
+    to a large split matrix is gathered, not the matrix."""
     out = node.outputs[0].aval
     rank = out.ndim
-    chosen = None
+    candidates = []
     for v, s in zip(node.inputs, have):
         if is_split(s):
             e = s + rank - v.aval.ndim
-            if v.aval.shape[s] == out.shape[e]:
-                chosen = e
-                break
-    if chosen is None:
+            if v.aval.shape[s] == out.shape[e] and e not in candidates:
+                candidates.append(e)
+    if not candidates:
         return None
-    wanted = []
-    for v in node.inputs:
-        d = chosen - (rank - v.aval.ndim)
-        wanted.append(d if d >= 0 and v.aval.shape[d] == out.shape[chosen] else None)
-    return wanted, [chosen] * len(node.outputs), None
+
+    def wanted(chosen):
+        plan = []
+        for v in node.inputs:
+            d = chosen - (rank - v.aval.ndim)
+            plan.append(d if d >= 0 and v.aval.shape[d] == out.shape[chosen] else None)
+        return plan
+
+    def gathered(chosen):
+        return sum(cost_util.nbytes(v.aval) for v, s, w in zip(node.inputs, have, wanted(chosen))
+                   if is_split(s) and s != w)
+
+    chosen = min(candidates, key=gathered)
+    return wanted(chosen), [chosen] * len(node.outputs), None
 
 
 def identity(p, node, have):
