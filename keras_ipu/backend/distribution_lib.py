@@ -10,7 +10,11 @@ tensor out on a DeviceMesh. On the ipu backend:
   `IPUConfig.auto_select_ipus = N` for N), and ["cpu:0"] is the host;
 - the processes are the MPI processes of the job (poprun / mpirun launch
   them, DESIGN decision 9): `initialize` checks what Keras was told
-  against what the launcher says, it starts nothing;
+  against what the launcher says, it starts nothing. Each process lists
+  its own IPUs (the device poprun gave it), not the job's as JAX lists
+  every host's: a DeviceMesh covers one process's IPUs, so a model axis
+  lies within a process, and the replicas of all the processes train as
+  one data-parallel job (distribute/keras_distribution.py);
 - `DataParallel` is replication: a model made while a distribution is set
   gets the IPU extensions of a strategy on that device
   (keras_ipu/distribute/keras_distribution.py), so `fit` runs one replica

@@ -64,6 +64,7 @@ class KerasDistributionStrategy(IPUStrategyV1):
         self.model_axis_ipus = next(iter(others.values()), 1)
         self._model_axis = next(iter(others), None)
         _check_ipu_order(mesh, indices, batch, self._model_axis)
+        self._instances = _instances_training_together()
 
     def __repr__(self):
         return f"<KerasDistributionStrategy {self._distribution!r} on {self._ipu_device}>"
@@ -74,6 +75,10 @@ class KerasDistributionStrategy(IPUStrategyV1):
         # mean of the replicas' (equal batches), not one replica's, which is
         # what IPUStrategy reports by default (Graphcore's NONE).
         model.set_replication_options(replicated_metric_reduction_method="MEAN")
+        if self._instances > 1:
+            from keras_ipu.distributed import popdist_strategy
+
+            popdist_strategy.synchronise_instances(model)
 
     def _model_data_arguments(self, model, mode, kwargs):
         """fit/evaluate/predict's data arguments with the global batch cut
@@ -147,6 +152,31 @@ class KerasDistributionStrategy(IPUStrategyV1):
                                   {j: v.path for j, v in enumerate(variables)},
                                   self._model_axis)
         return dataclasses.replace(options or CompileOptions(), tensor_parallel=split)
+
+
+def _instances_training_together():
+    """The processes of the job (1 alone). In a job of several (poprun /
+    mpirun), each process's mesh covers its own IPUs (list_devices()), and
+    its replicas train with every other process's as one data-parallel job:
+    the compiled all-reduces add the processes' gradients over MPI, as
+    PopDistStrategy's do, which needs the configured system's
+    multi_replica_distribution to span the job."""
+    from keras_ipu.device.config import system_config
+
+    processes = backend_dlib.num_processes()
+    if processes == 1:
+        return 1
+    instances, _ = system_config.configured_instances()
+    if instances != processes:
+        raise ValueError(
+            f"This process is one of {processes} (its MPI launcher's), but the configured "
+            f"IPU system's replicas all-reduce over {instances} process(es), so each process "
+            "would train its own model under the keras.distribution. Configure every "
+            "process with keras_ipu.popdist.tensorflow.set_ipu_config(IPUConfig()) and "
+            "configure_ipu_system() before making the model (launch with "
+            "python -m keras_ipu.poprun)."
+        )
+    return instances
 
 
 def _check_ipu_order(mesh, indices, batch, model_axis):

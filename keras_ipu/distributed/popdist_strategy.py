@@ -148,8 +148,15 @@ class PopDistStrategy(IPUStrategyV1):
     def _patch_keras_extension(self, model):
         self._new_models.append(weakref.ref(model))
         super()._patch_keras_extension(model)
-        if getattr(type(model), "_keras_ipu_instance_sync", False):
-            return
+        synchronise_instances(model)
+
+
+def synchronise_instances(model):
+    """Make `model` do around each fit / evaluate / predict what a model of
+    a multi-process strategy does (the module doc): start from instance 0's
+    state, reduce its logs over the instances, run the checkpoint and
+    logging callbacks on instance 0 only."""
+    if not getattr(type(model), "_keras_ipu_instance_sync", False):
         model.__class__ = _synchronised_class(type(model))
 
 
