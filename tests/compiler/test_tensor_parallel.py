@@ -35,6 +35,14 @@ def _args(batch=B):
             for s in ((IN, HIDDEN), (HIDDEN, OUT), (batch, IN), (batch, OUT))]
 
 
+def _split_as_whole(fn, layouts, *args, k=2):
+    """The Partitioned program of `fn` split over k IPUs as `layouts` say,
+    after checking the split run gives the unsplit run's values."""
+    split = jit(fn, options=CompileOptions(tensor_parallel=TensorParallel.of(k, layouts)))
+    np.testing.assert_array_equal(np.asarray(jit(fn)(*args)), np.asarray(split(*args)))
+    return split.executable(*args).tensor_parallel.partitioned
+
+
 def _grad_step(ipus=None, fn=_loss, layouts=LAYOUTS):
     options = CompileOptions() if ipus is None else CompileOptions(
         tensor_parallel=TensorParallel.of(ipus, layouts, NAMES))
@@ -340,11 +348,7 @@ def test_loops_and_branches_carry_a_split():
         return x @ w
 
     args = _args()
-    options = CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 1}))
-    split = jit(program, options=options)
-    np.testing.assert_array_equal(np.asarray(jit(program)(args[0], args[2])),
-                                  np.asarray(split(args[0], args[2])))
-    part = split.executable(args[0], args[2]).tensor_parallel.partitioned
+    part = _split_as_whole(program, {0: 1}, args[0], args[2])
     assert part.collectives == []
     assert part.output_shardings == (1,)
     kinds = {n.primitive.name for n in part.local.nodes}
@@ -542,11 +546,7 @@ def test_a_chain_of_loop_carries_settles_split():
         return x @ carries[-1]
 
     args = _args()
-    options = CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 1}))
-    split = jit(program, options=options)
-    np.testing.assert_array_equal(np.asarray(jit(program)(args[0], args[2])),
-                                  np.asarray(split(args[0], args[2])))
-    part = split.executable(args[0], args[2]).tensor_parallel.partitioned
+    part = _split_as_whole(program, {0: 1}, args[0], args[2])
     assert part.collectives == []
     assert part.output_shardings == (1,)
 
@@ -560,8 +560,6 @@ def test_an_elementwise_op_keeps_the_split_that_gathers_fewer_bytes():
 
     rng = np.random.default_rng(6)
     v, m = rng.normal(size=(64,)).astype(np.float32), rng.normal(size=(64, 64)).astype(np.float32)
-    split = jit(add, options=CompileOptions(tensor_parallel=TensorParallel.of(2, {0: 0, 1: 0})))
-    np.testing.assert_array_equal(np.asarray(jit(add)(v, m)), np.asarray(split(v, m)))
-    part = split.executable(v, m).tensor_parallel.partitioned
+    part = _split_as_whole(add, {0: 0, 1: 0}, v, m)
     assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-gather", 256)]
     assert part.output_shardings == (0,)
