@@ -563,3 +563,22 @@ def test_an_elementwise_op_keeps_the_split_that_gathers_fewer_bytes():
     part = _split_as_whole(add, {0: 0, 1: 0}, v, m)
     assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-gather", 256)]
     assert part.output_shardings == (0,)
+
+
+def test_a_cond_lists_the_collectives_of_the_branch_that_sends_most():
+    # One branch sorts h (no split form: h [64, 64] all-gathered, 16,384 B),
+    # the other sums it over its split columns (partial sums, an all-reduce
+    # of [64], 256 B). A run takes one branch: the listing keeps the larger.
+    def program(w, x):
+        h = x @ w
+        return keras.ops.cond(keras.ops.sum(x) > 0,
+                              lambda: keras.ops.sort(h, axis=-1)[:, 0],
+                              lambda: keras.ops.sum(h, axis=1))
+
+    args = _args()
+    part = _split_as_whole(program, {0: 1}, args[0], args[2])
+    assert [(c.kind, c.nbytes) for c in part.collectives] == [("all-gather", 16384)]
+    branches = [n for n in part.local.nodes if n.primitive.name == "cond"][0].params["branches"]
+    kinds = sorted(n.primitive.name for b in branches for n in b.nodes
+                   if n.primitive.name.startswith("cross_replica"))
+    assert kinds == ["cross_replica_all_gather", "cross_replica_sum"]  # both still run

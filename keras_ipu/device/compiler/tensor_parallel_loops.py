@@ -64,11 +64,19 @@ def while_loop(p, node, have):
 
 def cond(p, node, have):
     """Every branch takes the operands as they are and leaves its results
-    as the first branch does (the collectives of every branch are listed;
-    the prediction counts the costliest branch, as the cond's cost rule)."""
+    as the first branch does. One branch runs per run: the collectives
+    listed are those of the branch that moves the most bytes (the first on
+    a tie), what a run sends at most; the prediction reads the local
+    program and counts the costliest branch, as the cond's cost rule."""
     branches = node.params["branches"]
     operands = whole(have[1:])
     _, outs = p.trial().graph(branches[0], operands)
     outs = whole(outs)
-    local = tuple(p.graph(b, operands, out_wanted=outs)[0] for b in branches)
-    return [None] + operands, outs, {**node.params, "branches": local}
+    before = len(p.collectives)
+    local, found = [], []
+    for b in branches:
+        local.append(p.graph(b, operands, out_wanted=outs)[0])
+        found.append(p.collectives[before:])
+        del p.collectives[before:]
+    p.collectives += max(found, key=lambda cs: sum(c.count * c.nbytes for c in cs))
+    return [None] + operands, outs, {**node.params, "branches": tuple(local)}
