@@ -266,19 +266,18 @@ class IPUEstimator:
 
         return model
 
-    def emitted_supervised_step(self, mode, features, labels, specs, prefix):
+    def emitted_supervised_step(self, mode, features, labels, specs):
         """The model part of a TRAIN or EVAL export: the model_fn in `mode`
         on features and labels of `specs` (two lists), compiled through the
         front end and emitted as TensorFlow ops reading and writing the
         export graph's variables: `step(graph_variable, *features_then_
         labels)` returns (supervised_outputs' dict, the variables' assign
         ops); see serving_export.emitted_stateful_step. The variables'
-        values are the export graph's (restored from `prefix`)."""
+        values are the export graph's (restored from the checkpoint there)."""
         import tensorflow as tf
 
         from keras_ipu.export.serving_export import emitted_stateful_step
 
-        del prefix  # restored into the export graph's variables, not here
         store = self._store
         n_features = len(specs[0])
 

@@ -213,8 +213,7 @@ def _add_supervised_graph(builder, mode, receiver_fn, estimator, prefix, save_va
     batch = estimator.export_batch_size(mode)
     specs = (_feature_specs(receiver.features, batch),
              _feature_specs(receiver.labels, batch, what="label"))
-    step = estimator.emitted_supervised_step(mode, receiver.features, receiver.labels,
-                                             specs, prefix)
+    step = estimator.emitted_supervised_step(mode, receiver.features, receiver.labels, specs)
     with graph.as_default():
         variables = GraphVariables(estimator.variable_entry)
         global_step = variables.global_step()
