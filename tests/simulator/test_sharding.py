@@ -304,3 +304,55 @@ def test_a_value_of_the_weights_alone_is_not_stashed_per_micro_batch():
     assert ipu0.in_flight == 3
     assert ipu0.stash_bytes == 64 * 128 * 4  # a; not wt's 128 * 32 * 4
     assert ipu1.stash_bytes == 0
+
+
+def _three_stages_on_two_ipus():
+    """A micro-batch loop (accumulator carry) over stages s0, s1, s2 on IPUs
+    0, 1, 0 (BERT's embedding and heads share IPU 0): s0's backward reads
+    `h` and `a` (f32[64,128], 32 KiB each), s1's reads `o` (f32[64,16],
+    4 KiB), and the last stage's `g2` (32 KiB), a gradient of a weight s0
+    also uses, is added to the accumulator by s0's steps."""
+    def body(b, acc, x, w1, w2, w3):
+        h = b.op("dot_general", x, w1, dimension_numbers=MM, source="m/s0")
+        a = b.op("tanh", h, source="m/s0")
+        o = b.op("dot_general", a, w2, dimension_numbers=MM, source="m/s1")
+        y = b.op("dot_general", o, w3, dimension_numbers=MM, source="m/s2")
+        g2 = b.op("mul", y, y, source="m/s2")
+        go = b.op("mul", b.op("dot_general", g2, w3, dimension_numbers=MM_T, source="m/s1"),
+                  o, source="m/s1")
+        ga = b.op("dot_general", go, w2, dimension_numbers=MM_T, source="m/s1")
+        g0 = b.op("add", b.op("mul", ga, a, source="m/s0"), b.op("mul", ga, h, source="m/s0"),
+                  source="m/s0")
+        return b.op("add", acc, b.op("add", g0, g2, source="m/s0"), source="m/s0")
+
+    weights = [aval((32, 128)), aval((128, 16)), aval((16, 128))]
+    step = build([aval((64, 128)), aval((64, 32))] + weights, body)
+    return build([aval((64, 128)), aval((4, 64, 32))] + weights,
+                 lambda b, acc, xs, *w: b.op("scan", acc, xs, *w, body=step, length=4,
+                                             reverse=False, n_carry=1, n_xs=1, unroll=1))
+
+
+def test_each_stage_of_an_ipu_stashes_for_its_own_place_in_the_pipeline():
+    # Graphcore's FIFO of stage s holds multiplier x (last stage - s)
+    # micro-batches (pipeline_fifo_inserter.cc), plus the one in the stage;
+    # s counts the pipeline's 3 stages, not its 2 IPUs.
+    assert [in_flight("Grouped", s, 3) for s in range(3)] == [5, 3, 1]
+    assert [in_flight("Interleaved", s, 3) for s in range(3)] == [3, 2, 1]
+    assert [in_flight("Sequential", s, 3) for s in range(3)] == [1, 1, 1]
+    g = placed(_three_stages_on_two_ipus(), {"m/s0": 0, "m/s1": 1, "m/s2": 2}, [0, 1, 0])
+    preds = {s: predict_sharded(g, target=IPU2, gradient_accumulation_count=4, schedule=s)
+             for s in ("Grouped", "Interleaved", "Sequential")}
+    ipu0, ipu1 = preds["Grouped"].ipus
+    assert ipu0.stages == (0, 2) and ipu1.stages == (1,)
+    # IPU 0: only stage 0's `h` and `a`; the last stage's g2 goes into the
+    # shared accumulator in its own stage (GradientAccumulatorSink), stashed
+    # nowhere.
+    assert ipu0.stashes == ((0, 65536, 5),) and ipu0.in_flight == 5
+    assert ipu1.stashes == ((1, 4096, 3),) and ipu1.in_flight == 3
+    nal = {s: [p.memory.not_always_live_bytes for p in q.ipus] for s, q in preds.items()}
+    assert [a - b for a, b in zip(nal["Grouped"], nal["Sequential"])] == [4 * 65536, 2 * 4096]
+    assert [a - b for a, b in zip(nal["Interleaved"], nal["Sequential"])] == [2 * 65536, 4096]
+    tile = [memory_model.tile_bytes(aval(s), IPU2.tiles_per_ipu) for s in ((64, 128), (64, 16))]
+    tiles = {s: [p.memory.tile_bytes for p in q.ipus] for s, q in preds.items()}
+    assert [a - b for a, b in zip(tiles["Grouped"], tiles["Sequential"])] == [
+        4 * 2 * tile[0], 2 * tile[1]]

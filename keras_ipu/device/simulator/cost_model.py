@@ -29,6 +29,9 @@ Sources, as cited below:
             feed_ops.cc: see "infeed and outfeed" below.
   [TFREPEAT] graphcore/tensorflow's while-loop-to-repeat pass: see
             "while loops" below.
+  [TFFIFO]  graphcore/tensorflow, compiler/plugin/poplar/driver/passes/
+            pipeline_fifo_inserter.cc and tools/pipeline_util.cc
+            (GetFifoDepthMultiplier): see "pipeline stashes" below.
   [RING]    Patarasuk and Yuan's ring all-reduce (cited where used).
   [MPICH]   Thakur, Rabenseifner and Gropp's pairwise-exchange all-to-all
             (cited where used).
@@ -478,6 +481,24 @@ def offloaded_update_cycles(shard_bytes, full_bytes, replicas, target):
     stream = math.ceil(2 * streaming_memory_seconds(shard_bytes, target) * target.clock_hz)
     links, syncs = collective_link_cycles(*all_gather_link_traffic(full_bytes, replicas), target)
     return stream + links + syncs
+
+
+# -- pipeline stashes [TFFIFO] ----------------------------------------------------
+# PipelineFIFOInserter puts a FIFO between each forward stage and its own
+# backward stage for the forward values the backward stage reads, of depth
+# multiplier x (last stage id - stage id), the stage ids counting every
+# stage of the pipeline in order (not IPUs: two stages on one IPU have two
+# ids); the multiplier is GetFifoDepthMultiplier's: Grouped 2, Interleaved
+# 1, Sequential 0 (no FIFO). A stage holds its FIFO's micro-batches plus
+# the one it is working on.
+PIPELINE_FIFO_DEPTH_MULTIPLIER = {"Grouped": 2, "Interleaved": 1, "Sequential": 0}  # [TFFIFO]
+
+
+def pipeline_stage_in_flight(schedule, stage, n_stages):
+    """[TFFIFO]: micro-batches whose forward values stage `stage` (its
+    position 0..n_stages-1 in the pipeline) holds at once under `schedule`:
+    its FIFO's depth plus the one in its stage."""
+    return PIPELINE_FIFO_DEPTH_MULTIPLIER[schedule] * (n_stages - 1 - stage) + 1
 
 
 def pipeline_utilisation(gradient_accumulation_count, n_stages):

@@ -49,11 +49,19 @@ Without it, a traced training step's update counts once per micro-batch,
 an over-estimate of (g - 1) x W_k.
 
 Memory. Each IPU's MemoryReport (memory_model.analyze_memory(ipu=k)) plus
-the stash: the activations its backward pass reads, one copy per
-micro-batch in flight on stage k: Grouped 2 (n - 1 - k) + 1, Interleaved
-n - k, Sequential 1 (b with batch serialization, which also holds the
-values passed between stages for b micro-batches). The out-of-memory
-error names the IPU and its fullest tile. The schedule changes time and memory, never values (DESIGN decision
+the stash of each of its stages: the values stage s's forward pass makes
+that its own backward pass reads, one copy per micro-batch in flight on
+stage s (its position among all the pipeline's n stages, not its IPU's:
+an IPU holding two stages holds two stashes of different depths):
+Grouped 2 (n - 1 - s) + 1, Interleaved n - s, Sequential 1 (b with batch
+serialization, which also holds the values passed between stages for b
+micro-batches), cost_model.pipeline_stage_in_flight [TFFIFO]. A gradient
+one stage makes for a weight another stage of the same IPU also uses
+(BERT's tied embedding and decoder) is added to the weight's accumulator
+in the stage that makes it, as Graphcore's GradientAccumulatorSink unifies
+the accumulators of several stages into one buffer
+(tools/custom_ops/stateful_gradient_accumulate.h): it waits in no FIFO. The
+out-of-memory error names the IPU and its fullest tile. The schedule changes time and memory, never values (DESIGN decision
 5).
 
 Offloaded optimizer state (`offload`, an Offload: Graphcore's
@@ -120,10 +128,14 @@ class IPUPrediction:
     copy_in_bytes: int
     copy_in_cycles: int
     stash_bytes: int  # activations one micro-batch stashes for the backward pass
-    in_flight: int  # micro-batches stashed at once under the schedule
+    in_flight: int  # micro-batches its first stage stashes at once under the schedule
     memory: object  # MemoryReport, the stash included
     weight_update_cycles: int = 0  # once per step, offload_cycles included
     offload_cycles: int = 0  # of those: moving offloaded state (once per step)
+    # (stage, stash bytes of one micro-batch, micro-batches in flight) of
+    # each of its stages that stashes: the stash_bytes and in_flight above
+    # are their sum and the first stage's count.
+    stashes: tuple = ()
 
     @property
     def cycles(self):
@@ -219,14 +231,14 @@ def _schedule_name(schedule):
 
 
 def in_flight(schedule, stage, n_stages, batch_serialization_iterations=1):
-    """Micro-batches whose activations stage `stage` holds at once (with
-    batch serialization, Sequential only: each stage's loop runs its
-    forward pass over that many micro-batches before any backward pass)."""
-    if schedule == "Grouped":
-        return 2 * (n_stages - 1 - stage) + 1
-    if schedule == "Interleaved":
-        return n_stages - stage
-    return batch_serialization_iterations
+    """Micro-batches whose activations stage `stage` (its position among the
+    pipeline's `n_stages` stages) holds at once (cost_model
+    .pipeline_stage_in_flight; with batch serialization, Sequential only:
+    each stage's loop runs its forward pass over that many micro-batches
+    before any backward pass)."""
+    if schedule == "Sequential":
+        return batch_serialization_iterations
+    return cost_model.pipeline_stage_in_flight(schedule, stage, n_stages)
 
 
 # -- the prediction -------------------------------------------------------------
@@ -465,9 +477,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
         if node.ipu is not None:
             first_stage[node.ipu] = min(first_stage.get(node.ipu, node.stage), node.stage)
     ipus = sorted(first_stage, key=lambda d: (first_stage[d], d))
-    rank = {d: r for r, d in enumerate(ipus)}
     n = len(ipus)
-    last_ipu = ipus[-1]
     # Once per pass of the loop's holder (the accumulators' set-up and the
     # update of a Keras step): per step, that work over its steps.
     holder_work = {}
@@ -488,6 +498,10 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
             f"Sequential schedule on one IPU; got {schedule} on {n} IPUs.")
     producer_stage = {v: node.stage for node in nodes for v in node.outputs}
     varying = _per_micro_batch(step, loop if path else None)
+    # Each stage's position in the pipeline (Graphcore's stage ids).
+    stage_ids = sorted({node.stage for node in nodes if node.stage is not None})
+    position = {s: k for k, s in enumerate(stage_ids)}
+    accumulating = _accumulating(step, loop if path else None)
     streamed = offload.values(graph) if offload is not None and offload.inputs else None
     results = []
     for d in ipus:
@@ -501,38 +515,34 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
                     cycles[phase[i]] += repeat * sub.ipu_cycles.get(d, 0)
         cycles["update"] += -(-holder_work.get(d, 0) // repeats)
         incoming = [c for c in copies if c.dst == d]
-        # Stash: values made (or received) in this IPU's forward pass that
-        # its backward pass reads.
-        fwd_values = {v for i in mine if phase[i] == "forward" for v in nodes[i].outputs}
-        stashed = {v for i in mine if phase[i] == "backward"
-                   for v in nodes[i].inputs if v in fwd_values}
-        if batch_serialization_iterations > 1:
-            # The stage-boundary buffers of b slices (Poplar's
-            # CreateBuffer): forward values a later stage's forward reads.
-            stashed |= {v for i in mine if phase[i] == "forward"
-                        for v in nodes[i].inputs
-                        if v in fwd_values and producer_stage.get(v) != nodes[i].stage}
-        # A value made from the weights alone (a transposed or cast weight)
-        # is the same for every micro-batch: one copy, not one per
-        # micro-batch in flight (Graphcore's pipeline stashes activations).
-        stashed &= varying
-        stash_bytes = sum(v.aval.nbytes or 0 for v in stashed)
-        stash_tile = sum(memory_model.tile_bytes(v.aval, target.tiles_per_ipu)
-                         for v in stashed)
-        # Inference stashes nothing: no backward pass reads its activations.
-        flight = (in_flight(schedule, rank[d], n, batch_serialization_iterations)
-                  if training and (d != last_ipu or batch_serialization_iterations > 1)
-                  else 1)
+        stashed = _stashed(nodes, mine, phase, producer_stage, varying, accumulating,
+                           batch_serialization_iterations > 1)
+
+        def flight_of(stage):
+            # Inference stashes nothing: no backward pass reads its activations.
+            if not training:
+                return 1
+            return in_flight(schedule, position[stage], len(stage_ids),
+                             batch_serialization_iterations)
+
+        stashes = tuple((s, sum(v.aval.nbytes or 0 for v in values), flight_of(s))
+                        for s, values in sorted(stashed.items()))
+        stash_bytes = sum(b for _, b, _ in stashes)
+        extra_bytes = sum((f - 1) * b for _, b, f in stashes)
+        extra_tile = sum(
+            (flight_of(s) - 1) * sum(memory_model.tile_bytes(v.aval, target.tiles_per_ipu)
+                                     for v in values)
+            for s, values in stashed.items())
+        flight = flight_of(min(nodes[i].stage for i in mine)) if mine else 1
         report = memory_model.analyze_memory(graph, target, ipu=d, streamed=streamed,
                                              schedule=memory_schedule, feeds=feeds)
         moved = _offload_cycles(graph, d, streamed, offload, target)
         cycles["update"] += moved
-        extra = flight - 1
-        if extra and stash_bytes:
+        if extra_bytes:
             report = dataclasses.replace(
                 report,
-                not_always_live_bytes=report.not_always_live_bytes + extra * stash_bytes,
-                tile_bytes=report.tile_bytes + extra * stash_tile,
+                not_always_live_bytes=report.not_always_live_bytes + extra_bytes,
+                tile_bytes=report.tile_bytes + extra_tile,
             )
         results.append(IPUPrediction(
             ipu=d, stages=tuple(sorted({nodes[i].stage for i in mine})), steps=tuple(mine),
@@ -540,7 +550,7 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
             copy_in_bytes=sum(c.nbytes for c in incoming),
             copy_in_cycles=sum(c.cycles for c in incoming),
             stash_bytes=stash_bytes, in_flight=flight, memory=report,
-            weight_update_cycles=cycles["update"], offload_cycles=moved,
+            weight_update_cycles=cycles["update"], offload_cycles=moved, stashes=stashes,
         ))
 
     total = _micro_batch_cycles(schedule, g, results)
@@ -572,6 +582,70 @@ def predict_sharded(obj, target=None, gradient_accumulation_count=None,
             if not p.memory.fits:
                 raise memory_model.IPUOutOfMemoryError(p.memory)
     return pred
+
+
+def _stashed(nodes, mine, phase, producer_stage, varying, accumulating, serialized):
+    """{stage: the values stage's FIFO holds per micro-batch} of the steps
+    `mine` of one IPU: forward values (made or received there) that its
+    backward steps read, under the stage of the backward step reading them
+    (Graphcore's FIFOs join a stage's forward and its own backward only; a
+    value of another stage read there, which Graphcore would pass through
+    the stages between, is counted at the reader's depth, an
+    approximation); not a gradient of another stage read by an accumulation
+    (`accumulating`: its own stage adds it to the shared accumulator,
+    GradientAccumulatorSink); `serialized` (batch serialization): also the
+    stage-boundary buffers of b slices (Poplar's CreateBuffer), forward
+    values a later stage's forward reads. Only values that differ per
+    micro-batch (`varying`): one made from the weights alone (a transposed
+    or cast weight) is the same for every micro-batch, one copy, not one
+    per micro-batch in flight (Graphcore's pipeline stashes activations)."""
+    fwd_values = {v for i in mine if phase[i] == "forward" for v in nodes[i].outputs}
+    stashed = {}
+    for i in mine:
+        node = nodes[i]
+        if phase[i] == "backward":
+            read = [v for v in node.inputs if v in fwd_values
+                    and not (i in accumulating and producer_stage.get(v) != node.stage)]
+        elif serialized and phase[i] == "forward":
+            read = [v for v in node.inputs
+                    if v in fwd_values and producer_stage.get(v) != node.stage]
+        else:
+            continue
+        read = [v for v in read if v in varying]
+        if read:
+            stashed.setdefault(node.stage, set()).update(read)
+    # A value two stages read is held once, by the earlier (deeper) stage.
+    seen = set()
+    for stage in sorted(stashed):
+        stashed[stage] -= seen
+        seen |= stashed[stage]
+    return {stage: values for stage, values in stashed.items() if values}
+
+
+def _accumulating(step, loop):
+    """Indices of the steps of the micro-batch program `step` that add into
+    a value the loop `loop` carries to the next micro-batch (the gradient
+    accumulators): those making a carried value, and elementwise steps
+    whose results only they read (the sum of a weight's gradients from
+    several stages); none without a loop."""
+    if loop is None:
+        return set()
+    carried = set(step.outputs[:loop.primitive.carry_count(loop.params)])
+    readers = {}
+    for i, node in enumerate(step.nodes):
+        for v in node.inputs:
+            readers.setdefault(v, set()).add(i)
+    outputs = set(step.outputs)
+    found = set()
+    for i in range(len(step.nodes) - 1, -1, -1):
+        node = step.nodes[i]
+        if carried.intersection(node.outputs):
+            found.add(i)
+        elif node.primitive.elementwise and all(
+                v not in outputs and readers.get(v) and readers[v] <= found
+                for v in node.outputs):
+            found.add(i)
+    return found
 
 
 def _per_micro_batch(step, loop):
