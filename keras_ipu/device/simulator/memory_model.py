@@ -14,6 +14,9 @@ buffers of the data fed in: of a feed, one element, feeds.py), its
 constants, and the code estimate.
 Not always live: the values made by the program's steps, from their step
 to their last use (graph outputs to the end); the peak over the schedule.
+The program is read as Poplar holds its values (materialized.as_held: a
+fused chain's square read only by sums, or conversion read by one
+elementwise step, is not held).
 With schedule="best" (the training predictions) the peak is the lower of
 the program's own order and a post-order walk from its outputs, as
 Poplar's default IPUConfig.scheduling.algorithm, CHOOSE_BEST, makes
@@ -39,6 +42,7 @@ from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.primitives.inter_ipu import ipu_copy_p
 from keras_ipu.device.simulator import cost_model
 from keras_ipu.device.simulator import feeds as _feeds
+from keras_ipu.device.simulator.materialized import as_held
 from keras_ipu.device.simulator import memory_remedies
 from keras_ipu.device.simulator import targets as _targets
 from keras_ipu.device.simulator import tile_mapping
@@ -177,6 +181,7 @@ def layout_on(graph, tiles, ipu=0, held=None, feeds=None):
     """The tile_mapping.Layout of `graph` on IPU `ipu`: the inputs and
     constants it holds, the values its steps make there, its steps' code;
     of the values its Feeds stream (feeds.py), one element each."""
+    graph = as_held(graph)
     held = held or held_on(graph, ipu)
     fed = _feeds.held_avals(graph, feeds)
     if any(True for _ in tagged_nodes(graph)):
@@ -316,7 +321,7 @@ def analyze_memory(obj, target=None, ipu=0, top=5, streamed=None, schedule="prog
     feeds.Feeds of the program (its infeed's inputs and outfeed's outputs:
     one element of each held), or None."""
     target = resolve_target(target)
-    graph = graph_of(obj)
+    graph = as_held(graph_of(obj))
     tiles = target.tiles_per_ipu
     held = held_on(graph, ipu)
     remote = set(streamed[0]) if streamed is not None else set()
@@ -491,6 +496,7 @@ def not_always_live(graph, tiles, ipu=0, streamed=None, layout=None, base=None,
     the step where the fullest tile (always-live bytes `base` included) is
     fullest; layout and base: the program's (layout_on, always_live_tiles),
     made when not given (with `feeds`)."""
+    graph = as_held(graph)
     layout, base = _tiles_of(graph, tiles, ipu, streamed, layout, base, feeds)
     weigh, in_place_here, keep = _on_ipu(graph, layout, base, ipu)
     top = liveness.peak(graph, weigh, in_place=in_place_here, streamed=streamed)
@@ -510,7 +516,7 @@ def liveness_by_step(obj, tiles, ipu=0, streamed=None, feeds=None):
     the maximum of. On a placed program the values and bytes are those
     held on `ipu`. The live set may be the walker's own: copy it to keep
     it."""
-    graph = graph_of(obj)
+    graph = as_held(graph_of(obj))
     layout, base = _tiles_of(graph, tiles, ipu, streamed, None, None, feeds)
     weigh, in_place_here, keep = _on_ipu(graph, layout, base, ipu)
     for step in liveness.walk(graph, weigh, in_place=in_place_here, streamed=streamed):
