@@ -2,8 +2,7 @@
 Graphcore published (benchmarks/README.md names the sources), traced and
 compiled by the benchmarks themselves, never run: Keras' ResNet-50 at
 micro-batch 16 with the recomputation Graphcore used fits one IPU; BERT-Large
-phase 1 fits the 4 IPUs of Graphcore's pipeline (not yet: see the xfail),
-and not 2. Each takes about a minute of CPU (trace and compile of the
+phase 1 fits the 4 IPUs of Graphcore's pipeline, and not 2. Each takes about a minute of CPU (trace and compile of the
 whole program, the 340M-parameter model never allocated)."""
 
 import importlib.util
@@ -41,11 +40,6 @@ def test_resnet50_with_recomputation_fits_one_ipu(reset_system):
     assert prediction.fits, str(ipu.memory)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "IPU 0 (the embeddings, three encoder layers and the heads) is predicted at "
-    "1.4 GiB: LAMB's update of the 30400 x 1024 word embedding holds five "
-    "float32 table-sized values at once (594 MiB); benchmarks/README.md, "
-    "session 5. IPUs 1-3 fit."))
 def test_bert_large_fits_its_four_ipus(reset_system):
     bench = _benchmark("bert_large_pipeline")
     prediction, _ = bench.predict()
