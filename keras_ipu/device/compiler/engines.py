@@ -35,7 +35,11 @@ cycles, profiles) always come from the Executable's own program:
   inherit their starter's priority and a user cannot raise it again, so
   TensorFlow's runtime (its thread pools and XLA's) is started by a
   thread of normal priority (`_start_runtime`, about 0.5 s of CPU once)
-  when the import is done; the compile waits for it.
+  when the import is done; the compile waits for it. A niced thread that
+  holds the interpreter lock starves the training thread waiting for it
+  (a priority inversion), so TensorFlow's C++ libraries, the longest
+  block of its import, are loaded first with the lock released
+  (library_preload.py).
 - `xla`: every program whose primitives all have rules runs on XLA from
   its first run (compiled then, in the caller's thread).
 - `numpy`: never XLA.
@@ -71,6 +75,7 @@ import time
 
 import numpy as np
 
+from keras_ipu.device.compiler import library_preload
 from keras_ipu.device.native import threads as host_threads
 
 logger = logging.getLogger("keras_ipu.device")
@@ -82,9 +87,19 @@ ENV = "KERAS_IPU_ENGINE"
 STRICT_ENV = "KERAS_IPU_XLA_STRICT"
 
 # Host seconds a program spends on NumPy before `auto` compiles it with
-# XLA in the background: TensorFlow's import (2-5 s here) and an XLA
-# compile are only worth paying for a program that keeps running.
-HOT_SECONDS = 0.3
+# XLA in the background. The rent-or-buy rule: pay for the compile once
+# the program has spent about what the compile costs, so that a program
+# that stops early never pays more than twice what the better choice
+# would have cost in hindsight. Its cost is at least TensorFlow's import,
+# taken from the training's cores and interpreter lock: 2.3 s of CPU (10 s
+# of wall time) after Keras' own imports, measured on this 2-core machine
+# at load 10 (issue 16, sixth pass), plus XLA's compile. At 0.3 s a
+# 30-step epoch of a small model started the import, which then ran
+# through the epochs after it.
+HOT_SECONDS = 2.0
+# TensorFlow's C++ libraries in its package (pip's layout), loaded before
+# its import with the interpreter lock released (_tensorflow_ready).
+TENSORFLOW_LIBRARIES = "libtensorflow*.so*"
 # Runs timed on each engine before `auto` keeps the faster one.
 TIMED_RUNS = 3
 
@@ -485,6 +500,8 @@ def _tensorflow_ready(graph, check):
     _StopImports), then, when `graph` can be emitted, TensorFlow's runtime
     started by the starter thread (waited for stoppably)."""
     _import_began.set()
+    if "tensorflow" not in sys.modules:
+        _preload_tensorflow_libraries()
     _tensorflow()
     from keras_ipu.device.to_tensorflow import missing_rules
 
@@ -493,6 +510,22 @@ def _tensorflow_ready(graph, check):
         _tf_imported.set()
         while not _runtime_started.wait(0.05):
             check()
+
+
+def _preload_tensorflow_libraries():
+    """TensorFlow's C++ libraries loaded with the interpreter lock released
+    (library_preload.py), before the import that would load them holding
+    it: at nice 19 that block of seconds stalls the training thread."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("tensorflow")
+    except (ImportError, ValueError):
+        return
+    if spec is None or not spec.submodule_search_locations:
+        return  # not installed: the import reports it
+    for directory in spec.submodule_search_locations:
+        library_preload.preload(directory, TENSORFLOW_LIBRARIES)
 
 
 # -- the process's exit -------------------------------------------------------
