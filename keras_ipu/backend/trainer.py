@@ -25,6 +25,7 @@ from keras.src import backend
 from keras.src import callbacks as callbacks_module
 from keras.src import optimizers as optimizers_module
 from keras.src import tree
+from keras.src import utils
 from keras.src.backend import config
 from keras.src.trainers import trainer as base_trainer
 from keras.src.trainers.data_adapters import array_slicing
@@ -134,6 +135,28 @@ def _fp_traps_on():
     """Whether programs compiled now trap floating-point exceptions."""
     behaviour = system_config.configuration().fp_behaviour
     return bool(getattr(behaviour, "traps", False))
+
+
+# A loop's batch hooks, with the older ones Keras' default hooks forward to
+# (Callback.on_train_batch_end calls on_batch_end).
+_BATCH_HOOKS = {
+    "train": ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end"),
+    "test": ("on_test_batch_begin", "on_test_batch_end"),
+}
+
+
+def _batch_hooks_heard(callbacks, kind):
+    """Whether a callback in the CallbackList `callbacks` does anything in
+    the batch hooks of `kind` (train: fit, test: evaluate). A subclass of
+    CallbackList, or a callback without Keras' default hooks, counts as
+    heard."""
+    if type(callbacks) is not callbacks_module.CallbackList:
+        return True
+    return any(
+        not utils.is_default(getattr(callback, hook, None))
+        for callback in callbacks.callbacks
+        for hook in _BATCH_HOOKS[kind]
+    )
 
 
 def _first_array(x):
@@ -465,8 +488,8 @@ class IPUTrainer(base_trainer.Trainer):
                 self.reset_metrics()
                 callbacks.on_epoch_begin(epoch)
                 logs = self._run_executions(
-                    epoch_iterator, self.train_function, callbacks.on_train_batch_begin,
-                    callbacks.on_train_batch_end, "stop_training", logs,
+                    epoch_iterator, self.train_function,
+                    *self._batch_callbacks(callbacks, "train"), "stop_training", logs,
                     per_step=self._asynchronous_callbacks())
 
                 epoch_logs = dict(self._get_metrics_result_or_logs(logs))
@@ -541,8 +564,14 @@ class IPUTrainer(base_trainer.Trainer):
         per_step (fit and evaluate with set_asynchronous_callbacks(True)):
         the batch callbacks run for every step, with the logs the function
         puts in its `step_logs` list; a function that leaves it empty
-        (Graphcore's accumulate_outfeed) gets them once per execution."""
+        (Graphcore's accumulate_outfeed) gets them once per execution.
+        on_begin None: no batch callback at all (_batch_callbacks)."""
         for begin_step, end_step, batches in epoch_iterator:
+            if on_begin is None:
+                last = function(batches)
+                if getattr(self, stop_flag):
+                    break
+                continue
             on_begin(begin_step)
             steps = []
             last = function(batches, step_logs=steps) if per_step else function(batches)
@@ -558,6 +587,17 @@ class IPUTrainer(base_trainer.Trainer):
             if getattr(self, stop_flag):
                 break
         return last
+
+    def _batch_callbacks(self, callbacks, kind):
+        """(on_begin, on_end) of the CallbackList for `kind`'s batches, or
+        (None, None) when no callback in it does anything there (fit or
+        evaluate with verbose=0 and only epoch-level callbacks): calling
+        them would convert the logs and hand them to Keras' callback thread,
+        a thread woken per step for nothing (issue 16, sixth pass)."""
+        if not _batch_hooks_heard(callbacks, kind):
+            return None, None
+        return (getattr(callbacks, f"on_{kind}_batch_begin"),
+                getattr(callbacks, f"on_{kind}_batch_end"))
 
     def _asynchronous_callbacks(self):
         """Whether an IPU-extended model asked for per-step callbacks."""
@@ -610,8 +650,8 @@ class IPUTrainer(base_trainer.Trainer):
         callbacks.on_test_begin()
         self.reset_metrics()
         logs = self._run_executions(
-            epoch_iterator, self.test_function, callbacks.on_test_batch_begin,
-            callbacks.on_test_batch_end, "stop_evaluating", {},
+            epoch_iterator, self.test_function,
+            *self._batch_callbacks(callbacks, "test"), "stop_evaluating", {},
             per_step=self._asynchronous_callbacks())
         logs = pythonify_logs(self._get_metrics_result_or_logs(logs))
         callbacks.on_test_end(logs)

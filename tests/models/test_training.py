@@ -207,6 +207,57 @@ def test_one_execution_is_one_compiled_loop_and_callbacks_see_its_weights():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+class EpochsOnly(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        self.logs = logs
+
+
+class OldBatchHook(keras.callbacks.Callback):
+    # Keras' default on_train_batch_end forwards to on_batch_end.
+    def on_batch_end(self, batch, logs=None):
+        self.batches = getattr(self, "batches", []) + [batch]
+
+
+def test_batch_callbacks_are_called_only_when_a_callback_has_one(monkeypatch):
+    from keras.src.callbacks.callback_list import CallbackList
+
+    calls = []
+    for hook in ("on_train_batch_begin", "on_train_batch_end",
+                 "on_test_batch_begin", "on_test_batch_end"):
+        original = getattr(CallbackList, hook)
+        monkeypatch.setattr(
+            CallbackList, hook,
+            lambda self, batch, logs=None, _h=hook, _o=original: (
+                calls.append(_h), _o(self, batch, logs))[1])
+    x, y = classification_data(n=128)
+    epochs = EpochsOnly()
+    model = compile_sgd(mlp())
+    history = model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[epochs],
+                        validation_data=(x, y))
+    # verbose=0, History and an epoch callback: no batch hook does anything,
+    # so none is called; epoch logs and validation are as before.
+    assert calls == []
+    assert epochs.logs["loss"] == history.history["loss"][-1]
+    assert set(epochs.logs) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    model.evaluate(x, y, verbose=0)
+    assert calls == []
+    old = OldBatchHook()
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[old])
+    assert old.batches == [0, 1, 2, 3]
+    assert calls.count("on_train_batch_end") == 4 and "on_test_batch_end" not in calls
+    calls.clear()
+    model.evaluate(x, y, verbose=0, callbacks=[RecordTestBatches()])
+    assert calls.count("on_test_batch_end") == 4
+    calls.clear()
+    model.evaluate(x, y, verbose=1)  # the progress bar listens
+    assert calls.count("on_test_batch_end") == 4
+
+
+class RecordTestBatches(keras.callbacks.Callback):
+    def on_test_batch_end(self, batch, logs=None):
+        pass
+
+
 @pytest.mark.parametrize("run_eagerly", [False, True], ids=["compiled", "eager"])
 def test_dropout_differs_between_steps(run_eagerly):
     x, y = classification_data(n=32)
