@@ -4,13 +4,15 @@ reshape becomes the ndarray method call with the (static) output shape;
 float sum/prod/max/min reductions call the ufunc's `reduce` directly (what
 np.sum & co. do after their argument handling), with a 0-d result turned
 back into an ndarray. Other dtypes keep the eager kernel, which also fixes
-the result dtype of integer sums.
+the result dtype of integer sums. A float32 sum over leading axes runs
+in C (native/leading_sums.py), with NumPy's bits.
 """
 
 import numpy as np
 
 from keras_ipu.device import native
 from keras_ipu.device.compiler.lowering import LOWERINGS
+from keras_ipu.device.native.leading_sums import leading_sum_kernel
 from keras_ipu.device.primitives.indexing import scatter_p
 from keras_ipu.device.primitives.reduce import reduce_max_p
 from keras_ipu.device.primitives.reduce import reduce_min_p
@@ -48,6 +50,11 @@ def _reduction(ufunc, primitive):
                 return asarray(reduce(v, axis=axes))
 
             return reduce_to_scalar
+
+        if ufunc is np.add and axes is not None:
+            native_sum = leading_sum_kernel(x, axes)
+            if native_sum is not None:
+                return native_sum
 
         def reduce_axes(v):
             return reduce(v, axis=axes)

@@ -323,11 +323,63 @@ done:
     return result;
 }
 
+/* sum_rows(x, out, rows, cols) -> bool: out[j] = x[0][j] + x[1][j] + ...
+   + x[rows-1][j] for a C-contiguous float32 x of rows x cols and a float32
+   out of cols. A sum over an array's leading axes (BatchNormalization's
+   statistics and gradients, a bias gradient) is this. NumPy adds the rows
+   in the same order, one after another (it sums pairwise only along the
+   innermost axis), starting from +0.0, so the bits are NumPy's; but it
+   calls its inner loop once per row, which for a few dozen columns costs
+   more than the adds (a 128x32x32x32 sum over all but the channels ran
+   at about a quarter of the memory's speed). Columns go in blocks that
+   stay in L1 while the rows stream past; each column still adds its rows
+   in order. False (nothing written) when a buffer does not fit. */
+#define SUM_COLUMN_BLOCK 2048
+
+VECTOR_CLONES __attribute__((noinline)) static void add_rows(float *out, const float *x,
+                                                             Py_ssize_t rows, Py_ssize_t cols,
+                                                             Py_ssize_t width) {
+    /* From NumPy's identity, +0.0: a column of -0.0 sums to +0.0 there. */
+    for (Py_ssize_t j = 0; j < width; j++) out[j] = 0.0f + x[j];
+    for (Py_ssize_t r = 1; r < rows; r++) {
+        const float *row = x + r * cols;
+        for (Py_ssize_t j = 0; j < width; j++) out[j] += row[j];
+    }
+}
+
+static PyObject *sum_rows(PyObject *self, PyObject *args) {
+    PyObject *x_obj, *out_obj;
+    Py_ssize_t rows, cols;
+    if (!PyArg_ParseTuple(args, "OOnn", &x_obj, &out_obj, &rows, &cols)) return NULL;
+    if (rows < 1 || cols < 1 || rows > PY_SSIZE_T_MAX / cols) Py_RETURN_FALSE;
+    Py_buffer x, out;
+    if (!get_buffer(x_obj, &x, T_F32, rows * cols, 0)) Py_RETURN_FALSE;
+    if (!get_buffer(out_obj, &out, T_F32, cols, 1)) {
+        PyBuffer_Release(&x);
+        Py_RETURN_FALSE;
+    }
+    const float *src = (const float *)x.buf;
+    float *dst = (float *)out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < cols; j += SUM_COLUMN_BLOCK) {
+        Py_ssize_t width = cols - j < SUM_COLUMN_BLOCK ? cols - j : SUM_COLUMN_BLOCK;
+        add_rows(dst + j, src + j, rows, cols, width);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&x);
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
      "run(code, n, L, B, inputs, outputs[, lo, hi]) -> bool: one fused chain, "
      "block by block, over elements [lo, hi) (default all); False (nothing "
      "written) when a buffer does not fit the program."},
+    {"sum_rows", sum_rows, METH_VARARGS,
+     "sum_rows(x, out, rows, cols) -> bool: out = the rows of the float32 "
+     "rows x cols x added in order (NumPy's bits); False (nothing written) "
+     "when a buffer does not fit."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,45 @@
+"""Float32 sums over an array's leading axes in one C pass.
+
+A sum over the leading axes (BatchNormalization's batch statistics and
+their gradients, a bias gradient: every axis but the channels) is the
+rows of the array seen as (rows, columns) added up. NumPy adds them in
+row order from +0.0, as `_elementwise.sum_rows` does, so both give the same
+bits; but NumPy calls its inner loop once per row, which for a few dozen
+columns costs more than the adds: 128x32x32x32 -> 32 took 28.7 ms in
+NumPy and 1.8 ms in C (minimum of 20 calls, this 2-core machine at load
+13; 128x16x16x64 -> 64: 1.11 against 0.28 ms). leading_axis.split_sum
+splits such a sum over the host threads with this kernel for each part.
+"""
+
+import numpy as np
+
+from keras_ipu.device import native
+
+_F32 = np.dtype(np.float32)
+
+
+def leading_sum_kernel(x_aval, axes):
+    """The C kernel of a float32 sum of `x_aval` over `axes`, when they are
+    its leading axes (0 .. k-1, not all of them); None otherwise (the
+    caller keeps NumPy's reduction). It falls back to NumPy for an operand
+    the C kernel cannot read (not C-contiguous)."""
+    if native.elementwise is None or x_aval.dtype != _F32 or not x_aval.is_static():
+        return None
+    ndim = x_aval.ndim
+    axes = tuple(sorted(a % ndim for a in axes)) if ndim else ()
+    if not axes or axes != tuple(range(len(axes))) or len(axes) >= ndim:
+        return None
+    out_shape = tuple(x_aval.shape[len(axes):])
+    cols = int(np.prod(out_shape, dtype=np.int64))
+    if cols == 0:
+        return None
+    sum_rows, reduce, empty = native.elementwise.sum_rows, np.add.reduce, np.empty
+
+    def sum_leading_axes(x):
+        # Rows from the operand: leading_axis.split_sum passes row blocks.
+        out = empty(out_shape, _F32)
+        if x.size and sum_rows(x, out, x.size // cols, cols):
+            return out
+        return reduce(x, axis=axes)
+
+    return sum_leading_axes

@@ -1,0 +1,114 @@
+"""Float32 sums over leading axes in C (device/native/leading_sums.py):
+NumPy's bits, NumPy's fallback where the C kernel does not apply."""
+
+import numpy as np
+import pytest
+
+from keras_ipu.device import native
+from keras_ipu.device.compiler.lowering import lower
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.native import leading_sums
+from keras_ipu.device.native import threads
+from keras_ipu.device.primitives.reduce import reduce_sum_p
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="C kernel not built")
+
+RNG = np.random.default_rng(7)
+
+
+def _aval(x):
+    return ShapedArray(np.shape(x), np.asarray(x).dtype)
+
+
+def _lowered_sum(x, axes):
+    out = reduce_sum_p.abstract_eval(_aval(x), axes=axes)
+    return lower(reduce_sum_p, {"axes": axes}, (_aval(x),), (out,))
+
+
+def _awkward(shape):
+    """Values whose sum depends on the order of the adds, with -0.0,
+    infinities, NaN and values that overflow when added."""
+    x = (RNG.standard_normal(shape) * np.float32(1e4)).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::97] = np.float32(3e38)
+    flat[5::101] = -0.0
+    flat[7::211] = np.inf
+    flat[11::307] = -np.inf
+    flat[13::401] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("shape, axes", [
+    ((64, 8, 8, 32), (0, 1, 2)),  # BatchNormalization's statistics
+    ((32, 512), (0,)),  # a bias gradient
+    ((5, 3, 7), (0, 1)),
+    ((1, 6), (0,)),
+    ((4, 3000), (-2,)),  # a negative axis
+    ((3, 5000), (0,)),  # columns in more than one block
+])
+def test_same_bits_as_numpy(monkeypatch, shape, axes):
+    monkeypatch.setattr(threads, "_cap", 1)
+    x = _awkward(shape)
+    kernel = _lowered_sum(x, axes)
+    assert kernel.__name__ == "sum_leading_axes"
+    got = kernel(x)
+    with np.errstate(all="ignore"):  # the overflows are the point
+        want = np.add.reduce(x, axis=axes)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    # bit for bit: NaN payloads and the sign of zeros included
+    assert got.tobytes() == want.tobytes()
+
+
+def test_a_column_of_negative_zeros_sums_to_positive_zero_as_in_numpy(monkeypatch):
+    monkeypatch.setattr(threads, "_cap", 1)
+    x = np.full((4, 3), -0.0, np.float32)
+    x[0, 1] = 1.0
+    got = _lowered_sum(x, (0,))(x)
+    assert got.tobytes() == np.add.reduce(x, axis=0).tobytes()
+    assert not np.signbit(got).any()
+
+
+def test_non_contiguous_operands_fall_back_to_numpy(monkeypatch):
+    monkeypatch.setattr(threads, "_cap", 1)
+    base = _awkward((6, 8))
+    x = base[:, ::2]  # a strided view: the C kernel declines it
+    got = _lowered_sum(x, (0,))(x)
+    assert got.tobytes() == np.add.reduce(x, axis=0).tobytes()
+
+
+@pytest.mark.parametrize("dtype, axes, shape", [
+    (np.float64, (0,), (8, 4)),  # float32 only
+    (np.float32, (1,), (8, 4)),  # not a leading axis (NumPy sums it pairwise)
+    (np.float32, (0, 2), (8, 4, 3)),  # not a prefix
+    (np.float32, (0, 1), (8, 4)),  # every axis: a scalar result
+])
+def test_other_sums_keep_numpy(dtype, axes, shape):
+    assert leading_sums.leading_sum_kernel(ShapedArray(shape, np.dtype(dtype)), axes) is None
+
+
+def test_split_over_threads_sums_each_block_in_c(monkeypatch):
+    # leading_axis.split_sum hands each thread its rows; the C kernel
+    # counts them from the operand it gets.
+    monkeypatch.setattr(threads, "_cap", 3)
+    monkeypatch.setattr(threads, "ELEMENTS_PER_THREAD", 4)
+    calls = []
+    sum_rows = native.elementwise.sum_rows
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(native.elementwise, name)
+
+        @staticmethod
+        def sum_rows(x, out, rows, cols):
+            calls.append(rows)
+            return sum_rows(x, out, rows, cols)
+
+    monkeypatch.setattr(native, "elementwise", Counting())
+    x = RNG.standard_normal((12, 5, 4)).astype(np.float32)
+    got = _lowered_sum(x, (0, 1))(x)
+    assert sum(calls) == 60 and len(calls) > 1
+    blocks = threads.ranges(12, 1, 3)
+    want = np.add.reduce(x[blocks[0][0]:blocks[0][1]], axis=(0, 1))
+    for lo, hi in blocks[1:]:
+        want = want + np.add.reduce(x[lo:hi], axis=(0, 1))
+    assert got.tobytes() == want.tobytes()
