@@ -112,3 +112,15 @@ def test_split_over_threads_sums_each_block_in_c(monkeypatch):
     for lo, hi in blocks[1:]:
         want = want + np.add.reduce(x[lo:hi], axis=(0, 1))
     assert got.tobytes() == want.tobytes()
+
+
+def test_an_extension_built_before_sum_rows_falls_back_to_numpy(monkeypatch):
+    # An editable install whose extension predates sum_rows (not rebuilt
+    # after an update) must keep running: NumPy's reduction, same values.
+    class Stale:
+        pass
+
+    monkeypatch.setattr(native, "elementwise", Stale())
+    x = _awkward((16, 8, 4))
+    assert leading_sums.leading_sum_kernel(_aval(x), (0, 1)) is None
+    np.testing.assert_array_equal(_lowered_sum(x, (0, 1))(x), np.add.reduce(x, axis=(0, 1)))

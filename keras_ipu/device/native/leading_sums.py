@@ -23,7 +23,10 @@ def leading_sum_kernel(x_aval, axes):
     its leading axes (0 .. k-1, not all of them); None otherwise (the
     caller keeps NumPy's reduction). It falls back to NumPy for an operand
     the C kernel cannot read (not C-contiguous)."""
-    if native.elementwise is None or x_aval.dtype != _F32 or not x_aval.is_static():
+    # An extension built before sum_rows existed (an editable install not
+    # rebuilt after an update) still serves its other kernels: NumPy here.
+    sum_rows = getattr(native.elementwise, "sum_rows", None)
+    if sum_rows is None or x_aval.dtype != _F32 or not x_aval.is_static():
         return None
     ndim = x_aval.ndim
     axes = tuple(sorted(a % ndim for a in axes)) if ndim else ()
@@ -33,7 +36,7 @@ def leading_sum_kernel(x_aval, axes):
     cols = int(np.prod(out_shape, dtype=np.int64))
     if cols == 0:
         return None
-    sum_rows, reduce, empty = native.elementwise.sum_rows, np.add.reduce, np.empty
+    reduce, empty = np.add.reduce, np.empty
 
     def sum_leading_axes(x):
         # Rows from the operand: leading_axis.split_sum passes row blocks.
