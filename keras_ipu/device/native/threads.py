@@ -444,8 +444,9 @@ def matmul_plan(b, m, n, k, compute, threads=None):
     configure()
     if threads is None:
         flops = 2 * max(b, 1) * m * n * k
-        if not b and blas_threads_for(flops):
-            return blas_matmul_plan(blas_threads_for(flops))
+        blas_threads = 0 if b else blas_threads_for(flops)
+        if blas_threads:
+            return blas_matmul_plan(blas_threads)
         threads = threads_for(flops)
     if threads <= 1:
         return None
