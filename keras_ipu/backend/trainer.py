@@ -13,9 +13,12 @@ of the step over the stacked batches; with `run_eagerly=True` (or
 `jit_compile=False`) the same step runs op by op on the host. After each
 execution the new state is written back to the Keras variables, so
 callbacks see the current weights, and the logs of its last step go to the
-callbacks.
+callbacks; when no callback listens to fit's batches, the train state is
+kept between executions and written when the epoch's executions end
+(trainer_ops/held_state.py).
 """
 
+import contextlib
 import inspect
 import warnings
 
@@ -40,6 +43,7 @@ from keras_ipu.backend.trainer_ops.device_loop import DeviceLoop
 from keras_ipu.backend.trainer_ops.device_loop import concatenate_steps
 from keras_ipu.backend.trainer_ops.device_loop import every_step
 from keras_ipu.backend.trainer_ops.device_loop import last_step
+from keras_ipu.backend.trainer_ops.held_state import HeldState
 from keras_ipu.device.interrupts import deferred_interrupts
 from keras_ipu.device.autodiff import value_and_grad
 from keras_ipu.device.config import system_config
@@ -145,18 +149,37 @@ _BATCH_HOOKS = {
 }
 
 
-def _batch_hooks_heard(callbacks, kind):
-    """Whether a callback in the CallbackList `callbacks` does anything in
-    the batch hooks of `kind` (train: fit, test: evaluate). A subclass of
-    CallbackList, or a callback without Keras' default hooks, counts as
-    heard."""
+# Callbacks whose batch hooks read the logs they are given and never the
+# model (this exact class, not a subclass): Keras' progress bar.
+_LOGS_ONLY = (callbacks_module.ProgbarLogger,)
+
+
+def _batch_listeners(callbacks, kind):
+    """The callbacks of the CallbackList `callbacks` that do anything in
+    the batch hooks of `kind` (train: fit, test: evaluate); None (anyone
+    may) for a subclass of CallbackList."""
     if type(callbacks) is not callbacks_module.CallbackList:
-        return True
-    return any(
-        not utils.is_default(getattr(callback, hook, None))
-        for callback in callbacks.callbacks
-        for hook in _BATCH_HOOKS[kind]
-    )
+        return None
+    return [
+        callback for callback in callbacks.callbacks
+        if any(not utils.is_default(getattr(callback, hook, None))
+               for hook in _BATCH_HOOKS[kind])
+    ]
+
+
+def _batch_hooks_heard(callbacks, kind):
+    """Whether a callback does anything in the batch hooks of `kind`; a
+    callback without Keras' default hooks counts as heard."""
+    listeners = _batch_listeners(callbacks, kind)
+    return listeners is None or bool(listeners)
+
+
+def _batch_hooks_see_model(callbacks, kind):
+    """Whether a batch hook of `kind` may look at the model (any listener
+    but the progress bar): then fit writes the state after every
+    execution instead of holding it (held_state.py)."""
+    listeners = _batch_listeners(callbacks, kind)
+    return listeners is None or any(type(c) not in _LOGS_ONLY for c in listeners)
 
 
 def _first_array(x):
@@ -339,24 +362,55 @@ class IPUTrainer(base_trainer.Trainer):
                           state_kinds=kinds)
         read = model_state.read_owned_state if donate else model_state.read_state
 
+        held = None  # a HeldState while `holding`
+
         def run_execution(batches):
             # A Ctrl-C waits until the whole state is stored (interrupts.py).
             with deferred_interrupts(f"the running execution ({len(batches)} steps)"):
-                variables = model_state.state_variables(self, kinds)
-                # A floating-point trap can stop the program midway: then it
-                # updates copies, and the variables stay whole.
-                copies = donate and _fp_traps_on()
-                state = (model_state.read_copied_state if copies else read)(variables)
+                hold = held
+                variables = copies = None
                 try:
+                    if hold is not None and hold.flat is not None:
+                        chunks = loop.run_held(hold, batches)
+                        if chunks is not None:
+                            return chunks
+                        state = hold.state()
+                    else:
+                        variables = model_state.state_variables(self, kinds)
+                        # A floating-point trap can stop the program midway:
+                        # then it updates copies, and the variables stay whole.
+                        copies = donate and _fp_traps_on()
+                        state = (model_state.read_copied_state if copies else read)(variables)
                     chunks, state = loop(state, batches)
                 except Exception as e:
                     if donate and not copies:
                         e.add_note(model_state.TORN_STATE_NOTE)
                     raise
-                model_state.write_state(variables, kinds, state, private=donate)
+                if hold is not None:
+                    hold.keep(variables, state)
+                else:
+                    model_state.write_state(variables, kinds, state, private=donate)
             return chunks
 
+        @contextlib.contextmanager
+        def holding():
+            """Within: the state stays out of the variables between this
+            function's executions (held_state.py); leaving writes it to
+            them. Only for a compiled step updating its state in place
+            without floating-point traps (those run on copies)."""
+            nonlocal held
+            if not donate or held is not None or _fp_traps_on():
+                yield
+                return
+            held = HeldState(kinds)
+            try:
+                yield
+            finally:
+                hold, held = held, None
+                hold.write()
+
         run_execution.device_loop = loop
+        run_execution.holding = holding
         return run_execution
 
     # kind -> (its step, the state it reads and writes, whether it donates
@@ -389,6 +443,7 @@ class IPUTrainer(base_trainer.Trainer):
 
         run.__name__ = f"run_{kind}_execution"
         run.device_loop = execution.device_loop
+        run.holding = execution.holding
         setattr(self, attribute, run)
         return run
 
@@ -490,7 +545,8 @@ class IPUTrainer(base_trainer.Trainer):
                 logs = self._run_executions(
                     epoch_iterator, self.train_function,
                     *self._batch_callbacks(callbacks, "train"), "stop_training", logs,
-                    per_step=self._asynchronous_callbacks())
+                    per_step=self._asynchronous_callbacks(),
+                    hold=not _batch_hooks_see_model(callbacks, "train"))
 
                 epoch_logs = dict(self._get_metrics_result_or_logs(logs))
                 if validation_data is not None and self._should_eval(
@@ -556,7 +612,7 @@ class IPUTrainer(base_trainer.Trainer):
         return first_batch
 
     def _run_executions(self, epoch_iterator, function, on_begin, on_end, stop_flag, last,
-                        per_step=False):
+                        per_step=False, hold=False):
         """Runs `function` on each execution's batches of an epoch between its
         callbacks, until the data ends or the model's `stop_flag` is set;
         returns the last result (`last` when none ran).
@@ -565,13 +621,26 @@ class IPUTrainer(base_trainer.Trainer):
         the batch callbacks run for every step, with the logs the function
         puts in its `step_logs` list; a function that leaves it empty
         (Graphcore's accumulate_outfeed) gets them once per execution.
-        on_begin None: no batch callback at all (_batch_callbacks)."""
-        for begin_step, end_step, batches in epoch_iterator:
-            if on_begin is None:
+        on_begin None: no batch callback at all (_batch_callbacks).
+        hold: nothing between two executions looks at the model (no batch
+        callback but the progress bar): the function may keep the state out
+        of the variables until the loop ends (held_state.py); a function of
+        its own (a subclass', a wrapper) has no `holding` and writes it
+        after each execution."""
+        holding = getattr(function, "holding", None) if hold else None
+        with holding() if holding is not None else contextlib.nullcontext():
+            return self._run_executions_of(epoch_iterator, function, on_begin, on_end,
+                                           stop_flag, last, per_step)
+
+    def _run_executions_of(self, epoch_iterator, function, on_begin, on_end, stop_flag, last,
+                           per_step):
+        if on_begin is None:
+            for _, _, batches in epoch_iterator:
                 last = function(batches)
                 if getattr(self, stop_flag):
                     break
-                continue
+            return last
+        for begin_step, end_step, batches in epoch_iterator:
             on_begin(begin_step)
             steps = []
             last = function(batches, step_logs=steps) if per_step else function(batches)

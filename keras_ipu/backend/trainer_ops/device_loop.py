@@ -25,6 +25,7 @@ from keras_ipu.device.array import Tensor
 from keras_ipu.backend.trainer_ops import memory_advice
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler.executable import programs_compute
+from keras_ipu.device.config import system_config
 from keras_ipu.device.compiler.demotion import InputRangeError
 from keras_ipu.device.jit import jit
 from keras_ipu.device.trace import default_source
@@ -155,6 +156,10 @@ class DeviceLoop:
         # program may update them in place.
         self.donate_state = donate_state
         self._loops = {}  # batch structure -> Jitted loop
+        # (batch structure, state treedef, infeed signature) -> (system
+        # configuration, Executable, outputs, their structure): run_held's
+        # programs, found once per signature.
+        self._held_programs = {}
 
     def __call__(self, state, batches):
         chunks = []
@@ -227,6 +232,65 @@ class DeviceLoop:
             return None
         return int(stacked[0].shape[axis]) * self.micro_batches
 
+    def run_held(self, held, batches):
+        """One execution on the state `held` keeps (held_state.HeldState,
+        the arrays this loop's program returned last time), updating it;
+        the chunks, as __call__ returns them. The program of the batches'
+        signature is found once (not through jit's flattening, conversions
+        and lookup per call) and run with the held arrays as its first
+        inputs (Executable.run_resident). None, with nothing run, where
+        this path does not apply (eager steps, batches of several
+        signatures in one execution, a system that does not compute):
+        __call__ runs those."""
+        if not self.compiled or not programs_compute():
+            return None
+        runs = _runs(batches)
+        if len(runs) != 1:
+            return None
+        run = runs[0]
+        stacked = _infeed(run)
+        key = (run.structure, held.treedef, tuple([(a.shape, a.dtype) for a in stacked]))
+        entry = self._held_programs.get(key)
+        context = system_config.configuration()
+        if entry is None or entry[0] is not context:
+            entry = self._held_program(key, context, held, run, stacked)
+            if entry is None:
+                return None
+        _, executable, n_outputs, output_structure = entry
+        try:
+            results = executable.run_resident(held.flat, stacked)
+        except InputRangeError as e:
+            raise _renamed(e, run, len(held.flat)) from None
+        held.flat = results[n_outputs:]
+        return [_fill_nones(output_structure, results[:n_outputs])]
+
+    def _held_program(self, key, context, held, run, stacked):
+        """The entry of run_held's programs for `key` (compiled now if
+        needed), or None when the program does not give back the state in
+        the avals it takes it (then run_held never applies to it)."""
+        loop = self._loop_for(run)
+        state = held.state()
+        with self._workload(state, stacked):
+            try:
+                executable = loop.executable(state, stacked)
+            except IPUOutOfMemoryError as e:
+                raise memory_advice.explain_out_of_memory(
+                    e, loop, state, stacked, self.state_kinds) from None
+        n_state = len(held.flat)
+        n_outputs = len(executable.out_avals) - n_state
+        if (
+            not hasattr(executable, "run_resident")
+            or len(executable.in_avals) != n_state + len(stacked)
+            or n_outputs < 0
+            or executable.out_avals[n_outputs:] != executable.in_avals[:n_state]
+        ):
+            return None
+        if len(self._held_programs) >= _HELD_PROGRAMS:
+            self._held_programs.clear()  # signatures come and go: stay bounded
+        entry = (context, executable, n_outputs, loop.output_structure[0])
+        self._held_programs[key] = entry
+        return entry
+
     def _run_compiled(self, state, run):
         loop = self._loop_for(run)
         stacked = _infeed(run)
@@ -234,9 +298,7 @@ class DeviceLoop:
             try:
                 flat_outputs, new_state = loop(state, stacked)
             except InputRangeError as e:
-                n_state = len(tree.flatten(state))
-                name = _batch_leaf_name(run.first, e.index - n_state)
-                raise e.renamed(name) from None
+                raise _renamed(e, run, len(tree.flatten(state))) from None
             except IPUOutOfMemoryError as e:
                 raise memory_advice.explain_out_of_memory(
                     e, loop, state, stacked, self.state_kinds) from None
@@ -295,6 +357,16 @@ class DeviceLoop:
             return [x for x in tree.flatten(outputs) if x is not None], state
 
         return device_loop
+
+
+# run_held's programs kept per loop (a full execution, the shortened last
+# one, a smaller last batch, each of fit and of its validation).
+_HELD_PROGRAMS = 8
+
+
+def _renamed(error, run, n_state):
+    """An InputRangeError of the loop's program naming the batch's array."""
+    return error.renamed(_batch_leaf_name(run.first, error.index - n_state))
 
 
 _BATCH_PARTS = ("x", "y", "sample_weight")

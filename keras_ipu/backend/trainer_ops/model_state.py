@@ -78,10 +78,8 @@ TORN_STATE_NOTE = (
 )
 
 
-def write_state(variables, kinds, state, private=False):
-    """Assign the values of `state` (as read_state gives it) to `variables`.
-    `private`: the values are arrays nobody else holds (a compiled step's
-    results), which the next step may update in place."""
+def check_state_counts(variables, kinds, state):
+    """A step's new `state` has one value per variable of each kind."""
     for kind, group, values in zip(kinds, variables, state):
         if len(group) != len(values):
             raise ValueError(
@@ -90,6 +88,14 @@ def write_state(variables, kinds, state, private=False):
                 "train_step/test_step must return the state it was given, "
                 "with the same number of entries of each kind."
             )
+
+
+def write_state(variables, kinds, state, private=False):
+    """Assign the values of `state` (as read_state gives it) to `variables`.
+    `private`: the values are arrays nobody else holds (a compiled step's
+    results), which the next step may update in place."""
+    check_state_counts(variables, kinds, state)
+    for group, values in zip(variables, state):
         for variable, value in zip(group, values):
             if (
                 private

@@ -329,16 +329,18 @@ class Executable:
         self._bind()
 
     # -- running ---------------------------------------------------------
-    def _check_inputs(self, arrays):
-        if len(arrays) != self._n_inputs:
+    def _check_inputs(self, arrays, start=0):
+        """`arrays` as the program's inputs from `start` on (cast where a
+        demoted dtype allows it), or the error naming the input."""
+        if start + len(arrays) != self._n_inputs:
             raise TypeError(
                 f"The executable takes {self._n_inputs} inputs "
                 f"({', '.join(a.short() for a in self.in_avals)}); got "
-                f"{len(arrays)}."
+                f"{start + len(arrays)}."
             )
         out = []
-        for i, (x, dtype, shape) in enumerate(
-            zip(arrays, self._in_dtypes, self._in_shapes)
+        for i, x, dtype, shape in zip(
+            range(start, self._n_inputs), arrays, self._in_dtypes[start:], self._in_shapes[start:]
         ):
             x = np.asarray(x)
             if x.shape != shape:
@@ -410,6 +412,27 @@ class Executable:
             return self._run_noted(arrays)
         with np.errstate(all="ignore"):
             return self._engine(self._check_inputs(arrays))
+
+    def run_resident(self, resident, arrays):
+        """run(*resident, *arrays) for a program whose first inputs,
+        `resident`, are NumPy arrays it returned itself in an earlier run (a
+        training state kept between runs, as it stays on the IPU): they are
+        checked by their shapes and dtypes alone, and go through run()'s
+        checks and casts only when those differ from the program's; the
+        rest, `arrays` (the batches), are checked as run() checks them."""
+        n = len(resident)
+        if (
+            [(a.shape, a.dtype) for a in resident]
+            != list(zip(self._in_shapes[:n], self._in_dtypes[:n]))
+            or profile.RUN_LISTENERS
+        ):
+            return self.run(*resident, *arrays)
+        current = system_config.configured_system()
+        if current is not None and current.connection is not _ALWAYS:
+            return self.run(*resident, *arrays)
+        checked = self._check_inputs(arrays, start=n)
+        with np.errstate(all="ignore"):
+            return self._engine([*resident, *checked])
 
     def _engine(self, arrays):
         run = self._engine_run
