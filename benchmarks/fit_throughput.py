@@ -289,6 +289,50 @@ def train_step_flops(model, steps_per_execution):
     return total / max(1, exe.prediction.steps_per_run)
 
 
+class ConcurrencyCounts:
+    """How the ipu run loop's launched kernels went (device/native/threads.py),
+    counted in this process: launches handed to a pool thread, launches run
+    at once in the caller (the pool was backing off after a late split), and
+    late splits (a join that waited for a pool thread that lost its core, or
+    a caller that lost its own). On a quiet machine the late ones say whether
+    fit's steps ran their kernels side by side as step_profile.py --run-loop
+    does."""
+
+    def __init__(self):
+        from keras_ipu.device.native import threads
+
+        self.counts = {"launched": 0, "ran_in_caller": 0, "late": 0}
+        launch, note_split = threads.launch, threads._note_split
+
+        def counted_launch(fn, args):
+            job = launch(fn, args)
+            self.counts["ran_in_caller" if type(job) is threads._Ran else "launched"] += 1
+            return job
+
+        def counted_note_split(late, now, at_once=False):
+            self.counts["late"] += bool(late)
+            return note_split(late, now, at_once)
+
+        # Programs bind threads.launch when they are built: set before fit.
+        threads.launch, threads._note_split = counted_launch, counted_note_split
+
+    _installed = None
+
+    @classmethod
+    def installed(cls):
+        """The process's one counter (each would wrap the last one's)."""
+        if cls._installed is None:
+            cls._installed = cls()
+        return cls._installed
+
+    def reset(self):
+        for key in self.counts:
+            self.counts[key] = 0
+
+    def per_step(self, steps):
+        return {key: round(value / steps, 2) for key, value in self.counts.items()}
+
+
 def run_model(keras, name, size, args, weights_path):
     steps, epochs = model_steps(args, name), 1 + args.timed_epochs
     batch = args.batch_size
@@ -311,12 +355,15 @@ def run_model(keras, name, size, args, weights_path):
     )
 
     marks = {}
+    counts = ConcurrencyCounts.installed() if keras.backend.backend() == "ipu" else None
 
     class Clock(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
             marks["begin"] = time.perf_counter()
 
         def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1 and counts is not None:
+                counts.reset()  # the timed epochs only
             marks[("begin", epoch)] = time.perf_counter()
             marks[("cpu begin", epoch)] = time.process_time()
 
@@ -356,6 +403,8 @@ def run_model(keras, name, size, args, weights_path):
         "train_step_flops": flops,
         "engine": os.environ.get("KERAS_IPU_ENGINE", "auto")
         if keras.backend.backend() == "ipu" else None,
+        "concurrency_per_step": counts.per_step(steps * args.timed_epochs)
+        if counts is not None and args.timed_epochs else None,
     }
 
 
@@ -661,6 +710,19 @@ def format_table(report):
                     f"{cpu} | {res['first_epoch_s']:.2f} | "
                     f"{res['loss_after_first_epoch']:.4f} |"
                 )
+    concurrency = [
+        (name, backend, res["concurrency_per_step"])
+        for name in report["config"]["models"]
+        for backend in report["config"]["backends"]
+        for res in [report["results"].get(backend, {}).get("models", {}).get(name) or {}]
+        if res.get("concurrency_per_step")
+    ]
+    if concurrency:
+        lines += ["", "| model | backend | kernels launched beside the run loop "
+                  "| run by the caller (backing off) | late splits |",
+                  "|---|---|---:|---:|---:|"]
+        lines += [f"| {name} | {backend} | {c['launched']} | {c['ran_in_caller']} "
+                  f"| {c['late']} |" for name, backend, c in concurrency]
     lines += ["", "| model | ratio | samples/s ratio (>1: ipu faster) "
               "| first-epoch time ratio (>1: ipu slower) |",
               "|---|---|---:|---:|"]

@@ -24,6 +24,12 @@ compiler/concurrent_steps.py), checks that both give the same bits, and
 prints each one's wall time (median, min) and process CPU time per step:
 what running kernels at once buys, measured in one process (a quiet
 machine's measure: on a busy one only the CPU time means much).
+
+`--layers` times one step from the inside out, layers alternating in one
+process: the step program (run loop), the device loop's program around it,
+fit's train function with the state held between executions and written
+after each, and a fit epoch; each layer minus the one inside it is what it
+adds (where fit's time outside the kernels goes, on a quiet machine).
 """
 
 import argparse
@@ -100,6 +106,63 @@ def run_loop_times(step, inputs, repeats):
     return times
 
 
+def layer_times(model, step, loop, batches, fit, rounds):
+    """{"<layer>": (wall ms per step list, CPU ms per step list)} of one
+    training step measured from the inside out, each layer run once per
+    batch of `batches` per round, the layers alternating round by round:
+    the step program alone (the device loop's body, its run loop, as
+    --run-loop), the device loop's program around it (the scan over the
+    infeed), fit's train function with the state held between executions
+    (trainer_ops/held_state.py) and written after each, and `fit` itself
+    (one epoch over `batches`: the callable `fit`). Each layer's time
+    minus the one inside it is what that layer adds. The programs are fed
+    their own new state back, as the trainer does (no copies)."""
+    import contextlib
+
+    function = model.train_function
+    n_state = len(loop.in_avals) - 2  # the infeed: x and y
+    rng = np.random.default_rng(0)
+    state = [np.asarray(rng.uniform(0.01, 0.1, a.shape)).astype(a.dtype)
+             for a in loop.in_avals[:n_state]]
+    # The body takes the state first and gives it back first (the scan's carry).
+    body_inputs = [np.asarray(rng.uniform(0.01, 0.1, a.shape)).astype(a.dtype)
+                   for a in step.in_avals]
+    if step.in_avals[:n_state] != step.out_avals[:n_state]:
+        raise SystemExit("the step program does not give back its state first")
+
+    def step_program(xb, yb):
+        body_inputs[:n_state] = step.run_unchecked(body_inputs)[:n_state]
+
+    def device_loop_program(xb, yb):
+        state[:] = loop.run(*state, xb[None], yb[None])[-n_state:]
+
+    def train_function(xb, yb):
+        function([(xb, yb)])
+
+    layers = {
+        "step program (run loop)": step_program,
+        "device loop program": device_loop_program,
+        "train function, state held": train_function,
+        "train function, state written": train_function,
+    }
+    times = {name: ([], []) for name in [*layers, "fit epoch"]}
+    for _ in range(rounds):
+        for name, run in layers.items():
+            hold = function.holding() if name.endswith("held") else contextlib.nullcontext()
+            with hold:
+                cpu, start = time.process_time(), time.perf_counter()
+                for xb, yb in batches:
+                    run(xb, yb)
+                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            times[name][0].append(1e3 * wall / len(batches))
+            times[name][1].append(1e3 * cpu / len(batches))
+        cpu, start = time.process_time(), time.perf_counter()
+        fit()
+        times["fit epoch"][0].append(1e3 * (time.perf_counter() - start) / len(batches))
+        times["fit epoch"][1].append(1e3 * (time.process_time() - cpu) / len(batches))
+    return times
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="demo_functional")
@@ -114,6 +177,10 @@ def main(argv=None):
     parser.add_argument("--run-loop", action="store_true",
                         help="time the whole step in program order against the "
                              "run loop's (independent kernels at once)")
+    parser.add_argument("--layers", action="store_true",
+                        help="time one training step from the inside out: the step "
+                             "program, the device loop's program, fit's train function "
+                             "(state held / written), a fit epoch")
     parser.add_argument("--out", help="JSON report")
     args = parser.parse_args(argv)
 
@@ -142,6 +209,27 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     inputs = [np.asarray(rng.uniform(0.01, 0.1, a.shape)).astype(a.dtype)
               for a in step.in_avals]
+
+    if args.layers:
+        loop = next(o for o in gc.get_objects()
+                    if isinstance(o, Executable) and o.name == "train_step_loop")
+        steps = 30  # an epoch of fit_throughput.py
+        xs, ys = ft.make_data(args.model, size, steps * args.batch_size)
+        b = args.batch_size
+        batches = [(xs[i * b:(i + 1) * b], ys[i * b:(i + 1) * b]) for i in range(steps)]
+
+        def fit():
+            model.fit(xs, ys, batch_size=b, epochs=1, verbose=0, shuffle=False)
+
+        times = layer_times(model, step, loop, batches, fit, max(1, args.repeats // steps))
+        print(f"{args.model}, batch {args.batch_size}, {args.optimizer}: one step from "
+              f"the inside out, {steps} steps per round, layers alternating")
+        print("| layer | wall ms per step (median) | min | CPU ms per step (median) |")
+        print("|---|---:|---:|---:|")
+        for name, (walls, cpus) in times.items():
+            print(f"| {name} | {statistics.median(walls):.2f} | {min(walls):.2f} | "
+                  f"{statistics.median(cpus):.2f} |")
+        return
 
     if args.run_loop:
         launched = sum(getattr(k, "launched", None) is not None for k, *_ in step._run_program)
