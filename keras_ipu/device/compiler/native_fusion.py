@@ -8,8 +8,11 @@ rounded (add, sub, mul, div, sqrt, ...), comparisons, selects and the
 float32 <-> bool conversions, every step of the output's shape, and each
 operand either of that shape, a scalar, a row repeated along the leading
 axes (a bias) or a column repeated along the trailing ones (a per-row
-statistic). Transcendentals (exp, log, tanh) stay in NumPy, whose SIMD
-versions round differently from libm's.
+statistic). Transcendentals (exp, log, tanh, the logistic function, any
+float32 unary primitive whose kernel is a NumPy ufunc) qualify through
+NumPy's own loops: NumPy's SIMD versions round differently from libm's, so
+the C kernel calls the loop NumPy's ufunc runs (numpy_loops.py), block by
+block, and gets its bits.
 
 At run time the kernel falls back to the NumPy one when an operand does not
 fit (not C-contiguous, another dtype), before writing anything.
@@ -23,6 +26,8 @@ from keras_ipu.device.native import threads as host_threads
 
 from keras_ipu.device import native
 from keras_ipu.device.compiler.host_memory import empty_aligned
+from keras_ipu.device.compiler.lowering import fast_ufunc
+from keras_ipu.device.compiler.numpy_loops import float32_loop
 from keras_ipu.device.primitives import elementwise as ew
 from keras_ipu.device.primitives.convert import convert_element_type_p
 
@@ -42,6 +47,10 @@ _COMPARE = {ew.gt_p: 14, ew.ge_p: 15, ew.lt_p: 16, ew.le_p: 17, ew.eq_p: 18,
             ew.ne_p: 19}
 _BOOL_BINARY = {ew.and_p: 20, ew.or_p: 21, ew.xor_p: 22}
 _NOT, _SELECT_F, _SELECT_B, _F2B, _B2F = 23, 24, 25, 26, 27
+_SQRT, _RECIP = _F32_UNARY[ew.sqrt_p], _F32_UNARY[ew.reciprocal_p]
+# NumPy's float32 loop k of the kernel's `loops` (a unary ufunc), and the
+# logistic function on the exp loop k (_elementwise.c).
+_LOOP, _LOGISTIC = 64, 128
 
 # How a result reaches its output buffer (_elementwise.c): copied at the
 # end of each block, written there by its step, or copied with
@@ -55,6 +64,31 @@ _SCRATCH_BYTES = 256 * 1024
 _MIN_BLOCK, _MAX_BLOCK = 256, 4096
 # A repeated row longer than this would make the blocks too large.
 _MAX_INNER = 16384
+
+
+def _steps(prim, in_dtypes, out_aval, loops):
+    """[(opcode, reads the step's operands (True) or the previous op's
+    result (False))] computing this step exactly, or None. NumPy loops it
+    needs are appended to `loops` (ufuncs; their index is in the opcode)."""
+    out_dtype = out_aval.dtype
+    if in_dtypes == (F32,) and out_dtype == F32:
+        if prim is ew.rsqrt_p:  # its kernel: reciprocal(sqrt(x)), both exact
+            return [(_SQRT, True), (_RECIP, False)]
+        if prim is ew.logistic_p:
+            return _loop_step(np.exp, _LOGISTIC, loops)
+        ufunc = None if prim.ieee_exact else fast_ufunc(prim, (out_aval,), out_aval)
+        if ufunc is not None and ufunc.nin == 1:
+            return _loop_step(ufunc, _LOOP, loops)
+    opcode = _opcode(prim, in_dtypes, out_dtype)
+    return None if opcode is None else [(opcode, True)]
+
+
+def _loop_step(ufunc, base, loops):
+    if float32_loop(ufunc) is None:
+        return None
+    if ufunc not in loops:
+        loops.append(ufunc)
+    return [(base + loops.index(ufunc), True)]
 
 
 def _opcode(prim, in_dtypes, out_dtype):
@@ -131,9 +165,10 @@ def plan(chain, results, in_avals, donate=(), streamed=()):
     chain (returned by the program): a fresh buffer for one is written with
     non-temporal stores (_elementwise.c's stream mode).
 
-    Returns (code, n, inner, block, allocations, result_index) where
+    Returns (code, n, inner, block, allocations, result_index, loops) where
     allocations[i] = (donated operand index or None, dtype) for each distinct
-    output buffer, and result_index maps each result to its buffer.
+    output buffer, result_index maps each result to its buffer, and loops
+    are the NumPy ufuncs whose float32 loops the code calls.
     """
     if not results:
         return None
@@ -155,7 +190,7 @@ def plan(chain, results, in_avals, donate=(), streamed=()):
         modes.append(mode[0])
     n_in = len(in_avals)
     reg_dtypes = [_DTYPE_CODE[a.dtype] for a in in_avals]
-    reg_of_step, ops = [], []
+    reg_of_step, ops, loops = [], [], []
     for prim, _, refs, aval in chain:
         operands = [k if kind == "in" else reg_of_step[k] for kind, k, _ in refs]
         in_dtypes = tuple(r[2].dtype for r in refs)
@@ -164,13 +199,14 @@ def plan(chain, results, in_avals, donate=(), streamed=()):
         if prim is convert_element_type_p and in_dtypes == (aval.dtype,):
             reg_of_step.append(operands[0])  # same dtype: the value itself
             continue
-        opcode = _opcode(prim, in_dtypes, aval.dtype)
-        if opcode is None:
+        steps = _steps(prim, in_dtypes, aval, loops)
+        if steps is None:
             return None
-        dst = len(reg_dtypes)
-        reg_dtypes.append(_DTYPE_CODE[aval.dtype])
         operands += [operands[0]] * (3 - len(operands))
-        ops.append((opcode, dst, *operands))
+        for opcode, reads_operands in steps:
+            dst = len(reg_dtypes)
+            reg_dtypes.append(_DTYPE_CODE[aval.dtype])
+            ops.append((opcode, dst, *(operands if reads_operands else [dst - 1] * 3)))
         reg_of_step.append(dst)
     last_read = {}  # register -> index of the last op reading it
     for i, op in enumerate(ops):
@@ -213,7 +249,8 @@ def plan(chain, results, in_avals, donate=(), streamed=()):
         words += op
     words += out_regs
     code = np.asarray(words, dtype=np.int32).tobytes()
-    return code, n, inner, _block_size(len(reg_dtypes), inner), tuple(allocations), tuple(result_index)
+    block = _block_size(len(reg_dtypes), inner)
+    return code, n, inner, block, tuple(allocations), tuple(result_index), tuple(loops)
 
 
 def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), streamed=()):
@@ -227,7 +264,8 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
     planned = plan(chain, results, in_avals, donate, streamed)
     if planned is None:
         return None
-    code, n, inner, block, allocations, result_index = planned
+    code, n, inner, block, allocations, result_index, ufuncs = planned
+    loops = tuple(float32_loop(u) for u in ufuncs)  # held: NumPy ties them to these
     run = native.elementwise.run
     shape = tuple(chain[results[0]][3].shape)
     aligned_buffers = {result_index[k] for k in aligned}
@@ -250,14 +288,14 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
 
             def part(i):
                 lo, hi = parts[i]
-                ok.append(run(code, n, inner, block, xs, outs, lo, hi))
+                ok.append(run(code, n, inner, block, xs, outs, lo, hi, loops))
 
             parallel_for(part, len(parts), threads)
             # Every call checks the same buffers first: all agree.
             return all(ok)
     else:
         def run_all(xs, outs):
-            return run(code, n, inner, block, xs, outs)
+            return run(code, n, inner, block, xs, outs, 0, -1, loops)
 
     def fused_native(*xs):
         outs = tuple(

@@ -28,7 +28,10 @@
                                 each block; 2 (stream): copied there with
                                 non-temporal stores (below)
      n: elements of the result; L: the inner length that ROW/COL operands
-     repeat along (1 if none); B: block size, a multiple of L. */
+     repeat along (1 if none); B: block size, a multiple of L.
+     loops (optional): a tuple of NumPy's own float32 strided loops (the
+     capsules of ufunc._get_strided_loop), for the opcodes below that call
+     them (NumPy's transcendentals: see call_loop). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -49,6 +52,12 @@ enum {
     OP_SELECT_F, OP_SELECT_B, OP_F2B, OP_B2F,
     OP_LAST
 };
+
+/* Opcodes calling NumPy's own float32 loop number k of `loops`: a unary
+   ufunc (exp, log, tanh, ...) is OP_LOOP + k; the logistic function built
+   on the exp loop k (primitives/elementwise.py's logistic, step by step)
+   is OP_LOGISTIC + k. */
+enum { OP_LOOP = 64, OP_LOGISTIC = 128, MAX_LOOPS = 64 };
 
 #define MAX_REGS 512
 
@@ -170,6 +179,62 @@ VECTOR_CLONES __attribute__((noinline)) static void apply(int op, void *dst, voi
     }
 }
 
+/* NumPy's SIMD exp, log, tanh, ... round differently from libm's (and
+   from each other on different CPUs), so the chain calls the very loop
+   NumPy's ufunc runs on a contiguous float32 array: the same function, on
+   the same values, gives NumPy's bits on any machine and NumPy version.
+   ufunc._get_strided_loop hands it out in a capsule whose layout NumPy
+   documents (numpy.ufunc._get_strided_loop; named numpy_1.24_ufunc_call_info
+   since 1.24). A loop is taken only when it needs no Python (checked by
+   loop_usable). Each element's result depends only on its own value
+   (tests/device/test_native_transcendentals.py checks blocks of every
+   length against whole-array calls), so calling it block by block changes
+   nothing. */
+#define CALL_INFO_NAME "numpy_1.24_ufunc_call_info"
+typedef int (*strided_loop_t)(void *context, char *const *data, const Py_ssize_t *dimensions,
+                              const Py_ssize_t *strides, void *auxdata);
+typedef struct {
+    strided_loop_t strided_loop;
+    void *context;
+    void *auxdata;
+    unsigned char requires_pyapi;
+    unsigned char no_floatingpoint_errors;
+} ufunc_call_info;
+
+static ufunc_call_info *call_info_of(PyObject *capsule) {
+    if (!PyCapsule_IsValid(capsule, CALL_INFO_NAME)) return NULL;
+    ufunc_call_info *info = (ufunc_call_info *)PyCapsule_GetPointer(capsule, CALL_INFO_NAME);
+    if (info == NULL || info->strided_loop == NULL || info->requires_pyapi) return NULL;
+    return info;
+}
+
+static void call_loop(const ufunc_call_info *info, float *dst, const float *x, Py_ssize_t m) {
+    char *data[2] = {(char *)x, (char *)dst};
+    Py_ssize_t strides[2] = {4, 4};
+    /* A float loop without Python cannot fail (it returns 0). */
+    (void)info->strided_loop(info->context, data, &m, strides, info->auxdata);
+}
+
+/* logistic(x) as primitives/elementwise.py computes it: e = exp(-|x|)
+   (in place, as np.exp(e, out=e) there), then the numerator 1 (x >= 0) or
+   e (otherwise, NaN included) over e + 1. The loops around the call are
+   not inlined, for the reason apply() is not. */
+VECTOR_CLONES __attribute__((noinline)) static void minus_abs(float *d, const float *x,
+                                                               Py_ssize_t m) {
+    for (Py_ssize_t i = 0; i < m; i++) d[i] = -fabsf(x[i]);
+}
+
+VECTOR_CLONES __attribute__((noinline)) static void logistic_of_exp(float *d, const float *x,
+                                                                     Py_ssize_t m) {
+    for (Py_ssize_t i = 0; i < m; i++) d[i] = (x[i] >= 0.0f ? 1.0f : d[i]) / (d[i] + 1.0f);
+}
+
+static void logistic(const ufunc_call_info *exp_info, float *d, const float *x, Py_ssize_t m) {
+    minus_abs(d, x, m);
+    call_loop(exp_info, d, d, m);
+    logistic_of_exp(d, x, m);
+}
+
 static void fill(char *dst, const char *src, Py_ssize_t count, int size,
                  Py_ssize_t repeat) {
     /* dst = src[0..count) each element repeated `repeat` times. */
@@ -190,9 +255,10 @@ static void fill(char *dst, const char *src, Py_ssize_t count, int size,
 static PyObject *run(PyObject *self, PyObject *args) {
     Py_buffer code;
     Py_ssize_t n, L, B, lo = 0, hi = -1;
-    PyObject *ins, *outs;
-    if (!PyArg_ParseTuple(args, "y*nnnO!O!|nn", &code, &n, &L, &B, &PyTuple_Type,
-                          &ins, &PyTuple_Type, &outs, &lo, &hi))
+    PyObject *ins, *outs, *loop_capsules = NULL;
+    if (!PyArg_ParseTuple(args, "y*nnnO!O!|nnO!", &code, &n, &L, &B, &PyTuple_Type,
+                          &ins, &PyTuple_Type, &outs, &lo, &hi, &PyTuple_Type,
+                          &loop_capsules))
         return NULL;
     const int32_t *w = (const int32_t *)code.buf;
     Py_ssize_t words = code.len / 4;
@@ -216,6 +282,19 @@ static PyObject *run(PyObject *self, PyObject *args) {
     }
     const int32_t *in_desc = w + 4, *reg_dtype = in_desc + 2 * n_in;
     const int32_t *ops = reg_dtype + n_regs, *out_regs = ops + 5 * n_ops;
+    const ufunc_call_info *loops[MAX_LOOPS];
+    Py_ssize_t n_loops = loop_capsules == NULL ? 0 : PyTuple_GET_SIZE(loop_capsules);
+    if (n_loops > MAX_LOOPS) {
+        PyErr_SetString(PyExc_ValueError, "native elementwise: too many loops");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_loops; k++) {
+        loops[k] = call_info_of(PyTuple_GET_ITEM(loop_capsules, k));
+        if (loops[k] == NULL) {
+            PyErr_SetString(PyExc_ValueError, "native elementwise: not a usable NumPy loop");
+            goto done;
+        }
+    }
     for (int k = 0; k < n_ops; k++) {
         const int32_t *o = ops + 5 * k;
         for (int j = 1; j < 5; j++)
@@ -223,7 +302,13 @@ static PyObject *run(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_ValueError, "native elementwise: bad register");
                 goto done;
             }
-        if (o[0] <= 0 || o[0] >= OP_LAST || o[1] < n_in) {
+        int is_loop = o[0] >= OP_LOOP && o[0] < OP_LOGISTIC + MAX_LOOPS;
+        if (is_loop && ((o[0] - OP_LOOP) % MAX_LOOPS >= n_loops || reg_dtype[o[1]] != T_F32
+                        || reg_dtype[o[2]] != T_F32 || o[2] == o[1])) {
+            PyErr_SetString(PyExc_ValueError, "native elementwise: bad loop op");
+            goto done;
+        }
+        if (((o[0] <= 0 || o[0] >= OP_LAST) && !is_loop) || o[1] < n_in) {
             PyErr_SetString(PyExc_ValueError, "native elementwise: bad op");
             goto done;
         }
@@ -301,7 +386,12 @@ static PyObject *run(PyObject *self, PyObject *args) {
                     out_base[k] + start * itemsize_of(reg_dtype[out_regs[2 * k]]);
         for (int k = 0; k < n_ops; k++) {
             const int32_t *o = ops + 5 * k;
-            apply(o[0], ptr[o[1]], ptr[o[2]], ptr[o[3]], ptr[o[4]], m);
+            if (o[0] < OP_LOOP)
+                apply(o[0], ptr[o[1]], ptr[o[2]], ptr[o[3]], ptr[o[4]], m);
+            else if (o[0] < OP_LOGISTIC)
+                call_loop(loops[o[0] - OP_LOOP], (float *)ptr[o[1]], (float *)ptr[o[2]], m);
+            else
+                logistic(loops[o[0] - OP_LOGISTIC], (float *)ptr[o[1]], (float *)ptr[o[2]], m);
         }
         for (int k = 0; k < n_out; k++) {
             int reg = out_regs[2 * k], size = itemsize_of(reg_dtype[reg]);
@@ -371,10 +461,18 @@ static PyObject *sum_rows(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+static PyObject *loop_usable(PyObject *self, PyObject *capsule) {
+    return PyBool_FromLong(call_info_of(capsule) != NULL);
+}
+
 static PyMethodDef methods[] = {
+    {"loop_usable", loop_usable, METH_O,
+     "loop_usable(call_info) -> bool: a capsule of ufunc._get_strided_loop "
+     "whose loop run() can call without Python."},
     {"run", run, METH_VARARGS,
-     "run(code, n, L, B, inputs, outputs[, lo, hi]) -> bool: one fused chain, "
-     "block by block, over elements [lo, hi) (default all); False (nothing "
+     "run(code, n, L, B, inputs, outputs[, lo, hi[, loops]]) -> bool: one fused "
+     "chain, block by block, over elements [lo, hi) (default all; hi -1: n); "
+     "loops: NumPy's strided loops its loop opcodes call; False (nothing "
      "written) when a buffer does not fit the program."},
     {"sum_rows", sum_rows, METH_VARARGS,
      "sum_rows(x, out, rows, cols) -> bool: out = the rows of the float32 "
