@@ -303,6 +303,60 @@ def test_padded_pieces_that_leave_a_gap_stay_a_sum():
     np.testing.assert_array_equal(out, np.pad(np.concatenate([p0, p1], 1), ((0, 0), (0, 1))))
 
 
+def _interleaved_sum(b, pieces, offsets, shape, strides):
+    acc = None
+    for piece, offset in zip(pieces, offsets):
+        config = []
+        for size, full, st, lo in zip(piece.aval.shape, shape, strides, offset):
+            hi = full - lo - (size - 1) * st - 1
+            config.append((lo, hi, st - 1))
+        padded = b.op("pad", piece, lit(0.0, "float32"), config=tuple(config))
+        acc = padded if acc is None else b.op("add", acc, padded)
+    return acc
+
+
+def _interleave_reference(pieces, offsets, shape, strides):
+    out = np.zeros(shape, np.float32)
+    for piece, offset in zip(pieces, offsets):
+        out[tuple(slice(lo, None, st) for lo, st in zip(offset, strides))] += piece
+    return out
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 1, 0, 2)])
+def test_max_pool_gradient_pads_become_an_interleave(order):
+    # A 2x2, stride-2 max pool's gradient (N, H, W, C): one pad per window
+    # position with interior padding 1, added in any order.
+    offsets = [(0, a, b, 0) for a in (0, 1) for b in (0, 1)]
+    offsets = [offsets[k] for k in order]
+    shape, strides = (2, 6, 4, 3), (1, 2, 2, 1)
+
+    def body(b, *ps):
+        return b.op("mul", _interleaved_sum(b, ps, offsets, shape, strides), lit(2.0, "float32"))
+
+    g = build([aval((2, 3, 2, 3))] * 4, body)
+    fused = fuse_elementwise(g)
+    names = prim_names(fused)
+    assert "pad" not in names and names.count("concatenate") == 3, names
+    pieces = [rng_array((2, 3, 2, 3)) for _ in range(4)]
+    (out,) = _executable(fused).run(*pieces)
+    want = 2 * _interleave_reference(pieces, offsets, shape, strides)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_interleaved_pads_that_miss_an_element_or_overlap_stay_a_sum():
+    shape, strides = (4, 4), (2, 2)
+    for offsets in ([(0, 0), (0, 1), (1, 0)], [(0, 0), (0, 1), (1, 0), (1, 0)]):
+        def body(b, *ps, offsets=offsets):
+            return _interleaved_sum(b, ps, offsets, shape, strides)
+
+        g = build([aval((2, 2))] * len(offsets), body)
+        fused = fuse_elementwise(g)
+        assert "concatenate" not in prim_names(fused)
+        pieces = [rng_array((2, 2)) for _ in offsets]
+        (out,) = _executable(fused).run(*pieces)
+        np.testing.assert_allclose(out, _interleave_reference(pieces, offsets, shape, strides))
+
+
 def test_scan_drops_stacked_outputs_and_operands_nobody_reads():
     from keras_ipu.device.ir import ShapedArray
     from keras_ipu.device.primitives.control_flow import scan_p

@@ -123,3 +123,33 @@ def test_run_refuses_capsules_that_are_not_numpy_loops():
     with pytest.raises(ValueError, match="not a usable NumPy loop"):
         native.elementwise.run(code, n, inner, block, (x,), (out,), 0, -1, (object(),))
     assert not native.elementwise.loop_usable(object())
+
+
+@needs_native
+@pytest.mark.parametrize("op", ["exp", "tanh", "logistic", "log"])
+def test_strided_operands_are_copied_and_keep_numpys_bits(op):
+    # An LSTM cell reads its gates as column slices of one product (views):
+    # the chain copies them and runs in C, with the bits NumPy's kernel
+    # gives on the views themselves.
+    from keras_ipu.device.compiler.fusion import build_fused_kernel
+
+    f32 = aval((64, 32))
+    chain = ((REGISTRY[op], (), (("in", 0, f32),), f32),
+             (REGISTRY["mul"], (), (("t", 0, f32), ("in", 1, f32)), f32))
+    numpy_kernel = build_fused_kernel(chain, (1,), 2)
+    kernel = native_fusion.native_kernel(chain, (1,), (f32, f32), (), _refuse)
+    whole = _all_kinds(64 * 128).reshape(64, 128)
+    finite = _rng.standard_normal((64, 64)).astype(np.float32)  # see the cell test
+    views = (whole[:, 32:64], finite[:, ::2])
+    assert not views[0].flags.c_contiguous
+    with np.errstate(all="ignore"):
+        want = numpy_kernel(*views)
+    got = kernel(*views)
+    np.testing.assert_array_equal(got[0].view(np.uint32), want[0].view(np.uint32))
+
+
+def _refuse(*xs):
+    pytest.fail("fell back to NumPy")
+
+
+_refuse.source = ""

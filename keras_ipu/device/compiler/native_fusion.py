@@ -253,6 +253,18 @@ def plan(chain, results, in_avals, donate=(), streamed=()):
     return code, n, inner, block, tuple(allocations), tuple(result_index), tuple(loops)
 
 
+def _contiguous(xs):
+    """The operands with each strided one (a slice's view, such as an LSTM
+    cell's four gates cut from one product) copied into a C-contiguous
+    array: one pass, where the NumPy kernel would make one per step. The
+    values do not change, and NumPy's loops give the same bits on a view as
+    on its copy (tests/compiler/test_native_transcendentals.py)."""
+    return tuple(
+        np.ascontiguousarray(x) if type(x) is np.ndarray and not x.flags.c_contiguous else x
+        for x in xs
+    )
+
+
 def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), streamed=()):
     """A kernel running the chain in C, or None (use `fallback`, the NumPy
     kernel with the same signature and donations). The results at the
@@ -298,6 +310,8 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
             return run(code, n, inner, block, xs, outs, 0, -1, loops)
 
     def fused_native(*xs):
+        if not all(x.flags.c_contiguous for x in xs if type(x) is np.ndarray):
+            xs = _contiguous(xs)
         outs = tuple(
             xs[into] if make is None else make(shape, dtype)
             for make, (into, dtype) in zip(makers, allocations)
