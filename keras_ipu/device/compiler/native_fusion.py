@@ -14,8 +14,9 @@ NumPy's own loops: NumPy's SIMD versions round differently from libm's, so
 the C kernel calls the loop NumPy's ufunc runs (numpy_loops.py), block by
 block, and gets its bits.
 
-At run time the kernel falls back to the NumPy one when an operand does not
-fit (not C-contiguous, another dtype), before writing anything.
+At run time a strided operand (a slice's view) is copied first; the kernel
+falls back to the NumPy one when an operand does not fit (another dtype or
+size), before writing anything.
 """
 
 import math
