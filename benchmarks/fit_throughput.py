@@ -302,11 +302,16 @@ class ConcurrencyCounts:
         from keras_ipu.device.native import threads
 
         self.counts = {"launched": 0, "ran_in_caller": 0, "late": 0}
-        launch, note_split = threads.launch, threads._note_split
+        launch = getattr(threads, "launch", None)
+        note_split = getattr(threads, "_note_split", None)
+        ran = getattr(threads, "_Ran", None)
+        if launch is None or note_split is None or ran is None:
+            self.counts = {}  # a pool without these: nothing to count
+            return
 
         def counted_launch(fn, args):
             job = launch(fn, args)
-            self.counts["ran_in_caller" if type(job) is threads._Ran else "launched"] += 1
+            self.counts["ran_in_caller" if type(job) is ran else "launched"] += 1
             return job
 
         def counted_note_split(late, now, at_once=False):
@@ -330,7 +335,7 @@ class ConcurrencyCounts:
             self.counts[key] = 0
 
     def per_step(self, steps):
-        return {key: round(value / steps, 2) for key, value in self.counts.items()}
+        return {key: round(value / steps, 2) for key, value in self.counts.items()} or None
 
 
 def run_model(keras, name, size, args, weights_path):

@@ -106,8 +106,9 @@ def run_loop_times(step, inputs, repeats):
     return times
 
 
-def layer_times(model, step, loop, batches, fit, rounds):
-    """{"<layer>": (wall ms per step list, CPU ms per step list)} of one
+def layer_times(model, step, loop, batches, fit, rounds, counts):
+    """{"<layer>": (wall ms per step list, CPU ms per step list, the run
+    loop's launches per step (fit_throughput.ConcurrencyCounts `counts`))} of one
     training step measured from the inside out, each layer run once per
     batch of `batches` per round, the layers alternating round by round:
     the step program alone (the device loop's body, its run loop, as
@@ -145,22 +146,27 @@ def layer_times(model, step, loop, batches, fit, rounds):
         "train function, state held": train_function,
         "train function, state written": train_function,
     }
-    times = {name: ([], []) for name in [*layers, "fit epoch"]}
+    layers["fit epoch"] = None
+    times = {name: ([], []) for name in layers}
+    launches = {name: collections.Counter() for name in layers}
     for _ in range(rounds):
         for name, run in layers.items():
             hold = function.holding() if name.endswith("held") else contextlib.nullcontext()
+            counts.reset()
             with hold:
                 cpu, start = time.process_time(), time.perf_counter()
-                for xb, yb in batches:
-                    run(xb, yb)
+                if run is None:
+                    fit()
+                else:
+                    for xb, yb in batches:
+                        run(xb, yb)
                 wall, cpu = time.perf_counter() - start, time.process_time() - cpu
             times[name][0].append(1e3 * wall / len(batches))
             times[name][1].append(1e3 * cpu / len(batches))
-        cpu, start = time.process_time(), time.perf_counter()
-        fit()
-        times["fit epoch"][0].append(1e3 * (time.perf_counter() - start) / len(batches))
-        times["fit epoch"][1].append(1e3 * (time.process_time() - cpu) / len(batches))
-    return times
+            launches[name].update(counts.counts)
+    steps = rounds * len(batches)
+    return {name: (*times[name], {k: round(v / steps, 2) for k, v in launches[name].items()})
+            for name in layers}
 
 
 def main(argv=None):
@@ -201,6 +207,8 @@ def main(argv=None):
     else:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(optimizer=ft.make_optimizer(keras, args.optimizer), loss=loss)
+    # Before the programs are built (they bind threads.launch then).
+    counts = ft.ConcurrencyCounts.installed() if args.layers else None
     model.fit(x, y, batch_size=args.batch_size, epochs=1, verbose=0, shuffle=False)
 
     # The step: the executable with the most kernels (the device loop's body).
@@ -221,14 +229,18 @@ def main(argv=None):
         def fit():
             model.fit(xs, ys, batch_size=b, epochs=1, verbose=0, shuffle=False)
 
-        times = layer_times(model, step, loop, batches, fit, max(1, args.repeats // steps))
+        times = layer_times(model, step, loop, batches, fit, max(1, args.repeats // steps),
+                            counts)
         print(f"{args.model}, batch {args.batch_size}, {args.optimizer}: one step from "
               f"the inside out, {steps} steps per round, layers alternating")
-        print("| layer | wall ms per step (median) | min | CPU ms per step (median) |")
-        print("|---|---:|---:|---:|")
-        for name, (walls, cpus) in times.items():
+        print("| layer | wall ms per step (median) | min | CPU ms per step (median) "
+              "| launched / run by the caller / late, per step |")
+        print("|---|---:|---:|---:|---|")
+        for name, (walls, cpus, launches) in times.items():
+            launched = " / ".join(str(launches.get(k, "-"))
+                                  for k in ("launched", "ran_in_caller", "late"))
             print(f"| {name} | {statistics.median(walls):.2f} | {min(walls):.2f} | "
-                  f"{statistics.median(cpus):.2f} |")
+                  f"{statistics.median(cpus):.2f} | {launched} |")
         return
 
     if args.run_loop:

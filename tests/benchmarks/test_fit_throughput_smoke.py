@@ -56,6 +56,8 @@ def test_quick_ipu_run_writes_report(tmp_path):
     assert mlp["parameters"] == 235
 
     # No other backend ran, so there is nothing to divide by.
+    # The run loop's launches per timed step (threads 1: nothing launched).
+    assert mlp["concurrency_per_step"] == {"launched": 0.0, "ran_in_caller": 0.0, "late": 0.0}
     assert report["ratios"] == {"mlp": {}}
     assert "| mlp | ipu |" in report["table"]
     assert report["table"] in proc.stdout

@@ -31,6 +31,20 @@ def test_quick_step_profile(tmp_path):
     assert report["clock"] == "thread"
 
 
+def test_quick_layers_table():
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--layers", "--repeats", "30"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "KERAS_BACKEND": "ipu"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("|")[1].strip() for line in proc.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| layer")]
+    assert rows == ["step program (run loop)", "device loop program",
+                    "train function, state held", "train function, state written",
+                    "fit epoch"]
+
+
 def test_run_loop_times_both_orders_and_checks_their_bits(monkeypatch):
     import importlib.util
 
