@@ -407,7 +407,9 @@ class IPUTrainer(base_trainer.Trainer):
                 yield
             finally:
                 hold, held = held, None
-                hold.write()
+                # A Ctrl-C waits until every variable has the state.
+                with deferred_interrupts("storing the model's state"):
+                    hold.write()
 
         run_execution.device_loop = loop
         run_execution.holding = holding
