@@ -19,11 +19,13 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 SOURCES = tuple(
     os.path.join("keras_ipu", "device", "native", name)
-    for name in ("_elementwise.c", "_scatter_add.c")
+    for name in ("_elementwise.c", "_scatter_add.c", "_product_pool.c")
 )
 # -ffp-contract=off: a*b+c must round twice, as NumPy's separate ufuncs do.
 # No -march: the built file may be cached by pip and used on another CPU.
-FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-std=c99"]
+# -pthread: the product pool's threads (C11 atomics, hence -std=c11).
+FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno", "-std=c11",
+         "-pthread"]
 
 
 def _compiler():

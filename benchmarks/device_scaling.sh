@@ -29,6 +29,8 @@
 #     step_profile.py --run-loop (demo_functional, the MLP with Adam):
 #     the step in program order against independent kernels at once.
 # COUNTS (e.g. default,1,16,4) replaces the thread counts of stage 2.
+# KERAS_IPU_PRODUCT_POOL=0 in the environment measures the products without
+# the C pool (the Python pool, OpenBLAS' threads from 4 threads up).
 # Without TensorFlow the ipu backend's default engine (auto) cannot reach
 # XLA: ipu's numbers here are its NumPy/C engine's.
 #
@@ -79,9 +81,11 @@ fi
     KERAS_BACKEND=ipu "$PY" - <<'EOF'
 import sys, numpy, jax, keras, keras_ipu.device.native as native
 from threadpoolctl import threadpool_info
+from keras_ipu.device.native import threads
 print("python", sys.version.split()[0], "numpy", numpy.__version__,
       "jax", jax.__version__, "keras", keras.__version__,
-      "keras_ipu C kernel", native.available())
+      "keras_ipu C kernel", native.available(),
+      "C product pool", threads.product_pool_takes(0, "float32"))
 for pool in threadpool_info():
     print(pool["internal_api"], pool.get("version"), pool["num_threads"], "threads,",
           pool.get("threading_layer"), pool.get("architecture"))

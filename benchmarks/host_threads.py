@@ -10,14 +10,18 @@ thread, as the engine sets it, except where OpenBLAS' threads are timed):
     (the caller runs them all before a helper wakes: the bookkeeping), and
     over t blocks of a GIL-releasing copy each, beside the caller doing the
     t copies alone (the hand-off to t - 1 helpers and their GIL turns);
+    the C pool's (product_pool.py): a tiny product in t blocks on t
+    threads beside the same blocks on the caller alone;
   - products of the shapes the benchmark models run (fit_throughput.py's
     MLP, demo_functional, transformer and CNN at their batch sizes, forward
     and gradients, plus a large square one), on one thread (np.matmul) and
-    split by matmul_plan over t threads, the fastest count, and the count
-    the policy picks (threads_for, or "N OpenBLAS" where the product goes
-    to OpenBLAS' threads: blas_threads_for) for each; then the same split with one
-    block per thread instead of BLOCKS_PER_THREAD (fewer hand-offs, no
-    slack for a late thread); then on t of OpenBLAS' own threads
+    split by matmul_plan over t threads of the C pool (2-d products; the
+    Python pool for batched ones), the fastest count, and the count the
+    policy picks (product_threads, or "N OpenBLAS" where the product goes
+    to OpenBLAS' threads: blas_threads_for) for each; then split over the
+    Python pool (the engine's without the C pool), then with one block
+    per thread instead of BLOCKS_PER_THREAD (fewer hand-offs, no slack
+    for a late thread); then on t of OpenBLAS' own threads
     (blas_matmul_plan); each with the process CPU ms per call;
   - the memory-bound kernels of the CNN's step (pads of max pooling's
     gradient, BatchNormalization's sums, pooling, broadcast adds) as the
@@ -150,20 +154,41 @@ def main(argv=None):
     lines.insert(3, f"| t copies of {HANDOFF_ELEMENTS} floats, split / caller alone, us | "
                  + " | ".join(f"{handoff[t]['split_us']:.1f} / "
                               f"{handoff[t]['caller_alone_us']:.1f}" for t in counts) + " |")
+    from keras_ipu.device.native import product_pool
+
+    native_trip = {}
+    if product_pool.available():
+        # The C pool's hand-off: t blocks of 16 rows of a 16t x 32 @ 32 x 32
+        # product (a few microseconds each) on t threads, and on the caller.
+        for t in counts:
+            x = np.ones((16 * t, 32), np.float32)
+            y, out = np.ones((32, 32), np.float32), np.empty((16 * t, 32), np.float32)
+            edges = np.arange(0, 16 * t + 1, 16, dtype=np.int64)
+            native_trip[t] = [1e6 * timed(lambda: product_pool.run(x, y, out, 0, edges, n),
+                                          args.repeats * 10) for n in (t, 1)]
+        lines.insert(4, "| C pool: t blocks of a tiny product, split / caller alone, us | "
+                     + " | ".join(f"{native_trip[t][0]:.1f} / {native_trip[t][1]:.1f}"
+                                  for t in counts) + " |")
 
     rng = np.random.default_rng(0)
     rows = []
     default_blocks = host.BLOCKS_PER_THREAD
-    # Our pool with its blocks per thread, with one block per thread, and
-    # OpenBLAS' own threads (blas_matmul_plan); wall ms, then the process's
-    # CPU ms per call (every thread: what the split costs a busy machine).
-    for split, blocks in (("pool", default_blocks), ("pool", 1), ("openblas", 0)):
+    # The C pool, our Python pool with its blocks per thread and with one
+    # block per thread, and OpenBLAS' own threads (blas_matmul_plan); wall
+    # ms, then the process's CPU ms per call (every thread: what the split
+    # costs a busy machine).
+    for split, blocks in (("c pool", default_blocks), ("pool", default_blocks), ("pool", 1),
+                          ("openblas", 0)):
         host.BLOCKS_PER_THREAD = blocks or default_blocks
         if split == "openblas" and not host.blas_thread_setters():
             lines += ["", "OpenBLAS' own threads: not settable here (no pthreads OpenBLAS)"]
             continue
-        title = (f"{blocks} block(s) per thread of our pool" if split == "pool"
-                 else "OpenBLAS' own threads")
+        if split == "c pool" and not product_pool.available():
+            lines += ["", "C pool: not available here (product_pool.py)"]
+            continue
+        title = {"c pool": f"{blocks} block(s) per thread of the C pool (batched: Python pool)",
+                 "pool": f"{blocks} block(s) per thread of our Python pool",
+                 "openblas": "OpenBLAS' own threads"}[split]
         lines += ["", f"{title} (wall ms / process CPU ms):", "",
                   "| product | MFLOP | " + " | ".join(f"{t} thr" for t in counts)
                   + " | best | policy picks |", "|---|---:|" + "---:|" * (len(counts) + 2)]
@@ -174,8 +199,9 @@ def main(argv=None):
             flops = 2 * max(b, 1) * m * n * k
             ms, cpu = {}, {}
             for t in counts:
-                if split == "pool":
-                    plan = host.matmul_plan(b, m, n, k, np.float32, threads=t) if t > 1 else None
+                if split != "openblas":
+                    plan = host.matmul_plan(b, m, n, k, np.float32, threads=t,
+                                            native=split == "c pool") if t > 1 else None
                 else:
                     plan = host.blas_matmul_plan(t)
                 fn = (lambda: plan(x, y)) if plan else (lambda: np.matmul(x, y))
@@ -183,7 +209,7 @@ def main(argv=None):
                 ms[t] = 1e3 * timed(fn, args.repeats)
                 cpu[t] = 1e3 * (time.process_time() - start) / (args.repeats + 3)
             best = min(ms, key=ms.get)
-            picks = host.threads_for(flops)
+            picks = host.product_threads(b, m, n, k, np.float32)
             # What the engine runs: a 2-d product that splits may go to
             # OpenBLAS' threads instead of our pool (threads.matmul_plan).
             on_blas = 0 if b else host.blas_threads_for(flops)
@@ -208,6 +234,7 @@ def main(argv=None):
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"threads": counts, "round_trip_us": trip, "handoff": handoff,
+                       "c_pool_split_and_alone_us": native_trip,
                        "products": rows,
                        "memory_bound": kernels,
                        "flops_per_thread": host.FLOPS_PER_THREAD,

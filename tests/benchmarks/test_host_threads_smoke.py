@@ -25,9 +25,15 @@ def test_reports_each_product_on_each_count(tmp_path, monkeypatch):
     assert set(report["round_trip_us"]) == {"1", "2"}
     from keras_ipu.device.native import threads
 
-    # Our pool with its blocks per thread, with one, then OpenBLAS' threads
+    # The C pool where there is one, our Python pool with its blocks per
+    # thread, with one, then OpenBLAS' threads
     # where this process can set them.
+    from keras_ipu.device.native import product_pool
+
     splits = [("pool", threads.BLOCKS_PER_THREAD), ("pool", 1)]
+    if product_pool.available():
+        splits.insert(0, ("c pool", threads.BLOCKS_PER_THREAD))
+        assert set(report["c_pool_split_and_alone_us"]) == {"1", "2"}
     if threads.blas_thread_setters():
         splits.append(("openblas", 0))
     assert [(r["split"], r["blocks_per_thread"]) for r in report["products"]] == [
@@ -36,7 +42,7 @@ def test_reports_each_product_on_each_count(tmp_path, monkeypatch):
         assert row["product"] == label
         assert set(row["ms"]) == set(row["cpu_ms"]) == {"1", "2"}
         assert all(v > 0 for v in row["ms"].values())
-        assert row["policy"] == threads.threads_for(2 * max(b, 1) * m * n * k)
+        assert row["policy"] == threads.product_threads(b, m, n, k, "float32")
         assert row["policy_openblas"] == (
             0 if b else threads.blas_threads_for(2 * m * n * k))
     assert set(report["handoff"]) == {"1", "2"}

@@ -69,8 +69,10 @@ class _Setter:
 
 @pytest.fixture(params=["pool", "openblas"])
 def splitter(request, monkeypatch):
-    """Products on our pool (no settable OpenBLAS) or on OpenBLAS' threads
-    (the real setters where this process has them, else a recording one)."""
+    """Products on our Python pool (no settable OpenBLAS) or on OpenBLAS'
+    threads (the real setters where this process has them, else a
+    recording one), the C pool turned off (test_product_pool.py)."""
+    monkeypatch.setenv("KERAS_IPU_PRODUCT_POOL", "0")
     if request.param == "pool":
         monkeypatch.setattr(threads, "_blas_setters", ())
     elif not threads.blas_thread_setters():
@@ -129,6 +131,11 @@ def test_openblas_threads_are_set_for_the_call_only(monkeypatch):
 def test_a_split_2d_product_goes_to_openblas_where_it_can_be_set(cap, monkeypatch):
     cap(threads.BLAS_MIN_CAP)
     monkeypatch.setattr(threads, "_blas_setters", (_Setter(),))
+    if threads.product_pool.available():  # the C pool takes float32 2-d products
+        assert threads.matmul_plan(0, 512, 512, 512, np.float32).__name__ == (
+            "native_split_matmul")
+        assert threads.matmul_plan(0, 512, 512, 512, np.float64).__name__ == "blas_matmul"
+    monkeypatch.setenv("KERAS_IPU_PRODUCT_POOL", "0")
     assert threads.matmul_plan(0, 512, 512, 512, np.float32).__name__ == "blas_matmul"
     # Batched: numpy loops over the small products; our pool splits the batch.
     assert threads.matmul_plan(64, 128, 128, 128, np.float32).__name__ == "split_matmul"

@@ -43,7 +43,7 @@ step per node.
 import numpy as np
 
 from keras_ipu.device.native import threads as host_threads
-from keras_ipu.device.primitives.dot import split_dimensions
+from keras_ipu.device.compiler.dot_lowering import product_shape
 
 # A launch and its join cost some 10-30 us of the run loop's time and a
 # pool thread's wake-up on an idle machine (host_threads.py: the pool's
@@ -65,16 +65,15 @@ _PLAIN = frozenset((
 ))
 
 
-def product_flops(node):
-    """Floating-point operations of a dot_general node (2 per
-    multiply-add), or None when a shape is not static."""
+def product_split(node):
+    """(floating-point operations, threads its lowering splits it over:
+    threads.product_threads) of a dot_general node; None when a shape is
+    not static."""
     lhs, rhs = (v.aval for v in node.inputs)
-    out = node.outputs[0].aval
-    if not (lhs.is_static() and out.is_static()):
+    if not (lhs.is_static() and rhs.is_static()):
         return None
-    lc = split_dimensions(lhs.ndim, rhs.ndim, node.params["dimension_numbers"])[0]
-    k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
-    return 2 * int(np.prod(out.shape, dtype=np.int64)) * k
+    b, m, n, k, compute = product_shape(node.params, lhs, rhs)
+    return 2 * max(b, 1) * m * n * k, host_threads.product_threads(b, m, n, k, compute)
 
 
 def worth_launching(node, kernel):
@@ -82,9 +81,8 @@ def worth_launching(node, kernel):
     is large enough for the hand-off, yet not split on its own."""
     name = node.primitive.name
     if name == "dot_general":
-        flops = product_flops(node)
-        return (flops is not None and flops >= MIN_LAUNCH_FLOPS
-                and host_threads.threads_for(flops) == 1)
+        split = product_split(node)
+        return split is not None and split[0] >= MIN_LAUNCH_FLOPS and split[1] == 1
     if name == "fused_elementwise" and getattr(kernel, "native", False):
         aval = node.outputs[0].aval
         if not aval.is_static():
@@ -108,8 +106,8 @@ def _may_split(node):
     if name == "conv_general_dilated":
         return True
     if name == "dot_general":
-        flops = product_flops(node)
-        return flops is None or host_threads.threads_for(flops) > 1
+        split = product_split(node)
+        return split is None or split[1] > 1
     for v in node.outputs:
         if not v.aval.is_static():
             return True

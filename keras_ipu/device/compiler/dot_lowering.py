@@ -8,8 +8,9 @@ no-op steps left out. Same computation as the kernel in
 primitives/dot.py (including its float32 accumulation of half types).
 
 Threads (native/threads.py): a product worth it is split into row (or
-column, or batch) blocks, each a one-thread BLAS call on the host pool;
-small products stay on the caller's thread.
+column, or batch) blocks, each a one-thread BLAS call on the host pool
+(a 2-d float32 product on the C pool, product_pool.py); small products
+stay on the caller's thread.
 """
 
 import numpy as np
@@ -24,15 +25,25 @@ def _prod(dims):
     return int(np.prod(dims, dtype=np.int64))
 
 
+def product_shape(params, lhs, rhs):
+    """(b, m, n, k, compute dtype) of the matmul a dot_general of static
+    operand avals lowers to: x (b, m, k) @ y (b, k, n), b = 0 for a 2-d
+    product (no batch dimensions). concurrent_steps.py plans with it."""
+    lc, _, lb, _, lf, rf = split_dimensions(lhs.ndim, rhs.ndim, params["dimension_numbers"])
+    compute, _ = compute_dtype(lhs.dtype, params.get("preferred_element_type"))
+    b = _prod([lhs.shape[d] for d in lb]) if lb else 0
+    m = _prod([lhs.shape[d] for d in lf])
+    n = _prod([rhs.shape[d] for d in rf])
+    k = _prod([lhs.shape[d] for d in lc])
+    return b, m, n, k, compute
+
+
 def _lower_dot_general(params, in_avals, out_avals):
     lhs, rhs = in_avals
     lc, rc, lb, rb, lf, rf = split_dimensions(lhs.ndim, rhs.ndim, params["dimension_numbers"])
     compute, out_dtype = compute_dtype(lhs.dtype, params.get("preferred_element_type"))
     lperm, rperm = lb + lf + lc, rb + rc + rf
-    b = _prod([lhs.shape[d] for d in lb])
-    m = _prod([lhs.shape[d] for d in lf])
-    n = _prod([rhs.shape[d] for d in rf])
-    k = _prod([lhs.shape[d] for d in lc])
+    b, m, n, k, _ = product_shape(params, lhs, rhs)
     out_shape = out_avals[0].shape
     batched = bool(lb)
     lshape = (b, m, k) if batched else (m, k)
@@ -43,7 +54,7 @@ def _lower_dot_general(params, in_avals, out_avals):
     transpose_l = lperm != tuple(range(lhs.ndim))
     transpose_r = rperm != tuple(range(rhs.ndim))
     matmul, transpose = np.matmul, np.transpose
-    split = host_threads.matmul_plan(b if batched else 0, m, n, k, compute)
+    split = host_threads.matmul_plan(b, m, n, k, compute)
     if split is not None:
         matmul = split
 

@@ -13,11 +13,15 @@ whose work is worth it is split into row (or column, batch) blocks, run
 by a small pool of our own threads together with the caller. Blocks are
 handed out one at a time, so a thread the OS does not schedule (a busy
 machine) delays nothing: the others take its blocks. Idle pool threads
-block on a queue; nothing spins. On a host of BLAS_MIN_CAP threads or
-more, a 2-d product worth splitting runs on OpenBLAS' own threads instead,
-their count set for that call only (blas_matmul_plan): our pool's helpers
-take turns on the GIL for every block, which on 16 cores cost more than
-the split of a sub-millisecond product gained (issue 16).
+block on a queue; nothing spins. A 2-d float32 product runs on the C
+pool (product_pool.py, _product_pool.c: C threads, no interpreter lock
+from the hand-out to the join, the whole product's bits) wherever NumPy's
+OpenBLAS is found and `KERAS_IPU_PRODUCT_POOL` is not 0. Without it, on
+a host of BLAS_MIN_CAP threads or more, a 2-d product worth splitting
+runs on OpenBLAS' own threads instead, their count set for that call
+only (blas_matmul_plan): our Python pool's helpers take turns on the GIL
+for every block, which on 16 cores cost more than the split of a
+sub-millisecond product gained (issue 16).
 
 Caps, in order: `KERAS_IPU_HOST_THREADS`, then `OPENBLAS_NUM_THREADS`,
 `OMP_NUM_THREADS`, `MKL_NUM_THREADS` (the usual variables; the smallest
@@ -37,6 +41,9 @@ import threading
 import time
 
 import numpy as np
+
+from keras_ipu.device.flags import env_switch
+from keras_ipu.device.native import product_pool
 
 CAP_VARIABLES = (
     "KERAS_IPU_HOST_THREADS",
@@ -76,6 +83,15 @@ FLOPS_PER_THREAD = 32_000_000
 # one run). A busy machine (backing_off) runs the product on one thread.
 BLAS_FLOPS_PER_THREAD = 8_000_000
 BLAS_MIN_CAP = 4
+# Floating-point operations per thread of a product on the C pool
+# (product_pool.py): about 85 us of one core's sgemm here. Its hand-off
+# costs no interpreter lock, only a helper's wake-up: measured on this
+# 2-core VM (benchmarks/README.md, issue 16 seventh pass, load 5, CPU and
+# minimum wall per call), Keras' demo_functional 32x512 @ 512x512 (17
+# MFLOP) split over 2 threads: 0.128 -> 0.077 ms, process CPU 0.159 ->
+# 0.198 ms; 8 MFLOP products (32x256 @ 256x512, 64x256 @ 256x256) gained
+# nothing (0.064 -> 0.072 ms). So a product splits from 2 x 8 MFLOP.
+NATIVE_FLOPS_PER_THREAD = 8_000_000
 # Elements per thread below which a fused elementwise chain stays on one
 # thread (about 0.3 ms of a few-op chain; memory-bound, so far fewer
 # operations per thread than a product's).
@@ -156,6 +172,29 @@ def threads_for(flops):
     if cap == 1:
         return 1
     return int(max(1, min(cap, flops // FLOPS_PER_THREAD)))
+
+
+def product_pool_takes(b, compute):
+    """Whether a product of `b` batches (0: a 2-d product) computed in
+    `compute` splits on the C pool (product_pool.py) where it splits."""
+    return (not b and np.dtype(compute) == np.dtype(np.float32)
+            and env_switch("KERAS_IPU_PRODUCT_POOL") and product_pool.available())
+
+
+def product_threads(b, m, n, k, compute):
+    """Threads the policy splits a product over (1: one thread): x (b, m,
+    k) @ y (b, k, n) (b = 0: 2-d) of dtype `compute`, as matmul_plan does.
+    A product OpenBLAS' threads run counts its OpenBLAS threads."""
+    flops = 2 * max(b, 1) * m * n * k
+    cap = max_threads()
+    if cap == 1 or np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return 1
+    if product_pool_takes(b, compute):
+        threads = int(min(cap, flops // NATIVE_FLOPS_PER_THREAD))
+        if threads > 1 and product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD):
+            return threads
+        return 1
+    return max(threads_for(flops), 0 if b else blas_threads_for(flops))
 
 
 def blas_threads_for(flops):
@@ -418,9 +457,7 @@ class _Ran:
 
 # -- products ------------------------------------------------------------
 
-# Rows (or columns, batches) per block at least: thinner blocks run BLAS
-# below its efficiency.
-_MIN_BLOCK = 16
+_MIN_BLOCK = product_pool.MIN_BLOCK
 
 
 def _blocks(size, threads, min_block=_MIN_BLOCK):
@@ -430,26 +467,66 @@ def _blocks(size, threads, min_block=_MIN_BLOCK):
     return tuple(zip(edges[:-1], edges[1:]))
 
 
-def matmul_plan(b, m, n, k, compute, threads=None):
+def matmul_plan(b, m, n, k, compute, threads=None, native=None):
     """A function computing matmul(x, y) for x (b, m, k) (or (m, k) when b
     is 0) and y (b, k, n) (or (k, n)) of dtype `compute` on several
     threads: a 2-d product on OpenBLAS' own where blas_threads_for says so,
     else split into blocks over our pool (a batched one: numpy loops over
     its small products, which OpenBLAS' threads cannot share); None when
     one thread is right (small products, dtypes BLAS does not run).
-    `threads` overrides the policy's count and splits over our pool
+    A 2-d float32 product splits on the C pool where product_pool_takes
+    it. `threads` overrides the policy's count and splits over our pool,
+    `native` picks the C pool (True) or the Python pool (False)
     (benchmarks/host_threads.py measures each)."""
     if np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None
     configure()
+    if native is None:
+        native = product_pool_takes(b, compute)
+    elif native:  # asked for (benchmarks): where the C pool can take it at all
+        native = (not b and np.dtype(compute) == np.dtype(np.float32)
+                  and product_pool.available())
     if threads is None:
         flops = 2 * max(b, 1) * m * n * k
-        blas_threads = 0 if b else blas_threads_for(flops)
+        blas_threads = 0 if b or native else blas_threads_for(flops)
         if blas_threads:
             return blas_matmul_plan(blas_threads)
-        threads = threads_for(flops)
+        threads = product_threads(b, m, n, k, compute)
     if threads <= 1:
         return None
+    python_split = _python_split_plan(b, m, n, compute, threads)
+    if native:
+        return _native_split_plan(m, n, k, threads, python_split)
+    return python_split
+
+
+def _native_split_plan(m, n, k, threads, fallback):
+    """A float32 2-d product in blocks on the C pool (product_pool.py):
+    the whole product's bits. While backing off it is one np.matmul (the
+    same bits); operands BLAS cannot take as laid out go to `fallback`."""
+    planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD)
+    if planned is None:
+        return None
+    axis, edges = planned
+    count = len(edges) - 1
+    empty, matmul, run, clock = np.empty, np.matmul, product_pool.run, time.perf_counter
+
+    def native_split_matmul(x, y):
+        if backing_off():
+            return matmul(x, y)
+        out = empty((m, n), np.float32)
+        done = run(x, y, out, axis, edges, threads)
+        if done is None:
+            return fallback(x, y) if fallback is not None else matmul(x, y)
+        ran, own, wait = done
+        _note_split(ran == count or wait > own, clock())
+        return out
+
+    return native_split_matmul
+
+
+def _python_split_plan(b, m, n, compute, threads):
+    """matmul in blocks over the Python pool; None when one block is all."""
     empty, matmul = np.empty, np.matmul
     if b >= threads:  # enough batches: split them
 

@@ -1,0 +1,374 @@
+/* A thread pool of C threads for the NumPy engine's split products.
+
+   The Python pool (threads.py) hands each block of a split product to a
+   Python thread, which takes the interpreter lock to claim its block and
+   again when its BLAS call returns: on a 2-core machine Keras'
+   demo_functional (36 products of 17 MFLOP per step) ran on one core, and
+   on 16 cores the splits did not scale (issue 16, benchmarks/README.md).
+   Here the caller releases the lock once, from handing out the blocks to
+   the join, and the blocks run on pthreads that never touch Python.
+
+   Each block is one single-threaded cblas_sgemm call of the OpenBLAS
+   NumPy itself calls (threads.py keeps it on one thread), on a row block
+   or a column block of the product, with the arguments NumPy's matmul
+   passes (row-major, the same transpose flags and leading dimensions):
+   the caller (product_pool.py) picks blocks whose results are the bits
+   of the whole product. float32 only: float64 blocks of OpenBLAS' dgemm
+   did not always give the whole product's bits (product_pool.py).
+
+   Blocks are handed out by an atomic counter and the caller takes blocks
+   too, so a helper the OS does not schedule delays only a block it has
+   claimed. Idle helpers spin for at most SPIN_NS, then sleep on a
+   condition variable: no thread busy-waits while another process wants
+   the core (issue 16, item 1).
+
+   One product at a time uses the helpers; a second caller meanwhile (a
+   user's own thread) runs its blocks alone. After fork() the child has
+   no helpers and starts new ones when it needs them. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+/* CBLAS' enumerations (cblas.h). */
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+/* OpenBLAS' 64-bit-integer CBLAS (NumPy's wheels: scipy_cblas_sgemm64_). */
+typedef void (*sgemm_fn)(int, int, int, int64_t, int64_t, int64_t, float,
+                         const float *, int64_t, const float *, int64_t, float,
+                         float *, int64_t);
+static sgemm_fn sgemm;
+
+/* A helper's spin before it sleeps, and the caller's before it sleeps
+   waiting for the last block: about one thread wake-up on Linux (tens of
+   microseconds), so a product that follows within that time finds its
+   helper awake, and an idle helper costs its core at most that long. */
+#define SPIN_NS 30000
+#define MAX_HELPERS 255
+
+typedef struct {
+    int trans_a, trans_b, axis;
+    int64_t m, n, k, lda, ldb, ldc;
+    const char *a, *b;
+    char *c;
+    int64_t itemsize;
+    const int64_t *edges; /* count + 1 block edges along axis */
+} product_t;
+
+static void run_block(const product_t *p, int64_t i) {
+    int64_t lo = p->edges[i], hi = p->edges[i + 1], sz = p->itemsize;
+    const char *a = p->a, *b = p->b;
+    char *c = p->c;
+    int64_t m = p->m, n = p->n;
+    if (p->axis == 0) { /* rows lo..hi of A and C */
+        a += (p->trans_a == NO_TRANS ? lo * p->lda : lo) * sz;
+        c += lo * p->ldc * sz;
+        m = hi - lo;
+    } else { /* columns lo..hi of B and C */
+        b += (p->trans_b == NO_TRANS ? lo : lo * p->ldb) * sz;
+        c += lo * sz;
+        n = hi - lo;
+    }
+    sgemm(ROW_MAJOR, p->trans_a, p->trans_b, m, n, p->k, 1.0f, (const float *)a,
+          p->lda, (const float *)b, p->ldb, 0.0f, (float *)c, p->ldc);
+}
+
+/* -- the pool ------------------------------------------------------------ */
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t finished = PTHREAD_COND_INITIALIZER;
+static int helpers;         /* started, under mu */
+static int sleeping;        /* helpers waiting on `wake`, under mu */
+static int caller_sleeping; /* the caller waits on `finished`, under mu */
+static atomic_uint_fast64_t published; /* job sequence number */
+/* The job's claim word: sequence (high 32 bits) | next block (low 32), so
+   a helper that wakes late for a finished job cannot claim a block of the
+   next one. */
+static atomic_uint_fast64_t claim;
+static atomic_int slots;    /* helpers still wanted by the job */
+static atomic_int done;     /* blocks finished */
+static int64_t job_count;
+static const product_t *job;
+static atomic_flag in_use = ATOMIC_FLAG_INIT;
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void pause_cpu(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Claims and runs blocks of job `seq`; returns how many it ran. */
+static int64_t work(uint64_t seq) {
+    int64_t ran = 0;
+    for (;;) {
+        uint_fast64_t v = atomic_load_explicit(&claim, memory_order_acquire);
+        if ((v >> 32) != (seq & 0xffffffffu) || (int64_t)(v & 0xffffffffu) >= job_count)
+            return ran;
+        if (!atomic_compare_exchange_weak_explicit(&claim, &v, v + 1,
+                                                   memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        /* A claimed block holds the job open: `job` is this job's. */
+        int64_t count = job_count;
+        run_block(job, (int64_t)(v & 0xffffffffu));
+        ran++;
+        if (atomic_fetch_add_explicit(&done, 1, memory_order_acq_rel) + 1 == count) {
+            pthread_mutex_lock(&mu);
+            if (caller_sleeping) pthread_cond_signal(&finished);
+            pthread_mutex_unlock(&mu);
+        }
+    }
+}
+
+static void *helper(void *unused) {
+    (void)unused;
+    uint64_t seen = atomic_load(&published);
+    for (;;) {
+        uint64_t seq = atomic_load_explicit(&published, memory_order_acquire);
+        if (seq == seen) {
+            int64_t until = now_ns() + SPIN_NS;
+            while ((seq = atomic_load_explicit(&published, memory_order_acquire)) == seen
+                   && now_ns() < until)
+                for (int i = 0; i < 64; i++) pause_cpu();
+        }
+        if (seq == seen) {
+            pthread_mutex_lock(&mu);
+            while ((seq = atomic_load(&published)) == seen) {
+                sleeping++;
+                pthread_cond_wait(&wake, &mu);
+                sleeping--;
+            }
+            pthread_mutex_unlock(&mu);
+        }
+        seen = seq;
+        if (atomic_fetch_sub(&slots, 1) > 0) work(seq);
+    }
+    return NULL;
+}
+
+/* Starts helpers up to `wanted`; returns how many there are. */
+static int ensure_helpers(int wanted) {
+    if (wanted > MAX_HELPERS) wanted = MAX_HELPERS;
+    pthread_mutex_lock(&mu);
+    while (helpers < wanted) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int failed = pthread_create(&t, &attr, helper, NULL);
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        helpers++;
+    }
+    int have = helpers;
+    pthread_mutex_unlock(&mu);
+    return have;
+}
+
+static void after_fork_in_child(void) {
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+    mu = m;
+    wake = c;
+    finished = c;
+    helpers = sleeping = caller_sleeping = 0;
+    atomic_flag_clear(&in_use);
+}
+
+/* Runs every block of `p` on the caller and up to `threads` - 1 helpers.
+   Sets *caller_ran and *own_ns (the caller's time on its blocks) and
+   *wait_ns (its wait for the helpers' last blocks). */
+static void run_product(const product_t *p, int64_t count, int threads,
+                        int64_t *caller_ran, int64_t *own_ns, int64_t *wait_ns) {
+    int64_t start = now_ns();
+    int wanted = threads - 1;
+    if (wanted > count - 1) wanted = (int)(count - 1);
+    if (wanted > 0 && !atomic_flag_test_and_set(&in_use)) {
+        int have = ensure_helpers(wanted);
+        if (have < wanted) wanted = have;
+        pthread_mutex_lock(&mu);
+        uint64_t seq = atomic_load(&published) + 1;
+        job = p;
+        job_count = count;
+        atomic_store(&done, 0);
+        atomic_store(&slots, wanted);
+        atomic_store_explicit(&claim, (uint_fast64_t)(seq & 0xffffffffu) << 32,
+                              memory_order_release);
+        atomic_store_explicit(&published, seq, memory_order_release);
+        int asleep = sleeping;
+        pthread_mutex_unlock(&mu);
+        if (asleep >= wanted) {
+            for (int i = 0; i < wanted; i++) pthread_cond_signal(&wake);
+        } else if (asleep) {
+            pthread_cond_broadcast(&wake);
+        }
+        *caller_ran = work(seq);
+        int64_t own = now_ns();
+        *own_ns = own - start;
+        int64_t until = own + SPIN_NS;
+        while (atomic_load_explicit(&done, memory_order_acquire) < count && now_ns() < until)
+            for (int i = 0; i < 64; i++) pause_cpu();
+        if (atomic_load(&done) < count) {
+            pthread_mutex_lock(&mu);
+            caller_sleeping = 1;
+            while (atomic_load(&done) < count) pthread_cond_wait(&finished, &mu);
+            caller_sleeping = 0;
+            pthread_mutex_unlock(&mu);
+        }
+        /* No helper claims a block of this job any more: the claim word
+           says every block was taken. */
+        atomic_store(&slots, 0);
+        atomic_flag_clear(&in_use);
+        *wait_ns = now_ns() - own;
+        return;
+    }
+    for (int64_t i = 0; i < count; i++) run_block(p, i);
+    *caller_ran = count;
+    *own_ns = now_ns() - start;
+    *wait_ns = 0;
+}
+
+/* -- Python ---------------------------------------------------------------- */
+
+static int format_is(const char *format, char kind) {
+    if (format == NULL) return 0;
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    return format[0] == kind && format[1] == '\0';
+}
+
+/* NumPy matmul's choice for an operand of rows x cols with these strides
+   (numpy/_core/src/umath/matmul.c.src, is_blasable2d and
+   matmul_matrixmatrix): untransposed where its rows are contiguous,
+   transposed where its columns are; 0 when BLAS cannot take it. */
+static int blas_layout(const Py_buffer *v, int64_t rows, int64_t cols, int *trans,
+                       int64_t *ld) {
+    int64_t sz = v->itemsize, s0 = v->strides[0], s1 = v->strides[1];
+    if (s1 == sz && s0 > 0 && s0 % sz == 0 && s0 / sz >= cols) {
+        *trans = NO_TRANS;
+        *ld = s0 / sz;
+        return 1;
+    }
+    if (s0 == sz && s1 > 0 && s1 % sz == 0 && s1 / sz >= rows) {
+        *trans = TRANS;
+        *ld = s1 / sz;
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *set_blas(PyObject *self, PyObject *args) {
+    unsigned long long s;
+    if (!PyArg_ParseTuple(args, "K", &s)) return NULL;
+    sgemm = (sgemm_fn)(uintptr_t)s;
+    Py_RETURN_NONE;
+}
+
+static PyObject *product(PyObject *self, PyObject *args) {
+    PyObject *x_obj, *y_obj, *out_obj, *edges_obj;
+    int axis, threads;
+    if (!PyArg_ParseTuple(args, "OOOiOi", &x_obj, &y_obj, &out_obj, &axis, &edges_obj,
+                          &threads))
+        return NULL;
+    Py_buffer x, y, out, edges;
+    int flags = PyBUF_STRIDES | PyBUF_FORMAT;
+    if (PyObject_GetBuffer(x_obj, &x, flags) != 0) goto none_clear;
+    if (PyObject_GetBuffer(y_obj, &y, flags) != 0) goto none_x;
+    if (PyObject_GetBuffer(out_obj, &out, flags | PyBUF_WRITABLE) != 0) goto none_y;
+    if (PyObject_GetBuffer(edges_obj, &edges, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        goto none_out;
+    product_t p = {0};
+    int ok = sgemm != NULL && x.ndim == 2 && y.ndim == 2 && out.ndim == 2
+             && format_is(x.format, 'f') && format_is(y.format, 'f')
+             && format_is(out.format, 'f')
+             && edges.itemsize == 8 && edges.len >= 16 && (axis == 0 || axis == 1);
+    if (ok) {
+        p.itemsize = x.itemsize;
+        p.m = x.shape[0];
+        p.k = x.shape[1];
+        p.n = y.shape[1];
+        p.a = x.buf;
+        p.b = y.buf;
+        p.c = out.buf;
+        p.axis = axis;
+        p.edges = edges.buf;
+        int64_t count = edges.len / 8 - 1, extent = axis ? p.n : p.m;
+        ok = y.shape[0] == p.k && out.shape[0] == p.m && out.shape[1] == p.n
+             && p.m > 1 && p.n > 1 && p.k > 1
+             && blas_layout(&x, p.m, p.k, &p.trans_a, &p.lda)
+             && blas_layout(&y, p.k, p.n, &p.trans_b, &p.ldb)
+             && out.strides[1] == p.itemsize && out.strides[0] % p.itemsize == 0
+             && out.strides[0] / p.itemsize >= p.n
+             /* x @ x.T: NumPy calls syrk, whose bits these blocks do not give */
+             && x.buf != y.buf
+             && p.edges[0] == 0 && p.edges[count] == extent;
+        for (int64_t i = 0; ok && i < count; i++) ok = p.edges[i] < p.edges[i + 1];
+        if (ok) {
+            p.ldc = out.strides[0] / p.itemsize;
+            int64_t ran = 0, own = 0, wait = 0;
+            Py_BEGIN_ALLOW_THREADS
+            run_product(&p, count, threads, &ran, &own, &wait);
+            Py_END_ALLOW_THREADS
+            PyBuffer_Release(&edges);
+            PyBuffer_Release(&out);
+            PyBuffer_Release(&y);
+            PyBuffer_Release(&x);
+            return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
+        }
+    }
+    PyBuffer_Release(&edges);
+none_out:
+    PyBuffer_Release(&out);
+none_y:
+    PyBuffer_Release(&y);
+none_x:
+    PyBuffer_Release(&x);
+none_clear:
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+static PyObject *helper_count(PyObject *self, PyObject *unused) {
+    pthread_mutex_lock(&mu);
+    int n = helpers;
+    pthread_mutex_unlock(&mu);
+    return PyLong_FromLong(n);
+}
+
+static PyMethodDef methods[] = {
+    {"set_blas", set_blas, METH_VARARGS,
+     "set_blas(sgemm_address): OpenBLAS' 64-bit-integer cblas_sgemm (0: "
+     "none) the blocks call."},
+    {"product", product, METH_VARARGS,
+     "product(x, y, out, axis, edges, threads) -> (caller_blocks, own_s, wait_s) "
+     "or None: out = x @ y (2-d float32) as blocks along axis "
+     "(0 rows, 1 columns) between the int64 edges, on the caller and up to "
+     "threads - 1 helpers, without the interpreter lock. None (nothing "
+     "written) where BLAS or these blocks cannot take the operands."},
+    {"helper_count", helper_count, METH_NOARGS, "Helper threads started."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_product_pool",
+    "Split products on C threads, without the interpreter lock "
+    "(see device/native/product_pool.py).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__product_pool(void) {
+    static int registered = 0;
+    if (!registered) {
+        pthread_atfork(NULL, NULL, after_fork_in_child);
+        registered = 1;
+    }
+    return PyModule_Create(&module);
+}

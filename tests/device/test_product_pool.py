@@ -1,0 +1,184 @@
+"""Split float32 products on the C pool (device/native/product_pool.py,
+_product_pool.c): np.matmul's bits on every layout NumPy hands BLAS,
+blocks above OpenBLAS' small-matrix bound, operands BLAS cannot take
+falling back, one product at a time on the helpers, a forked child,
+the back-off and the switch."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from keras_ipu.device.native import product_pool
+from keras_ipu.device.native import threads
+
+pytestmark = pytest.mark.skipif(not product_pool.available(),
+                                reason="no C pool: NumPy's OpenBLAS or the extension is missing")
+RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True)
+def not_backing_off(monkeypatch):
+    monkeypatch.setattr(threads, "_backoff", 0.0)
+    monkeypatch.setattr(threads, "_late", 0)
+
+
+def _operands(m, k, n, trans_a=False, trans_b=False):
+    x = RNG.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    y = RNG.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    return (x.T if trans_a else x), (y.T if trans_b else y)
+
+
+# Keras' demo_functional and the MLP (forward and both gradients), the
+# transformer's feed-forward, thin and odd shapes.
+SHAPES = [(32, 512, 512), (512, 32, 512), (128, 784, 512), (784, 128, 512),
+          (512, 128, 784), (128, 512, 512), (8192, 64, 128), (250, 301, 262),
+          (33, 1000, 77), (1000, 40, 47), (47, 333, 1111)]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_split_products_give_numpys_bits(m, k, n, layout):
+    x, y = _operands(m, k, n, layout[0] == "t", layout[1] == "t")
+    want = np.matmul(x, y)
+    for t in (2, 3, 4, 16):
+        planned = product_pool.blocks(m, n, k, t, threads.BLOCKS_PER_THREAD)
+        if planned is None:
+            continue
+        axis, edges = planned
+        out = np.full_like(want, np.nan)
+        assert product_pool.run(x, y, out, axis, edges, t) is not None
+        np.testing.assert_array_equal(out, want)
+
+
+def test_blocks_stay_above_openblas_small_matrix_kernels():
+    for m, k, n in SHAPES + [(32, 256, 512), (16, 512, 512)]:
+        for t in (2, 4, 8, 16, 64):
+            planned = product_pool.blocks(m, n, k, t, 2)
+            if planned is None:
+                continue
+            axis, edges = planned
+            widths = np.diff(edges)
+            other = n if axis == 0 else m
+            assert edges[0] == 0 and edges[-1] == (m if axis == 0 else n)
+            assert 2 <= len(widths) <= 2 * t
+            assert widths.min() >= product_pool.MIN_BLOCK
+            assert widths.min() * other * k > product_pool.SMALL_MATRIX_MNK
+    # 2 x 32 x 32 x 512: no two blocks above the bound.
+    assert product_pool.blocks(32, 32, 512, 4, 2) is None
+    # demo_functional's product, 16 threads: 8 column blocks (32 x 64 x 512
+    # multiply-adds each), not 32.
+    assert len(product_pool.blocks(32, 512, 512, 16, 2)[1]) - 1 == 8
+
+
+def test_layouts_blas_cannot_take_are_refused_untouched():
+    x, y = _operands(128, 256, 96)
+    edges = np.array([0, 64, 128], np.int64)
+    out = np.zeros((128, 96), np.float32)
+    strided = np.ascontiguousarray(np.repeat(x, 2, axis=1))[:, ::2]  # no unit stride
+    assert product_pool.run(strided, y, out, 0, edges, 2) is None
+    assert product_pool.run(x.astype(np.float64), y, out, 0, edges, 2) is None
+    assert product_pool.run(x, y, out[:, ::-1], 0, edges, 2) is None
+    assert product_pool.run(x, y, out, 0, np.array([0, 64, 100], np.int64), 2) is None
+    square = RNG.standard_normal((128, 256)).astype(np.float32)
+    sq_out = np.zeros((128, 128), np.float32)
+    assert product_pool.run(square, square.T, sq_out, 0, edges, 2) is None  # NumPy's syrk
+    assert not out.any() and not sq_out.any()
+
+
+def test_the_plan_falls_back_where_the_pool_refuses(monkeypatch):
+    monkeypatch.setattr(threads, "_cap", 2)
+    plan = threads.matmul_plan(0, 128, 96, 256, np.float32, threads=2)
+    assert plan.__name__ == "native_split_matmul"
+    x, y = _operands(128, 256, 96)
+    strided = np.ascontiguousarray(np.repeat(x, 2, axis=1))[:, ::2]
+    np.testing.assert_allclose(plan(strided, y), np.matmul(x, y), rtol=1e-5, atol=1e-4)
+
+
+def test_policy_splits_float32_2d_products_only(monkeypatch):
+    monkeypatch.setattr(threads, "_cap", 2)
+    demo = (0, 32, 512, 512)
+    assert threads.product_threads(*demo, np.float32) == 2
+    assert threads.matmul_plan(*demo, np.float32).__name__ == "native_split_matmul"
+    small = threads.NATIVE_FLOPS_PER_THREAD  # 2 x that splits
+    assert threads.product_threads(0, 16, small // (2 * 16 * 64), 64, np.float32) == 1
+    assert not threads.product_pool_takes(0, np.float64)
+    assert not threads.product_pool_takes(8, np.float32)  # batched: the Python pool
+    monkeypatch.setenv("KERAS_IPU_PRODUCT_POOL", "0")
+    assert threads.product_threads(*demo, np.float32) == 1  # the Python pool's threshold
+    assert threads.matmul_plan(*demo, np.float32) is None
+    monkeypatch.setattr(threads, "_cap", 1)
+    monkeypatch.delenv("KERAS_IPU_PRODUCT_POOL")
+    assert threads.product_threads(*demo, np.float32) == 1
+
+
+def test_a_second_caller_runs_its_blocks_alone_with_the_same_bits():
+    pairs = [_operands(256, 384, 320) for _ in range(4)]
+    wants = [np.matmul(x, y) for x, y in pairs]
+    axis, edges = product_pool.blocks(256, 320, 384, 2, 2)
+    failures = []
+
+    def caller(i):
+        x, y = pairs[i]
+        for _ in range(30):
+            out = np.empty_like(wants[i])
+            if product_pool.run(x, y, out, axis, edges, 2) is None or not np.array_equal(
+                    out, wants[i]):
+                failures.append(i)
+
+    callers = [threading.Thread(target=caller, args=(i,)) for i in range(4)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join(60)
+    assert not failures
+
+
+def test_helpers_are_only_as_many_as_asked():
+    before = product_pool.helper_count()
+    x, y = _operands(64, 512, 512)
+    axis, edges = product_pool.blocks(64, 512, 512, 3, 2)
+    product_pool.run(x, y, np.empty((64, 512), np.float32), axis, edges, 3)
+    assert product_pool.helper_count() == max(before, 2)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_starts_its_own_helpers():
+    x, y = _operands(64, 512, 512)
+    axis, edges = product_pool.blocks(64, 512, 512, 2, 2)
+    product_pool.run(x, y, np.empty((64, 512), np.float32), axis, edges, 2)  # helpers here
+    want = np.matmul(x, y)
+    pid = os.fork()
+    if pid == 0:  # the child: no helper threads were copied
+        code = 1
+        try:
+            out = np.empty_like(want)
+            done = product_pool.run(x, y, out, axis, edges, 2)
+            code = 0 if done is not None and np.array_equal(out, want) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch):
+    monkeypatch.setattr(threads, "_cap", 2)
+    plan = threads.matmul_plan(0, 32, 512, 512, np.float32)
+    x, y = _operands(32, 512, 512)
+    want = np.matmul(x, y)
+    calls = []
+    run = product_pool.run
+
+    def caller_ran_all(*args):
+        calls.append(args[-1])
+        done = run(*args)
+        return (len(args[4]) - 1, done[1], done[2])  # as if no helper got a core
+
+    monkeypatch.setattr(product_pool, "run", caller_ran_all)
+    plan = threads.matmul_plan(0, 32, 512, 512, np.float32)  # binds the patched run
+    for _ in range(threads.LATE_SPLITS):
+        np.testing.assert_array_equal(plan(x, y), want)
+    assert threads.backing_off() and len(calls) == threads.LATE_SPLITS
+    np.testing.assert_array_equal(plan(x, y), want)  # one np.matmul, no hand-off
+    assert len(calls) == threads.LATE_SPLITS
