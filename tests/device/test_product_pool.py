@@ -182,3 +182,33 @@ def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch):
     assert threads.backing_off() and len(calls) == threads.LATE_SPLITS
     np.testing.assert_array_equal(plan(x, y), want)  # one np.matmul, no hand-off
     assert len(calls) == threads.LATE_SPLITS
+
+
+# Keras' demo_functional at batch 32 (17 MFLOP each).
+@pytest.mark.parametrize("dimension_numbers,lhs,rhs", [
+    ((((1,), (0,)), ((), ())), (32, 512), (512, 512)),  # x @ w: a Dense forward product
+    ((((0,), (0,)), ((), ())), (32, 512), (32, 512)),   # x^T @ g: its weight gradient
+    ((((1,), (1,)), ((), ())), (32, 512), (512, 512)),  # g @ w^T: its input gradient
+])
+def test_lowered_dense_products_split_with_the_one_thread_bits(dimension_numbers, lhs, rhs,
+                                                               monkeypatch):
+    from keras_ipu.device.compiler.lowering import lower
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.primitives.dot import dot_general_p
+
+    x = RNG.standard_normal(lhs).astype(np.float32)
+    w = RNG.standard_normal(rhs).astype(np.float32)
+    avals = (ShapedArray(lhs, np.float32), ShapedArray(rhs, np.float32))
+    params = {"dimension_numbers": dimension_numbers, "preferred_element_type": None}
+    out = dot_general_p.abstract_eval(*avals, **params)
+    results = {}
+    for cap in (1, 2):
+        monkeypatch.setattr(threads, "_cap", cap)
+        monkeypatch.setattr(threads, "_plans", {})
+        kernel = lower(dot_general_p, params, avals, (out,))
+        matmul = dict(zip(kernel.__code__.co_freevars,
+                          (c.cell_contents for c in kernel.__closure__)))["matmul"]
+        assert getattr(matmul, "__name__", "") == (
+            "native_split_matmul" if cap == 2 else "matmul")
+        results[cap] = kernel(x, w)
+    np.testing.assert_array_equal(results[2], results[1])

@@ -151,7 +151,10 @@ static void *helper(void *unused) {
             pthread_mutex_unlock(&mu);
         }
         seen = seq;
-        if (atomic_fetch_sub(&slots, 1) > 0) work(seq);
+        /* A slot taken late may be the next job's: work on the job now
+           published (a stale sequence number would claim nothing). */
+        if (atomic_fetch_sub(&slots, 1) > 0)
+            work(atomic_load_explicit(&published, memory_order_acquire));
     }
     return NULL;
 }

@@ -177,8 +177,10 @@ def threads_for(flops):
 def product_pool_takes(b, compute):
     """Whether a product of `b` batches (0: a 2-d product) computed in
     `compute` splits on the C pool (product_pool.py) where it splits."""
-    return (not b and np.dtype(compute) == np.dtype(np.float32)
-            and env_switch("KERAS_IPU_PRODUCT_POOL") and product_pool.available())
+    if b or np.dtype(compute) != np.dtype(np.float32) or not env_switch("KERAS_IPU_PRODUCT_POOL"):
+        return False
+    configure()  # OpenBLAS on one thread before the pool's first check and blocks
+    return product_pool.available()
 
 
 def product_threads(b, m, n, k, compute):
