@@ -62,6 +62,9 @@ def test_run_loop_times_both_orders_and_checks_their_bits(monkeypatch):
     step_profile = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(step_profile)
     monkeypatch.setattr(threads, "_cap", 2)
+    # Products of 17 MFLOP stay on one thread (and are launched) at the Python
+    # pool's threshold; the C pool's (threads.py) would split them instead.
+    monkeypatch.setattr(threads, "NATIVE_FLOPS_PER_THREAD", threads.FLOPS_PER_THREAD)
     # A Dense layer's two gradients at batch 32 (g @ w^T launched beside x^T @ g).
     x, w, g = (Var(ShapedArray(s, "float32")) for s in ((32, 512), (512, 512), (32, 512)))
     dot = REGISTRY["dot_general"]

@@ -1,13 +1,15 @@
 """keras_ipu's optional C kernels, built when the project is installed
-(hatch_build.py). `elementwise` (fused elementwise chains) and
-`scatter_add` (row scatter-add) are the extension modules, each None when
-it was not built or `KERAS_IPU_NATIVE=0` turns them off; every caller then
-runs its NumPy kernel, which computes the same bits."""
+(hatch_build.py). `elementwise` (fused elementwise chains), `scatter_add`
+(row scatter-add) and `split_products` (the C thread pool of split
+products: product_pool.py) are the extension modules, each None when it
+was not built or `KERAS_IPU_NATIVE=0` turns them off; every caller then
+runs its NumPy kernel (or the Python pool), which computes the same bits."""
 
 from keras_ipu.device.flags import env_switch
 
 elementwise = None
 scatter_add = None
+split_products = None
 if env_switch("KERAS_IPU_NATIVE"):
     try:
         from keras_ipu.device.native import _elementwise as elementwise
@@ -17,6 +19,10 @@ if env_switch("KERAS_IPU_NATIVE"):
         from keras_ipu.device.native import _scatter_add as scatter_add
     except ImportError:
         scatter_add = None
+    try:
+        from keras_ipu.device.native import _product_pool as split_products
+    except ImportError:
+        split_products = None
 
 
 def available():

@@ -32,11 +32,7 @@ import os
 
 import numpy as np
 
-try:
-    from keras_ipu.device.native import _product_pool as _pool
-except ImportError:
-    _pool = None
-from keras_ipu.device.flags import env_switch
+from keras_ipu.device import native
 
 SGEMM_SYMBOL = "scipy_cblas_sgemm64_"
 # OpenBLAS' small-matrix bound on M * N * K (module doc).
@@ -72,13 +68,13 @@ def available():
     global _ready
     if _ready is None:
         _ready = False
-        if _pool is not None and env_switch("KERAS_IPU_NATIVE"):
+        if native.split_products is not None:
             address = _numpy_sgemm()
             if address:
-                _pool.set_blas(address)
+                native.split_products.set_blas(address)
                 _ready = _bits_check()
                 if not _ready:
-                    _pool.set_blas(0)
+                    native.split_products.set_blas(0)
     return _ready
 
 
@@ -93,7 +89,7 @@ def _bits_check():
         for axis in (0, 1):
             edges = np.array([0, 128, whole.shape[axis]], np.int64)
             out = np.empty_like(whole)
-            if _pool.product(a, b, out, axis, edges, 2) is None:
+            if native.split_products.product(a, b, out, axis, edges, 2) is None:
                 return False
             if not np.array_equal(out, whole):
                 return False
@@ -120,8 +116,10 @@ def run(x, y, out, axis, edges, threads):
     (blocks the caller ran, its own seconds, its wait for the helpers), or
     None (nothing written) where BLAS cannot take the operands as they are
     laid out."""
-    return _pool.product(x, y, out, axis, edges, threads)
+    return native.split_products.product(x, y, out, axis, edges, threads)
 
 
 def helper_count():
-    return _pool.helper_count() if _pool is not None else 0
+    """C threads the pool has started (tests)."""
+    pool = native.split_products
+    return pool.helper_count() if pool is not None else 0

@@ -493,7 +493,7 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
         blas_threads = 0 if b or native else blas_threads_for(flops)
         if blas_threads:
             return blas_matmul_plan(blas_threads)
-        threads = product_threads(b, m, n, k, compute)
+        threads = product_threads(b, m, n, k, compute) if native else threads_for(flops)
     if threads <= 1:
         return None
     python_split = _python_split_plan(b, m, n, compute, threads)
