@@ -45,12 +45,14 @@ from pathlib import Path
 
 # Each entry runs in its own process: (Keras backend, extra environment,
 # jit_compile for TensorFlow). The ipu engines (KERAS_IPU_ENGINE): "ipu" is
-# the default (auto: NumPy first, XLA for programs that keep running),
-# "ipu-numpy" and "ipu-xla" pin one engine; "tensorflow-xla" is TensorFlow
+# the default (auto: NumPy first, then the fastest of TensorFlow's graph
+# runtime and XLA for programs that keep running), "ipu-numpy",
+# "ipu-tensorflow" and "ipu-xla" pin one engine; "tensorflow-xla" is TensorFlow
 # with jit_compile=True (XLA), as a user who wants speed runs it.
 VARIANTS = {
     "ipu": ("ipu", {}, None),
     "ipu-numpy": ("ipu", {"KERAS_IPU_ENGINE": "numpy"}, None),
+    "ipu-tensorflow": ("ipu", {"KERAS_IPU_ENGINE": "tensorflow"}, None),
     "ipu-xla": ("ipu", {"KERAS_IPU_ENGINE": "xla"}, None),
     "tensorflow": ("tensorflow", {}, None),
     "tensorflow-xla": ("tensorflow", {}, True),

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compile_time  # noqa: E402
 import fit_throughput  # noqa: E402
 
-ALL_BACKENDS = "ipu,ipu-numpy,ipu-xla,tensorflow,tensorflow-xla,jax"
+ALL_BACKENDS = "ipu,ipu-numpy,ipu-tensorflow,ipu-xla,tensorflow,tensorflow-xla,jax"
 SMALL = "mlp,cnn,transformer,lstm"
 
 # (title, fit_throughput arguments); "all" threads: every core we may use.

@@ -1,6 +1,6 @@
 """Which engine computes a compiled program's values on the host.
 
-The simulator's values can come from two engines; the costs (memory,
+The simulator's values can come from three engines; the costs (memory,
 cycles, profiles) always come from the Executable's own program:
 
 - `numpy`: the Executable's kernel list (NumPy, the C kernel for fused
@@ -10,15 +10,25 @@ cycles, profiles) always come from the Executable's own program:
   rule per primitive) and compiled by TensorFlow's XLA CPU compiler as one
   `tf.function(jit_compile=True)`: the whole device loop (the scan over
   `steps_per_execution` steps) is one XLA executable running on all cores.
+- `tensorflow`: the same emitter in its graph mode (rules for TensorFlow's
+  own kernels where the XLA rules use XLA-only operations) run as a plain
+  `tf.function` by TensorFlow's graph runtime: oneDNN's convolutions and
+  products, independent operations at once on its inter-op pool. Keras'
+  TensorFlow backend without XLA runs this way, and on 2 cores it was the
+  fastest of all backends on the CNN, transformer and LSTM of
+  benchmarks/fit_throughput.py (issue 16, seventh pass).
 
 `KERAS_IPU_ENGINE` chooses:
 
 - `auto` (the default): tiered, as JIT compilers do. A program starts on
   NumPy at once (no TensorFlow import, no XLA compile: first epochs stay
   short). Once it has spent `HOT_SECONDS` of CPU time, a background
-  thread imports TensorFlow and compiles it with XLA while NumPy keeps
-  running; when XLA is ready, a few runs on each engine are timed and the
-  faster one keeps the program. Programs that run briefly (most of a test
+  thread imports TensorFlow and prepares it for each of `AUTO_CANDIDATES`
+  in turn (TensorFlow's graph runtime: a trace and the graph's
+  optimisation on its first run; then XLA: a trace and XLA's compile)
+  while the program keeps running on the fastest engine so far; when a
+  candidate is ready, `TIMED_RUNS` runs of it are timed against the
+  fastest so far, and the faster keeps the program. Programs that run briefly (most of a test
   suite, `compute_output_spec`, a few predict calls) never load
   TensorFlow. With one host thread (one core, or a cap of 1 from the
   variables device/native/threads.py reads) there is no background:
@@ -40,13 +50,15 @@ cycles, profiles) always come from the Executable's own program:
   (a priority inversion), so TensorFlow's C++ libraries, the longest
   block of its import, are loaded first with the lock released
   (library_preload.py).
-- `xla`: every program whose primitives all have rules runs on XLA from
-  its first run (compiled then, in the caller's thread).
-- `numpy`: never XLA.
+- `xla` / `tensorflow`: every program whose primitives all have rules
+  (in the XLA / graph mode) runs on that engine from its first run
+  (prepared then, in the caller's thread).
+- `numpy`: never TensorFlow.
 
 A program with a floating-point behaviour set, with a primitive that has
-no TensorFlow rule, or whose XLA compile fails, runs on NumPy (a debug
-message, once, on the `keras_ipu.device` logger; nothing else changes).
+no TensorFlow rule, or whose compile (or first run) fails, runs on NumPy
+(a debug message, once, on the `keras_ipu.device` logger; nothing else
+changes); under `auto` a candidate that fails is skipped.
 
 The process's exit never waits for a background compile (ResNet-50's
 XLA compile takes minutes): at exit, a compile still importing
@@ -61,8 +73,10 @@ and an import during the exit fails anyway: "can't register atexit
 after shutdown"). Python's own finalization, atexit handlers included,
 runs as usual. An abandoned compile's result is never used.
 
-Threads: XLA uses TensorFlow's intra-op pool (all cores it may run on);
-`OMP_NUM_THREADS` caps it, when set before TensorFlow starts.
+Threads: XLA and TensorFlow's kernels use TensorFlow's intra-op pool (all
+cores it may run on), the graph runtime also its inter-op pool;
+`OMP_NUM_THREADS` caps the intra-op pool, when set before TensorFlow
+starts.
 """
 
 import atexit
@@ -80,21 +94,22 @@ from keras_ipu.device.native import threads as host_threads
 
 logger = logging.getLogger("keras_ipu.device")
 
-ENGINES = ("auto", "numpy", "xla")
+ENGINES = ("auto", "numpy", "tensorflow", "xla")
 ENV = "KERAS_IPU_ENGINE"
-# For developers running the tests on the XLA engine: a program that cannot
-# be emitted or compiled raises instead of falling back to NumPy.
+# For developers running the tests on the XLA or TensorFlow engine: a
+# program that cannot be emitted or compiled raises instead of falling
+# back to NumPy.
 STRICT_ENV = "KERAS_IPU_XLA_STRICT"
 
 # CPU seconds a program spends on NumPy (the process's, while it runs)
-# before `auto` compiles it with XLA in the background. The rent-or-buy
+# before `auto` prepares it for TensorFlow's engines in the background. The rent-or-buy
 # rule: pay for the compile once the program has spent about what the
 # compile costs, so that a program
 # that stops early never pays more than twice what the better choice
 # would have cost in hindsight. Its cost is at least TensorFlow's import,
 # taken from the training's cores and interpreter lock: 2.3 s of CPU (10 s
 # of wall time) after Keras' own imports, measured on this 2-core machine
-# at load 10 (issue 16, sixth pass), plus XLA's compile. At 0.3 s a
+# at load 10 (issue 16, sixth pass), plus the trace and XLA's compile. At 0.3 s a
 # 30-step epoch of a small model started the import, which then ran
 # through the epochs after it.
 HOT_SECONDS = 2.0
@@ -103,6 +118,10 @@ HOT_SECONDS = 2.0
 TENSORFLOW_LIBRARIES = "libtensorflow*.so*"
 # Runs timed on each engine before `auto` keeps the faster one.
 TIMED_RUNS = 3
+# The engines `auto` tries for a hot program, in this order: TensorFlow's
+# graph runtime first (ready sooner: no XLA compile, which takes minutes
+# on large programs), then XLA.
+AUTO_CANDIDATES = ("tensorflow", "xla")
 
 
 def engine_setting():
@@ -110,8 +129,10 @@ def engine_setting():
     if value not in ENGINES:
         raise ValueError(
             f"{ENV}={os.environ.get(ENV)!r} is not an engine: use one of "
-            f"{', '.join(ENGINES)} (auto: NumPy first, XLA for programs that "
-            "keep running; numpy: never XLA; xla: XLA from the first run)."
+            f"{', '.join(ENGINES)} (auto: NumPy first, then the faster of "
+            "TensorFlow's graph runtime and XLA for programs that keep running; "
+            "numpy: never TensorFlow; tensorflow / xla: that engine from the "
+            "first run)."
         )
     return value
 
@@ -123,8 +144,8 @@ def runner(executable):
     # A floating-point behaviour (None: all off) needs the per-op kernels.
     if setting == "numpy" or executable.fp_behaviour is not None:
         return numpy_runner(executable)
-    if setting == "xla":
-        program = XlaProgram.build(executable)
+    if setting in PROGRAMS:
+        program = PROGRAMS[setting].build(executable)
         if program is None:
             return numpy_runner(executable)
         return program.runner_for(executable)
@@ -133,8 +154,8 @@ def runner(executable):
 
 def numpy_runner(executable):
     """The NumPy engine's run: the kernel list, after copying any input
-    it writes into (a donated one) that is read-only. Arrays XLA returned
-    are read-only views of TensorFlow's buffers, and another program
+    it writes into (a donated one) that is read-only. Arrays TensorFlow
+    returned are read-only views of its buffers, and another program
     (or this one after a fallback) may take them as donated state."""
     written = tuple(sorted(executable.written_inputs))
     run = executable.run_unchecked
@@ -151,7 +172,7 @@ def numpy_runner(executable):
     return run_copying_read_only
 
 
-# -- XLA --------------------------------------------------------------------
+# -- TensorFlow: XLA, or its graph runtime -----------------------------------
 
 _tf_lock = threading.Lock()
 _tf_configured = False
@@ -198,10 +219,18 @@ class Abandoned(Exception):
     """A background compile stopped because the process is exiting."""
 
 
-class XlaProgram:
-    """An Executable's program emitted to TensorFlow (traced here) and
-    compiled by XLA (on the first call of `run`). `check`, when given, is
-    called before each node is emitted; it raises Abandoned to stop."""
+class TensorFlowProgram:
+    """An Executable's program emitted to TensorFlow (traced here) in the
+    subclass's emitter `mode`, as a `tf.function` with `jit_compile` (XLA
+    compiles it, TensorFlow's graph runtime optimises it, on the first
+    call of `run`). `check`, when given, is called before each node is
+    emitted; it raises Abandoned to stop."""
+
+    engine = None  # the engine's name (ENGINES)
+    mode = None  # the emitter's (to_tensorflow.MODES)
+    jit_compile = None
+    # What a failed first run means, for the message.
+    failure = None
 
     def __init__(self, executable, check=None):
         tf = _tensorflow()
@@ -210,15 +239,16 @@ class XlaProgram:
         from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 
         graph = executable.graph
+        mode = self.mode
         self.name = executable.name or repr(executable)
         specs = [tf.TensorSpec(a.shape, tf_dtype(a.dtype)) for a in executable.in_avals]
 
         def program(*inputs):
-            return emit_graph(graph, list(inputs))
+            return emit_graph(graph, list(inputs), mode=mode)
 
         self._function = tf.function(
-            program, input_signature=specs, jit_compile=True, autograph=False,
-            reduce_retracing=False,
+            program, input_signature=specs, jit_compile=self.jit_compile,
+            autograph=False, reduce_retracing=False,
         )
         if check is not None:
             check()  # after TensorFlow's import
@@ -257,23 +287,23 @@ class XlaProgram:
 
     @classmethod
     def build(cls, executable, check=None):
-        """The XlaProgram, or None (logged) when the program cannot be
-        emitted; Abandoned passes through."""
+        """The program, or None (logged) when it cannot be emitted in the
+        class's mode; Abandoned passes through."""
         _tensorflow()  # before the emitter's import of it: configured, quiet
         from keras_ipu.device.to_tensorflow import missing_rules
 
         name = executable.name or "a program"
         try:
-            missing = missing_rules(executable.graph)
+            missing = missing_rules(executable.graph, cls.mode)
             if missing:
-                _note(f"{name} runs on NumPy: no TensorFlow rule for "
-                      f"{', '.join(sorted(missing))}")
+                _note(f"{name} does not run on {cls.engine}: no TensorFlow rule "
+                      f"({cls.mode} mode) for {', '.join(sorted(missing))}")
                 return None
             return cls(executable, check)
         except Abandoned:
             raise
-        except Exception as error:  # noqa: BLE001 - any failure means NumPy
-            _note(f"{name} runs on NumPy: emitting it for XLA failed ({error!r})")
+        except Exception as error:  # noqa: BLE001 - any failure: another engine
+            _note(f"{name} does not run on {cls.engine}: emitting it failed ({error!r})")
             return None
 
     def run(self, arrays):
@@ -281,9 +311,15 @@ class XlaProgram:
             return self._fast(arrays)
         return [np.asarray(t) for t in self._function(*arrays)]
 
+    def failed(self, error):
+        """Notes (once) that the program's first run failed."""
+        _note(f"{self.name} does not run on {self.engine}: {self.failure} "
+              f"({type(error).__name__}: {str(error)[:500]})")
+
     def runner_for(self, executable):
-        """run(), falling back to NumPy for good if XLA cannot compile the
-        program (the failure is logged once)."""
+        """run(), falling back to NumPy for good if the first run fails (XLA
+        cannot compile the program, or a TensorFlow kernel refuses it; the
+        failure is logged once)."""
         state = {"ok": None}
 
         numpy_run = numpy_runner(executable)
@@ -297,15 +333,37 @@ class XlaProgram:
                 except Exception as error:  # noqa: BLE001
                     state["ok"] = False
                     run.engine = "numpy"
-                    _note(f"{self.name} runs on NumPy: XLA could not compile it "
-                          f"({type(error).__name__}: {str(error)[:500]})")
+                    self.failed(error)
                     return numpy_run(arrays)
                 state["ok"] = True
                 return out
             return self.run(arrays)
 
-        run.engine = "xla"
+        run.engine = self.engine
         return run
+
+
+class XlaProgram(TensorFlowProgram):
+    """Compiled by XLA: one executable for the whole program."""
+
+    engine = "xla"
+    mode = "xla"
+    jit_compile = True
+    failure = "XLA could not compile it"
+
+
+class GraphProgram(TensorFlowProgram):
+    """Run by TensorFlow's graph runtime (no XLA): its own kernels,
+    independent operations at once on its inter-op pool."""
+
+    engine = "tensorflow"
+    mode = "graph"
+    jit_compile = False
+    failure = "TensorFlow's graph runtime could not run it"
+
+
+# KERAS_IPU_ENGINE's TensorFlow engines.
+PROGRAMS = {cls.engine: cls for cls in (GraphProgram, XlaProgram)}
 
 
 _noted = set()
@@ -319,53 +377,59 @@ def _note(message):
         logger.debug(message)
 
 
-# -- auto: NumPy first, XLA for hot programs ---------------------------------
+# -- auto: NumPy first, TensorFlow's engines for hot programs -----------------
 
 
 class TieredRunner:
-    """Runs an Executable on NumPy, compiles it with XLA in the background
-    once it is hot, then keeps the faster engine (see the module doc)."""
+    """Runs an Executable on NumPy; once it is hot, prepares it for each of
+    AUTO_CANDIDATES in the background, times each against the fastest
+    engine so far and keeps the fastest (see the module doc)."""
 
     def __init__(self, executable):
         self.executable = executable
-        # numpy | compiling | timing | xla | numpy-final. On one host
-        # thread a compile is not in the background (module doc).
-        self.engine = "numpy" if host_threads.max_threads() > 1 else "numpy-final"
+        # numpy (not hot yet) | compiling | timing (a candidate) | final.
+        # On one host thread nothing is compiled (module doc).
+        self.engine = "numpy" if host_threads.max_threads() > 1 else "final"
         self.numpy_seconds = 0.0
-        self.numpy_times = []
-        self.xla_times = []
-        self.program = None
+        # The fastest engine so far, its name and its last timed runs.
+        self.current = numpy_runner(executable)
+        self.current_name = "numpy"
+        self.current_times = []
+        # The engine that computed the last run (current_engine).
+        self.last_engine = None
+        # The program being timed, handed over by the compile thread, which
+        # waits for `timed` before preparing the next: a compile beside the
+        # timed runs would slow them.
+        self.candidate = None
+        self.candidate_times = []
+        self.timed = threading.Event()
         self.thread = None
-        self._numpy_run = numpy_runner(executable)
         # Set by the process's exit: the compile stops and its result is
         # never used.
         self.abandoned = threading.Event()
-        # Set once the compile thread can no longer be stopped (inside XLA's
-        # C++ compiler) or has ended: what the exit waits for.
+        # Set once the compile thread can no longer be stopped (inside
+        # TensorFlow's C++: XLA's compile, the graph's first run) or has
+        # ended: what the exit waits for.
         self.unstoppable = threading.Event()
 
     def __call__(self, arrays):
         engine = self.engine
-        if engine == "xla":
-            return self.program.run(arrays)
         if engine == "timing":
-            return self._timed_xla(arrays)
-        if engine == "numpy-final":
-            return self._numpy(arrays)
+            return self._timed_candidate(arrays)
         if engine == "numpy" and self.numpy_seconds >= HOT_SECONDS:
             self._start_compile(arrays)
+        self.last_engine = self.current_name
+        if self.engine != "numpy":
+            return self.current(arrays)
         start, cpu = time.perf_counter(), time.process_time()
-        out = self._numpy(arrays)
-        if self.engine == "numpy":
-            elapsed = time.perf_counter() - start
-            # CPU time, as the compile's cost is counted: on a busy machine
-            # wall time would call a program hot after a few slow runs.
-            self.numpy_seconds += time.process_time() - cpu
-            self.numpy_times.append(elapsed)
+        out = self.current(arrays)
+        # CPU time, as the compile's cost is counted: on a busy machine
+        # wall time would call a program hot after a few slow runs.
+        self.numpy_seconds += time.process_time() - cpu
+        # Only runs before the compile are timed: one beside it is slowed.
+        self.current_times.append(time.perf_counter() - start)
+        del self.current_times[:-TIMED_RUNS]
         return out
-
-    def _numpy(self, arrays):
-        return self._numpy_run(arrays)
 
     def _start_compile(self, arrays):
         self.engine = "compiling"
@@ -377,7 +441,7 @@ class TieredRunner:
         # exit handler (_at_exit) makes ending it safe.
         self.thread = threading.Thread(
             target=self._compile, args=(sample,), daemon=True,
-            name=f"keras_ipu XLA compile of {self.executable.name}",
+            name=f"keras_ipu TensorFlow compile of {self.executable.name}",
         )
         _in_flight_add(self)
         self.thread.start()
@@ -399,7 +463,7 @@ class TieredRunner:
             # either way nothing is left to report to.
             if not (isinstance(error, Abandoned) or _exit_began(self)):
                 raise
-            logger.debug("%s: XLA compile abandoned at exit (%r)",
+            logger.debug("%s: TensorFlow compile abandoned at exit (%r)",
                          self.executable.name, error)
         finally:
             self.unstoppable.set()
@@ -413,40 +477,55 @@ class TieredRunner:
                 raise
             _note(f"{self.executable.name or 'a program'} runs on NumPy: "
                   f"TensorFlow could not be imported ({error!r})")
-            self.engine = "numpy-final"
+            self.engine = "final"
             return
-        program = XlaProgram.build(self.executable, check=self._check)
-        if program is None:
-            self.engine = "numpy-final"
-            return
-        self._check()
-        self.unstoppable.set()
-        try:
-            program.run(sample)  # XLA compiles on the first call
-        except Exception as error:  # noqa: BLE001
-            _note(f"{program.name} runs on NumPy: XLA could not compile it "
-                  f"({type(error).__name__}: {str(error)[:500]})")
-            self.engine = "numpy-final"
-            return
-        if self.abandoned.is_set():
-            return
-        self.program = program
-        self.engine = "timing"
+        for name in AUTO_CANDIDATES:
+            program = PROGRAMS[name].build(self.executable, check=self._check)
+            if program is None:
+                continue
+            self._check()
+            self.unstoppable.set()
+            try:
+                program.run(sample)  # compiled / optimised on the first call
+            except Exception as error:  # noqa: BLE001
+                program.failed(error)
+                continue
+            if self.abandoned.is_set():
+                return
+            self.timed.clear()
+            self.candidate = program
+            self.engine = "timing"
+            while not self.timed.wait(0.05):
+                self._check()
+        self.engine = "final"
 
-    def _timed_xla(self, arrays):
+    def _timed_candidate(self, arrays):
+        program = self.candidate
+        self.last_engine = program.engine
         start = time.perf_counter()
-        out = self.program.run(arrays)
-        self.xla_times.append(time.perf_counter() - start)
-        if len(self.xla_times) >= TIMED_RUNS:
-            xla = min(self.xla_times)
-            numpy_ = min(self.numpy_times[-TIMED_RUNS:]) if self.numpy_times else float("inf")
-            self.engine = "xla" if xla <= numpy_ else "numpy-final"
-            logger.info(
-                "%s: XLA %.3g ms, NumPy %.3g ms per run: keeps %s",
-                self.executable.name, 1e3 * xla, 1e3 * numpy_,
-                "XLA" if self.engine == "xla" else "NumPy",
-            )
+        out = program.run(arrays)
+        self.candidate_times.append(time.perf_counter() - start)
+        if len(self.candidate_times) >= TIMED_RUNS:
+            self._keep_the_faster()
         return out
+
+    def _keep_the_faster(self):
+        """The candidate's fastest timed run against the fastest engine
+        so far's: the faster keeps the program; the compile thread then
+        goes on to the next candidate, or ends."""
+        program = self.candidate
+        new = min(self.candidate_times)
+        old = min(self.current_times) if self.current_times else float("inf")
+        logger.info("%s: %s %.3g ms, %s %.3g ms per run: keeps %s",
+                    self.executable.name, program.engine, 1e3 * new,
+                    self.current_name, 1e3 * old,
+                    program.engine if new <= old else self.current_name)
+        if new <= old:
+            self.current, self.current_name = program.run, program.engine
+            self.current_times = self.candidate_times
+        self.candidate, self.candidate_times = None, []
+        self.engine = "compiling"
+        self.timed.set()
 
 
 # -- priority: the compile in the background, TensorFlow's runtime not --------
@@ -509,7 +588,7 @@ def _tensorflow_ready(graph, check):
     from keras_ipu.device.to_tensorflow import missing_rules
 
     _import_done.set()
-    if not missing_rules(graph):
+    if any(not missing_rules(graph, PROGRAMS[name].mode) for name in AUTO_CANDIDATES):
         _tf_imported.set()
         while not _runtime_started.wait(0.05):
             check()
@@ -618,11 +697,11 @@ def _end_at_exit_status():
 
 
 def current_engine(executable):
-    """'numpy' or 'xla': the engine that computed the executable's last
-    run (None before its first run)."""
+    """'numpy', 'tensorflow' or 'xla': the engine that computed the
+    executable's last run (None before its first run)."""
     run = executable.__dict__.get("_engine_run")
     if run is None:
         return None
     if isinstance(run, TieredRunner):
-        return "xla" if run.engine in ("xla", "timing") else "numpy"
+        return run.last_engine
     return getattr(run, "engine", "numpy")

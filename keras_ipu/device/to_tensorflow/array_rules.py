@@ -12,6 +12,7 @@ from keras_ipu.device.to_tensorflow.emitter import dynamic_shape
 from keras_ipu.device.to_tensorflow.emitter import rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 from keras_ipu.device.to_tensorflow.emitter import unknown_dimension_error
+from keras_ipu.device.to_tensorflow.emitter import xla_rule
 
 
 def _unknown_from_operand(ctx, x, name):
@@ -59,7 +60,7 @@ def _concatenate(ctx, *xs, axis):
     return tf.concat(xs, axis=axis % ctx.out_aval.ndim)
 
 
-@rule("pad")
+@xla_rule("pad")
 def _pad(ctx, x, padding_value, *, config):
     lo = [c[0] for c in config]
     hi = [c[1] for c in config]
@@ -99,19 +100,20 @@ def _slice(ctx, x, *, start_indices, limit_indices, strides):
     return tf.strided_slice(x, begin, end, strides)
 
 
-def _starts(starts):
+def starts_vector(starts):
+    """The scalar start operands of a dynamic slice as one int32 vector."""
     return tf.stack([tf.cast(s, tf.int32) for s in starts]) if starts else tf.zeros((0,), tf.int32)
 
 
-@rule("dynamic_slice")
+@xla_rule("dynamic_slice")
 def _dynamic_slice(ctx, x, *starts, slice_sizes):
     # XLA clamps the window inside the operand, as the kernel does.
-    return tfxla.dynamic_slice(x, _starts(starts), slice_sizes)
+    return tfxla.dynamic_slice(x, starts_vector(starts), slice_sizes)
 
 
-@rule("dynamic_update_slice")
+@xla_rule("dynamic_update_slice")
 def _dynamic_update_slice(ctx, x, update, *starts):
-    return tfxla.dynamic_update_slice(x, update, _starts(starts))
+    return tfxla.dynamic_update_slice(x, update, starts_vector(starts))
 
 
 def _indices(ctx, x_shape, indices, batch_dims):
@@ -167,17 +169,29 @@ _SCATTERS = {
 }
 
 
-@rule("scatter")
-def _scatter(ctx, x, indices, updates, *, mode, batch_dims=0):
+def scatter_function(mode):
+    """TensorFlow's scatter of the primitive's `mode`."""
+    if mode not in _SCATTERS:  # TensorFlow has no tensor_scatter_nd_mul
+        raise EmitError(f"scatter mode {mode!r} has no TensorFlow rule")
+    return _SCATTERS[mode]
+
+
+def scatter_indices(ctx, x, indices, batch_dims):
+    """(indices, valid): the kernel's index rule as tensor_scatter_nd
+    indices (batch columns included), and which rows are in range. The
+    kernel drops the others: their indices point just past the operand,
+    which XLA's scatter skips."""
     x_shape = dynamic_shape(x, ctx.in_avals[0].shape)
     idx, dims, valid = _indices(ctx, x_shape, indices, batch_dims)
-    # Out-of-range rows are dropped (as XLA's scatter and the kernel do):
-    # they are sent to an index XLA skips.
     idx = tf.where(valid[..., None], idx, tf.broadcast_to(dims, tf.shape(idx)))
-    idx = _with_batch(idx, batch_dims, x_shape)
-    if mode == "mul":  # TensorFlow has no tensor_scatter_nd_mul
-        raise EmitError("scatter mode 'mul' has no TensorFlow rule")
-    return _SCATTERS[mode](x, idx, updates)
+    return _with_batch(idx, batch_dims, x_shape), valid
+
+
+@xla_rule("scatter")
+def _scatter(ctx, x, indices, updates, *, mode, batch_dims=0):
+    apply = scatter_function(mode)
+    idx, _ = scatter_indices(ctx, x, indices, batch_dims)
+    return apply(x, idx, updates)
 
 
 @rule("stop_gradient")

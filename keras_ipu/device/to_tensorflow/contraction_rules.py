@@ -1,5 +1,6 @@
-"""TensorFlow rules of dot_general, conv_general_dilated and reduce_window:
-XLA's own DotGeneral, Conv and ReduceWindow (their params are XLA's)."""
+"""XLA-mode rules of dot_general, conv_general_dilated and reduce_window:
+XLA's own DotGeneral, Conv and ReduceWindow (their params are XLA's).
+graph_contraction_rules.py has the graph mode's."""
 
 import numpy as np
 import tensorflow as tf
@@ -8,11 +9,11 @@ from tensorflow.compiler.xla import xla_data_pb2
 
 from keras_ipu.device.primitives.conv import resolve_padding
 from keras_ipu.device.primitives.pooling import identity
-from keras_ipu.device.to_tensorflow.emitter import rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
+from keras_ipu.device.to_tensorflow.emitter import xla_rule
 
 
-@rule("dot_general")
+@xla_rule("dot_general")
 def _dot_general(ctx, lhs, rhs, *, dimension_numbers, preferred_element_type=None):
     (lc, rc), (lb, rb) = dimension_numbers
     dims = xla_data_pb2.DotDimensionNumbers()
@@ -30,24 +31,46 @@ def _dot_general(ctx, lhs, rhs, *, dimension_numbers, preferred_element_type=Non
     return out
 
 
-@rule("conv_general_dilated")
-def _conv(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
-          dimension_numbers, feature_group_count):
+def canonical_conv(ctx, lhs, rhs, padding, window_strides, lhs_dilation, rhs_dilation,
+                   dimension_numbers):
+    """(lhs, rhs, padding, restore): the operands transposed to the
+    canonical layout, batch-spatial-feature input and spatial-in-out
+    kernel (the one output layout both XLA's and TensorFlow's fast CPU
+    kernels take; gradients come in others: a weight gradient's batch is
+    the input's feature), the padding resolved, and `restore(out)`, the
+    canonical batch-spatial-feature result put in the primitive's layout."""
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     lhs_aval, rhs_aval = ctx.in_avals
     in_sizes = [lhs_aval.shape[a] for a in lhs_spec[2:]]
     window = [rhs_aval.shape[a] for a in rhs_spec[2:]]
     padding = resolve_padding(padding, in_sizes, window, window_strides,
                               lhs_dilation, rhs_dilation)
-    # XLA's CPU backend runs a convolution through its fast (Eigen)
-    # kernels only in the canonical layout, batch-spatial-feature input,
-    # spatial-in-out kernel, batch-spatial-feature output; gradients come
-    # in other layouts (a weight gradient's batch is the input's feature),
-    # which it would run as a naive loop. Transposes to and from the
-    # canonical layout make every convolution the fast kind.
-    nsp = len(lhs_spec) - 2
     lhs = tf.transpose(lhs, (lhs_spec[0],) + tuple(lhs_spec[2:]) + (lhs_spec[1],))
     rhs = tf.transpose(rhs, tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0]))
+    # Axis k of the canonical result is out_spec's role k (batch, spatial
+    # dims, feature): put each role where out_spec wants it.
+    roles = (out_spec[0],) + tuple(out_spec[2:]) + (out_spec[1],)
+    inverse = [0] * len(roles)
+    for k, axis in enumerate(roles):
+        inverse[axis] = k
+
+    def restore(out):
+        return tf.transpose(out, inverse)
+
+    return lhs, rhs, padding, restore
+
+
+@xla_rule("conv_general_dilated")
+def _conv(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
+          dimension_numbers, feature_group_count):
+    # XLA's CPU backend runs a convolution through its fast (Eigen)
+    # kernels only in the canonical layout; in others it would run a naive
+    # loop. Transposes to and from the canonical layout make every
+    # convolution the fast kind.
+    lhs, rhs, padding, restore = canonical_conv(
+        ctx, lhs, rhs, padding, window_strides, lhs_dilation, rhs_dilation,
+        dimension_numbers)
+    nsp = len(window_strides)
     spatial = list(range(1, nsp + 1))
     dims = xla_data_pb2.ConvolutionDimensionNumbers()
     dims.input_batch_dimension = 0
@@ -71,19 +94,13 @@ def _conv(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
         preferred_element_type=tf_dtype(ctx.out_aval.dtype),
         use_v2=True,
     )
-    # Axis k of the canonical result is out_spec's role k (batch, spatial
-    # dims, feature): put each role where out_spec wants it.
-    roles = (out_spec[0],) + tuple(out_spec[2:]) + (out_spec[1],)
-    inverse = [0] * len(roles)
-    for k, axis in enumerate(roles):
-        inverse[axis] = k
-    return tf.transpose(out, inverse)
+    return restore(out)
 
 
 _REDUCERS = {"sum": tf.math.add, "max": tf.math.maximum, "min": tf.math.minimum}
 
 
-@rule("reduce_window")
+@xla_rule("reduce_window")
 def _reduce_window(ctx, x, *, op, window_dimensions, window_strides, padding,
                    base_dilation, window_dilation):
     aval = ctx.in_avals[0]

@@ -6,12 +6,32 @@ gradient is already part of the traced program)."""
 import tensorflow as tf
 
 from keras_ipu.device.compiler.fusion import unfused_graph
+from keras_ipu.device.to_tensorflow.emitter import graph_rule
 from keras_ipu.device.to_tensorflow.emitter import rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 from keras_ipu.device.to_tensorflow.emitter import unknown_dimension_error
+from keras_ipu.device.to_tensorflow.emitter import xla_rule
 
 
-@rule("scan")
+@graph_rule("scan")
+def _scan_graph(ctx, *operands, body, length, reverse, n_carry, n_xs, unroll):
+    # TensorFlow's runtime copies a loop variable updated by
+    # TensorScatterUpdate at every step (the loop holds it too), which is
+    # quadratic in the trips (the LSTM's stacked outputs): its outputs go
+    # to TensorArrays instead, written in place and stacked once.
+    carry = list(operands[:n_carry])
+    xs = operands[n_carry:n_carry + n_xs]
+    consts = list(operands[n_carry + n_xs:])
+    if length == 1:
+        outs = ctx.emit(body, carry + [x[0] for x in xs] + consts)
+        return tuple(outs[:n_carry]) + tuple(y[None] for y in outs[n_carry:])
+    y_avals = ctx.out_avals[n_carry:]
+    if length == 0:
+        return tuple(carry) + tuple(tf.zeros(a.shape, a.dtype.name) for a in y_avals)
+    return _scan_into_arrays(ctx, carry, xs, consts, body, length, reverse, n_carry, y_avals)
+
+
+@xla_rule("scan")
 def _scan(ctx, *operands, body, length, reverse, n_carry, n_xs, unroll):
     carry = list(operands[:n_carry])
     xs = operands[n_carry:n_carry + n_xs]

@@ -2,17 +2,28 @@
 
     outputs = emit_graph(graph, inputs)     # inside any TensorFlow context
 
-The shape of jax2tf: `RULES` maps a primitive's name to a function
+The shape of jax2tf: a rule table (`MODE_RULES[mode]`) maps a primitive's name to a function
 `rule(ctx, *operands, **params)` that receives TensorFlow tensors and the
 primitive's own params and returns a tensor (a tuple for primitives with
 multiple results). `ctx` gives the rule the abstract values of the node
 (`ctx.in_avals`, `ctx.out_avals`) and `ctx.emit(graph, args)` for the
-sub-graphs control flow holds. The rules use XLA's own operations where
-TensorFlow has them (`tensorflow.compiler.tf2xla.python.xla`: dot_general,
-conv, reduce_window, gather, scatter, pad), so a program emitted here is
-meant to be compiled by XLA (`tf.function(jit_compile=True)`); this is
-what the XLA execution engine does (compiler/engines.py), and what a
-SavedModel export can wrap in its own `tf.function`.
+sub-graphs control flow holds. Two modes, one rule table each (`MODES`):
+
+- `xla` (the default): the rules use XLA's own operations where TensorFlow
+  has them (`tensorflow.compiler.tf2xla.python.xla`: dot_general, conv,
+  reduce_window, pad, dynamic slices), so the program is meant to be
+  compiled by XLA (`tf.function(jit_compile=True)`): the XLA engine, and
+  what a SavedModel export wraps in its own `tf.function`.
+- `graph`: only operations with TensorFlow kernels of their own (MatMul,
+  Conv2D, MaxPool, Pad, ...), so TensorFlow's graph runtime runs the
+  program without XLA (the `tensorflow` engine): its oneDNN kernels and
+  its inter-op pool running independent operations at once.
+
+Most rules emit operations both runtimes have and serve both modes
+(`@rule`); a primitive whose XLA rule has no graph kernels has a rule per
+mode (`@xla_rule` and `@graph_rule`). A primitive without a rule in a
+mode is named by `missing_rules(graph, mode)`: its program runs on
+another engine.
 
 The emitter knows nothing about how the program runs: no executable, no
 donation, no threads. It imports TensorFlow, so it is imported only by
@@ -29,9 +40,12 @@ from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.rule_table import rule_decorator
 
-# name -> rule(ctx, *operands, **params); filled by the *_rules modules,
-# which the package imports after this one.
-RULES = {}
+MODES = ("xla", "graph")
+# mode -> {name -> rule(ctx, *operands, **params)}; filled by the *_rules
+# modules, which the package imports after this one.
+MODE_RULES = {mode: {} for mode in MODES}
+# The XLA mode's table, the one exports use.
+RULES = MODE_RULES["xla"]
 
 # Per thread: a callable emit_graph calls before each node (it raises to
 # stop an emission midway; the XLA engine abandons a background compile so
@@ -54,15 +68,40 @@ class EmitError(NotImplementedError):
     """A primitive of the graph has no TensorFlow rule."""
 
 
-# @rule(*names): the decorated function is the rule of those primitives.
-rule = rule_decorator(RULES, "Two TensorFlow rules for {name!r}.")
+_MODE_DECORATORS = {
+    mode: rule_decorator(table, f"Two TensorFlow rules for {{name!r}} ({mode} mode).")
+    for mode, table in MODE_RULES.items()
+}
+# @xla_rule(*names) / @graph_rule(*names): the decorated function is the
+# rule of those primitives in that mode only.
+xla_rule = _MODE_DECORATORS["xla"]
+graph_rule = _MODE_DECORATORS["graph"]
+
+
+def rule(*names):
+    """@rule(*names): the decorated function is the rule of those
+    primitives in every mode (it emits operations both runtimes run)."""
+
+    def register(fn):
+        for decorate in _MODE_DECORATORS.values():
+            decorate(*names)(fn)
+        return fn
+
+    return register
+
+
+def _check_mode(mode):
+    if mode not in MODE_RULES:
+        raise ValueError(f"emit mode {mode!r} is not one of {', '.join(MODES)}.")
+    return MODE_RULES[mode]
 
 
 class RuleContext:
-    __slots__ = ("in_avals", "out_avals", "node")
+    __slots__ = ("in_avals", "out_avals", "node", "mode")
 
-    def __init__(self, node):
+    def __init__(self, node, mode):
         self.node = node
+        self.mode = mode
         self.in_avals = tuple(v.aval for v in node.inputs)
         self.out_avals = tuple(v.aval for v in node.outputs)
 
@@ -70,9 +109,9 @@ class RuleContext:
     def out_aval(self):
         return self.out_avals[0]
 
-    @staticmethod
-    def emit(graph, args):
-        return emit_graph(graph, args)
+    def emit(self, graph, args):
+        """A sub-graph's outputs, emitted in this node's mode."""
+        return emit_graph(graph, args, mode=self.mode)
 
 
 def tf_dtype(dtype):
@@ -104,9 +143,11 @@ def constant(value):
     return tf.constant(array, dtype=tf_dtype(array.dtype))
 
 
-def missing_rules(graph):
+def missing_rules(graph, mode="xla"):
     """The names of the primitives of `graph` (sub-graphs included) that
-    have no TensorFlow rule: empty when the whole graph can be emitted."""
+    have no TensorFlow rule in `mode`: empty when the whole graph can be
+    emitted."""
+    rules = _check_mode(mode)
     missing = set()
     stack = [graph]
     while stack:
@@ -116,18 +157,20 @@ def missing_rules(graph):
             if name == "fused_elementwise":
                 missing.update(
                     step[0].name for step in node.params["chain"]
-                    if step[0].name not in RULES
+                    if step[0].name not in rules
                 )
                 continue
-            if name not in RULES:
+            if name not in rules:
                 missing.add(name)
             stack.extend(subgraphs(node))
     return missing
 
 
-def emit_graph(graph, inputs):
+def emit_graph(graph, inputs, mode="xla"):
     """The TensorFlow tensors of `graph`'s outputs for `inputs` (one
-    tensor per graph input, of its dtype and shape)."""
+    tensor per graph input, of its dtype and shape), emitted with `mode`'s
+    rules."""
+    rules = _check_mode(mode)
     if len(inputs) != len(graph.inputs):
         raise TypeError(
             f"emit_graph: the graph takes {len(graph.inputs)} inputs, got "
@@ -149,13 +192,13 @@ def emit_graph(graph, inputs):
         if check is not None:
             check()
         name = node.primitive.name
-        fn = RULES.get(name)
+        fn = rules.get(name)
         if fn is None:
             raise EmitError(
-                f"No TensorFlow rule for the primitive `{name}`; this program "
-                "runs on the NumPy engine (KERAS_IPU_ENGINE=numpy)."
+                f"No TensorFlow rule ({mode} mode) for the primitive `{name}`; "
+                "this program runs on another engine (KERAS_IPU_ENGINE=numpy)."
             )
-        out = fn(RuleContext(node), *[read(v) for v in node.inputs], **node.params)
+        out = fn(RuleContext(node, mode), *[read(v) for v in node.inputs], **node.params)
         if node.primitive.multiple_results:
             for v, t in zip(node.outputs, out):
                 env[v] = t
