@@ -185,6 +185,32 @@ def test_structure_rules(target):
     check(graph, [f32(2, 3, 4), f32(2, 4)], target, exact=True)
 
 
+PADS = [
+    ((1, -1, 0), (0, 2, 1), (2, 0, 0)),
+    ((1, 1, 2), (-2, 3, 1), (0, -1, 3)),  # holes and crops on one axis
+    ((3, -4, 1), (0, 0, 0), (-1, 0, 2)),  # crops deeper than the edge holes
+    ((0, 1, 1), (1, 0, 1), (0, 0, 0)),  # a max-pool gradient's tap
+]
+
+
+@pytest.mark.parametrize("config", PADS)
+def test_pad_interior_and_negative(config, target):
+    graph = one("pad", [((3, 4, 5), "float32"), ((), "float32")], config=config)
+    check(graph, [f32(3, 4, 5), np.float32(7.0)], target, exact=True)
+
+
+@pytest.mark.parametrize("starts,limits,strides", [
+    ((0, 1, 0), (3, 4, 5), (2, 1, 2)),
+    ((1, 0, 1), (3, 4, 4), (3, 2, 2)),  # the last row short of a stride
+    ((0, 0, 4), (3, 4, 5), (1, 5, 1)),
+    ((2, 0, 0), (1, 4, 5), (2, 1, 1)),  # empty
+])
+def test_strided_slices(starts, limits, strides, target):
+    graph = one("slice", [((3, 4, 5), "float32")], start_indices=starts,
+                limit_indices=limits, strides=strides)
+    check(graph, [f32(3, 4, 5)], target, exact=True)
+
+
 def test_marker_identities(target):
     from keras_ipu.device.compiler import CompileOptions
     from keras_ipu.device.compiler.recompute import RecomputationMode
@@ -341,6 +367,8 @@ CONVS = [
      dict(padding=((1, 1), (1, 1)))),
     ((2, 9, 9, 3), (2, 4, 4, 4), ((3, 0, 1, 2), (3, 0, 1, 2), (2, 3, 0, 1)),
      dict(padding=((0, 0), (0, 0)), rhs_dilation=(2, 2))),
+    ((2, 8, 8, 3), (2, 4, 4, 4), ((3, 0, 1, 2), (3, 0, 1, 2), (2, 3, 0, 1)),
+     dict(padding=((0, 1), (1, 1)), rhs_dilation=(2, 2))),
 ]
 
 

@@ -85,7 +85,7 @@ def _iota(ctx, *, dtype, shape, dimension):
     return tf.broadcast_to(ramp, shape)
 
 
-@rule("slice")
+@xla_rule("slice")
 def _slice(ctx, x, *, start_indices, limit_indices, strides):
     if None in ctx.in_avals[0].shape:
         # Python slice rules on a dimension known only at run time, as the
