@@ -443,6 +443,37 @@ def test_control_flow_scan_while_and_cond(target):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+def test_both_modes_have_a_rule_for_the_same_primitives_and_graph_rules_no_xla_ops():
+    from keras_ipu.device.to_tensorflow import MODE_RULES
+    from keras_ipu.device.to_tensorflow import emit_graph
+
+    assert set(MODE_RULES["graph"]) == set(MODE_RULES["xla"])
+    # A max-pool's training step in graph mode: TensorFlow's own kernels
+    # only (XLA's ops have no kernel outside XLA).
+    import tensorflow as tf
+
+    def body(b, x, w):
+        y = b.op("conv_general_dilated", x, w, window_strides=(1, 1), padding=((1, 1), (1, 1)),
+                 lhs_dilation=(1, 1), rhs_dilation=(1, 1),
+                 dimension_numbers=((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)),
+                 feature_group_count=1)
+        p = b.op("reduce_window", y, op="max", window_dimensions=(1, 2, 2, 1),
+                 window_strides=(1, 2, 2, 1), padding=((0, 0),) * 4,
+                 base_dilation=(1,) * 4, window_dilation=(1,) * 4)
+        return [b.op("pad", p, lit(np.float32(0.0)), config=((0, 0, 0), (1, 0, 1), (0, 1, 1),
+                                                             (0, 0, 0)))]
+
+    graph = build([aval((2, 6, 6, 3)), aval((3, 3, 3, 4))], body)
+    ops = {}
+    for mode in ("xla", "graph"):
+        fn = tf.function(lambda x, w, mode=mode: emit_graph(graph, [x, w], mode=mode))
+        concrete = fn.get_concrete_function(tf.TensorSpec((2, 6, 6, 3)), tf.TensorSpec((3, 3, 3, 4)))
+        ops[mode] = {op.type for op in concrete.graph.get_operations()}
+    assert {t for t in ops["xla"] if t.startswith("Xla")}  # the check can see them
+    assert not {t for t in ops["graph"] if t.startswith("Xla")}, ops["graph"]
+    assert {"Conv2D", "MaxPool"} <= ops["graph"]
+
+
 # -- the engine choice ------------------------------------------------------
 
 
@@ -621,6 +652,30 @@ def test_auto_keeps_the_faster_by_the_timed_runs():
         assert runner.timed.is_set() and runner.candidate is None
         if engine == kept:
             assert runner.current == candidate.run and runner.current_times == times
+
+
+def test_a_candidate_failing_in_a_timed_run_is_dropped(monkeypatch, caplog):
+    monkeypatch.setattr(engines, "_noted", set())
+    exe = compile_graph(_graph())
+    x, w = f32(8, 6), f32(6, 5)
+    want = exe.run_unchecked([x, w])
+    runner = engines.TieredRunner(exe)
+
+    class Refusing(engines.GraphProgram):
+        def __init__(self):
+            self.name = "refusing"
+
+        def run(self, arrays):
+            raise RuntimeError("kernel refused (test)")
+
+    runner.candidate, runner.engine = Refusing(), "timing"
+    with caplog.at_level("DEBUG", logger="keras_ipu.device"):
+        got = runner([x, w])
+    for g, wv in zip(got, want):
+        np.testing.assert_array_equal(g, wv)
+    assert runner.engine == "compiling" and runner.timed.is_set()
+    assert runner.current_name == "numpy" and runner.last_engine == "numpy"
+    assert any("kernel refused (test)" in r.message for r in caplog.records)
 
 
 def test_auto_on_one_host_thread_never_compiles(monkeypatch):

@@ -501,9 +501,19 @@ class TieredRunner:
 
     def _timed_candidate(self, arrays):
         program = self.candidate
-        self.last_engine = program.engine
         start = time.perf_counter()
-        out = program.run(arrays)
+        try:
+            out = program.run(arrays)
+        except Exception as error:  # noqa: BLE001 - a kernel refused these inputs
+            # TensorFlow never writes into its inputs: the engine so far
+            # runs them as they are.
+            program.failed(error)
+            self.candidate, self.candidate_times = None, []
+            self.engine = "compiling"
+            self.timed.set()
+            self.last_engine = self.current_name
+            return self.current(arrays)
+        self.last_engine = program.engine
         self.candidate_times.append(time.perf_counter() - start)
         if len(self.candidate_times) >= TIMED_RUNS:
             self._keep_the_faster()

@@ -1,9 +1,9 @@
 """Emit a keras_ipu Graph as TensorFlow ops, one rule per primitive.
 
-    outputs = emit_graph(graph, inputs)     # inside any TensorFlow context
+    outputs = emit_graph(graph, inputs, mode)     # inside any TensorFlow context
 
-The shape of jax2tf: a rule table (`MODE_RULES[mode]`) maps a primitive's name to a function
-`rule(ctx, *operands, **params)` that receives TensorFlow tensors and the
+The shape of jax2tf: a rule table (`MODE_RULES[mode]`) maps a primitive's
+name to a function `rule(ctx, *operands, **params)` that receives TensorFlow tensors and the
 primitive's own params and returns a tensor (a tuple for primitives with
 multiple results). `ctx` gives the rule the abstract values of the node
 (`ctx.in_avals`, `ctx.out_avals`) and `ctx.emit(graph, args)` for the
