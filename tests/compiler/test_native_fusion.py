@@ -143,7 +143,7 @@ def test_bool_logic_and_conversions():
         q = b.op("ge", x, lit(0.5, "float32"))
         both = b.op("and", p, q)
         either = b.op("or", p, b.op("not", q))
-        odd = b.op("xor", p, q)
+        odd = b.op("xor", p, b.op("logical_not", b.op("logical_not", q)))
         as_float = b.op("convert_element_type", either, dtype=np.dtype("float32"))
         back = b.op("convert_element_type", x, dtype=np.dtype("bool"))
         chosen = b.op("select", odd, both, back)

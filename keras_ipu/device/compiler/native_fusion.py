@@ -80,6 +80,8 @@ def _steps(prim, in_dtypes, out_aval, loops):
         ufunc = None if prim.ieee_exact else fast_ufunc(prim, (out_aval,), out_aval)
         if ufunc is not None and ufunc.nin == 1:
             return _loop_step(ufunc, _LOOP, loops)
+    if prim is ew.logical_not_p and in_dtypes == (BOOL,):
+        return [(_NOT, True)]  # on bools np.logical_not is `not` (a max pool's gradient)
     opcode = _opcode(prim, in_dtypes, out_dtype)
     return None if opcode is None else [(opcode, True)]
 
