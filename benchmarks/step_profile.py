@@ -20,10 +20,12 @@ cpu_ms_per_step to see that part.
 `--run-loop` instead runs the whole step as the engine does, alternating
 the program's order (one kernel after another) with the run loop's
 (independent kernels launched beside the next ones:
-compiler/concurrent_steps.py), checks that both give the same bits, and
-prints each one's wall time (median, min) and process CPU time per step:
-what running kernels at once buys, measured in one process (a quiet
-machine's measure: on a busy one only the CPU time means much).
+compiler/concurrent_steps.py) and with the run loop as a loop over its
+list of steps (before the straight-line code: compiler/straight_line.py),
+checks that all give the same bits, and prints each one's wall time
+(median, min) and process CPU time per step: what running kernels at once
+buys, and what the straight-line code does, measured in one process (a
+quiet machine's measure: on a busy one only the CPU time means much).
 
 `--layers` times one step from the inside out, layers alternating in one
 process: the step program (run loop), the device loop's program around it,
@@ -77,32 +79,45 @@ def kernel_times(step, inputs, repeats, clock=time.thread_time, warmup=3):
 
 
 def run_loop_times(step, inputs, repeats):
-    """{"program order" | "run loop": (wall seconds list, CPU seconds)} of
-    the Executable `step` run whole, alternating the two orders on fresh
-    copies of `inputs`; raises if their results differ."""
-    orders = {"program order": step._program, "run loop": step._run_program}
-    saved = step._run_program
+    """{"program order" | "run loop" | "run loop, stepped": (wall seconds
+    list, CPU seconds)} of the Executable `step` run whole, alternating the
+    orders on fresh copies of `inputs`: its kernels one after another, and
+    the run loop's (independent kernels launched beside the next ones),
+    both as the engine runs them (straight-line code: straight_line.py),
+    and the run loop as a loop over its list of steps (the run loop before
+    issue 16's eighth pass: the Python per kernel that code removes).
+    Raises if their results differ."""
+    def stepped(steps):
+        return lambda arrays: step.run_steps(steps, arrays)
+
+    def straight(steps):  # as Executable.run_unchecked picks
+        return step.straight_line(steps) or stepped(steps)
+
+    orders = {
+        "program order": straight(step._program),
+        "run loop": straight(step._run_program),
+        "run loop, stepped": stepped(step._run_program),
+    }
     results, times = {}, {name: ([], 0.0) for name in orders}
-    try:
-        with np.errstate(all="ignore"):
-            for rep in range(3 + repeats):
-                for name, program in orders.items():
-                    step._run_program = program
-                    arrays = [a.copy() for a in inputs]
-                    cpu, start = time.process_time(), time.perf_counter()
-                    out = step.run_unchecked(arrays)
-                    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-                    if rep < 3:
-                        results.setdefault(name, out)
-                        continue
-                    walls, total = times[name]
-                    walls.append(wall)
-                    times[name] = (walls, total + cpu)
-    finally:
-        step._run_program = saved
-    for a, b in zip(*results.values()):
-        if not np.array_equal(a, b, equal_nan=True):
-            raise AssertionError("the run loop's results differ from the program order's")
+    with np.errstate(all="ignore"):
+        for rep in range(3 + repeats):
+            for name, run in orders.items():
+                arrays = [a.copy() for a in inputs]
+                cpu, start = time.process_time(), time.perf_counter()
+                out = run(arrays)
+                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                if rep < 3:
+                    results.setdefault(name, out)
+                    continue
+                walls, total = times[name]
+                walls.append(wall)
+                times[name] = (walls, total + cpu)
+    first, *others = results.values()
+    for other in others:
+        for a, b in zip(first, other):
+            if not np.array_equal(a, b, equal_nan=True):
+                raise AssertionError(
+                    "the run loop's results differ from the program order's")
     return times
 
 

@@ -8,7 +8,8 @@ the run loop is (kernel, operand slots, output slot(s), multiple-results
 flag, slots to clear): the kernel is pre-bound to its params, and the slots
 whose value dies at this step (liveness.py) are cleared right after it, so
 NumPy can reuse their memory. `run` does no dict lookups or type checks
-per op.
+per op: the steps are written out once as a straight-line Python function
+(straight_line.py), a local variable per slot.
 
 An Executable pickles without its kernels (they are rebound on load from
 the primitives, which pickle by name): the on-disk cache stores it, with
@@ -43,6 +44,7 @@ from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.lowering import ALIGNED_OUTPUT_LOWERINGS
 from keras_ipu.device.compiler.lowering import lower
+from keras_ipu.device.compiler.straight_line import straight_line
 from keras_ipu.device import liveness
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 from keras_ipu.device.ir import Graph
@@ -283,6 +285,15 @@ class Executable:
             (s, s in self.constants or s in self.output_slots[:k])
             for k, s in enumerate(self.output_slots)
         )
+        # The run loop as straight-line code (straight_line.py), or None
+        # (a very long program: the loop over _run_program runs it).
+        self._run_straight = self.straight_line(self._run_program)
+
+    def straight_line(self, steps):
+        """run_unchecked's function for `steps` (this program's steps, in
+        program order or the run loop's) as straight-line code, or None."""
+        return straight_line(steps, self._n_inputs, self.constants, self._output_plan,
+                             name=self.name or "program")
 
     @property
     def steps(self):
@@ -309,7 +320,8 @@ class Executable:
     def __getstate__(self):
         state = dict(self.__dict__)
         for key in (
-            "_template", "_program", "_run_program", "_kernels", "_frees", "_n_inputs",
+            "_template", "_program", "_run_program", "_run_straight", "_kernels", "_frees",
+            "_n_inputs",
             "_in_dtypes",
             "_in_shapes", "_output_plan", "_zeros_noted", "_engine_run", "constants",
             "output_slots", "_running_graph",
@@ -479,9 +491,17 @@ class Executable:
     def run_unchecked(self, arrays):
         """run() for a list of ndarrays known to match the input avals (a
         loop body called by its control-flow kernel); no errstate either."""
+        run = self._run_straight
+        if run is not None:
+            return run(arrays)
+        return self.run_steps(self._run_program, arrays)
+
+    def run_steps(self, steps, arrays):
+        """run_unchecked as a loop over `steps` (what the straight-line
+        function computes, for a program too long to write out)."""
         env = self._template[:]
         env[: self._n_inputs] = arrays
-        for kernel, ins, out, multi, frees in self._run_program:
+        for kernel, ins, out, multi, frees in steps:
             if multi:
                 results = kernel(*[env[i] for i in ins])
                 for s, value in zip(out, results):
