@@ -156,6 +156,35 @@ def test_reductions(name, axes, target):
     check(one(name, [((3, 4, 5), "float32")], axes=axes), [f32(3, 4, 5)], target, rtol=1e-5)
 
 
+@pytest.mark.parametrize("shape,axes", [((64, 8, 8, 32), (0, 1, 2)), ((2, 4096, 9), (1, 0)),
+                                        ((300, 7, 40), (0,))])
+def test_large_sums_over_leading_axes(shape, axes, target):
+    # The graph mode's MatMul by a row of ones: the same sums, added in
+    # another order (within float32 rounding of a 64K-term sum).
+    check(one("reduce_sum", [(shape, "float32")], axes=axes), [f32(*shape)], target,
+          rtol=1e-4, atol=2e-3)
+
+
+def test_graph_mode_sums_large_leading_axes_as_a_product_only():
+    import tensorflow as tf
+
+    from keras_ipu.device.to_tensorflow import emit_graph
+
+    def ops(shape, axes, dtype="float32"):
+        graph = one("reduce_sum", [(shape, dtype)], axes=axes)
+        fn = tf.function(lambda x: emit_graph(graph, [x], mode="graph"))
+        concrete = fn.get_concrete_function(tf.TensorSpec(shape, dtype))
+        return {op.type for op in concrete.graph.get_operations()}
+
+    assert "MatMul" in ops((64, 8, 8, 32), (0, 1, 2))
+    assert "Sum" not in ops((64, 8, 8, 32), (0, 1, 2))
+    for shape, axes, dtype in [((64, 8, 8, 32), (1, 2), "float32"),  # not leading
+                               ((64, 8, 8, 32), (0, 1, 2, 3), "float32"),  # all axes
+                               ((128, 512), (0,), "float32"),  # small
+                               ((64, 8, 8, 32), (0, 1, 2), "int32")]:
+        assert "MatMul" not in ops(shape, axes, dtype) and "Sum" in ops(shape, axes, dtype)
+
+
 def test_logical_reductions_argmax_cumsum(target):
     def body(b, p, x):
         return [
@@ -405,6 +434,39 @@ def test_reduce_window_on_axes_apart_with_dilated_base(op, dtype, target):
           rtol=2e-3 if dtype == "float16" else 1e-5)
 
 
+# (shape, window, strides, padding, dtype): a 2x2 pool, overlapping padded
+# windows, one windowed axis, three windowed axes apart, float16.
+SCATTER_CASES = [
+    ((2, 6, 6, 3), (1, 2, 2, 1), (1, 2, 2, 1), ((0, 0),) * 4, "float32"),
+    ((2, 7, 6, 3), (1, 3, 3, 1), (1, 2, 1, 1), ((0, 0), (1, 1), (0, 1), (0, 0)), "float32"),
+    ((3, 9), (1, 3), (1, 2), ((0, 0), (1, 1)), "float32"),
+    ((4, 2, 5, 4, 3), (2, 1, 2, 2, 1), (2, 1, 1, 2, 1), ((0, 0),) * 5, "float32"),
+    ((2, 6, 6, 3), (1, 3, 3, 1), (1, 1, 1, 1), ((0, 0), (1, 1), (1, 1), (0, 0)), "float16"),
+]
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("case", SCATTER_CASES, ids=lambda c: f"{c[0]}-{c[4]}")
+def test_select_and_scatter_add_takes_the_first_extremum(op, case, target):
+    # MaxPoolGrad / MaxPool3DGrad (XLA: its select-and-scatter) against the
+    # NumPy kernel. Few distinct values (ties in most windows) and integer
+    # cotangents (exact sums in any order): equal bits unless a pick differs.
+    shape, window, strides, padding, dtype = case
+    params = dict(window_dimensions=window, window_strides=strides, padding=padding,
+                  window_dilation=(1,) * len(shape))
+
+    def body(b, g, x):
+        y = b.op("reduce_window", x, op=op, base_dilation=(1,) * len(shape), **params)
+        return [b.op("select_and_scatter_add", g, x, y, op=op, **params)]
+
+    y_shape = one("reduce_window", [(shape, dtype)], op=op,
+                  base_dilation=(1,) * len(shape), **params).outputs[0].aval.shape
+    graph = build([aval(y_shape, dtype), aval(shape, dtype)], body)
+    x = RNG.integers(0, 3, shape).astype(dtype)
+    g = RNG.integers(-4, 5, y_shape).astype(dtype)
+    check(graph, [g, x], target, exact=True)
+
+
 @pytest.mark.parametrize("bit_width,stream", [(32, 0), (8, 3), (64, 2**40 + 5)])
 def test_random_bits_are_the_numpy_bits(bit_width, stream, target):
     graph = one("random_bits", [((2,), "uint32")], shape=(3, 5), bit_width=bit_width,
@@ -460,8 +522,12 @@ def test_both_modes_have_a_rule_for_the_same_primitives_and_graph_rules_no_xla_o
         p = b.op("reduce_window", y, op="max", window_dimensions=(1, 2, 2, 1),
                  window_strides=(1, 2, 2, 1), padding=((0, 0),) * 4,
                  base_dilation=(1,) * 4, window_dilation=(1,) * 4)
-        return [b.op("pad", p, lit(np.float32(0.0)), config=((0, 0, 0), (1, 0, 1), (0, 1, 1),
-                                                             (0, 0, 0)))]
+        padded = b.op("pad", p, lit(np.float32(0.0)), config=((0, 0, 0), (1, 0, 1), (0, 1, 1),
+                                                               (0, 0, 0)))
+        grad = b.op("select_and_scatter_add", p, y, p, op="max",
+                    window_dimensions=(1, 2, 2, 1), window_strides=(1, 2, 2, 1),
+                    padding=((0, 0),) * 4, window_dilation=(1,) * 4)
+        return [padded, grad]
 
     graph = build([aval((2, 6, 6, 3)), aval((3, 3, 3, 4))], body)
     ops = {}
@@ -471,7 +537,9 @@ def test_both_modes_have_a_rule_for_the_same_primitives_and_graph_rules_no_xla_o
         ops[mode] = {op.type for op in concrete.graph.get_operations()}
     assert {t for t in ops["xla"] if t.startswith("Xla")}  # the check can see them
     assert not {t for t in ops["graph"] if t.startswith("Xla")}, ops["graph"]
-    assert {"Conv2D", "MaxPool"} <= ops["graph"]
+    # The max pool's gradient is TensorFlow's one kernel, not per-tap slices.
+    assert {"Conv2D", "MaxPool", "MaxPoolGrad"} <= ops["graph"]
+    assert not {"StridedSlice", "SelectV2", "Select"} & ops["graph"], ops["graph"]
 
 
 # -- the engine choice ------------------------------------------------------

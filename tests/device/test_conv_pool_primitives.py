@@ -1,4 +1,5 @@
-"""conv_general_dilated and reduce_window against naive NumPy loops."""
+"""conv_general_dilated, reduce_window and select_and_scatter_add (max/min
+pool gradients) against naive NumPy loops."""
 
 import itertools
 
@@ -11,6 +12,7 @@ from keras_ipu.device.primitives.conv import conv_general_dilated_p
 from keras_ipu.device.primitives.conv import conv_transpose
 from keras_ipu.device.primitives.pooling import reduce_window
 from keras_ipu.device.primitives.pooling import reduce_window_p
+from keras_ipu.device.primitives.pooling import select_and_scatter_add
 from keras_ipu.device.trace import GraphBuilder
 
 RNG = np.random.default_rng(0)
@@ -226,6 +228,106 @@ def test_reduce_window_matches_naive_reference(op, shape, window, strides,
     want = naive_reduce_window(x, op, window, strides, padding)
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def naive_select_and_scatter_add(g, x, y, op, window, strides, padding):
+    """Window by window (output order): the window's first element, in
+    row-major order, equal to its result takes its cotangent."""
+    fill = {"max": -np.inf, "min": np.inf}[op]
+    xp = _pad(x.astype(np.float64), tuple(range(x.ndim)), padding, fill)
+    acc = np.zeros(xp.shape)
+    for p in itertools.product(*[range(q) for q in y.shape]):
+        corner = [pp * s for pp, s in zip(p, strides)]
+        for tap in itertools.product(*[range(k) for k in window]):
+            at = tuple(c + t for c, t in zip(corner, tap))
+            if xp[at] == y[p]:
+                acc[at] += g[p]
+                break
+    return acc[tuple(slice(lo, lo + n) for (lo, _), n in zip(padding, x.shape))]
+
+
+# (shape, window, strides, padding): non-overlapping, overlapping with
+# padding, a 1-d window, three windowed axes apart.
+SCATTER_CASES = [
+    ((2, 6, 6, 3), (1, 2, 2, 1), (1, 2, 2, 1), ((0, 0),) * 4),
+    ((2, 7, 6, 3), (1, 3, 3, 1), (1, 2, 1, 1), ((0, 0), (1, 1), (0, 1), (0, 0))),
+    ((3, 9), (1, 3), (1, 2), ((0, 0), (1, 1))),
+    ((4, 2, 5, 4, 3), (2, 1, 2, 2, 1), (2, 1, 1, 2, 1), ((0, 0),) * 5),
+]
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("case", SCATTER_CASES, ids=lambda c: str(c[0]))
+def test_select_and_scatter_add_matches_naive_reference_with_ties(op, case):
+    shape, window, strides, padding = case
+    # Few distinct values: most windows hold ties. Integer cotangents:
+    # every sum is exact, so the order of overlapping windows' sums
+    # cannot hide a wrong pick.
+    x = RNG.integers(0, 3, shape).astype(np.float32)
+    y = np.asarray(reduce_window(x, op, window, strides, padding))
+    g = RNG.integers(-4, 5, y.shape).astype(np.float32)
+    got = np.asarray(select_and_scatter_add(g, x, y, op, window, strides, padding,
+                                            (1,) * len(shape)))
+    assert got.shape == x.shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got, naive_select_and_scatter_add(
+        g, x, y, op, window, strides, padding))
+
+
+def test_select_and_scatter_add_half_floats_sum_in_float32_and_keep_signed_zeros():
+    # Three overlapping windows pick the same element; summed in float16
+    # 2048 + 1 rounds back to 2048 (twice), in float32 the sum is 2050.
+    x = np.array([[0.0, 0.0, 5.0, 0.0, 0.0]], np.float16)
+    y = np.asarray(reduce_window(x, "max", (1, 3), (1, 1)))
+    g = np.array([[1.0, 1.0, 2048.0]], np.float16)
+    got = np.asarray(select_and_scatter_add(g, x, y, "max", (1, 3), (1, 1),
+                                            ((0, 0), (0, 0)), (1, 1)))
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, [[0, 0, 2050, 0, 0]])
+    # Non-overlapping windows write each share as it is: -0.0 stays -0.0,
+    # as the concatenate of the per-tap pads gave.
+    x = np.array([[1.0, 0.0, 0.0, 1.0]], np.float32)
+    y = np.asarray(reduce_window(x, "max", (1, 2), (1, 2)))
+    got = np.asarray(select_and_scatter_add(np.array([[-0.0, -0.0]], np.float32), x, y,
+                                            "max", (1, 2), (1, 2), ((0, 0), (0, 0)),
+                                            (1, 1)))
+    assert np.signbit(got[0, 0]) and np.signbit(got[0, 3])
+
+
+def test_select_and_scatter_add_matches_jaxs_max_pool_gradient():
+    jax = pytest.importorskip("jax")
+    x = RNG.integers(0, 4, (2, 7, 8, 3)).astype(np.float32)
+    window, strides = (1, 3, 2, 1), (1, 2, 2, 1)
+    padding = ((0, 0), (1, 1), (0, 0), (0, 0))
+
+    def pool(v):
+        return jax.lax.reduce_window(v, -np.inf, jax.lax.max, window, strides, padding)
+
+    y, vjp = jax.vjp(pool, x)
+    g = RNG.integers(-3, 4, y.shape).astype(np.float32)
+    got = select_and_scatter_add(g, x, np.asarray(y), "max", window, strides, padding,
+                                 (1,) * 4)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(vjp(g)[0]))
+
+
+def test_select_and_scatter_add_shape_rule_checks_its_operands():
+    from keras_ipu.device.primitives.pooling import select_and_scatter_add_p
+    from keras_ipu.device.primitives.shape_rules import ShapeError
+
+    def rule(g, x, y, op="max"):
+        return select_and_scatter_add_p.shape_rule(
+            ShapedArray(g, np.float32), ShapedArray(x, np.float32),
+            ShapedArray(y, np.float32), op=op, window_dimensions=(1, 2, 2, 1),
+            window_strides=(1, 2, 2, 1), padding=((0, 0),) * 4, window_dilation=(1,) * 4)
+
+    assert rule((1, 2, 2, 1), (1, 4, 4, 1), (1, 2, 2, 1)) == ShapedArray((1, 4, 4, 1),
+                                                                           np.float32)
+    assert rule((None, 2, 2, 1), (None, 4, 4, 1), (None, 2, 2, 1)).shape == (None, 4, 4, 1)
+    with pytest.raises(ShapeError, match="cotangent"):
+        rule((1, 3, 2, 1), (1, 4, 4, 1), (1, 2, 2, 1))
+    with pytest.raises(ShapeError, match="window results"):
+        rule((1, 3, 3, 1), (1, 4, 4, 1), (1, 3, 3, 1))
+    with pytest.raises(ValueError, match="op='sum'"):
+        rule((1, 2, 2, 1), (1, 4, 4, 1), (1, 2, 2, 1), op="sum")
 
 
 def test_reduce_window_same_padding_and_int_identity():

@@ -538,25 +538,47 @@ def test_reduce_window(op, case):
         x)
 
 
-def test_valid_pooling_gradient_pads_nothing():
-    # Unpadded pooling: the gradient neither pads the operand nor crops the
-    # result (identity pads were two full copies per step); padded pooling does.
+def test_pooling_gradients_pad_only_what_the_window_pads():
+    # A max pool's gradient is one select_and_scatter_add (no per-tap pads,
+    # slices or selects: the TensorFlow engine emits it as MaxPoolGrad);
+    # a sum's gradient pads each tap's share into place, and only padded
+    # pooling crops the sum back (no identity pads: full copies per step).
     x = r(2, 4, 4, 3)
-    pads = {}
-    for name, padding in (("valid", ((0, 0),) * 4), ("same", ((0, 0), (0, 1), (0, 1), (0, 0)))):
-        fn = lambda v, padding=padding: pooling.reduce_window_p.bind(  # noqa: E731
-            v, op="max", window_dimensions=(1, 2, 2, 1), window_strides=(1, 2, 2, 1),
-            padding=padding, base_dilation=(1,) * 4, window_dilation=(1,) * 4)
-        y = fn(x)
-        ct = r(*np.shape(y), seed=2)
-        graph, (g,) = traced_vjp(fn, [x], [ct])
-        pads[name] = [n.params["config"] for n in graph.nodes if n.primitive.name == "pad"]
-        _, back = autodiff.vjp(fn, x)
-        np.testing.assert_array_equal(np.asarray(g), np.asarray(back(ct)[0]))
-    assert pads["valid"] and all(any(lo or hi or i for lo, hi, i in c) for c in pads["valid"])
+    nodes = {}
+    for op in ("max", "sum"):
+        for name, padding in (("valid", ((0, 0),) * 4),
+                              ("same", ((0, 0), (0, 1), (0, 1), (0, 0)))):
+            fn = lambda v, op=op, padding=padding: pooling.reduce_window_p.bind(  # noqa: E731
+                v, op=op, window_dimensions=(1, 2, 2, 1), window_strides=(1, 2, 2, 1),
+                padding=padding, base_dilation=(1,) * 4, window_dilation=(1,) * 4)
+            y = fn(x)
+            ct = r(*np.shape(y), seed=2)
+            graph, (g,) = traced_vjp(fn, [x], [ct])
+            nodes[op, name] = [(n.primitive.name, n.params.get("config")) for n in graph.nodes
+                               if n.primitive.name in ("pad", "select_and_scatter_add",
+                                                       "slice", "select")]
+            _, back = autodiff.vjp(fn, x)
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(back(ct)[0]))
+    assert nodes["max", "valid"] == nodes["max", "same"] == [("select_and_scatter_add", None)]
+    taps = nodes["sum", "valid"]
     identity = ((0, 0, 0),) * 4
-    assert identity not in pads["valid"]
-    assert len(pads["same"]) == len(pads["valid"]) + 2  # the operand's and the crop
+    assert len(taps) == 4 and all(p == "pad" and c != identity for p, c in taps)
+    # The same taps into one more row and column, then the crop.
+    assert [p for p, _ in nodes["sum", "same"]] == ["pad"] * 5
+
+
+@pytest.mark.parametrize("case", POOLS, ids=lambda c: str(c[0]))
+def test_select_and_scatter_add_is_linear_in_the_cotangent(case):
+    # Its own gradient (a max pool's second derivative): each window reads
+    # the cotangent back where its first maximum is.
+    shape, window, strides, padding, wdil = case
+    x = np.random.default_rng(5).integers(0, 3, shape).astype(F64)  # ties
+    y = np.asarray(pooling.reduce_window_p.bind(
+        x, op="max", window_dimensions=window, window_strides=strides, padding=padding,
+        base_dilation=(1,) * len(shape), window_dilation=wdil))
+    check_grad(lambda g: pooling.select_and_scatter_add_p.bind(
+        g, x, y, op="max", window_dimensions=window, window_strides=strides,
+        padding=padding, window_dilation=wdil), r(*y.shape))
 
 
 def test_max_pool_tie_goes_to_the_first_maximum():

@@ -40,3 +40,18 @@ def test_rules_of_every_category_return_costs():
         assert c.flops >= 0 and c.bytes_out > 0, name
     assert _call("cholesky", (f,), lower=True).flops == int(8**3 / 3)  # 170
     assert _call("sort", (f,), dimension=1).flops == 64 * 3
+
+
+def test_max_pool_gradient_costs_its_taps():
+    # select_and_scatter_add of a 2x2 pool of (2, 4, 6, 3): 2*2*3*3 = 36
+    # window results, 4 taps each, POOL_GRAD_FLOPS_PER_TAP (3) per tap;
+    # it reads g, x and y and writes x's shape.
+    from keras_ipu.device.simulator import cost_model
+
+    g, x = ShapedArray((2, 2, 3, 3), "float32"), ShapedArray((2, 4, 6, 3), "float32")
+    c = _call("select_and_scatter_add", (g, x, g), op="max",
+              window_dimensions=(1, 2, 2, 1), window_strides=(1, 2, 2, 1),
+              padding=((0, 0),) * 4, window_dilation=(1,) * 4)
+    assert cost_model.POOL_GRAD_FLOPS_PER_TAP == 3
+    assert c.flops == 36 * 4 * 3 and c.kind == "elementwise"
+    assert c.bytes_in == (36 + 144 + 36) * 4 and c.bytes_out == 144 * 4

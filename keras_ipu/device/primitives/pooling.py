@@ -1,5 +1,7 @@
 """Windowed reductions: `reduce_window` (lax.reduce_window for max, sum and
-min), the kernel of every pooling op.
+min), the kernel of every pooling op; and `select_and_scatter_add`, the
+gradient of its max and min (a max pool's gradient: TensorFlow's
+MaxPoolGrad, XLA's select-and-scatter).
 
 The window, strides, dilations and padding cover every axis of the operand
 (pooling over spatial axes only uses 1 for the batch and channel axes).
@@ -19,6 +21,7 @@ from keras_ipu.device.primitives.conv import dilate_and_pad
 from keras_ipu.device.primitives.conv import resolve_padding
 from keras_ipu.device.primitives.conv import static_padding
 from keras_ipu.device.primitives.registry import Primitive
+from keras_ipu.device.simulator import cost_model
 
 _OPS = ("max", "sum", "min")
 
@@ -156,14 +159,117 @@ def reduce_window(x, op, window_dimensions, window_strides=None,
     )
 
 
+def _window_views(shape, out_shape, window_dimensions, window_strides,
+                  window_dilation):
+    """(tap, slices) per window tap, in row-major tap order: the tap's
+    strided view of an operand of `shape` (padded) has the window
+    results' shape `out_shape`."""
+    for tap in np.ndindex(*window_dimensions):
+        starts = tuple(t * d for t, d in zip(tap, window_dilation))
+        yield tap, tuple(slice(s, s + (n - 1) * st + 1, st)
+                         for s, n, st in zip(starts, out_shape, window_strides))
+
+
+def _select_and_scatter_add_rule(g, x, y, *, op, window_dimensions, window_strides,
+                                 padding, window_dilation):
+    if op not in ("max", "min"):
+        raise ValueError(f"select_and_scatter_add: op={op!r} is not max or min.")
+    if g.shape != y.shape:
+        raise shape_rules.ShapeError(
+            f"select_and_scatter_add: the cotangent {g.shape} must have the "
+            f"window results' shape {y.shape}."
+        )
+    want = _reduce_window_rule(x, op=op, window_dimensions=window_dimensions,
+                               window_strides=window_strides, padding=padding,
+                               base_dilation=(1,) * x.ndim,
+                               window_dilation=window_dilation)
+    if want.shape != y.shape:
+        raise shape_rules.ShapeError(
+            f"select_and_scatter_add: the window results {y.shape} are not "
+            f"those of the operand {x.shape} ({want.shape})."
+        )
+    return ShapedArray(x.shape, g.dtype)
+
+
+def _select_and_scatter_add(g, x, y, *, op, window_dimensions, window_strides,
+                            padding, window_dilation):
+    """In each window of `x` (padded with op's identity, which is never
+    picked unless the whole window is padding) the first tap, in row-major
+    order, equal to the window's result `y` takes the window's cotangent
+    `g`; each element of the result sums what it took. A NaN result picks
+    nothing (NaN equals nothing). Half floats sum in float32, rounded once."""
+    padding = resolve_padding(padding, x.shape, window_dimensions, window_strides,
+                              (1,) * x.ndim, window_dilation)
+    axes = tuple(range(x.ndim))
+    xp = dilate_and_pad(x, axes, (1,) * x.ndim, padding, identity(op, x.dtype))
+    work = np.float32 if g.dtype.kind == "f" and g.dtype.itemsize < 4 else g.dtype
+    acc = np.zeros(xp.shape, work)
+    # Windows that do not overlap write each element at most once: the
+    # share itself (what the concatenate of the per-tap pads gave), not
+    # 0 + share (which would turn a -0.0 into +0.0).
+    overlap = any(
+        (k - 1) * d + 1 > s for k, d, s in zip(window_dimensions, window_dilation,
+                                               window_strides))
+    zero = np.zeros((), g.dtype)
+    taken = None
+    if 0 not in y.shape:
+        for _, view in _window_views(xp.shape, y.shape, window_dimensions,
+                                     window_strides, window_dilation):
+            hit = xp[view] == y
+            if taken is None:
+                taken = hit
+            else:
+                hit &= ~taken
+                taken |= hit
+            share = np.where(hit, g, zero)
+            if overlap:
+                acc[view] += share
+            else:
+                acc[view] = share
+    unpad = tuple((-lo, -hi) for lo, hi in padding)
+    out = dilate_and_pad(acc, axes, (1,) * x.ndim, unpad, 0)
+    return np.ascontiguousarray(out.astype(g.dtype, copy=False))
+
+
+select_and_scatter_add_p = Primitive(
+    "select_and_scatter_add",
+    _select_and_scatter_add_rule,
+    _select_and_scatter_add,
+    fp_class="accumulating",
+    doc="The gradient of reduce_window max/min: (cotangent, operand, window "
+        "results) -> each window's cotangent added where its first extremum is.",
+)
+
+
+def select_and_scatter_add(g, x, y, op, window_dimensions, window_strides, padding,
+                           window_dilation):
+    """Bind select_and_scatter_add: `y` is reduce_window(x, op, ...) with
+    the same window (resolved (lo, hi) padding pairs, no base dilation),
+    `g` the cotangent of `y`."""
+    return select_and_scatter_add_p.bind(
+        g, x, y, op=op, window_dimensions=tuple(window_dimensions),
+        window_strides=tuple(window_strides), padding=tuple(map(tuple, padding)),
+        window_dilation=tuple(window_dilation))
+
+
 # -- cost rules (formulas and constants: keras_ipu/device/simulator/cost_model.py)
 
 
+def _window_size(window_dimensions):
+    return int(np.prod(window_dimensions, dtype=np.int64))
+
+
 def _reduce_window_flops(ins, outs, *, window_dimensions, **params):
-    window = 1
-    for w in window_dimensions:
-        window *= w
-    return _cost.size(outs[0]) * window
+    return _cost.size(outs[0]) * _window_size(window_dimensions)
 
 
 reduce_window_p.cost = _cost.per_output("reduce", _reduce_window_flops)
+
+
+def _select_and_scatter_add_flops(ins, outs, *, window_dimensions, **params):
+    return (_cost.size(ins[2]) * _window_size(window_dimensions)
+            * cost_model.POOL_GRAD_FLOPS_PER_TAP)
+
+
+select_and_scatter_add_p.cost = _cost.per_output("elementwise",
+                                                 _select_and_scatter_add_flops)

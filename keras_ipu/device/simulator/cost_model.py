@@ -94,6 +94,12 @@ TRANSCENDENTAL_FLOPS = 8  # assumption
 # Vector FLOPs to produce 32 random bits (the tile's hardware PRNG makes 64
 # bits per cycle; conversion to the output type dominates): an assumption.
 RANDOM_FLOPS_PER_32_BITS = 2  # assumption
+# Vector FLOPs of a max pool's gradient (select_and_scatter_add) per window
+# tap and window result: compare the tap with the result, select the
+# cotangent or zero, add it into the operand's gradient. The ops of the
+# per-tap decomposition it replaced (eq, select, the pads' add; the mask
+# bookkeeping of ties not counted): an assumption.
+POOL_GRAD_FLOPS_PER_TAP = 3  # assumption
 
 # -- exchange and sync [DESIGN] ----------------------------------------------
 EXCHANGE_BYTES_PER_TILE_PER_CYCLE = 4  # [DESIGN] (also targets.*.exchange_...)

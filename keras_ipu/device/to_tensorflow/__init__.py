@@ -22,4 +22,5 @@ from keras_ipu.device.to_tensorflow import control_flow_rules  # noqa: F401,E402
 from keras_ipu.device.to_tensorflow import elementwise_rules  # noqa: F401,E402
 from keras_ipu.device.to_tensorflow import graph_array_rules  # noqa: F401,E402
 from keras_ipu.device.to_tensorflow import graph_contraction_rules  # noqa: F401,E402
+from keras_ipu.device.to_tensorflow import pooling_rules  # noqa: F401,E402
 from keras_ipu.device.to_tensorflow import random_rules  # noqa: F401,E402

@@ -4,7 +4,8 @@ BatchMatMul, Conv2D / Conv3D / DepthwiseConv2dNative and MaxPool / AvgPool
 kernels (oneDNN's on x86), where the XLA mode (contraction_rules.py) uses
 XLA's DotGeneral, Conv and ReduceWindow, which TensorFlow runs only
 through XLA. A case these kernels do not take raises EmitError: the
-program then runs on another engine."""
+program then runs on another engine. Also large sums over leading axes,
+as a product with a row of ones (TensorFlow's Sum is slow on them)."""
 
 import numpy as np
 import tensorflow as tf
@@ -14,12 +15,14 @@ from keras_ipu.device.primitives.conv import resolve_padding
 from keras_ipu.device.primitives.dot import compute_dtype
 from keras_ipu.device.primitives.dot import split_dimensions
 from keras_ipu.device.primitives.pooling import identity
+from keras_ipu.device.to_tensorflow.array_rules import sum_rule
 from keras_ipu.device.to_tensorflow.contraction_rules import canonical_conv
 from keras_ipu.device.to_tensorflow.emitter import EmitError
 from keras_ipu.device.to_tensorflow.emitter import graph_rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 from keras_ipu.device.to_tensorflow.graph_array_rules import pad
 from keras_ipu.device.to_tensorflow.graph_array_rules import static_shape
+from keras_ipu.device.to_tensorflow.pooling_rules import PoolLayout
 
 # The dtypes TensorFlow's CPU MatMul / BatchMatMulV2 / Conv2D kernels take;
 # bool and other integers are computed in int64 (the same wrapped result:
@@ -228,6 +231,34 @@ def _conv(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
     return restore(_from_work(out, out_dtype))
 
 
+# Sums over leading axes of at least this many elements are emitted as a
+# MatMul of a row of ones by the operand seen as (rows, columns).
+# TensorFlow's Sum kernel keeps the inner axes by striding down the outer
+# ones; the product is oneDNN's vectorised, threaded GEMM. Process CPU ms
+# per sum at 2 threads on this host (issue 16, eighth pass; the call's own
+# ~0.2 ms included): 128x32x32x32 over (0, 1, 2) 5.1 -> 1.2, 128x16x16x64
+# 3.0 -> 1.1, 8192x128 over 0 1.4 -> 0.9, 4096x64 0.43 -> 0.32; 128x512
+# (64K elements) and below, no gain (0.22 -> 0.24). These are BatchNormalization's
+# statistics and their gradients, and bias gradients. The order of the
+# additions changes (blocked in the GEMM, row by row in NumPy's kernel):
+# the values agree within float rounding, not to the bit.
+COLUMN_SUM_MIN_ELEMENTS = 1 << 17
+_SUM_DTYPES = {np.dtype(np.float32), np.dtype(np.float64)}
+
+
+@graph_rule("reduce_sum")
+def _reduce_sum(ctx, x, *, axes):
+    shape = ctx.in_avals[0].shape
+    k = len(axes)
+    if (0 < k < len(shape) and tuple(sorted(axes)) == tuple(range(k))
+            and None not in shape and np.dtype(ctx.in_avals[0].dtype) in _SUM_DTYPES
+            and _size(shape, range(len(shape))) >= COLUMN_SUM_MIN_ELEMENTS):
+        rows, cols = _size(shape, range(k)), _size(shape, range(k, len(shape)))
+        ones = tf.ones((1, rows), x.dtype)
+        return tf.reshape(tf.linalg.matmul(ones, tf.reshape(x, (rows, cols))), shape[k:])
+    return sum_rule(ctx, x, axes=axes)
+
+
 _POOLS = {"max": tf.nn.max_pool, "sum": tf.nn.avg_pool}
 
 
@@ -254,32 +285,21 @@ def _reduce_window(ctx, x, *, op, window_dimensions, window_strides, padding,
     if any(c != (0, 0, 0) for c in config):
         fill = identity("max" if op == "min" else op, np.dtype(work.as_numpy_dtype))
         x = pad(x, tf.constant(fill, work), config)
-    shape = static_shape(x, "reduce_window")
-    windowed = [a for a in range(len(shape))
-                if window_dimensions[a] != 1 or window_strides[a] != 1]
+    layout = PoolLayout(static_shape(x, "reduce_window"), window_dimensions,
+                        window_strides)
+    windowed = layout.windowed
     if not windowed:
         out = x
     else:
         if len(windowed) > 3:
             raise EmitError("TensorFlow's pools window at most 3 axes.")
-        before = [a for a in range(windowed[-1]) if a not in windowed]
-        after = [a for a in range(windowed[-1] + 1, len(shape))]
-        order = before + windowed + after
-        if order != list(range(len(shape))):
-            x = tf.transpose(x, order)
         ksize = [window_dimensions[a] for a in windowed]
         strides = [window_strides[a] for a in windowed]
         pooled = _POOLS[op if op != "min" else "max"](
-            tf.reshape(x, [_size(shape, before)] + [shape[a] for a in windowed]
-                       + [_size(shape, after)]),
-            ksize=ksize, strides=strides, padding="VALID")
+            layout.to_pool(x), ksize=ksize, strides=strides, padding="VALID")
         if op == "sum":
             pooled = pooled * tf.constant(float(np.prod(ksize)), work)
-        out_windowed = static_shape(pooled, "reduce_window")[1:-1]
-        out = tf.reshape(pooled, [shape[a] for a in before] + out_windowed
-                         + [shape[a] for a in after])
-        if order != list(range(len(shape))):
-            out = tf.transpose(out, np.argsort(order))
+        out = layout.from_pool(pooled, static_shape(pooled, "reduce_window")[1:-1])
     if op == "min":
         out = -out
     return out if out.dtype == tf_dtype(dtype) else tf.cast(out, tf_dtype(dtype))
