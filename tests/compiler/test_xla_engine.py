@@ -542,6 +542,45 @@ def test_both_modes_have_a_rule_for_the_same_primitives_and_graph_rules_no_xla_o
     assert not {"StridedSlice", "SelectV2", "Select"} & ops["graph"], ops["graph"]
 
 
+def _broadcasts_and_padded_sums(b, x, s, g):
+    # s (4, 1, 3) broadcast to x's (4, 5, 3): read by mul and select
+    # beside full-shape operands (left to TensorFlow's kernels to
+    # broadcast), and once more as a graph output (materialised). g's
+    # pieces zero-padded into a (4, 10) sum (one concatenate), and a
+    # product's transpose (folded into the product).
+    wide = b.op("broadcast_to", s, shape=(4, 5, 3))
+    kept = b.op("broadcast_to", s, shape=(4, 5, 3))
+    prod = b.op("mul", x, wide)
+    picked = b.op("select", b.op("gt", x, lit(np.float32(0))), wide, prod)
+    left = b.op("pad", g, lit(np.float32(0)), config=((0, 0, 0), (0, 5, 0)))
+    right = b.op("pad", g, lit(np.float32(0)), config=((0, 0, 0), (5, 0, 0)))
+    dot = b.op("dot_general", g, g, dimension_numbers=(((0,), (0,)), ((), ())))
+    return [picked, kept, b.op("add", left, right),
+            b.op("transpose", dot, permutation=(1, 0))]
+
+
+_BROADCAST_AVALS = [((4, 5, 3), "float32"), ((4, 1, 3), "float32"), ((4, 5), "float32")]
+
+
+def test_implicit_broadcasts_and_graph_runtime_rewrites_keep_values(target):
+    graph = build([aval(*a) for a in _BROADCAST_AVALS], _broadcasts_and_padded_sums)
+    check(graph, [f32(4, 5, 3), f32(4, 1, 3), f32(4, 5)], target)
+
+
+def test_graph_mode_leaves_broadcasts_to_readers_and_concatenates_padded_sums():
+    import tensorflow as tf
+
+    from keras_ipu.device.to_tensorflow import emit_graph
+
+    graph = build([aval(*a) for a in _BROADCAST_AVALS], _broadcasts_and_padded_sums)
+    fn = tf.function(lambda *xs: emit_graph(graph, list(xs), mode="graph"))
+    concrete = fn.get_concrete_function(*[tf.TensorSpec(s, d) for s, d in _BROADCAST_AVALS])
+    ops = [op.type for op in concrete.graph.get_operations()]
+    assert ops.count("BroadcastTo") == 1, ops  # the graph output only
+    assert "ConcatV2" in ops and "Pad" not in ops and "PadV2" not in ops, ops
+    assert "Transpose" not in ops, ops
+
+
 # -- the engine choice ------------------------------------------------------
 
 

@@ -36,6 +36,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
+from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.rule_table import rule_decorator
@@ -166,6 +168,72 @@ def missing_rules(graph, mode="xla"):
     return missing
 
 
+def _for_graph_runtime(graph):
+    """`graph` with the NumPy lowering's two rewrites of what the autodiff
+    writes (compiler/fusion.py runs them before fusing; the emitter gets
+    the program before them): a product's transpose folded into the
+    product, and sums of zero pads that tile an array (the gradient of
+    slicing: an LSTM's four gates) as one concatenate. TensorFlow's graph
+    runtime runs each op as written: per LSTM step it ran two transposes,
+    four Pads and an AddN of four (128, 512) arrays where Keras'
+    TensorFlow backend runs one ConcatV2 (issue 16, eighth pass). XLA
+    simplifies these itself. Values are the same (a padded sum's zeros
+    can differ in sign only, as on NumPy)."""
+    return concatenate_padded_sums(fold_dot_transposes(graph))
+
+
+# Primitives whose rules call TensorFlow ops that broadcast their operands
+# as NumPy does (right-aligned, size-1 axes stretched): AddV2, Mul,
+# SelectV2, Equal, ...
+IMPLICIT_BROADCAST = frozenset({
+    "add", "sub", "mul", "div", "max", "min", "select",
+    "eq", "ne", "lt", "le", "gt", "ge",
+})
+
+
+def _implicit_broadcasts(graph):
+    """The broadcast_to nodes of `graph` whose result every reader would
+    broadcast the same way itself: each reader is an IMPLICIT_BROADCAST
+    primitive of the same result shape with another operand of that full
+    shape (not itself a broadcast), and the result is no graph output.
+    TensorFlow's graph runtime materialises a BroadcastTo (BatchNormalization's
+    statistics broadcast to 128x32x32x32, 16 MB, in the CNN benchmark's
+    backward pass); its binary kernels broadcast as they read. XLA fuses
+    broadcasts itself."""
+    made_by = {}
+    for node in graph.nodes:
+        for v in node.outputs:
+            made_by[v] = node
+    readers = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if type(v) is not Literal:
+                readers.setdefault(v, []).append(node)
+    outputs = {v for v in graph.outputs if type(v) is not Literal}
+    elided = set()
+    for node in graph.nodes:
+        if node.primitive.name != "broadcast_to":
+            continue
+        (v,), (x,) = node.outputs, node.inputs
+        shape = v.aval.shape
+        if v in outputs or None in shape or len(x.aval.shape) > len(shape):
+            continue
+
+        def full(u, v=v, shape=shape):
+            if u is v or type(u) is Literal or u.aval.shape != shape:
+                return False
+            maker = made_by.get(u)  # None: a graph input
+            return maker is None or maker.primitive.name != "broadcast_to"
+
+        uses = readers.get(v, ())
+        if uses and all(r.primitive.name in IMPLICIT_BROADCAST
+                        and r.outputs[0].aval.shape == shape
+                        and any(full(u) for u in r.inputs)
+                        for r in uses):
+            elided.add(node)
+    return elided
+
+
 def emit_graph(graph, inputs, mode="xla"):
     """The TensorFlow tensors of `graph`'s outputs for `inputs` (one
     tensor per graph input, of its dtype and shape), emitted with `mode`'s
@@ -176,6 +244,10 @@ def emit_graph(graph, inputs, mode="xla"):
             f"emit_graph: the graph takes {len(graph.inputs)} inputs, got "
             f"{len(inputs)}."
         )
+    elided = ()
+    if mode == "graph":
+        graph = _for_graph_runtime(graph)
+        elided = _implicit_broadcasts(graph)
     env = dict(zip(graph.inputs, inputs))
     literals = {}
 
@@ -191,6 +263,9 @@ def emit_graph(graph, inputs, mode="xla"):
     for node in graph.nodes:
         if check is not None:
             check()
+        if node in elided:  # its readers broadcast the operand themselves
+            env[node.outputs[0]] = read(node.inputs[0])
+            continue
         name = node.primitive.name
         fn = rules.get(name)
         if fn is None:
