@@ -130,6 +130,19 @@ def test_a_long_program_runs_through_the_loop(monkeypatch):
     _same(exe.run_unchecked(list(inputs)), compile_graph(_step_graph()).run_unchecked(inputs))
 
 
+def test_a_dropped_program_goes_without_the_garbage_collector():
+    import gc
+
+    exe = compile_graph(_step_graph())
+    ref = weakref.ref(exe._run_straight)
+    gc.disable()
+    try:
+        del exe
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
 def test_a_kernel_error_names_the_generated_code():
     steps = ((lambda x: 1 / 0, (0,), 1, False, ()),)
     run = straight_line.straight_line(steps, 1, {}, ((1, False),), name="broken_step")

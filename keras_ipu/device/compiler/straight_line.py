@@ -84,6 +84,9 @@ def straight_line(steps, n_inputs, constants, output_plan, name="program"):
         return None
     source, namespace = source_of(steps, n_inputs, constants, output_plan)
     exec(compile(source, f"<run loop of {name}>", "exec"), namespace)
-    function = namespace["run"]
+    # Taken out of its own globals: no reference cycle, so a dropped
+    # program's kernels and constants go at once, not at the next
+    # garbage collection.
+    function = namespace.pop("run")
     function.source = source
     return function
