@@ -121,6 +121,18 @@ def test_a_value_is_dropped_where_the_loop_clears_it():
     assert deletes == ["del s0", "del s2", "del s3"]
 
 
+@pytest.mark.parametrize("n", [3, 255, 256, 400])
+def test_a_kernel_with_hundreds_of_results(n):
+    """A loop with hundreds of carries: more targets than Python unpacks
+    before a starred one (the EfficientNet-B0 predict loop has 324)."""
+    steps = ((lambda *xs: tuple(x + 1 for x in xs), tuple(range(n)),
+              tuple(range(n, 2 * n)), True, ()),)
+    plan = tuple((s, False) for s in range(n, 2 * n))
+    run = straight_line.straight_line(steps, n, {}, plan)
+    xs = [np.float32(i) for i in range(n)]
+    assert [float(v) for v in run(xs)] == [i + 1.0 for i in range(n)]
+
+
 def test_a_long_program_runs_through_the_loop(monkeypatch):
     monkeypatch.setattr(straight_line, "MAX_STEPS", 1)
     exe = compile_graph(_step_graph())

@@ -34,6 +34,10 @@ import numpy as np
 MAX_STEPS = 20_000
 
 
+# CPython's limit on the targets before a starred one in an unpacking.
+_STAR_TARGETS = 256
+
+
 def _slot(s, constants):
     return f"c{s}" if s in constants else f"s{s}"
 
@@ -57,8 +61,12 @@ def source_of(steps, n_inputs, constants, output_plan):
         call = f"k{k}(" + ", ".join(_slot(s, constants) for s in ins) + ")"
         if multi:
             # `*_`: the loop zipped the results with the slots (any extra
-            # result dropped).
-            targets = "".join(f"s{s}, " for s in out) + "*_,"
+            # result dropped). Python takes at most 255 targets before a
+            # star; beyond, the results are unpacked exactly (control flow
+            # with hundreds of carries: its kernels return one per output).
+            targets = "".join(f"s{s}, " for s in out)
+            if len(out) < _STAR_TARGETS:
+                targets += "*_,"
             live.update(out)
         else:
             targets = f"s{out}"
