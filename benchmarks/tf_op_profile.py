@@ -38,6 +38,7 @@ def parse_args(argv=None):
                    help="TensorFlow's intra- and inter-op threads (as fit_throughput's "
                         "--threads; set before TensorFlow starts)")
     p.add_argument("--top", type=int, default=40, help="rows printed")
+    p.add_argument("--quick", action="store_true", help="tiny model sizes (a smoke test)")
     return p.parse_args(argv)
 
 
@@ -93,7 +94,7 @@ def main(argv=None):
     if args.backend == "tensorflow":
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    size = ft.SIZES["full"][args.model]
+    size = ft.SIZES["quick" if args.quick else "full"][args.model]
     b = args.batch_size
     x, y = ft.make_data(args.model, size, args.steps * b)
     keras.utils.set_random_seed(ft.SEED)
