@@ -4,6 +4,7 @@ moments, batch_normalization."""
 import numpy as np
 
 from keras_ipu.backend.nn_ops import _lax as lax
+from keras_ipu.device.primitives.control_flow import stop_gradient_p
 
 __all__ = [
     "softmax", "log_softmax", "sparsemax", "moments", "batch_normalization",
@@ -14,10 +15,18 @@ def _axes(axis):
     return tuple(axis) if isinstance(axis, (list, tuple)) else axis
 
 
+def _shift(x, axis):
+    """The max subtracted for stability, outside autodiff (as JAX's
+    softmax): the results do not depend on it, so its gradient is zero in
+    exact arithmetic, and differentiating it only added a full-size
+    compare/select/divide chain to every softmax's backward pass."""
+    return stop_gradient_p.bind(lax.reduce_max(x, axis, keepdims=True))
+
+
 def softmax(x, axis=-1):
     x = lax.float_tensor(x)
     axis = _axes(axis)
-    shifted = lax.sub(x, lax.reduce_max(x, axis, keepdims=True))
+    shifted = lax.sub(x, _shift(x, axis))
     e = lax.exp(shifted)
     return lax.div(e, lax.reduce_sum(e, axis, keepdims=True))
 
@@ -25,7 +34,7 @@ def softmax(x, axis=-1):
 def log_softmax(x, axis=-1):
     x = lax.float_tensor(x)
     axis = _axes(axis)
-    shifted = lax.sub(x, lax.reduce_max(x, axis, keepdims=True))
+    shifted = lax.sub(x, _shift(x, axis))
     return lax.sub(
         shifted, lax.log(lax.reduce_sum(lax.exp(shifted), axis, keepdims=True))
     )
