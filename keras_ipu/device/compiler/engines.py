@@ -43,9 +43,15 @@ cycles, profiles) always come from the Executable's own program:
   tripled their CPU time (MLP: 17-23 against 5-7 ms per step; Keras'
   demo_functional: 35 against 16 on the NumPy engine alone). Threads
   inherit their starter's priority and a user cannot raise it again, so
-  TensorFlow's runtime (its thread pools and XLA's) is started by a
-  thread of normal priority (`_start_runtime`, about 0.5 s of CPU once)
-  when the import is done; the compile waits for it. A niced thread that
+  TensorFlow's runtime (the intra- and inter-op pools that run both
+  engines' programs) is started by a thread of normal priority
+  (`_start_runtime`, one eager op) when the import is done; the compile
+  waits for it. XLA's compile pool is not started there: XLA creates it
+  at its first compile, from the compiling thread, so under `auto` it
+  inherits the compile's nice 19. Measured in issue 16 (eighth pass): when
+  the starter also ran one XLA call, that pool started at normal priority
+  and did about three quarters of each compile's CPU (transformer: 2.5 of
+  3.3 s), beside the training at equal priority. A niced thread that
   holds the interpreter lock starves the training thread waiting for it
   (a priority inversion), so TensorFlow's C++ libraries, the longest
   block of its import, are loaded first with the lock released
@@ -578,8 +584,9 @@ def _start_runtime():
         if _exiting.is_set():  # nothing left to start it for
             return
         tf = _tensorflow()
-        # An eager op starts the runtime's pools, an XLA call XLA's own.
-        tf.function(lambda x: x + 1, jit_compile=True, autograph=False)(tf.constant(1.0))
+        # An eager op starts the pools programs run on. No XLA call: XLA's
+        # compile pool would start here at normal priority (module doc).
+        tf.add(tf.constant(1.0), 1.0)
     except Exception as error:  # noqa: BLE001 - the compile reports its own
         logger.debug("starting TensorFlow's runtime failed: %r", error)
     finally:
