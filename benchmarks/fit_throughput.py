@@ -18,7 +18,12 @@ Per model and backend it reports:
     timed epochs (median): the work, where wall time on a busy machine is
     mostly the scheduler's share;
   - the loss after the first epoch, which should agree across backends
-    (same data, weights and order; a check that they ran the same thing).
+    (same data, weights and order; a check that they ran the same thing);
+  - on ipu, each epoch's seconds, CPU ms per step and the host engine that
+    ran its last step, and when `auto` (the default engine) became hot,
+    had each TensorFlow candidate ready and kept one: the reported figure
+    is what `auto` gives in this window; a longer --timed-epochs run shows
+    where it settles.
 Ratios ipu/tensorflow and ipu/jax of samples_per_s (> 1: ipu is faster) and
 of first_epoch_s (> 1: ipu is slower to start) are computed per model.
 
@@ -340,6 +345,52 @@ class ConcurrencyCounts:
         return {key: round(value / steps, 2) for key, value in self.counts.items()} or None
 
 
+class EngineLog:
+    """Which host engine (compiler/engines.py) ran the training program in
+    each epoch, and when `auto` changed it: the runners of this process's
+    executables, noted as the Executable asks for them (it looks
+    `engines.runner` up on each first run)."""
+
+    _installed = None
+
+    def __init__(self):
+        from keras_ipu.device.compiler import engines
+
+        self.engines = engines
+        self.runners = []
+        runner = self.runner_wrapped = engines.runner
+
+        def noted_runner(executable):
+            run = runner(executable)
+            self.runners.append((executable, run))
+            return run
+
+        engines.runner = noted_runner
+
+    @classmethod
+    def installed(cls):
+        """The process's one log (each would wrap the last one's)."""
+        if cls._installed is None:
+            cls._installed = cls()
+        return cls._installed
+
+    def _training(self):
+        return [(exe, run) for exe, run in self.runners
+                if (exe.name or "").startswith("train_step")]
+
+    def engine_now(self):
+        """The engine of the training program's last run."""
+        used = {self.engines.current_engine(exe) for exe, _ in self._training()}
+        return ",".join(sorted(e for e in used if e)) or None
+
+    def events(self, since):
+        """`auto`'s steps since `since` (perf_counter), as (seconds since
+        `since`, what)."""
+        out = [(t - since, what) for _, run in self._training()
+               for t, what in getattr(run, "events", ()) if t >= since]
+        return sorted(out)
+
+
 def run_model(keras, name, size, args, weights_path):
     steps, epochs = model_steps(args, name), 1 + args.timed_epochs
     batch = args.batch_size
@@ -363,6 +414,7 @@ def run_model(keras, name, size, args, weights_path):
 
     marks = {}
     counts = ConcurrencyCounts.installed() if keras.backend.backend() == "ipu" else None
+    engine_log = EngineLog.installed() if keras.backend.backend() == "ipu" else None
 
     class Clock(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
@@ -378,6 +430,8 @@ def run_model(keras, name, size, args, weights_path):
             marks[("end", epoch)] = time.perf_counter()
             marks[("cpu end", epoch)] = time.process_time()
             marks[("loss", epoch)] = float(logs["loss"])
+            if engine_log is not None:
+                marks[("engine", epoch)] = engine_log.engine_now()
 
     fit_start = time.perf_counter()
     model.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False,
@@ -392,8 +446,17 @@ def run_model(keras, name, size, args, weights_path):
     cpu_ms = [1e3 * (marks[("cpu end", e)] - marks[("cpu begin", e)]) / steps
               for e in range(1, epochs)]
     flops = None
+    epochs_log = [
+        {"epoch": e, "s": round(marks[("end", e)] - marks[("begin", e)], 3),
+         "cpu_ms_per_step": round(1e3 * (marks[("cpu end", e)] - marks[("cpu begin", e)])
+                                  / steps, 1),
+         "engine": marks.get(("engine", e))}
+        for e in range(epochs)]
+    tiering = None
     if keras.backend.backend() == "ipu":
         flops = train_step_flops(model, args.steps_per_execution)
+        # Seconds since fit began: which epoch each step of `auto` fell in.
+        tiering = [(round(t, 2), what) for t, what in engine_log.events(marks["begin"])]
     return {
         "samples_per_s": statistics.median(rates) if rates else None,
         "samples_per_s_min": min(rates) if rates else None,
@@ -412,6 +475,8 @@ def run_model(keras, name, size, args, weights_path):
         if keras.backend.backend() == "ipu" else None,
         "concurrency_per_step": counts.per_step(steps * args.timed_epochs)
         if counts is not None and args.timed_epochs else None,
+        "epochs": epochs_log,
+        "tiering": tiering,
     }
 
 
@@ -730,6 +795,21 @@ def format_table(report):
                   "|---|---|---:|---:|---:|"]
         lines += [f"| {name} | {backend} | {c['launched']} | {c['ran_in_caller']} "
                   f"| {c['late']} |" for name, backend, c in concurrency]
+    epochs = [
+        (name, backend, res)
+        for name in report["config"]["models"]
+        for backend in report["config"]["backends"]
+        for res in [report["results"].get(backend, {}).get("models", {}).get(name) or {}]
+        if res.get("tiering") is not None
+    ]
+    if epochs:
+        lines += ["", "| model | backend | per epoch: s, CPU ms/step, engine "
+                  "| auto's steps (s since fit began) |", "|---|---|---|---|"]
+        lines += [f"| {name} | {backend} | "
+                  + "; ".join(f"{e['s']:.2f} s, {e['cpu_ms_per_step']:.0f}, {e['engine']}"
+                              for e in res["epochs"])
+                  + " | " + "; ".join(f"{t:.1f} {what}" for t, what in res["tiering"]) + " |"
+                  for name, backend, res in epochs]
     lines += ["", "| model | ratio | samples/s ratio (>1: ipu faster) "
               "| first-epoch time ratio (>1: ipu slower) |",
               "|---|---|---:|---:|"]

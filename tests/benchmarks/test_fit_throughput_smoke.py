@@ -58,6 +58,12 @@ def test_quick_ipu_run_writes_report(tmp_path):
     # No other backend ran, so there is nothing to divide by.
     # The run loop's launches per timed step (threads 1: nothing launched).
     assert mlp["concurrency_per_step"] == {"launched": 0.0, "ran_in_caller": 0.0, "late": 0.0}
+    # Each epoch's engine (one host thread: auto stays on NumPy, nothing
+    # prepared in the background).
+    assert [e["epoch"] for e in mlp["epochs"]] == [0, 1, 2]
+    assert [e["engine"] for e in mlp["epochs"]] == ["numpy"] * 3
+    assert [e["s"] for e in mlp["epochs"][1:]] == [round(t, 3) for t in mlp["timed_epoch_s"]]
+    assert mlp["tiering"] == []
     assert report["ratios"] == {"mlp": {}}
     assert "| mlp | ipu |" in report["table"]
     assert report["table"] in proc.stdout
@@ -149,3 +155,42 @@ def test_threads_must_be_a_count_or_default(capsys):
         else:
             raise AssertionError(f"--threads {bad} was accepted")
         assert f"{bad!r} is not a thread count" in capsys.readouterr().err
+
+
+def test_engine_log_reports_each_epochs_engine_and_autos_steps(monkeypatch):
+    bench = _load_script()
+    from keras_ipu.device.compiler import engines
+
+    class Exe:
+        name = "train_step_loop"
+
+    class Tiered:  # stands for a TieredRunner part way through
+        last_engine = "tensorflow"
+        events = [(10.0, "hot: preparing TensorFlow's engines"), (12.5, "tensorflow ready"),
+                  (13.0, "keeps tensorflow")]
+
+    exe, tiered = Exe(), Tiered()
+    monkeypatch.setattr(engines, "runner", lambda executable: tiered)
+    monkeypatch.setattr(bench.EngineLog, "_installed", None)
+    log = bench.EngineLog.installed()
+    try:
+        assert engines.runner(exe) is tiered  # the Executable's call, noted
+        exe._engine_run = tiered
+        monkeypatch.setattr(engines, "current_engine", lambda e: e._engine_run.last_engine)
+        assert log.engine_now() == "tensorflow"
+        assert log.events(since=12.0) == [(0.5, "tensorflow ready"), (1.0, "keeps tensorflow")]
+    finally:
+        engines.runner = log.runner_wrapped
+
+
+def test_the_table_shows_each_epoch_and_autos_steps():
+    bench = _load_script()
+    res = {"samples_per_s": 1000.0, "samples_per_s_min": 900.0, "samples_per_s_max": 1100.0,
+           "first_epoch_s": 1.0, "loss_after_first_epoch": 2.0,
+           "epochs": [{"epoch": 0, "s": 1.0, "cpu_ms_per_step": 90.0, "engine": "numpy"},
+                      {"epoch": 1, "s": 0.5, "cpu_ms_per_step": 80.4, "engine": "tensorflow"}],
+           "tiering": [(0.75, "hot: preparing TensorFlow's engines"), (1.2, "keeps tensorflow")]}
+    report = {"config": {"models": ["mlp"], "backends": ["ipu"], "batch_size": 100},
+              "results": {"ipu": {"models": {"mlp": res}}}, "ratios": {"mlp": {}}}
+    assert ("| mlp | ipu | 1.00 s, 90, numpy; 0.50 s, 80, tensorflow | 0.8 hot: preparing "
+            "TensorFlow's engines; 1.2 keeps tensorflow |") in bench.format_table(report)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -650,8 +651,9 @@ def test_fit_on_each_tensorflow_engine_matches_numpy_and_numpy_never_emits():
 
 
 # auto, made to switch at once to one candidate: the first run on NumPy
-# starts the compile and waits until the candidate is handed over; every
-# run after is one of its timed runs.
+# starts the compile and waits until the candidate is handed over; the
+# runs after are timed runs, the candidate's and NumPy's in turn (the
+# donated state crosses both ways).
 _SWITCH_AT_ONCE = textwrap.dedent(
     """
     import time
@@ -701,6 +703,7 @@ def _wait_for(runner, engine):
 def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, caplog):
     monkeypatch.setenv(engines.ENV, "auto")
     monkeypatch.setattr(engines, "HOT_SECONDS", 1e-9)
+    monkeypatch.setattr(engines, "RENT_FACTOR", 0.0)  # XLA at once (its rent: below)
     monkeypatch.setattr(engines.host_threads, "_cap", 2)
     # Waited for below: at nice 19 on a busy machine it would crawl.
     monkeypatch.setattr(engines.host_threads, "background_priority", lambda: None)
@@ -717,10 +720,16 @@ def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, ca
         for engine in engines.AUTO_CANDIDATES:
             _wait_for(runner, "timing")
             assert runner.candidate.engine == engine
+            so_far = runner.current_name
             seen.append(engine)
+            # The candidate and the engine so far in turn.
+            ran = []
             for _ in range(engines.TIMED_RUNS):
                 outs.append(exe.run(x, w))
-                assert engines.current_engine(exe) == engine
+                ran.append(engines.current_engine(exe))
+                outs.append(exe.run(x, w))
+                ran.append(engines.current_engine(exe))
+            assert ran == [engine, so_far] * engines.TIMED_RUNS
             # The compile thread waited for the timing before going on.
             assert runner.engine in ("compiling", "timing", "final")
         runner.thread.join(timeout=120)
@@ -759,6 +768,71 @@ def test_auto_keeps_the_faster_by_the_timed_runs():
         assert runner.timed.is_set() and runner.candidate is None
         if engine == kept:
             assert runner.current == candidate.run and runner.current_times == times
+
+
+def test_timed_runs_alternate_and_a_numpy_turn_copies_read_only_state_untimed(monkeypatch):
+    exe = compile_graph(_graph())
+    x, w = f32(8, 6), f32(6, 5)
+    want = exe.run_unchecked([x, w])
+    runner = engines.TieredRunner(exe)
+    copied = []
+    runner.writable = lambda arrays: copied.append(len(arrays))
+
+    class Candidate:
+        engine = "tensorflow"
+
+        def run(self, arrays):
+            return exe.run_unchecked(list(arrays))
+
+    runner.candidate, runner.engine = Candidate(), "timing"
+    runner.timed.clear()
+    ran = []
+    for _ in range(2 * engines.TIMED_RUNS):
+        got = runner([x, w])
+        ran.append(runner.last_engine)
+        for g, wv in zip(got, want):
+            np.testing.assert_array_equal(g, wv)
+    assert ran == ["tensorflow", "numpy"] * engines.TIMED_RUNS
+    assert len(copied) == engines.TIMED_RUNS  # before each NumPy turn
+    # Decided on the runs of this phase: both sides timed alike.
+    assert runner.timed.is_set() and runner.engine == "compiling"
+    assert runner.current_name in ("numpy", "tensorflow")
+    assert len(runner.current_times) == engines.TIMED_RUNS
+
+
+def test_the_next_candidate_waits_for_the_program_to_pay_its_rent(monkeypatch):
+    # Rent-or-buy candidate by candidate: XLA is prepared once the program
+    # has run as much CPU as the preparations so far took.
+    runner = engines.TieredRunner(compile_graph(_graph()))
+    monkeypatch.setattr(engines, "RENT_FACTOR", 1.0)
+    done = threading.Event()
+    prepared = []
+
+    def compile_thread():
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:  # stands for the import and the trace
+            pass
+        prepared.append(time.thread_time())
+        runner._pay_rent()
+        done.set()
+
+    thread = threading.Thread(target=compile_thread, daemon=True)
+    thread.start()
+    _wait_until(lambda: runner.events)
+    assert "rests until the program has run" in runner.events[-1][1]
+    assert not done.wait(0.3)
+    runner.program_seconds += 0.5 * prepared[0]
+    assert not done.wait(0.3)
+    runner.program_seconds += 0.5 * prepared[0] + 1e-3
+    assert done.wait(10)
+    runner.abandoned.set()
+
+
+def _wait_until(condition):
+    deadline = time.monotonic() + 30
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition()
 
 
 def test_a_candidate_failing_in_a_timed_run_is_dropped(monkeypatch, caplog):
@@ -1024,6 +1098,7 @@ _PRIORITIES = textwrap.dedent(
             time.sleep(0.01)
 
     engines.HOT_SECONDS = 0.0
+    engines.RENT_FACTOR = 0.0
     engines.host_threads._cap = 2
     # Imported here, at normal priority: at nice 19 on a busy machine the
     # import would crawl. TensorFlow's runtime is not started by importing.
@@ -1046,7 +1121,7 @@ _PRIORITIES = textwrap.dedent(
     wait_while("compiling")  # the graph program is handed over after its first run
     assert runner.engine == "timing" and runner.candidate.engine == "tensorflow"
     runtime = {{t: n for t, n in nices().items() if t not in seen["threads at import"]}}
-    for _ in range(engines.TIMED_RUNS):
+    for _ in range(2 * engines.TIMED_RUNS):  # in turn with NumPy's
         exe.run(x)
     wait_while("compiling")  # XLA's compile, then its first run
     assert runner.engine == "timing" and runner.candidate.engine == "xla", runner.engine
@@ -1058,7 +1133,7 @@ _PRIORITIES = textwrap.dedent(
     tids = [t for t in nices() if t != compile_tid]
     niced = [t for t, n in nices().items() if n == 19 and t != compile_tid]
     before = cpu_ns(tids)
-    for _ in range(engines.TIMED_RUNS):
+    for _ in range(2 * engines.TIMED_RUNS):
         exe.run(x)
     after = cpu_ns(tids)
     print(os.getpriority(os.PRIO_PROCESS, 0), seen["compile thread"], len(runtime),

@@ -27,8 +27,14 @@ cycles, profiles) always come from the Executable's own program:
   in turn (TensorFlow's graph runtime: a trace and the graph's
   optimisation on its first run; then XLA: a trace and XLA's compile)
   while the program keeps running on the fastest engine so far; when a
-  candidate is ready, `TIMED_RUNS` runs of it are timed against the
-  fastest so far, and the faster keeps the program. Programs that run briefly (most of a test
+  candidate is ready, the next runs alternate between it and the fastest
+  so far, `TIMED_RUNS` each (both timed under the same load), and the
+  faster keeps the program. After a candidate was timed, the next one
+  is prepared only once the program has run, on the engine it has, as
+  much CPU as the preparations so far took (rent-or-buy again): XLA's
+  compile, the costliest step, never falls in the first seconds after the
+  graph runtime took over, and a program that stops soon never pays for
+  it. Programs that run briefly (most of a test
   suite, `compute_output_spec`, a few predict calls) never load
   TensorFlow. With one host thread (one core, or a cap of 1 from the
   variables device/native/threads.py reads) there is no background:
@@ -124,6 +130,10 @@ HOT_SECONDS = 2.0
 TENSORFLOW_LIBRARIES = "libtensorflow*.so*"
 # Runs timed on each engine before `auto` keeps the faster one.
 TIMED_RUNS = 3
+# Program CPU seconds before `auto` prepares its next candidate, per CPU
+# second its preparations took so far (TieredRunner._pay_rent): 1 is
+# rent-or-buy; the tests set 0.
+RENT_FACTOR = 1.0
 # The engines `auto` tries for a hot program, in this order: TensorFlow's
 # graph runtime first (ready sooner: no XLA compile, which takes minutes
 # on large programs), then XLA.
@@ -163,19 +173,33 @@ def numpy_runner(executable):
     it writes into (a donated one) that is read-only. Arrays TensorFlow
     returned are read-only views of its buffers, and another program
     (or this one after a fallback) may take them as donated state."""
-    written = tuple(sorted(executable.written_inputs))
     run = executable.run_unchecked
-    if not written:
+    writable = writable_inputs(executable)
+    if writable is None:
         return run
 
     def run_copying_read_only(arrays):
-        for k in written:
-            if not arrays[k].flags.writeable:
-                arrays[k] = np.array(arrays[k])
+        writable(arrays)
         return run(arrays)
 
     run_copying_read_only.engine = "numpy"
     return run_copying_read_only
+
+
+def writable_inputs(executable):
+    """A function that replaces, in a list of input arrays, each read-only
+    one the NumPy engine writes into by a copy; None when it writes into
+    none."""
+    written = tuple(sorted(executable.written_inputs))
+    if not written:
+        return None
+
+    def writable(arrays):
+        for k in written:
+            if not arrays[k].flags.writeable:
+                arrays[k] = np.array(arrays[k])
+
+    return writable
 
 
 # -- TensorFlow: XLA, or its graph runtime -----------------------------------
@@ -396,11 +420,17 @@ class TieredRunner:
         # numpy (not hot yet) | compiling | timing (a candidate) | final.
         # On one host thread nothing is compiled (module doc).
         self.engine = "numpy" if host_threads.max_threads() > 1 else "final"
-        self.numpy_seconds = 0.0
-        # The fastest engine so far, its name and its last timed runs.
+        # Process CPU seconds spent in the program's runs (all engines).
+        self.program_seconds = 0.0
+        # The fastest engine so far, its name and its timed runs (beside
+        # the candidate's).
         self.current = numpy_runner(executable)
         self.current_name = "numpy"
         self.current_times = []
+        # Before a timed NumPy run: the copies it would make of read-only
+        # state a TensorFlow run returned (a cost of alternating, which the
+        # engine kept does not pay).
+        self.writable = writable_inputs(executable) or (lambda arrays: None)
         # The engine that computed the last run (current_engine).
         self.last_engine = None
         # The program being timed, handed over by the compile thread, which
@@ -417,28 +447,33 @@ class TieredRunner:
         # TensorFlow's C++: XLA's compile, the graph's first run) or has
         # ended: what the exit waits for.
         self.unstoppable = threading.Event()
+        # (time.perf_counter(), what) of each step of the tiering, for
+        # benchmarks that report when the program changed engines.
+        self.events = []
+
+    def _event(self, what):
+        self.events.append((time.perf_counter(), what))
 
     def __call__(self, arrays):
         engine = self.engine
+        if engine == "final":
+            self.last_engine = self.current_name
+            return self.current(arrays)
         if engine == "timing":
-            return self._timed_candidate(arrays)
-        if engine == "numpy" and self.numpy_seconds >= HOT_SECONDS:
+            return self._timed_run(arrays)
+        if engine == "numpy" and self.program_seconds >= HOT_SECONDS:
             self._start_compile(arrays)
         self.last_engine = self.current_name
-        if self.engine != "numpy":
-            return self.current(arrays)
-        start, cpu = time.perf_counter(), time.process_time()
-        out = self.current(arrays)
         # CPU time, as the compile's cost is counted: on a busy machine
         # wall time would call a program hot after a few slow runs.
-        self.numpy_seconds += time.process_time() - cpu
-        # Only runs before the compile are timed: one beside it is slowed.
-        self.current_times.append(time.perf_counter() - start)
-        del self.current_times[:-TIMED_RUNS]
+        cpu = time.process_time()
+        out = self.current(arrays)
+        self.program_seconds += time.process_time() - cpu
         return out
 
     def _start_compile(self, arrays):
         self.engine = "compiling"
+        self._event("hot: preparing TensorFlow's engines")
         _start_runtime_starter()  # from this thread: normal priority
         # The compile's first run needs inputs the NumPy runs will not
         # overwrite meanwhile (donated state): its own copies.
@@ -478,6 +513,7 @@ class TieredRunner:
     def _compile_stoppably(self, sample):
         try:
             _tensorflow_ready(self.executable.graph, self._check)
+            self._event("TensorFlow imported")
         except ImportError as error:
             if _exit_began(self):
                 raise
@@ -485,7 +521,11 @@ class TieredRunner:
                   f"TensorFlow could not be imported ({error!r})")
             self.engine = "final"
             return
+        timed = False  # a candidate was timed since the last rent
         for name in AUTO_CANDIDATES:
+            if timed:
+                self._pay_rent()
+                timed = False
             program = PROGRAMS[name].build(self.executable, check=self._check)
             if program is None:
                 continue
@@ -500,28 +540,57 @@ class TieredRunner:
                 return
             self.timed.clear()
             self.candidate = program
+            self.candidate_times, self.current_times = [], []
+            self._event(f"{name} ready")
             self.engine = "timing"
+            timed = True
             while not self.timed.wait(0.05):
                 self._check()
+        self._event(f"final: {self.current_name}")
         self.engine = "final"
 
-    def _timed_candidate(self, arrays):
+    def _pay_rent(self):
+        """In the compile thread, before the next candidate: waits until
+        the program has spent, on the engine it has, as much CPU as the
+        preparations so far took (this thread's CPU: TensorFlow's import,
+        the traces, the first runs). Rent-or-buy again, candidate by
+        candidate: a program that stops soon never pays for XLA's compile
+        (1.2-4.8 s of CPU on the benchmark's models, issue 16 eighth pass),
+        and the background work stays at most about half the CPU."""
+        prepared = time.thread_time()
+        start = self.program_seconds
+        self._event(f"rests until the program has run {prepared:.2f} s of CPU more")
+        while self.program_seconds - start < RENT_FACTOR * prepared:
+            self._check()
+            time.sleep(0.05)
+
+    def _timed_run(self, arrays):
+        """A run while a candidate is timed: the candidate and the engine
+        so far in turn, each run timed, so that both are timed under the
+        same load (a busy machine's load changes within seconds)."""
         program = self.candidate
-        start = time.perf_counter()
-        try:
-            out = program.run(arrays)
-        except Exception as error:  # noqa: BLE001 - a kernel refused these inputs
-            # TensorFlow never writes into its inputs: the engine so far
-            # runs them as they are.
-            program.failed(error)
-            self.candidate, self.candidate_times = None, []
-            self.engine = "compiling"
-            self.timed.set()
+        if len(self.current_times) < len(self.candidate_times):
+            self.writable(arrays)  # not timed: see __init__
+            start = time.perf_counter()
+            out = self.current(arrays)
+            self.current_times.append(time.perf_counter() - start)
             self.last_engine = self.current_name
-            return self.current(arrays)
-        self.last_engine = program.engine
-        self.candidate_times.append(time.perf_counter() - start)
-        if len(self.candidate_times) >= TIMED_RUNS:
+        else:
+            start = time.perf_counter()
+            try:
+                out = program.run(arrays)
+            except Exception as error:  # noqa: BLE001 - a kernel refused these inputs
+                # TensorFlow never writes into its inputs: the engine so far
+                # runs them as they are.
+                program.failed(error)
+                self.candidate, self.candidate_times = None, []
+                self.engine = "compiling"
+                self.timed.set()
+                self.last_engine = self.current_name
+                return self.current(arrays)
+            self.candidate_times.append(time.perf_counter() - start)
+            self.last_engine = program.engine
+        if min(len(self.candidate_times), len(self.current_times)) >= TIMED_RUNS:
             self._keep_the_faster()
         return out
 
@@ -539,6 +608,7 @@ class TieredRunner:
         if new <= old:
             self.current, self.current_name = program.run, program.engine
             self.current_times = self.candidate_times
+        self._event(f"keeps {self.current_name}")
         self.candidate, self.candidate_times = None, []
         self.engine = "compiling"
         self.timed.set()
