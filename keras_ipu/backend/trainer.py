@@ -146,6 +146,7 @@ def _fp_traps_on():
 _BATCH_HOOKS = {
     "train": ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end"),
     "test": ("on_test_batch_begin", "on_test_batch_end"),
+    "predict": ("on_predict_batch_begin", "on_predict_batch_end"),
 }
 
 
@@ -176,8 +177,8 @@ def _batch_hooks_heard(callbacks, kind):
 
 def _batch_hooks_see_model(callbacks, kind):
     """Whether a batch hook of `kind` may look at the model (any listener
-    but the progress bar): then fit writes the state after every
-    execution instead of holding it (held_state.py)."""
+    but the progress bar): then fit, evaluate or predict writes the state
+    after every execution instead of holding it (held_state.py)."""
     listeners = _batch_listeners(callbacks, kind)
     return listeners is None or any(type(c) not in _LOGS_ONLY for c in listeners)
 
@@ -396,13 +397,15 @@ class IPUTrainer(base_trainer.Trainer):
         def holding():
             """Within: the state stays out of the variables between this
             function's executions (held_state.py); leaving writes it to
-            them. Only for a compiled step updating its state in place
-            without floating-point traps (those run on copies)."""
+            them. Only for a compiled step without floating-point traps
+            (a train step then runs on copies): fit's, and evaluate's and
+            predict's, which give back the state they read (their metrics
+            and seeds new, the weights as they were)."""
             nonlocal held
-            if not donate or held is not None or _fp_traps_on():
+            if not compiled or held is not None or _fp_traps_on():
                 yield
                 return
-            held = HeldState(kinds)
+            held = HeldState(kinds, private=donate)
             try:
                 yield
             finally:
@@ -723,7 +726,8 @@ class IPUTrainer(base_trainer.Trainer):
         logs = self._run_executions(
             epoch_iterator, self.test_function,
             *self._batch_callbacks(callbacks, "test"), "stop_evaluating", {},
-            per_step=self._asynchronous_callbacks())
+            per_step=self._asynchronous_callbacks(),
+            hold=not _batch_hooks_see_model(callbacks, "test"))
         logs = pythonify_logs(self._get_metrics_result_or_logs(logs))
         callbacks.on_test_end(logs)
 
@@ -758,7 +762,8 @@ class IPUTrainer(base_trainer.Trainer):
 
         batch_outputs = self._run_executions(
             epoch_iterator, self.predict_function, callbacks.on_predict_batch_begin,
-            collect, "stop_predicting", None)
+            collect, "stop_predicting", None,
+            hold=not _batch_hooks_see_model(callbacks, "predict"))
         callbacks.on_predict_end()
         if collected is None:
             raise ValueError(

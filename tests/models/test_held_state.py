@@ -127,3 +127,67 @@ def test_the_progress_bar_alone_lets_fit_hold_the_state(monkeypatch, capsys, cal
     written.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False, callbacks=[Listens()])
     for u, v in zip(held.get_weights(), written.get_weights()):
         assert np.array_equal(u, v)
+
+
+class ListensToTests(keras.callbacks.Callback):
+    def on_test_batch_end(self, batch, logs=None):
+        pass
+
+
+class ListensToPredictions(keras.callbacks.Callback):
+    def on_predict_batch_begin(self, batch, logs=None):
+        pass
+
+
+def _trained():
+    x, y = _data()
+    model = _model()
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+    return model
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 3])
+def test_evaluate_holds_its_state_with_the_same_results(monkeypatch, steps_per_execution):
+    x, y = _data()  # 7 batches of 16, the last of 4
+    model = _trained()
+    model.compile(model.optimizer, model.loss, metrics=["accuracy"],
+                  steps_per_execution=steps_per_execution)
+    weights = [np.array(w) for w in model.get_weights()]
+    ran = _held_runs(monkeypatch)
+    held = model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)
+    executions = len(ran)
+    per_epoch = -(-7 // steps_per_execution)
+    assert executions == per_epoch - 1 and sum(ran) >= per_epoch - 2 and any(ran)
+    held_metrics = [np.array(v) for v in model.metrics_variables]
+    written = model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True,
+                             callbacks=[ListensToTests()])
+    assert len(ran) == executions  # a test batch callback: written each time
+    assert held == written
+    # The metrics' variables hold the last step's state when evaluate returns.
+    for u, v in zip(held_metrics, model.metrics_variables):
+        assert np.array_equal(u, v)
+    for u, v in zip(weights, model.get_weights()):  # evaluate changes no weight
+        assert np.array_equal(u, v)
+
+
+def test_fit_validates_on_held_state():
+    x, y = _data()
+    held, written = _model(), _model()
+    a = held.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False,
+                 validation_data=(x[:40], y[:40]))
+    b = written.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False,
+                    validation_data=(x[:40], y[:40]), callbacks=[Listens(), ListensToTests()])
+    assert a.history == b.history and "val_loss" in a.history
+
+
+def test_predict_holds_its_state_with_the_same_outputs(monkeypatch):
+    x, _ = _data()
+    model = _trained()
+    ran = _held_runs(monkeypatch)
+    held = model.predict(x, batch_size=16, verbose=0)
+    assert len(ran) == 6 and any(ran)  # 7 executions, the first reads the variables
+    written = model.predict(x, batch_size=16, verbose=0, callbacks=[ListensToPredictions()])
+    assert len(ran) == 6
+    assert held.shape == (100, 3) and np.array_equal(held, written)
+    # The variables are whole afterwards: a step on them gives the same.
+    assert np.array_equal(model.predict_on_batch(x[:16]), held[:16])

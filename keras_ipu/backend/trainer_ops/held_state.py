@@ -3,6 +3,8 @@
 Between two executions of fit's train step nothing but the next execution
 reads the model's state when no callback listens at batch level (the
 trainer's `_batch_callbacks`): Keras calls nothing of the user's there.
+The same holds for evaluate's test step (its metrics) and predict's step
+(their seed state, and the weights they give back unchanged).
 Then, as Keras' JAX trainer keeps its state between steps and writes it to
 the variables only where something may look (`jax_state_sync`), the train
 function keeps the compiled loop's results as its flat arrays and gives
@@ -32,10 +34,14 @@ class HeldState:
     (a device pytree of one list per kind of state), and the variables
     they belong to."""
 
-    __slots__ = ("kinds", "variables", "treedef", "flat")
+    __slots__ = ("kinds", "private", "variables", "treedef", "flat")
 
-    def __init__(self, kinds):
+    def __init__(self, kinds, private=True):
         self.kinds = kinds
+        # Whether the arrays are the step's own (a train step's donated
+        # state): evaluate's and predict's give back the weights they were
+        # given, the variables' own arrays, stored as any value is.
+        self.private = private
         self.variables = None
         self.treedef = None
         self.flat = None
@@ -55,10 +61,10 @@ class HeldState:
         return pytree.unflatten(self.treedef, self.flat)
 
     def write(self):
-        """Store the held state in the variables (the arrays are the
-        compiled step's own, nobody else holds them) and hold nothing."""
+        """Store the held state in the variables (as the execution's own
+        write would: `private`) and hold nothing."""
         if self.flat is None:
             return
         state = pytree.unflatten(self.treedef, [Tensor(a) for a in self.flat])
         self.flat = None
-        model_state.write_state(self.variables, self.kinds, state, private=True)
+        model_state.write_state(self.variables, self.kinds, state, private=self.private)
