@@ -31,6 +31,9 @@ rng = np.random.default_rng(0)
     [
         ((3, 4), (4, 5), (((1,), (0,)), ((), ())), "float32", None),
         ((4, 3), (5, 4), (((0,), (1,)), ((), ())), "float32", None),  # transposed
+        ((4, 3), (4, 5), (((0,), (0,)), ((), ())), "float32", None),  # x^T @ g
+        ((3, 4), (5, 4), (((1,), (1,)), ((), ())), "float32", None),  # g @ w^T
+        ((2, 4, 3), (2, 5, 4), (((1,), (2,)), ((0,), (0,))), "float32", None),
         ((2, 3, 4), (2, 4, 5), (((2,), (1,)), ((0,), (0,))), "float32", None),
         ((3, 2, 4), (4, 5, 2), (((2,), (0,)), ((1,), (2,))), "float64", None),
         ((3, 4), (4,), (((1,), (0,)), ((), ())), "float16", None),
@@ -43,6 +46,29 @@ def test_dot_general(lhs_shape, rhs_shape, dims, dtype, preferred):
     rhs = (rng.standard_normal(rhs_shape) * 3).astype(dtype)
     _check("dot_general", [lhs, rhs], dimension_numbers=dims,
            preferred_element_type=preferred)
+
+
+@pytest.mark.parametrize("lhs_shape, rhs_shape, dims, plain", [
+    ((3, 4), (4, 5), (((1,), (0,)), ((), ())), True),
+    ((4, 3), (4, 5), (((0,), (0,)), ((), ())), True),
+    ((3, 4), (5, 4), (((1,), (1,)), ((), ())), True),
+    ((4, 3), (5, 4), (((0,), (1,)), ((), ())), True),
+    ((2, 4, 3), (2, 5, 4), (((1,), (2,)), ((0,), (0,))), True),
+    ((3, 2, 4), (4, 5, 2), (((2,), (0,)), ((1,), (2,))), True),  # batch axes moved: views
+    ((3, 2, 4), (4, 5), (((2,), (0,)), ((), ())), False),  # x reshaped to (6, 4)
+    ((3, 4), (4,), (((1,), (0,)), ((), ())), False),  # y reshaped to (4, 1)
+])
+def test_products_in_matmul_layout_need_no_reshape(lhs_shape, rhs_shape, dims, plain):
+    """A product whose operands (transposed) and result have the matmul's
+    shapes runs as a transpose view and one matmul (dot_lowering's
+    _plain_product); the same values as the eager kernel either way."""
+    lhs, rhs = (rng.standard_normal(s).astype("float32") for s in (lhs_shape, rhs_shape))
+    in_avals = [ShapedArray(x.shape, x.dtype) for x in (lhs, rhs)]
+    prim = REGISTRY["dot_general"]
+    params = {"dimension_numbers": dims}
+    kernel = lower(prim, params, in_avals, (prim.abstract_eval(*in_avals, **params),))
+    assert kernel.__qualname__.startswith("_plain_product.") == plain
+    assert np.array_equal(kernel(lhs, rhs), prim.kernel(lhs, rhs, **params))
 
 
 @pytest.mark.parametrize("name", ["reduce_sum", "reduce_prod", "reduce_max", "reduce_min"])

@@ -58,6 +58,12 @@ def _lower_dot_general(params, in_avals, out_avals):
     if split is not None:
         matmul = split
 
+    if not (cast_l or cast_r or cast_out):
+        plain = _plain_product(matmul, lhs, rhs, lperm, rperm, transpose_l, transpose_r,
+                               lshape, rshape, out_shape)
+        if plain is not None:
+            return plain
+
     def dot_general(x, y):
         if cast_l:
             x = x.astype(compute)
@@ -70,6 +76,32 @@ def _lower_dot_general(params, in_avals, out_avals):
         out = matmul(x.reshape(lshape), y.reshape(rshape)).reshape(out_shape)
         return out.astype(out_dtype) if cast_out else out
 
+    return dot_general
+
+
+def _plain_product(matmul, lhs, rhs, lperm, rperm, transpose_l, transpose_r,
+                   lshape, rshape, out_shape):
+    """The kernel of a product needing no cast whose operands, transposed,
+    and result already have the matmul's shapes (most of a training
+    step's): no reshape, and each transpose the array's own method (a view;
+    np.transpose adds NumPy's Python wrapper). The same matmul of the same
+    operands, 0.5-0.9 us less Python per call (issue 16, eighth pass: per
+    product of a step, per time step of a scan's body). None otherwise."""
+    transposed = tuple(lhs.shape[d] for d in lperm), tuple(rhs.shape[d] for d in rperm)
+    if transposed != (lshape, rshape) or tuple(out_shape) != (*lshape[:-1], rshape[-1]):
+        return None
+    if transpose_l and transpose_r:
+        def dot_general(x, y):
+            return matmul(x.transpose(lperm), y.transpose(rperm))
+    elif transpose_l:
+        def dot_general(x, y):
+            return matmul(x.transpose(lperm), y)
+    elif transpose_r:
+        def dot_general(x, y):
+            return matmul(x, y.transpose(rperm))
+    else:
+        def dot_general(x, y):
+            return matmul(x, y)
     return dot_general
 
 
