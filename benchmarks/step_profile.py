@@ -30,12 +30,17 @@ quiet machine's measure: on a busy one only the CPU time means much).
 `--layers` times one step from the inside out, layers alternating in one
 process: the step program (run loop), the device loop's program around it,
 fit's train function with the state held between executions and written
-after each, and a fit epoch; each layer minus the one inside it is what it
-adds (where fit's time outside the kernels goes, on a quiet machine).
+after each, a fit epoch, and a fit epoch whose programs are not run (each
+returns its first results again: the Python outside the programs alone,
+a CPU figure that holds on a busy machine too); each layer minus the one
+inside it is what it adds, and the main thread's wall time minus its CPU
+time is what it waited for the pool's threads or a core (where fit's time
+outside the kernels goes, on a quiet machine).
 """
 
 import argparse
 import collections
+import contextlib
 import gc
 import json
 import os
@@ -121,20 +126,47 @@ def run_loop_times(step, inputs, repeats):
     return times
 
 
-def layer_times(model, step, loop, batches, fit, rounds, counts):
-    """{"<layer>": (wall ms per step list, CPU ms per step list, the run
-    loop's launches per step (fit_throughput.ConcurrencyCounts `counts`))} of one
-    training step measured from the inside out, each layer run once per
-    batch of `batches` per round, the layers alternating round by round:
-    the step program alone (the device loop's body, its run loop, as
-    --run-loop), the device loop's program around it (the scan over the
-    infeed), fit's train function with the state held between executions
-    (trainer_ops/held_state.py) and written after each, and `fit` itself
-    (one epoch over `batches`: the callable `fit`). Each layer's time
-    minus the one inside it is what that layer adds. The programs are fed
-    their own new state back, as the trainer does (no copies)."""
-    import contextlib
+OUTSIDE = "fit epoch, programs not run"
 
+
+@contextlib.contextmanager
+def programs_not_run():
+    """Within: every Executable returns the results of its first run here
+    (kept) instead of running its kernels: what is left of a fit epoch is
+    the Python outside the programs (Keras' loop, the trainer, the device
+    loop, the executable's checks)."""
+    from keras_ipu.device.compiler.executable import Executable
+
+    engine, kept = Executable._engine, {}
+
+    def replay(self, arrays):
+        if id(self) not in kept:
+            kept[id(self)] = (self, engine(self, arrays))
+        return list(kept[id(self)][1])
+
+    Executable._engine = replay
+    try:
+        yield
+    finally:
+        Executable._engine = engine
+
+
+def layer_times(model, step, loop, batches, fit, rounds, counts):
+    """{"<layer>": (wall ms per step list, process CPU ms per step list,
+    main thread CPU ms per step list, the run loop's launches per step
+    (fit_throughput.ConcurrencyCounts `counts`))} of one training step
+    measured from the inside out, each layer run once per batch of
+    `batches` per round, the layers alternating round by round: the step
+    program alone (the device loop's body, its run loop, as --run-loop),
+    the device loop's program around it (the scan over the infeed), fit's
+    train function with the state held between executions
+    (trainer_ops/held_state.py) and written after each, `fit` itself (one
+    epoch over `batches`: the callable `fit`), and `fit` with no program
+    run (programs_not_run: the Python outside the programs). Each layer's
+    time minus the one inside it is what that layer adds; the main
+    thread's wall minus its CPU time is what it waited (for pool threads,
+    or for a core). The programs are fed their own new state back, as the
+    trainer does (no copies)."""
     function = model.train_function
     n_state = len(loop.in_avals) - 2  # the infeed: x and y
     rng = np.random.default_rng(0)
@@ -160,24 +192,26 @@ def layer_times(model, step, loop, batches, fit, rounds, counts):
         "device loop program": device_loop_program,
         "train function, state held": train_function,
         "train function, state written": train_function,
+        "fit epoch": None,
+        OUTSIDE: None,
     }
-    layers["fit epoch"] = None
-    times = {name: ([], []) for name in layers}
+    times = {name: ([], [], []) for name in layers}
     launches = {name: collections.Counter() for name in layers}
     for _ in range(rounds):
         for name, run in layers.items():
             hold = function.holding() if name.endswith("held") else contextlib.nullcontext()
             counts.reset()
-            with hold:
-                cpu, start = time.process_time(), time.perf_counter()
+            with hold, programs_not_run() if name == OUTSIDE else contextlib.nullcontext():
+                cpu, main, start = time.process_time(), time.thread_time(), time.perf_counter()
                 if run is None:
                     fit()
                 else:
                     for xb, yb in batches:
                         run(xb, yb)
-                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-            times[name][0].append(1e3 * wall / len(batches))
-            times[name][1].append(1e3 * cpu / len(batches))
+                wall = time.perf_counter() - start
+                cpu, main = time.process_time() - cpu, time.thread_time() - main
+            for k, seconds in enumerate((wall, cpu, main)):
+                times[name][k].append(1e3 * seconds / len(batches))
             launches[name].update(counts.counts)
     steps = rounds * len(batches)
     return {name: (*times[name], {k: round(v / steps, 2) for k, v in launches[name].items()})
@@ -249,13 +283,16 @@ def main(argv=None):
         print(f"{args.model}, batch {args.batch_size}, {args.optimizer}: one step from "
               f"the inside out, {steps} steps per round, layers alternating")
         print("| layer | wall ms per step (median) | min | CPU ms per step (median) "
+              "| main thread CPU | main thread waiting (wall - its CPU) "
               "| launched / run by the caller / late, per step |")
-        print("|---|---:|---:|---:|---|")
-        for name, (walls, cpus, launches) in times.items():
+        print("|---|---:|---:|---:|---:|---:|---|")
+        for name, (walls, cpus, mains, launches) in times.items():
             launched = " / ".join(str(launches.get(k, "-"))
                                   for k in ("launched", "ran_in_caller", "late"))
+            waits = [w - m for w, m in zip(walls, mains)]
             print(f"| {name} | {statistics.median(walls):.2f} | {min(walls):.2f} | "
-                  f"{statistics.median(cpus):.2f} | {launched} |")
+                  f"{statistics.median(cpus):.2f} | {statistics.median(mains):.2f} | "
+                  f"{statistics.median(waits):.2f} | {launched} |")
         return
 
     if args.run_loop:
