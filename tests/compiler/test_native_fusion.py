@@ -299,14 +299,18 @@ def test_numpy_kernel_never_reuses_a_buffer_a_convert_returned():
 
 @needs_native
 @pytest.mark.parametrize("small", [(), (1, 1, 24), (40, 1, 1)])
-def test_large_chains_split_over_threads_give_the_same_bits(small, monkeypatch):
+@pytest.mark.parametrize("c_pool", ["1", "0"])
+def test_large_chains_split_over_threads_give_the_same_bits(small, c_pool, monkeypatch):
     from keras_ipu.device.native import threads
 
     # Four threads, and a "large" chain from a few thousand elements: the
     # chain runs as several element ranges (scalar, row and column
-    # operands included), with NumPy's bits.
+    # operands included), with NumPy's bits, on the C pool or (without
+    # it) the Python pool.
+    monkeypatch.setenv("KERAS_IPU_PRODUCT_POOL", c_pool)
     monkeypatch.setattr(threads, "_cap", 4)
     monkeypatch.setattr(threads, "ELEMENTS_PER_THREAD", 1000)
+    monkeypatch.setattr(threads, "NATIVE_ELEMENTS_PER_THREAD", 1000)
     calls = []
     real_ranges = threads.ranges
     monkeypatch.setattr(threads, "ranges",

@@ -96,7 +96,7 @@ def test_the_plan_falls_back_where_the_pool_refuses(monkeypatch):
     np.testing.assert_allclose(plan(strided, y), np.matmul(x, y), rtol=1e-5, atol=1e-4)
 
 
-def test_policy_splits_float32_2d_products_only(monkeypatch):
+def test_policy_splits_float32_products_only(monkeypatch):
     monkeypatch.setattr(threads, "_cap", 2)
     demo = (0, 32, 512, 512)
     assert threads.product_threads(*demo, np.float32) == 2
@@ -104,7 +104,7 @@ def test_policy_splits_float32_2d_products_only(monkeypatch):
     small = threads.NATIVE_FLOPS_PER_THREAD  # 2 x that splits
     assert threads.product_threads(0, 16, small // (2 * 16 * 64), 64, np.float32) == 1
     assert not threads.product_pool_takes(0, np.float64)
-    assert not threads.product_pool_takes(8, np.float32)  # batched: the Python pool
+    assert threads.product_pool_takes(8, np.float32)  # batched: blocks of batches
     monkeypatch.setenv("KERAS_IPU_PRODUCT_POOL", "0")
     assert threads.product_threads(*demo, np.float32) == 1  # the Python pool's threshold
     assert threads.matmul_plan(*demo, np.float32) is None

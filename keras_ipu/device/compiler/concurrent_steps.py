@@ -88,7 +88,7 @@ def worth_launching(node, kernel):
         if not aval.is_static():
             return False
         n = int(np.prod(aval.shape, dtype=np.int64))
-        return n >= MIN_LAUNCH_ELEMENTS and host_threads.threads_for_elements(n) == 1
+        return n >= MIN_LAUNCH_ELEMENTS and host_threads.chain_threads(n) == 1
     return False
 
 
@@ -108,10 +108,13 @@ def _may_split(node):
     if name == "dot_general":
         split = product_split(node)
         return split is None or split[1] > 1
+    # A fused chain splits on its own rule (the C pool's: chain_threads).
+    threads_for = (host_threads.chain_threads if name == "fused_elementwise"
+                   else host_threads.threads_for_elements)
     for v in node.outputs:
         if not v.aval.is_static():
             return True
-        if host_threads.threads_for_elements(int(np.prod(v.aval.shape, dtype=np.int64))) > 1:
+        if threads_for(int(np.prod(v.aval.shape, dtype=np.int64))) > 1:
             return True
     return False
 

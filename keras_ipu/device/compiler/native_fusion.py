@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads as host_threads
 
 from keras_ipu.device import native
@@ -290,9 +291,25 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
         for k, (into, _) in enumerate(allocations)
     )
 
-    threads = host_threads.threads_for_elements(n)
+    threads = host_threads.chain_threads(n)
     parts = host_threads.ranges(n, block, threads)
-    if len(parts) > 1:
+    if len(parts) > 1 and product_pool.tasks_available():
+        # Large chains on the C pool: one call, element ranges of `task`
+        # run by the caller and the pool's C threads; ranges are disjoint
+        # and every op is elementwise, so the bits are one pass's.
+        task = parts[0][1]  # ranges() rounds it to whole blocks
+        count = len(parts)
+        backing_off, note = host_threads.backing_off, host_threads.note_pool_split
+
+        def run_all(xs, outs):
+            if backing_off():
+                return run(code, n, inner, block, xs, outs, 0, -1, loops)
+            done = run(code, n, inner, block, xs, outs, 0, -1, loops, threads, task)
+            if done is False:
+                return False
+            note(done, count)
+            return True
+    elif len(parts) > 1:
         # Large chains on several threads: each call computes its own
         # element range (the C loop releases the GIL); ranges are
         # disjoint and every op is elementwise, so they never interact.

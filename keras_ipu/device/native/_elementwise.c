@@ -31,7 +31,12 @@
      repeat along (1 if none); B: block size, a multiple of L.
      loops (optional): a tuple of NumPy's own float32 strided loops (the
      capsules of ufunc._get_strided_loop), for the opcodes below that call
-     them (NumPy's transcendentals: see call_loop). */
+     them (NumPy's transcendentals: see call_loop).
+     threads, task (optional): split [lo, hi) into ranges of `task`
+     elements (a multiple of B) run on up to `threads` threads of the C
+     pool (_task_pool.h); each element is computed as in one pass, so the
+     bits do not depend on the split. With threads > 1 it returns the
+     pool's (caller_tasks, own_s, wait_s) instead of True. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -39,6 +44,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+
+#include "_task_pool.h"
 
 enum { T_F32 = 0, T_BOOL = 1 };
 /* FULL: n elements; SCALAR: one; ROW: L elements, element i is row[i % L];
@@ -252,24 +260,172 @@ static void fill(char *dst, const char *src, Py_ssize_t count, int size,
     }
 }
 
+/* The C pool (_product_pool's capsule), looked up at the first split
+   call; NULL where that module is missing (then a split call runs its
+   ranges in order on the caller: the same results). */
+static const task_pool_api *pool;
+static int pool_looked_up;
+
+static const task_pool_api *task_pool(void) {
+    if (!pool_looked_up) {
+        pool_looked_up = 1;
+        const task_pool_api *api = (const task_pool_api *)PyCapsule_Import(TASK_POOL_CAPSULE, 0);
+        if (api == NULL) PyErr_Clear();
+        else if (api->version == TASK_POOL_VERSION) pool = api;
+    }
+    return pool;
+}
+
+/* Runs fn over `count` tasks on up to `threads` threads (the pool, or the
+   caller alone), without the GIL; stats as task_pool_api.run. */
+static void run_tasks(task_fn fn, void *arg, int64_t count, int threads, int64_t *ran,
+                      int64_t *own, int64_t *wait) {
+    const task_pool_api *api = threads > 1 && count > 1 ? task_pool() : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    if (api != NULL) {
+        api->run(fn, arg, count, threads, ran, own, wait);
+    } else {
+        for (int64_t i = 0; i < count; i++) fn(arg, i);
+        *ran = count;
+        *own = *wait = 0;
+    }
+    Py_END_ALLOW_THREADS
+}
+
+static PyObject *split_result(int threads, int64_t ran, int64_t own, int64_t wait) {
+    if (threads <= 1) Py_RETURN_TRUE;
+    return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
+}
+
+/* Each thread's scratch registers, kept between calls (a fresh malloc of
+   a few hundred KiB per call maps and faults in new pages): freed when the
+   thread exits. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+typedef struct { char *p; size_t size; } scratch_t;
+
+static void scratch_free(void *s) {
+    if (s != NULL) {
+        free(((scratch_t *)s)->p);
+        free(s);
+    }
+}
+
+static void scratch_key_make(void) { (void)pthread_key_create(&scratch_key, scratch_free); }
+
+static char *thread_scratch(size_t size) {
+    (void)pthread_once(&scratch_once, scratch_key_make);
+    scratch_t *s = (scratch_t *)pthread_getspecific(scratch_key);
+    if (s == NULL) {
+        s = (scratch_t *)calloc(1, sizeof(scratch_t));
+        if (s == NULL || pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (s->size < size) {
+        char *p = (char *)malloc(size);
+        if (p == NULL) return NULL;
+        free(s->p);
+        s->p = p;
+        s->size = size;
+    }
+    return s->p;
+}
+
+/* One chain, checked and bound to its buffers: what each range needs. */
+typedef struct {
+    int n_in, n_regs, n_ops, n_out;
+    const int32_t *in_desc, *reg_dtype, *ops, *out_regs;
+    const ufunc_call_info *const *loops;
+    char *const *base, *const *out_base;
+    Py_ssize_t L, block, lo, hi, task;
+    size_t stride;
+    int failed; /* a range found no memory for its scratch */
+} chain_t;
+
+/* Elements [lo, hi) of the chain, block by block (lo a multiple of the
+   block). Returns 0 when no scratch memory could be had. */
+static int chain_range(const chain_t *c, Py_ssize_t lo, Py_ssize_t hi) {
+    int n_in = c->n_in, n_regs = c->n_regs, n_ops = c->n_ops, n_out = c->n_out;
+    const int32_t *in_desc = c->in_desc, *reg_dtype = c->reg_dtype, *ops = c->ops,
+                  *out_regs = c->out_regs;
+    Py_ssize_t block = c->block, L = c->L;
+    size_t stride = c->stride;
+    char *scratch = thread_scratch((size_t)n_regs * stride + 64);
+    if (scratch == NULL) return 0;
+    char *ptr[MAX_REGS];
+    /* Scalars and rows are the same in every block: expanded once. */
+    for (int k = 0; k < n_in; k++) {
+        int mode = in_desc[2 * k], size = itemsize_of(reg_dtype[k]);
+        char *slot = scratch + (size_t)k * stride;
+        if (mode == M_SCALAR) fill(slot, c->base[k], 1, size, block);
+        else if (mode == M_ROW) {
+            for (Py_ssize_t r = 0; r < block / L; r++)
+                memcpy(slot + r * L * size, c->base[k], L * size);
+        }
+    }
+    for (int r = 0; r < n_regs; r++) ptr[r] = scratch + (size_t)r * stride;
+    for (Py_ssize_t start = lo; start < hi; start += block) {
+        Py_ssize_t m = hi - start < block ? hi - start : block;
+        for (int k = 0; k < n_in; k++) {
+            int mode = in_desc[2 * k], size = itemsize_of(reg_dtype[k]);
+            if (mode == M_FULL) ptr[k] = c->base[k] + start * size;
+            else if (mode == M_COL)
+                fill(scratch + (size_t)k * stride, c->base[k] + (start / L) * size,
+                     m / L, size, L);
+        }
+        for (int k = 0; k < n_out; k++)
+            if (out_regs[2 * k + 1] == OUT_DIRECT)
+                ptr[out_regs[2 * k]] =
+                    c->out_base[k] + start * itemsize_of(reg_dtype[out_regs[2 * k]]);
+        for (int k = 0; k < n_ops; k++) {
+            const int32_t *o = ops + 5 * k;
+            if (o[0] < OP_LOOP)
+                apply(o[0], ptr[o[1]], ptr[o[2]], ptr[o[3]], ptr[o[4]], m);
+            else if (o[0] < OP_LOGISTIC)
+                call_loop(c->loops[o[0] - OP_LOOP], (float *)ptr[o[1]], (float *)ptr[o[2]], m);
+            else
+                logistic(c->loops[o[0] - OP_LOGISTIC], (float *)ptr[o[1]], (float *)ptr[o[2]],
+                         m);
+        }
+        for (int k = 0; k < n_out; k++) {
+            int reg = out_regs[2 * k], size = itemsize_of(reg_dtype[reg]);
+            if (out_regs[2 * k + 1] == OUT_COPY)
+                memcpy(c->out_base[k] + start * size, ptr[reg], m * size);
+            else if (out_regs[2 * k + 1] == OUT_STREAM)
+                stream_copy(c->out_base[k] + start * size, ptr[reg], (size_t)(m * size));
+        }
+    }
+    STREAM_FENCE();
+    return 1;
+}
+
+static void chain_task(void *arg, int64_t i) {
+    chain_t *c = (chain_t *)arg;
+    Py_ssize_t lo = c->lo + i * c->task, hi = lo + c->task < c->hi ? lo + c->task : c->hi;
+    if (!chain_range(c, lo, hi)) c->failed = 1; /* one int, set by any: no atomics needed */
+}
+
 static PyObject *run(PyObject *self, PyObject *args) {
     Py_buffer code;
-    Py_ssize_t n, L, B, lo = 0, hi = -1;
+    Py_ssize_t n, L, B, lo = 0, hi = -1, task = 0;
+    int threads = 1;
     PyObject *ins, *outs, *loop_capsules = NULL;
-    if (!PyArg_ParseTuple(args, "y*nnnO!O!|nnO!", &code, &n, &L, &B, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "y*nnnO!O!|nnO!in", &code, &n, &L, &B, &PyTuple_Type,
                           &ins, &PyTuple_Type, &outs, &lo, &hi, &PyTuple_Type,
-                          &loop_capsules))
+                          &loop_capsules, &threads, &task))
         return NULL;
     const int32_t *w = (const int32_t *)code.buf;
     Py_ssize_t words = code.len / 4;
     PyObject *result = NULL;
     Py_buffer views[MAX_REGS];
     int n_views = 0;
-    char *scratch = NULL;
 
     if (hi < 0) hi = n;
     if (words < 4 || L < 1 || B < L || B % L != 0 || n < 0 || n % L != 0
-        || lo < 0 || lo > hi || hi > n || lo % B != 0) {
+        || lo < 0 || lo > hi || hi > n || lo % B != 0
+        || (threads > 1 && (task < B || task % B != 0))) {
         PyErr_SetString(PyExc_ValueError, "native elementwise: bad header");
         goto done;
     }
@@ -342,74 +498,31 @@ static PyObject *run(PyObject *self, PyObject *args) {
         }
         out_base[k] = (char *)views[n_views++].buf;
     }
-    if (n == 0) {
-        result = Py_True;
-        goto done;
+    if (n == 0 || lo == hi) {
+        result = split_result(threads, 0, 0, 0);
+        goto release;
     }
-    Py_ssize_t block = B < n ? B : n;
+    chain_t c = {n_in, n_regs, n_ops, n_out, in_desc, reg_dtype, ops, out_regs,
+                 loops, base, out_base, L, B < n ? B : n, lo, hi, 0, 0, 0};
     /* Registers a multiple of 4 KiB apart make every load look like it may
        depend on the store before it (4K aliasing) and ran this loop at a
        third of its speed: each slot is padded off that stride. */
-    size_t stride = (size_t)block * 4 + 192;
-    scratch = (char *)malloc((size_t)n_regs * stride + 64);
-    if (scratch == NULL) {
+    c.stride = (size_t)c.block * 4 + 192;
+    c.task = threads > 1 ? task : hi - lo;
+    int64_t count = (hi - lo + c.task - 1) / c.task, ran = 0, own = 0, wait = 0;
+    run_tasks(chain_task, &c, count, threads, &ran, &own, &wait);
+    if (c.failed) {
         PyErr_NoMemory();
         goto done;
     }
-    char *ptr[MAX_REGS];
-    Py_BEGIN_ALLOW_THREADS
-    /* Scalars and rows are the same in every block: expanded once. */
-    for (int k = 0; k < n_in; k++) {
-        int mode = in_desc[2 * k], size = itemsize_of(reg_dtype[k]);
-        char *slot = scratch + (size_t)k * stride;
-        if (mode == M_SCALAR) fill(slot, base[k], 1, size, block);
-        else if (mode == M_ROW) {
-            for (Py_ssize_t r = 0; r < block / L; r++)
-                memcpy(slot + r * L * size, base[k], L * size);
-        }
-    }
-    for (int r = 0; r < n_regs; r++) ptr[r] = scratch + (size_t)r * stride;
-    /* [lo, hi): the part of the elements this call computes (threads
-       split a large chain into such ranges, lo a multiple of the block). */
-    for (Py_ssize_t start = lo; start < hi; start += block) {
-        Py_ssize_t m = hi - start < block ? hi - start : block;
-        for (int k = 0; k < n_in; k++) {
-            int mode = in_desc[2 * k], size = itemsize_of(reg_dtype[k]);
-            if (mode == M_FULL) ptr[k] = base[k] + start * size;
-            else if (mode == M_COL)
-                fill(scratch + (size_t)k * stride, base[k] + (start / L) * size,
-                     m / L, size, L);
-        }
-        for (int k = 0; k < n_out; k++)
-            if (out_regs[2 * k + 1] == OUT_DIRECT)
-                ptr[out_regs[2 * k]] =
-                    out_base[k] + start * itemsize_of(reg_dtype[out_regs[2 * k]]);
-        for (int k = 0; k < n_ops; k++) {
-            const int32_t *o = ops + 5 * k;
-            if (o[0] < OP_LOOP)
-                apply(o[0], ptr[o[1]], ptr[o[2]], ptr[o[3]], ptr[o[4]], m);
-            else if (o[0] < OP_LOGISTIC)
-                call_loop(loops[o[0] - OP_LOOP], (float *)ptr[o[1]], (float *)ptr[o[2]], m);
-            else
-                logistic(loops[o[0] - OP_LOGISTIC], (float *)ptr[o[1]], (float *)ptr[o[2]], m);
-        }
-        for (int k = 0; k < n_out; k++) {
-            int reg = out_regs[2 * k], size = itemsize_of(reg_dtype[reg]);
-            if (out_regs[2 * k + 1] == OUT_COPY)
-                memcpy(out_base[k] + start * size, ptr[reg], m * size);
-            else if (out_regs[2 * k + 1] == OUT_STREAM)
-                stream_copy(out_base[k] + start * size, ptr[reg], (size_t)(m * size));
-        }
-    }
-    STREAM_FENCE();
-    Py_END_ALLOW_THREADS
-    result = Py_True;
+    result = split_result(threads, ran, own, wait);
+    goto release;
 
-done:
-    free(scratch);
+done: /* result: NULL (an error set) or Py_False, borrowed */
+    Py_XINCREF(result);
+release:
     for (int k = 0; k < n_views; k++) PyBuffer_Release(&views[k]);
     PyBuffer_Release(&code);
-    Py_XINCREF(result);
     return result;
 }
 
@@ -437,28 +550,47 @@ VECTOR_CLONES __attribute__((noinline)) static void add_rows(float *out, const f
     }
 }
 
+/* Column blocks of a row sum, one task each: every column still adds its
+   rows in order, so the bits are NumPy's at any split. */
+typedef struct {
+    const float *src;
+    float *dst;
+    Py_ssize_t rows, cols, width;
+} row_sum_t;
+
+static void row_sum_task(void *arg, int64_t i) {
+    const row_sum_t *s = (const row_sum_t *)arg;
+    Py_ssize_t lo = i * s->width, hi = lo + s->width < s->cols ? lo + s->width : s->cols;
+    for (Py_ssize_t j = lo; j < hi; j += SUM_COLUMN_BLOCK) {
+        Py_ssize_t width = hi - j < SUM_COLUMN_BLOCK ? hi - j : SUM_COLUMN_BLOCK;
+        add_rows(s->dst + j, s->src + j, s->rows, s->cols, width);
+    }
+}
+
 static PyObject *sum_rows(PyObject *self, PyObject *args) {
     PyObject *x_obj, *out_obj;
-    Py_ssize_t rows, cols;
-    if (!PyArg_ParseTuple(args, "OOnn", &x_obj, &out_obj, &rows, &cols)) return NULL;
+    Py_ssize_t rows, cols, width = 0;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOnn|in", &x_obj, &out_obj, &rows, &cols, &threads, &width))
+        return NULL;
     if (rows < 1 || cols < 1 || rows > PY_SSIZE_T_MAX / cols) Py_RETURN_FALSE;
+    if (threads > 1 && width < 1) {
+        PyErr_SetString(PyExc_ValueError, "sum_rows: a split needs a column width");
+        return NULL;
+    }
     Py_buffer x, out;
     if (!get_buffer(x_obj, &x, T_F32, rows * cols, 0)) Py_RETURN_FALSE;
     if (!get_buffer(out_obj, &out, T_F32, cols, 1)) {
         PyBuffer_Release(&x);
         Py_RETURN_FALSE;
     }
-    const float *src = (const float *)x.buf;
-    float *dst = (float *)out.buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t j = 0; j < cols; j += SUM_COLUMN_BLOCK) {
-        Py_ssize_t width = cols - j < SUM_COLUMN_BLOCK ? cols - j : SUM_COLUMN_BLOCK;
-        add_rows(dst + j, src + j, rows, cols, width);
-    }
-    Py_END_ALLOW_THREADS
+    row_sum_t s = {(const float *)x.buf, (float *)out.buf, rows, cols,
+                   threads > 1 ? width : cols};
+    int64_t ran = 0, own = 0, wait = 0;
+    run_tasks(row_sum_task, &s, (cols + s.width - 1) / s.width, threads, &ran, &own, &wait);
     PyBuffer_Release(&out);
     PyBuffer_Release(&x);
-    Py_RETURN_TRUE;
+    return split_result(threads, ran, own, wait);
 }
 
 static PyObject *loop_usable(PyObject *self, PyObject *capsule) {
@@ -470,14 +602,17 @@ static PyMethodDef methods[] = {
      "loop_usable(call_info) -> bool: a capsule of ufunc._get_strided_loop "
      "whose loop run() can call without Python."},
     {"run", run, METH_VARARGS,
-     "run(code, n, L, B, inputs, outputs[, lo, hi[, loops]]) -> bool: one fused "
-     "chain, block by block, over elements [lo, hi) (default all; hi -1: n); "
-     "loops: NumPy's strided loops its loop opcodes call; False (nothing "
-     "written) when a buffer does not fit the program."},
+     "run(code, n, L, B, inputs, outputs[, lo, hi[, loops[, threads, task]]]) "
+     "-> bool: one fused chain, block by block, over elements [lo, hi) "
+     "(default all; hi -1: n); loops: NumPy's strided loops its loop opcodes "
+     "call; threads > 1: ranges of `task` elements on the C pool, returning "
+     "(caller_tasks, own_s, wait_s); False (nothing written) when a buffer "
+     "does not fit the program."},
     {"sum_rows", sum_rows, METH_VARARGS,
-     "sum_rows(x, out, rows, cols) -> bool: out = the rows of the float32 "
-     "rows x cols x added in order (NumPy's bits); False (nothing written) "
-     "when a buffer does not fit."},
+     "sum_rows(x, out, rows, cols[, threads, width]) -> bool: out = the rows "
+     "of the float32 rows x cols x added in order (NumPy's bits); False "
+     "(nothing written) when a buffer does not fit. threads > 1: blocks of "
+     "`width` columns on the C pool, returning (caller_tasks, own_s, wait_s)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,9 +22,16 @@
    condition variable: no thread busy-waits while another process wants
    the core (issue 16, item 1).
 
-   One product at a time uses the helpers; a second caller meanwhile (a
-   user's own thread) runs its blocks alone. After fork() the child has
-   no helpers and starts new ones when it needs them. */
+   One job at a time uses the helpers; a second caller meanwhile (a
+   user's own thread, a kernel the run loop launched) runs its blocks
+   alone. After fork() the child has no helpers and starts new ones when
+   it needs them.
+
+   The pool runs any job of independent tasks (_task_pool.h): besides the
+   products here, _elementwise.c's fused chains (element ranges) and row
+   sums (column blocks) take the same helpers through the capsule this
+   module publishes, so every C kernel of a step splits on one set of
+   threads, none of them holding the interpreter lock. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,6 +39,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
+
+#include "_task_pool.h"
 
 /* CBLAS' enumerations (cblas.h). */
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
@@ -49,20 +58,34 @@ static sgemm_fn sgemm;
 #define SPIN_NS 30000
 #define MAX_HELPERS 255
 
+/* A 2-d product split along rows (axis 0) or columns (axis 1) of the
+   result, or a batched one (batched: operands of (batches, rows, cols),
+   split along the batches, each batch one whole sgemm as NumPy's matmul
+   loop calls it for that batch: its bits whatever the split). */
 typedef struct {
-    int trans_a, trans_b, axis;
+    int trans_a, trans_b, axis, batched;
     int64_t m, n, k, lda, ldb, ldc;
+    int64_t batch_a, batch_b, batch_c; /* bytes from one batch to the next */
     const char *a, *b;
     char *c;
     int64_t itemsize;
-    const int64_t *edges; /* count + 1 block edges along axis */
+    const int64_t *edges; /* count + 1 block edges along axis (or batches) */
 } product_t;
 
-static void run_block(const product_t *p, int64_t i) {
+static void product_block(void *arg, int64_t i) {
+    const product_t *p = (const product_t *)arg;
     int64_t lo = p->edges[i], hi = p->edges[i + 1], sz = p->itemsize;
     const char *a = p->a, *b = p->b;
     char *c = p->c;
     int64_t m = p->m, n = p->n;
+    if (p->batched) {
+        for (int64_t j = lo; j < hi; j++)
+            sgemm(ROW_MAJOR, p->trans_a, p->trans_b, m, n, p->k, 1.0f,
+                  (const float *)(a + j * p->batch_a), p->lda,
+                  (const float *)(b + j * p->batch_b), p->ldb, 0.0f,
+                  (float *)(c + j * p->batch_c), p->ldc);
+        return;
+    }
     if (p->axis == 0) { /* rows lo..hi of A and C */
         a += (p->trans_a == NO_TRANS ? lo * p->lda : lo) * sz;
         c += lo * p->ldc * sz;
@@ -92,7 +115,8 @@ static atomic_uint_fast64_t claim;
 static atomic_int slots;    /* helpers still wanted by the job */
 static atomic_int done;     /* blocks finished */
 static int64_t job_count;
-static const product_t *job;
+static task_fn job_fn;
+static void *job_arg;
 static atomic_flag in_use = ATOMIC_FLAG_INIT;
 
 static int64_t now_ns(void) {
@@ -118,9 +142,10 @@ static int64_t work(uint64_t seq) {
                                                    memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        /* A claimed block holds the job open: `job` is this job's. */
+        /* A claimed block holds the job open: job_fn and job_arg are this
+           job's. */
         int64_t count = job_count;
-        run_block(job, (int64_t)(v & 0xffffffffu));
+        job_fn(job_arg, (int64_t)(v & 0xffffffffu));
         ran++;
         if (atomic_fetch_add_explicit(&done, 1, memory_order_acq_rel) + 1 == count) {
             pthread_mutex_lock(&mu);
@@ -188,11 +213,12 @@ static void after_fork_in_child(void) {
     atomic_flag_clear(&in_use);
 }
 
-/* Runs every block of `p` on the caller and up to `threads` - 1 helpers.
-   Sets *caller_ran and *own_ns (the caller's time on its blocks) and
-   *wait_ns (its wait for the helpers' last blocks). */
-static void run_product(const product_t *p, int64_t count, int threads,
-                        int64_t *caller_ran, int64_t *own_ns, int64_t *wait_ns) {
+/* Runs fn(arg, 0 .. count - 1) on the caller and up to `threads` - 1
+   helpers (task_pool_api.run: _task_pool.h). Sets *caller_ran and *own_ns
+   (the caller's time on its tasks) and *wait_ns (its wait for the
+   helpers' last tasks). */
+static void pool_run(task_fn fn, void *arg, int64_t count, int threads,
+                     int64_t *caller_ran, int64_t *own_ns, int64_t *wait_ns) {
     int64_t start = now_ns();
     int wanted = threads - 1;
     if (wanted > count - 1) wanted = (int)(count - 1);
@@ -201,7 +227,8 @@ static void run_product(const product_t *p, int64_t count, int threads,
         if (have < wanted) wanted = have;
         pthread_mutex_lock(&mu);
         uint64_t seq = atomic_load(&published) + 1;
-        job = p;
+        job_fn = fn;
+        job_arg = arg;
         job_count = count;
         atomic_store(&done, 0);
         atomic_store(&slots, wanted);
@@ -235,7 +262,7 @@ static void run_product(const product_t *p, int64_t count, int threads,
         *wait_ns = now_ns() - own;
         return;
     }
-    for (int64_t i = 0; i < count; i++) run_block(p, i);
+    for (int64_t i = 0; i < count; i++) fn(arg, i);
     *caller_ran = count;
     *own_ns = now_ns() - start;
     *wait_ns = 0;
@@ -255,7 +282,8 @@ static int format_is(const char *format, char kind) {
    transposed where its columns are; 0 when BLAS cannot take it. */
 static int blas_layout(const Py_buffer *v, int64_t rows, int64_t cols, int *trans,
                        int64_t *ld) {
-    int64_t sz = v->itemsize, s0 = v->strides[0], s1 = v->strides[1];
+    /* The last two axes: a batched operand's matrices. */
+    int64_t sz = v->itemsize, s0 = v->strides[v->ndim - 2], s1 = v->strides[v->ndim - 1];
     if (s1 == sz && s0 > 0 && s0 % sz == 0 && s0 / sz >= cols) {
         *trans = NO_TRANS;
         *ld = s0 / sz;
@@ -290,36 +318,48 @@ static PyObject *product(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(edges_obj, &edges, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
         goto none_out;
     product_t p = {0};
-    int ok = sgemm != NULL && x.ndim == 2 && y.ndim == 2 && out.ndim == 2
+    int nd = x.ndim; /* 2, or 3: batched, split along the batches (axis 0) */
+    int ok = sgemm != NULL && (nd == 2 || nd == 3) && y.ndim == nd && out.ndim == nd
              && format_is(x.format, 'f') && format_is(y.format, 'f')
              && format_is(out.format, 'f')
-             && edges.itemsize == 8 && edges.len >= 16 && (axis == 0 || axis == 1);
+             && edges.itemsize == 8 && edges.len >= 16
+             && (axis == 0 || (axis == 1 && nd == 2));
     if (ok) {
+        int64_t batches = nd == 3 ? x.shape[0] : 1;
+        p.batched = nd == 3;
         p.itemsize = x.itemsize;
-        p.m = x.shape[0];
-        p.k = x.shape[1];
-        p.n = y.shape[1];
+        p.m = x.shape[nd - 2];
+        p.k = x.shape[nd - 1];
+        p.n = y.shape[nd - 1];
         p.a = x.buf;
         p.b = y.buf;
         p.c = out.buf;
         p.axis = axis;
         p.edges = edges.buf;
-        int64_t count = edges.len / 8 - 1, extent = axis ? p.n : p.m;
-        ok = y.shape[0] == p.k && out.shape[0] == p.m && out.shape[1] == p.n
+        if (p.batched) {
+            p.batch_a = x.strides[0];
+            p.batch_b = y.strides[0];
+            p.batch_c = out.strides[0];
+        }
+        int64_t count = edges.len / 8 - 1;
+        int64_t extent = p.batched ? batches : axis ? p.n : p.m;
+        ok = y.shape[nd - 2] == p.k && out.shape[nd - 2] == p.m && out.shape[nd - 1] == p.n
+             && (!p.batched || (y.shape[0] == batches && out.shape[0] == batches))
+             /* m, n or k of 1: NumPy's matmul calls gemv or dot, not gemm */
              && p.m > 1 && p.n > 1 && p.k > 1
              && blas_layout(&x, p.m, p.k, &p.trans_a, &p.lda)
              && blas_layout(&y, p.k, p.n, &p.trans_b, &p.ldb)
-             && out.strides[1] == p.itemsize && out.strides[0] % p.itemsize == 0
-             && out.strides[0] / p.itemsize >= p.n
+             && out.strides[nd - 1] == p.itemsize && out.strides[nd - 2] % p.itemsize == 0
+             && out.strides[nd - 2] / p.itemsize >= p.n
              /* x @ x.T: NumPy calls syrk, whose bits these blocks do not give */
              && x.buf != y.buf
              && p.edges[0] == 0 && p.edges[count] == extent;
         for (int64_t i = 0; ok && i < count; i++) ok = p.edges[i] < p.edges[i + 1];
         if (ok) {
-            p.ldc = out.strides[0] / p.itemsize;
+            p.ldc = out.strides[nd - 2] / p.itemsize;
             int64_t ran = 0, own = 0, wait = 0;
             Py_BEGIN_ALLOW_THREADS
-            run_product(&p, count, threads, &ran, &own, &wait);
+            pool_run(product_block, &p, count, threads, &ran, &own, &wait);
             Py_END_ALLOW_THREADS
             PyBuffer_Release(&edges);
             PyBuffer_Release(&out);
@@ -354,7 +394,8 @@ static PyMethodDef methods[] = {
     {"product", product, METH_VARARGS,
      "product(x, y, out, axis, edges, threads) -> (caller_blocks, own_s, wait_s) "
      "or None: out = x @ y (2-d float32) as blocks along axis "
-     "(0 rows, 1 columns) between the int64 edges, on the caller and up to "
+     "(0 rows, 1 columns) between the int64 edges (3-d, batched: axis 0, "
+     "blocks of whole batches), on the caller and up to "
      "threads - 1 helpers, without the interpreter lock. None (nothing "
      "written) where BLAS or these blocks cannot take the operands."},
     {"helper_count", helper_count, METH_NOARGS, "Helper threads started."},
@@ -367,11 +408,21 @@ static struct PyModuleDef module = {
     "(see device/native/product_pool.py).", -1, methods,
 };
 
+static task_pool_api api = {TASK_POOL_VERSION, pool_run};
+
 PyMODINIT_FUNC PyInit__product_pool(void) {
     static int registered = 0;
     if (!registered) {
         pthread_atfork(NULL, NULL, after_fork_in_child);
         registered = 1;
     }
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    PyObject *capsule = PyCapsule_New(&api, TASK_POOL_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "_task_pool", capsule) != 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -176,7 +176,8 @@ def split_kernel(primitive, params, in_avals, out_avals, kernel, ufunc=None):
     """The lowered `kernel` of one application, split over axis 0 when
     its kind and size qualify (module doc); otherwise `kernel` itself.
     `ufunc`: the NumPy ufunc computing it exactly, when there is one."""
-    if primitive.multiple_results or host_threads.max_threads() <= 1:
+    if (primitive.multiple_results or host_threads.max_threads() <= 1
+            or getattr(kernel, "splits_itself", False)):  # a C pool kernel
         return kernel
     (out_aval,) = out_avals
     name = primitive.name

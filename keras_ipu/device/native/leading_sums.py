@@ -7,13 +7,16 @@ row order from +0.0, as `_elementwise.sum_rows` does, so both give the same
 bits; but NumPy calls its inner loop once per row, which for a few dozen
 columns costs more than the adds: 128x32x32x32 -> 32 took 28.7 ms in
 NumPy and 1.8 ms in C (minimum of 20 calls, this 2-core machine at load
-13; 128x16x16x64 -> 64: 1.11 against 0.28 ms). leading_axis.split_sum
-splits such a sum over the host threads with this kernel for each part.
+13; 128x16x16x64 -> 64: 1.11 against 0.28 ms). A large sum with enough
+columns splits into column blocks on the C pool (threads.sum_split: the
+same bits); a narrower one is split by rows over the Python pool
+(leading_axis.split_sum, this kernel for each part).
 """
 
 import numpy as np
 
 from keras_ipu.device import native
+from keras_ipu.device.native import threads as host_threads
 
 _F32 = np.dtype(np.float32)
 
@@ -37,6 +40,25 @@ def leading_sum_kernel(x_aval, axes):
     if cols == 0:
         return None
     reduce, empty = np.add.reduce, np.empty
+    rows = int(np.prod(x_aval.shape[:len(axes)], dtype=np.int64))
+    threads, width = host_threads.sum_split(rows, cols)
+    if threads > 1:
+        # Column blocks on the C pool: NumPy's bits at any thread count.
+        count = -(-cols // width)
+        backing_off, note = host_threads.backing_off, host_threads.note_pool_split
+
+        def sum_leading_axes_split(x):
+            out = empty(out_shape, _F32)
+            if backing_off():
+                done = sum_rows(x, out, rows, cols)
+            else:
+                done = sum_rows(x, out, rows, cols, threads, width)
+                if done is not False:
+                    note(done, count)
+            return out if done is not False else reduce(x, axis=axes)
+
+        sum_leading_axes_split.splits_itself = True  # leading_axis.split_kernel leaves it
+        return sum_leading_axes_split
 
     def sum_leading_axes(x):
         # Rows from the operand: leading_axis.split_sum passes row blocks.

@@ -25,6 +25,14 @@ column blocks). float64 is not split here: OpenBLAS' dgemm blocks
 differed from the whole in a column at the edge of some splits above
 that bound (e.g. 268x126 @ 126x985 in 8 column blocks), cause not found;
 float64 products keep the Python pool (and its tolerance).
+
+Batched float32 products (the transformer's attention: x (b, m, k) @ y
+(b, k, n)) split along the batches: each batch is one whole sgemm call
+with the arguments NumPy's matmul loop passes for that batch, so the bits
+are NumPy's at any split and any size (no small-matrix bound to respect).
+
+The pool runs any job of independent tasks (_task_pool.h): the C chains
+and row sums of _elementwise.c split on it too (tasks_available).
 """
 
 import ctypes
@@ -33,6 +41,7 @@ import os
 import numpy as np
 
 from keras_ipu.device import native
+from keras_ipu.device.flags import env_switch
 
 SGEMM_SYMBOL = "scipy_cblas_sgemm64_"
 # OpenBLAS' small-matrix bound on M * N * K (module doc).
@@ -78,9 +87,25 @@ def available():
     return _ready
 
 
+def tasks_available():
+    """Whether the C chains and row sums split on the C pool (the module
+    is built and `KERAS_IPU_PRODUCT_POOL` is not 0); no BLAS needed."""
+    return native.split_products is not None and env_switch("KERAS_IPU_PRODUCT_POOL")
+
+
 def _bits_check():
-    """A split product of each layout against np.matmul, bit for bit."""
+    """A split product of each layout, and a batched one, against
+    np.matmul, bit for bit."""
     rng = np.random.default_rng(0)
+    xb = rng.standard_normal((6, 40, 24)).astype(np.float32)
+    yb = rng.standard_normal((6, 24, 33)).astype(np.float32)
+    whole = np.matmul(xb, yb)
+    out = np.empty_like(whole)
+    edges = np.array([0, 2, 6], np.int64)
+    if native.split_products.product(xb, yb, out, 0, edges, 2) is None:
+        return False
+    if not np.array_equal(out, whole):
+        return False
     x = rng.standard_normal((250, 301)).astype(np.float32)
     y = rng.standard_normal((301, 262)).astype(np.float32)
     x_t, y_t = np.ascontiguousarray(x.T).T, np.ascontiguousarray(y.T).T  # transposed layouts
@@ -111,8 +136,18 @@ def blocks(m, n, k, threads, per_thread):
     return axis, np.linspace(0, size, count + 1).astype(np.int64)
 
 
+def batch_blocks(b, threads, per_thread):
+    """int64 edges splitting b batches into about threads * per_thread
+    blocks of whole batches; None when fewer than two."""
+    count = min(threads * per_thread, b)
+    if count < 2:
+        return None
+    return np.linspace(0, b, count + 1).astype(np.int64)
+
+
 def run(x, y, out, axis, edges, threads):
-    """out = x @ y in the blocks `edges` on up to `threads` threads:
+    """out = x @ y in the blocks `edges` (3-d operands: of batches, axis
+    0) on up to `threads` threads:
     (blocks the caller ran, its own seconds, its wait for the helpers), or
     None (nothing written) where BLAS cannot take the operands as they are
     laid out."""

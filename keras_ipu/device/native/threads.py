@@ -96,6 +96,17 @@ NATIVE_FLOPS_PER_THREAD = 8_000_000
 # thread (about 0.3 ms of a few-op chain; memory-bound, so far fewer
 # operations per thread than a product's).
 ELEMENTS_PER_THREAD = 1 << 18
+# The same for a C chain or row sum on the C pool (chain_threads,
+# sum_threads): its hand-off is a helper's wake-up, no interpreter lock,
+# as for a product (NATIVE_FLOPS_PER_THREAD: about 85 us of work per
+# thread). A chain costs 0.4-2 ns per element here (Keras' Adam update of
+# a 512x512 weight: 0.49 ms minimum on one thread, 1.9 ns per element);
+# measured on this 2-core VM (benchmarks/README.md, issue 16 eighth pass,
+# load 7, minimum wall of 400 calls, one thread / two): Adam's chain over
+# 262k elements 0.485 / 0.242-0.249 ms, over 131k 0.239 / 0.144, over 65k
+# 0.043 / 0.048 (no gain), over 16k 0.023 / 0.026. So a chain splits from
+# 64k elements per thread (about 85-120 us of Adam's chain).
+NATIVE_ELEMENTS_PER_THREAD = 1 << 16
 # Blocks per thread: more than one, so threads that run late (a busy
 # machine) leave their share to the others.
 BLOCKS_PER_THREAD = 2
@@ -176,11 +187,26 @@ def threads_for(flops):
 
 def product_pool_takes(b, compute):
     """Whether a product of `b` batches (0: a 2-d product) computed in
-    `compute` splits on the C pool (product_pool.py) where it splits."""
-    if b or np.dtype(compute) != np.dtype(np.float32) or not env_switch("KERAS_IPU_PRODUCT_POOL"):
+    `compute` splits on the C pool (product_pool.py) where it splits:
+    float32, 2-d or batched."""
+    if np.dtype(compute) != np.dtype(np.float32) or not env_switch("KERAS_IPU_PRODUCT_POOL"):
         return False
     configure()  # OpenBLAS on one thread before the pool's first check and blocks
     return product_pool.available()
+
+
+def _native_product_split(b, m, n, k):
+    """(threads, blocks) of a float32 product on the C pool: blocks are
+    (axis, edges) of a 2-d product (product_pool.blocks) or the batch
+    edges of a batched one; None when it stays on one thread."""
+    threads = int(min(max_threads(), 2 * max(b, 1) * m * n * k // NATIVE_FLOPS_PER_THREAD))
+    if threads <= 1:
+        return None
+    if b:
+        edges = product_pool.batch_blocks(b, threads, BLOCKS_PER_THREAD)
+        return None if edges is None else (threads, (0, edges))
+    planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD)
+    return None if planned is None else (threads, planned)
 
 
 def product_threads(b, m, n, k, compute):
@@ -192,10 +218,8 @@ def product_threads(b, m, n, k, compute):
     if cap == 1 or np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64)):
         return 1
     if product_pool_takes(b, compute):
-        threads = int(min(cap, flops // NATIVE_FLOPS_PER_THREAD))
-        if threads > 1 and product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD):
-            return threads
-        return 1
+        split = _native_product_split(b, m, n, k)
+        return 1 if split is None else split[0]
     return max(threads_for(flops), 0 if b else blas_threads_for(flops))
 
 
@@ -217,6 +241,40 @@ def threads_for_elements(n):
     if cap == 1:
         return 1
     return int(max(1, min(cap, n // ELEMENTS_PER_THREAD)))
+
+
+def chain_threads(n):
+    """Threads a C fused chain of `n` elements splits over (1: one
+    thread): on the C pool from NATIVE_ELEMENTS_PER_THREAD elements per
+    thread, else on the Python pool as threads_for_elements says."""
+    if not product_pool.tasks_available():
+        return threads_for_elements(n)
+    cap = max_threads()
+    if cap == 1:
+        return 1
+    return int(max(1, min(cap, n // NATIVE_ELEMENTS_PER_THREAD)))
+
+
+# Columns per task of a row sum on the C pool, at least: each task reads
+# its columns of every row, so narrower tasks would share cache lines (16
+# floats each) of every row between threads and read each line twice.
+SUM_TASK_COLUMNS = 64
+
+
+def sum_split(rows, cols):
+    """(threads, columns per task) of a float32 sum of `rows` rows of
+    `cols` columns (native/leading_sums.py) on the C pool, in column blocks
+    (each column still adds its rows in order: NumPy's bits); (1, cols)
+    where it stays on one thread (leading_axis.split_sum may still split
+    its rows over the Python pool)."""
+    if not product_pool.tasks_available():
+        return 1, cols
+    threads = min(chain_threads(rows * cols), cols // SUM_TASK_COLUMNS)
+    if threads <= 1:
+        return 1, cols
+    width = -(-cols // (threads * BLOCKS_PER_THREAD))
+    width = max(SUM_TASK_COLUMNS, -(-width // 16) * 16)  # whole cache lines
+    return threads, width
 
 
 def streaming_scales():
@@ -486,42 +544,59 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
     if native is None:
         native = product_pool_takes(b, compute)
     elif native:  # asked for (benchmarks): where the C pool can take it at all
-        native = (not b and np.dtype(compute) == np.dtype(np.float32)
-                  and product_pool.available())
+        native = np.dtype(compute) == np.dtype(np.float32) and product_pool.available()
+    if native:
+        if threads is None:
+            split = _native_product_split(b, m, n, k)
+        elif b:
+            edges = product_pool.batch_blocks(b, threads, BLOCKS_PER_THREAD)
+            split = None if edges is None else (threads, (0, edges))
+        else:
+            planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD)
+            split = None if planned is None else (threads, planned)
+        if split is None:
+            return None
+        threads, blocks = split
+        return _native_split_plan(b, m, n, threads, blocks,
+                                  _python_split_plan(b, m, n, compute, threads))
     if threads is None:
         flops = 2 * max(b, 1) * m * n * k
-        blas_threads = 0 if b or native else blas_threads_for(flops)
+        blas_threads = 0 if b else blas_threads_for(flops)
         if blas_threads:
             return blas_matmul_plan(blas_threads)
-        threads = product_threads(b, m, n, k, compute) if native else threads_for(flops)
+        threads = threads_for(flops)
     if threads <= 1:
         return None
-    python_split = _python_split_plan(b, m, n, compute, threads)
-    if native:
-        return _native_split_plan(m, n, k, threads, python_split)
-    return python_split
+    return _python_split_plan(b, m, n, compute, threads)
 
 
-def _native_split_plan(m, n, k, threads, fallback):
-    """A float32 2-d product in blocks on the C pool (product_pool.py):
-    the whole product's bits. While backing off it is one np.matmul (the
-    same bits); operands BLAS cannot take as laid out go to `fallback`."""
-    planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD)
-    if planned is None:
-        return None
-    axis, edges = planned
+def note_pool_split(done, count):
+    """Notes a split the C pool ran (product_pool.run, the C chains and
+    row sums: `done` = (tasks the caller ran, its own seconds, its wait
+    for the helpers), `count` tasks): late when the caller ran them all or
+    waited longer than it worked (LATE_SPLITS)."""
+    ran, own, wait = done
+    _note_split(ran == count or wait > own, time.perf_counter())
+
+
+def _native_split_plan(b, m, n, threads, blocks, fallback):
+    """A float32 product in `blocks` (axis, edges) on the C pool
+    (product_pool.py): the whole product's bits. While backing off it is
+    one np.matmul (the same bits); operands BLAS cannot take as laid out
+    go to `fallback`."""
+    axis, edges = blocks
     count = len(edges) - 1
-    empty, matmul, run, clock = np.empty, np.matmul, product_pool.run, time.perf_counter
+    out_shape = (b, m, n) if b else (m, n)
+    empty, matmul, run = np.empty, np.matmul, product_pool.run
 
     def native_split_matmul(x, y):
         if backing_off():
             return matmul(x, y)
-        out = empty((m, n), np.float32)
+        out = empty(out_shape, np.float32)
         done = run(x, y, out, axis, edges, threads)
         if done is None:
             return fallback(x, y) if fallback is not None else matmul(x, y)
-        ran, own, wait = done
-        _note_split(ran == count or wait > own, clock())
+        note_pool_split(done, count)
         return out
 
     return native_split_matmul
