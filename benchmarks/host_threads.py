@@ -15,8 +15,8 @@ thread, as the engine sets it, except where OpenBLAS' threads are timed):
   - products of the shapes the benchmark models run (fit_throughput.py's
     MLP, demo_functional, transformer and CNN at their batch sizes, forward
     and gradients, plus a large square one), on one thread (np.matmul) and
-    split by matmul_plan over t threads of the C pool (2-d products; the
-    Python pool for batched ones), the fastest count, and the count the
+    split by matmul_plan over t threads of the C pool (2-d products in
+    row or column blocks, batched ones in blocks of batches), the fastest count, and the count the
     policy picks (product_threads, or "N OpenBLAS" where the product goes
     to OpenBLAS' threads: blas_threads_for) for each; then split over the
     Python pool (the engine's without the C pool), then with one block
@@ -27,7 +27,11 @@ thread, as the engine sets it, except where OpenBLAS' threads are timed):
     gradient, BatchNormalization's sums, pooling, broadcast adds) as the
     engine lowers them (device/native/leading_axis.py) with a cap of t
     threads: wall ms (median and min) and the process's CPU ms per call
-    (all threads: what the split costs a busy machine).
+    (all threads: what the split costs a busy machine);
+  - the C kernels on the C pool's tasks: Keras' Adam update of one
+    variable (a fused C chain, the benchmark models' weight shapes) split
+    into t element ranges, and row sums (bias and LayerNormalization
+    gradients) in t column blocks: same columns as the memory-bound table.
 """
 
 import argparse
@@ -101,6 +105,77 @@ def memory_bound_rows(host, counts, repeats, rng):
             row["cpu_ms"][t] = 1e3 * cpu
         rows.append(row)
     host._cap = saved
+    return rows
+
+
+# (label, weight shape): Adam's update chain of one variable.
+ADAM_CHAINS = [
+    ("adam 512x512 (demo, MLP)", (512, 512)),
+    ("adam 784x512 (MLP)", (784, 512)),
+    ("adam 128x512", (128, 512)),
+]
+# (label, rows, cols): float32 sums over the leading axes.
+ROW_SUMS = [
+    ("sum 8192x128 -> 128 (transformer LN grad)", 8192, 128),
+    ("sum 4096x512 -> 512", 4096, 512),
+]
+
+
+def _adam_update(w, m, v, g, lr):
+    """Keras' Adam update of one variable, traced: m, v, then w."""
+    from keras_ipu.device.primitives import elementwise as ew
+
+    add, sub, mul, c = ew.add_p.bind, ew.sub_p.bind, ew.mul_p.bind, np.float32
+    m2 = add(m, mul(sub(g, m), c(0.1)))
+    v2 = add(v, mul(sub(mul(g, g), v), c(0.001)))
+    step = ew.div_p.bind(mul(m2, lr), add(ew.sqrt_p.bind(v2), c(1e-7)))
+    return [sub(w, step), m2, v2]
+
+
+def c_pool_rows(host, counts, repeats, rng):
+    """Wall (median, min) and process CPU ms per call of ADAM_CHAINS and
+    ROW_SUMS lowered with a cap of t threads, every t > 1 split on the C
+    pool (its element threshold lowered to force the split)."""
+    from keras_ipu.device.compiler.executable import Executable
+    from keras_ipu.device.compiler.fusion import fuse_elementwise
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.native import leading_sums
+    from keras_ipu.device.trace import trace_flat
+
+    rows = []
+    saved = host._cap, host.NATIVE_ELEMENTS_PER_THREAD
+    host.NATIVE_ELEMENTS_PER_THREAD = 1
+    for label, shape in ADAM_CHAINS:
+        avals = [ShapedArray(shape, np.float32)] * 4 + [ShapedArray((), np.float32)]
+        args = [np.abs(rng.standard_normal(shape, dtype=np.float32)) for _ in range(4)]
+        args.append(np.float32(0.001))
+        row = {"kernel": label, "wall_ms": {}, "min_ms": {}, "cpu_ms": {}}
+        for t in counts:
+            host._cap = t
+            exe = Executable(fuse_elementwise(trace_flat(_adam_update, avals)[0]))
+            (step,) = [s for s in exe._program if getattr(s[0], "native", False)]
+            env = exe._template[:]
+            env[:5] = args
+            kernel, ins = step[0], [env[i] for i in step[1]]
+            cpu = time.process_time()
+            walls = timed(lambda: kernel(*ins), repeats, keep=True)
+            row["cpu_ms"][t] = 1e3 * (time.process_time() - cpu) / (repeats + 3)
+            row["wall_ms"][t] = 1e3 * statistics.median(walls)
+            row["min_ms"][t] = 1e3 * min(walls)
+        rows.append(row)
+    for label, r, c in ROW_SUMS:
+        x = rng.standard_normal((r, c), dtype=np.float32)
+        row = {"kernel": label, "wall_ms": {}, "min_ms": {}, "cpu_ms": {}}
+        for t in counts:
+            host._cap = t
+            kernel = leading_sums.leading_sum_kernel(ShapedArray((r, c), np.float32), (0,))
+            cpu = time.process_time()
+            walls = timed(lambda: kernel(x), repeats, keep=True)
+            row["cpu_ms"][t] = 1e3 * (time.process_time() - cpu) / (repeats + 3)
+            row["wall_ms"][t] = 1e3 * statistics.median(walls)
+            row["min_ms"][t] = 1e3 * min(walls)
+        rows.append(row)
+    host._cap, host.NATIVE_ELEMENTS_PER_THREAD = saved
     return rows
 
 
@@ -186,7 +261,7 @@ def main(argv=None):
         if split == "c pool" and not product_pool.available():
             lines += ["", "C pool: not available here (product_pool.py)"]
             continue
-        title = {"c pool": f"{blocks} block(s) per thread of the C pool (batched: Python pool)",
+        title = {"c pool": f"{blocks} block(s) per thread of the C pool",
                  "pool": f"{blocks} block(s) per thread of our Python pool",
                  "openblas": "OpenBLAS' own threads"}[split]
         lines += ["", f"{title} (wall ms / process CPU ms):", "",
@@ -229,6 +304,16 @@ def main(argv=None):
         lines.append(f"| {r['kernel']} | " + " | ".join(
             f"{r['wall_ms'][t]:.2f} / {r['min_ms'][t]:.2f} / {r['cpu_ms'][t]:.2f}"
             for t in counts) + " |")
+    pool_kernels = c_pool_rows(host, counts, args.repeats, rng) if (
+        product_pool.tasks_available()) else []
+    if pool_kernels:
+        lines += ["", "C kernels on the C pool's tasks (wall ms median / min, process CPU ms):",
+                  "", "| kernel | " + " | ".join(f"{t} thr" for t in counts) + " |",
+                  "|---|" + "---:|" * len(counts)]
+        for r in pool_kernels:
+            lines.append(f"| {r['kernel']} | " + " | ".join(
+                f"{r['wall_ms'][t]:.3f} / {r['min_ms'][t]:.3f} / {r['cpu_ms'][t]:.3f}"
+                for t in counts) + " |")
     text = "\n".join(lines)
     print(text)
     if args.out:
@@ -237,6 +322,7 @@ def main(argv=None):
                        "c_pool_split_and_alone_us": native_trip,
                        "products": rows,
                        "memory_bound": kernels,
+                       "c_pool_kernels": pool_kernels,
                        "flops_per_thread": host.FLOPS_PER_THREAD,
                        "table": text}, f, indent=1)
 

@@ -52,6 +52,51 @@ def test_split_products_give_numpys_bits(m, k, n, layout):
         np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("m,k,n", SHAPES + [(268, 126, 985), (1000, 300, 47)])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_float64_row_blocks_at_the_alignment_give_numpys_bits(m, k, n, layout):
+    if not product_pool.available(np.float64):
+        pytest.skip("float64 products do not split on the C pool here")
+    threads.configure()  # np.matmul on one OpenBLAS thread, as the engine runs it
+    x, y = _operands(m, k, n, layout[0] == "t", layout[1] == "t")
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    want = np.matmul(x, y)
+    for t in (2, 3, 4, 16):
+        planned = product_pool.blocks(m, n, k, t, threads.BLOCKS_PER_THREAD, np.float64)
+        if planned is None:
+            continue
+        axis, edges = planned
+        assert axis == 0 and not (edges[:-1] % product_pool.F64_ROW_ALIGN).any()
+        out = np.full_like(want, np.nan)
+        assert product_pool.run(x, y, out, axis, edges, t) is not None
+        assert out.tobytes() == want.tobytes()
+
+
+def test_float64_blocks_elsewhere_than_the_alignment_can_differ():
+    # Why the alignment (product_pool.py): 268x126 @ 126x985 in row blocks
+    # at the linspace edges, or in column blocks, did not give the whole
+    # product's bits on OpenBLAS 0.3.31's SkylakeX dgemm; at multiples of
+    # 24 rows they do. A BLAS where every split matches makes this moot.
+    if not product_pool.available(np.float64):
+        pytest.skip("float64 products do not split on the C pool here")
+    threads.configure()
+    rng = np.random.default_rng(1)
+    mismatched = 0
+    for _ in range(20):
+        m, k, n = rng.integers(200, 900, 3)
+        x, y = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        want = np.matmul(x, y)
+        edges = np.linspace(0, m, 6).astype(np.int64)
+        out = np.empty_like(want)
+        product_pool.run(x, y, out, 0, edges, 2)
+        mismatched += out.tobytes() != want.tobytes()
+        aligned = product_pool.blocks(m, n, k, 3, 2, np.float64)[1]
+        product_pool.run(x, y, out, 0, aligned, 2)
+        assert out.tobytes() == want.tobytes()
+    if not mismatched:
+        pytest.skip("this BLAS gives the whole product's bits at any row split")
+
+
 def test_blocks_stay_above_openblas_small_matrix_kernels():
     for m, k, n in SHAPES + [(32, 256, 512), (16, 512, 512)]:
         for t in (2, 4, 8, 16, 64):
@@ -103,7 +148,8 @@ def test_policy_splits_float32_products_only(monkeypatch):
     assert threads.matmul_plan(*demo, np.float32).__name__ == "native_split_matmul"
     small = threads.NATIVE_FLOPS_PER_THREAD  # 2 x that splits
     assert threads.product_threads(0, 16, small // (2 * 16 * 64), 64, np.float32) == 1
-    assert not threads.product_pool_takes(0, np.float64)
+    assert threads.product_pool_takes(0, np.float64) == product_pool.available(np.float64)
+    assert not threads.product_pool_takes(0, np.float16)
     assert threads.product_pool_takes(8, np.float32)  # batched: blocks of batches
     monkeypatch.setenv("KERAS_IPU_PRODUCT_POOL", "0")
     assert threads.product_threads(*demo, np.float32) == 1  # the Python pool's threshold

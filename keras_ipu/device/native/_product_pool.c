@@ -13,8 +13,8 @@
    or a column block of the product, with the arguments NumPy's matmul
    passes (row-major, the same transpose flags and leading dimensions):
    the caller (product_pool.py) picks blocks whose results are the bits
-   of the whole product. float32 only: float64 blocks of OpenBLAS' dgemm
-   did not always give the whole product's bits (product_pool.py).
+   of the whole product. float64 products call cblas_dgemm the same way
+   (product_pool.py picks blocks of rows that give its bits there).
 
    Blocks are handed out by an atomic counter and the caller takes blocks
    too, so a helper the OS does not schedule delays only a block it has
@@ -50,6 +50,21 @@ typedef void (*sgemm_fn)(int, int, int, int64_t, int64_t, int64_t, float,
                          const float *, int64_t, const float *, int64_t, float,
                          float *, int64_t);
 static sgemm_fn sgemm;
+typedef void (*dgemm_fn)(int, int, int, int64_t, int64_t, int64_t, double,
+                         const double *, int64_t, const double *, int64_t, double,
+                         double *, int64_t);
+static dgemm_fn dgemm;
+
+/* One gemm call of NumPy's matmul, float32 or float64 by the item size. */
+static void gemm(int64_t itemsize, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                 const char *a, int64_t lda, const char *b, int64_t ldb, char *c, int64_t ldc) {
+    if (itemsize == 4)
+        sgemm(ROW_MAJOR, trans_a, trans_b, m, n, k, 1.0f, (const float *)a, lda,
+              (const float *)b, ldb, 0.0f, (float *)c, ldc);
+    else
+        dgemm(ROW_MAJOR, trans_a, trans_b, m, n, k, 1.0, (const double *)a, lda,
+              (const double *)b, ldb, 0.0, (double *)c, ldc);
+}
 
 /* A helper's spin before it sleeps, and the caller's before it sleeps
    waiting for the last block: about one thread wake-up on Linux (tens of
@@ -80,10 +95,8 @@ static void product_block(void *arg, int64_t i) {
     int64_t m = p->m, n = p->n;
     if (p->batched) {
         for (int64_t j = lo; j < hi; j++)
-            sgemm(ROW_MAJOR, p->trans_a, p->trans_b, m, n, p->k, 1.0f,
-                  (const float *)(a + j * p->batch_a), p->lda,
-                  (const float *)(b + j * p->batch_b), p->ldb, 0.0f,
-                  (float *)(c + j * p->batch_c), p->ldc);
+            gemm(sz, p->trans_a, p->trans_b, m, n, p->k, a + j * p->batch_a, p->lda,
+                 b + j * p->batch_b, p->ldb, c + j * p->batch_c, p->ldc);
         return;
     }
     if (p->axis == 0) { /* rows lo..hi of A and C */
@@ -95,8 +108,7 @@ static void product_block(void *arg, int64_t i) {
         c += lo * sz;
         n = hi - lo;
     }
-    sgemm(ROW_MAJOR, p->trans_a, p->trans_b, m, n, p->k, 1.0f, (const float *)a,
-          p->lda, (const float *)b, p->ldb, 0.0f, (float *)c, p->ldc);
+    gemm(sz, p->trans_a, p->trans_b, m, n, p->k, a, p->lda, b, p->ldb, c, p->ldc);
 }
 
 /* -- the pool ------------------------------------------------------------ */
@@ -298,9 +310,10 @@ static int blas_layout(const Py_buffer *v, int64_t rows, int64_t cols, int *tran
 }
 
 static PyObject *set_blas(PyObject *self, PyObject *args) {
-    unsigned long long s;
-    if (!PyArg_ParseTuple(args, "K", &s)) return NULL;
+    unsigned long long s, d = 0;
+    if (!PyArg_ParseTuple(args, "K|K", &s, &d)) return NULL;
     sgemm = (sgemm_fn)(uintptr_t)s;
+    dgemm = (dgemm_fn)(uintptr_t)d;
     Py_RETURN_NONE;
 }
 
@@ -319,9 +332,11 @@ static PyObject *product(PyObject *self, PyObject *args) {
         goto none_out;
     product_t p = {0};
     int nd = x.ndim; /* 2, or 3: batched, split along the batches (axis 0) */
-    int ok = sgemm != NULL && (nd == 2 || nd == 3) && y.ndim == nd && out.ndim == nd
-             && format_is(x.format, 'f') && format_is(y.format, 'f')
-             && format_is(out.format, 'f')
+    char kind = format_is(x.format, 'f') ? 'f' : 'd';
+    int ok = (kind == 'f' ? sgemm != NULL : dgemm != NULL)
+             && (nd == 2 || nd == 3) && y.ndim == nd && out.ndim == nd
+             && format_is(x.format, kind) && format_is(y.format, kind)
+             && format_is(out.format, kind)
              && edges.itemsize == 8 && edges.len >= 16
              && (axis == 0 || (axis == 1 && nd == 2));
     if (ok) {
@@ -389,11 +404,12 @@ static PyObject *helper_count(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"set_blas", set_blas, METH_VARARGS,
-     "set_blas(sgemm_address): OpenBLAS' 64-bit-integer cblas_sgemm (0: "
+     "set_blas(sgemm_address[, dgemm_address]): OpenBLAS' 64-bit-integer "
+     "cblas_sgemm and cblas_dgemm (0: "
      "none) the blocks call."},
     {"product", product, METH_VARARGS,
      "product(x, y, out, axis, edges, threads) -> (caller_blocks, own_s, wait_s) "
-     "or None: out = x @ y (2-d float32) as blocks along axis "
+     "or None: out = x @ y (2-d float32 or float64) as blocks along axis "
      "(0 rows, 1 columns) between the int64 edges (3-d, batched: axis 0, "
      "blocks of whole batches), on the caller and up to "
      "threads - 1 helpers, without the interpreter lock. None (nothing "

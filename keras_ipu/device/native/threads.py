@@ -13,10 +13,12 @@ whose work is worth it is split into row (or column, batch) blocks, run
 by a small pool of our own threads together with the caller. Blocks are
 handed out one at a time, so a thread the OS does not schedule (a busy
 machine) delays nothing: the others take its blocks. Idle pool threads
-block on a queue; nothing spins. A 2-d float32 product runs on the C
-pool (product_pool.py, _product_pool.c: C threads, no interpreter lock
-from the hand-out to the join, the whole product's bits) wherever NumPy's
-OpenBLAS is found and `KERAS_IPU_PRODUCT_POOL` is not 0. Without it, on
+block on a queue; nothing spins. A float32 or float64 product (2-d or
+batched), a C fused chain and a wide row sum run on the C pool
+(product_pool.py, _product_pool.c: C threads, no interpreter lock from
+the hand-out to the join, the one-thread bits) wherever it is built
+(products: and NumPy's OpenBLAS is found) and `KERAS_IPU_PRODUCT_POOL` is
+not 0. Without it, on
 a host of BLAS_MIN_CAP threads or more, a 2-d product worth splitting
 runs on OpenBLAS' own threads instead, their count set for that call
 only (blas_matmul_plan): our Python pool's helpers take turns on the GIL
@@ -188,15 +190,16 @@ def threads_for(flops):
 def product_pool_takes(b, compute):
     """Whether a product of `b` batches (0: a 2-d product) computed in
     `compute` splits on the C pool (product_pool.py) where it splits:
-    float32, 2-d or batched."""
-    if np.dtype(compute) != np.dtype(np.float32) or not env_switch("KERAS_IPU_PRODUCT_POOL"):
+    float32 or float64 (where its check passed), 2-d or batched."""
+    if (np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64))
+            or not env_switch("KERAS_IPU_PRODUCT_POOL")):
         return False
     configure()  # OpenBLAS on one thread before the pool's first check and blocks
-    return product_pool.available()
+    return product_pool.available(compute)
 
 
-def _native_product_split(b, m, n, k):
-    """(threads, blocks) of a float32 product on the C pool: blocks are
+def _native_product_split(b, m, n, k, compute):
+    """(threads, blocks) of a product on the C pool: blocks are
     (axis, edges) of a 2-d product (product_pool.blocks) or the batch
     edges of a batched one; None when it stays on one thread."""
     threads = int(min(max_threads(), 2 * max(b, 1) * m * n * k // NATIVE_FLOPS_PER_THREAD))
@@ -205,7 +208,7 @@ def _native_product_split(b, m, n, k):
     if b:
         edges = product_pool.batch_blocks(b, threads, BLOCKS_PER_THREAD)
         return None if edges is None else (threads, (0, edges))
-    planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD)
+    planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD, compute)
     return None if planned is None else (threads, planned)
 
 
@@ -218,7 +221,7 @@ def product_threads(b, m, n, k, compute):
     if cap == 1 or np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64)):
         return 1
     if product_pool_takes(b, compute):
-        split = _native_product_split(b, m, n, k)
+        split = _native_product_split(b, m, n, k, compute)
         return 1 if split is None else split[0]
     return max(threads_for(flops), 0 if b else blas_threads_for(flops))
 
@@ -534,8 +537,7 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
     else split into blocks over our pool (a batched one: numpy loops over
     its small products, which OpenBLAS' threads cannot share); None when
     one thread is right (small products, dtypes BLAS does not run).
-    A 2-d float32 product splits on the C pool where product_pool_takes
-    it. `threads` overrides the policy's count and splits over our pool,
+    A product splits on the C pool where product_pool_takes it. `threads` overrides the policy's count and splits over our pool,
     `native` picks the C pool (True) or the Python pool (False)
     (benchmarks/host_threads.py measures each)."""
     if np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -544,20 +546,20 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
     if native is None:
         native = product_pool_takes(b, compute)
     elif native:  # asked for (benchmarks): where the C pool can take it at all
-        native = np.dtype(compute) == np.dtype(np.float32) and product_pool.available()
+        native = product_pool.available(compute)
     if native:
         if threads is None:
-            split = _native_product_split(b, m, n, k)
+            split = _native_product_split(b, m, n, k, compute)
         elif b:
             edges = product_pool.batch_blocks(b, threads, BLOCKS_PER_THREAD)
             split = None if edges is None else (threads, (0, edges))
         else:
-            planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD)
+            planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD, compute)
             split = None if planned is None else (threads, planned)
         if split is None:
             return None
         threads, blocks = split
-        return _native_split_plan(b, m, n, threads, blocks,
+        return _native_split_plan(b, m, n, compute, threads, blocks,
                                   _python_split_plan(b, m, n, compute, threads))
     if threads is None:
         flops = 2 * max(b, 1) * m * n * k
@@ -579,8 +581,8 @@ def note_pool_split(done, count):
     _note_split(ran == count or wait > own, time.perf_counter())
 
 
-def _native_split_plan(b, m, n, threads, blocks, fallback):
-    """A float32 product in `blocks` (axis, edges) on the C pool
+def _native_split_plan(b, m, n, compute, threads, blocks, fallback):
+    """A product in `blocks` (axis, edges) on the C pool
     (product_pool.py): the whole product's bits. While backing off it is
     one np.matmul (the same bits); operands BLAS cannot take as laid out
     go to `fallback`."""
@@ -592,7 +594,7 @@ def _native_split_plan(b, m, n, threads, blocks, fallback):
     def native_split_matmul(x, y):
         if backing_off():
             return matmul(x, y)
-        out = empty(out_shape, np.float32)
+        out = empty(out_shape, compute)
         done = run(x, y, out, axis, edges, threads)
         if done is None:
             return fallback(x, y) if fallback is not None else matmul(x, y)
