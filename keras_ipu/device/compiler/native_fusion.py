@@ -269,6 +269,28 @@ def _contiguous(xs):
     )
 
 
+def _allocator(makers, allocations, shape):
+    """xs -> the chain's output buffers: fresh arrays (makers[k]) or the
+    donated operands xs[into]. One output (most chains) without a loop:
+    this runs once per kernel call."""
+    specs = tuple((make, into, dtype) for make, (into, dtype) in zip(makers, allocations))
+    if len(specs) == 1:
+        ((make, into, dtype),) = specs
+        if make is None:
+            return lambda xs: (xs[into],)
+        return lambda xs: (make(shape, dtype),)
+    return lambda xs: tuple([xs[into] if make is None else make(shape, dtype)
+                             for make, into, dtype in specs])
+
+
+def _picker(result_index, n_buffers):
+    """outs -> the chain's results (result_index: a buffer per result)."""
+    if tuple(result_index) == tuple(range(n_buffers)):
+        return lambda outs: outs
+    index = tuple(result_index)
+    return lambda outs: tuple([outs[i] for i in index])
+
+
 def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), streamed=()):
     """A kernel running the chain in C, or None (use `fallback`, the NumPy
     kernel with the same signature and donations). The results at the
@@ -291,6 +313,8 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
         for k, (into, _) in enumerate(allocations)
     )
 
+    alloc = _allocator(makers, allocations, shape)
+    pick = _picker(result_index, len(allocations))
     threads = host_threads.chain_threads(n)
     parts = host_threads.ranges(n, block, threads)
     if len(parts) > 1 and product_pool.tasks_available():
@@ -329,16 +353,27 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
         def run_all(xs, outs):
             return run(code, n, inner, block, xs, outs, 0, -1, loops)
 
-    def fused_native(*xs):
-        if not all(x.flags.c_contiguous for x in xs if type(x) is np.ndarray):
-            xs = _contiguous(xs)
-        outs = tuple(
-            xs[into] if make is None else make(shape, dtype)
-            for make, (into, dtype) in zip(makers, allocations)
-        )
+    def retried(xs):
+        """After the C kernel refused the operands (it checks them before
+        writing anything): strided ones copied, then NumPy's kernel."""
+        xs = _contiguous(xs)
+        outs = alloc(xs)
         if run_all(xs, outs):
-            return tuple(outs[i] for i in result_index)
+            return pick(outs)
         return fallback(*xs)
+
+    if len(parts) > 1:
+        def fused_native(*xs):
+            outs = alloc(xs)
+            if run_all(xs, outs):
+                return pick(outs)
+            return retried(xs)
+    else:  # the common case, one call without the run_all hop
+        def fused_native(*xs):
+            outs = alloc(xs)
+            if run(code, n, inner, block, xs, outs, 0, -1, loops):
+                return pick(outs)
+            return retried(xs)
 
     fused_native.source = fallback.source
     fused_native.native = True
