@@ -135,7 +135,8 @@ def _adam_update(w, m, v, g, lr):
 def c_pool_rows(host, counts, repeats, rng):
     """Wall (median, min) and process CPU ms per call of ADAM_CHAINS and
     ROW_SUMS lowered with a cap of t threads, every t > 1 split on the C
-    pool (its element threshold lowered to force the split)."""
+    pool (its element threshold lowered and, for the sums, the streaming
+    probe's answer set, to force the split the policy may refuse)."""
     from keras_ipu.device.compiler.executable import Executable
     from keras_ipu.device.compiler.fusion import fuse_elementwise
     from keras_ipu.device.ir import ShapedArray
@@ -143,8 +144,8 @@ def c_pool_rows(host, counts, repeats, rng):
     from keras_ipu.device.trace import trace_flat
 
     rows = []
-    saved = host._cap, host.NATIVE_ELEMENTS_PER_THREAD
-    host.NATIVE_ELEMENTS_PER_THREAD = 1
+    saved = host._cap, host.NATIVE_ELEMENTS_PER_THREAD, host.streaming_scales()
+    host.NATIVE_ELEMENTS_PER_THREAD, host._streaming_scales = 1, True
     for label, shape in ADAM_CHAINS:
         avals = [ShapedArray(shape, np.float32)] * 4 + [ShapedArray((), np.float32)]
         args = [np.abs(rng.standard_normal(shape, dtype=np.float32)) for _ in range(4)]
@@ -175,7 +176,7 @@ def c_pool_rows(host, counts, repeats, rng):
             row["wall_ms"][t] = 1e3 * statistics.median(walls)
             row["min_ms"][t] = 1e3 * min(walls)
         rows.append(row)
-    host._cap, host.NATIVE_ELEMENTS_PER_THREAD = saved
+    host._cap, host.NATIVE_ELEMENTS_PER_THREAD, host._streaming_scales = saved
     return rows
 
 

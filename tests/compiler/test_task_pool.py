@@ -183,6 +183,9 @@ def test_row_sums_in_column_blocks_give_numpys_bits(rows, cols):
 
 def test_the_sum_policy_splits_wide_sums_only(monkeypatch):
     monkeypatch.setattr(threads, "_cap", 2)
+    monkeypatch.setattr(threads, "_streaming_scales", False)  # a streaming kernel
+    assert threads.sum_split(4096, 512) == (1, 512)
+    monkeypatch.setattr(threads, "_streaming_scales", True)
     assert threads.sum_split(4096, 512) == (2, 128)
     assert threads.sum_split(131072, 32) == (1, 32)  # a CNN's channels: rows, Python pool
     assert threads.sum_split(128, 512) == (1, 512)  # 64k elements: one thread
