@@ -97,3 +97,14 @@ def configure_ipus():
 
     yield configure
     system_config.reset_ipu_configuration()
+
+
+@pytest.fixture
+def pool_not_backing_off(monkeypatch):
+    """The host pools' back-off (device/native/threads.py) reset: a split
+    runs on its threads even after late splits of earlier tests on a busy
+    machine."""
+    from keras_ipu.device.native import threads
+
+    monkeypatch.setattr(threads, "_backoff", 0.0)
+    monkeypatch.setattr(threads, "_late", 0)

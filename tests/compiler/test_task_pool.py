@@ -21,18 +21,12 @@ from keras_ipu.device.native import leading_sums
 from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     native.elementwise is None or not product_pool.tasks_available(),
-    reason="no C pool or no C chains here")
+    reason="no C pool or no C chains here"), pytest.mark.usefixtures("pool_not_backing_off")]
 needs_blas = pytest.mark.skipif(not product_pool.available(),
                                 reason="no NumPy OpenBLAS for the pool's products")
 RNG = np.random.default_rng(5)
-
-
-@pytest.fixture(autouse=True)
-def not_backing_off(monkeypatch):
-    monkeypatch.setattr(threads, "_backoff", 0.0)
-    monkeypatch.setattr(threads, "_late", 0)
 
 
 def _special(shape):

@@ -13,15 +13,10 @@ import pytest
 from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads
 
-pytestmark = pytest.mark.skipif(not product_pool.available(),
-                                reason="no C pool: NumPy's OpenBLAS or the extension is missing")
+pytestmark = [pytest.mark.skipif(not product_pool.available(),
+                                 reason="no C pool: NumPy's OpenBLAS or the extension is missing"),
+              pytest.mark.usefixtures("pool_not_backing_off")]
 RNG = np.random.default_rng(7)
-
-
-@pytest.fixture(autouse=True)
-def not_backing_off(monkeypatch):
-    monkeypatch.setattr(threads, "_backoff", 0.0)
-    monkeypatch.setattr(threads, "_late", 0)
 
 
 def _operands(m, k, n, trans_a=False, trans_b=False):
