@@ -257,3 +257,17 @@ def test_a_forked_child_splits_chains_on_its_own_helpers():
             os._exit(code_)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_modules_built_before_the_task_interface_are_left_alone(monkeypatch):
+    # An editable install not rebuilt after an update: the old modules
+    # take fewer arguments, so nothing may hand them the threads.
+    class Old:
+        pass
+
+    monkeypatch.setattr(native, "elementwise", Old())
+    assert not product_pool.tasks_available()
+    monkeypatch.undo()
+    monkeypatch.setattr(native, "split_products", Old())
+    monkeypatch.setattr(product_pool, "_ready", None)
+    assert not product_pool.tasks_available() and not product_pool.available()

@@ -92,11 +92,12 @@ def test_split_over_threads_sums_each_block_in_c(monkeypatch):
     monkeypatch.setattr(threads, "_cap", 3)
     monkeypatch.setattr(threads, "ELEMENTS_PER_THREAD", 4)
     calls = []
-    sum_rows = native.elementwise.sum_rows
+    real = native.elementwise
+    sum_rows = real.sum_rows
 
     class Counting:
         def __getattr__(self, name):
-            return getattr(native.elementwise, name)
+            return getattr(real, name)
 
         @staticmethod
         def sum_rows(x, out, rows, cols):

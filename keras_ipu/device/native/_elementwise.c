@@ -621,4 +621,14 @@ static struct PyModuleDef module = {
     "Fused elementwise chains in one pass (see native_fusion.py).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__elementwise(void) { return PyModule_Create(&module); }
+/* TASK_POOL_VERSION: run() and sum_rows() take the threads arguments
+   (product_pool.tasks_available checks it: an editable install not
+   rebuilt keeps an older module, whose calls must not get them). */
+PyMODINIT_FUNC PyInit__elementwise(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "TASK_POOL_VERSION", TASK_POOL_VERSION) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -59,6 +59,9 @@ import numpy as np
 from keras_ipu.device import native
 from keras_ipu.device.flags import env_switch
 
+# _task_pool.h's TASK_POOL_VERSION: the C modules built from these sources.
+TASK_POOL_VERSION = 1
+
 SGEMM_SYMBOL = "scipy_cblas_sgemm64_"
 DGEMM_SYMBOL = "scipy_cblas_dgemm64_"
 # Row blocks of a float64 product start at multiples of this (module doc:
@@ -102,7 +105,9 @@ def available(dtype=np.float32):
         _ready = False
         if native.split_products is not None:
             single, double = _numpy_gemm(SGEMM_SYMBOL), _numpy_gemm(DGEMM_SYMBOL)
-            if single:
+            # An older build (not reinstalled after an update) takes other
+            # arguments: no C pool, the Python pool as before it.
+            if single and _current(native.split_products):
                 from threadpoolctl import threadpool_limits
 
                 native.split_products.set_blas(single, double)
@@ -119,10 +124,22 @@ def available(dtype=np.float32):
     return _float64_ready if np.dtype(dtype) == np.dtype(np.float64) else _ready
 
 
+def _current(module):
+    """Whether a C module was built with these sources' task interface
+    (_elementwise's TASK_POOL_VERSION; _product_pool's capsule, whose
+    version _elementwise checks): an editable install not rebuilt after an
+    update keeps older modules, whose calls take fewer arguments."""
+    return getattr(module, "TASK_POOL_VERSION", None) == TASK_POOL_VERSION or hasattr(
+        module, "_task_pool")
+
+
 def tasks_available():
-    """Whether the C chains and row sums split on the C pool (the module
-    is built and `KERAS_IPU_PRODUCT_POOL` is not 0); no BLAS needed."""
-    return native.split_products is not None and env_switch("KERAS_IPU_PRODUCT_POOL")
+    """Whether the C chains and row sums split on the C pool (both modules
+    built, and current, and `KERAS_IPU_PRODUCT_POOL` is not 0); no BLAS
+    needed."""
+    return (native.split_products is not None and native.elementwise is not None
+            and _current(native.split_products) and _current(native.elementwise)
+            and env_switch("KERAS_IPU_PRODUCT_POOL"))
 
 
 def _bits_check(dtype):
