@@ -198,13 +198,15 @@ def product_pool_takes(b, compute):
     return product_pool.available(compute)
 
 
-def _native_product_split(b, m, n, k, compute):
+def _native_product_split(b, m, n, k, compute, threads=None):
     """(threads, blocks) of a product on the C pool: blocks are
     (axis, edges) of a 2-d product (product_pool.blocks) or the batch
-    edges of a batched one; None when it stays on one thread."""
-    threads = int(min(max_threads(), 2 * max(b, 1) * m * n * k // NATIVE_FLOPS_PER_THREAD))
-    if threads <= 1:
-        return None
+    edges of a batched one; None when it stays on one thread. `threads`
+    overrides the policy's count (benchmarks)."""
+    if threads is None:
+        threads = int(min(max_threads(), 2 * max(b, 1) * m * n * k // NATIVE_FLOPS_PER_THREAD))
+        if threads <= 1:
+            return None
     if b:
         edges = product_pool.batch_blocks(b, threads, BLOCKS_PER_THREAD)
         return None if edges is None else (threads, (0, edges))
@@ -552,14 +554,7 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
     elif native:  # asked for (benchmarks): where the C pool can take it at all
         native = product_pool.available(compute)
     if native:
-        if threads is None:
-            split = _native_product_split(b, m, n, k, compute)
-        elif b:
-            edges = product_pool.batch_blocks(b, threads, BLOCKS_PER_THREAD)
-            split = None if edges is None else (threads, (0, edges))
-        else:
-            planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD, compute)
-            split = None if planned is None else (threads, planned)
+        split = _native_product_split(b, m, n, k, compute, threads)
         if split is None:
             return None
         threads, blocks = split
