@@ -275,6 +275,14 @@ def make_optimizer(keras, name):
     return keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
 
 
+def make_loss(keras, name):
+    """The loss model `name` trains with (demo_functional regresses, as in
+    Keras' examples/demo_functional.py; the others classify)."""
+    if name == "demo_functional":
+        return keras.losses.MeanSquaredError()
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
 OPTIMIZERS = {"sgd": "SGD(learning_rate=0.001, momentum=0.9)",
               "adam": "Adam(learning_rate=0.001)"}
 
@@ -401,13 +409,9 @@ def run_model(keras, name, size, args, weights_path):
         model.save_weights(weights_path)
     else:
         model.load_weights(weights_path)
-    if name == "demo_functional":
-        loss = keras.losses.MeanSquaredError()
-    else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(
         optimizer=make_optimizer(keras, args.optimizer),
-        loss=loss,
+        loss=make_loss(keras, name),
         steps_per_execution=args.steps_per_execution,
         jit_compile="auto" if args.jit_compile == "auto" else True,
     )

@@ -251,11 +251,8 @@ def main(argv=None):
     x, y = ft.make_data(args.model, size, 4 * args.batch_size)
     keras.utils.set_random_seed(ft.SEED)
     model = ft.build_model(keras, args.model, size)
-    if args.model == "demo_functional":
-        loss = keras.losses.MeanSquaredError()
-    else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizer=ft.make_optimizer(keras, args.optimizer), loss=loss)
+    model.compile(optimizer=ft.make_optimizer(keras, args.optimizer),
+                  loss=ft.make_loss(keras, args.model))
     # Before the programs are built (they bind threads.launch then).
     counts = ft.ConcurrencyCounts.installed() if args.layers else None
     model.fit(x, y, batch_size=args.batch_size, epochs=1, verbose=0, shuffle=False)

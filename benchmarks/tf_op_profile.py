@@ -99,11 +99,8 @@ def main(argv=None):
     x, y = ft.make_data(args.model, size, args.steps * b)
     keras.utils.set_random_seed(ft.SEED)
     model = ft.build_model(keras, args.model, size)
-    if args.model == "demo_functional":
-        loss = keras.losses.MeanSquaredError()
-    else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizer=ft.make_optimizer(keras, args.optimizer), loss=loss)
+    model.compile(optimizer=ft.make_optimizer(keras, args.optimizer),
+                  loss=ft.make_loss(keras, args.model))
     model.fit(x, y, batch_size=b, epochs=2, verbose=0, shuffle=False)
 
     logdir = tempfile.mkdtemp(prefix="tf_op_profile_")
