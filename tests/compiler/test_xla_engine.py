@@ -801,31 +801,53 @@ def test_timed_runs_alternate_and_a_numpy_turn_copies_read_only_state_untimed(mo
 
 
 def test_the_next_candidate_waits_for_the_program_to_pay_its_rent(monkeypatch):
-    # Rent-or-buy candidate by candidate: XLA is prepared once the program
-    # has run as much CPU as the preparations so far took.
+    # Rent-or-buy candidate by candidate: the compile thread waits until
+    # the program has run the rent's CPU seconds more.
     runner = engines.TieredRunner(compile_graph(_graph()))
-    monkeypatch.setattr(engines, "RENT_FACTOR", 1.0)
     done = threading.Event()
-    prepared = []
+    runner.program_seconds = 3.0  # before the rest: not counted
+
+    thread = threading.Thread(target=lambda: (runner._pay_rent(0.2), done.set()), daemon=True)
+    thread.start()
+    _wait_until(lambda: runner.events)
+    assert "rests until the program has run 0.20 s" in runner.events[-1][1]
+    assert not done.wait(0.3)
+    runner.program_seconds += 0.1
+    assert not done.wait(0.3)
+    runner.program_seconds += 0.1 + 1e-3
+    assert done.wait(10)
+    runner.abandoned.set()
+
+
+def test_xla_is_bought_once_its_expected_saving_would_have_paid_for_it(monkeypatch):
+    # XLA after the graph runtime: its price is estimated from the graph
+    # runtime's preparation, and only the fraction of the step it is
+    # expected to save counts as rent; after any other candidate (or in
+    # another order) the preparations so far, as if it saved the whole step.
+    monkeypatch.setattr(engines, "RENT_FACTOR", 1.0)
+    monkeypatch.setattr(engines, "XLA_PREPARATION_RATIO", 4.0)
+    monkeypatch.setattr(engines, "XLA_EXPECTED_GAIN", 0.25)
+    rent = engines.TieredRunner._rent
+    assert rent("xla", "tensorflow", 0.5) == pytest.approx(8.0)
+    assert rent("xla", "tensorflow", 1.0) == pytest.approx(16.0)
+    monkeypatch.setattr(engines, "XLA_EXPECTED_GAIN", 0.5)
+    assert rent("xla", "tensorflow", 1.0) == pytest.approx(8.0)
+
+    got = []
 
     def compile_thread():
         end = time.thread_time() + 0.05
-        while time.thread_time() < end:  # stands for the import and the trace
+        while time.thread_time() < end:  # stands for the import and the traces
             pass
-        prepared.append(time.thread_time())
-        runner._pay_rent()
-        done.set()
+        got.append((time.thread_time(), rent("tensorflow", "xla", 10.0)))
 
-    thread = threading.Thread(target=compile_thread, daemon=True)
+    thread = threading.Thread(target=compile_thread)
     thread.start()
-    _wait_until(lambda: runner.events)
-    assert "rests until the program has run" in runner.events[-1][1]
-    assert not done.wait(0.3)
-    runner.program_seconds += 0.5 * prepared[0]
-    assert not done.wait(0.3)
-    runner.program_seconds += 0.5 * prepared[0] + 1e-3
-    assert done.wait(10)
-    runner.abandoned.set()
+    thread.join()
+    spent, paid = got[0]
+    assert spent <= paid < 1.0  # this thread's CPU, not the 10 s given
+    monkeypatch.setattr(engines, "RENT_FACTOR", 0.0)
+    assert rent("xla", "tensorflow", 1.0) == 0.0
 
 
 def _wait_until(condition):

@@ -30,11 +30,16 @@ cycles, profiles) always come from the Executable's own program:
   candidate is ready, the next runs alternate between it and the fastest
   so far, `TIMED_RUNS` each (both timed under the same load), and the
   faster keeps the program. After a candidate was timed, the next one
-  is prepared only once the program has run, on the engine it has, as
-  much CPU as the preparations so far took (rent-or-buy again): XLA's
-  compile, the costliest step, never falls in the first seconds after the
-  graph runtime took over, and a program that stops soon never pays for
-  it. Programs that run briefly (most of a test
+  is prepared only once the program has run, on the engine it has, long
+  enough for that candidate to pay (rent-or-buy again, priced by
+  `TieredRunner._rent`): XLA, after the graph runtime, once the program's
+  CPU times the share of a step XLA is expected to save (at most about a
+  quarter, XLA_EXPECTED_GAIN) covers XLA's preparation (about four times
+  the graph runtime's, XLA_PREPARATION_RATIO), 5-20 s of program CPU on
+  the benchmark's models: XLA's compile, the costliest step, which slows
+  the training beside it on a small machine, never falls in the first
+  seconds after the graph runtime took over, and a program that stops
+  soon never pays for it. Programs that run briefly (most of a test
   suite, `compute_output_spec`, a few predict calls) never load
   TensorFlow. With one host thread (one core, or a cap of 1 from the
   variables device/native/threads.py reads) there is no background:
@@ -132,9 +137,20 @@ TENSORFLOW_LIBRARIES = "libtensorflow*.so*"
 # Runs timed on each engine before `auto` keeps the faster one.
 TIMED_RUNS = 3
 # Program CPU seconds before `auto` prepares its next candidate, per CPU
-# second its preparations took so far (TieredRunner._pay_rent): 1 is
-# rent-or-buy; the tests set 0.
+# second of rent that candidate asks (TieredRunner._rent): 1 is rent-or-buy;
+# the tests set 0.
 RENT_FACTOR = 1.0
+# XLA after the graph runtime, as rent-or-buy prices it: its preparation
+# (trace, compile, first run) costs about XLA_PREPARATION_RATIO times the
+# graph runtime's (trace, first run) in CPU, and it saves at most about
+# XLA_EXPECTED_GAIN of a step: the program's CPU foregone while it waits is
+# that fraction of its CPU, so XLA is bought once the program has run
+# preparation / gain more. Measured (issue 16, eighth and ninth passes,
+# benchmarks/README.md): the ratio 3.0-6.4 on the benchmark's five models;
+# the steady-state gain of XLA over the graph runtime 0-25% (transformer
+# ~5%, LSTM ~0).
+XLA_PREPARATION_RATIO = 4.0
+XLA_EXPECTED_GAIN = 0.25
 # The engines `auto` tries for a hot program, in this order: TensorFlow's
 # graph runtime first (ready sooner: no XLA compile, which takes minutes
 # on large programs), then XLA.
@@ -555,11 +571,12 @@ class TieredRunner:
                   f"TensorFlow could not be imported ({error!r})")
             self.engine = "final"
             return
-        timed = False  # a candidate was timed since the last rent
+        timed = None  # the engine timed since the last rent, and its preparation's CPU
         for name in AUTO_CANDIDATES:
-            if timed:
-                self._pay_rent()
-                timed = False
+            if timed is not None:
+                self._pay_rent(self._rent(name, *timed))
+                timed = None
+            start = time.thread_time()
             program = PROGRAMS[name].build(self.executable, check=self._check)
             if program is None:
                 continue
@@ -572,29 +589,49 @@ class TieredRunner:
                 continue
             if self.abandoned.is_set():
                 return
+            prepared = time.thread_time() - start
             self.timed.clear()
             self.candidate = program
             self.candidate_times, self.current_times = [], []
-            self._event(f"{name} ready")
+            self._event(f"{name} ready ({prepared:.2f} s of CPU in this thread)")
             self.engine = "timing"
-            timed = True
+            timed = (name, prepared)
             while not self.timed.wait(0.05):
                 self._check()
         self._event(f"final: {self.current_name}")
         self.engine = "final"
 
-    def _pay_rent(self):
+    @staticmethod
+    def _rent(name, timed, prepared):
+        """The program CPU seconds to wait for before preparing candidate
+        `name`, after candidate `timed` took `prepared` CPU seconds of the
+        compile thread to prepare. Rent-or-buy: buy once the rent paid
+        equals the price. XLA after the graph runtime: the price is XLA's
+        preparation, estimated from the graph runtime's on the same
+        program (XLA_PREPARATION_RATIO), and the rent is what XLA would
+        save meanwhile, at most XLA_EXPECTED_GAIN of the program's CPU;
+        with the graph runtime's 0.3-1.3 s that is 5-20 s of program CPU.
+        Paying for XLA as if it saved the whole step (the eighth pass's
+        rule: wait as much CPU as the preparations so far took) put its
+        compile, which slows the training beside it on 2 cores, into the
+        first 10 s of every fit that took the graph runtime. Any other
+        order: the preparations so far (this thread's CPU), as if the
+        candidate saved the whole step."""
+        if name == "xla" and timed == "tensorflow":
+            price = XLA_PREPARATION_RATIO * prepared / XLA_EXPECTED_GAIN
+        else:
+            price = time.thread_time()
+        return RENT_FACTOR * price
+
+    def _pay_rent(self, rent):
         """In the compile thread, before the next candidate: waits until
-        the program has spent, on the engine it has, as much CPU as the
-        preparations so far took (this thread's CPU: TensorFlow's import,
-        the traces, the first runs). Rent-or-buy again, candidate by
-        candidate: a program that stops soon never pays for XLA's compile
-        (1.2-4.8 s of CPU on the benchmark's models, issue 16 eighth pass),
-        and the background work stays at most about half the CPU."""
-        prepared = time.thread_time()
+        the program has spent, on the engine it has, `rent` CPU seconds
+        more (_rent). A program that stops soon never pays for XLA's
+        compile (1.5-5.6 s of CPU on the benchmark's models, issue 16
+        ninth pass), and the background work stays a fraction of the CPU."""
         start = self.program_seconds
-        self._event(f"rests until the program has run {prepared:.2f} s of CPU more")
-        while self.program_seconds - start < RENT_FACTOR * prepared:
+        self._event(f"rests until the program has run {rent:.2f} s of CPU more")
+        while self.program_seconds - start < rent:
             self._check()
             time.sleep(0.05)
 
