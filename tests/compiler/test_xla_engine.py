@@ -24,6 +24,8 @@ from keras_ipu.device.simulator.system import FPBehaviour
 
 pytest.importorskip("tensorflow")
 
+from keras_ipu.device.to_tensorflow import pooling_rules  # noqa: E402
+
 RNG = np.random.default_rng(7)
 
 
@@ -465,6 +467,13 @@ def test_select_and_scatter_add_takes_the_first_extremum(op, case, target):
     graph = build([aval(y_shape, dtype), aval(shape, dtype)], body)
     x = RNG.integers(0, 3, shape).astype(dtype)
     g = RNG.integers(-4, 5, y_shape).astype(dtype)
+    windowed = sum(k != 1 or s != 1 for k, s in zip(window, strides))
+    if target.engine == "tensorflow" and windowed == 3 and not pooling_rules.onednn_enabled():
+        # Eigen's MaxPool3DGrad credits every tied maximum: the graph
+        # runtime refuses the program rather than give other numbers.
+        with pytest.raises(RuntimeError, match="MaxPool3DGrad without oneDNN"):
+            run_both(graph, [g, x], target)
+        return
     check(graph, [g, x], target, exact=True)
 
 

@@ -232,15 +232,17 @@ def test_reduce_window_matches_naive_reference(op, shape, window, strides,
 
 def naive_select_and_scatter_add(g, x, y, op, window, strides, padding):
     """Window by window (output order): the window's first element, in
-    row-major order, equal to its result takes its cotangent."""
+    row-major order, equal to its result takes its cotangent; padding is
+    never picked."""
     fill = {"max": -np.inf, "min": np.inf}[op]
     xp = _pad(x.astype(np.float64), tuple(range(x.ndim)), padding, fill)
+    real = _pad(np.ones(x.shape), tuple(range(x.ndim)), padding, 0) > 0
     acc = np.zeros(xp.shape)
     for p in itertools.product(*[range(q) for q in y.shape]):
         corner = [pp * s for pp, s in zip(p, strides)]
         for tap in itertools.product(*[range(k) for k in window]):
             at = tuple(c + t for c, t in zip(corner, tap))
-            if xp[at] == y[p]:
+            if real[at] and xp[at] == y[p]:
                 acc[at] += g[p]
                 break
     return acc[tuple(slice(lo, lo + n) for (lo, _), n in zip(padding, x.shape))]
@@ -271,6 +273,24 @@ def test_select_and_scatter_add_matches_naive_reference_with_ties(op, case):
     assert got.shape == x.shape and got.dtype == np.float32
     np.testing.assert_array_equal(got, naive_select_and_scatter_add(
         g, x, y, op, window, strides, padding))
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_select_and_scatter_add_never_picks_padding(op):
+    # Windows whose result is the padding value itself (-inf for max):
+    # their first real element holding it takes the cotangent, as XLA's
+    # select-and-scatter and TensorFlow's MaxPoolGrad do.
+    shape, window, strides, padding = SCATTER_CASES[1]
+    x = RNG.integers(0, 3, shape).astype(np.float32)
+    x[:, :3, :3, :] = -np.inf if op == "max" else np.inf
+    y = np.asarray(reduce_window(x, op, window, strides, padding))
+    g = RNG.integers(1, 5, y.shape).astype(np.float32)
+    got = np.asarray(select_and_scatter_add(g, x, y, op, window, strides, padding,
+                                            (1,) * len(shape)))
+    np.testing.assert_array_equal(got, naive_select_and_scatter_add(
+        g, x, y, op, window, strides, padding))
+    # Nothing is lost to padding: every window's cotangent lands.
+    assert got.sum() == g.sum()
 
 
 def test_select_and_scatter_add_half_floats_sum_in_float32_and_keep_signed_zeros():

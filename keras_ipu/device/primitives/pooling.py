@@ -193,15 +193,23 @@ def _select_and_scatter_add_rule(g, x, y, *, op, window_dimensions, window_strid
 
 def _select_and_scatter_add(g, x, y, *, op, window_dimensions, window_strides,
                             padding, window_dilation):
-    """In each window of `x` (padded with op's identity, which is never
-    picked unless the whole window is padding) the first tap, in row-major
-    order, equal to the window's result `y` takes the window's cotangent
-    `g`; each element of the result sums what it took. A NaN result picks
+    """In each window of `x` the first tap, in row-major order, equal to
+    the window's result `y` takes the window's cotangent `g`; each element
+    of the result sums what it took. Padding is never picked (as XLA's
+    select-and-scatter and TensorFlow's MaxPoolGrad): a window whose
+    result is the identity (-inf for max) picks its first real tap holding
+    it, and a window of padding alone picks nothing. A NaN result picks
     nothing (NaN equals nothing). Half floats sum in float32, rounded once."""
     padding = resolve_padding(padding, x.shape, window_dimensions, window_strides,
                               (1,) * x.ndim, window_dilation)
     axes = tuple(range(x.ndim))
-    xp = dilate_and_pad(x, axes, (1,) * x.ndim, padding, identity(op, x.dtype))
+    pad_value = identity(op, x.dtype)
+    xp = dilate_and_pad(x, axes, (1,) * x.ndim, padding, pad_value)
+    # A padding cell equals a window's result only where that result is
+    # the identity itself: only then are the real cells told apart.
+    real = None
+    if any(lo > 0 or hi > 0 for lo, hi in padding) and y.size and (y == pad_value).any():
+        real = dilate_and_pad(np.ones(x.shape, bool), axes, (1,) * x.ndim, padding, False)
     work = np.float32 if g.dtype.kind == "f" and g.dtype.itemsize < 4 else g.dtype
     # Windows that tile the padded operand write every element once: no
     # zero fill first (16 MB per step for the CNN benchmark's first pool).
@@ -231,6 +239,8 @@ def _select_and_scatter_add(g, x, y, *, op, window_dimensions, window_strides,
                                    window_strides, window_dilation))
         for k, view in enumerate(views):
             np.equal(xp[view], y, out=hit)
+            if real is not None:
+                np.logical_and(hit, real[view], out=hit)
             if k:
                 np.greater(hit, taken, out=hit)
             if k + 1 < len(views):

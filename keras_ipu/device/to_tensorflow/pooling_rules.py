@@ -8,7 +8,12 @@ about a third of the CNN benchmark's op time on the graph runtime, issue
 
 Both kernels give a window's cotangent to its first maximum in row-major
 window order, as the NumPy kernel does (ties: tests/compiler/
-test_xla_engine.py). They recompute the maximum from the operand; the
+test_xla_engine.py), except the graph runtime's MaxPool3DGrad without
+oneDNN (Eigen's credits every tied maximum: such programs run elsewhere).
+Padding is given the pool's identity here, so where a window's values
+are all that identity (-inf for max) these kernels may credit a padding
+cell, where the NumPy kernel and XLA's select-and-scatter credit the
+first real element. They recompute the maximum from the operand; the
 primitive's window results are the reduce_window of that operand, so the
 choice is the same (a NaN window result differs: NumPy gives no element
 the cotangent, these kernels pick a number).
@@ -60,6 +65,18 @@ class PoolLayout:
         return tf.transpose(out, np.argsort(self.order)) if self.moved else out
 
 
+def onednn_enabled():
+    """Whether TensorFlow's graph runtime runs its oneDNN kernels (by default
+    only on CPUs with AVX-512 VNNI / BF16 / AMX, or TF_ENABLE_ONEDNN_OPTS=1).
+    Its Eigen MaxPool3DGrad credits every tied maximum; oneDNN's the first.
+    Unknown counts as off: the program then runs elsewhere, never wrong."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return False
+
+
 _FLOATS = {np.dtype(t) for t in ("float16", "float32", "float64")}
 _HALVES = ("bfloat16",)
 
@@ -97,6 +114,11 @@ def _select_and_scatter_add(ctx, g, x, y, *, op, window_dimensions, window_strid
     else:
         if len(windowed) > 3:
             raise EmitError("TensorFlow's max-pool gradients window at most 3 axes.")
+        if len(windowed) == 3 and ctx.mode == "graph" and not onednn_enabled():
+            raise EmitError(
+                "TensorFlow's MaxPool3DGrad without oneDNN (its Eigen kernel) gives a "
+                "window's cotangent to every element equal to its maximum, not to the "
+                "first one; the program runs on another engine.")
         xs, ys, gs = layout.to_pool(x), layout.to_pool(y, y_aval.shape), \
             layout.to_pool(g, y_aval.shape)
         ksize = [window_dimensions[a] for a in windowed]

@@ -46,6 +46,21 @@ def monoid(comp):
     return root.opcode
 
 
+def through_calls(imp, comp):
+    """The computation `comp` forwards to when it only calls another with
+    its parameters in order (tf2xla wraps the functions of XlaReduce,
+    XlaSelectAndScatter and the like so), else `comp`."""
+    while True:
+        by_id = {i.id: i for i in comp.instructions}
+        root = by_id[comp.root_id]
+        params = sorted((i.parameter_number, i.id) for i in comp.instructions
+                        if i.opcode == "parameter")
+        if (len(comp.instructions) != len(params) + 1 or root.opcode != "call"
+                or list(root.operand_ids) != [i for _, i in params]):
+            return comp
+        comp = imp.called(root)
+
+
 def _identity(op, dtype):
     dtype = np.dtype(dtype)
     if op == "add" or op == "or" or op == "xor":
@@ -224,18 +239,43 @@ def _generic_reduce_window(imp, comp, xs, inits, size, stride, padding, base, di
     return acc[0] if len(xs) == 1 else tuple(acc)
 
 
+# A select computation `compare(pick, tap)` keeps the first extremum of a
+# window: GE the first maximum, LE the first minimum.
+_FIRST_EXTREMUM = {"GE": "max", "LE": "min"}
+
+
+def _first_extremum(comp):
+    """'max' or 'min' where the select computation is one GE or LE
+    compare of its parameters in order (TensorFlow's max-pool gradient
+    is GE), else None."""
+    by_id = {i.id: i for i in comp.instructions}
+    root = by_id[comp.root_id]
+    params = {i.parameter_number: i.id for i in comp.instructions if i.opcode == "parameter"}
+    if (len(comp.instructions) != 3 or root.opcode != "compare"
+            or list(root.operand_ids) != [params.get(0), params.get(1)]):
+        return None
+    return _FIRST_EXTREMUM.get(root.comparison_direction)
+
+
 @rule("select-and-scatter")
 def _select_and_scatter(imp, instr, operands):
     """XLA's select-and-scatter (the gradient of max pooling): in each
     window the `select` computation picks one element of the operand (taps
     visited in order; a tap replaces the current pick when `select(pick,
     tap)` is false; padding is never picked), and the window's `source`
-    value is scattered to it with the `scatter` computation (add). Each
-    tap is a strided view of the operand; the picks are masks; each tap's
-    share is padded back into place (the transpose of its strided view)."""
+    value is scattered to it with the `scatter` computation (add).
+
+    A GE or LE select (the first maximum or minimum) on floats is the
+    device's select_and_scatter_add of the window results: one kernel, and
+    MaxPoolGrad on TensorFlow's engines. It differs from XLA only where a
+    window holds a NaN (XLA's GE picks per its comparisons, the primitive
+    picks nothing). Any other select is applied tap by tap: each tap is a
+    strided view of the operand, the picks are masks, and each tap's share
+    is padded back into place (the transpose of its strided view)."""
     x, source, init = operands
     x, source, init = imp.array(x), imp.array(source), scalar_index(imp, init)
-    select_comp, scatter_comp = imp.called(instr, 0), imp.called(instr, 1)
+    select_comp = through_calls(imp, imp.called(instr, 0))
+    scatter_comp = through_calls(imp, imp.called(instr, 1))
     if monoid(scatter_comp) != "add":
         raise HloImportError("select-and-scatter combines with add only (TensorFlow's max-pool gradients).")
     shape = shape_of(x)
@@ -245,6 +285,17 @@ def _select_and_scatter(imp, instr, operands):
         raise HloImportError("select-and-scatter with base dilation is not supported.")
     out_shape = shape_of(source)
     dtype = dtype_of(x)
+    op = _first_extremum(select_comp)
+    if op is not None and np.dtype(dtype).kind == "f" and dtype_of(source) == dtype:
+        y = imp.bind(pooling.reduce_window_p, x, op=op, window_dimensions=size,
+                     window_strides=stride, padding=padding, base_dilation=base,
+                     window_dilation=dil)
+        out = imp.bind(pooling.select_and_scatter_add_p, source, x, y, op=op,
+                       window_dimensions=size, window_strides=stride, padding=padding,
+                       window_dilation=dil)
+        if _is_identity(operands[2], "add", dtype):
+            return out
+        return imp.bind(ew.add_p, out, init)
     # Padding cells get a validity mask of False: they are never picked.
     valid = np.ones(shape, np.bool_)
     config = tuple((lo, hi, 0) for lo, hi in padding)
