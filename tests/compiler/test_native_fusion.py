@@ -429,3 +429,110 @@ def test_a_streamed_result_gives_the_same_bits_at_any_offset():
                 with np.errstate(invalid="ignore"):  # inf - inf in the specials
                     want = (x + y) * y
                 _assert_same_bits([target[lo:]], [want[lo:]])
+
+
+def _adam_chain():
+    """Keras' Adam update of one variable as fusion hands it over: inputs
+    g, m, 1 - beta_1, v, 1 - beta_2, alpha, epsilon, w; results m', v', w'."""
+    from keras_ipu.device.primitives.registry import REGISTRY
+
+    a, s = aval((1001,)), aval(())  # 1001: not a multiple of any vector width
+
+    def step(name, *refs):
+        return (REGISTRY[name], (), refs, a)
+
+    def t(k):
+        return ("t", k, a)
+
+    g, m, v, w = (("in", k, a) for k in (0, 1, 3, 7))
+    b1, b2, alpha, eps = (("in", k, s) for k in (2, 4, 5, 6))
+    chain = (
+        step("sub", g, m), step("mul", t(0), b1), step("add", m, t(1)),
+        step("square", g), step("sub", t(3), v), step("mul", t(4), b2),
+        step("add", v, t(5)), step("mul", t(2), alpha), step("sqrt", t(6)),
+        step("add", t(8), eps), step("div", t(7), t(9)), step("sub", w, t(10)),
+    )
+    return chain, (2, 6, 11), (a, a, s, a, s, s, s, a)
+
+
+def _adam_operands():
+    g, m, w = _special((1001,)), _special((1001,)), _special((1001,))
+    v = np.abs(_special((1001,)))
+    v[:7] = [-1.0, -0.0, 0.0, np.inf, np.nan, 1e-30, 3.0]  # sqrt's edges
+    scalars = [np.asarray(x, np.float32) for x in (0.1, 0.001, 3e-4, 1e-7)]
+    return [g, m, scalars[0], v, scalars[1], scalars[2], scalars[3], w]
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 4])
+def test_adams_update_runs_in_its_own_loop_with_numpys_bits(threads, monkeypatch):
+    from keras_ipu.device.native import threads as host_threads
+
+    # The chain Keras' Adam emits has its own loop in the C kernel (one pass
+    # computing each element); its results go into the donated m, v and w
+    # as the block loop's do, with NumPy's bits, on one thread or split.
+    if threads > 1:
+        monkeypatch.setattr(host_threads, "_cap", threads)
+        monkeypatch.setattr(host_threads, "NATIVE_ELEMENTS_PER_THREAD", 100)
+        monkeypatch.setattr(host_threads, "ELEMENTS_PER_THREAD", 100)
+    chain, results, in_avals = _adam_chain()
+    planned = native_fusion.plan(chain, results, in_avals, donate=(1, 3, 7))
+    assert native.elementwise.whole_chain(planned[0]) == "adam"
+    assert [into for into, _ in planned[4]] == [1, 3, 7]
+    kernel = native_fusion.native_kernel(chain, results, in_avals, (1, 3, 7), _no_fallback)
+    assert kernel.whole_chain == "adam"
+
+    xs = _adam_operands()
+    g, m, b1, v, b2, alpha, eps, w = [x.copy() for x in xs]
+    with np.errstate(all="ignore"):
+        new_m = m + (g - m) * b1
+        new_v = v + (np.square(g) - v) * b2
+        want = [new_m, new_v, w - (new_m * alpha) / (np.sqrt(new_v) + eps)]
+    donated = [x.copy() for x in xs]
+    got = kernel(*donated)
+    assert got[0] is donated[1] and got[1] is donated[3] and got[2] is donated[7]
+    _assert_same_bits(list(got), want)
+
+    # The block loop, one pass per operation, on the same program: the same bits.
+    was = native.elementwise.whole_chains(False)
+    try:
+        assert native.elementwise.whole_chain(planned[0]) is None
+        blocks = kernel(*[x.copy() for x in xs])
+    finally:
+        native.elementwise.whole_chains(was)
+    _assert_same_bits(list(blocks), want)
+
+
+@needs_native
+def test_a_chain_unlike_adams_in_one_word_keeps_the_block_loop():
+    chain, results, in_avals = _adam_chain()
+    assert native.elementwise.whole_chain(native_fusion.plan(chain, results, in_avals)[0])
+    # epsilon as a full operand instead of a scalar: another program.
+    full = list(in_avals)
+    full[6] = full[0]
+    eps_full = chain[:9] + ((chain[9][0], (), (chain[9][2][0], ("in", 6, full[0])),
+                             chain[9][3]),) + chain[10:]
+    planned = native_fusion.plan(eps_full, results, tuple(full))
+    assert native.elementwise.whole_chain(planned[0]) is None
+    # A result order other than (m, v, w): not the adam loop either.
+    planned = native_fusion.plan(chain, results[::-1], in_avals)
+    assert native.elementwise.whole_chain(planned[0]) is None
+
+
+@needs_native
+@pytest.mark.numpy_engine
+def test_keras_adam_on_a_dense_model_takes_the_adam_loop():
+    import gc
+
+    import keras
+
+    # What Keras' Adam emits is what the C kernel matches: if the optimizer
+    # or fusion changes the chain, this fails rather than every update
+    # silently running in the block loop.
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8)])
+    model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+    x = np.ones((4, 16), np.float32)
+    model.fit(x, np.zeros((4, 8), np.float32), batch_size=4, epochs=1, verbose=0)
+    names = [getattr(k, "whole_chain", None)
+             for o in gc.get_objects() if type(o) is Executable for k in o._kernels]
+    assert names.count("adam") >= 2  # the kernel and the bias

@@ -556,7 +556,9 @@ class Executable:
             if source is not None:  # a fused kernel: show its generated code
                 lines.extend("      | " + ln.strip() for ln in source.splitlines()[2:])
                 if getattr(kernel, "native", False):
-                    lines.append("      | (runs in one pass, in C: native_fusion.py)")
+                    whole = getattr(kernel, "whole_chain", None)
+                    how = f"its own loop ({whole})" if whole else "one pass"
+                    lines.append(f"      | (runs in {how}, in C: native_fusion.py)")
             for label, sub in getattr(kernel, "subprograms", {}).items():
                 lines.append(f"      {label}:")
                 lines.extend("        " + ln for ln in str(sub).splitlines())

@@ -260,6 +260,86 @@ static void fill(char *dst, const char *src, Py_ssize_t count, int size,
     }
 }
 
+/* Whole-chain kernels. The block loop above makes one pass over a block
+   per operation: every operation loads its operands from and stores its
+   result to the scratch registers, so a long chain costs its loads and
+   stores, not its arithmetic (Adam's update of 12 operations: about 4
+   cycles per element, where the same operations on values held in CPU
+   registers take about 1.3, bound by the sqrt and the division). A chain
+   the optimizer emits for every variable of every model is worth its own
+   loop: the program is matched word for word (inputs' layouts and dtypes,
+   operations, result registers; not how results are written), and the
+   loop computes each element with the same operations in the same order,
+   each rounded to float32 (built with -ffp-contract=off): NumPy's bits.
+   An element's inputs are all read before its results are written, so a
+   result may go into the buffer of an input (a donated operand); `ivdep`
+   says so to the vectorizer, which would otherwise find that the result
+   and input pointers may overlap and run the scalar loop. */
+typedef void (*whole_fn)(char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi);
+
+/* Keras' Adam (keras/src/optimizers/adam.py, amsgrad off): inputs g, m,
+   1 - beta_1, v, 1 - beta_2, alpha (the step's learning rate with both
+   bias corrections), epsilon, w; results m + (g - m) (1 - beta_1),
+   v + (g^2 - v) (1 - beta_2), w - m' alpha / (sqrt(v') + epsilon). */
+static const int32_t ADAM_WORDS[] = {
+    8, 20, 12, 3,
+    M_FULL, T_F32, M_FULL, T_F32, M_SCALAR, T_F32, M_FULL, T_F32,
+    M_SCALAR, T_F32, M_SCALAR, T_F32, M_SCALAR, T_F32, M_FULL, T_F32,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    OP_SUB, 8, 0, 1, 0,      OP_MUL, 9, 8, 2, 8,       OP_ADD, 10, 1, 9, 1,
+    OP_SQUARE, 11, 0, 0, 0,  OP_SUB, 12, 11, 3, 11,    OP_MUL, 13, 12, 4, 12,
+    OP_ADD, 14, 3, 13, 3,    OP_MUL, 15, 10, 5, 10,    OP_SQRT, 16, 14, 14, 14,
+    OP_ADD, 17, 16, 6, 16,   OP_DIV, 18, 15, 17, 15,   OP_SUB, 19, 7, 18, 7,
+    10, -1, 14, -1, 19, -1, /* result registers; -1: any write mode */
+};
+
+VECTOR_CLONES __attribute__((noinline)) static void adam_update(char *const *in, char *const *out,
+                                                                Py_ssize_t lo, Py_ssize_t hi) {
+    const float *g = (const float *)in[0], *m = (const float *)in[1],
+                *v = (const float *)in[3], *w = (const float *)in[7];
+    const float one_minus_b1 = *(const float *)in[2], one_minus_b2 = *(const float *)in[4],
+                alpha = *(const float *)in[5], epsilon = *(const float *)in[6];
+    float *m_out = (float *)out[0], *v_out = (float *)out[1], *w_out = (float *)out[2];
+#pragma GCC ivdep
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        float gi = g[i], mi = m[i], vi = v[i], wi = w[i];
+        float m2 = mi + (gi - mi) * one_minus_b1;
+        float v2 = vi + (gi * gi - vi) * one_minus_b2;
+        float step = (m2 * alpha) / (sqrtf(v2) + epsilon);
+        m_out[i] = m2;
+        v_out[i] = v2;
+        w_out[i] = wi - step;
+    }
+}
+
+static const struct {
+    const char *name;
+    const int32_t *words;
+    Py_ssize_t n_words;
+    whole_fn fn;
+} WHOLE_CHAINS[] = {
+    {"adam", ADAM_WORDS, sizeof(ADAM_WORDS) / sizeof(ADAM_WORDS[0]), adam_update},
+};
+#define N_WHOLE_CHAINS ((int)(sizeof(WHOLE_CHAINS) / sizeof(WHOLE_CHAINS[0])))
+
+/* Off: every program runs in the block loop (benchmarks and tests compare
+   the two in one process). */
+static int whole_chains_on = 1;
+
+/* The index in WHOLE_CHAINS of the kernel computing this program, or -1. */
+static int whole_chain_of(const int32_t *w, Py_ssize_t words) {
+    if (!whole_chains_on) return -1;
+    for (int k = 0; k < N_WHOLE_CHAINS; k++) {
+        const int32_t *p = WHOLE_CHAINS[k].words;
+        if (words != WHOLE_CHAINS[k].n_words) continue;
+        Py_ssize_t j = 0;
+        for (; j < words; j++)
+            if (p[j] != -1 && p[j] != w[j]) break;
+        if (j == words) return k;
+    }
+    return -1;
+}
+
 /* The C pool (_product_pool's capsule), looked up at the first split
    call; NULL where that module is missing (then a split call runs its
    ranges in order on the caller: the same results). */
@@ -342,6 +422,7 @@ typedef struct {
     Py_ssize_t L, block, lo, hi, task;
     size_t stride;
     int failed; /* a range found no memory for its scratch */
+    whole_fn whole; /* the program's whole-chain kernel, or NULL */
 } chain_t;
 
 /* Elements [lo, hi) of the chain, block by block (lo a multiple of the
@@ -352,6 +433,10 @@ static int chain_range(const chain_t *c, Py_ssize_t lo, Py_ssize_t hi) {
                   *out_regs = c->out_regs;
     Py_ssize_t block = c->block, L = c->L;
     size_t stride = c->stride;
+    if (c->whole != NULL) {
+        c->whole(c->base, c->out_base, lo, hi);
+        return 1;
+    }
     char *scratch = thread_scratch((size_t)n_regs * stride + 64);
     if (scratch == NULL) return 0;
     char *ptr[MAX_REGS];
@@ -503,7 +588,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
         goto release;
     }
     chain_t c = {n_in, n_regs, n_ops, n_out, in_desc, reg_dtype, ops, out_regs,
-                 loops, base, out_base, L, B < n ? B : n, lo, hi, 0, 0, 0};
+                 loops, base, out_base, L, B < n ? B : n, lo, hi, 0, 0, 0, NULL};
+    int whole = whole_chain_of(w, words);
+    if (whole >= 0) c.whole = WHOLE_CHAINS[whole].fn;
     /* Registers a multiple of 4 KiB apart make every load look like it may
        depend on the store before it (4K aliasing) and ran this loop at a
        third of its speed: each slot is padded off that stride. */
@@ -593,6 +680,22 @@ static PyObject *sum_rows(PyObject *self, PyObject *args) {
     return split_result(threads, ran, own, wait);
 }
 
+static PyObject *whole_chain(PyObject *self, PyObject *args) {
+    Py_buffer code;
+    if (!PyArg_ParseTuple(args, "y*", &code)) return NULL;
+    int k = whole_chain_of((const int32_t *)code.buf, code.len / 4);
+    PyBuffer_Release(&code);
+    if (k < 0) Py_RETURN_NONE;
+    return PyUnicode_FromString(WHOLE_CHAINS[k].name);
+}
+
+static PyObject *whole_chains(PyObject *self, PyObject *on) {
+    int was = whole_chains_on, value = PyObject_IsTrue(on);
+    if (value < 0) return NULL;
+    whole_chains_on = value;
+    return PyBool_FromLong(was);
+}
+
 static PyObject *loop_usable(PyObject *self, PyObject *capsule) {
     return PyBool_FromLong(call_info_of(capsule) != NULL);
 }
@@ -601,6 +704,13 @@ static PyMethodDef methods[] = {
     {"loop_usable", loop_usable, METH_O,
      "loop_usable(call_info) -> bool: a capsule of ufunc._get_strided_loop "
      "whose loop run() can call without Python."},
+    {"whole_chain", whole_chain, METH_VARARGS,
+     "whole_chain(code) -> str or None: the name of the whole-chain kernel "
+     "run() uses for this program (one loop computing each element), or None "
+     "(the block loop, one pass per operation)."},
+    {"whole_chains", whole_chains, METH_O,
+     "whole_chains(on) -> bool: use the whole-chain kernels (on, the default) "
+     "or run every program in the block loop; returns the previous setting."},
     {"run", run, METH_VARARGS,
      "run(code, n, L, B, inputs, outputs[, lo, hi[, loops[, threads, task]]]) "
      "-> bool: one fused chain, block by block, over elements [lo, hi) "
