@@ -519,20 +519,56 @@ def test_a_chain_unlike_adams_in_one_word_keeps_the_block_loop():
     assert native.elementwise.whole_chain(planned[0]) is None
 
 
+def _sgd_momentum_chain():
+    """Keras' SGD with momentum as fusion hands it over: inputs m,
+    momentum, g, learning rate, w; results m', w'."""
+    from keras_ipu.device.primitives.registry import REGISTRY
+
+    a, s = aval((1001,)), aval(())
+    m, g, w = (("in", k, a) for k in (0, 2, 4))
+    momentum, lr = ("in", 1, s), ("in", 3, s)
+    chain = (
+        (REGISTRY["mul"], (), (m, momentum), a),
+        (REGISTRY["mul"], (), (g, lr), a),
+        (REGISTRY["sub"], (), (("t", 0, a), ("t", 1, a)), a),
+        (REGISTRY["add"], (), (w, ("t", 2, a)), a),
+    )
+    return chain, (2, 3), (a, s, a, s, a)
+
+
+@needs_native
+def test_sgd_momentums_update_runs_in_its_own_loop_with_numpys_bits():
+    chain, results, in_avals = _sgd_momentum_chain()
+    kernel = native_fusion.native_kernel(chain, results, in_avals, (0, 2, 4), _no_fallback)
+    assert kernel.whole_chain == "sgd_momentum"
+    m, g, w = _special((1001,)), _special((1001,)), _special((1001,))
+    momentum, lr = np.asarray(0.9, np.float32), np.asarray(0.01, np.float32)
+    with np.errstate(all="ignore"):
+        new_m = m * momentum - g * lr
+        want = [new_m, w + new_m]
+    donated = [m.copy(), momentum, g.copy(), lr, w.copy()]
+    got = kernel(*donated)
+    assert got[0] is donated[0] and got[1] is donated[4]
+    _assert_same_bits(list(got), want)
+
+
 @needs_native
 @pytest.mark.numpy_engine
-def test_keras_adam_on_a_dense_model_takes_the_adam_loop():
+@pytest.mark.parametrize("optimizer, name", [("adam", "adam"), ("sgd", "sgd_momentum")])
+def test_keras_optimizers_on_a_dense_model_take_their_own_loops(optimizer, name):
     import gc
 
     import keras
 
-    # What Keras' Adam emits is what the C kernel matches: if the optimizer
-    # or fusion changes the chain, this fails rather than every update
-    # silently running in the block loop.
+    # What Keras' optimizers emit is what the C kernel matches: if an
+    # optimizer or fusion changes the chain, this fails rather than every
+    # update silently running in the block loop.
+    made = {"adam": lambda: keras.optimizers.Adam(),
+            "sgd": lambda: keras.optimizers.SGD(0.01, momentum=0.9)}[optimizer]
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8)])
-    model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+    model.compile(optimizer=made(), loss="mse")
     x = np.ones((4, 16), np.float32)
     model.fit(x, np.zeros((4, 8), np.float32), batch_size=4, epochs=1, verbose=0)
     names = [getattr(k, "whole_chain", None)
              for o in gc.get_objects() if type(o) is Executable for k in o._kernels]
-    assert names.count("adam") >= 2  # the kernel and the bias
+    assert names.count(name) >= 2  # the kernel and the bias

@@ -312,6 +312,32 @@ VECTOR_CLONES __attribute__((noinline)) static void adam_update(char *const *in,
     }
 }
 
+/* Keras' SGD with momentum (keras/src/optimizers/sgd.py, nesterov off):
+   inputs m, momentum, g, the learning rate, w; results
+   m' = m momentum - g lr, w + m'. Four operations: the block loop's
+   loads and stores of its scratch registers still cost about as much as
+   the arithmetic and the memory traffic of m, g and w. */
+static const int32_t SGD_MOMENTUM_WORDS[] = {
+    5, 9, 4, 2,
+    M_FULL, T_F32, M_SCALAR, T_F32, M_FULL, T_F32, M_SCALAR, T_F32, M_FULL, T_F32,
+    0, 0, 0, 0, 0, 0, 0, 0, 0,
+    OP_MUL, 5, 0, 1, 0,  OP_MUL, 6, 2, 3, 2,  OP_SUB, 7, 5, 6, 5,  OP_ADD, 8, 4, 7, 4,
+    7, -1, 8, -1,
+};
+
+VECTOR_CLONES __attribute__((noinline)) static void sgd_momentum_update(
+    char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi) {
+    const float *m = (const float *)in[0], *g = (const float *)in[2], *w = (const float *)in[4];
+    const float momentum = *(const float *)in[1], lr = *(const float *)in[3];
+    float *m_out = (float *)out[0], *w_out = (float *)out[1];
+#pragma GCC ivdep
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        float m2 = m[i] * momentum - g[i] * lr, wi = w[i];
+        m_out[i] = m2;
+        w_out[i] = wi + m2;
+    }
+}
+
 static const struct {
     const char *name;
     const int32_t *words;
@@ -319,6 +345,8 @@ static const struct {
     whole_fn fn;
 } WHOLE_CHAINS[] = {
     {"adam", ADAM_WORDS, sizeof(ADAM_WORDS) / sizeof(ADAM_WORDS[0]), adam_update},
+    {"sgd_momentum", SGD_MOMENTUM_WORDS,
+     sizeof(SGD_MOMENTUM_WORDS) / sizeof(SGD_MOMENTUM_WORDS[0]), sgd_momentum_update},
 };
 #define N_WHOLE_CHAINS ((int)(sizeof(WHOLE_CHAINS) / sizeof(WHOLE_CHAINS[0])))
 
