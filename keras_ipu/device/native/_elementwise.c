@@ -312,6 +312,44 @@ VECTOR_CLONES __attribute__((noinline)) static void adam_update(char *const *in,
     }
 }
 
+/* Keras' AdamW: Adam after the decoupled weight decay (keras/src/
+   optimizers/base_optimizer.py's _apply_weight_decay, w - w wd lr, fused
+   into the same chain): inputs w, weight decay, learning rate, g, m,
+   1 - beta_1, v, 1 - beta_2, alpha, epsilon; results m', v', w'. */
+static const int32_t ADAMW_WORDS[] = {
+    10, 25, 15, 3,
+    M_FULL, T_F32, M_SCALAR, T_F32, M_SCALAR, T_F32, M_FULL, T_F32, M_FULL, T_F32,
+    M_SCALAR, T_F32, M_FULL, T_F32, M_SCALAR, T_F32, M_SCALAR, T_F32, M_SCALAR, T_F32,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    OP_MUL, 10, 0, 1, 0,     OP_MUL, 11, 10, 2, 10,    OP_SUB, 12, 0, 11, 0,
+    OP_SUB, 13, 3, 4, 3,     OP_MUL, 14, 13, 5, 13,    OP_ADD, 15, 4, 14, 4,
+    OP_SQUARE, 16, 3, 3, 3,  OP_SUB, 17, 16, 6, 16,    OP_MUL, 18, 17, 7, 17,
+    OP_ADD, 19, 6, 18, 6,    OP_MUL, 20, 15, 8, 15,    OP_SQRT, 21, 19, 19, 19,
+    OP_ADD, 22, 21, 9, 21,   OP_DIV, 23, 20, 22, 20,   OP_SUB, 24, 12, 23, 12,
+    15, -1, 19, -1, 24, -1,
+};
+
+VECTOR_CLONES __attribute__((noinline)) static void adamw_update(char *const *in, char *const *out,
+                                                                 Py_ssize_t lo, Py_ssize_t hi) {
+    const float *w = (const float *)in[0], *g = (const float *)in[3],
+                *m = (const float *)in[4], *v = (const float *)in[6];
+    const float decay = *(const float *)in[1], lr = *(const float *)in[2],
+                one_minus_b1 = *(const float *)in[5], one_minus_b2 = *(const float *)in[7],
+                alpha = *(const float *)in[8], epsilon = *(const float *)in[9];
+    float *m_out = (float *)out[0], *v_out = (float *)out[1], *w_out = (float *)out[2];
+#pragma GCC ivdep
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        float wi = w[i], gi = g[i], mi = m[i], vi = v[i];
+        float decayed = wi - (wi * decay) * lr;
+        float m2 = mi + (gi - mi) * one_minus_b1;
+        float v2 = vi + (gi * gi - vi) * one_minus_b2;
+        float step = (m2 * alpha) / (sqrtf(v2) + epsilon);
+        m_out[i] = m2;
+        v_out[i] = v2;
+        w_out[i] = decayed - step;
+    }
+}
+
 /* Keras' SGD with momentum (keras/src/optimizers/sgd.py, nesterov off):
    inputs m, momentum, g, the learning rate, w; results
    m' = m momentum - g lr, w + m'. Four operations: the block loop's
@@ -345,6 +383,7 @@ static const struct {
     whole_fn fn;
 } WHOLE_CHAINS[] = {
     {"adam", ADAM_WORDS, sizeof(ADAM_WORDS) / sizeof(ADAM_WORDS[0]), adam_update},
+    {"adamw", ADAMW_WORDS, sizeof(ADAMW_WORDS) / sizeof(ADAMW_WORDS[0]), adamw_update},
     {"sgd_momentum", SGD_MOMENTUM_WORDS,
      sizeof(SGD_MOMENTUM_WORDS) / sizeof(SGD_MOMENTUM_WORDS[0]), sgd_momentum_update},
 };
