@@ -293,16 +293,17 @@ static const int32_t ADAM_WORDS[] = {
     10, -1, 14, -1, 19, -1, /* result registers; -1: any write mode */
 };
 
-VECTOR_CLONES __attribute__((noinline)) static void adam_update(char *const *in, char *const *out,
-                                                                Py_ssize_t lo, Py_ssize_t hi) {
-    const float *g = (const float *)in[0], *m = (const float *)in[1],
-                *v = (const float *)in[3], *w = (const float *)in[7];
-    const float one_minus_b1 = *(const float *)in[2], one_minus_b2 = *(const float *)in[4],
-                alpha = *(const float *)in[5], epsilon = *(const float *)in[6];
+/* Adam's loop, AdamW's with `decoupled` (a constant where it is inlined):
+   w first becomes w - (w decay) lr. */
+static inline __attribute__((always_inline)) void adam_loop(
+    const float *g, const float *m, const float *v, const float *w, float one_minus_b1,
+    float one_minus_b2, float alpha, float epsilon, int decoupled, float decay, float lr,
+    char *const *out, Py_ssize_t lo, Py_ssize_t hi) {
     float *m_out = (float *)out[0], *v_out = (float *)out[1], *w_out = (float *)out[2];
 #pragma GCC ivdep
     for (Py_ssize_t i = lo; i < hi; i++) {
         float gi = g[i], mi = m[i], vi = v[i], wi = w[i];
+        if (decoupled) wi = wi - (wi * decay) * lr;
         float m2 = mi + (gi - mi) * one_minus_b1;
         float v2 = vi + (gi * gi - vi) * one_minus_b2;
         float step = (m2 * alpha) / (sqrtf(v2) + epsilon);
@@ -310,6 +311,15 @@ VECTOR_CLONES __attribute__((noinline)) static void adam_update(char *const *in,
         v_out[i] = v2;
         w_out[i] = wi - step;
     }
+}
+
+#define F32_AT(k) (*(const float *)in[k])
+
+VECTOR_CLONES __attribute__((noinline)) static void adam_update(char *const *in, char *const *out,
+                                                                Py_ssize_t lo, Py_ssize_t hi) {
+    adam_loop((const float *)in[0], (const float *)in[1], (const float *)in[3],
+              (const float *)in[7], F32_AT(2), F32_AT(4), F32_AT(5), F32_AT(6), 0, 0.0f, 0.0f,
+              out, lo, hi);
 }
 
 /* Keras' AdamW: Adam after the decoupled weight decay (keras/src/
@@ -331,23 +341,9 @@ static const int32_t ADAMW_WORDS[] = {
 
 VECTOR_CLONES __attribute__((noinline)) static void adamw_update(char *const *in, char *const *out,
                                                                  Py_ssize_t lo, Py_ssize_t hi) {
-    const float *w = (const float *)in[0], *g = (const float *)in[3],
-                *m = (const float *)in[4], *v = (const float *)in[6];
-    const float decay = *(const float *)in[1], lr = *(const float *)in[2],
-                one_minus_b1 = *(const float *)in[5], one_minus_b2 = *(const float *)in[7],
-                alpha = *(const float *)in[8], epsilon = *(const float *)in[9];
-    float *m_out = (float *)out[0], *v_out = (float *)out[1], *w_out = (float *)out[2];
-#pragma GCC ivdep
-    for (Py_ssize_t i = lo; i < hi; i++) {
-        float wi = w[i], gi = g[i], mi = m[i], vi = v[i];
-        float decayed = wi - (wi * decay) * lr;
-        float m2 = mi + (gi - mi) * one_minus_b1;
-        float v2 = vi + (gi * gi - vi) * one_minus_b2;
-        float step = (m2 * alpha) / (sqrtf(v2) + epsilon);
-        m_out[i] = m2;
-        v_out[i] = v2;
-        w_out[i] = decayed - step;
-    }
+    adam_loop((const float *)in[3], (const float *)in[4], (const float *)in[6],
+              (const float *)in[0], F32_AT(5), F32_AT(7), F32_AT(8), F32_AT(9), 1, F32_AT(1),
+              F32_AT(2), out, lo, hi);
 }
 
 /* Keras' SGD with momentum (keras/src/optimizers/sgd.py, nesterov off):
@@ -366,7 +362,7 @@ static const int32_t SGD_MOMENTUM_WORDS[] = {
 VECTOR_CLONES __attribute__((noinline)) static void sgd_momentum_update(
     char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi) {
     const float *m = (const float *)in[0], *g = (const float *)in[2], *w = (const float *)in[4];
-    const float momentum = *(const float *)in[1], lr = *(const float *)in[3];
+    const float momentum = F32_AT(1), lr = F32_AT(3);
     float *m_out = (float *)out[0], *w_out = (float *)out[1];
 #pragma GCC ivdep
     for (Py_ssize_t i = lo; i < hi; i++) {
