@@ -591,6 +591,75 @@ def test_graph_mode_leaves_broadcasts_to_readers_and_concatenates_padded_sums():
     assert "Transpose" not in ops, ops
 
 
+def _softmax_and_its_gradient(axis):
+    from keras_ipu.backend.nn_ops.normalization import softmax
+    from keras_ipu.device import autodiff
+    from keras_ipu.device.trace import trace_flat
+
+    def fn(x, g):
+        y, pull = autodiff.vjp(lambda x: softmax(x, axis=axis), x)
+        return [y, pull(g)[0]]
+
+    graph, _ = trace_flat(fn, [aval((3, 5, 7)), aval((3, 5, 7))])
+    return graph
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_softmax_and_its_gradient_keep_values(axis, target):
+    # The last axis: TensorFlow's Softmax and its gradient's formula in the
+    # graph mode (graph_softmax.py); another axis: the primitives.
+    graph = _softmax_and_its_gradient(axis)
+    check(graph, [f32(3, 5, 7, low=-8.0, high=8.0), f32(3, 5, 7)], target)
+
+
+def _graph_mode_ops(graph, avals):
+    import tensorflow as tf
+
+    from keras_ipu.device.to_tensorflow import emit_graph
+
+    fn = tf.function(lambda *xs: emit_graph(graph, list(xs), mode="graph"), autograph=False)
+    return fn.get_concrete_function(*[tf.TensorSpec(s, d) for s, d in avals]).graph
+
+
+def test_graph_mode_emits_softmax_and_its_gradient_as_tensorflow_does():
+    graph = _graph_mode_ops(_softmax_and_its_gradient(-1), [((3, 5, 7), "float32")] * 2)
+    y, dx = (t.op.inputs[0] if t.op.type == "Identity" else t for t in graph.outputs)
+    # y is Softmax; dx reads it and not the exponential or the division.
+    assert y.op.type == "Softmax", y.op.type
+
+    def makers(t, seen):
+        for u in t.op.inputs:
+            if u.op.name not in seen:
+                seen.add(u.op.name)
+                makers(u, seen)
+        return {graph.get_operation_by_name(n).type for n in seen}
+
+    types = makers(dx, set())
+    assert "Softmax" in types and not {"Exp", "RealDiv", "Reciprocal"} & types, types
+    # Over another axis the primitives are emitted as they are.
+    other = _graph_mode_ops(_softmax_and_its_gradient(1), [((3, 5, 7), "float32")] * 2)
+    assert "Softmax" not in {op.type for op in other.get_operations()}
+
+
+def _unit_axis_transposes(b, x, s):
+    # x (4, 1, 6) with its unit axis moved (the data's order kept), and a
+    # chain reading a broadcast of s: both need no copy in the graph mode.
+    moved = b.op("transpose", x, permutation=(1, 0, 2))
+    wide = b.op("broadcast_to", s, shape=(4, 1, 6))
+    chain = b.op("neg", b.op("mul", x, wide))
+    return [b.op("add", moved, lit(np.float32(1))), b.op("transpose", chain, permutation=(2, 0, 1))]
+
+
+def test_unit_axis_transposes_are_reshapes_and_chains_broadcast_as_they_read(target):
+    avals = [((4, 1, 6), "float32"), ((4, 1, 1), "float32")]
+    graph = build([aval(*a) for a in avals], _unit_axis_transposes)
+    check(graph, [f32(4, 1, 6), f32(4, 1, 1)], target, exact=True)
+    exe = compile_graph(graph)
+    assert "fused_elementwise" in [n.primitive.name for n in exe.graph.nodes]
+    ops = [op.type for op in _graph_mode_ops(exe.graph, avals).get_operations()]
+    assert ops.count("Transpose") == 1 and "BroadcastTo" not in ops, ops
+
+
 # -- the engine choice ------------------------------------------------------
 
 

@@ -37,8 +37,13 @@ import numpy as np
 import tensorflow as tf
 
 from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
+from keras_ipu.device.compiler.fusion import unfused_graph
+from keras_ipu.device.compiler.graph_utils import copy_node
+from keras_ipu.device.compiler.graph_utils import rebuilt
+from keras_ipu.device.compiler.graph_utils import substitute
 from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
 from keras_ipu.device.ir import Literal
+from keras_ipu.device.to_tensorflow.graph_softmax import softmax_overrides
 from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.rule_table import rule_decorator
 
@@ -168,6 +173,31 @@ def missing_rules(graph, mode="xla"):
     return missing
 
 
+def _inline_chains(graph):
+    """`graph` with each fused elementwise chain (compiler/fusion.py) as
+    its primitives, in place: the graph runtime runs a chain op by op
+    anyway, and the rewrites below then see through chains (a
+    broadcast read by a chain's product, a softmax's parts in two
+    chains). Same ops, same values."""
+    if not any(n.primitive.name == "fused_elementwise" for n in graph.nodes):
+        return graph
+    nodes, env = [], {}
+    for node in graph.nodes:
+        inputs = [substitute(v, env) for v in node.inputs]
+        if node.primitive.name != "fused_elementwise":
+            nodes.append(copy_node(node, inputs) if inputs != node.inputs else node)
+            continue
+        chain = unfused_graph(node.params["chain"], node.params["results"],
+                              [v.aval for v in node.inputs])
+        inner = dict(zip(chain.inputs, inputs))
+        for step in chain.nodes:
+            nodes.append(copy_node(node, [substitute(v, inner) for v in step.inputs],
+                                   step.params, step.outputs, step.primitive))
+        for out, result in zip(node.outputs, chain.outputs):
+            env[out] = substitute(result, inner)
+    return rebuilt(graph, nodes, env)
+
+
 def _for_graph_runtime(graph):
     """`graph` with the NumPy lowering's two rewrites of what the autodiff
     writes (compiler/fusion.py runs them before fusing; the emitter gets
@@ -179,7 +209,7 @@ def _for_graph_runtime(graph):
     TensorFlow backend runs one ConcatV2 (issue 16, eighth pass). XLA
     simplifies these itself. Values are the same (a padded sum's zeros
     can differ in sign only, as on NumPy)."""
-    return concatenate_padded_sums(fold_dot_transposes(graph))
+    return concatenate_padded_sums(fold_dot_transposes(_inline_chains(graph)))
 
 
 # Primitives whose rules call TensorFlow ops that broadcast their operands
@@ -244,10 +274,11 @@ def emit_graph(graph, inputs, mode="xla"):
             f"emit_graph: the graph takes {len(graph.inputs)} inputs, got "
             f"{len(inputs)}."
         )
-    elided = ()
+    elided, overrides = (), {}
     if mode == "graph":
         graph = _for_graph_runtime(graph)
         elided = _implicit_broadcasts(graph)
+        overrides = softmax_overrides(graph)
     env = dict(zip(graph.inputs, inputs))
     literals = {}
 
@@ -265,6 +296,9 @@ def emit_graph(graph, inputs, mode="xla"):
             check()
         if node in elided:  # its readers broadcast the operand themselves
             env[node.outputs[0]] = read(node.inputs[0])
+            continue
+        if node in overrides:  # a softmax or its gradient as TensorFlow's
+            env[node.outputs[0]] = overrides[node](read)
             continue
         name = node.primitive.name
         fn = rules.get(name)

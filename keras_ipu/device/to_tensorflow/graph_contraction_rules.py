@@ -16,6 +16,7 @@ from keras_ipu.device.primitives.dot import compute_dtype
 from keras_ipu.device.primitives.dot import split_dimensions
 from keras_ipu.device.primitives.pooling import identity
 from keras_ipu.device.to_tensorflow.array_rules import sum_rule
+from keras_ipu.device.to_tensorflow.array_rules import transpose
 from keras_ipu.device.to_tensorflow.contraction_rules import canonical_conv
 from keras_ipu.device.to_tensorflow.emitter import EmitError
 from keras_ipu.device.to_tensorflow.emitter import graph_rule
@@ -65,7 +66,7 @@ def _matrix(x, shape, batch, rows, cols):
     if order != tuple(range(len(shape))) and flipped == tuple(range(len(shape))):
         return tf.reshape(x, b + (_size(shape, cols), _size(shape, rows))), True
     if order != tuple(range(len(shape))):
-        x = tf.transpose(x, order)
+        x = transpose(x, order, shape)
     return tf.reshape(x, b + (_size(shape, rows), _size(shape, cols))), False
 
 
@@ -128,6 +129,13 @@ def _depthwise(x, w, strides, padding, dilations):
     w = tf.reshape(w, (kh, kw, channels, o // channels))
     if any(p != (0, 0) for p in padding):
         x = tf.pad(x, [[0, 0]] + [list(p) for p in padding] + [[0, 0]])
+    if strides[0] != strides[1]:
+        # TensorFlow's CPU kernel takes equal strides only (a 1-d
+        # convolution's height of one has stride 1): the stride-1 result,
+        # then every stride-th output.
+        out = tf.nn.depthwise_conv2d(x, w, strides=[1, 1, 1, 1], padding="VALID",
+                                     dilations=list(dilations))
+        return out[:, ::strides[0], ::strides[1], :]
     return tf.nn.depthwise_conv2d(x, w, strides=[1, *strides, 1], padding="VALID",
                                   dilations=list(dilations))
 

@@ -1,0 +1,161 @@
+"""Softmax and its gradient as TensorFlow's own kernels, in the graph mode.
+
+The backend writes softmax over the last axis as primitives
+(backend/nn_ops/normalization.py):
+
+    e = exp(x - stop_gradient(max(x)));  s = sum(e);  y = e / s
+
+and the autodiff differentiates the division and the exponential:
+
+    dx = (g * reciprocal(s) + broadcast(sum(g * -(y / s)))) * e
+
+which is y * (g - sum(g * y)). TensorFlow's graph runtime runs each of
+these as a kernel over the full-size array (attention's scores, 2M
+elements per step in the benchmark transformer): five forward and four
+backward passes where Keras' TensorFlow backend runs one Softmax and
+three (Mul, Sub, Mul). `softmax_overrides(graph)` finds both patterns
+and gives the nodes of y and dx another emission: `tf.nn.softmax(x)` and
+`(g - reduce_sum(g * y)) * y`. The nodes they no longer read (e, s and
+the residuals) are left to TensorFlow, which prunes what no output needs.
+The values agree within float rounding, not to the bit (another order of
+operations). XLA fuses the chain itself: the XLA mode emits it as it is.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_ipu.device.ir import Literal
+
+_FLOATS = {np.dtype(np.float32), np.dtype(np.float64)}
+
+
+class _Makers:
+    """Who makes each value of a graph (its own nodes)."""
+
+    def __init__(self, graph):
+        self.made_by = {}
+        for node in graph.nodes:
+            for v in node.outputs:
+                self.made_by[v] = node
+
+    def node(self, v, *names):
+        """The node making `v` when it is one of primitives `names`."""
+        if type(v) is Literal:
+            return None
+        node = self.made_by.get(v)
+        if node is None or node.primitive.name not in names:
+            return None
+        return node
+
+    def under_reshapes(self, v):
+        """`v` with the reshapes (and broadcasts) that made it looked
+        through: a reduction kept as keepdims is a reshape of it."""
+        while True:
+            node = self.node(v, "reshape", "broadcast_to")
+            if node is None:
+                return v
+            v = node.inputs[0]
+
+    def last_axis_reduction(self, v, name, of):
+        """Whether `v` is reduce `name` of `of` over its last axis (seen
+        through reshapes)."""
+        node = self.node(self.under_reshapes(v), name)
+        return (node is not None and node.inputs[0] is of
+                and tuple(node.params["axes"]) == (of.aval.ndim - 1,))
+
+
+def _operands(node, test):
+    """(a, b) of the binary `node` with test(a) true, either order; None."""
+    a, b = node.inputs
+    if test(a):
+        return a, b
+    if test(b):
+        return b, a
+    return None
+
+
+def _kept_sum_shape(x, s):
+    shape = tuple(x.aval.shape)
+    return tuple(s.aval.shape) == shape[:-1] + (1,)
+
+
+def softmax_overrides(graph):
+    """{node: emit(read)} for the softmax and softmax-gradient nodes of
+    `graph` (its own nodes): emit gets the emitter's reader of values
+    and returns the node's result as a TensorFlow tensor."""
+    makers = _Makers(graph)
+    overrides = {}
+    found = {}  # e -> (y, s)
+    for node in graph.nodes:
+        if node.primitive.name != "div":
+            continue
+        e, s = node.inputs
+        y = node.outputs[0]
+        exp = makers.node(e, "exp")
+        sub = exp and makers.node(exp.inputs[0], "sub")
+        if sub is None:
+            continue
+        x, shift = sub.inputs
+        stop = makers.node(shift, "stop_gradient")
+        if (type(x) is Literal or stop is None
+                or np.dtype(x.aval.dtype) not in _FLOATS or None in x.aval.shape
+                or x.aval.ndim == 0 or tuple(y.aval.shape) != tuple(x.aval.shape)
+                or not _kept_sum_shape(x, s) or not _kept_sum_shape(x, shift)
+                or not makers.last_axis_reduction(stop.inputs[0], "reduce_max", x)
+                or not makers.last_axis_reduction(s, "reduce_sum", e)):
+            continue
+        overrides[node] = lambda read, x=x: tf.nn.softmax(read(x), axis=-1)
+        found[e] = (y, s)
+
+    for node in graph.nodes:
+        if node.primitive.name != "mul" or not found:
+            continue
+        pair = _operands(node, lambda v: v in found)
+        if pair is None:
+            continue
+        e, total = pair
+        y, s = found[e]
+        add = makers.node(total, "add")
+        if add is None:
+            continue
+        g = _direct_term(makers, add, y, s)
+        if g is None:
+            continue
+        overrides[node] = lambda read, g=g, y=y: _softmax_gradient(read(g), read(y))
+    return overrides
+
+
+def _direct_term(makers, add, y, s):
+    """g when `add` is g * reciprocal(s) + broadcast(sum(g * -(y / s)))
+    (either order of each pair), else None."""
+
+    def is_reciprocal_of_s(u):
+        r = makers.node(u, "reciprocal")
+        return r is not None and r.inputs[0] is s
+
+    def scaled(v):  # g * reciprocal(s) -> g
+        mul = makers.node(v, "mul")
+        pair = mul and _operands(mul, is_reciprocal_of_s)
+        return pair[1] if pair else None
+
+    for direct, spread in (add.inputs, reversed(add.inputs)):
+        g = scaled(direct)
+        if g is None or makers.node(spread, "broadcast_to", "reshape") is None:
+            continue
+        total = makers.node(makers.under_reshapes(spread), "reduce_sum")
+        if total is None or tuple(total.params["axes"]) != (total.inputs[0].aval.ndim - 1,):
+            continue
+        mul = makers.node(total.inputs[0], "mul")
+        pair = mul and _operands(mul, lambda u: u is g)
+        if pair is None:
+            continue
+        neg = makers.node(pair[1], "neg")
+        div = neg and makers.node(neg.inputs[0], "div")
+        if div is not None and div.inputs[0] is y and div.inputs[1] is s:
+            return g
+    return None
+
+
+def _softmax_gradient(g, y):
+    """TensorFlow's own gradient of Softmax (nn_grad._SoftmaxGrad)."""
+    return (g - tf.reduce_sum(g * y, axis=-1, keepdims=True)) * y
