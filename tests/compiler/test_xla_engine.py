@@ -641,6 +641,30 @@ def test_graph_mode_emits_softmax_and_its_gradient_as_tensorflow_does():
     assert "Softmax" not in {op.type for op in other.get_operations()}
 
 
+def _activation_gradients(b, y, g):
+    # The autodiff's gradients of the logistic and tanh at their result y.
+    one = lit(np.float32(1))
+    sigmoid = b.op("mul", g, b.op("mul", y, b.op("sub", one, y)))
+    tanh = b.op("mul", b.op("sub", one, b.op("mul", y, y)), g)
+    return [sigmoid, tanh]
+
+
+def test_activation_gradients_keep_their_bits(target):
+    avals = [((8, 16), "float32")] * 2
+    graph = build([aval(*a) for a in avals], _activation_gradients)
+    # TensorFlow's kernels compute g * (y * (1 - y)) and g * (1 - y * y) as
+    # NumPy does (XLA may contract into fused multiply-adds).
+    check(graph, [f32(8, 16, low=0.0, high=1.0), f32(8, 16)], target,
+          exact=target.engine == "tensorflow")
+
+
+def test_graph_mode_emits_activation_gradients_as_tensorflows_kernels():
+    graph = build([aval((8, 16))] * 2, _activation_gradients)
+    ops = _graph_mode_ops(graph, [((8, 16), "float32")] * 2)
+    sigmoid, tanh = (t.op.inputs[0] if t.op.type == "Identity" else t for t in ops.outputs)
+    assert (sigmoid.op.type, tanh.op.type) == ("SigmoidGrad", "TanhGrad")
+
+
 def _unit_axis_transposes(b, x, s):
     # x (4, 1, 6) with its unit axis moved (the data's order kept), and a
     # chain reading a broadcast of s: both need no copy in the graph mode.
@@ -658,6 +682,52 @@ def test_unit_axis_transposes_are_reshapes_and_chains_broadcast_as_they_read(tar
     assert "fused_elementwise" in [n.primitive.name for n in exe.graph.nodes]
     ops = [op.type for op in _graph_mode_ops(exe.graph, avals).get_operations()]
     assert ops.count("Transpose") == 1 and "BroadcastTo" not in ops, ops
+
+
+def _two_scans():
+    # A forward scan's stacked outputs read by a reverse scan (an RNN's
+    # residuals in its backward loop) and its last step sliced (an RNN's
+    # last output).
+    import keras
+
+    from keras_ipu.device.trace import trace_flat
+
+    def fn(x):
+        def forward(c, xt):
+            c = c * 0.5 + xt
+            return c, [c, c * xt]
+
+        _, (hs, prods) = keras.ops.scan(forward, keras.ops.zeros((4,)), x)
+
+        def backward(c, xs):
+            h, p = xs
+            c = c * h + p
+            return c, c
+
+        total, back = keras.ops.scan(backward, keras.ops.zeros((4,)), (hs, prods),
+                                     reverse=True)
+        return [total, back, hs[-1:], hs[1:3]]
+
+    graph, _ = trace_flat(fn, [aval((6, 4))])
+    return graph
+
+
+def test_scans_hand_over_their_stacked_outputs_and_keep_values(target):
+    check(_two_scans(), [f32(6, 4)], target)
+
+
+def test_graph_mode_reads_a_scans_steps_from_its_arrays_without_stacking():
+    graph = _graph_mode_ops(_two_scans(), [((6, 4), "float32")])
+    seen, stack = set(), [t.op for t in graph.outputs]
+    while stack:
+        op = stack.pop()
+        if op.name not in seen:
+            seen.add(op.name)
+            stack.extend(t.op for t in op.inputs)
+    stacks = [n for n in seen if graph.get_operation_by_name(n).type == "TensorListStack"]
+    # The reverse scan's own output and hs (its 2-step slice reads the
+    # stack); prods and hs' last step come from the arrays.
+    assert len(stacks) == 2, stacks
 
 
 # -- the engine choice ------------------------------------------------------

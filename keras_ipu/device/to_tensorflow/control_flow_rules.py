@@ -71,13 +71,43 @@ def _scan(ctx, *operands, body, length, reverse, n_carry, n_xs, unroll):
     return tuple(carry) + tuple(ys)
 
 
+def stacked_array(x, length=None):
+    """The TensorArray a graph-mode scan stacked into `x`, one of its
+    stacked outputs emitted in the current graph (of `length` steps when
+    given), or None."""
+    arrays = getattr(tf.compat.v1.get_default_graph(), "_keras_ipu_stacked_arrays", {})
+    found = arrays.get(x.ref())
+    if found is None or length is not None and found[1] != length:
+        return None
+    return found[0]
+
+
+def _hand_over(stacked, arrays, length):
+    """Notes each stacked output's TensorArray for later readers in this
+    graph (stacked_array): a later scan reads its steps from the array and
+    a slice of one step reads that step, without the stack. The LSTM's
+    backward loop read the forward loop's 8 residuals (32x128x128 each)
+    from TensorListStack copies, one GatherV2 copy per residual per step."""
+    graph = tf.compat.v1.get_default_graph()
+    if not hasattr(graph, "_keras_ipu_stacked_arrays"):
+        graph._keras_ipu_stacked_arrays = {}
+    for t, a in zip(stacked, arrays):
+        graph._keras_ipu_stacked_arrays[t.ref()] = (a, length)
+
+
 def _scan_into_arrays(ctx, carry, xs, consts, body, length, reverse, n_carry, y_avals):
     arrays = [tf.TensorArray(tf_dtype(a.dtype), size=length,
                              element_shape=tf.TensorShape(a.shape[1:])) for a in y_avals]
+    graph_mode = ctx.mode == "graph"
+    readers = []
+    for x in xs:
+        array = stacked_array(x, length) if graph_mode else None
+        readers.append((lambda i, x=x: tf.gather(x, i)) if array is None
+                       else (lambda i, a=array: a.read(i)))
 
     def step(t, carry, arrays):
         index = (length - 1 - t) if reverse else t
-        outs = ctx.emit(body, list(carry) + [tf.gather(x, index) for x in xs] + consts)
+        outs = ctx.emit(body, list(carry) + [read(index) for read in readers] + consts)
         new_carry = [tf.ensure_shape(tf.cast(o, c.dtype), c.shape)
                      for o, c in zip(outs[:n_carry], carry)]
         arrays = [a.write(index, tf.cast(y, a.dtype)) for a, y in zip(arrays, outs[n_carry:])]
@@ -87,7 +117,10 @@ def _scan_into_arrays(ctx, carry, xs, consts, body, length, reverse, n_carry, y_
         lambda t, c, a: t < length, step, (tf.constant(0), carry, arrays),
         maximum_iterations=length,
     )
-    return tuple(carry) + tuple(a.stack() for a in arrays)
+    stacked = [a.stack() for a in arrays]
+    if graph_mode:
+        _hand_over(stacked, arrays, length)
+    return tuple(carry) + tuple(stacked)
 
 
 @rule("while_loop")

@@ -43,7 +43,7 @@ from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.graph_utils import substitute
 from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
 from keras_ipu.device.ir import Literal
-from keras_ipu.device.to_tensorflow.graph_softmax import softmax_overrides
+from keras_ipu.device.to_tensorflow import graph_patterns
 from keras_ipu.device.ir import subgraphs
 from keras_ipu.device.rule_table import rule_decorator
 
@@ -278,7 +278,7 @@ def emit_graph(graph, inputs, mode="xla"):
     if mode == "graph":
         graph = _for_graph_runtime(graph)
         elided = _implicit_broadcasts(graph)
-        overrides = softmax_overrides(graph)
+        overrides = graph_patterns.overrides(graph)
     env = dict(zip(graph.inputs, inputs))
     literals = {}
 
@@ -297,7 +297,7 @@ def emit_graph(graph, inputs, mode="xla"):
         if node in elided:  # its readers broadcast the operand themselves
             env[node.outputs[0]] = read(node.inputs[0])
             continue
-        if node in overrides:  # a softmax or its gradient as TensorFlow's
+        if node in overrides:  # as one of TensorFlow's fused kernels
             env[node.outputs[0]] = overrides[node](read)
             continue
         name = node.primitive.name

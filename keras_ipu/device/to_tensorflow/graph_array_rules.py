@@ -9,6 +9,7 @@ import tensorflow as tf
 from keras_ipu.device.to_tensorflow.array_rules import scatter_indices
 from keras_ipu.device.to_tensorflow.array_rules import scatter_function
 from keras_ipu.device.to_tensorflow.array_rules import starts_vector
+from keras_ipu.device.to_tensorflow.control_flow_rules import stacked_array
 from keras_ipu.device.to_tensorflow.emitter import EmitError
 from keras_ipu.device.to_tensorflow.emitter import graph_rule
 
@@ -68,6 +69,22 @@ def pad(x, value, config):
     return x
 
 
+def _one_step(x, shape, start_indices, limit_indices, strides):
+    """x[i:i+1] read from the TensorArray a scan stacked x from, when x is
+    one and the slice takes one whole step (an RNN's last output): the
+    stack is then left out when nothing else reads it."""
+    array = stacked_array(x, shape[0]) if shape else None
+    if array is None:
+        return None
+    ranges = [slice(s, l, st).indices(n)
+              for n, s, l, st in zip(shape, start_indices, limit_indices, strides)]
+    (first, stop, stride), rest = ranges[0], ranges[1:]
+    if (stop - first != 1 or stride != 1
+            or any(r != (0, n, 1) for r, n in zip(rest, shape[1:]))):
+        return None
+    return tf.expand_dims(array.read(first), 0)
+
+
 @graph_rule("slice")
 def _slice(ctx, x, *, start_indices, limit_indices, strides):
     """A strided slice as unit-stride ones: every stride-th element of a
@@ -75,6 +92,9 @@ def _slice(ctx, x, *, start_indices, limit_indices, strides):
     TensorFlow's StridedSlice with strides copies element by element (8x
     the time of this for a max-pool gradient's taps on this host)."""
     shape = static_shape(x, "slice")
+    one = _one_step(x, shape, start_indices, limit_indices, strides)
+    if one is not None:
+        return one
     begin, end, outer, inner = [], [], [], []
     short = []
     for n, s, l, st in zip(shape, start_indices, limit_indices, strides):

@@ -1,6 +1,13 @@
-"""Softmax and its gradient as TensorFlow's own kernels, in the graph mode.
+"""Patterns of primitives emitted as TensorFlow's own fused kernels, in the
+graph mode: `overrides(graph)` gives {node: emit(read)} for the nodes the
+emitter emits another way (emit gets the emitter's reader of values and
+returns the node's result as a TensorFlow tensor). The nodes the new
+emissions no longer read are left to TensorFlow, which prunes what no
+output needs. Values agree within float rounding, not to the bit (another
+order of operations). XLA fuses these chains itself: the XLA mode emits
+them as they are.
 
-The backend writes softmax over the last axis as primitives
+Softmax. The backend writes softmax over the last axis as primitives
 (backend/nn_ops/normalization.py):
 
     e = exp(x - stop_gradient(max(x)));  s = sum(e);  y = e / s
@@ -15,10 +22,13 @@ elements per step in the benchmark transformer): five forward and four
 backward passes where Keras' TensorFlow backend runs one Softmax and
 three (Mul, Sub, Mul). `softmax_overrides(graph)` finds both patterns
 and gives the nodes of y and dx another emission: `tf.nn.softmax(x)` and
-`(g - reduce_sum(g * y)) * y`. The nodes they no longer read (e, s and
-the residuals) are left to TensorFlow, which prunes what no output needs.
-The values agree within float rounding, not to the bit (another order of
-operations). XLA fuses the chain itself: the XLA mode emits it as it is.
+`(g - reduce_sum(g * y)) * y`.
+
+The gradients of the logistic and tanh, as the autodiff writes them
+(`g * (y * (1 - y))`, `g * (1 - y * y)`, y the saved result: three
+kernels each), are TensorFlow's SigmoidGrad and TanhGrad (one kernel,
+the same formulas for any y): five of each per step of an LSTM's
+backward loop, 32 steps in the benchmark's.
 """
 
 import numpy as np
@@ -79,11 +89,73 @@ def _kept_sum_shape(x, s):
     return tuple(s.aval.shape) == shape[:-1] + (1,)
 
 
-def softmax_overrides(graph):
-    """{node: emit(read)} for the softmax and softmax-gradient nodes of
-    `graph` (its own nodes): emit gets the emitter's reader of values
-    and returns the node's result as a TensorFlow tensor."""
+def overrides(graph):
+    """{node: emit(read)} for the nodes of `graph` (its own, not its
+    sub-graphs') that match a pattern."""
     makers = _Makers(graph)
+    found = _activation_gradients(graph, makers)
+    found.update(_softmaxes(graph, makers))
+    return found
+
+
+def _is_one(v):
+    if type(v) is not Literal:
+        return False
+    value = np.asarray(v.value)
+    return value.size == 1 and bool(value == 1)
+
+
+def _activation_gradients(graph, makers):
+    """g * (y * (1 - y)) as SigmoidGrad(y, g); g * (1 - y * y) as
+    TanhGrad(y, g); either order of each product."""
+    found = {}
+    for node in graph.nodes:
+        if node.primitive.name != "mul" or np.dtype(node.outputs[0].aval.dtype) not in _FLOATS:
+            continue
+        shape = tuple(node.outputs[0].aval.shape)
+        for g, d in (node.inputs, reversed(node.inputs)):
+            if type(g) is Literal or tuple(g.aval.shape) != shape:
+                continue
+            y = _sigmoid_derivative_of(makers, d)
+            if y is not None and tuple(y.aval.shape) == shape:
+                found[node] = lambda read, y=y, g=g: tf.raw_ops.SigmoidGrad(y=read(y), dy=read(g))
+                break
+            y = _tanh_derivative_of(makers, d)
+            if y is not None and tuple(y.aval.shape) == shape:
+                found[node] = lambda read, y=y, g=g: tf.raw_ops.TanhGrad(y=read(y), dy=read(g))
+                break
+    return found
+
+
+def _one_minus(makers, v):
+    """x when v is 1 - x, else None."""
+    sub = makers.node(v, "sub")
+    if sub is None or not _is_one(sub.inputs[0]) or type(sub.inputs[1]) is Literal:
+        return None
+    return sub.inputs[1]
+
+
+def _sigmoid_derivative_of(makers, d):
+    """y when d is y * (1 - y), either order."""
+    mul = makers.node(d, "mul")
+    if mul is None:
+        return None
+    for y, rest in (mul.inputs, reversed(mul.inputs)):
+        if type(y) is not Literal and _one_minus(makers, rest) is y:
+            return y
+    return None
+
+
+def _tanh_derivative_of(makers, d):
+    """y when d is 1 - y * y."""
+    square = makers.node(_one_minus(makers, d), "mul")
+    if square is None or square.inputs[0] is not square.inputs[1]:
+        return None
+    return square.inputs[0]
+
+
+def _softmaxes(graph, makers):
+    """The softmax and softmax-gradient nodes (the module's doc)."""
     overrides = {}
     found = {}  # e -> (y, s)
     for node in graph.nodes:
