@@ -684,6 +684,25 @@ def test_unit_axis_transposes_are_reshapes_and_chains_broadcast_as_they_read(tar
     assert ops.count("Transpose") == 1 and "BroadcastTo" not in ops, ops
 
 
+def _two_products_of_one_value(b, x, y1, y2):
+    # x (B, S, H, D) read as attention's keys are: contracted over D by one
+    # product and over S by another, batched over (B, H) in both.
+    forward = b.op("dot_general", y1, x, dimension_numbers=(((3,), (3,)), ((0, 1), (0, 2))))
+    backward = b.op("dot_general", y2, x, dimension_numbers=(((3,), (1,)), ((0, 1), (0, 2))))
+    return [forward, backward]
+
+
+_PRODUCT_AVALS = [((2, 5, 3, 4), "float32"), ((2, 3, 6, 4), "float32"),
+                  ((2, 3, 6, 5), "float32")]
+
+
+def test_products_reading_one_value_transpose_it_once(target):
+    graph = build([aval(*a) for a in _PRODUCT_AVALS], _two_products_of_one_value)
+    check(graph, [f32(*shape) for shape, _ in _PRODUCT_AVALS], target)
+    ops = _graph_mode_ops(graph, _PRODUCT_AVALS).get_operations()
+    assert [op.type for op in ops].count("Transpose") == 1
+
+
 def _two_scans():
     # A forward scan's stacked outputs read by a reverse scan (an RNN's
     # residuals in its backward loop) and its last step sliced (an RNN's

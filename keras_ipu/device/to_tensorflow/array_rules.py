@@ -60,7 +60,26 @@ def transpose(x, permutation, shape):
     moved = [a for a in permutation if shape[a] != 1]
     if moved == sorted(moved) and None not in shape:
         return tf.reshape(x, [shape[a] for a in permutation])
-    return tf.transpose(x, permutation)
+    # One Transpose per value and permutation in a graph: TensorFlow's
+    # runtime ran the same one twice (attention's keys, values and queries
+    # are read by a forward and a backward product each).
+    made = _transposes()
+    key = (x.ref(), tuple(int(a) for a in permutation))
+    if key not in made:
+        made[key] = tf.transpose(x, permutation)
+    return made[key]
+
+
+def _transposes():
+    graph = tf.compat.v1.get_default_graph()
+    if not hasattr(graph, "_keras_ipu_transposes"):
+        graph._keras_ipu_transposes = {}
+    return graph._keras_ipu_transposes
+
+
+def transposed_before(x, permutation):
+    """Whether `transpose` made x transposed by `permutation` in this graph."""
+    return (x.ref(), tuple(int(a) for a in permutation)) in _transposes()
 
 
 @rule("transpose")

@@ -17,6 +17,7 @@ from keras_ipu.device.primitives.dot import split_dimensions
 from keras_ipu.device.primitives.pooling import identity
 from keras_ipu.device.to_tensorflow.array_rules import sum_rule
 from keras_ipu.device.to_tensorflow.array_rules import transpose
+from keras_ipu.device.to_tensorflow.array_rules import transposed_before
 from keras_ipu.device.to_tensorflow.contraction_rules import canonical_conv
 from keras_ipu.device.to_tensorflow.emitter import EmitError
 from keras_ipu.device.to_tensorflow.emitter import graph_rule
@@ -59,14 +60,22 @@ def _matrix(x, shape, batch, rows, cols):
     """x as a [B, rows, cols] (or [rows, cols]) matrix for MatMul, and
     whether MatMul reads it transposed: axes laid out batch-rows-cols
     need only a reshape, batch-cols-rows a reshape and the kernel's
-    transpose flag, any other order a transpose first."""
+    transpose flag, any other order a transpose first, to whichever of
+    the two orders an earlier product transposed x to (one Transpose for
+    both: attention's keys are read contracted over their features
+    forward and over the sequence backward)."""
     b = (_size(shape, batch),) if batch else ()
     order = tuple(batch) + tuple(rows) + tuple(cols)
     flipped = tuple(batch) + tuple(cols) + tuple(rows)
-    if order != tuple(range(len(shape))) and flipped == tuple(range(len(shape))):
+    identity = tuple(range(len(shape)))
+    if order == identity:
+        return tf.reshape(x, b + (_size(shape, rows), _size(shape, cols))), False
+    if flipped == identity or (transposed_before(x, flipped)
+                               and not transposed_before(x, order)):
+        if flipped != identity:
+            x = transpose(x, flipped, shape)
         return tf.reshape(x, b + (_size(shape, cols), _size(shape, rows))), True
-    if order != tuple(range(len(shape))):
-        x = transpose(x, order, shape)
+    x = transpose(x, order, shape)
     return tf.reshape(x, b + (_size(shape, rows), _size(shape, cols))), False
 
 
