@@ -18,6 +18,14 @@ def substitute(operand, env):
     return env.get(operand, operand)
 
 
+def is_literal_of(operand, value):
+    """Whether `operand` is a one-element Literal equal to `value`."""
+    if type(operand) is not Literal:
+        return False
+    array = np.asarray(operand.value)
+    return array.size == 1 and bool(array == value)
+
+
 def rebuilt(graph, nodes, env):
     """A new Graph with graph's inputs, `nodes`, and outputs substituted."""
     out = Graph()

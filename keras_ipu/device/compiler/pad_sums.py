@@ -20,8 +20,8 @@ import numpy as np
 
 from keras_ipu.device import liveness
 from keras_ipu.device.compiler.graph_utils import copy_node
+from keras_ipu.device.compiler.graph_utils import is_literal_of
 from keras_ipu.device.compiler.graph_utils import rebuilt
-from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.ir import Var
 from keras_ipu.device.primitives.structure import concatenate_p
@@ -29,10 +29,7 @@ from keras_ipu.device.primitives.structure import reshape_p
 
 
 def _is_zero(operand):
-    if type(operand) is not Literal:
-        return False
-    value = np.asarray(operand.value)
-    return value.size == 1 and bool(value == 0)
+    return is_literal_of(operand, 0)
 
 
 def _tiling_axis(pieces, shape):

@@ -34,6 +34,7 @@ backward loop, 32 steps in the benchmark's.
 import numpy as np
 import tensorflow as tf
 
+from keras_ipu.device.compiler.graph_utils import is_literal_of
 from keras_ipu.device.ir import Literal
 
 _FLOATS = {np.dtype(np.float32), np.dtype(np.float64)}
@@ -98,13 +99,6 @@ def overrides(graph):
     return found
 
 
-def _is_one(v):
-    if type(v) is not Literal:
-        return False
-    value = np.asarray(v.value)
-    return value.size == 1 and bool(value == 1)
-
-
 def _activation_gradients(graph, makers):
     """g * (y * (1 - y)) as SigmoidGrad(y, g); g * (1 - y * y) as
     TanhGrad(y, g); either order of each product."""
@@ -130,7 +124,7 @@ def _activation_gradients(graph, makers):
 def _one_minus(makers, v):
     """x when v is 1 - x, else None."""
     sub = makers.node(v, "sub")
-    if sub is None or not _is_one(sub.inputs[0]) or type(sub.inputs[1]) is Literal:
+    if sub is None or not is_literal_of(sub.inputs[0], 1) or type(sub.inputs[1]) is Literal:
         return None
     return sub.inputs[1]
 
