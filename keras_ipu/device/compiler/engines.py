@@ -25,7 +25,8 @@ cycles, profiles) always come from the Executable's own program:
   short). Once it has spent `HOT_SECONDS` of CPU time, a background
   thread imports TensorFlow and prepares it for each of `AUTO_CANDIDATES`
   in turn (TensorFlow's graph runtime: a trace and the graph's
-  optimisation on its first run; then XLA: a trace and XLA's compile)
+  optimisation on its first run, done by one of the program's own runs,
+  CALLER_PREPARES; then XLA, in the background: a trace and XLA's compile)
   while the program keeps running on the fastest engine so far; when a
   candidate is ready, the next runs alternate between it and the fastest
   so far, `TIMED_RUNS` each (both timed under the same load), and the
@@ -47,7 +48,7 @@ cycles, profiles) always come from the Executable's own program:
   NumPy (measured in issue 16: the one-thread MLP's CPU per step doubled
   for about 150 steps while TensorFlow was imported and the step
   compiled, and XLA was then not kept).
-  Priority: the background compile (TensorFlow's import, the trace, XLA's
+  Priority: the background compile (TensorFlow's import, XLA's trace and
   compile) runs at the lowest priority (nice 19), so it takes only CPU
   that training and other processes leave idle. Measured in issue 16 on
   2 cores: at normal priority it overlapped about 150 training steps and
@@ -155,6 +156,12 @@ XLA_EXPECTED_GAIN = 0.25
 # graph runtime first (ready sooner: no XLA compile, which takes minutes
 # on large programs), then XLA.
 AUTO_CANDIDATES = ("tensorflow", "xla")
+# The candidates prepared (traced, then run once) in the program's own
+# thread, in one of its runs, instead of the background: the graph runtime's
+# preparation is short (0.3-1.3 s of CPU on the benchmark's models, issue 16
+# ninth pass), and at nice 19 on a busy machine it took 46 s to never, so
+# that `auto` stayed on NumPy where the graph runtime was 1.3-2.5x faster.
+CALLER_PREPARES = ("tensorflow",)
 
 
 def engine_setting():
@@ -467,7 +474,9 @@ class TieredRunner:
 
     def __init__(self, executable):
         self.executable = executable
-        # numpy (not hot yet) | compiling | timing (a candidate) | final.
+        # numpy (not hot yet) | compiling | preparing (the next run
+        # prepares a candidate: CALLER_PREPARES) | timing (a candidate) |
+        # final.
         # On one host thread nothing is compiled (module doc).
         self.engine = "numpy" if host_threads.max_threads() > 1 else "final"
         # Process CPU seconds spent in the program's runs (all engines).
@@ -488,7 +497,13 @@ class TieredRunner:
         # timed runs would slow them.
         self.candidate = None
         self.candidate_times = []
+        self.current_first = False
         self.timed = threading.Event()
+        # The candidate the next run prepares, and (program or None, CPU
+        # seconds) once it did (`prepared` set).
+        self.to_prepare = None
+        self.prepared_program = None
+        self.prepared = threading.Event()
         self.thread = None
         # Set by the process's exit: the compile stops and its result is
         # never used.
@@ -511,6 +526,8 @@ class TieredRunner:
             return self.current(arrays)
         if engine == "timing":
             return self._timed_run(arrays)
+        if engine == "preparing":
+            return self._prepare_here(arrays)
         if engine == "numpy" and self.program_seconds >= HOT_SECONDS:
             self._start_compile(arrays)
         self.last_engine = self.current_name
@@ -576,24 +593,21 @@ class TieredRunner:
             if timed is not None:
                 self._pay_rent(self._rent(name, *timed))
                 timed = None
-            start = time.thread_time()
-            program = PROGRAMS[name].build(self.executable, check=self._check)
+            if name in CALLER_PREPARES:
+                program, prepared = self._prepared_by_caller(name)
+            else:
+                program, prepared = self._prepare(name, sample)
             if program is None:
-                continue
-            self._check()
-            self.unstoppable.set()
-            try:
-                program.run(sample)  # compiled / optimised on the first call
-            except Exception as error:  # noqa: BLE001
-                program.failed(error)
                 continue
             if self.abandoned.is_set():
                 return
-            prepared = time.thread_time() - start
             self.timed.clear()
             self.candidate = program
             self.candidate_times, self.current_times = [], []
-            self._event(f"{name} ready ({prepared:.2f} s of CPU in this thread)")
+            # A candidate that just ran a run of the program's (prepared
+            # there) lets the engine so far take the first turn.
+            self.current_first = name in CALLER_PREPARES
+            self._event(f"{name} ready ({prepared:.2f} s of CPU to prepare)")
             self.engine = "timing"
             timed = (name, prepared)
             while not self.timed.wait(0.05):
@@ -601,11 +615,63 @@ class TieredRunner:
         self._event(f"final: {self.current_name}")
         self.engine = "final"
 
+    def _prepare(self, name, sample):
+        """In the compile thread: candidate `name` traced and run once on
+        `sample` (compiled / optimised on the first call); (program or
+        None, this thread's CPU seconds)."""
+        start = time.thread_time()
+        program = PROGRAMS[name].build(self.executable, check=self._check)
+        if program is None:
+            return None, 0.0
+        self._check()
+        self.unstoppable.set()
+        try:
+            program.run(sample)
+        except Exception as error:  # noqa: BLE001
+            program.failed(error)
+            return None, 0.0
+        return program, time.thread_time() - start
+
+    def _prepared_by_caller(self, name):
+        """In the compile thread: the program's next run prepares candidate
+        `name` (_prepare_here); waits for it, stoppably."""
+        self.prepared.clear()
+        self.to_prepare = name
+        self.engine = "preparing"
+        while not self.prepared.wait(0.05):
+            self._check()
+        return self.prepared_program
+
+    def _prepare_here(self, arrays):
+        """A run that prepares the candidate the compile thread asked for,
+        in the program's thread at its priority (CALLER_PREPARES): traced
+        and run on this run's inputs, whose results it returns (TensorFlow
+        writes into no input, so the engine so far runs them as they are
+        if the candidate fails). Its CPU is not the program's."""
+        name = self.to_prepare
+        start = time.thread_time()
+        program = PROGRAMS[name].build(self.executable)
+        out = None
+        if program is not None:
+            try:
+                out = program.run(arrays)  # optimised on the first call
+            except Exception as error:  # noqa: BLE001
+                program.failed(error)
+                program = None
+        self.prepared_program = (program, time.thread_time() - start)
+        self.engine = "compiling"
+        self.prepared.set()
+        if out is None:
+            self.last_engine = self.current_name
+            return self.current(arrays)
+        self.last_engine = name
+        return out
+
     @staticmethod
     def _rent(name, timed, prepared):
         """The program CPU seconds to wait for before preparing candidate
-        `name`, after candidate `timed` took `prepared` CPU seconds of the
-        compile thread to prepare. Rent-or-buy: buy once the rent paid
+        `name`, after candidate `timed` took `prepared` CPU seconds (of
+        the thread that prepared it) to prepare. Rent-or-buy: buy once the rent paid
         equals the price. XLA after the graph runtime: the price is XLA's
         preparation, estimated from the graph runtime's on the same
         program (XLA_PREPARATION_RATIO), and the rent is what XLA would
@@ -640,7 +706,7 @@ class TieredRunner:
         so far in turn, each run timed, so that both are timed under the
         same load (a busy machine's load changes within seconds)."""
         program = self.candidate
-        if len(self.current_times) < len(self.candidate_times):
+        if len(self.current_times) < len(self.candidate_times) + self.current_first:
             self.writable(arrays)  # not timed: see __init__
             start = time.perf_counter()
             out = self.current(arrays)
