@@ -867,16 +867,29 @@ def _graph():
     return build([aval((8, 6)), aval((6, 5))], body)
 
 
+def _a_run_prepares(monkeypatch):
+    """A runner of _graph(), the compile thread's ask (a thread standing
+    for it) and the run that prepares the graph runtime: (the runner, what
+    the ask got, the run's results, NumPy's results)."""
+    monkeypatch.setattr(engines.host_threads, "_cap", 2)
+    exe = compile_graph(_graph())
+    arrays = [f32(8, 6), f32(6, 5)]
+    want = exe.run_unchecked(list(arrays))
+    runner = engines.TieredRunner(exe)
+    got = []
+    thread = threading.Thread(target=lambda: got.append(runner._prepared_by_caller("tensorflow")))
+    thread.start()
+    _wait_for(runner, "preparing")
+    out = runner(arrays)
+    thread.join(timeout=60)
+    return runner, got[0], out, want
+
+
 def test_the_graph_runtime_is_prepared_by_a_run_of_the_program(monkeypatch):
     # Not in the niced background (which a busy machine starves): the run
     # that finds the compile thread asking traces the candidate in the
     # caller's thread and returns the candidate's results of its inputs;
     # the compile thread gets the program and the CPU it took.
-    monkeypatch.setattr(engines.host_threads, "_cap", 2)
-    exe = compile_graph(_graph())
-    x, w = f32(8, 6), f32(6, 5)
-    want = exe.run_unchecked([x, w])
-    runner = engines.TieredRunner(exe)
     traced_in = []
     build = engines.GraphProgram.build.__func__
 
@@ -885,13 +898,7 @@ def test_the_graph_runtime_is_prepared_by_a_run_of_the_program(monkeypatch):
         return build(cls, executable, check)
 
     monkeypatch.setattr(engines.GraphProgram, "build", classmethod(noting_build))
-    got = []
-    thread = threading.Thread(target=lambda: got.append(runner._prepared_by_caller("tensorflow")))
-    thread.start()
-    _wait_for(runner, "preparing")
-    out = runner([x, w])
-    thread.join(timeout=60)
-    program, cpu = got[0]
+    runner, (program, cpu), out, want = _a_run_prepares(monkeypatch)
     assert traced_in == [threading.main_thread()] and runner.last_engine == "tensorflow"
     assert isinstance(program, engines.GraphProgram) and cpu > 0
     assert runner.engine == "compiling"  # the compile thread hands it over for timing
@@ -900,23 +907,12 @@ def test_the_graph_runtime_is_prepared_by_a_run_of_the_program(monkeypatch):
 
 
 def test_a_candidate_that_fails_in_the_callers_run_leaves_that_run_to_the_engine_so_far(monkeypatch):
-    monkeypatch.setattr(engines.host_threads, "_cap", 2)
-    exe = compile_graph(_graph())
-    x, w = f32(8, 6), f32(6, 5)
-    want = exe.run_unchecked([x, w])
-    runner = engines.TieredRunner(exe)
-
     def refusing_run(self, arrays):
         raise ValueError("a kernel refused these inputs")
 
     monkeypatch.setattr(engines.GraphProgram, "run", refusing_run)
-    got = []
-    thread = threading.Thread(target=lambda: got.append(runner._prepared_by_caller("tensorflow")))
-    thread.start()
-    _wait_for(runner, "preparing")
-    out = runner([x, w])
-    thread.join(timeout=60)
-    assert got[0][0] is None and runner.last_engine == "numpy"
+    runner, (program, _), out, want = _a_run_prepares(monkeypatch)
+    assert program is None and runner.last_engine == "numpy"
     for g, wv in zip(out, want):
         np.testing.assert_array_equal(g, wv)
 
