@@ -20,6 +20,9 @@ class CompileOptions:
     fold_limit_bytes: int = 1 << 20
     eliminate_common_subexpressions: bool = True
     eliminate_dead_code: bool = True
+    # Products in scan bodies that need no other step's result run once
+    # over all steps, outside the loop (scan_splitting.py).
+    split_scans: bool = True
     fuse_elementwise: bool = True
     # IPU rule: no 64-bit floats/ints on the device.
     demote_64bit: bool = True

@@ -2,9 +2,9 @@
 
 Order: static-shape check (fail early, on what the user wrote), 64-bit
 demotion (so later passes see device dtypes), constant folding, CSE, DCE,
-recomputation (when on), placement on IPUs (when the options have one;
-before fusion, which keeps a chain on one IPU), elementwise fusion, then
-liveness and lowering in the Executable.
+scan splitting, recomputation (when on), placement on IPUs (when the
+options have one; before fusion, which keeps a chain on one IPU),
+elementwise fusion, then liveness and lowering in the Executable.
 
 Sub-graphs (cond branches, while/scan bodies) are checked for static
 shapes and demoted together with the outer program (their signatures must
@@ -43,6 +43,7 @@ from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.placement import place
 from keras_ipu.device.compiler.recompute import recompute
+from keras_ipu.device.compiler.scan_splitting import split_scans
 from keras_ipu.device.compiler import tensor_parallel
 from keras_ipu.device.compiler.static_shapes import check_static_shapes
 from keras_ipu.device.config import system_config
@@ -59,6 +60,8 @@ def _passes(options, notes):
                            lambda g: fold_constants(g, options.fold_limit_bytes)),
         "cse": (options.eliminate_common_subexpressions, eliminate_common_subexpressions),
         "dce": (options.eliminate_dead_code, eliminate_dead_code),
+        # After DCE pruned the scans of what autodiff stacked for nothing.
+        "split scans": (options.split_scans, split_scans),
         # After CSE and DCE (which would otherwise see the copies), before
         # placement (a copy runs where the forward node it repeats does) and
         # fusion (which then fuses the copies with their backward readers).

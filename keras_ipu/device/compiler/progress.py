@@ -30,7 +30,7 @@ AUTO_DELAY_S = 1.0
 # pipeline runs them in this order: pipeline._passes), lowering, the memory
 # and cycle analysis.
 STAGES = ("tracing", "static shapes", "demote 64-bit", "fold_constants", "cse",
-          "dce", "recompute", "place", "fuse", "lowering", "memory and cycles")
+          "dce", "split scans", "recompute", "place", "fuse", "lowering", "memory and cycles")
 MIN_COLUMNS = 40  # narrower than this (or 0): plain lines, not a bar
 _CURRENT = contextvars.ContextVar("keras_ipu_progress", default=None)
 
