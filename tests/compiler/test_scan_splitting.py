@@ -48,7 +48,7 @@ def _recurrence(reverse):
 
 @pytest.mark.parametrize("reverse", [False, True])
 def test_split_products_give_the_loops_values(reverse):
-    t, b, f, hdim, o = 6, 5, 3, 4, 2
+    t, b, f, hdim, o = 6, 5, 8, 4, 16
     w, u, v, xs, h0, acc0, bias0 = _rng_arrays(
         (f, hdim), (hdim, hdim), (hdim, o), (t, b, f), (b, hdim), (f, hdim), (hdim,))
     fn = _recurrence(reverse)
@@ -122,3 +122,24 @@ def test_an_lstm_training_step_splits_and_keeps_its_gradients():
     in_loop = [_count(s.params["body"], "dot_general") for s in scans]
     assert in_loop == [1, 1]
     assert [_count(s.params["body"], "dot_general") for s in plain] == [2, 3]
+
+
+def test_no_split_that_would_stack_more_than_the_loop_already_does():
+    """sum_t x_t^T g_t with a wide g: stacking every g_t would hold 16x the
+    bytes of the xs the loop reads; the accumulator stays."""
+
+    def fn(m, xs, acc0):
+        def step(acc, x):
+            g = keras.ops.tanh(keras.ops.matmul(keras.ops.sin(x), m))
+            return acc + keras.ops.matmul(keras.ops.transpose(x), g), None
+
+        acc, _ = keras.ops.scan(step, acc0, xs)
+        return acc
+
+    m, xs, acc0 = _rng_arrays((4, 64), (5, 2, 4), (4, 64), seed=4)
+    split = jit(fn)
+    np.testing.assert_allclose(split(m, xs, acc0), jit(fn, options=NOT_SPLIT)(m, xs, acc0),
+                               rtol=1e-6)
+    (scan,) = _scans(split.executable(m, xs, acc0).graph)
+    assert scan.params["n_carry"] == 1
+    assert _count(scan.params["body"], "dot_general") == 2

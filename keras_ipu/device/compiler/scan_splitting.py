@@ -21,7 +21,13 @@ BLAS runs larger blocks), as cuDNN's and XLA-compiled RNNs do:
   W_x^T of the backward pass).
 
 A per-step operand the loop does not already stack (an xs operand's stack
-is its outer value) is stacked as a new output of the scan. The rewrites
+is its outer value) is stacked as a new output of the scan. The new
+stacks of a scan may hold at most as many bytes as the stacks it already
+reads and writes (its xs operands and stacked outputs): an LSTM's loops
+qualify (autodiff stacks several per-step residuals of the same size),
+while a device loop accumulating gradients over micro-batches keeps its
+accumulators rather than holding every micro-batch's activations. The
+rewrites
 change where products run and the order of the accumulators' additions
 (one contraction over steps and rows instead of a running sum), not what
 is computed; the cost model counts the products where they now run, as
@@ -58,6 +64,11 @@ def _plain_dims(node):
 
 def _shifted(dims):
     return tuple(d + 1 for d in dims)
+
+
+def _bytes(aval):
+    n = aval.nbytes
+    return float("inf") if n is None else n
 
 
 def _is_zero(operand):
@@ -103,6 +114,20 @@ class _Split:
                 varying.update(n.outputs)
         self.varying = varying
         self.consts = set(self.const_in)
+        self.budget = sum(_bytes(v.aval) for v in self.x_operands)
+        self.budget += sum(_bytes(v.aval) for v in node.outputs[self.n_carry:])
+
+    def affordable(self, values, stacks=()):
+        """Whether stacking the per-step body `values` (those not stacked
+        yet) and `stacks` (new outer stacks) keeps the new stacks within
+        the budget; if so they are charged to it."""
+        new = {id(v): v for v in values if v not in self.stacked and v not in self.x_in}
+        cost = sum(self.length * _bytes(v.aval) for v in new.values())
+        cost += sum(_bytes(a) for a in stacks)
+        if cost > self.budget:
+            return False
+        self.budget -= cost
+        return True
 
     def outer_node(self, primitive, inputs, params, aval, where):
         out = Var(aval)
@@ -140,10 +165,12 @@ class _Split:
                 continue
             lc, rc = _plain_dims(n)
             out = n.outputs[0]
+            aval = ShapedArray((self.length,) + tuple(out.aval.shape), out.aval.dtype)
+            if not self.affordable((), (aval,)):
+                continue
             params = dict(n.params, dimension_numbers=((_shifted(lc), rc), ((), ())))
             stack = self.outer_node(
-                dot_general_p, [self.stack(x), self.invariant(w)], params,
-                ShapedArray((self.length,) + tuple(out.aval.shape), out.aval.dtype),
+                dot_general_p, [self.stack(x), self.invariant(w)], params, aval,
                 self.before)
             self.removed.add(id(n))
             self.x_in.append(out)
@@ -160,6 +187,8 @@ class _Split:
             a, b = n.inputs
             if not all(type(u) is Var and u in self.varying for u in (a, b)):
                 return None
+            if not self.affordable((a, b)):
+                return None
             lc, rc = _plain_dims(n)
             params = dict(n.params, dimension_numbers=(
                 ((0,) + _shifted(lc), (0,) + _shifted(rc)), ((), ())))
@@ -167,7 +196,7 @@ class _Split:
                                    params, v.aval, self.after)
         if n.primitive is reduce_sum_p:
             (u,) = n.inputs
-            if type(u) is not Var or u not in self.varying:
+            if type(u) is not Var or u not in self.varying or not self.affordable((u,)):
                 return None
             params = dict(n.params, axes=(0,) + _shifted(n.params["axes"]))
             return self.outer_node(reduce_sum_p, [self.stack(u)], params, v.aval,
@@ -210,6 +239,8 @@ class _Split:
                 continue
             p, w = n.inputs
             if type(p) is not Var or p not in self.varying or self.invariant(w) is None:
+                continue
+            if not self.affordable((p,)):
                 continue
             lc, rc = _plain_dims(n)
             params = dict(n.params, dimension_numbers=((_shifted(lc), rc), ((), ())))
