@@ -24,7 +24,7 @@ from keras_ipu.device.simulator.system import FPBehaviour
 
 pytest.importorskip("tensorflow")
 
-from keras_ipu.device.to_tensorflow import pooling_rules  # noqa: E402
+from keras_ipu.device.to_tensorflow.onednn import onednn_enabled  # noqa: E402
 
 RNG = np.random.default_rng(7)
 
@@ -415,6 +415,22 @@ def test_convolutions_in_every_layout(lhs, rhs, dims, extra, target):
     check(graph, [f32(*lhs), f32(*rhs)], target, rtol=1e-4, atol=1e-5)
 
 
+def test_depthwise_convolution_with_unequal_strides(target):
+    # 2-d, one group per channel, strides (2, 1): Eigen's depthwise kernel
+    # (TensorFlow without oneDNN) refuses them, so the graph mode leaves
+    # the program to another engine there; XLA and oneDNN run it.
+    dims = ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+    graph = one("conv_general_dilated", [((2, 7, 7, 3), "float32"), ((3, 3, 1, 6), "float32")],
+                window_strides=(2, 1), padding=((1, 1), (0, 0)), lhs_dilation=(1, 1),
+                rhs_dilation=(1, 1), dimension_numbers=dims, feature_group_count=3)
+    inputs = [f32(2, 7, 7, 3), f32(3, 3, 1, 6)]
+    if target.engine == "tensorflow" and not onednn_enabled():
+        with pytest.raises(RuntimeError, match="DepthwiseConv2dNative without oneDNN"):
+            run_both(graph, inputs, target)
+        return
+    check(graph, inputs, target, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("op", ["max", "sum", "min"])
 def test_reduce_window(op, target):
     graph = one("reduce_window", [((2, 7, 7, 3), "float32")], op=op,
@@ -468,7 +484,7 @@ def test_select_and_scatter_add_takes_the_first_extremum(op, case, target):
     x = RNG.integers(0, 3, shape).astype(dtype)
     g = RNG.integers(-4, 5, y_shape).astype(dtype)
     windowed = sum(k != 1 or s != 1 for k, s in zip(window, strides))
-    if target.engine == "tensorflow" and windowed == 3 and not pooling_rules.onednn_enabled():
+    if target.engine == "tensorflow" and windowed == 3 and not onednn_enabled():
         # Eigen's MaxPool3DGrad credits every tied maximum: the graph
         # runtime refuses the program rather than give other numbers.
         with pytest.raises(RuntimeError, match="MaxPool3DGrad without oneDNN"):

@@ -30,6 +30,7 @@ from keras_ipu.device.primitives.pooling import identity
 from keras_ipu.device.to_tensorflow.emitter import EmitError
 from keras_ipu.device.to_tensorflow.emitter import rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
+from keras_ipu.device.to_tensorflow.onednn import onednn_enabled
 
 
 class PoolLayout:
@@ -63,18 +64,6 @@ class PoolLayout:
         out = tf.reshape(pooled, [self.shape[a] for a in self.before] + list(spatial)
                          + [self.shape[a] for a in self.after])
         return tf.transpose(out, np.argsort(self.order)) if self.moved else out
-
-
-def onednn_enabled():
-    """Whether TensorFlow's graph runtime runs its oneDNN kernels (by default
-    only on CPUs with AVX-512 VNNI / BF16 / AMX, or TF_ENABLE_ONEDNN_OPTS=1).
-    Its Eigen MaxPool3DGrad credits every tied maximum; oneDNN's the first.
-    Unknown counts as off: the program then runs elsewhere, never wrong."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):
-        return False
 
 
 _FLOATS = {np.dtype(t) for t in ("float16", "float32", "float64")}
