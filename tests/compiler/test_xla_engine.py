@@ -416,19 +416,13 @@ def test_convolutions_in_every_layout(lhs, rhs, dims, extra, target):
 
 
 def test_depthwise_convolution_with_unequal_strides(target):
-    # 2-d, one group per channel, strides (2, 1): Eigen's depthwise kernel
-    # (TensorFlow without oneDNN) refuses them, so the graph mode leaves
-    # the program to another engine there; XLA and oneDNN run it.
+    # 2-d, one group per channel, strides (2, 1): TensorFlow's CPU kernel
+    # takes equal strides only; the graph mode subsamples a stride-1 result.
     dims = ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
     graph = one("conv_general_dilated", [((2, 7, 7, 3), "float32"), ((3, 3, 1, 6), "float32")],
                 window_strides=(2, 1), padding=((1, 1), (0, 0)), lhs_dilation=(1, 1),
                 rhs_dilation=(1, 1), dimension_numbers=dims, feature_group_count=3)
-    inputs = [f32(2, 7, 7, 3), f32(3, 3, 1, 6)]
-    if target.engine == "tensorflow" and not onednn_enabled():
-        with pytest.raises(RuntimeError, match="DepthwiseConv2dNative without oneDNN"):
-            run_both(graph, inputs, target)
-        return
-    check(graph, inputs, target, rtol=1e-4, atol=1e-5)
+    check(graph, [f32(2, 7, 7, 3), f32(3, 3, 1, 6)], target, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("op", ["max", "sum", "min"])

@@ -24,7 +24,6 @@ from keras_ipu.device.to_tensorflow.emitter import graph_rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 from keras_ipu.device.to_tensorflow.graph_array_rules import pad
 from keras_ipu.device.to_tensorflow.graph_array_rules import static_shape
-from keras_ipu.device.to_tensorflow.onednn import onednn_enabled
 from keras_ipu.device.to_tensorflow.pooling_rules import PoolLayout
 
 # The dtypes TensorFlow's CPU MatMul / BatchMatMulV2 / Conv2D kernels take;
@@ -129,17 +128,14 @@ def _depthwise(x, w, strides, padding, dilations):
     nsp = len(strides)
     if nsp == 1:
         # Over a height of one (kernel height one, no padding) any height
-        # stride gives one row: the width's, as Eigen's kernel needs equal
-        # strides.
+        # stride gives one row: the width's, so that the strides are equal
+        # and need no subsampling below.
         out = _depthwise(tf.expand_dims(x, 1), tf.expand_dims(w, 0),
                          (strides[0],) + tuple(strides), ((0, 0),) + tuple(padding),
                          (1,) + tuple(dilations))
         return tf.squeeze(out, 1)
     if nsp != 2:
         raise EmitError("TensorFlow has depthwise convolutions of 2 spatial dims only.")
-    if strides[0] != strides[1] and not onednn_enabled():
-        raise EmitError("TensorFlow's DepthwiseConv2dNative without oneDNN takes equal "
-                        "row and column strides only.")
     kh, kw, _, o = static_shape(w, "conv_general_dilated")
     channels = static_shape(x, "conv_general_dilated")[-1]
     w = tf.reshape(w, (kh, kw, channels, o // channels))

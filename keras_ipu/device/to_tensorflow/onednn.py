@@ -3,9 +3,8 @@
 TensorFlow turns them on by default only on CPUs with AVX-512 VNNI / BF16
 / AMX (or with TF_ENABLE_ONEDNN_OPTS=1); elsewhere (AMD hosts, older Intel
 ones) its Eigen kernels run, and some of those differ: MaxPool3DGrad
-credits every tied maximum of a window rather than the first one, and
-DepthwiseConv2dNative refuses unequal row and column strides. The graph
-mode's rules ask here and leave such operations to another engine.
+credits every tied maximum of a window rather than the first one. The
+graph mode's rules ask here and leave such operations to another engine.
 """
 
 import functools
