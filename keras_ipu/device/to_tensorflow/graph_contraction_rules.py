@@ -141,13 +141,6 @@ def _depthwise(x, w, strides, padding, dilations):
     w = tf.reshape(w, (kh, kw, channels, o // channels))
     if any(p != (0, 0) for p in padding):
         x = tf.pad(x, [[0, 0]] + [list(p) for p in padding] + [[0, 0]])
-    if strides[0] != strides[1]:
-        # TensorFlow's CPU kernel takes equal strides only (a 1-d
-        # convolution's height of one has stride 1): the stride-1 result,
-        # then every stride-th output.
-        out = tf.nn.depthwise_conv2d(x, w, strides=[1, 1, 1, 1], padding="VALID",
-                                     dilations=list(dilations))
-        return out[:, ::strides[0], ::strides[1], :]
     return tf.nn.depthwise_conv2d(x, w, strides=[1, *strides, 1], padding="VALID",
                                   dilations=list(dilations))
 
