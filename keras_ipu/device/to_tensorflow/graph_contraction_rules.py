@@ -141,6 +141,13 @@ def _depthwise(x, w, strides, padding, dilations):
     w = tf.reshape(w, (kh, kw, channels, o // channels))
     if any(p != (0, 0) for p in padding):
         x = tf.pad(x, [[0, 0]] + [list(p) for p in padding] + [[0, 0]])
+    if strides[0] != strides[1]:
+        # Eigen's DepthwiseConv2dNative (no oneDNN, as on AMD hosts) takes
+        # equal strides only: the stride-1 result, then every stride-th
+        # output.
+        out = tf.nn.depthwise_conv2d(x, w, strides=[1, 1, 1, 1], padding="VALID",
+                                     dilations=list(dilations))
+        return out[:, ::strides[0], ::strides[1], :]
     return tf.nn.depthwise_conv2d(x, w, strides=[1, *strides, 1], padding="VALID",
                                   dilations=list(dilations))
 
