@@ -651,6 +651,23 @@ def test_graph_mode_emits_softmax_and_its_gradient_as_tensorflow_does():
     assert "Softmax" not in {op.type for op in other.get_operations()}
 
 
+def _tiling_and_other_slices(b, x, z):
+    # x's columns cut in three pieces that tile it (out of order); z's in
+    # two that leave a gap.
+    def cut(v, lo, hi):
+        return b.op("slice", v, start_indices=(0, lo), limit_indices=(4, hi), strides=(1, 1))
+
+    return [cut(x, 7, 12), cut(x, 0, 3), cut(x, 3, 7), cut(z, 0, 3), cut(z, 4, 12)]
+
+
+def test_slices_tiling_a_value_are_one_split(target):
+    avals = [((4, 12), "float32")] * 2
+    graph = build([aval(*a) for a in avals], _tiling_and_other_slices)
+    check(graph, [f32(4, 12), f32(4, 12)], target, exact=True)
+    ops = [op.type for op in _graph_mode_ops(graph, avals).get_operations()]
+    assert ops.count("SplitV") == 1 and ops.count("StridedSlice") == 2, ops
+
+
 def _activation_gradients(b, y, g):
     # The autodiff's gradients of the logistic and tanh at their result y.
     one = lit(np.float32(1))

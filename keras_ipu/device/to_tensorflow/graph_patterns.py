@@ -24,6 +24,9 @@ three (Mul, Sub, Mul). `softmax_overrides(graph)` finds both patterns
 and gives the nodes of y and dx another emission: `tf.nn.softmax(x)` and
 `(g - reduce_sum(g * y)) * y`.
 
+Slices that tile a value along one axis (an LSTM's gates) are one
+Split.
+
 The gradients of the logistic and tanh, as the autodiff writes them
 (`g * (y * (1 - y))`, `g * (1 - y * y)`, y the saved result: three
 kernels each), are TensorFlow's SigmoidGrad and TanhGrad (one kernel,
@@ -94,8 +97,53 @@ def overrides(graph):
     """{node: emit(read)} for the nodes of `graph` (its own, not its
     sub-graphs') that match a pattern."""
     makers = _Makers(graph)
-    found = _activation_gradients(graph, makers)
+    found = _splits(graph)
+    found.update(_activation_gradients(graph, makers))
     found.update(_softmaxes(graph, makers))
+    return found
+
+
+def _splits(graph):
+    """Slices of one value that tile it along one axis (an LSTM's four
+    gates, every step of its forward loop) as one Split: one kernel
+    where each slice was one StridedSlice."""
+    by_operand = {}
+    for node in graph.nodes:
+        if node.primitive.name == "slice" and type(node.inputs[0]) is not Literal:
+            by_operand.setdefault(node.inputs[0], []).append(node)
+    found = {}
+    for x, slices in by_operand.items():
+        shape = tuple(x.aval.shape)
+        if len(slices) < 2 or None in shape:
+            continue
+        spans, axes = [], set()
+        for node in slices:
+            ranges = [slice(a, b, st).indices(n) for n, a, b, st in zip(
+                shape, node.params["start_indices"], node.params["limit_indices"],
+                node.params["strides"])]
+            cut = [d for d, (lo, hi, st) in enumerate(ranges) if (lo, hi, st) != (0, shape[d], 1)]
+            if len(cut) != 1 or ranges[cut[0]][2] != 1:
+                break
+            axes.add(cut[0])
+            lo, hi, _ = ranges[cut[0]]
+            spans.append((lo, hi, node))
+        else:
+            spans.sort(key=lambda span: span[0])
+            ends = [0] + [hi for _, hi, _ in spans]
+            if (len(axes) != 1 or ends[-1] != shape[next(iter(axes))]
+                    or any(lo != end or hi <= lo for (lo, hi, _), end in zip(spans, ends))):
+                continue
+            axis = axes.pop()
+            parts = {}
+
+            def part(read, k, x=x, sizes=[hi - lo for lo, hi, _ in spans], axis=axis,
+                     parts=parts):
+                if not parts:
+                    parts.update(enumerate(tf.split(read(x), sizes, axis=axis)))
+                return parts[k]
+
+            for k, (_, _, node) in enumerate(spans):
+                found[node] = lambda read, k=k, part=part: part(read, k)
     return found
 
 
