@@ -3,9 +3,8 @@ graph mode: `overrides(graph)` gives {node: emit(read)} for the nodes the
 emitter emits another way (emit gets the emitter's reader of values and
 returns the node's result as a TensorFlow tensor). The nodes the new
 emissions no longer read are left to TensorFlow, which prunes what no
-output needs. Values agree within float rounding, not to the bit (another
-order of operations). XLA fuses these chains itself: the XLA mode emits
-them as they are.
+output needs. XLA fuses these chains itself: the XLA mode emits them as
+they are.
 
 Softmax. The backend writes softmax over the last axis as primitives
 (backend/nn_ops/normalization.py):
@@ -20,18 +19,19 @@ which is y * (g - sum(g * y)). TensorFlow's graph runtime runs each of
 these as a kernel over the full-size array (attention's scores, 2M
 elements per step in the benchmark transformer): five forward and four
 backward passes where Keras' TensorFlow backend runs one Softmax and
-three (Mul, Sub, Mul). `softmax_overrides(graph)` finds both patterns
-and gives the nodes of y and dx another emission: `tf.nn.softmax(x)` and
-`(g - reduce_sum(g * y)) * y`.
+three (Mul, Sub, Mul). Both patterns found, the nodes of y and dx are
+emitted as `tf.nn.softmax(x)` and `(g - reduce_sum(g * y)) * y`: within
+float rounding of the primitives' values, not to the bit (another order
+of operations).
 
 Slices that tile a value along one axis (an LSTM's gates) are one
-Split.
+Split (the same values).
 
 The gradients of the logistic and tanh, as the autodiff writes them
 (`g * (y * (1 - y))`, `g * (1 - y * y)`, y the saved result: three
 kernels each), are TensorFlow's SigmoidGrad and TanhGrad (one kernel,
-the same formulas for any y): five of each per step of an LSTM's
-backward loop, 32 steps in the benchmark's.
+the same formulas in the same order for any y: NumPy's bits): five per
+step of an LSTM's backward loop, 32 steps in the benchmark's.
 """
 
 import numpy as np
