@@ -143,3 +143,43 @@ def test_no_split_that_would_stack_more_than_the_loop_already_does():
     (scan,) = _scans(split.executable(m, xs, acc0).graph)
     assert scan.params["n_carry"] == 1
     assert _count(scan.params["body"], "dot_general") == 2
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_the_last_step_of_a_stacked_carry_is_the_final_carry(reverse):
+    """Keras' RNN stacks h and takes outputs[-1]: the final carry, unstacked."""
+
+    def fn(u, xs, h0):
+        def step(h, x):
+            h = keras.ops.tanh(x + keras.ops.matmul(h, u))
+            return h, h
+
+        h, hs = keras.ops.scan(step, h0, xs, reverse=reverse)
+        return h, hs[0] if reverse else hs[-1]
+
+    u, xs, h0 = _rng_arrays((3, 3), (5, 2, 3), (2, 3), seed=5)
+    split = jit(fn)
+    got = split(u, xs, h0)
+    want = jit(fn, options=NOT_SPLIT)(u, xs, h0)
+    for a, e in zip(got, want):
+        np.testing.assert_array_equal(a, e)
+    (scan,) = _scans(split.executable(u, xs, h0).graph)
+    assert len(scan.outputs) == scan.params["n_carry"] == 1
+    (plain,) = _scans(jit(fn, options=NOT_SPLIT).executable(u, xs, h0).graph)
+    assert len(plain.outputs) == 2
+
+
+def test_a_stack_read_at_other_steps_stays():
+    def fn(u, xs, h0):
+        def step(h, x):
+            h = keras.ops.tanh(x + keras.ops.matmul(h, u))
+            return h, h
+
+        h, hs = keras.ops.scan(step, h0, xs)
+        return hs[-1] + hs[1]
+
+    u, xs, h0 = _rng_arrays((3, 3), (5, 2, 3), (2, 3), seed=6)
+    split = jit(fn)
+    np.testing.assert_array_equal(split(u, xs, h0), jit(fn, options=NOT_SPLIT)(u, xs, h0))
+    (scan,) = _scans(split.executable(u, xs, h0).graph)
+    assert len(scan.outputs) == 2

@@ -20,6 +20,10 @@ BLAS runs larger blocks), as cuDNN's and XLA-compiled RNNs do:
   one product of the stacked p after the loop (the input gradient dz_t
   W_x^T of the backward pass).
 
+- Last steps: a stacked output that is also a carry, read only by
+  slices of the last step the loop runs (Keras' RNN takes outputs[-1]),
+  is read from the final carry instead, and is no longer stacked.
+
 A per-step operand the loop does not already stack (an xs operand's stack
 is its outer value) is stacked as a new output of the scan. The new
 stacks of a scan may hold at most as many bytes as the stacks it already
@@ -48,7 +52,9 @@ from keras_ipu.device.ir import Var
 from keras_ipu.device.primitives.control_flow import scan_p
 from keras_ipu.device.primitives.dot import dot_general_p
 from keras_ipu.device.primitives.elementwise import add_p
+from keras_ipu.device.primitives.indexing import slice_p
 from keras_ipu.device.primitives.reduce import reduce_sum_p
+from keras_ipu.device.primitives.structure import reshape_p
 
 import numpy as np
 
@@ -291,11 +297,67 @@ def _split(node):
     return s.before, scan, s.after, env
 
 
+def _selects(index, start, limit, stride, dim):
+    return range(*slice(start, limit, stride).indices(dim)) == range(*index)
+
+
+def _last_step_reads(graph):
+    """{id of a slice node: (scan node, carry position)} for the slices
+    that read a scan's stacked output only at the last step the loop runs,
+    where that output is also the carry (the same body value), and every
+    reader of that stack is such a slice."""
+    readers = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if type(v) is Var:
+                readers.setdefault(v, []).append(node)
+    outputs = {v for v in graph.outputs if type(v) is Var}
+    found = {}
+    for node in graph.nodes:
+        if node.primitive is not scan_p or node.params.get("length") is None:
+            continue
+        p = node.params
+        nc, body, length = p["n_carry"], p["body"], p["length"]
+        last = (0, 1) if p["reverse"] else (length - 1, length)
+        for j, y in enumerate(body.outputs[nc:]):
+            if y not in body.outputs[:nc] or length < 1:
+                continue
+            stack = node.outputs[nc + j]
+            reads = readers.get(stack, [])
+            if stack in outputs or not reads:
+                continue
+            ok = all(
+                r.primitive is slice_p
+                and all(st in (None, 1) for st in r.params["strides"])
+                and _selects(last, r.params["start_indices"][0],
+                             r.params["limit_indices"][0], 1, length)
+                and all(_selects((0, d), a, b, 1, d) for a, b, d in zip(
+                    r.params["start_indices"][1:], r.params["limit_indices"][1:],
+                    stack.aval.shape[1:]))
+                for r in reads)
+            if ok:
+                k = body.outputs[:nc].index(y)
+                found.update({id(r): (node, k) for r in reads})
+    return found
+
+
 def split_scans(graph):
     """`graph` with each scan's splittable products outside its loop (the
     scans of sub-graphs are split when their programs are compiled)."""
     nodes, env, changed = [], {}, False
+    last_step = _last_step_reads(graph)
+    finals = {}  # id of a scan node (as it was) -> its carry outputs
     for node in graph.nodes:
+        read = last_step.get(id(node))
+        if read is not None:
+            scan, k = read
+            final = substitute(finals[id(scan)][k], env)
+            nodes.append(copy_node(node, [final], {"new_shape": node.outputs[0].aval.shape},
+                                   primitive=reshape_p))
+            changed = True
+            continue
+        if node.primitive is scan_p:
+            finals[id(node)] = node.outputs[:node.params["n_carry"]]
         if env:
             node = copy_node(node, [substitute(v, env) for v in node.inputs])
         split = _split(node) if node.primitive is scan_p else None
