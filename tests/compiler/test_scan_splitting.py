@@ -183,3 +183,33 @@ def test_a_stack_read_at_other_steps_stays():
     np.testing.assert_array_equal(split(u, xs, h0), jit(fn, options=NOT_SPLIT)(u, xs, h0))
     (scan,) = _scans(split.executable(u, xs, h0).graph)
     assert len(scan.outputs) == 2
+
+
+def test_scans_nested_in_a_loop_body_are_split_in_the_program_graph():
+    """The graph runtime and XLA emit the program's graph, bodies included
+    (the device loop holds the training step's scans)."""
+
+    def fn(w, xss, h0):
+        def outer(h, xs):
+            def step(h, x):
+                h = keras.ops.tanh(keras.ops.matmul(x, w) + h)
+                return h, None
+
+            h, _ = keras.ops.scan(step, h, xs)
+            return h, None
+
+        h, _ = keras.ops.scan(outer, h0, xss)
+        return h
+
+    w, xss, h0 = _rng_arrays((6, 4), (2, 5, 2, 6), (2, 4), seed=7)
+    split = jit(fn)
+    np.testing.assert_allclose(split(w, xss, h0), jit(fn, options=NOT_SPLIT)(w, xss, h0),
+                               rtol=1e-6)
+    graph = split.executable(w, xss, h0).graph
+    (loop,) = _scans(graph)
+    (inner,) = _scans(loop.params["body"])
+    # x W left the inner loop, then the outer one: one product over all
+    # steps of both.
+    assert _count(inner.params["body"], "dot_general") == 0
+    assert _count(loop.params["body"], "dot_general") == 0
+    assert _count(graph, "dot_general") == 1

@@ -42,6 +42,7 @@ off.
 from keras_ipu.device.compiler.dead_code import eliminate_dead_code
 from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
 from keras_ipu.device.compiler.graph_utils import copy_node
+from keras_ipu.device.compiler.graph_utils import map_subgraphs
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.graph_utils import substitute
 from keras_ipu.device.ir import Graph
@@ -342,8 +343,8 @@ def _last_step_reads(graph):
 
 
 def split_scans(graph):
-    """`graph` with each scan's splittable products outside its loop (the
-    scans of sub-graphs are split when their programs are compiled)."""
+    """`graph` with each scan's splittable products outside its loop, in
+    its sub-graphs too."""
     nodes, env, changed = [], {}, False
     last_step = _last_step_reads(graph)
     finals = {}  # id of a scan node (as it was) -> its carry outputs
@@ -360,6 +361,14 @@ def split_scans(graph):
             finals[id(node)] = node.outputs[:node.params["n_carry"]]
         if env:
             node = copy_node(node, [substitute(v, env) for v in node.inputs])
+        if node.primitive.subgraph_params:
+            # Bodies are split here too, not only when compiled: an engine
+            # emitting this graph (the graph runtime, XLA) runs the scans
+            # nested in the device loop from these bodies.
+            params = map_subgraphs(node, split_scans)
+            if any(params[k] is not node.params[k] for k in node.primitive.subgraph_params):
+                node = copy_node(node, node.inputs, params)
+                changed = True
         split = _split(node) if node.primitive is scan_p else None
         if split is None:
             nodes.append(node)
