@@ -590,3 +590,64 @@ def test_keras_optimizers_take_their_own_loops_with_numpys_bits(optimizer, name,
         with np.errstate(all="ignore"):
             want = numpy_kernel(*[x.copy() for x in xs])
         _assert_same_bits(list(got), list(want))
+
+
+@needs_native
+@pytest.mark.numpy_engine
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_dense_layers_bias_and_relu_run_in_their_own_loop_with_numpys_bits(
+        threads, monkeypatch):
+    import keras
+
+    from keras_ipu.device.compiler import fusion
+    from keras_ipu.device.native import threads as host_threads
+
+    # Dense(activation="relu") traces to bias + max(., 0) with the
+    # derivative JAX's max rule keeps for the backward pass: the C kernel
+    # matches that chain (it fails here if Keras or fusion changes it) and
+    # runs it in one loop, its bias indexed by the element's column, on
+    # one thread and split over the pool (300 rows of 29: ranges of 141 rows).
+    captured = []
+
+    def capture(chain, results, in_avals, donate, fallback, *rest):
+        kernel = native_fusion.native_kernel(chain, results, in_avals, donate, fallback, *rest)
+        # Rebuilt without a fallback: a chain the C kernel gives back fails.
+        captured.append((native_fusion.native_kernel(chain, results, in_avals, donate,
+                                                     _no_fallback, *rest),
+                         in_avals, fallback))
+        return kernel
+
+    if threads > 1:  # before the kernels are built: they pick their split then
+        monkeypatch.setattr(host_threads, "_cap", threads)
+        monkeypatch.setattr(host_threads, "NATIVE_ELEMENTS_PER_THREAD", 100)
+        monkeypatch.setattr(host_threads, "ELEMENTS_PER_THREAD", 100)
+    monkeypatch.setattr(fusion, "native_kernel", capture)
+    # An input width of its own per case: a program compiled before is
+    # reused without passing through fusion again.
+    model = keras.Sequential([keras.Input((16 + threads,)),
+                              keras.layers.Dense(29, activation="relu"), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((300, 16 + threads), np.float32)
+    model.fit(x, np.zeros((300, 3), np.float32), batch_size=300, epochs=1, verbose=0)
+    ours = [(k, avals, numpy_kernel) for k, avals, numpy_kernel in captured
+            if getattr(k, "whole_chain", None) == "bias_relu"]
+    assert ours
+    for kernel, in_avals, numpy_kernel in ours:
+        xs = [np.asarray(0.0, np.float32) if a.shape == () else _special(a.shape)
+              for a in in_avals]
+        xs[0][0, :6] = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-45]  # x + b's edges
+        xs[1][:6] = 0.0
+        # The scalars as the derivative's constants would be (1, 0.5, 0),
+        # and a floor and comparisons at zero.
+        for k, value in zip(range(2, 8), (0.0, 0.0, 0.0, 0.5, 0.0, 1.0)):
+            xs[k] = np.asarray(value, np.float32)
+        with np.errstate(all="ignore"):
+            want = numpy_kernel(*[x.copy() for x in xs])
+            got = kernel(*[x.copy() for x in xs])
+            _assert_same_bits(list(got), list(want))
+            was = native.elementwise.whole_chains(False)
+            try:
+                blocks = kernel(*[x.copy() for x in xs])
+            finally:
+                native.elementwise.whole_chains(was)
+        _assert_same_bits(list(blocks), list(want))

@@ -275,7 +275,9 @@ static void fill(char *dst, const char *src, Py_ssize_t count, int size,
    result may go into the buffer of an input (a donated operand); `ivdep`
    says so to the vectorizer, which would otherwise find that the result
    and input pointers may overlap and run the scalar loop. */
-typedef void (*whole_fn)(char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi);
+/* L: the row length (a M_ROW input's element i is row[i % L]). */
+typedef void (*whole_fn)(char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi,
+                         Py_ssize_t L);
 
 /* Keras' Adam (keras/src/optimizers/adam.py, amsgrad off): inputs g, m,
    1 - beta_1, v, 1 - beta_2, alpha (the step's learning rate with both
@@ -316,7 +318,9 @@ static inline __attribute__((always_inline)) void adam_loop(
 #define F32_AT(k) (*(const float *)in[k])
 
 VECTOR_CLONES __attribute__((noinline)) static void adam_update(char *const *in, char *const *out,
-                                                                Py_ssize_t lo, Py_ssize_t hi) {
+                                                                Py_ssize_t lo, Py_ssize_t hi,
+                                                                Py_ssize_t L) {
+    (void)L;
     adam_loop((const float *)in[0], (const float *)in[1], (const float *)in[3],
               (const float *)in[7], F32_AT(2), F32_AT(4), F32_AT(5), F32_AT(6), 0, 0.0f, 0.0f,
               out, lo, hi);
@@ -340,7 +344,9 @@ static const int32_t ADAMW_WORDS[] = {
 };
 
 VECTOR_CLONES __attribute__((noinline)) static void adamw_update(char *const *in, char *const *out,
-                                                                 Py_ssize_t lo, Py_ssize_t hi) {
+                                                                 Py_ssize_t lo, Py_ssize_t hi,
+                                                                 Py_ssize_t L) {
+    (void)L;
     adam_loop((const float *)in[3], (const float *)in[4], (const float *)in[6],
               (const float *)in[0], F32_AT(5), F32_AT(7), F32_AT(8), F32_AT(9), 1, F32_AT(1),
               F32_AT(2), out, lo, hi);
@@ -360,7 +366,8 @@ static const int32_t SGD_MOMENTUM_WORDS[] = {
 };
 
 VECTOR_CLONES __attribute__((noinline)) static void sgd_momentum_update(
-    char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi) {
+    char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t L) {
+    (void)L;
     const float *m = (const float *)in[0], *g = (const float *)in[2], *w = (const float *)in[4];
     const float momentum = F32_AT(1), lr = F32_AT(3);
     float *m_out = (float *)out[0], *w_out = (float *)out[1];
@@ -369,6 +376,53 @@ VECTOR_CLONES __attribute__((noinline)) static void sgd_momentum_update(
         float m2 = m[i] * momentum - g[i] * lr, wi = w[i];
         m_out[i] = m2;
         w_out[i] = wi + m2;
+    }
+}
+
+
+/* A Dense layer's bias and ReLU with the derivative JAX's max rule keeps
+   for the backward pass (what Keras' relu traces to): inputs x (rows of
+   L), the bias (one row), and six scalars c2..c7; results
+   y = max(x + b, c2) and select(x + b > c3, c7, select(x + b == c4, c5, c6)).
+   NumPy's maximum (a NaN operand is the result, equal values give the
+   second) and the selects on bit patterns, as the block loop does. */
+static const int32_t BIAS_RELU_WORDS[] = {
+    8, 14, 6, 2,
+    M_FULL, T_F32, M_ROW, T_F32, M_SCALAR, T_F32, M_SCALAR, T_F32, M_SCALAR, T_F32,
+    M_SCALAR, T_F32, M_SCALAR, T_F32, M_SCALAR, T_F32,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, T_BOOL, T_BOOL, 0, 0,
+    OP_ADD, 8, 0, 1, 0,        OP_MAX, 9, 8, 2, 8,        OP_GT, 10, 8, 3, 8,
+    OP_EQ, 11, 8, 4, 8,        OP_SELECT_F, 12, 11, 5, 6, OP_SELECT_F, 13, 10, 7, 12,
+    9, -1, 13, -1,
+};
+
+#define U32_AT(k) (*(const uint32_t *)in[k])
+
+/* Elements [0, m) of rows, bias from its element j: y and the derivative. */
+VECTOR_CLONES __attribute__((noinline)) static void bias_relu_span(
+    const float *x, const float *b, float floor_, float above, float at, uint32_t c5,
+    uint32_t c6, uint32_t c7, float *y, uint32_t *d, Py_ssize_t m) {
+#pragma GCC ivdep
+    for (Py_ssize_t i = 0; i < m; i++) {
+        float t = x[i] + b[i];
+        y[i] = (t != t || t > floor_) ? t : floor_;
+        uint32_t eq = (uint32_t)0 - (uint32_t)(t == at);
+        uint32_t inner = c6 ^ (eq & (c5 ^ c6));
+        uint32_t gt = (uint32_t)0 - (uint32_t)(t > above);
+        d[i] = inner ^ (gt & (c7 ^ inner));
+    }
+}
+
+static void bias_relu(char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi,
+                      Py_ssize_t L) {
+    const float *x = (const float *)in[0], *b = (const float *)in[1];
+    float *y = (float *)out[0];
+    uint32_t *d = (uint32_t *)out[1];
+    for (Py_ssize_t i = lo; i < hi;) {
+        Py_ssize_t j = i % L, m = L - j < hi - i ? L - j : hi - i;
+        bias_relu_span(x + i, b + j, F32_AT(2), F32_AT(3), F32_AT(4), U32_AT(5), U32_AT(6),
+                       U32_AT(7), y + i, d + i, m);
+        i += m;
     }
 }
 
@@ -382,6 +436,8 @@ static const struct {
     {"adamw", ADAMW_WORDS, sizeof(ADAMW_WORDS) / sizeof(ADAMW_WORDS[0]), adamw_update},
     {"sgd_momentum", SGD_MOMENTUM_WORDS,
      sizeof(SGD_MOMENTUM_WORDS) / sizeof(SGD_MOMENTUM_WORDS[0]), sgd_momentum_update},
+    {"bias_relu", BIAS_RELU_WORDS, sizeof(BIAS_RELU_WORDS) / sizeof(BIAS_RELU_WORDS[0]),
+     bias_relu},
 };
 #define N_WHOLE_CHAINS ((int)(sizeof(WHOLE_CHAINS) / sizeof(WHOLE_CHAINS[0])))
 
@@ -497,7 +553,7 @@ static int chain_range(const chain_t *c, Py_ssize_t lo, Py_ssize_t hi) {
     Py_ssize_t block = c->block, L = c->L;
     size_t stride = c->stride;
     if (c->whole != NULL) {
-        c->whole(c->base, c->out_base, lo, hi);
+        c->whole(c->base, c->out_base, lo, hi, L);
         return 1;
     }
     char *scratch = thread_scratch((size_t)n_regs * stride + 64);
