@@ -13,7 +13,7 @@ float32 unary primitive whose kernel is a NumPy ufunc) qualify through
 NumPy's own loops: NumPy's SIMD versions round differently from libm's, so
 the C kernel calls the loop NumPy's ufunc runs (numpy_loops.py), block by
 block, and gets its bits. A few chains every model emits (Keras' Adam
-update) have their own loop in the C kernel, found by matching the program
+update, a Dense layer's bias + ReLU) have their own loop in the C kernel, found by matching the program
 this module builds word for word (_elementwise.c's WHOLE_CHAINS).
 
 At run time a strided operand (a slice's view) is copied first; the kernel
@@ -379,8 +379,8 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
 
     fused_native.source = fallback.source
     fused_native.native = True
-    # The C kernel's own loop for this chain (an optimizer's update: one
-    # pass computing each element), or None (the block loop).
+    # The C kernel's own loop for this chain (an optimizer's update, a
+    # bias + ReLU: one pass computing each element), or None (the block loop).
     whole_chain = getattr(native.elementwise, "whole_chain", None)  # None: a stale build
     fused_native.whole_chain = whole_chain(code) if whole_chain else None
     return fused_native
