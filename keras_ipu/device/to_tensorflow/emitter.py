@@ -42,6 +42,7 @@ from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.graph_utils import substitute
 from keras_ipu.device.compiler.pad_sums import concatenate_padded_sums
+from keras_ipu.device import liveness
 from keras_ipu.device.ir import Literal
 from keras_ipu.device.to_tensorflow import graph_patterns
 from keras_ipu.device.ir import subgraphs
@@ -230,15 +231,7 @@ def _implicit_broadcasts(graph):
     statistics broadcast to 128x32x32x32, 16 MB, in the CNN benchmark's
     backward pass); its binary kernels broadcast as they read. XLA fuses
     broadcasts itself."""
-    made_by = {}
-    for node in graph.nodes:
-        for v in node.outputs:
-            made_by[v] = node
-    readers = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if type(v) is not Literal:
-                readers.setdefault(v, []).append(node)
+    live = liveness.analyze(graph)
     outputs = {v for v in graph.outputs if type(v) is not Literal}
     elided = set()
     for node in graph.nodes:
@@ -252,10 +245,10 @@ def _implicit_broadcasts(graph):
         def full(u, v=v, shape=shape):
             if u is v or type(u) is Literal or u.aval.shape != shape:
                 return False
-            maker = made_by.get(u)  # None: a graph input
-            return maker is None or maker.primitive.name != "broadcast_to"
+            made_at = live.made_at.get(u)  # None: a graph input
+            return made_at is None or graph.nodes[made_at].primitive.name != "broadcast_to"
 
-        uses = readers.get(v, ())
+        uses = [graph.nodes[i] for i in live.readers.get(v, ())]
         if uses and all(r.primitive.name in IMPLICIT_BROADCAST
                         and r.outputs[0].aval.shape == shape
                         and any(full(u) for u in r.inputs)

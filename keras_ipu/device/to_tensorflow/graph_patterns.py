@@ -38,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_ipu.device.compiler.graph_utils import is_literal_of
+from keras_ipu.device import liveness
 from keras_ipu.device.ir import Literal
 
 _FLOATS = {np.dtype(np.float32), np.dtype(np.float64)}
@@ -47,16 +48,15 @@ class _Makers:
     """Who makes each value of a graph (its own nodes)."""
 
     def __init__(self, graph):
-        self.made_by = {}
-        for node in graph.nodes:
-            for v in node.outputs:
-                self.made_by[v] = node
+        self.nodes = graph.nodes
+        self.made_at = liveness.analyze(graph).made_at
 
     def node(self, v, *names):
         """The node making `v` when it is one of primitives `names`."""
         if type(v) is Literal:
             return None
-        node = self.made_by.get(v)
+        at = self.made_at.get(v)
+        node = None if at is None else self.nodes[at]
         if node is None or node.primitive.name not in names:
             return None
         return node
