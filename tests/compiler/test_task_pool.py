@@ -269,5 +269,5 @@ def test_modules_built_before_the_task_interface_are_left_alone(monkeypatch):
     assert not product_pool.tasks_available()
     monkeypatch.undo()
     monkeypatch.setattr(native, "split_products", Old())
-    monkeypatch.setattr(product_pool, "_ready", None)
+    monkeypatch.setattr(product_pool, "_rules", None)
     assert not product_pool.tasks_available() and not product_pool.available()

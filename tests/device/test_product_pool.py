@@ -1,8 +1,11 @@
 """Split float32 products on the C pool (device/native/product_pool.py,
-_product_pool.c): np.matmul's bits on every layout NumPy hands BLAS,
-blocks above OpenBLAS' small-matrix bound, operands BLAS cannot take
-falling back, one product at a time on the helpers, a forked child,
-the back-off and the switch."""
+_product_pool.c): np.matmul's bits (on one OpenBLAS thread, as the
+engine runs it) on every layout NumPy hands BLAS, in the blocks this
+host's rule allows (rows anywhere or at an alignment, columns anywhere or
+at OpenBLAS' column tiles), blocks elsewhere differing where the rule
+says so, the check turning a wrong rule off, blocks above OpenBLAS'
+small-matrix bound, operands BLAS cannot take falling back, one product
+at a time on the helpers, a forked child, the back-off and the switch."""
 
 import os
 import threading
@@ -17,6 +20,13 @@ pytestmark = [pytest.mark.skipif(not product_pool.available(),
                                  reason="no C pool: NumPy's OpenBLAS or the extension is missing"),
               pytest.mark.usefixtures("pool_not_backing_off")]
 RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True)
+def one_blas_thread():
+    """np.matmul on one OpenBLAS thread, as the engine runs it: the bits
+    the blocks give (a threaded OpenBLAS cuts the whole product otherwise)."""
+    threads.configure()
 
 
 def _operands(m, k, n, trans_a=False, trans_b=False):
@@ -92,24 +102,101 @@ def test_float64_blocks_elsewhere_than_the_alignment_can_differ():
         pytest.skip("this BLAS gives the whole product's bits at any row split")
 
 
+def _rectangles(axis, edges, m, n):
+    """The blocks of blocks' (axis, edges) as (rows lo, hi, columns lo, hi)."""
+    if axis == 2:
+        return [tuple(r) for r in edges]
+    spans = list(zip(edges[:-1], edges[1:]))
+    return [(lo, hi, 0, n) if axis == 0 else (0, m, lo, hi) for lo, hi in spans]
+
+
 def test_blocks_stay_above_openblas_small_matrix_kernels():
+    rule = product_pool.rule()
     for m, k, n in SHAPES + [(32, 256, 512), (16, 512, 512)]:
         for t in (2, 4, 8, 16, 64):
             planned = product_pool.blocks(m, n, k, t, 2)
             if planned is None:
                 continue
             axis, edges = planned
-            widths = np.diff(edges)
-            other = n if axis == 0 else m
-            assert edges[0] == 0 and edges[-1] == (m if axis == 0 else n)
-            assert 2 <= len(widths) <= 2 * t
-            assert widths.min() >= product_pool.MIN_BLOCK
-            assert widths.min() * other * k > product_pool.SMALL_MATRIX_MNK
+            rects = _rectangles(axis, edges, m, n)
+            assert 2 <= len(rects) <= 2 * t
+            covered = np.zeros((m, n), np.int64)
+            for r0, r1, c0, c1 in rects:
+                covered[r0:r1, c0:c1] += 1
+                assert (r1 - r0) * (c1 - c0) * k > product_pool.SMALL_MATRIX_MNK
+                assert r0 % rule.rows == 0 if axis != 1 else True
+            assert (covered == 1).all()
+            if axis in (0, 1):
+                assert np.diff(edges).min() >= product_pool.MIN_BLOCK
+            if axis != 0 and rule.columns == "tiles":  # whole OpenBLAS column tiles
+                tiles = set(product_pool.column_tiles(n).tolist())
+                assert {c for r in rects for c in r[2:]} <= tiles
     # 2 x 32 x 32 x 512: no two blocks above the bound.
     assert product_pool.blocks(32, 32, 512, 4, 2) is None
     # demo_functional's product, 16 threads: 8 column blocks (32 x 64 x 512
-    # multiply-adds each), not 32.
-    assert len(product_pool.blocks(32, 512, 512, 16, 2)[1]) - 1 == 8
+    # multiply-adds each) where columns split anywhere, not 32; at
+    # OpenBLAS' two column tiles of 256, 24 of its 32 rows (below).
+    axis, edges = product_pool.blocks(32, 512, 512, 16, 2)
+    if rule.columns == "any":
+        assert axis == 1 and len(edges) - 1 == 8
+    elif rule.columns == "tiles" and rule.rows == 12:
+        assert axis == 2 and edges.tolist() == [[0, 24, 0, 256], [0, 24, 256, 512],
+                                                [24, 32, 0, 512]]
+
+
+def test_column_tiles_are_openblas_level3_drivers():
+    # driver/level3/level3.c: SGEMM_P (320) while two are left, then the
+    # rest in two, the first half rounded up to SGEMM_UNROLL_M (8).
+    assert product_pool.column_tiles(320).tolist() == [0, 320]
+    assert product_pool.column_tiles(512).tolist() == [0, 256, 512]
+    assert product_pool.column_tiles(370).tolist() == [0, 192, 370]
+    assert product_pool.column_tiles(1000).tolist() == [0, 320, 640, 824, 1000]
+    assert product_pool.column_tiles(1280).tolist() == [0, 320, 640, 960, 1280]
+
+
+def _split_differs(x, y, axis, edges):
+    want = np.matmul(x, y)
+    out = np.empty_like(want)
+    assert product_pool.run(x, y, out, axis, np.asarray(edges, np.int64), 2) is not None
+    return not np.array_equal(out, want)
+
+
+def test_blocks_the_rule_rules_out_can_differ():
+    # Why the rule (product_pool.py): on OpenBLAS' Haswell and Zen sgemm
+    # (AMD EPYC, OpenBLAS 0.3.31) row blocks off multiples of 12 rows, and
+    # column blocks off its column tiles or over a row tail of 8 to 11,
+    # differ from the whole product; the rule's blocks of the same
+    # products do not. A BLAS where every split matches makes this moot.
+    rule = product_pool.rule()
+    if rule.rows == 1 and rule.columns == "any":
+        pytest.skip("this BLAS gives the whole product's bits at any split")
+    rng = np.random.default_rng(3)
+    ruled_out = 0
+    for m, k, n in [(250, 97, 262), (128, 512, 512), (32, 512, 512), (44, 200, 1000)]:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        y = rng.standard_normal((k, n)).astype(np.float32)
+        if rule.rows != 1:
+            ruled_out += _split_differs(x, y, 0, [0, m // 2 + 1, m])
+        if rule.columns != "any":
+            ruled_out += _split_differs(x, y, 1, [0, n // 2 + 4, n])
+            if rule.columns == "tiles" and not product_pool.tiles_rows_ok(m, rule.rows):
+                ruled_out += _split_differs(x, y, 1, product_pool.column_tiles(n))
+        for t in (2, 4):
+            planned = product_pool.blocks(m, n, k, t, 2)
+            if planned is not None:
+                assert not _split_differs(x, y, *planned)
+    assert ruled_out
+
+
+def test_the_check_turns_a_wrong_column_tile_off(monkeypatch):
+    # A BLAS cutting its columns otherwise than column_tiles says (here: a
+    # tile width of 256, not 320) keeps no column blocks: the check finds
+    # the differing bits.
+    rule = product_pool.rule()
+    if rule.columns != "tiles":
+        pytest.skip("columns do not split at OpenBLAS' column tiles here")
+    monkeypatch.setattr(product_pool, "SGEMM_P", 256)
+    assert product_pool._find_rule(np.float32) == product_pool.Rule(rule.rows, "")
 
 
 def test_layouts_blas_cannot_take_are_refused_untouched():
@@ -121,6 +208,15 @@ def test_layouts_blas_cannot_take_are_refused_untouched():
     assert product_pool.run(x.astype(np.float64), y, out, 0, edges, 2) is None
     assert product_pool.run(x, y, out[:, ::-1], 0, edges, 2) is None
     assert product_pool.run(x, y, out, 0, np.array([0, 64, 100], np.int64), 2) is None
+    # Rectangles (axis 2) must tile the result: no gap, no overlap, none
+    # outside it, none of one row or column (NumPy's gemv, not gemm).
+    for rects in ([[0, 64, 0, 96], [64, 127, 0, 96]],
+                  [[0, 64, 0, 96], [63, 128, 0, 96]],
+                  [[0, 64, 0, 96], [64, 128, 0, 48], [64, 128, 48, 96], [0, 1, 0, 1]],
+                  [[0, 64, 0, 96], [64, 129, 0, 96]],
+                  [[0, 127, 0, 96], [127, 128, 0, 96]],
+                  [[0, 64, 0, 96], [64, 128, 0, 95], [64, 128, 95, 96]]):
+        assert product_pool.run(x, y, out, 2, np.array(rects, np.int64), 2) is None
     square = RNG.standard_normal((128, 256)).astype(np.float32)
     sq_out = np.zeros((128, 128), np.float32)
     assert product_pool.run(square, square.T, sq_out, 0, edges, 2) is None  # NumPy's syrk
@@ -178,9 +274,10 @@ def test_a_second_caller_runs_its_blocks_alone_with_the_same_bits():
 
 def test_helpers_are_only_as_many_as_asked():
     before = product_pool.helper_count()
-    x, y = _operands(64, 512, 512)
-    axis, edges = product_pool.blocks(64, 512, 512, 3, 2)
-    product_pool.run(x, y, np.empty((64, 512), np.float32), axis, edges, 3)
+    x, y = _operands(512, 512, 256)
+    axis, edges = product_pool.blocks(512, 256, 512, 3, 2)
+    assert product_pool.block_count(axis, edges) >= 3
+    product_pool.run(x, y, np.empty((512, 256), np.float32), axis, edges, 3)
     assert product_pool.helper_count() == max(before, 2)
 
 
@@ -214,7 +311,8 @@ def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch):
     def caller_ran_all(*args):
         calls.append(args[-1])
         done = run(*args)
-        return (len(args[4]) - 1, done[1], done[2])  # as if no helper got a core
+        # as if no helper got a core
+        return (product_pool.block_count(args[3], args[4]), done[1], done[2])
 
     monkeypatch.setattr(product_pool, "run", caller_ran_all)
     plan = threads.matmul_plan(0, 32, 512, 512, np.float32)  # binds the patched run

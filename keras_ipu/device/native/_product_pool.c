@@ -74,7 +74,8 @@ static void gemm(int64_t itemsize, int trans_a, int trans_b, int64_t m, int64_t 
 #define MAX_HELPERS 255
 
 /* A 2-d product split along rows (axis 0) or columns (axis 1) of the
-   result, or a batched one (batched: operands of (batches, rows, cols),
+   result, or into rectangles (axis 2: edges holds rows lo, hi, columns
+   lo, hi of each block), or a batched one (batched: operands of (batches, rows, cols),
    split along the batches, each batch one whole sgemm as NumPy's matmul
    loop calls it for that batch: its bits whatever the split). */
 typedef struct {
@@ -84,7 +85,8 @@ typedef struct {
     const char *a, *b;
     char *c;
     int64_t itemsize;
-    const int64_t *edges; /* count + 1 block edges along axis (or batches) */
+    const int64_t *edges; /* count + 1 block edges along axis (or batches);
+                             axis 2: count rectangles of 4 */
 } product_t;
 
 static void product_block(void *arg, int64_t i) {
@@ -99,7 +101,14 @@ static void product_block(void *arg, int64_t i) {
                  b + j * p->batch_b, p->ldb, c + j * p->batch_c, p->ldc);
         return;
     }
-    if (p->axis == 0) { /* rows lo..hi of A and C */
+    if (p->axis == 2) { /* rows r0..r1 of A and C, columns c0..c1 of B and C */
+        const int64_t *r = p->edges + 4 * i;
+        a += (p->trans_a == NO_TRANS ? r[0] * p->lda : r[0]) * sz;
+        b += (p->trans_b == NO_TRANS ? r[2] : r[2] * p->ldb) * sz;
+        c += (r[0] * p->ldc + r[2]) * sz;
+        m = r[1] - r[0];
+        n = r[3] - r[2];
+    } else if (p->axis == 0) { /* rows lo..hi of A and C */
         a += (p->trans_a == NO_TRANS ? lo * p->lda : lo) * sz;
         c += lo * p->ldc * sz;
         m = hi - lo;
@@ -338,7 +347,7 @@ static PyObject *product(PyObject *self, PyObject *args) {
              && format_is(x.format, kind) && format_is(y.format, kind)
              && format_is(out.format, kind)
              && edges.itemsize == 8 && edges.len >= 16
-             && (axis == 0 || (axis == 1 && nd == 2));
+             && (axis == 0 || ((axis == 1 || axis == 2) && nd == 2));
     if (ok) {
         int64_t batches = nd == 3 ? x.shape[0] : 1;
         p.batched = nd == 3;
@@ -356,7 +365,7 @@ static PyObject *product(PyObject *self, PyObject *args) {
             p.batch_b = y.strides[0];
             p.batch_c = out.strides[0];
         }
-        int64_t count = edges.len / 8 - 1;
+        int64_t count = axis == 2 ? edges.len / 32 : edges.len / 8 - 1;
         int64_t extent = p.batched ? batches : axis ? p.n : p.m;
         ok = y.shape[nd - 2] == p.k && out.shape[nd - 2] == p.m && out.shape[nd - 1] == p.n
              && (!p.batched || (y.shape[0] == batches && out.shape[0] == batches))
@@ -368,8 +377,24 @@ static PyObject *product(PyObject *self, PyObject *args) {
              && out.strides[nd - 2] / p.itemsize >= p.n
              /* x @ x.T: NumPy calls syrk, whose bits these blocks do not give */
              && x.buf != y.buf
-             && p.edges[0] == 0 && p.edges[count] == extent;
-        for (int64_t i = 0; ok && i < count; i++) ok = p.edges[i] < p.edges[i + 1];
+             && (axis == 2 ? edges.len % 32 == 0
+                           : p.edges[0] == 0 && p.edges[count] == extent);
+        if (axis == 2) { /* rectangles inside the result that tile its area */
+            int64_t area = 0;
+            for (int64_t i = 0; ok && i < count; i++) {
+                const int64_t *r = p.edges + 4 * i;
+                ok = 0 <= r[0] && r[0] < r[1] && r[1] <= p.m && 0 <= r[2] && r[2] < r[3]
+                     && r[3] <= p.n && r[1] - r[0] > 1 && r[3] - r[2] > 1;
+                area += (r[1] - r[0]) * (r[3] - r[2]);
+                for (int64_t j = 0; ok && j < i; j++) { /* no two overlap */
+                    const int64_t *q = p.edges + 4 * j;
+                    ok = r[1] <= q[0] || q[1] <= r[0] || r[3] <= q[2] || q[3] <= r[2];
+                }
+            }
+            ok = ok && area == p.m * p.n;
+        } else {
+            for (int64_t i = 0; ok && i < count; i++) ok = p.edges[i] < p.edges[i + 1];
+        }
         if (ok) {
             p.ldc = out.strides[nd - 2] / p.itemsize;
             int64_t ran = 0, own = 0, wait = 0;
@@ -410,7 +435,9 @@ static PyMethodDef methods[] = {
     {"product", product, METH_VARARGS,
      "product(x, y, out, axis, edges, threads) -> (caller_blocks, own_s, wait_s) "
      "or None: out = x @ y (2-d float32 or float64) as blocks along axis "
-     "(0 rows, 1 columns) between the int64 edges (3-d, batched: axis 0, "
+     "(0 rows, 1 columns) between the int64 edges, or (axis 2) as the "
+     "rectangles edges lists (rows lo, hi, columns lo, hi each; they must "
+     "tile the result) (3-d, batched: axis 0, "
      "blocks of whole batches), on the caller and up to "
      "threads - 1 helpers, without the interpreter lock. None (nothing "
      "written) where BLAS or these blocks cannot take the operands."},

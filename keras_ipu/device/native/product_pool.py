@@ -53,6 +53,7 @@ and row sums of _elementwise.c split on it too (tasks_available).
 
 import ctypes
 import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,14 +68,30 @@ DGEMM_SYMBOL = "scipy_cblas_dgemm64_"
 # Row blocks of a float64 product start at multiples of this (module doc:
 # 3 * DGEMM_UNROLL_N of OpenBLAS' x86-64 kernels).
 F64_ROW_ALIGN = 24
+# Row alignments the float32 check tries where rows do not split anywhere
+# (module doc): 3 * SGEMM_UNROLL_N of OpenBLAS' Haswell and Zen sgemm (4),
+# then 3 * 8.
+ROW_ALIGNS = (12, 24)
+# OpenBLAS' Haswell and Zen SGEMM_DEFAULT_P and SGEMM_DEFAULT_UNROLL_M
+# (param.h): the column tiles of its level-3 driver (column_tiles).
+SGEMM_P = 320
+SGEMM_UNROLL_M = 8
 # OpenBLAS' small-matrix bound on M * N * K (module doc).
 SMALL_MATRIX_MNK = 100 ** 3
 # Rows (or columns, batches) per block at least: thinner blocks run BLAS
 # below its efficiency (the Python pool's blocks too: threads.py).
 MIN_BLOCK = 16
 
-_ready = None
-_float64_ready = False
+
+class Rule(NamedTuple):
+    """Which blocks of a 2-d product of one dtype give np.matmul's bits
+    on this host's BLAS (module doc); the check finds it once per process."""
+
+    rows: int      # row blocks start at multiples of this (1: anywhere); 0: none
+    columns: str   # "any", "tiles" (column_tiles' edges; rows: tiles_rows_ok) or ""
+
+
+_rules = None  # {np.dtype: Rule or None}
 
 
 def _numpy_gemm(symbol):
@@ -97,12 +114,12 @@ def _numpy_gemm(symbol):
     return 0
 
 
-def available(dtype=np.float32):
-    """Whether split products of `dtype` (float32, float64) run on the C
-    pool (module doc)."""
-    global _ready, _float64_ready
-    if _ready is None:
-        _ready = False
+def rule(dtype=np.float32):
+    """This host's Rule for products of `dtype` (float32, float64); None
+    where they do not split on the C pool (module doc)."""
+    global _rules
+    if _rules is None:
+        _rules = {}
         if native.split_products is not None:
             single, double = _numpy_gemm(SGEMM_SYMBOL), _numpy_gemm(DGEMM_SYMBOL)
             # An older build (not reinstalled after an update) takes other
@@ -115,13 +132,21 @@ def available(dtype=np.float32):
                 # (threads.configure) and as each block runs: a threaded
                 # dgemm's whole product has other bits.
                 with threadpool_limits(limits=1, user_api="blas"):
-                    _ready = _bits_check(np.float32)
-                    _float64_ready = _ready and bool(double) and _bits_check(np.float64)
-                if not _ready:
+                    found = _find_rule(np.float32)
+                    _rules[np.dtype(np.float32)] = found
+                    if found is not None and double:
+                        _rules[np.dtype(np.float64)] = _find_rule(np.float64)
+                if found is None:
                     native.split_products.set_blas(0, 0)
-                elif not _float64_ready:
+                elif _rules.get(np.dtype(np.float64)) is None:
                     native.split_products.set_blas(single, 0)
-    return _float64_ready if np.dtype(dtype) == np.dtype(np.float64) else _ready
+    return _rules.get(np.dtype(dtype))
+
+
+def available(dtype=np.float32):
+    """Whether split products of `dtype` (float32, float64) run on the C
+    pool (module doc)."""
+    return rule(dtype) is not None
 
 
 def _current(module):
@@ -142,52 +167,158 @@ def tasks_available():
             and env_switch("KERAS_IPU_PRODUCT_POOL"))
 
 
-def _bits_check(dtype):
-    """A split product of each layout, and a batched one, against
-    np.matmul, bit for bit (float64: row blocks at F64_ROW_ALIGN)."""
-    rng = np.random.default_rng(0)
-    xb = rng.standard_normal((6, 40, 24)).astype(dtype)
-    yb = rng.standard_normal((6, 24, 33)).astype(dtype)
-    whole = np.matmul(xb, yb)
-    out = np.empty_like(whole)
-    edges = np.array([0, 2, 6], np.int64)
-    if native.split_products.product(xb, yb, out, 0, edges, 2) is None:
-        return False
-    if not np.array_equal(out, whole):
-        return False
-    x = rng.standard_normal((250, 301)).astype(dtype)
-    y = rng.standard_normal((301, 262)).astype(dtype)
-    x_t, y_t = np.ascontiguousarray(x.T).T, np.ascontiguousarray(y.T).T  # transposed layouts
-    for a, b in ((x, y), (x_t, y), (x, y_t)):
+def _layouts(rng, m, k, n, dtype):
+    """x (m, k) and y (k, n) in each layout NumPy hands BLAS (plain or
+    transposed)."""
+    x = rng.standard_normal((m, k)).astype(dtype)
+    y = rng.standard_normal((k, n)).astype(dtype)
+    x_t, y_t = np.ascontiguousarray(x.T).T, np.ascontiguousarray(y.T).T
+    return (x, y), (x_t, y), (x, y_t), (x_t, y_t)
+
+
+def _splits_match(pairs, axis, edges):
+    """Whether `edges` along `axis` (2: rectangles) give np.matmul's bits
+    for every pair of operands."""
+    edges = np.asarray(edges, np.int64)
+    for a, b in pairs:
         whole = np.matmul(a, b)
-        for axis in (0, 1) if dtype == np.float32 else (0,):
-            edges = np.array([0, 120, whole.shape[axis]], np.int64)
-            out = np.empty_like(whole)
-            if native.split_products.product(a, b, out, axis, edges, 2) is None:
-                return False
-            if not np.array_equal(out, whole):
-                return False
+        out = np.empty_like(whole)
+        if native.split_products.product(a, b, out, axis, edges, 2) is None:
+            return False
+        if not np.array_equal(out, whole):
+            return False
     return True
 
 
-def blocks(m, n, k, threads, per_thread, dtype=np.float32):
-    """(axis, int64 edges) splitting an (m, k) @ (k, n) product into about
-    threads * per_thread blocks along its longer side of the result (a
-    float64 one: its rows, at multiples of F64_ROW_ALIGN), each above
-    SMALL_MATRIX_MNK and MIN_BLOCK wide; None when fewer than two such
-    blocks fit."""
-    align = F64_ROW_ALIGN if np.dtype(dtype) == np.dtype(np.float64) else 1
-    axis = 0 if m >= n or align > 1 else 1
-    size, other = (m, n) if axis == 0 else (n, m)
-    count = min(threads * per_thread, size // max(MIN_BLOCK, align))
+def _find_rule(dtype):
+    """The Rule this BLAS keeps for `dtype`, or None: a batched product,
+    then row blocks anywhere or at each of ROW_ALIGNS (float64: at
+    F64_ROW_ALIGN only), then column blocks anywhere or at column_tiles'
+    edges, against np.matmul bit for bit."""
+    rng = np.random.default_rng(0)
+    xb = rng.standard_normal((6, 40, 24)).astype(dtype)
+    yb = rng.standard_normal((6, 24, 33)).astype(dtype)
+    if not _splits_match([(xb, yb)], 0, [0, 2, 6]):
+        return None
+    pairs = _layouts(rng, 250, 97, 262, dtype)
+    if np.dtype(dtype) == np.dtype(np.float64):
+        return Rule(F64_ROW_ALIGN, "") if _splits_match(
+            pairs, 0, [0, 5 * F64_ROW_ALIGN, 250]) else None
+    rows = next((align for align in (1,) + ROW_ALIGNS
+                 if _splits_match(pairs, 0, [0, 5 * align, 10 * align, 250]
+                                  if align > 1 else [0, 125, 250])), 0)
+    if _splits_match(pairs, 1, [0, 120, 262]):
+        return Rule(rows, "any")
+    if rows > 1:
+        wide = SGEMM_P * 3 + 40  # four tiles, the last two halves
+        tail = 2 * rows // 3 - 1  # the longest row tail tiles_rows_ok allows
+        if (_splits_match(_layouts(rng, 3 * rows + tail, 97, wide, dtype), 1,
+                          column_tiles(wide))
+                and _splits_match(_layouts(rng, 3 * rows + tail + 1, 97, wide, dtype), 2,
+                                  _tiles_and_tail(3 * rows + tail + 1, wide, rows,
+                                                  column_tiles(wide)))):
+            return Rule(rows, "tiles")
+    return Rule(rows, "") if rows else None
+
+
+def column_tiles(n):
+    """int64 edges of the column tiles OpenBLAS' level-3 driver
+    (driver/level3/level3.c) cuts an n-column product into, its M
+    dimension: SGEMM_P wide while at least two are left, then the rest in
+    two (the first half rounded up to SGEMM_UNROLL_M) or one."""
+    edges = [0]
+    while edges[-1] < n:
+        left = n - edges[-1]
+        if left >= 2 * SGEMM_P:
+            width = SGEMM_P
+        elif left > SGEMM_P:
+            width = -(-(left // 2) // SGEMM_UNROLL_M) * SGEMM_UNROLL_M
+        else:
+            width = left
+        edges.append(edges[-1] + width)
+    return np.array(edges, np.int64)
+
+
+def tiles_rows_ok(m, align):
+    """Whether an m-row product's column tiles keep its bits (module doc):
+    its last m % align rows are fewer than 2 * align / 3."""
+    return m % align < 2 * align // 3
+
+
+def _tile_groups(n, count):
+    """int64 edges of about `count` column blocks of whole column_tiles,
+    each cut as OpenBLAS cuts the whole product; None when fewer than two."""
+    tiles = column_tiles(n)
+    for c in range(min(count, len(tiles) - 1), 1, -1):
+        wanted = np.linspace(0, n, c + 1)[1:-1]
+        cuts = np.unique(tiles[np.abs(tiles[None, :] - wanted[:, None]).argmin(axis=1)])
+        edges = np.concatenate(([0], cuts[(cuts > 0) & (cuts < n)], [n])).astype(np.int64)
+        if len(edges) > 2 and all(
+                np.array_equal(column_tiles(hi - lo) + lo, tiles[(tiles >= lo) & (tiles <= hi)])
+                for lo, hi in zip(edges[:-1], edges[1:])):
+            return edges
+    return None
+
+
+def _tiles_and_tail(m, n, align, edges):
+    """Rectangles (rows lo, hi, columns lo, hi) of an m-row product whose
+    last rows keep it from column tiles (tiles_rows_ok): the rows above
+    them in the column blocks `edges`, those rows in one block."""
+    top = m - m % align
+    rects = [(0, top, lo, hi) for lo, hi in zip(edges[:-1], edges[1:])]
+    return np.array(rects + [(top, m, 0, n)], np.int64)
+
+
+def _side_edges(size, other, k, count, align):
+    """int64 edges of about `count` blocks along a side of `size` (the
+    other side `other`, inner dimension k), starting at multiples of
+    `align` (rounded to the nearest), each MIN_BLOCK wide and above
+    SMALL_MATRIX_MNK; None when fewer than two fit."""
+    count = min(count, size // max(MIN_BLOCK, align))
     while count >= 2:
-        edges = np.linspace(0, size, count + 1).astype(np.int64)
-        edges[1:-1] -= edges[1:-1] % align
+        edges = np.linspace(0, size, count + 1)
+        edges[1:-1] = np.round(edges[1:-1] / align) * align
+        edges = edges.astype(np.int64)
         widths = np.diff(edges)
         if widths.min() >= MIN_BLOCK and widths.min() * other * k > SMALL_MATRIX_MNK:
-            return axis, edges
+            return edges
         count -= 1
     return None
+
+
+def blocks(m, n, k, threads, per_thread, dtype=np.float32):
+    """(axis, edges) splitting an (m, k) @ (k, n) product into about
+    threads * per_thread blocks that keep its bits here (rule): along its
+    longer side where this host's rule allows, else the other; axis 2:
+    rectangles (rows lo, hi, columns lo, hi), the rows column tiles cannot
+    take in one block of their own. Each block above SMALL_MATRIX_MNK and
+    MIN_BLOCK wide; None when fewer than two such blocks fit."""
+    found = rule(dtype)
+    if found is None:
+        return None
+    count = threads * per_thread
+    rows = None if not found.rows else _side_edges(m, n, k, count, found.rows)
+    columns = None
+    if found.columns == "any":
+        columns = _side_edges(n, m, k, count, 1)
+    elif found.columns == "tiles":
+        whole_rows = tiles_rows_ok(m, found.rows)
+        edges = _tile_groups(n, count if whole_rows else count - 1)
+        top = m if whole_rows else m - m % found.rows
+        if edges is not None and np.diff(edges).min() * top * k > SMALL_MATRIX_MNK:
+            if whole_rows:
+                columns = edges
+            elif (m - top) * n * k > SMALL_MATRIX_MNK:
+                columns = _tiles_and_tail(m, n, found.rows, edges)
+    planned = [(0, rows), (2 if columns is not None and columns.ndim == 2 else 1, columns)]
+    if m < n:
+        planned.reverse()
+    return next(((axis, edges) for axis, edges in planned if edges is not None), None)
+
+
+def block_count(axis, edges):
+    """How many blocks blocks' (axis, edges) are."""
+    return len(edges) if axis == 2 else len(edges) - 1
 
 
 def batch_blocks(b, threads, per_thread):

@@ -586,7 +586,7 @@ def _native_split_plan(b, m, n, compute, threads, blocks, fallback):
     one np.matmul (the same bits); operands BLAS cannot take as laid out
     go to `fallback`."""
     axis, edges = blocks
-    count = len(edges) - 1
+    count = product_pool.block_count(axis, edges)
     out_shape = (b, m, n) if b else (m, n)
     empty, matmul, run = np.empty, np.matmul, product_pool.run
 
