@@ -8,20 +8,52 @@ libscipy_openblas64_-*.so) with 64-bit integers, whose CBLAS is
 `scipy_cblas_sgemm64_`; threadpoolctl finds the loaded library and
 ctypes the symbol. Elsewhere (NumPy built against MKL or a system BLAS,
 another symbol name) there is no C pool and threads.py splits products
-over its Python pool as before. Once per process a split product is
-checked against np.matmul bit for bit; a mismatch turns the pool off.
+over its Python pool as before.
 
-The same bits: each element of a product is one sum over the inner
+Which blocks: once per process (rule, _find_rule) split products are
+checked against np.matmul (on one OpenBLAS thread, as the engine runs
+it) bit for bit, to find the Rule this BLAS keeps: rows anywhere, or at
+multiples of 12 or 24 (ROW_ALIGNS), or not at all; columns anywhere, or
+at OpenBLAS' own column tiles (column_tiles), or not at all. A batched
+product that does not keep its bits turns the pool off. blocks() plans
+with the Rule.
+
+SkylakeX (the first host, OpenBLAS 0.3.31, NumPy 2.4): rows and columns
+anywhere. Each element of a product is one sum over the inner
 dimension, and OpenBLAS' blocked kernels add it in the same order
 whatever rows or columns the call covers, except that a call of at most
 SMALL_MATRIX_MNK multiply-adds runs its "small matrix" kernels
-(SkylakeX: OpenBLAS' kernel/x86_64/sgemm_small_kernel_permit_skylakex.c),
-which sum differently. Measured here (OpenBLAS 0.3.31, SkylakeX, NumPy
-2.4): every split of 360 random float32 shapes (m, n, k up to 1200,
-transposed operands, 2-16 blocks of rows or columns, linspace edges)
-gave the whole product's bits when each block has more than
-SMALL_MATRIX_MNK, and blocks below it did not (32x512 @ 512x512 in 16
-column blocks).
+(kernel/x86_64/sgemm_small_kernel_permit_skylakex.c), which sum
+differently. Measured there: every split of 360 random float32 shapes
+(m, n, k up to 1200, transposed operands, 2-16 blocks of rows or
+columns, linspace edges) gave the whole product's bits when each block
+has more than SMALL_MATRIX_MNK, and blocks below it did not (32x512 @
+512x512 in 16 column blocks).
+
+Haswell and Zen kernels (the AMD EPYC host: threadpoolctl's architecture
+'Haswell', AVX2; OpenBLAS 0.3.31): rows at multiples of 12, columns at
+column_tiles. For a row-major product OpenBLAS computes C^T = B^T A^T in
+column-major order: our rows are its N, our columns its M. Its level-3
+driver (driver/level3/level3.c) cuts M into tiles (SGEMM_P = 320 wide
+while two are left, the rest in two halves, the first rounded up to
+SGEMM_UNROLL_M = 8, or one) and hands N to the kernel in chunks of
+3 * SGEMM_UNROLL_N = 12; the sgemm kernel (sgemm_kernel_8x4_haswell_2.c)
+sums the first and last 8 columns of each tile in its 12-row path with
+two accumulators (even and odd k) and the others with one, so a column
+block must be whole tiles cut as the whole product cuts them, and a row
+block must start at a multiple of 12. One more: a row tail (m % 12) of
+8 to 11 rows runs as two 4-row kernel calls (two accumulators again) in
+the first tile the driver packs and as one 8-row call in the others,
+so the tiles of one call keep the bits only for a tail below 8
+(tiles_rows_ok); blocks() then cuts rectangles (_product_pool.c's axis
+2): the rows above the tail in column tiles, the tail rows in one block
+of all columns. Measured here (single OpenBLAS thread): 716 plans of
+blocks() on 380 random shapes (2-2600 per side, four layouts, 2-16
+threads) gave the whole product's bits, all of them; the lead's row
+blocks at multiples of 12 (or 24), 1,540 of 1,540; rows at 4, 8, 16 or
+32 and columns at any alignment (1-64) differed most of the time.
+There is no small-matrix kernel on Haswell (SMALL_MATRIX_MNK keeps
+blocks big enough anyway).
 
 float64 2-d products split in row blocks whose edges are multiples of
 F64_ROW_ALIGN only. Measured here (same machine, 150 random shapes up to
