@@ -98,6 +98,44 @@ def test_lowered_chains_split_on_the_pool_from_the_threshold(monkeypatch):
     assert threads.chain_threads(5 * per) == threads.threads_for_elements(5 * per) == 1
 
 
+def _lstm_cell(b, i, f, g, o, c):
+    c2 = b.op("add", b.op("mul", b.op("logistic", f), c),
+              b.op("mul", b.op("logistic", i), b.op("tanh", g)))
+    return [c2, b.op("mul", b.op("logistic", o), b.op("tanh", c2))]
+
+
+def test_transcendental_chains_split_by_their_loops_time(monkeypatch):
+    # An LSTM cell's forward chain (3 logistic, 2 tanh) on the benchmark's
+    # 128x128 gates: a quarter of the elements the element rule splits.
+    monkeypatch.setattr(threads, "_cap", 2)
+    n = 128 * 128
+    graph = fuse_elementwise(build([aval((128, 128))] * 5, _lstm_cell))
+    (node,) = [v for v in graph.nodes if v.primitive.name == "fused_elementwise"]
+    assert native_fusion.loop_calls(node.params["chain"]) == 5
+    assert threads.chain_threads(n) == 1
+    assert native_fusion.chain_threads(node.params["chain"], n) == 2
+    assert threads.chain_threads(n, loop_calls=1) == 1  # about 41 us: not worth a hand-off
+    graph = fuse_elementwise(build([aval((128, 128))] * 2,
+                                   lambda b, x, y: b.op("mul", b.op("add", x, y), y)))
+    (node,) = [v for v in graph.nodes if v.primitive.name == "fused_elementwise"]
+    assert native_fusion.loop_calls(node.params["chain"]) == 0
+
+
+def test_an_lstm_cell_splits_on_the_pool_with_the_one_thread_bits(monkeypatch):
+    gates = [RNG.standard_normal((128, 128)).astype(np.float32) * 3 for _ in range(5)]
+    graph = build([aval((128, 128))] * 5, _lstm_cell)
+    results, splits = {}, []
+    monkeypatch.setattr(threads, "note_pool_split", lambda done, count: splits.append(count))
+    for cap in (1, 2):
+        monkeypatch.setattr(threads, "_cap", cap)
+        exe = Executable(fuse_elementwise(graph))
+        assert [k for k in exe._kernels if getattr(k, "native", False)], str(exe)
+        results[cap] = exe.run(*[g.copy() for g in gates])
+    assert splits and all(count > 1 for count in splits)
+    for got, want in zip(results[2], results[1]):
+        assert got.tobytes() == want.tobytes()
+
+
 def test_an_executable_runs_a_large_chain_on_the_pool_with_the_one_thread_bits(monkeypatch):
     shape = (300, 257)
     args = [_special(shape) for _ in range(4)] + [np.asarray(0.01, np.float32)]

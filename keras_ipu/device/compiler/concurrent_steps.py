@@ -44,6 +44,7 @@ import numpy as np
 
 from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.compiler.dot_lowering import product_shape
+from keras_ipu.device.compiler.native_fusion import chain_threads
 
 # A launch and its join cost some 10-30 us of the run loop's time and a
 # pool thread's wake-up on an idle machine (host_threads.py: the pool's
@@ -88,7 +89,7 @@ def worth_launching(node, kernel):
         if not aval.is_static():
             return False
         n = int(np.prod(aval.shape, dtype=np.int64))
-        return n >= MIN_LAUNCH_ELEMENTS and host_threads.chain_threads(n) == 1
+        return n >= MIN_LAUNCH_ELEMENTS and chain_threads(node.params["chain"], n) == 1
     return False
 
 
@@ -109,8 +110,11 @@ def _may_split(node):
         split = product_split(node)
         return split is None or split[1] > 1
     # A fused chain splits on its own rule (the C pool's: chain_threads).
-    threads_for = (host_threads.chain_threads if name == "fused_elementwise"
-                   else host_threads.threads_for_elements)
+    if name == "fused_elementwise":
+        def threads_for(n):
+            return chain_threads(node.params["chain"], n)
+    else:
+        threads_for = host_threads.threads_for_elements
     for v in node.outputs:
         if not v.aval.is_static():
             return True

@@ -293,6 +293,21 @@ def _picker(result_index, n_buffers):
     return lambda outs: tuple([outs[i] for i in index])
 
 
+def loop_calls(chain):
+    """How many steps of the chain call one of NumPy's loops (a
+    transcendental): what weighs its split (threads.chain_threads)."""
+    loops, calls = [], 0
+    for prim, _, refs, aval in chain:
+        steps = _steps(prim, tuple(r[2].dtype for r in refs), aval, loops) or ()
+        calls += sum(1 for opcode, _ in steps if opcode >= _LOOP)
+    return calls
+
+
+def chain_threads(chain, n):
+    """Threads the C kernel of `chain` over `n` elements splits over."""
+    return host_threads.chain_threads(n, loop_calls(chain))
+
+
 def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), streamed=()):
     """A kernel running the chain in C, or None (use `fallback`, the NumPy
     kernel with the same signature and donations). The results at the
@@ -317,7 +332,7 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
 
     alloc = _allocator(makers, allocations, shape)
     pick = _picker(result_index, len(allocations))
-    threads = host_threads.chain_threads(n)
+    threads = chain_threads(chain, n)
     parts = host_threads.ranges(n, block, threads)
     if len(parts) > 1 and product_pool.tasks_available():
         # Large chains on the C pool: one call, element ranges of `task`

@@ -109,6 +109,18 @@ ELEMENTS_PER_THREAD = 1 << 18
 # 0.043 / 0.048 (no gain), over 16k 0.023 / 0.026. So a chain splits from
 # 64k elements per thread (about 85-120 us of Adam's chain).
 NATIVE_ELEMENTS_PER_THREAD = 1 << 16
+# A chain calling NumPy's transcendental loops (exp, tanh, the logistic
+# function: numpy_loops.py) costs far more per element than the few
+# cycles of Adam's the element rule was measured on: float32 exp 1.8 ns
+# and tanh 4.0 ns per element on this 2-core AVX2 host (thread CPU of 16k
+# elements, load 6), against 0.15 ns for an add or a multiply. Such a
+# chain also splits once its loops' time reaches NATIVE_NS_PER_THREAD per
+# thread: the hand-off threshold of a product (NATIVE_FLOPS_PER_THREAD,
+# about 85 us of work). An LSTM cell's forward chain (3 logistic, 2 tanh
+# on 128x128: 0.20 ms, minimum of 300 calls) splits in two; its backward
+# chain (23 multiplies and adds, 0.056 ms) stays on one thread.
+LOOP_NS_PER_ELEMENT = 2.5
+NATIVE_NS_PER_THREAD = 85_000
 # Blocks per thread: more than one, so threads that run late (a busy
 # machine) leave their share to the others.
 BLOCKS_PER_THREAD = 2
@@ -248,16 +260,21 @@ def threads_for_elements(n):
     return int(max(1, min(cap, n // ELEMENTS_PER_THREAD)))
 
 
-def chain_threads(n):
-    """Threads a C fused chain of `n` elements splits over (1: one
-    thread): on the C pool from NATIVE_ELEMENTS_PER_THREAD elements per
-    thread, else on the Python pool as threads_for_elements says."""
+def chain_threads(n, loop_calls=0):
+    """Threads a C fused chain of `n` elements, `loop_calls` of its steps
+    NumPy's transcendental loops, splits over (1: one thread): on the C
+    pool from NATIVE_ELEMENTS_PER_THREAD elements or NATIVE_NS_PER_THREAD
+    of its loops' time per thread, else on the Python pool as
+    threads_for_elements says."""
     if not product_pool.tasks_available():
         return threads_for_elements(n)
     cap = max_threads()
     if cap == 1:
         return 1
-    return int(max(1, min(cap, n // NATIVE_ELEMENTS_PER_THREAD)))
+    share = n // NATIVE_ELEMENTS_PER_THREAD
+    if loop_calls:
+        share = max(share, int(n * loop_calls * LOOP_NS_PER_ELEMENT) // NATIVE_NS_PER_THREAD)
+    return int(max(1, min(cap, share)))
 
 
 # Columns per task of a row sum on the C pool, at least: each task reads
