@@ -148,6 +148,32 @@ def test_strided_operands_are_copied_and_keep_numpys_bits(op):
     np.testing.assert_array_equal(got[0].view(np.uint32), want[0].view(np.uint32))
 
 
+@needs_native
+@pytest.mark.parametrize("shape,width", [((64, 32), 128), ((300, 37), 100), ((5, 4099), 12288)])
+def test_operands_with_rows_apart_are_read_in_place(monkeypatch, shape, width):
+    # Column slices of one wider array (an LSTM cell's gates): the C kernel
+    # gathers each block's rows itself, blocks crossing rows, no copy first.
+    from keras_ipu.device.compiler.fusion import build_fused_kernel
+
+    f32 = aval(shape)
+    chain = ((REGISTRY["tanh"], (), (("in", 0, f32),), f32),
+             (REGISTRY["mul"], (), (("t", 0, f32), ("in", 1, f32)), f32),
+             (REGISTRY["logistic"], (), (("t", 1, f32),), f32))
+    numpy_kernel = build_fused_kernel(chain, (0, 2), 2)
+    monkeypatch.setattr(native_fusion, "_contiguous", _refuse)
+    kernel = native_fusion.native_kernel(chain, (0, 2), (f32, f32), (), _refuse)
+    rows, cols = shape
+    whole = _all_kinds(rows * width).reshape(rows, width)
+    whole[:, width - cols:] = _rng.standard_normal((rows, cols)) * 4  # see the cell test
+    views = (whole[:, 1:1 + cols], whole[:, width - cols:])
+    assert not views[0].flags.c_contiguous
+    with np.errstate(all="ignore"):
+        want = numpy_kernel(*views)
+    got = kernel(*views)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
+
+
 def _refuse(*xs):
     pytest.fail("fell back to NumPy")
 

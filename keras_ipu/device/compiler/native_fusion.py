@@ -16,9 +16,11 @@ block, and gets its bits. A few chains every model emits (Keras' Adam
 update, a Dense layer's bias + ReLU) have their own loop in the C kernel, found by matching the program
 this module builds word for word (_elementwise.c's WHOLE_CHAINS).
 
-At run time a strided operand (a slice's view) is copied first; the kernel
-falls back to the NumPy one when an operand does not fit (another dtype or
-size), before writing anything.
+At run time a full-size operand whose rows lie apart (a column slice's
+view, such as an LSTM cell's gates cut from one product) is read in place,
+the C kernel gathering each block's rows; any other strided operand is
+copied first; the kernel falls back to the NumPy one when an operand does
+not fit (another dtype or size), before writing anything.
 """
 
 import math
@@ -260,9 +262,10 @@ def plan(chain, results, in_avals, donate=(), streamed=()):
 
 
 def _contiguous(xs):
-    """The operands with each strided one (a slice's view, such as an LSTM
-    cell's four gates cut from one product) copied into a C-contiguous
-    array: one pass, where the NumPy kernel would make one per step. The
+    """The operands with each strided one the C kernel refused (a view
+    that is not 2-d rows apart: every other element, a transpose) copied
+    into a C-contiguous array: one pass, where the NumPy kernel would make
+    one per step. The
     values do not change, and NumPy's loops give the same bits on a view as
     on its copy (tests/compiler/test_native_transcendentals.py)."""
     return tuple(

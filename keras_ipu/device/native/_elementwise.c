@@ -10,8 +10,12 @@
    decides what qualifies (float32 and bool operands, operations whose
    IEEE result is exact, so this kernel and NumPy's give the same bits).
    run() returns False without touching anything when a buffer does not
-   match the program (not C-contiguous, wrong size or type): the caller then
-   runs its NumPy kernel. A result goes straight into its output array when
+   match the program (wrong size or type, an output or a repeated operand
+   not C-contiguous, a full-size operand neither C-contiguous nor 2-d rows
+   apart): the caller then runs its NumPy kernel. A full-size operand whose
+   rows lie apart (a slice's view of a wider array, such as an LSTM cell's
+   gates cut from one product) is read in place, each block's rows
+   gathered into its register. A result goes straight into its output array when
    nothing reads that array later in the block (a fresh array, or a donated
    operand past its last read); otherwise it is copied there at the end of
    the block, after every read.
@@ -120,6 +124,42 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int dtype,
         return 0;
     }
     return 1;
+}
+
+/* A 2-d operand of `count` elements whose rows lie apart (strides[0]
+   beyond its row, strides[1] one item): its columns per row and the bytes
+   from one row to the next. */
+static int get_rows_buffer(PyObject *obj, Py_buffer *view, int dtype, Py_ssize_t count,
+                           Py_ssize_t *cols, Py_ssize_t *pitch) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t size = itemsize_of(dtype);
+    if (view->itemsize != size || !format_ok(view->format, dtype) || view->ndim != 2
+        || view->strides == NULL || view->shape[1] < 1
+        || view->shape[0] * view->shape[1] != count || view->strides[1] != size
+        || view->strides[0] < view->shape[1] * size) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *cols = view->shape[1];
+    *pitch = view->strides[0];
+    return 1;
+}
+
+/* dst = elements [start, start + m) of a rows-apart operand, in order. */
+static void gather_rows(char *dst, const char *base, Py_ssize_t start, Py_ssize_t m,
+                        Py_ssize_t cols, Py_ssize_t pitch, int size) {
+    Py_ssize_t row = start / cols, col = start % cols;
+    while (m > 0) {
+        Py_ssize_t take = cols - col < m ? cols - col : m;
+        memcpy(dst, base + row * pitch + col * size, (size_t)(take * size));
+        dst += take * size;
+        m -= take;
+        row++;
+        col = 0;
+    }
 }
 
 /* The elementwise operations on one block of m elements. Not inlined: inside
@@ -538,6 +578,7 @@ typedef struct {
     const int32_t *in_desc, *reg_dtype, *ops, *out_regs;
     const ufunc_call_info *const *loops;
     char *const *base, *const *out_base;
+    const Py_ssize_t *cols, *pitch; /* per input: rows apart (cols > 0) or not */
     Py_ssize_t L, block, lo, hi, task;
     size_t stride;
     int failed; /* a range found no memory for its scratch */
@@ -574,7 +615,10 @@ static int chain_range(const chain_t *c, Py_ssize_t lo, Py_ssize_t hi) {
         Py_ssize_t m = hi - start < block ? hi - start : block;
         for (int k = 0; k < n_in; k++) {
             int mode = in_desc[2 * k], size = itemsize_of(reg_dtype[k]);
-            if (mode == M_FULL) ptr[k] = c->base[k] + start * size;
+            if (mode == M_FULL && c->cols[k] > 0)
+                gather_rows(scratch + (size_t)k * stride, c->base[k], start, m, c->cols[k],
+                            c->pitch[k], size);
+            else if (mode == M_FULL) ptr[k] = c->base[k] + start * size;
             else if (mode == M_COL)
                 fill(scratch + (size_t)k * stride, c->base[k] + (start / L) * size,
                      m / L, size, L);
@@ -674,15 +718,24 @@ static PyObject *run(PyObject *self, PyObject *args) {
         }
     }
     char *base[MAX_REGS];
+    Py_ssize_t cols[MAX_REGS], pitch[MAX_REGS];
+    int rows_apart = 0;
     Py_ssize_t counts[4] = {n, 1, L, n / L};
     for (int k = 0; k < n_in; k++) {
         int mode = in_desc[2 * k], dtype = in_desc[2 * k + 1];
-        if (mode < 0 || mode > 3 || dtype != reg_dtype[k]
-            || !get_buffer(PyTuple_GET_ITEM(ins, k), &views[n_views], dtype,
-                           counts[mode], 0)) {
+        PyObject *obj = PyTuple_GET_ITEM(ins, k);
+        cols[k] = pitch[k] = 0;
+        if (mode < 0 || mode > 3 || dtype != reg_dtype[k]) {
             result = Py_False;
             goto done;
         }
+        if (!get_buffer(obj, &views[n_views], dtype, counts[mode], 0)
+            && !(mode == M_FULL
+                 && get_rows_buffer(obj, &views[n_views], dtype, n, &cols[k], &pitch[k]))) {
+            result = Py_False;
+            goto done;
+        }
+        rows_apart |= cols[k] > 0;
         base[k] = (char *)views[n_views++].buf;
     }
     char *out_base[MAX_REGS];
@@ -707,8 +760,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
         goto release;
     }
     chain_t c = {n_in, n_regs, n_ops, n_out, in_desc, reg_dtype, ops, out_regs,
-                 loops, base, out_base, L, B < n ? B : n, lo, hi, 0, 0, 0, NULL};
-    int whole = whole_chain_of(w, words);
+                 loops, base, out_base, cols, pitch, L, B < n ? B : n, lo, hi, 0, 0, 0, NULL};
+    /* A whole-chain kernel reads its operands contiguous; the block loop
+       computes the same steps, in the same order. */
+    int whole = rows_apart ? -1 : whole_chain_of(w, words);
     if (whole >= 0) c.whole = WHOLE_CHAINS[whole].fn;
     /* Registers a multiple of 4 KiB apart make every load look like it may
        depend on the store before it (4K aliasing) and ran this loop at a
