@@ -83,6 +83,21 @@ def test_reshape():
     _check("reshape", [np.arange(12.0).reshape(3, 4)], new_shape=(2, -1))
 
 
+@pytest.mark.parametrize("shape, start, limit, strides", [
+    ((128, 512), (None, 128), (None, 256), (1, 1)),  # an LSTM's gate: a view
+    ((5, 6, 7), (1, -4, 0), (None, 6, 7), (2, 1, 3)),
+    ((), (), (), ()),
+])
+def test_slice_lowering_is_the_kernels_view(shape, start, limit, strides):
+    x = rng.standard_normal(shape).astype(np.float32)
+    params = dict(start_indices=start, limit_indices=limit, strides=strides)
+    _check("slice", [x], **params)
+    if shape:
+        aval = ShapedArray(shape, x.dtype)
+        out = REGISTRY["slice"].abstract_eval(aval, **params)
+        assert np.shares_memory(lower(REGISTRY["slice"], params, [aval], (out,))(x), x)
+
+
 @pytest.mark.parametrize("name", ["add", "max", "div", "exp", "pow"])
 def test_ufunc_lowering_matches_kernel_including_0d(name):
     prim = REGISTRY[name]

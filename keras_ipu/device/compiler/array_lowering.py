@@ -1,6 +1,8 @@
-"""Lowerings of reshape and of float reductions with their params bound.
+"""Lowerings of reshape, slice and of float reductions with their params bound.
 
 reshape becomes the ndarray method call with the (static) output shape;
+slice indexes with the eager kernel's key, built once (a view: an LSTM's
+four gates cut from one product, every time step of its scan);
 float sum/prod/max/min reductions call the ufunc's `reduce` directly (what
 np.sum & co. do after their argument handling), with a 0-d result turned
 back into an ndarray. Other dtypes keep the eager kernel, which also fixes
@@ -29,6 +31,18 @@ def _lower_reshape(params, in_avals, out_avals):
         return x.reshape(shape)
 
     return reshape
+
+
+def _lower_slice(params, in_avals, out_avals):
+    key = tuple(slice(s, l, st) for s, l, st in
+                zip(params["start_indices"], params["limit_indices"], params["strides"]))
+    if not key:
+        return lambda x: x  # x[()] of a 0-d array would be a NumPy scalar
+
+    def slice_(x):
+        return x[key]
+
+    return slice_
 
 
 def _reduction(ufunc, primitive):
@@ -130,6 +144,7 @@ def _lower_scatter(params, in_avals, out_avals):
 
 
 LOWERINGS["reshape"] = _lower_reshape
+LOWERINGS["slice"] = _lower_slice
 LOWERINGS["scatter"] = _lower_scatter
 LOWERINGS["reduce_sum"] = _reduction(np.add, reduce_sum_p)
 LOWERINGS["reduce_prod"] = _reduction(np.multiply, reduce_prod_p)
