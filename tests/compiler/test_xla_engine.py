@@ -846,14 +846,16 @@ def test_fit_on_each_tensorflow_engine_matches_numpy_and_numpy_never_emits():
 
 # auto, made to switch at once to one candidate: the first run on NumPy
 # starts the compile and waits until the candidate is handed over; the
-# runs after are timed runs, the candidate's and NumPy's in turn (the
-# donated state crosses both ways).
+# fit's three runs after are the candidate's and NumPy's in turn (the
+# donated state crosses both ways): the graph runtime's preparing run, then
+# timed runs; XLA's one warm-up run, then timed runs.
 _SWITCH_AT_ONCE = textwrap.dedent(
     """
     import time
     from keras_ipu.device.compiler import engines as _engines
     _engines.HOT_SECONDS = 0.0
     _engines.TIMED_RUNS = 10**6
+    _engines.WARM_UP_RUNS = {warm_up}
     _engines.AUTO_CANDIDATES = ({engine!r},)
     _engines.host_threads._cap = 2  # a core to compile on, on any machine
     # Waited for below: at nice 19 on a busy machine it would crawl.
@@ -880,8 +882,10 @@ def test_auto_switching_engines_mid_fit_matches_numpy(engine):
     # Donated state crosses from NumPy to the candidate mid-epoch; the
     # losses stay within the tolerance the engine meets alone.
     numpy_losses, _ = _mlp_losses("numpy")
+    warm_up = 0 if engine in engines.CALLER_PREPARES else 1
     auto_losses, auto_rest = _mlp_losses(
-        "auto", {engines.STRICT_ENV: "1"}, prelude=_SWITCH_AT_ONCE.format(engine=engine))
+        "auto", {engines.STRICT_ENV: "1"},
+        prelude=_SWITCH_AT_ONCE.format(engine=engine, warm_up=warm_up))
     assert auto_rest == [f"['{engine}']", "True"]
     np.testing.assert_allclose(auto_losses, numpy_losses, rtol=1e-5)
 
@@ -978,16 +982,14 @@ def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, ca
             assert runner.candidate.engine == engine
             so_far = runner.current_name
             seen.append(engine)
-            # The candidate and the engine so far in turn.
+            # The candidate's warm-up runs, then the engine so far and the
+            # candidate in turn.
             ran = []
-            for _ in range(engines.TIMED_RUNS):
+            for _ in range(engines.WARM_UP_RUNS + 2 * engines.TIMED_RUNS):
                 outs.append(exe.run(x, w))
                 ran.append(engines.current_engine(exe))
-                outs.append(exe.run(x, w))
-                ran.append(engines.current_engine(exe))
-            # (The engine so far first after the candidate's run that prepared it.)
-            turns = [so_far, engine] if engine in engines.CALLER_PREPARES else [engine, so_far]
-            assert ran == turns * engines.TIMED_RUNS
+            assert ran == ([engine] * engines.WARM_UP_RUNS
+                           + [so_far, engine] * engines.TIMED_RUNS)
             # The compile thread waited for the timing before going on.
             assert runner.engine in ("compiling", "timing", "final")
         runner.thread.join(timeout=120)
@@ -1015,23 +1017,25 @@ def test_auto_keeps_the_faster_by_the_timed_runs():
         def run(self, arrays):
             return arrays
 
-    runner.current_times = [0.004, 0.003, 0.005]  # NumPy's
-    for engine, times, kept in [("tensorflow", [0.004, 0.002, 0.0025], "tensorflow"),
-                                ("xla", [0.0021, 0.003, 0.0022], "tensorflow")]:
+    # The engine so far's times of each phase against the candidate's.
+    for engine, so_far, times, kept in [
+            ("tensorflow", [0.004, 0.003, 0.005], [0.004, 0.002, 0.0025], "tensorflow"),
+            ("xla", [0.002, 0.0025, 0.003], [0.0021, 0.003, 0.0022], "tensorflow")]:
         candidate = Candidate(engine)
         runner.candidate, runner.candidate_times, runner.engine = candidate, list(times), "timing"
+        runner.current_times = list(so_far)
         runner.timed.clear()
         runner._keep_the_faster()
         assert runner.current_name == kept and runner.engine == "compiling"
         assert runner.timed.is_set() and runner.candidate is None
+        assert runner.current_times == runner.candidate_times == []
         if engine == kept:
-            assert runner.current == candidate.run and runner.current_times == times
+            assert runner.current == candidate.run
 
 
-@pytest.mark.parametrize("current_first", [False, True])
-def test_timed_runs_alternate_and_a_numpy_turn_copies_read_only_state_untimed(current_first):
-    # current_first: the candidate was prepared by a run of the program's,
-    # so the engine so far takes the first turn.
+@pytest.mark.parametrize("warm_up", [0, 2])
+def test_timed_runs_follow_the_warm_up_alternate_and_a_numpy_turn_copies_read_only_state_untimed(
+        warm_up):
     exe = compile_graph(_graph())
     x, w = f32(8, 6), f32(6, 5)
     want = exe.run_unchecked([x, w])
@@ -1045,22 +1049,23 @@ def test_timed_runs_alternate_and_a_numpy_turn_copies_read_only_state_untimed(cu
         def run(self, arrays):
             return exe.run_unchecked(list(arrays))
 
-    runner.candidate, runner.engine = Candidate(), "timing"
-    runner.current_first = current_first
+    runner.candidate, runner.warm_up, runner.engine = Candidate(), warm_up, "timing"
     runner.timed.clear()
-    ran = []
-    for _ in range(2 * engines.TIMED_RUNS):
+    ran, phase = [], []
+    for _ in range(warm_up + 2 * engines.TIMED_RUNS):
         got = runner([x, w])
         ran.append(runner.last_engine)
+        phase.append((len(runner.current_times), len(runner.candidate_times)))
         for g, wv in zip(got, want):
             np.testing.assert_array_equal(g, wv)
-    turns = ["numpy", "tensorflow"] if current_first else ["tensorflow", "numpy"]
-    assert ran == turns * engines.TIMED_RUNS
+    assert ran == ["tensorflow"] * warm_up + ["numpy", "tensorflow"] * engines.TIMED_RUNS
+    # The warm-up runs are not timed; each timed turn is.
+    assert phase[:warm_up] == [(0, 0)] * warm_up
+    assert phase[warm_up:warm_up + 2] == [(1, 0), (1, 1)]
     assert len(copied) == engines.TIMED_RUNS  # before each NumPy turn
     # Decided on the runs of this phase: both sides timed alike.
     assert runner.timed.is_set() and runner.engine == "compiling"
     assert runner.current_name in ("numpy", "tensorflow")
-    assert len(runner.current_times) == engines.TIMED_RUNS
 
 
 def test_the_next_candidate_waits_for_the_program_to_pay_its_rent(monkeypatch):
@@ -1146,7 +1151,9 @@ def test_results_given_back_run_as_their_tensors_without_a_copy(cls):
     assert program._viewed == {}
 
 
-def test_a_candidate_failing_in_a_timed_run_is_dropped(monkeypatch, caplog):
+@pytest.mark.parametrize("warm_up", [1, 0])
+def test_a_candidate_failing_in_a_timed_run_is_dropped(monkeypatch, caplog, warm_up):
+    # In a warm-up run (1) or in its first timed turn, after NumPy's (0).
     monkeypatch.setattr(engines, "_noted", set())
     exe = compile_graph(_graph())
     x, w = f32(8, 6), f32(6, 5)
@@ -1160,12 +1167,15 @@ def test_a_candidate_failing_in_a_timed_run_is_dropped(monkeypatch, caplog):
         def run(self, arrays):
             raise RuntimeError("kernel refused (test)")
 
-    runner.candidate, runner.engine = Refusing(), "timing"
+    runner.candidate, runner.warm_up, runner.engine = Refusing(), warm_up, "timing"
     with caplog.at_level("DEBUG", logger="keras_ipu.device"):
         got = runner([x, w])
+        if not warm_up:
+            assert runner.current_times and not runner.timed.is_set()
+            got = runner([x, w])
     for g, wv in zip(got, want):
         np.testing.assert_array_equal(g, wv)
-    assert runner.engine == "compiling" and runner.timed.is_set()
+    assert runner.engine == "compiling" and runner.timed.is_set() and runner.candidate is None
     assert runner.current_name == "numpy" and runner.last_engine == "numpy"
     assert any("kernel refused (test)" in r.message for r in caplog.records)
 
@@ -1435,7 +1445,7 @@ _PRIORITIES = textwrap.dedent(
     wait_while("compiling")  # handed over for timing
     assert runner.engine == "timing" and runner.candidate.engine == "tensorflow"
     runtime = {{t: n for t, n in nices().items() if t not in seen["threads at import"]}}
-    for _ in range(2 * engines.TIMED_RUNS):  # in turn with NumPy's
+    for _ in range(engines.WARM_UP_RUNS + 2 * engines.TIMED_RUNS):  # in turn with NumPy's
         exe.run(x)
     wait_while("compiling")  # XLA's compile, then its first run
     assert runner.engine == "timing" and runner.candidate.engine == "xla", runner.engine

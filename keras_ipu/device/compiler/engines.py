@@ -28,9 +28,10 @@ cycles, profiles) always come from the Executable's own program:
   optimisation on its first run, done by one of the program's own runs,
   CALLER_PREPARES; then XLA, in the background: a trace and XLA's compile)
   while the program keeps running on the fastest engine so far; when a
-  candidate is ready, the next runs alternate between it and the fastest
-  so far, `TIMED_RUNS` each (both timed under the same load), and the
-  faster keeps the program. After a candidate was timed, the next one
+  candidate is ready, it runs `WARM_UP_RUNS` more runs untimed (its first
+  runs are slower than its settled ones), then the next runs alternate
+  between the fastest so far and it, `TIMED_RUNS` each (both timed under
+  the same load), and the faster keeps the program. After a candidate was timed, the next one
   is prepared only once the program has run, on the engine it has, long
   enough for that candidate to pay (rent-or-buy again, priced by
   `TieredRunner._rent`): XLA, after the graph runtime, once the program's
@@ -137,6 +138,13 @@ HOT_SECONDS = 2.0
 TENSORFLOW_LIBRARIES = "libtensorflow*.so*"
 # Runs timed on each engine before `auto` keeps the faster one.
 TIMED_RUNS = 3
+# A candidate's runs after its first (the preparing one) that are not
+# timed: TensorFlow's graph runtime runs its second and third runs of a
+# program slower than the ones after (the transformer, 2-core AMD host:
+# 508 and 520 ms, then 150-210; issue 16 tenth pass), and `auto` compared
+# them with NumPy's settled runs and kept NumPy where the graph runtime
+# was 25% faster. They still compute the program's steps.
+WARM_UP_RUNS = 2
 # Program CPU seconds before `auto` prepares its next candidate, per CPU
 # second of rent that candidate asks (TieredRunner._rent): 1 is rent-or-buy;
 # the tests set 0.
@@ -485,7 +493,6 @@ class TieredRunner:
         # the candidate's).
         self.current = numpy_runner(executable)
         self.current_name = "numpy"
-        self.current_times = []
         # Before a timed NumPy run: the copies it would make of read-only
         # state a TensorFlow run returned (a cost of alternating, which the
         # engine kept does not pay).
@@ -494,10 +501,13 @@ class TieredRunner:
         self.last_engine = None
         # The program being timed, handed over by the compile thread, which
         # waits for `timed` before preparing the next: a compile beside the
-        # timed runs would slow them.
+        # timed runs would slow them. Its warm-up runs left, then its timed
+        # runs and the engine so far's, in turn (the engine so far first:
+        # the candidate has just run).
         self.candidate = None
+        self.warm_up = 0
         self.candidate_times = []
-        self.current_first = False
+        self.current_times = []
         self.timed = threading.Event()
         # The candidate the next run prepares, and (program or None, CPU
         # seconds) once it did (`prepared` set).
@@ -522,8 +532,7 @@ class TieredRunner:
     def __call__(self, arrays):
         engine = self.engine
         if engine == "final":
-            self.last_engine = self.current_name
-            return self.current(arrays)
+            return self._current_run(arrays)
         if engine == "timing":
             return self._timed_run(arrays)
         if engine == "preparing":
@@ -602,11 +611,8 @@ class TieredRunner:
             if self.abandoned.is_set():
                 return
             self.timed.clear()
-            self.candidate = program
+            self.candidate, self.warm_up = program, WARM_UP_RUNS
             self.candidate_times, self.current_times = [], []
-            # A candidate that just ran a run of the program's (prepared
-            # there) lets the engine so far take the first turn.
-            self.current_first = name in CALLER_PREPARES
             self._event(f"{name} ready ({prepared:.2f} s of CPU to prepare)")
             self.engine = "timing"
             timed = (name, prepared)
@@ -625,10 +631,7 @@ class TieredRunner:
             return None, 0.0
         self._check()
         self.unstoppable.set()
-        try:
-            program.run(sample)
-        except Exception as error:  # noqa: BLE001
-            program.failed(error)
+        if self._candidate_run(program, sample) is None:
             return None, 0.0
         return program, time.thread_time() - start
 
@@ -651,21 +654,30 @@ class TieredRunner:
         name = self.to_prepare
         start = time.thread_time()
         program = PROGRAMS[name].build(self.executable)
-        out = None
-        if program is not None:
-            try:
-                out = program.run(arrays)  # optimised on the first call
-            except Exception as error:  # noqa: BLE001
-                program.failed(error)
-                program = None
+        out = None if program is None else self._candidate_run(program, arrays)
+        if out is None:
+            program = None
         self.prepared_program = (program, time.thread_time() - start)
         self.engine = "compiling"
         self.prepared.set()
         if out is None:
-            self.last_engine = self.current_name
-            return self.current(arrays)
+            return self._current_run(arrays)
         self.last_engine = name
         return out
+
+    def _candidate_run(self, program, arrays):
+        """`program`'s results of `arrays`, or None when it failed (noted
+        once): TensorFlow writes into no input, so the engine so far then
+        runs the same arrays."""
+        try:
+            return program.run(arrays)
+        except Exception as error:  # noqa: BLE001 - a kernel refused these inputs
+            program.failed(error)
+            return None
+
+    def _current_run(self, arrays):
+        self.last_engine = self.current_name
+        return self.current(arrays)
 
     @staticmethod
     def _rent(name, timed, prepared):
@@ -702,51 +714,49 @@ class TieredRunner:
             time.sleep(0.05)
 
     def _timed_run(self, arrays):
-        """A run while a candidate is timed: the candidate and the engine
-        so far in turn, each run timed, so that both are timed under the
-        same load (a busy machine's load changes within seconds)."""
+        """A run while a candidate is timed: its warm-up runs (WARM_UP_RUNS),
+        then the engine so far and the candidate in turn, each run timed,
+        so that both are timed under the same load (a busy machine's load
+        changes within seconds)."""
         program = self.candidate
-        if len(self.current_times) < len(self.candidate_times) + self.current_first:
+        if not self.warm_up and len(self.current_times) <= len(self.candidate_times):
             self.writable(arrays)  # not timed: see __init__
             start = time.perf_counter()
-            out = self.current(arrays)
+            out = self._current_run(arrays)
             self.current_times.append(time.perf_counter() - start)
-            self.last_engine = self.current_name
         else:
             start = time.perf_counter()
-            try:
-                out = program.run(arrays)
-            except Exception as error:  # noqa: BLE001 - a kernel refused these inputs
-                # TensorFlow never writes into its inputs: the engine so far
-                # runs them as they are.
-                program.failed(error)
-                self.candidate, self.candidate_times = None, []
-                self.engine = "compiling"
-                self.timed.set()
-                self.last_engine = self.current_name
-                return self.current(arrays)
-            self.candidate_times.append(time.perf_counter() - start)
+            out = self._candidate_run(program, arrays)
+            if out is None:
+                self._timing_done()
+                return self._current_run(arrays)
+            if self.warm_up:
+                self.warm_up -= 1
+            else:
+                self.candidate_times.append(time.perf_counter() - start)
             self.last_engine = program.engine
-        if min(len(self.candidate_times), len(self.current_times)) >= TIMED_RUNS:
+        if len(self.candidate_times) >= TIMED_RUNS:
             self._keep_the_faster()
         return out
 
     def _keep_the_faster(self):
         """The candidate's fastest timed run against the fastest engine
-        so far's: the faster keeps the program; the compile thread then
-        goes on to the next candidate, or ends."""
+        so far's: the faster keeps the program."""
         program = self.candidate
-        new = min(self.candidate_times)
-        old = min(self.current_times) if self.current_times else float("inf")
+        new, old = min(self.candidate_times), min(self.current_times)
         logger.info("%s: %s %.3g ms, %s %.3g ms per run: keeps %s",
                     self.executable.name, program.engine, 1e3 * new,
                     self.current_name, 1e3 * old,
                     program.engine if new <= old else self.current_name)
         if new <= old:
             self.current, self.current_name = program.run, program.engine
-            self.current_times = self.candidate_times
         self._event(f"keeps {self.current_name}")
-        self.candidate, self.candidate_times = None, []
+        self._timing_done()
+
+    def _timing_done(self):
+        """The candidate dropped or kept: the compile thread goes on to the
+        next candidate, or ends."""
+        self.candidate, self.candidate_times, self.current_times = None, [], []
         self.engine = "compiling"
         self.timed.set()
 
