@@ -970,7 +970,9 @@ def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, ca
     assert isinstance(runner, engines.TieredRunner) and runner.engine == "numpy"
     with caplog.at_level("INFO", logger="keras_ipu.device"):
         outs.append(exe.run(x, w))
-        assert runner.engine in ("compiling", "timing")
+        # (TensorFlow imported by an earlier test: the compile thread may
+        # already ask for the graph runtime's preparation.)
+        assert runner.engine in ("compiling", "preparing")
         seen = []
         for engine in engines.AUTO_CANDIDATES:
             if engine in engines.CALLER_PREPARES:
@@ -1272,6 +1274,13 @@ def test_a_failing_compile_falls_back_to_numpy_silently(monkeypatch, caplog, set
         results = [exe.run(x, w) for _ in range(3)]
         runner = exe._engine_run
         if isinstance(runner, engines.TieredRunner):
+            # The program keeps running: the graph runtime is prepared by
+            # one of its runs (CALLER_PREPARES), whenever the niced import
+            # is done, which a busy machine delays past the runs above.
+            deadline = time.monotonic() + 120
+            while runner.engine != "final" and time.monotonic() < deadline:
+                results.append(exe.run(x, w))
+                time.sleep(0.01)
             runner.thread.join(timeout=60)
             assert runner.engine == "final" and runner.current_name == "numpy"
         results += [exe.run(x, w) for _ in range(3)]
