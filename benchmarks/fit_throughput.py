@@ -619,17 +619,20 @@ def run_backend(variant, args, weights_dir, save_weights):
     fit is measured without what an earlier one left running (`auto`'s
     background XLA compile of the last model went on, at nice 19, into the
     next model's first epochs and its timed runs: issue 16, tenth pass)."""
-    info = None
+    info, errors = None, {}
     for name in args.model_list:
         result_file = os.path.join(weights_dir, f"{variant}.{name}.json")
         one = run_worker(variant, args, weights_dir, save_weights, result_file, [name])
-        if "error" in one:
-            return one
-        if info is None:
+        if "error" in one:  # the worker died: that model's error, the others go on
+            errors[name] = {"error": one["error"]}
+        elif info is None:
             info = one
         else:
             info["models"].update(one["models"])
             info["process_wall_s"] += one["process_wall_s"]
+    if info is None:
+        return next(iter(errors.values()))
+    info["models"].update(errors)
     return info
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_throughput.py"
@@ -179,6 +180,58 @@ def test_engine_log_reports_each_epochs_engine_and_autos_steps(monkeypatch):
         monkeypatch.setattr(engines, "current_engine", lambda e: e._engine_run.last_engine)
         assert log.engine_now() == "tensorflow"
         assert log.events(since=12.0) == [(0.5, "tensorflow ready"), (1.0, "keeps tensorflow")]
+    finally:
+        engines.runner = log.runner_wrapped
+
+
+def test_each_model_runs_in_a_worker_of_its_own(monkeypatch, tmp_path):
+    # One worker process per model (an earlier model's background compile
+    # stays out of the next one's figures); a worker that dies costs its
+    # model only.
+    bench = _load_script()
+    calls = []
+
+    def worker(variant, args, weights_dir, save_weights, result_file, models):
+        calls.append(models)
+        if models == ["cnn"]:
+            return {"error": "worker exited with -9"}
+        return {"threads": {}, "process_wall_s": 1.0,
+                "models": {m: {"samples_per_s": 1.0} for m in models}}
+
+    monkeypatch.setattr(bench, "run_worker", worker)
+    args = types.SimpleNamespace(model_list=["mlp", "cnn", "lstm"])
+    info = bench.run_backend("ipu", args, str(tmp_path), save_weights=True)
+    assert calls == [["mlp"], ["cnn"], ["lstm"]]
+    assert info["models"] == {"mlp": {"samples_per_s": 1.0},
+                              "cnn": {"error": "worker exited with -9"},
+                              "lstm": {"samples_per_s": 1.0}}
+    assert info["process_wall_s"] == 2.0
+    args.model_list = ["cnn"]
+    assert bench.run_backend("ipu", args, str(tmp_path), False) == {
+        "error": "worker exited with -9"}
+
+
+def test_the_engine_log_forgets_an_earlier_models_programs(monkeypatch):
+    bench = _load_script()
+    from keras_ipu.device.compiler import engines
+
+    class Exe:
+        name = "train_step_loop"
+
+    class Tiered:
+        last_engine = "xla"
+        events = [(20.0, "xla ready")]
+
+    monkeypatch.setattr(engines, "runner", lambda executable: Tiered())
+    monkeypatch.setattr(engines, "current_engine", lambda e: e._engine_run.last_engine)
+    monkeypatch.setattr(bench.EngineLog, "_installed", None)
+    log = bench.EngineLog.installed()
+    try:
+        earlier = Exe()
+        earlier._engine_run = engines.runner(earlier)
+        assert log.engine_now() == "xla" and log.events(since=10.0) == [(10.0, "xla ready")]
+        log.begin_model()
+        assert log.engine_now() is None and log.events(since=10.0) == []
     finally:
         engines.runner = log.runner_wrapped
 
