@@ -93,7 +93,7 @@ def worth_launching(node, kernel):
     return False
 
 
-def _plain(node):
+def is_plain(node):
     return node.primitive.elementwise or node.primitive.name in _PLAIN
 
 
@@ -159,7 +159,7 @@ def concurrent_program(program, nodes):
         for step, node in zip(program, nodes)
     ]
     reads_of = [set(step[1]) for step in program]
-    barrier = [not _plain(node) or _may_split(node) for node in nodes]
+    barrier = [not is_plain(node) or _may_split(node) for node in nodes]
     joins_before = [[] for _ in range(n + 1)]
     launched = set()
     for i, (step, node) in enumerate(zip(program, nodes)):

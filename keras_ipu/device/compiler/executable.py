@@ -37,6 +37,7 @@ from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler import engines
 from keras_ipu.device.compiler import control_flow
 from keras_ipu.device.compiler.concurrent_steps import concurrent_program
+from keras_ipu.device.compiler.early_updates import early_program
 from keras_ipu.device.compiler.demotion import check_integer_range
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.donation import owned_values
@@ -46,6 +47,7 @@ from keras_ipu.device.compiler.lowering import ALIGNED_OUTPUT_LOWERINGS
 from keras_ipu.device.compiler.lowering import lower
 from keras_ipu.device.compiler.straight_line import straight_line
 from keras_ipu.device import liveness
+from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.units import fmt_bytes as _fmt_bytes
 from keras_ipu.device.ir import Graph
 from keras_ipu.device.ir import ipus_of
@@ -62,6 +64,16 @@ FORMAT_VERSION = 4
 logger = logging.getLogger("keras_ipu.device")
 
 _ALWAYS = DeviceConnectionType.ALWAYS
+
+
+def run_program(program, nodes):
+    """The run loop's steps of `program` (one step per node of `nodes`):
+    on one thread, in-place updates moved up to their operands
+    (early_updates.py); on more, independent steps launched beside the
+    next ones (concurrent_steps.py), which the moved updates would wait for."""
+    if host_threads.max_threads() < 2:
+        return early_program(program, nodes)[0]
+    return concurrent_program(program, nodes)
 
 
 def programs_compute():
@@ -270,10 +282,12 @@ class Executable:
             multi = prim.multiple_results
             program.append((kernel, ins, outs if multi else outs[0], multi, frees))
         self._program = tuple(program)
-        # What the run loop runs: independent steps at once
-        # (concurrent_steps.py); not under a floating-point behaviour.
+        # What the run loop runs: in-place updates right after their
+        # operands (early_updates.py) on one thread, independent steps at
+        # once (concurrent_steps.py) on more; not under a floating-point
+        # behaviour (the program's order).
         self._run_program = (self._program if wrap is not None
-                             else concurrent_program(self._program, graph.nodes))
+                             else run_program(self._program, graph.nodes))
         self._kernels = tuple(kernels)  # unwrapped, for printing
         self._frees = tuple(frees_of)
         self._n_inputs = len(self.in_avals)

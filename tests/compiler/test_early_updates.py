@@ -1,0 +1,140 @@
+"""In-place updates run right after their operands (compiler/early_updates.py)
+on one thread: the run loop moves each update (a fused chain writing into
+the operands it donates) up to the last step it waits for, pulling small
+steps it reads (a learning rate's scalars) with it, never across a step that
+is not plain, and gives the program order's bits; with two threads the run
+loop keeps the program's order of its own steps (concurrent_steps.py)."""
+
+import gc
+
+import numpy as np
+import pytest
+from compiler_graphs import aval
+from compiler_graphs import build
+from compiler_graphs import lit
+
+from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device.compiler.early_updates import early_order
+from keras_ipu.device.compiler.early_updates import is_update
+from keras_ipu.device.compiler.executable import Executable
+from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device.native import threads
+
+RNG = np.random.default_rng(5)
+T_LEFT = (((0,), (0,)), ((), ()))  # x^T @ g
+
+
+@pytest.fixture
+def cap(monkeypatch):
+    def set_cap(n):
+        monkeypatch.setattr(threads, "_cap", n)
+        monkeypatch.setattr(threads, "_plans", {})
+
+    return set_cap
+
+
+def _two_layers(between="add"):
+    """Two weight gradients x^T @ g, each updated in place (w - lr * dw,
+    with the rate lr computed from a scalar input), the updates last as an
+    optimizer emits them; `between` ("add" or "sort") is the primitive of a
+    step after the second product."""
+
+    def body(b, x, g, w1, w2, t):
+        lr = b.op("mul", t, lit(0.5, "float32"))
+        d1 = b.op("dot_general", x, g, dimension_numbers=T_LEFT)
+        mid = b.op("sort", g, dimension=1)[0] if between == "sort" else b.op("add", g, g)
+        d2 = b.op("dot_general", x, mid, dimension_numbers=T_LEFT)
+        w1n = b.op("sub", w1, b.op("mul", d1, lr))
+        w2n = b.op("sub", w2, b.op("mul", d2, lr))
+        return [w1n, w2n]
+
+    return build([aval((32, 64)), aval((32, 64)), aval((64, 64)), aval((64, 64)), aval(())],
+                 body)
+
+
+def _compiled(graph):
+    # w1 and w2 donated, as the trainer donates the variables.
+    return compile_graph(graph, options=CompileOptions(donated_inputs=(2, 3)))
+
+
+def _inputs():
+    return [RNG.standard_normal(s).astype(np.float32)
+            for s in ((32, 64), (32, 64), (64, 64), (64, 64), ())]
+
+
+def _names(steps):
+    return [getattr(k, "__name__", "") for k, *_ in steps]
+
+
+def test_an_update_runs_right_after_its_gradient_with_the_same_bits(cap):
+    cap(1)
+    exe = _compiled(_two_layers())
+    names = [n.primitive.name for n in exe.steps]
+    updates = [i for i, n in enumerate(exe.steps) if is_update(n)]
+    assert len(updates) == 2, names
+    order = early_order(exe._program, exe.steps)
+    first_product = names.index("dot_general")
+    # The rate's scalar chain is pulled up, the first update follows the
+    # first product before anything else does.
+    assert order.index(updates[0]) < order.index(first_product) + 3
+    assert order.index(updates[0]) < order.index(updates[1]) - 1
+    assert order != list(range(len(order)))
+    assert [k for k, *_ in exe._run_program] == [exe._program[i][0] for i in order]
+    xs = _inputs()
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    got = exe.run(*[x.copy() for x in xs])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_allclose(got[0], xs[2] - (xs[0].T @ xs[1]) * (xs[4] * 0.5),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_nothing_moves_across_a_step_that_is_not_plain(cap):
+    cap(1)
+    exe = _compiled(_two_layers(between="sort"))
+    names = [n.primitive.name for n in exe.steps]
+    sort = names.index("sort")
+    order = early_order(exe._program, exe.steps)
+    for i, node in enumerate(exe.steps):
+        if i > sort:
+            assert order.index(i) > order.index(sort), (names, order)
+
+
+def test_two_threads_keep_the_program_order_of_the_updates(cap):
+    cap(2)
+    exe = _compiled(_two_layers())
+    run_kernels = [k for k, *_ in exe._run_program]
+    assert run_kernels == [k for k, *_ in exe._program]
+
+
+@pytest.mark.numpy_engine
+def test_a_keras_models_adam_updates_follow_their_gradients_with_the_same_bits(cap):
+    import keras
+
+    cap(1)
+    # A width of its own: a program compiled before is reused as it is.
+    model = keras.Sequential([keras.Input((23,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(64), keras.layers.Dense(5)])
+    model.compile(optimizer="adam", loss="mse")
+    x = RNG.standard_normal((32, 23)).astype(np.float32)
+    model.fit(x, np.zeros((32, 5), np.float32), batch_size=32, epochs=1, verbose=0)
+    step = max((o for o in gc.get_objects() if isinstance(o, Executable)
+                and any(v.aval.shape == (23, 64) for v in o.graph.inputs)),
+               key=lambda e: len(e._program))
+    nodes = step.steps
+    updates = [i for i, n in enumerate(nodes) if is_update(n)
+               and n.outputs[0].aval.shape == (64, 64)]
+    assert updates
+    order = early_order(step._program, nodes)
+    for u in updates:
+        # Its gradient: the (64, 64) product it reads.
+        grad = next(i for i, n in enumerate(nodes) if n.primitive.name == "dot_general"
+                    and any(v in n.outputs for v in nodes[u].inputs))
+        assert order.index(u) <= order.index(grad) + 2
+    assert [k for k, *_ in step._run_program] == [step._program[i][0] for i in order]
+    xs = [RNG.uniform(0.01, 0.1, a.shape).astype(a.dtype) for a in step.in_avals]
+    with np.errstate(all="ignore"):
+        want = step.run_steps(step._program, [a.copy() for a in xs])
+        got = step.run_unchecked([a.copy() for a in xs])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
