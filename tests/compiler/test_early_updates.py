@@ -2,8 +2,10 @@
 on one thread: the run loop moves each update (a fused chain writing into
 the operands it donates) up to the last step it waits for, pulling small
 steps it reads (a learning rate's scalars) with it, never across a step that
-is not plain, and gives the program order's bits; with two threads the run
-loop keeps the program's order of its own steps (concurrent_steps.py)."""
+is not plain, and gives the program order's bits. With two threads an
+update moves only where it joins the launched job of the product making its
+gradient (concurrent_steps.py), with the same bits; elsewhere the order is
+kept."""
 
 import gc
 
@@ -18,6 +20,7 @@ from keras_ipu.device.compiler.early_updates import early_order
 from keras_ipu.device.compiler.early_updates import is_update
 from keras_ipu.device.compiler.executable import Executable
 from keras_ipu.device.compiler.options import CompileOptions
+from keras_ipu.device import native
 from keras_ipu.device.native import threads
 
 RNG = np.random.default_rng(5)
@@ -26,6 +29,10 @@ T_LEFT = (((0,), (0,)), ((), ()))  # x^T @ g
 
 @pytest.fixture
 def cap(monkeypatch):
+    # The 512-wide products (17 MFLOP) stay on one thread, as on a host
+    # where the C product pool is off (test_concurrent_steps.py).
+    monkeypatch.setattr(threads, "NATIVE_FLOPS_PER_THREAD", threads.FLOPS_PER_THREAD)
+
     def set_cap(n):
         monkeypatch.setattr(threads, "_cap", n)
         monkeypatch.setattr(threads, "_plans", {})
@@ -33,7 +40,7 @@ def cap(monkeypatch):
     return set_cap
 
 
-def _two_layers(between="add"):
+def _two_layers(between="add", width=64):
     """Two weight gradients x^T @ g, each updated in place (w - lr * dw,
     with the rate lr computed from a scalar input), the updates last as an
     optimizer emits them; `between` ("add" or "sort") is the primitive of a
@@ -48,8 +55,8 @@ def _two_layers(between="add"):
         w2n = b.op("sub", w2, b.op("mul", d2, lr))
         return [w1n, w2n]
 
-    return build([aval((32, 64)), aval((32, 64)), aval((64, 64)), aval((64, 64)), aval(())],
-                 body)
+    return build([aval((32, width)), aval((32, width)), aval((width, width)),
+                  aval((width, width)), aval(())], body)
 
 
 def _compiled(graph):
@@ -57,9 +64,9 @@ def _compiled(graph):
     return compile_graph(graph, options=CompileOptions(donated_inputs=(2, 3)))
 
 
-def _inputs():
+def _inputs(width=64):
     return [RNG.standard_normal(s).astype(np.float32)
-            for s in ((32, 64), (32, 64), (64, 64), (64, 64), ())]
+            for s in ((32, width), (32, width), (width, width), (width, width), ())]
 
 
 def _names(steps):
@@ -100,11 +107,49 @@ def test_nothing_moves_across_a_step_that_is_not_plain(cap):
             assert order.index(i) > order.index(sort), (names, order)
 
 
-def test_two_threads_keep_the_program_order_of_the_updates(cap):
+def test_two_threads_keep_the_order_where_no_product_is_launched(cap):
     cap(2)
+    # 2 x 32 x 64 x 64 FLOPs: below a launch's worth (concurrent_steps.py).
     exe = _compiled(_two_layers())
     run_kernels = [k for k, *_ in exe._run_program]
     assert run_kernels == [k for k, *_ in exe._program]
+
+
+@pytest.mark.skipif(native.elementwise is None, reason="the C elementwise kernel is not built")
+def test_two_threads_run_an_update_in_its_gradients_launched_job_with_the_same_bits(
+        cap, monkeypatch):
+    cap(2)
+    launched = []
+    launch = threads.launch
+    monkeypatch.setattr(threads, "launch",
+                        lambda fn, args: launched.append(fn) or launch(fn, args))
+    # 2 x 32 x 512 x 512 FLOPs per product (Keras' demo_functional's weight
+    # gradients): worth a launch; each update in one step with its product,
+    # the first launched beside the second layer's steps, the last run in
+    # place (nothing after it to run beside).
+    exe = _compiled(_two_layers(width=512))
+    assert _names(exe._run_program)[-4:] == ["launched", "add", "paired", "joined"]
+    assert exe._run_program[-4][0].launched.__name__ == "paired"
+    xs = _inputs(width=512)
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    got = exe.run(*[x.copy() for x in xs])
+    assert [k.__name__ for k in launched] == ["paired"]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_allclose(got[1], xs[3] - (xs[0].T @ (xs[1] + xs[1])) * (xs[4] * 0.5),
+                               rtol=1e-4, atol=1e-3)
+
+
+def test_two_threads_keep_the_order_of_a_numpy_update(cap, monkeypatch):
+    # A NumPy chain's Python would hold the run loop's interpreter lock in
+    # the job: no pair, and the update stays where the program has it.
+    cap(2)
+    monkeypatch.setattr(native, "elementwise", None)
+    exe = _compiled(_two_layers(width=512))
+    assert "paired" not in [getattr(getattr(k, "launched", None), "__name__", "")
+                            for k, *_ in exe._run_program]
+    names = [n for n in _names(exe._run_program) if n not in ("launched", "joined")]
+    assert names[-2:] == ["fused", "fused"]
 
 
 @pytest.mark.numpy_engine

@@ -43,6 +43,7 @@ step per node.
 import numpy as np
 
 from keras_ipu.device.native import threads as host_threads
+from keras_ipu.device.compiler import early_updates
 from keras_ipu.device.compiler.dot_lowering import product_shape
 from keras_ipu.device.compiler.native_fusion import chain_threads
 
@@ -147,27 +148,98 @@ def _join_step(step):
     return (joined, (out[0] if multi else out,), out, multi, ())
 
 
-def concurrent_program(program, nodes):
+def _update_alone(node, kernel):
+    """The one-thread kernel of an in-place update (early_updates.py) a
+    launched product's job may run after the product, or None: a native
+    chain only (its loop releases the GIL; a NumPy chain's Python would
+    hold the run loop)."""
+    if not (getattr(kernel, "native", False) and early_updates.is_update(node)):
+        return None
+    return getattr(kernel, "one_thread", None)
+
+
+def pairs_with(program, nodes, j, i, n_inputs):
+    """Whether update step j may run in the same launched job as product
+    step i: i is worth launching, j reads its result (its gradient) and is
+    the last to, has a one-thread kernel, and writes only into the
+    program's inputs besides (an optimizer's variables: nothing else in
+    the program reads them after it, so the job runs beside the rest)."""
+    kernel, _, out, multi, _ = program[i]
+    _, ins, _, _, frees = program[j]
+    written = {ins[k] for k in nodes[j].params.get("donate", ())} - {out}
+    return (not multi and worth_launching(nodes[i], kernel)
+            and nodes[i].primitive.name == "dot_general"
+            and out in ins and out in frees
+            and all(s < n_inputs for s in written)
+            and _update_alone(nodes[j], program[j][0]) is not None)
+
+
+def _paired_step(product, update, alone):
+    """One step running the product and then, on its result, the update's
+    one-thread kernel `alone` (what each computes alone: the same bits)."""
+    kernel, ins, out, _, frees = product
+    _, update_ins, update_out, multi, update_frees = update
+    rest = tuple(s for s in update_ins if s != out)
+    at = tuple(k for k, s in enumerate(update_ins) if s == out)
+    n = len(ins)
+
+    def paired(*xs):
+        args = list(xs[n:])
+        result = kernel(*xs[:n])
+        for k in at:  # ascending: each lands where the update reads it
+            args.insert(k, result)
+        return alone(*args)
+
+    freed = tuple(sorted((set(frees) | set(update_frees)) - {out}))
+    return (paired, ins + rest, update_out, multi, freed)
+
+
+def _paired(program, nodes, n_inputs):
+    """(steps, donated slots per step, barrier per step, launch per step)
+    with each update that follows the product making its gradient
+    (early_updates.py put it there) joined to it in one step, launched."""
+    steps, writes, barrier, launch = [], [], [], []
+    i, n = 0, len(program)
+    while i < n:
+        step, node = program[i], nodes[i]
+        donated = {step[1][k] for k in node.params.get("donate", ())}
+        if i + 1 < n and pairs_with(program, nodes, i + 1, i, n_inputs):
+            update = program[i + 1]
+            alone = _update_alone(nodes[i + 1], update[0])
+            steps.append(_paired_step(step, update, alone))
+            writes.append({update[1][k] for k in nodes[i + 1].params.get("donate", ())}
+                          - {step[2]})
+            barrier.append(False)  # the update runs on the job's thread only
+            launch.append(True)
+            i += 2
+            continue
+        steps.append(step)
+        writes.append(donated)
+        barrier.append(not is_plain(node) or _may_split(node))
+        launch.append(worth_launching(node, step[0]))
+        i += 1
+    return steps, writes, barrier, launch
+
+
+def concurrent_program(program, nodes, n_inputs=0):
     """The run loop's steps: `program` (one step per node) with steps
     worth running beside the next ones launched and joined before their
-    first dependent (module doc)."""
+    first dependent (module doc), an update right after its gradient's
+    product launched with it (pairs_with: into the first `n_inputs` slots,
+    the program's inputs)."""
     if host_threads.max_threads() < 2:
         return program
+    program, writes, barrier, launch = _paired(program, nodes, n_inputs)
     n = len(program)
-    writes = [
-        {step[1][k] for k in node.params.get("donate", ())}
-        for step, node in zip(program, nodes)
-    ]
     reads_of = [set(step[1]) for step in program]
-    barrier = [not is_plain(node) or _may_split(node) for node in nodes]
     joins_before = [[] for _ in range(n + 1)]
     launched = set()
-    for i, (step, node) in enumerate(zip(program, nodes)):
+    for i, step in enumerate(program):
         kernel, ins, out, multi, frees = step
         outs = set(out) if multi else {out}
         # A result nobody reads is freed at once: its slot could be reused
         # before the join reads the handle from it.
-        if outs & set(frees) or not worth_launching(node, kernel):
+        if outs & set(frees) or not launch[i]:
             continue
         reads = reads_of[i]
         first = n
@@ -179,7 +251,7 @@ def concurrent_program(program, nodes):
             launched.add(i)
             joins_before[first].append(i)
     if not launched:
-        return program
+        return tuple(program)
     steps = []
     for i in range(n + 1):
         # The last launched first (module doc).

@@ -22,12 +22,15 @@ cleared after its last reader in the new order.
 
 Only the run loop sees the new order (Executable._run_program); the
 graph, its costs and profiles, and the kernel list (`_program`) keep the
-program's. With several threads the run loop runs weight gradients
-beside the input gradients instead (concurrent_steps.py), and an update
-right after its gradient would wait for it: there the order is kept.
+program's. With several threads the run loop launches weight gradients
+beside the input gradients (concurrent_steps.py): an update right after
+its gradient would wait for it, so there an update moves only where it
+can run in the same launched job as the product making its gradient
+(concurrent_steps.pairs_with), one after the other on a pool thread
+while the run loop goes on.
 """
 
-from keras_ipu.device.compiler.concurrent_steps import is_plain
+from keras_ipu.device.compiler import concurrent_steps
 
 # What a pulled-up step may make: scalars and short vectors (a learning
 # rate's bias correction). Larger results would live longer for nothing.
@@ -76,31 +79,35 @@ def _dependencies(program, nodes):
         if last_barrier is not None:
             before.add(last_barrier)
         deps.append(before)
-        if not is_plain(node):
+        if not concurrent_steps.is_plain(node):
             last_barrier = i
     return deps
 
 
-def early_order(program, nodes):
-    """The steps' indices in the order the run loop runs them (module doc)."""
+def early_order(program, nodes, can_move=None):
+    """The steps' indices in the order the run loop runs them (module doc).
+    `can_move(j, after)`: whether update j may move up to right after step
+    `after` (the last step it waits for that is not pulled up with it);
+    None: every update may."""
     n = len(program)
     updates = [is_update(node) for node in nodes]
     if not any(updates):
         return list(range(n))
     deps = _dependencies(program, nodes)
     pullable = [
-        is_plain(node) and not node.params.get("donate") and (_nbytes(node) or 0) > 0
+        concurrent_steps.is_plain(node) and not node.params.get("donate") and (_nbytes(node) or 0) > 0
         and _nbytes(node) <= MAX_PULLED_BYTES
         for node in nodes
     ]
     order, placed = [], [False] * n
 
-    def missing(i, seen):
-        """The unplaced steps i waits for, in an order they can run in
-        (themselves pullable, recursively), or None if one is not."""
+    def missing(i, seen, ignored=None):
+        """The unplaced steps i waits for but `ignored`, in an order they
+        can run in (themselves pullable, recursively), or None if one is
+        not."""
         need = []
         for d in sorted(deps[i]):
-            if placed[d] or d in seen:
+            if placed[d] or d in seen or d == ignored:
                 continue
             if not pullable[d]:
                 return None
@@ -115,37 +122,51 @@ def early_order(program, nodes):
         order.append(i)
         placed[i] = True
 
-    # An update cannot run before the last step it waits for that is not
-    # pulled up: tried from there on only.
-    ready_after = {
-        j: max((d for d in deps[j] if not pullable[d]), default=-1)
-        for j in range(n) if updates[j]
-    }
-    waiting = list(ready_after)
+    # An update runs right after the last step it waits for that is not
+    # pulled up with it; what it pulls runs before that step, so the update
+    # follows it directly (concurrent_steps.py pairs them).
+    moving_after = {}
+    for j in range(n):
+        if updates[j]:
+            after = max((d for d in deps[j] if not pullable[d]), default=-1)
+            if after >= 0 and (can_move is None or can_move(j, after)):
+                moving_after.setdefault(after, []).append(j)
+    # The small steps the moving updates pull run as soon as they can:
+    # between a product and its update they would keep the product
+    # from running beside the steps before it (concurrent_steps.py).
+    pulled, stack = set(), [j for steps in moving_after.values() for j in steps]
+    while stack:
+        for d in deps[stack.pop()]:
+            if pullable[d] and d not in pulled:
+                pulled.add(d)
+                stack.append(d)
     for i in range(n):
-        if not placed[i] and not updates[i]:
-            place(i)
-        elif not placed[i]:  # an update at its own place: all it waits for ran before
-            for d in missing(i, set()) or ():
+        for d in sorted(pulled):
+            if not placed[d] and all(placed[e] for e in deps[d]):
                 place(d)
-            place(i)
-        for j in waiting:
-            if placed[j] or ready_after[j] > i:
-                continue
-            need = missing(j, set())
-            if need is not None:
+        if placed[i]:
+            continue
+        following = []
+        for j in moving_after.get(i, ()):
+            need = missing(j, set(), ignored=i)
+            if need is not None and not placed[j]:
                 for d in need:
                     place(d)
-                place(j)
-        waiting = [j for j in waiting if not placed[j]]
+                following.append(j)
+        if updates[i]:  # at its own place: all it waits for ran before
+            for d in missing(i, set()) or ():
+                place(d)
+        place(i)
+        for j in following:
+            place(j)
     return order
 
 
-def early_program(program, nodes):
+def early_program(program, nodes, can_move=None):
     """(steps, nodes) of `program` (one step per node) in early_order, each
     freed slot cleared after its last reader in that order; `program`
     itself when nothing moves."""
-    order = early_order(program, nodes)
+    order = early_order(program, nodes, can_move)
     if order == list(range(len(program))):
         return program, nodes
     position = {i: p for p, i in enumerate(order)}

@@ -36,6 +36,7 @@ import numpy as np
 from keras_ipu.device.compiler import device_checks
 from keras_ipu.device.compiler import engines
 from keras_ipu.device.compiler import control_flow
+from keras_ipu.device.compiler import concurrent_steps
 from keras_ipu.device.compiler.concurrent_steps import concurrent_program
 from keras_ipu.device.compiler.early_updates import early_program
 from keras_ipu.device.compiler.demotion import check_integer_range
@@ -66,14 +67,19 @@ logger = logging.getLogger("keras_ipu.device")
 _ALWAYS = DeviceConnectionType.ALWAYS
 
 
-def run_program(program, nodes):
-    """The run loop's steps of `program` (one step per node of `nodes`):
-    on one thread, in-place updates moved up to their operands
-    (early_updates.py); on more, independent steps launched beside the
-    next ones (concurrent_steps.py), which the moved updates would wait for."""
+def run_program(program, nodes, n_inputs):
+    """The run loop's steps of `program` (one step per node of `nodes`, its
+    first `n_inputs` slots the program's inputs):
+    in-place updates moved up to their operands (early_updates.py), and on
+    several threads independent steps launched beside the next ones, an
+    update with the product making its gradient (concurrent_steps.py)."""
     if host_threads.max_threads() < 2:
         return early_program(program, nodes)[0]
-    return concurrent_program(program, nodes)
+
+    def pairs(j, after):
+        return concurrent_steps.pairs_with(program, nodes, j, after, n_inputs)
+
+    return concurrent_program(*early_program(program, nodes, pairs), n_inputs)
 
 
 def programs_compute():
@@ -287,7 +293,8 @@ class Executable:
         # once (concurrent_steps.py) on more; not under a floating-point
         # behaviour (the program's order).
         self._run_program = (self._program if wrap is not None
-                             else run_program(self._program, graph.nodes))
+                             else run_program(self._program, graph.nodes,
+                                              len(graph.inputs)))
         self._kernels = tuple(kernels)  # unwrapped, for printing
         self._frees = tuple(frees_of)
         self._n_inputs = len(self.in_avals)

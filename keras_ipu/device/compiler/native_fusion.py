@@ -395,6 +395,21 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
                 return pick(outs)
             return retried(xs)
 
+    if len(parts) > 1:
+        def one_thread(*xs):
+            """The chain on the caller's thread alone (a launched job's:
+            concurrent_steps.py), its bits those of the split."""
+            outs = alloc(xs)
+            if run(code, n, inner, block, xs, outs, 0, -1, loops):
+                return pick(outs)
+            xs = _contiguous(xs)
+            outs = alloc(xs)
+            if run(code, n, inner, block, xs, outs, 0, -1, loops):
+                return pick(outs)
+            return fallback(*xs)
+    else:
+        one_thread = fused_native
+    fused_native.one_thread = one_thread
     fused_native.source = fallback.source
     fused_native.native = True
     # The C kernel's own loop for this chain (an optimizer's update, a
