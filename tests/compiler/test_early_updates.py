@@ -40,7 +40,7 @@ def cap(monkeypatch):
     return set_cap
 
 
-def _two_layers(between="add", width=64):
+def _two_layers(between="add", width=64, batch=32):
     """Two weight gradients x^T @ g, each updated in place (w - lr * dw,
     with the rate lr computed from a scalar input), the updates last as an
     optimizer emits them; `between` ("add" or "sort") is the primitive of a
@@ -55,7 +55,7 @@ def _two_layers(between="add", width=64):
         w2n = b.op("sub", w2, b.op("mul", d2, lr))
         return [w1n, w2n]
 
-    return build([aval((32, width)), aval((32, width)), aval((width, width)),
+    return build([aval((batch, width)), aval((batch, width)), aval((width, width)),
                   aval((width, width)), aval(())], body)
 
 
@@ -64,9 +64,9 @@ def _compiled(graph):
     return compile_graph(graph, options=CompileOptions(donated_inputs=(2, 3)))
 
 
-def _inputs(width=64):
+def _inputs(width=64, batch=32):
     return [RNG.standard_normal(s).astype(np.float32)
-            for s in ((32, width), (32, width), (width, width), (width, width), ())]
+            for s in ((batch, width), (batch, width), (width, width), (width, width), ())]
 
 
 def _names(steps):
@@ -138,6 +138,25 @@ def test_two_threads_run_an_update_in_its_gradients_launched_job_with_the_same_b
         np.testing.assert_array_equal(g, w)
     np.testing.assert_allclose(got[1], xs[3] - (xs[0].T @ (xs[1] + xs[1])) * (xs[4] * 0.5),
                                rtol=1e-4, atol=1e-3)
+
+
+def test_two_threads_move_an_update_after_a_product_that_splits(cap):
+    cap(2)
+    # 2 x 128 x 1024 x 1024 FLOPs: split over both threads, so it runs
+    # alone, and the update right after it keeps nothing from running at once.
+    exe = _compiled(_two_layers(width=1024, batch=128))
+    names = [n.primitive.name for n in exe.steps]
+    products = [i for i, name in enumerate(names) if name == "dot_general"]
+    updates = [i for i, n in enumerate(exe.steps) if is_update(n)]
+    kernels = [k for k, *_ in exe._run_program]
+    assert "launched" not in _names(exe._run_program)
+    at = kernels.index(exe._program[products[0]][0])
+    assert kernels[at + 1] is exe._program[updates[0]][0]
+    xs = _inputs(width=1024, batch=128)
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    got = exe.run(*[x.copy() for x in xs])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
 
 
 def test_two_threads_keep_the_order_of_a_numpy_update(cap, monkeypatch):

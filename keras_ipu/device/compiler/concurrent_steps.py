@@ -98,6 +98,12 @@ def is_plain(node):
     return node.primitive.elementwise or node.primitive.name in _PLAIN
 
 
+def is_barrier(node):
+    """Whether the step joins every launched step before it runs (and runs
+    alone): not plain, or it may split over the pool itself."""
+    return not is_plain(node) or _may_split(node)
+
+
 def _may_split(node):
     """Whether the step's kernel may split over the pool itself (a large
     product or convolution, a chain, pad, sum or pooling over at least two
@@ -215,7 +221,7 @@ def _paired(program, nodes, n_inputs):
             continue
         steps.append(step)
         writes.append(donated)
-        barrier.append(not is_plain(node) or _may_split(node))
+        barrier.append(is_barrier(node))
         launch.append(worth_launching(node, step[0]))
         i += 1
     return steps, writes, barrier, launch

@@ -72,14 +72,19 @@ def run_program(program, nodes, n_inputs):
     first `n_inputs` slots the program's inputs):
     in-place updates moved up to their operands (early_updates.py), and on
     several threads independent steps launched beside the next ones, an
-    update with the product making its gradient (concurrent_steps.py)."""
+    update with the product making its gradient (concurrent_steps.py); there
+    an update moves only into that product's job or right after a step
+    that runs alone."""
     if host_threads.max_threads() < 2:
         return early_program(program, nodes)[0]
 
-    def pairs(j, after):
-        return concurrent_steps.pairs_with(program, nodes, j, after, n_inputs)
+    def moves(j, after):
+        # Right after a step that runs alone (a split product) the update
+        # keeps nothing from running at once.
+        return (concurrent_steps.is_barrier(nodes[after])
+                or concurrent_steps.pairs_with(program, nodes, j, after, n_inputs))
 
-    return concurrent_program(*early_program(program, nodes, pairs), n_inputs)
+    return concurrent_program(*early_program(program, nodes, moves), n_inputs)
 
 
 def programs_compute():
