@@ -14,6 +14,9 @@ import pytest
 from compiler_graphs import aval
 from compiler_graphs import build
 from compiler_graphs import lit
+# The thread cap, with the 512-wide products (17 MFLOP) on one thread as
+# on a host where the C product pool is off.
+from test_concurrent_steps import cap  # noqa: F401 (a fixture)
 
 from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.compiler.early_updates import early_order
@@ -25,19 +28,6 @@ from keras_ipu.device.native import threads
 
 RNG = np.random.default_rng(5)
 T_LEFT = (((0,), (0,)), ((), ()))  # x^T @ g
-
-
-@pytest.fixture
-def cap(monkeypatch):
-    # The 512-wide products (17 MFLOP) stay on one thread, as on a host
-    # where the C product pool is off (test_concurrent_steps.py).
-    monkeypatch.setattr(threads, "NATIVE_FLOPS_PER_THREAD", threads.FLOPS_PER_THREAD)
-
-    def set_cap(n):
-        monkeypatch.setattr(threads, "_cap", n)
-        monkeypatch.setattr(threads, "_plans", {})
-
-    return set_cap
 
 
 def _two_layers(between="add", width=64, batch=32):
