@@ -236,8 +236,14 @@ def test_the_plan_falls_back_where_the_pool_refuses(monkeypatch):
 def test_policy_splits_float32_products_only(monkeypatch):
     monkeypatch.setattr(threads, "_cap", 2)
     demo = (0, 32, 512, 512)
-    assert threads.product_threads(*demo, np.float32) == 2
-    assert threads.matmul_plan(*demo, np.float32).__name__ == "native_split_matmul"
+    # demo_functional's 17 MFLOP product splits where its plan is row or
+    # column blocks; in rectangles (a row tail kept whole: threads.py's
+    # RECTANGLE_FLOPS_PER_THREAD) only from 48 MFLOP: the MLP's 67.
+    rectangles = product_pool.blocks(32, 512, 512, 2, threads.BLOCKS_PER_THREAD)[0] == 2
+    assert threads.product_threads(*demo, np.float32) == (1 if rectangles else 2)
+    mlp = (0, 128, 512, 512)
+    assert threads.product_threads(*mlp, np.float32) == 2
+    assert threads.matmul_plan(*mlp, np.float32).__name__ == "native_split_matmul"
     small = threads.NATIVE_FLOPS_PER_THREAD  # 2 x that splits
     assert threads.product_threads(0, 16, small // (2 * 16 * 64), 64, np.float32) == 1
     assert threads.product_pool_takes(0, np.float64) == product_pool.available(np.float64)
@@ -303,8 +309,7 @@ def test_a_forked_child_starts_its_own_helpers():
 
 def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch):
     monkeypatch.setattr(threads, "_cap", 2)
-    plan = threads.matmul_plan(0, 32, 512, 512, np.float32)
-    x, y = _operands(32, 512, 512)
+    x, y = _operands(128, 512, 512)
     want = np.matmul(x, y)
     calls = []
     run = product_pool.run
@@ -316,7 +321,7 @@ def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch):
         return (product_pool.block_count(args[3], args[4]), done[1], done[2])
 
     monkeypatch.setattr(product_pool, "run", caller_ran_all)
-    plan = threads.matmul_plan(0, 32, 512, 512, np.float32)  # binds the patched run
+    plan = threads.matmul_plan(0, 128, 512, 512, np.float32)  # binds the patched run
     for _ in range(threads.LATE_SPLITS):
         np.testing.assert_array_equal(plan(x, y), want)
     assert threads.backing_off() and len(calls) == threads.LATE_SPLITS
@@ -324,11 +329,12 @@ def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch):
     assert len(calls) == threads.LATE_SPLITS
 
 
-# Keras' demo_functional at batch 32 (17 MFLOP each).
+# A Dense 512 layer at batch 128 (the MLP's: 67 MFLOP each; split on
+# every host, rectangles included).
 @pytest.mark.parametrize("dimension_numbers,lhs,rhs", [
-    ((((1,), (0,)), ((), ())), (32, 512), (512, 512)),  # x @ w: a Dense forward product
-    ((((0,), (0,)), ((), ())), (32, 512), (32, 512)),   # x^T @ g: its weight gradient
-    ((((1,), (1,)), ((), ())), (32, 512), (512, 512)),  # g @ w^T: its input gradient
+    ((((1,), (0,)), ((), ())), (128, 512), (512, 512)),  # x @ w: a Dense forward product
+    ((((0,), (0,)), ((), ())), (128, 512), (128, 512)),   # x^T @ g: its weight gradient
+    ((((1,), (1,)), ((), ())), (128, 512), (512, 512)),  # g @ w^T: its input gradient
 ])
 def test_lowered_dense_products_split_with_the_one_thread_bits(dimension_numbers, lhs, rhs,
                                                                monkeypatch):

@@ -94,6 +94,15 @@ BLAS_MIN_CAP = 4
 # 0.198 ms; 8 MFLOP products (32x256 @ 256x512, 64x256 @ 256x256) gained
 # nothing (0.064 -> 0.072 ms). So a product splits from 2 x 8 MFLOP.
 NATIVE_FLOPS_PER_THREAD = 8_000_000
+# The same for a product the C pool can split only in rectangles
+# (product_pool.blocks' axis 2: a row tail kept whole, which packs the
+# whole weight once more: +10% CPU for demo_functional's 32x512 @
+# 512x512). Measured on the 2-core AMD VM (benchmarks/README.md, issue 16
+# tenth pass, s10pool; the session's autogroup at nice -15 beside load
+# 10): demo_functional (batch 32, Adam) split its 17 MFLOP products so
+# and made 2,790-2,836 samples/s against 3,127-3,514 with them whole;
+# the MLP's 67-103 MFLOP rectangles ran 1.52-1.65x faster (minimum wall).
+RECTANGLE_FLOPS_PER_THREAD = 24_000_000
 # Elements per thread below which a fused elementwise chain stays on one
 # thread (about 0.3 ms of a few-op chain; memory-bound, so far fewer
 # operations per thread than a product's).
@@ -223,7 +232,10 @@ def _native_product_split(b, m, n, k, compute, threads=None):
         edges = product_pool.batch_blocks(b, threads, BLOCKS_PER_THREAD)
         return None if edges is None else (threads, (0, edges))
     planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD, compute)
-    return None if planned is None else (threads, planned)
+    if planned is None or (
+            planned[0] == 2 and 2 * m * n * k < threads * RECTANGLE_FLOPS_PER_THREAD):
+        return None
+    return threads, planned
 
 
 def product_threads(b, m, n, k, compute):
