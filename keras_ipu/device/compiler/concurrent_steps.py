@@ -43,9 +43,9 @@ step per node.
 import numpy as np
 
 from keras_ipu.device.native import threads as host_threads
-from keras_ipu.device.compiler import early_updates
 from keras_ipu.device.compiler.dot_lowering import product_shape
 from keras_ipu.device.compiler.native_fusion import chain_threads
+from keras_ipu.device.compiler.update_steps import is_update
 
 # A launch and its join cost some 10-30 us of the run loop's time and a
 # pool thread's wake-up on an idle machine (host_threads.py: the pool's
@@ -159,7 +159,7 @@ def _update_alone(node, kernel):
     launched product's job may run after the product, or None: a native
     chain only (its loop releases the GIL; a NumPy chain's Python would
     hold the run loop)."""
-    if not (getattr(kernel, "native", False) and early_updates.is_update(node)):
+    if not (getattr(kernel, "native", False) and is_update(node)):
         return None
     return getattr(kernel, "one_thread", None)
 

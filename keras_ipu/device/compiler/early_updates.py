@@ -31,34 +31,12 @@ while the run loop goes on.
 """
 
 from keras_ipu.device.compiler import concurrent_steps
+from keras_ipu.device.compiler.update_steps import is_update
+from keras_ipu.device.compiler.update_steps import result_bytes
 
 # What a pulled-up step may make: scalars and short vectors (a learning
 # rate's bias correction). Larger results would live longer for nothing.
 MAX_PULLED_BYTES = 1024
-# What an update may allocate beyond the operands it writes into: a
-# bias's update donates m and v but makes its new value (2 KiB for 512).
-MAX_NEW_BYTES = 16 * 1024
-
-
-def _nbytes(node):
-    total = 0
-    for v in node.outputs:
-        if not v.aval.is_static():
-            return None
-        total += v.aval.nbytes
-    return total
-
-
-def is_update(node):
-    """Whether the node is an in-place update: a fused chain donating
-    operands that take all its results but MAX_NEW_BYTES."""
-    donate = node.params.get("donate", ())
-    if node.primitive.name != "fused_elementwise" or not donate:
-        return False
-    made = _nbytes(node)
-    if made is None or any(not node.inputs[k].aval.is_static() for k in donate):
-        return False
-    return made <= sum(node.inputs[k].aval.nbytes for k in donate) + MAX_NEW_BYTES
 
 
 def _dependencies(program, nodes):
@@ -95,8 +73,8 @@ def early_order(program, nodes, can_move=None):
         return list(range(n))
     deps = _dependencies(program, nodes)
     pullable = [
-        concurrent_steps.is_plain(node) and not node.params.get("donate") and (_nbytes(node) or 0) > 0
-        and _nbytes(node) <= MAX_PULLED_BYTES
+        concurrent_steps.is_plain(node) and not node.params.get("donate") and (result_bytes(node) or 0) > 0
+        and result_bytes(node) <= MAX_PULLED_BYTES
         for node in nodes
     ]
     order, placed = [], [False] * n
