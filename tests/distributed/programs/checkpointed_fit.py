@@ -3,8 +3,9 @@
 (argv[1]). argv[2]:
 
 - crash: instance 1 kills itself (SIGKILL) while instance 0 is writing the
-  backup of epoch 1 (instance 0's HDF5 writer is slowed there, so the kill
-  lands mid-write);
+  backup of epoch 1 (instance 0's HDF5 writer stalls there for an hour, so
+  the kill lands mid-write and only the launcher can end instance 0);
+  instance 1 writes the time of its death to OUT_DIR/instance-1-killed-at;
 - resume / reference: train to the end; each instance writes its final
   weights and the epochs it ran to OUT_DIR/result-<i>.json.
 """
@@ -48,14 +49,18 @@ class Crash(keras.callbacks.Callback):
             def stalled(group, *args, **kwargs):
                 dataset = create(group, *args, **kwargs)
                 open(marker, "w").close()
-                time.sleep(120)  # the job is killed meanwhile
+                time.sleep(3600)  # the job is killed meanwhile
                 return dataset
 
             h5py.Group.create_dataset = stalled
         else:
-            deadline = time.monotonic() + 60
-            while not os.path.exists(marker) and time.monotonic() < deadline:
+            # Instance 0 reaches its write at once (both left the epoch's
+            # last all-reduce together); the test's hang limit ends a job
+            # where it does not.
+            while not os.path.exists(marker):
                 time.sleep(0.05)
+            with open(os.path.join(out, "instance-1-killed-at"), "w") as f:
+                f.write(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
 
 
