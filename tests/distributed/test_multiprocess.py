@@ -28,7 +28,10 @@ JOB_LIMIT_S = 90
 # CI's 2 cores, beside the other pytest worker's own multi-process job, a
 # fit job has taken more than JOB_LIMIT_S (about 50 s at load 10 here).
 HANG_LIMIT_S = 300
-COLLECTIVE_TIMEOUT_S = 4
+# Long enough that a loaded machine never keeps the healthy instance waiting
+# that long at the start (both import and join MPI first), short enough for
+# the job to end well within JOB_LIMIT_S.
+COLLECTIVE_TIMEOUT_S = 10
 # The launcher must end the job within this many seconds of an instance's
 # death (hydra notices the closed PMI socket at once).
 STOP_LIMIT_S = 30
