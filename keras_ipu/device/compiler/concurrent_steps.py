@@ -45,6 +45,7 @@ import numpy as np
 from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.compiler.dot_lowering import product_shape
 from keras_ipu.device.compiler.native_fusion import chain_threads
+from keras_ipu.device.compiler.update_steps import donated_slots
 from keras_ipu.device.compiler.update_steps import is_update
 
 # A launch and its join cost some 10-30 us of the run loop's time and a
@@ -172,7 +173,7 @@ def pairs_with(program, nodes, j, i, n_inputs):
     the program reads them after it, so the job runs beside the rest)."""
     kernel, _, out, multi, _ = program[i]
     _, ins, _, _, frees = program[j]
-    written = {ins[k] for k in nodes[j].params.get("donate", ())} - {out}
+    written = donated_slots(program[j], nodes[j]) - {out}
     return (not multi and worth_launching(nodes[i], kernel)
             and nodes[i].primitive.name == "dot_general"
             and out in ins and out in frees
@@ -208,19 +209,17 @@ def _paired(program, nodes, n_inputs):
     i, n = 0, len(program)
     while i < n:
         step, node = program[i], nodes[i]
-        donated = {step[1][k] for k in node.params.get("donate", ())}
         if i + 1 < n and pairs_with(program, nodes, i + 1, i, n_inputs):
             update = program[i + 1]
             alone = _update_alone(nodes[i + 1], update[0])
             steps.append(_paired_step(step, update, alone))
-            writes.append({update[1][k] for k in nodes[i + 1].params.get("donate", ())}
-                          - {step[2]})
+            writes.append(donated_slots(update, nodes[i + 1]) - {step[2]})
             barrier.append(False)  # the update runs on the job's thread only
             launch.append(True)
             i += 2
             continue
         steps.append(step)
-        writes.append(donated)
+        writes.append(donated_slots(step, node))
         barrier.append(is_barrier(node))
         launch.append(worth_launching(node, step[0]))
         i += 1
@@ -232,9 +231,8 @@ def concurrent_program(program, nodes, n_inputs=0):
     worth running beside the next ones launched and joined before their
     first dependent (module doc), an update right after its gradient's
     product launched with it (pairs_with: into the first `n_inputs` slots,
-    the program's inputs)."""
-    if host_threads.max_threads() < 2:
-        return program
+    the program's inputs). For a cap of at least two threads: the caller
+    (executable.run_program) decides, as it orders the updates for it."""
     program, writes, barrier, launch = _paired(program, nodes, n_inputs)
     n = len(program)
     reads_of = [set(step[1]) for step in program]

@@ -31,6 +31,7 @@ while the run loop goes on.
 """
 
 from keras_ipu.device.compiler import concurrent_steps
+from keras_ipu.device.compiler.update_steps import donated_slots
 from keras_ipu.device.compiler.update_steps import is_update
 from keras_ipu.device.compiler.update_steps import result_bytes
 
@@ -50,10 +51,10 @@ def _dependencies(program, nodes):
         for s in out if multi else (out,):
             producer[s] = i
     deps, last_barrier = [], None
-    for i, ((_, ins, _, _, _), node) in enumerate(zip(program, nodes)):
-        before = {producer[s] for s in ins if s in producer and producer[s] < i}
-        for k in node.params.get("donate", ()):
-            before.update(r for r in readers[ins[k]] if r < i)
+    for i, (step, node) in enumerate(zip(program, nodes)):
+        before = {producer[s] for s in step[1] if s in producer and producer[s] < i}
+        for s in donated_slots(step, node):
+            before.update(r for r in readers[s] if r < i)
         if last_barrier is not None:
             before.add(last_barrier)
         deps.append(before)

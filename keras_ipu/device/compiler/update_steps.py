@@ -18,6 +18,13 @@ def result_bytes(node):
     return total
 
 
+def donated_slots(step, node):
+    """The slots of the operands the step (a run-loop step: kernel, operand
+    slots, ...) writes into: those its node donates (donation.py)."""
+    ins = step[1]
+    return {ins[k] for k in node.params.get("donate", ())}
+
+
 def is_update(node):
     """Whether the node is an in-place update: a fused chain donating
     operands that take all its results but MAX_NEW_BYTES."""
