@@ -103,8 +103,10 @@ static void stream_copy(char *dst, const char *src, size_t bytes) {
 
 static int itemsize_of(int dtype) { return dtype == T_F32 ? 4 : 1; }
 
-static int format_ok(const char *format, int dtype) {
-    if (format == NULL) return 0;
+/* Whether the buffer's items are of `dtype`: its size and format. */
+static int items_ok(const Py_buffer *view, int dtype) {
+    const char *format = view->format;
+    if (view->itemsize != itemsize_of(dtype) || format == NULL) return 0;
     if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
     if (dtype == T_F32) return format[0] == 'f' && format[1] == '\0';
     return format[0] == '?' && format[1] == '\0';
@@ -118,8 +120,7 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int dtype,
         PyErr_Clear();
         return 0;
     }
-    if (view->itemsize != itemsize_of(dtype) || !format_ok(view->format, dtype)
-        || view->len != count * view->itemsize) {
+    if (!items_ok(view, dtype) || view->len != count * view->itemsize) {
         PyBuffer_Release(view);
         return 0;
     }
@@ -136,7 +137,7 @@ static int get_rows_buffer(PyObject *obj, Py_buffer *view, int dtype, Py_ssize_t
         return 0;
     }
     Py_ssize_t size = itemsize_of(dtype);
-    if (view->itemsize != size || !format_ok(view->format, dtype) || view->ndim != 2
+    if (!items_ok(view, dtype) || view->ndim != 2
         || view->strides == NULL || view->shape[1] < 1
         || view->shape[0] * view->shape[1] != count || view->strides[1] != size
         || view->strides[0] < view->shape[1] * size) {
