@@ -31,6 +31,8 @@ class Liveness:
     readers: dict
     # Var -> how many operands read it (a node reading it twice: 2).
     reads: dict
+    # Var -> how many of the graph's outputs are it.
+    returned: dict
     # step index -> the Vars whose last use it is (-1: inputs never read).
     dying: dict
     # bytes of the distinct constants (Literals) the program holds.
@@ -46,6 +48,10 @@ class Liveness:
         together)."""
         return self.reads.get(var) == 1 and self.last_use[var] != self.end
 
+    def uses(self, var):
+        """How many operands of the nodes and outputs of the graph are `var`."""
+        return self.reads.get(var, 0) + self.returned.get(var, 0)
+
 
 def analyze(graph):
     """The Liveness of `graph` (its own nodes; sub-graphs are not opened)."""
@@ -54,6 +60,7 @@ def analyze(graph):
     last_use = {v: -1 for v in graph.inputs}
     readers = {}
     reads = {}
+    returned = {}
     constants = {}
     for i, node in enumerate(graph.nodes):
         for v in node.inputs:
@@ -73,10 +80,12 @@ def analyze(graph):
             constants[id(v.value)] = v.aval.nbytes or 0
         else:
             last_use[v] = end
+            returned[v] = returned.get(v, 0) + 1
     dying = {}
     for v, last in last_use.items():
         dying.setdefault(last, []).append(v)
-    return Liveness(made_at, last_use, readers, reads, dying, sum(constants.values()), end)
+    return Liveness(made_at, last_use, readers, reads, returned, dying,
+                    sum(constants.values()), end)
 
 
 @dataclasses.dataclass

@@ -39,6 +39,7 @@ the IPU would run the split program. CompileOptions.split_scans turns it
 off.
 """
 
+from keras_ipu.device import liveness
 from keras_ipu.device.compiler.dead_code import eliminate_dead_code
 from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
 from keras_ipu.device.compiler.graph_utils import copy_node
@@ -104,17 +105,7 @@ class _Split:
         self.removed = set()  # body nodes (by id) that now run outside
         self.stacked = {}  # body value -> its outer stack ([length, ...])
         self.exported = []  # body values stacked as new outputs
-        self.producer = {}
-        self.reads = {}
-        for n in self.body.nodes:
-            for v in n.outputs:
-                self.producer[v] = n
-            for v in n.inputs:
-                if type(v) is Var:
-                    self.reads[v] = self.reads.get(v, 0) + 1
-        for v in self.body.outputs:
-            if type(v) is Var:
-                self.reads[v] = self.reads.get(v, 0) + 1
+        self.live = liveness.analyze(self.body)
         varying = set(self.carry_in) | set(self.x_in)
         for n in self.body.nodes:
             if any(v in varying for v in n.inputs if type(v) is Var):
@@ -123,6 +114,16 @@ class _Split:
         self.consts = set(self.const_in)
         self.budget = sum(_bytes(v.aval) for v in self.x_operands)
         self.budget += sum(_bytes(v.aval) for v in node.outputs[self.n_carry:])
+
+    def producer(self, v):
+        """The body node making v; None for a body input."""
+        at = self.live.made_at.get(v)
+        return None if at is None else self.body.nodes[at]
+
+    def used_once(self, v):
+        """Whether one operand of one body node, or one body output, is all
+        that reads v."""
+        return self.live.uses(v) == 1
 
     def affordable(self, values, stacks=()):
         """Whether stacking the per-step body `values` (those not stacked
@@ -187,8 +188,8 @@ class _Split:
     def _summed(self, v):
         """The outer sum over the steps of the per-step value v (a product
         of two per-step values, or a sum of one), or None."""
-        n = self.producer.get(v)
-        if n is None or id(n) in self.removed or self.reads.get(v) != 1:
+        n = self.producer(v)
+        if n is None or id(n) in self.removed or not self.used_once(v):
             return None
         if n.primitive is dot_general_p and _plain_dims(n) is not None:
             a, b = n.inputs
@@ -215,9 +216,9 @@ class _Split:
         finals = {}
         for k, c in enumerate(self.carry_in):
             new = self.body.outputs[k]
-            n = self.producer.get(new)
-            if (n is None or n.primitive is not add_p or self.reads.get(c) != 1
-                    or self.reads.get(new) != 1 or c not in n.inputs):
+            n = self.producer(new)
+            if (n is None or n.primitive is not add_p or not self.used_once(c)
+                    or not self.used_once(new) or c not in n.inputs):
                 continue
             a, b = n.inputs
             v = b if a is c else a
@@ -239,10 +240,10 @@ class _Split:
         per-step value and a loop constant computed after the loop."""
         outs = {}
         for j, y in enumerate(self.body.outputs[self.n_carry:]):
-            n = self.producer.get(y)
+            n = self.producer(y)
             if (type(y) is not Var or n is None or id(n) in self.removed
                     or n.primitive is not dot_general_p
-                    or _plain_dims(n) is None or self.reads.get(y) != 1):
+                    or _plain_dims(n) is None or not self.used_once(y)):
                 continue
             p, w = n.inputs
             if type(p) is not Var or p not in self.varying or self.invariant(w) is None:
@@ -307,12 +308,7 @@ def _last_step_reads(graph):
     that read a scan's stacked output only at the last step the loop runs,
     where that output is also the carry (the same body value), and every
     reader of that stack is such a slice."""
-    readers = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            if type(v) is Var:
-                readers.setdefault(v, []).append(node)
-    outputs = {v for v in graph.outputs if type(v) is Var}
+    live = liveness.analyze(graph)
     found = {}
     for node in graph.nodes:
         if node.primitive is not scan_p or node.params.get("length") is None:
@@ -324,8 +320,8 @@ def _last_step_reads(graph):
             if y not in body.outputs[:nc] or length < 1:
                 continue
             stack = node.outputs[nc + j]
-            reads = readers.get(stack, [])
-            if stack in outputs or not reads:
+            reads = [graph.nodes[i] for i in live.readers.get(stack, ())]
+            if live.last_use[stack] == live.end or not reads:
                 continue
             ok = all(
                 r.primitive is slice_p
