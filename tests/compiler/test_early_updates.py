@@ -19,11 +19,13 @@ from compiler_graphs import lit
 from test_concurrent_steps import cap  # noqa: F401 (a fixture)
 
 from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device.compiler import concurrent_steps
 from keras_ipu.device.compiler.early_updates import early_order
 from keras_ipu.device.compiler.early_updates import is_update
 from keras_ipu.device.compiler.executable import Executable
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device import native
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads
 
 RNG = np.random.default_rng(5)
@@ -190,5 +192,89 @@ def test_a_keras_models_adam_updates_follow_their_gradients_with_the_same_bits(c
     with np.errstate(all="ignore"):
         want = step.run_steps(step._program, [a.copy() for a in xs])
         got = step.run_unchecked([a.copy() for a in xs])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+PLAIN = (((1,), (0,)), ((), ()))  # x @ w
+
+
+def _gradient_beside_products(caller_products=True):
+    """A weight gradient x^T @ g (32 x 512 x 512: 17 MFLOP, split in two
+    on the C pool at two threads) updated in place, and, with
+    `caller_products`, two 8 MFLOP products of g the run loop runs itself
+    (each under a split's worth, their results outputs); without, an add."""
+
+    def body(b, x, g, w, v1, v2, t):
+        lr = b.op("mul", t, lit(0.5, "float32"))
+        dw = b.op("dot_general", x, g, dimension_numbers=T_LEFT)
+        if caller_products:
+            h = b.op("dot_general", b.op("dot_general", g, v1, dimension_numbers=PLAIN), v2,
+                     dimension_numbers=PLAIN)
+        else:
+            h = b.op("add", g, g)
+        return [b.op("sub", w, b.op("mul", dw, lr)), h]
+
+    return build([aval((32, 512)), aval((32, 512)), aval((512, 512)), aval((512, 256)),
+                  aval((256, 512)), aval(())], body)
+
+
+def _beside_inputs():
+    return [RNG.standard_normal(s).astype(np.float32)
+            for s in ((32, 512), (32, 512), (512, 512), (512, 256), (256, 512), ())]
+
+
+@pytest.fixture
+def two_threads_with_the_c_pool(monkeypatch):
+    monkeypatch.setattr(threads, "_cap", 2)
+    monkeypatch.setattr(threads, "_backoff", 0.0)  # splits on the pool
+    if native.elementwise is None or not threads.product_pool_takes(0, np.float32):
+        pytest.skip("the C product pool or the C elementwise kernel is not available")
+    product = _gradient_beside_products().nodes[1]
+    assert product.primitive.name == "dot_general"
+    if concurrent_steps.product_split(product) != (32 * 512 * 512 * 2, 2):
+        pytest.skip("this host's product pool does not split the 17 MFLOP gradient in two")
+
+
+def test_a_product_that_splits_in_two_runs_whole_with_its_update_beside_the_run_loops(
+        two_threads_with_the_c_pool, monkeypatch):
+    launched = []
+    launch = threads.launch
+    monkeypatch.setattr(threads, "launch",
+                        lambda fn, args: launched.append(fn) or launch(fn, args))
+    splits = []
+    run = product_pool.run
+    monkeypatch.setattr(product_pool, "run",
+                        lambda *args: splits.append(args[2].shape) or run(*args))
+    exe = _compiled(_gradient_beside_products())
+    assert _names(exe._run_program).count("launched") == 1
+    assert exe._run_program[_names(exe._run_program).index("launched")][0].launched.__name__ \
+        == "paired"
+    xs = _beside_inputs()
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    assert splits == [(512, 512)]  # in program order the gradient splits
+    del splits[:]
+    got = exe.run(*[x.copy() for x in xs])
+    assert [k.__name__ for k in launched] == ["paired"]
+    assert splits == []  # the gradient ran whole, on one thread
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_allclose(got[0], xs[2] - (xs[0].T @ xs[1]) * (xs[5] * 0.5),
+                               rtol=1e-4, atol=1e-3)
+
+
+def test_a_product_that_splits_in_two_splits_where_the_run_loop_has_no_product_beside(
+        two_threads_with_the_c_pool):
+    exe = _compiled(_gradient_beside_products(caller_products=False))
+    assert "launched" not in _names(exe._run_program)
+    products = [i for i, n in enumerate(exe.steps) if n.primitive.name == "dot_general"]
+    update = next(i for i, n in enumerate(exe.steps) if is_update(n))
+    kernels = [k for k, *_ in exe._run_program]
+    # The split product as it is, its update right after it (it runs alone).
+    at = kernels.index(exe._program[products[0]][0])
+    assert kernels[at + 1] is exe._program[update][0]
+    xs = _beside_inputs()
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    got = exe.run(*[x.copy() for x in xs])
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)

@@ -25,7 +25,11 @@ started, from the back, while the pool works from the front.
 Launched: products and native (C) fused chains worth a hand-off
 (MIN_LAUNCH_FLOPS, MIN_LAUNCH_ELEMENTS: their kernels release the GIL, so
 they run beside the run loop's Python) and not split over threads on their
-own (a split kernel has the pool already). Each kernel computes exactly
+own (a split kernel has the pool already); but a weight gradient the C
+pool would split in two runs whole in one launched job with its
+optimizer update where the run loop has products of its own to run
+meanwhile (splits_in_two: Keras' demo_functional at batch 32, its 17
+MFLOP weight gradients beside the next layers' input gradients). Each kernel computes exactly
 what it computes alone, on the same operands: the values are the same
 bits as in program order. When no pool thread gets a core (a busy
 machine) the run loop runs the launched kernel itself at its join; a pool
@@ -165,17 +169,30 @@ def _update_alone(node, kernel):
     return getattr(kernel, "one_thread", None)
 
 
+def splits_in_two(node, kernel):
+    """Whether a product splits over two threads with one thread's bits
+    (the C pool's: its kernel has `one_thread`, dot_lowering.py) and is
+    worth a launch: in a launched job with its update (pairs_with) it runs
+    whole on one of the two threads while the run loop goes on with the
+    next steps on the other, one hand-off where the split takes two."""
+    if node.primitive.name != "dot_general" or getattr(kernel, "one_thread", None) is None:
+        return False
+    split = product_split(node)
+    return split is not None and split[0] >= MIN_LAUNCH_FLOPS and split[1] == 2
+
+
 def pairs_with(program, nodes, j, i, n_inputs):
     """Whether update step j may run in the same launched job as product
-    step i: i is worth launching, j reads its result (its gradient) and is
-    the last to, has a one-thread kernel, and writes only into the
-    program's inputs besides (an optimizer's variables: nothing else in
-    the program reads them after it, so the job runs beside the rest)."""
+    step i: i is worth launching (or splits in two: splits_in_two), j
+    reads its result (its gradient) and is the last to, has a one-thread
+    kernel, and writes only into the program's inputs besides (an
+    optimizer's variables: nothing else in the program reads them after
+    it, so the job runs beside the rest)."""
     kernel, _, out, multi, _ = program[i]
     _, ins, _, _, frees = program[j]
     written = donated_slots(program[j], nodes[j]) - {out}
-    return (not multi and worth_launching(nodes[i], kernel)
-            and nodes[i].primitive.name == "dot_general"
+    return (not multi and nodes[i].primitive.name == "dot_general"
+            and (worth_launching(nodes[i], kernel) or splits_in_two(nodes[i], kernel))
             and out in ins and out in frees
             and all(s < n_inputs for s in written)
             and _update_alone(nodes[j], program[j][0]) is not None)
@@ -183,8 +200,10 @@ def pairs_with(program, nodes, j, i, n_inputs):
 
 def _paired_step(product, update, alone):
     """One step running the product and then, on its result, the update's
-    one-thread kernel `alone` (what each computes alone: the same bits)."""
+    one-thread kernel `alone` (what each computes alone: the same bits).
+    A product that splits runs on the job's thread alone (its `one_thread`)."""
     kernel, ins, out, _, frees = product
+    kernel = getattr(kernel, "one_thread", kernel)
     _, update_ins, update_out, multi, update_frees = update
     rest = tuple(s for s in update_ins if s != out)
     at = tuple(k for k, s in enumerate(update_ins) if s == out)
@@ -201,15 +220,18 @@ def _paired_step(product, update, alone):
     return (paired, ins + rest, update_out, multi, freed)
 
 
-def _paired(program, nodes, n_inputs):
-    """(steps, donated slots per step, barrier per step, launch per step)
-    with each update that follows the product making its gradient
-    (early_updates.py put it there) joined to it in one step, launched."""
-    steps, writes, barrier, launch = [], [], [], []
+def _paired(program, nodes, n_inputs, kept_apart=()):
+    """(steps, donated slots per step, barrier per step, launch per step,
+    {step: product's index} of the pairs) with each update that follows
+    the product making its gradient (early_updates.py put it there)
+    joined to it in one step, launched; but the products in `kept_apart`."""
+    steps, writes, barrier, launch, pairs = [], [], [], [], {}
     i, n = 0, len(program)
     while i < n:
         step, node = program[i], nodes[i]
-        if i + 1 < n and pairs_with(program, nodes, i + 1, i, n_inputs):
+        if (i + 1 < n and i not in kept_apart
+                and pairs_with(program, nodes, i + 1, i, n_inputs)):
+            pairs[len(steps)] = i
             update = program[i + 1]
             alone = _update_alone(nodes[i + 1], update[0])
             steps.append(_paired_step(step, update, alone))
@@ -223,7 +245,21 @@ def _paired(program, nodes, n_inputs):
         barrier.append(is_barrier(node))
         launch.append(worth_launching(node, step[0]))
         i += 1
-    return steps, writes, barrier, launch
+    return steps, writes, barrier, launch, pairs
+
+
+def _caller_flops(program, nodes, pairs, launched, i, first):
+    """FLOPs of the products the run loop runs itself (not launched)
+    between step i and `first` (positions in the paired program, `pairs`
+    as _paired gives them: each other step is one node, in order)."""
+    flops, node_of = 0, 0
+    for p in range(first):
+        node = nodes[pairs.get(p, node_of)]
+        node_of = pairs[p] + 2 if p in pairs else node_of + 1
+        if i < p and p not in launched and node.primitive.name == "dot_general":
+            split = product_split(node)
+            flops += split[0] if split is not None else 0
+    return flops
 
 
 def concurrent_program(program, nodes, n_inputs=0):
@@ -231,9 +267,40 @@ def concurrent_program(program, nodes, n_inputs=0):
     worth running beside the next ones launched and joined before their
     first dependent (module doc), an update right after its gradient's
     product launched with it (pairs_with: into the first `n_inputs` slots,
-    the program's inputs). For a cap of at least two threads: the caller
-    (executable.run_program) decides, as it orders the updates for it."""
-    program, writes, barrier, launch = _paired(program, nodes, n_inputs)
+    the program's inputs). A product that splits in two pairs so only
+    where the run loop has products of at least half its FLOPs to run
+    before the join (splits_in_two): elsewhere it splits as before. For
+    a cap of at least two threads: the caller (executable.run_program)
+    decides, as it orders the updates for it."""
+    kept_apart = set()
+    while True:
+        steps, launched, joins_before, pairs = _launched(program, nodes, n_inputs, kept_apart)
+        lonely = set()
+        for p, i in pairs.items():
+            if not splits_in_two(nodes[i], program[i][0]):
+                continue
+            first = next((k for k, js in enumerate(joins_before) if p in js), None)
+            if (p not in launched or 2 * _caller_flops(program, nodes, pairs, launched, p, first)
+                    < product_split(nodes[i])[0]):
+                lonely.add(i)
+        if not lonely:
+            break
+        kept_apart |= lonely
+    if not launched:
+        return tuple(steps)
+    run = []
+    for i in range(len(steps) + 1):
+        # The last launched first (module doc).
+        run.extend(_join_step(steps[k]) for k in sorted(joins_before[i], reverse=True))
+        if i < len(steps):
+            run.append(_launch_step(steps[i]) if i in launched else steps[i])
+    return tuple(run)
+
+
+def _launched(program, nodes, n_inputs, kept_apart):
+    """(steps, launched positions, joins before each position, pairs) of
+    the paired program (_paired)."""
+    program, writes, barrier, launch, pairs = _paired(program, nodes, n_inputs, kept_apart)
     n = len(program)
     reads_of = [set(step[1]) for step in program]
     joins_before = [[] for _ in range(n + 1)]
@@ -254,12 +321,4 @@ def concurrent_program(program, nodes, n_inputs=0):
         if first > i + 1:  # something to run beside it
             launched.add(i)
             joins_before[first].append(i)
-    if not launched:
-        return tuple(program)
-    steps = []
-    for i in range(n + 1):
-        # The last launched first (module doc).
-        steps.extend(_join_step(program[k]) for k in sorted(joins_before[i], reverse=True))
-        if i < n:
-            steps.append(_launch_step(program[i]) if i in launched else program[i])
-    return tuple(steps)
+    return program, launched, joins_before, pairs

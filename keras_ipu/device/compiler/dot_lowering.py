@@ -48,15 +48,27 @@ def _lower_dot_general(params, in_avals, out_avals):
     batched = bool(lb)
     lshape = (b, m, k) if batched else (m, k)
     rshape = (b, k, n) if batched else (k, n)
+    layout = (lhs, rhs, lperm, rperm, lshape, rshape, out_shape, compute, out_dtype)
+    split = host_threads.matmul_plan(b, m, n, k, compute)
+    if split is None:
+        return _kernel(np.matmul, *layout)
+    kernel = _kernel(split, *layout)
+    # A split with one thread's bits (the C pool's) also has the product on
+    # one thread: a launched job runs that one (concurrent_steps.py).
+    alone = getattr(split, "one_thread", None)
+    if alone is not None:
+        kernel.one_thread = _kernel(alone, *layout)
+    return kernel
+
+
+def _kernel(matmul, lhs, rhs, lperm, rperm, lshape, rshape, out_shape, compute, out_dtype):
+    """The product's kernel with `matmul` computing x (b, m, k) @ y (b, k, n)."""
     cast_l = lhs.dtype != compute
     cast_r = rhs.dtype != compute
     cast_out = np.dtype(compute) != out_dtype
     transpose_l = lperm != tuple(range(lhs.ndim))
     transpose_r = rperm != tuple(range(rhs.ndim))
-    matmul, transpose = np.matmul, np.transpose
-    split = host_threads.matmul_plan(b, m, n, k, compute)
-    if split is not None:
-        matmul = split
+    transpose = np.transpose
 
     if not (cast_l or cast_r or cast_out):
         plain = _plain_product(matmul, lhs, rhs, lperm, rperm, transpose_l, transpose_r,

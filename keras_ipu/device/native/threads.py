@@ -629,6 +629,9 @@ def _native_split_plan(b, m, n, compute, threads, blocks, fallback):
         note_pool_split(done, count)
         return out
 
+    # The product on the caller's thread alone, with the split's bits (a
+    # launched job's: concurrent_steps.py).
+    native_split_matmul.one_thread = matmul
     return native_split_matmul
 
 
