@@ -70,6 +70,31 @@ def test_quick_ipu_run_writes_report(tmp_path):
     assert report["table"] in proc.stdout
 
 
+def test_timed_epochs_go_on_until_the_least_timed_window(tmp_path):
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--backends", "ipu",
+         "--models", "mlp", "--timed-epochs", "1", "--min-timed-seconds", "0.3",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "KERAS_BACKEND": "ipu"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["config"]["min_timed_seconds"] == 0.3
+    mlp = report["results"]["ipu"]["models"]["mlp"]
+    timed = mlp["timed_epoch_s"]
+    # The window is measured from the first epoch's end to the last's: the
+    # epochs' own seconds add up to a little less (the callbacks between).
+    epochs = [e["epoch"] for e in mlp["epochs"]]
+    assert epochs == list(range(len(timed) + 1))
+    bench = _load_script()
+    assert len(timed) == bench.MAX_TIMED_EPOCHS or sum(timed) >= 0.25, timed
+    # It stops once the window is long enough: at the epoch before the
+    # last one it had not reached it (and held those epochs' seconds).
+    assert sum(timed[:-1]) < 0.3, timed
+
+
 def test_missing_backend_is_reported_and_skipped(monkeypatch, tmp_path, capsys):
     bench = _load_script()
     monkeypatch.setitem(bench.BACKEND_MODULE, "jax", "no_such_module_h16")
