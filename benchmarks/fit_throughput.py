@@ -477,6 +477,7 @@ def run_model(keras, name, size, args, weights_path):
     flops = None
     epochs_log = [
         {"epoch": e, "s": round(marks[("end", e)] - marks[("begin", e)], 3),
+         "ended_s": round(marks[("end", e)] - marks["begin"], 3),
          "cpu_ms_per_step": round(1e3 * (marks[("cpu end", e)] - marks[("cpu begin", e)])
                                   / steps, 1),
          "engine": marks.get(("engine", e))}
