@@ -248,8 +248,9 @@ def test_a_product_that_splits_in_two_runs_whole_with_its_update_beside_the_run_
                         lambda *args: splits.append(args[2].shape) or run(*args))
     exe = _compiled(_gradient_beside_products())
     assert _names(exe._run_program).count("launched") == 1
-    assert exe._run_program[_names(exe._run_program).index("launched")][0].launched.__name__ \
-        == "paired"
+    paired = exe._run_program[_names(exe._run_program).index("launched")][0].launched
+    assert paired.__name__ == "paired"
+    assert paired.stands_for_a_split  # it backs off as the split does (threads.launch)
     xs = _beside_inputs()
     want = exe.run_steps(exe._program, [x.copy() for x in xs])
     assert splits == [(512, 512)]  # in program order the gradient splits

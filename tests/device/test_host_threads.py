@@ -340,3 +340,32 @@ def test_a_caller_off_its_core_between_launch_and_join_is_a_late_split(monkeypat
     clock["cpu"] += 0.001
     assert threads.join(job) == "ran"  # no pool thread took it: the caller ran it
     assert threads._late == 1 and threads._backoff == threads.BACKOFF_SECONDS
+
+
+def test_a_launched_job_standing_for_a_split_backs_off_as_the_split_does(monkeypatch):
+    import threading
+
+    _no_backoff(monkeypatch)
+    monkeypatch.setattr(threads, "_cap", 2)
+
+    def held_up():
+        taken, release = threading.Event(), threading.Event()
+
+        def kernel():
+            # A pool thread that loses its core mid-kernel.
+            taken.set()
+            release.wait(10)
+
+        kernel.stands_for_a_split = True  # concurrent_steps.splits_in_two's pair
+        job = threads.launch(kernel, ())
+        assert taken.wait(10)
+        threading.Timer(0.05, release.set).start()
+        threads.join(job)
+
+    # Late joins count as late splits: LATE_SPLITS in a row start the
+    # back-off, not the first.
+    for late in range(1, threads.LATE_SPLITS):
+        held_up()
+        assert threads._late == late and not threads.backing_off()
+    held_up()
+    assert threads._late == threads.LATE_SPLITS and threads.backing_off()

@@ -201,9 +201,10 @@ def pairs_with(program, nodes, j, i, n_inputs):
 def _paired_step(product, update, alone):
     """One step running the product and then, on its result, the update's
     one-thread kernel `alone` (what each computes alone: the same bits).
-    A product that splits runs on the job's thread alone (its `one_thread`)."""
+    A product that splits runs on the job's thread alone (its `one_thread`),
+    and the job, launched, backs off as the split would (threads.launch)."""
     kernel, ins, out, _, frees = product
-    kernel = getattr(kernel, "one_thread", kernel)
+    alone_product = getattr(kernel, "one_thread", None)
     _, update_ins, update_out, multi, update_frees = update
     rest = tuple(s for s in update_ins if s != out)
     at = tuple(k for k, s in enumerate(update_ins) if s == out)
@@ -216,6 +217,9 @@ def _paired_step(product, update, alone):
             args.insert(k, result)
         return alone(*args)
 
+    if alone_product is not None:
+        kernel = alone_product
+        paired.stands_for_a_split = True
     freed = tuple(sorted((set(frees) | set(update_frees)) - {out}))
     return (paired, ins + rest, update_out, multi, freed)
 

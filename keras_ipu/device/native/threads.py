@@ -367,7 +367,7 @@ def background_priority():
 
 class _Job:
     __slots__ = ("fn", "count", "next", "left", "lock", "done", "error", "result",
-                 "launched_at", "caller_cpu", "cpu")
+                 "launched_at", "caller_cpu", "cpu", "at_once")
 
     def __init__(self, fn, count):
         self.fn = fn
@@ -381,6 +381,7 @@ class _Job:
         self.launched_at = 0.0
         self.caller_cpu = 0.0
         self.cpu = 0.0
+        self.at_once = True
 
     def work(self):
         """Take blocks until none is left; returns how many this thread ran."""
@@ -506,10 +507,14 @@ def launch(fn, args):
     """Start fn(*args) on a pool thread while the caller goes on; `join`
     gives its result. The caller runs it at `join` if no pool thread has
     taken it by then, so a busy machine costs the hand-off only. While
-    backing off (see LATE_SPLITS) it runs now, in the caller."""
+    backing off (see LATE_SPLITS) it runs now, in the caller. A job that
+    stands in for a split (`fn.stands_for_a_split`: concurrent_steps.
+    splits_in_two) backs off as the split does: after LATE_SPLITS late
+    joins in a row, not at its first (LATE_WAIT_SECONDS)."""
     if backing_off():
         return _Ran(fn(*args))
     job = _Job(None, 1)
+    job.at_once = not getattr(fn, "stands_for_a_split", False)
 
     def call(_):
         cpu = time.thread_time()
@@ -536,9 +541,9 @@ def join(job):
     if not job.work():  # a pool thread took it
         job.done.wait()
         end = time.perf_counter()
-        _note_split(late or end - start > job.cpu + LATE_WAIT_SECONDS, end, at_once=True)
+        _note_split(late or end - start > job.cpu + LATE_WAIT_SECONDS, end, job.at_once)
     elif late:
-        _note_split(True, start, at_once=True)
+        _note_split(True, start, job.at_once)
     if job.error is not None:
         raise job.error
     return job.result
