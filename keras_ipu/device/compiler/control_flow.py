@@ -9,6 +9,10 @@ of the primitives' eager kernels in primitives/control_flow.py.
 
 import numpy as np
 
+from keras_ipu.device.native.threads import backing_off
+from keras_ipu.device.native.threads import max_threads
+
+from keras_ipu.device.compiler import scan_rows
 from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.lowering import LOWERINGS
@@ -27,8 +31,14 @@ def _while_bodies(params, compile_body):
 
 def _scan_body(params, compile_body):
     # The body may update its carries in place (donation.py): the loop owns
-    # them.
-    return compile_body(params["body"], tuple(range(params["n_carry"])))
+    # them. A body whose rows never meet is also compiled for blocks of its
+    # rows, which threads run at once (scan_rows.py).
+    donated = tuple(range(params["n_carry"]))
+    whole = compile_body(params["body"], donated)
+    if not hasattr(whole, "run_unchecked"):  # running_graph's: graphs only
+        return whole
+    return scan_rows.compile_blocks(params["body"], params["n_carry"], params["n_xs"],
+                                    whole, compile_body, donated)
 
 
 # primitive -> how its sub-graphs are compiled:
@@ -68,6 +78,8 @@ def with_bodies(graph, compiled, graph_of=lambda body: body):
         return graph
 
     def graphs(made):
+        if isinstance(made, scan_rows.RowBlocks):
+            made = made.whole
         return tuple(map(graph_of, made)) if isinstance(made, tuple) else graph_of(made)
 
     nodes = list(graph.nodes)
@@ -121,6 +133,12 @@ def _lower_scan(params, in_avals, out_avals):
     n_carry, n_xs = params["n_carry"], params["n_xs"]
     length, reverse = params["length"], params["reverse"]
     body = _compiled(params, "scan")
+    split = None
+    if isinstance(body, scan_rows.RowBlocks):
+        blocks, body = body.blocks, body.whole
+        if max_threads() >= 2:  # (an executable compiled for more, unpickled)
+            split = scan_rows.block_runner(blocks, n_carry, length, reverse,
+                                           out_avals[:n_carry], out_avals[n_carry:])
     # An initial carry the outer program does not own (`owned_carry`, from
     # the Executable) is copied once before the loop when the body writes
     # into it; a result the body did not allocate (a pass-through, a view)
@@ -132,6 +150,9 @@ def _lower_scan(params, in_avals, out_avals):
     y_avals = out_avals[n_carry:]
 
     def scan(*operands):
+        if split is not None and not backing_off():
+            return split(operands[:n_carry], operands[n_carry:n_carry + n_xs],
+                         list(operands[n_carry + n_xs:]))
         carry = list(operands[:n_carry])
         for k in copy_first:
             carry[k] = np.array(carry[k])

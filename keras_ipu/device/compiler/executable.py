@@ -169,6 +169,11 @@ class Executable:
     # What computes run()'s values (engines.runner: NumPy, XLA or tiered),
     # chosen at the first run.
     _engine_run = None
+    # The most threads its kernels split over, or None (the process' policy:
+    # threads.max_threads): 1 for a program each thread of a split runs
+    # whole (a scan's row block: scan_rows.py). Kept when pickled: an
+    # unpickled program is lowered again.
+    thread_cap = None
 
     def __init__(self, graph, notes=(), passes=(), behaviour=None, name=None,
                  donated_inputs=(), subprograms=None):
@@ -250,6 +255,10 @@ class Executable:
         return slot, base, constants
 
     def _bind(self, live=None):
+        with host_threads.capped(self.thread_cap):
+            self._lower(live)
+
+    def _lower(self, live=None):
         graph = self.graph
         slot, n_slots, constants = self._number_slots()
         live = live or liveness.analyze(graph)

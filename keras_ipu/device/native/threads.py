@@ -37,6 +37,7 @@ after every call, and the CPU time of a step grew with N (the MLP's 5 ms
 at N=1, 34 at 8, 111 at 16) while its speed did not.
 """
 
+import contextlib
 import os
 import queue
 import threading
@@ -149,6 +150,9 @@ _streaming_scales = None
 _cap = None
 _configured = False
 _lock = threading.Lock()
+# A cap for what one thread lowers (capped): a program that one thread of
+# a split runs as a whole (a scan's row block: compiler/scan_rows.py).
+_local = threading.local()
 
 
 def _user_cap():
@@ -167,7 +171,11 @@ def _user_cap():
 
 
 def max_threads():
-    """The most threads one kernel may use (see the module doc)."""
+    """The most threads one kernel may use (see the module doc; within
+    `capped`, its cap)."""
+    local = getattr(_local, "cap", None)
+    if local is not None:
+        return local
     global _cap
     if _cap is None:
         cap = _user_cap()
@@ -178,6 +186,19 @@ def max_threads():
                 cap = os.cpu_count() or 1
         _cap = max(1, cap)
     return _cap
+
+
+@contextlib.contextmanager
+def capped(n):
+    """max_threads() is at most `n` in this thread meanwhile (None: no
+    cap): kernels lowered within split over no more threads."""
+    before = getattr(_local, "cap", None)
+    if n is not None:
+        _local.cap = min(int(n), before or max_threads())
+    try:
+        yield
+    finally:
+        _local.cap = before
 
 
 def configure():

@@ -1,0 +1,212 @@
+"""A scan whose rows never meet, run in blocks of rows on several threads.
+
+A recurrent layer's scan (Keras' LSTM, GRU, SimpleRNN) carries (batch,
+units) arrays whose rows never meet: each step of its body is elementwise,
+a slice, pad or concatenate along other axes, or a product of the rows by a
+weight (once scan_splitting.py has moved the products summing over the
+batch out of the loop). Its kernels are small (an LSTM 128 cell at batch
+128: 0.1-0.3 ms each, 7 per time step), too small to hand to a second
+thread one by one (issue 16, tenth pass: the gate chain's split never
+shared its ranges), so at two threads the recurrence ran on one. Here each
+thread runs the whole loop, every time step, for a block of the rows: one
+hand-off per scan instead of one per kernel.
+
+Each block runs a body compiled for its rows (the traced body traced again
+at the block's shape), whose kernels stay on one thread (the threads are
+the blocks). The values are the loop's bits: elementwise kernels compute
+each element alone, and the products split in row blocks this host's BLAS
+sums as it sums the whole product (product_pool.rule: rows at multiples of
+12 on OpenBLAS' Haswell kernels, each block above its small-matrix bound).
+A body with a product no rule covers (no C product pool, another dtype)
+does not split, nor does one without a product (too little work per row).
+
+At run time the blocks run at once only with two threads or more and while
+the pool is not backing off (threads.backing_off: a busy machine); else the
+whole body runs, as before.
+"""
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from keras_ipu.device.interpreter import eval_graph
+from keras_ipu.device.ir import Literal
+from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.native import product_pool
+from keras_ipu.device.native import threads as host_threads
+from keras_ipu.device.compiler.dot_lowering import product_shape
+from keras_ipu.device.trace import trace_flat
+
+
+class RowBlocks(NamedTuple):
+    """A scan body compiled whole and for each block of its rows."""
+
+    whole: object   # the body's Executable for all rows
+    blocks: tuple   # ((lo, hi, Executable for rows lo:hi), ...)
+
+
+def _row_product(node, rows, batched):
+    """(compute dtype, multiply-adds per row) of a product of batched rows
+    by an unbatched operand keeping the rows first in its result, or None."""
+    lhs, rhs = node.inputs
+    if lhs not in batched or rhs in batched or type(rhs) is Literal:
+        return None
+    (lc, _), (lb, _) = node.params["dimension_numbers"]
+    if lb or 0 in lc:
+        return None
+    b, m, n, k, compute = product_shape(node.params, lhs.aval, rhs.aval)
+    return np.dtype(compute), m // rows * n * k
+
+
+def _rows_pass(node, rows, batched):
+    """Whether `node` maps each row of its batched operands to that row of
+    its result (its result then batched), or None: it mixes rows, or is not
+    a kind this knows. Unbatched operands must not span the rows."""
+    name = node.primitive.name
+    ins = node.inputs
+    out = node.outputs[0].aval
+    if node.primitive.multiple_results or name == "fused_elementwise":
+        return None
+    if not any(v in batched for v in ins):
+        # Computed from the constants alone: the same in every block.
+        return False if node.primitive.elementwise else None
+    if out.ndim == 0 or out.shape[0] != rows:
+        return None
+    if node.primitive.elementwise:
+        for v in ins:
+            if v in batched:
+                if v.aval.shape != out.shape:
+                    return None
+            elif v.aval.ndim == out.ndim and v.aval.shape[0] != 1:
+                return None
+        return True
+    if name == "slice":
+        start, strides = node.params["start_indices"][0], node.params["strides"][0]
+        return True if start in (None, 0) and strides in (None, 1) else None
+    if name == "pad":
+        return True if ins[0] in batched and ins[1] not in batched and tuple(
+            node.params["config"][0]) == (0, 0, 0) else None
+    if name == "concatenate":
+        axis = node.params["axis"] % out.ndim
+        return True if axis != 0 and all(v in batched for v in ins) else None
+    return None
+
+
+def plan(body, n_carry, n_xs):
+    """(rows, align, multiply-adds per row of its smallest product) of a
+    scan body (its traced Graph) whose rows never meet, or None."""
+    inputs = body.inputs[:n_carry + n_xs]
+    if not inputs or any(v.aval.ndim == 0 or not v.aval.is_static() for v in inputs):
+        return None
+    rows = inputs[0].aval.shape[0]
+    if any(v.aval.shape[0] != rows for v in inputs):
+        return None
+    batched = set(inputs)
+    products = []
+    for node in body.nodes:
+        if node.primitive.name == "dot_general":
+            product = _row_product(node, rows, batched)
+            if product is None:
+                if any(v in batched for v in node.inputs):
+                    return None
+                continue
+            products.append(product)
+            batched.add(node.outputs[0])
+            continue
+        passes = _rows_pass(node, rows, batched)
+        if passes is None:
+            return None
+        if passes:
+            batched.add(node.outputs[0])
+    if not products or any(type(v) is Literal or v not in batched for v in body.outputs):
+        return None
+    align = 1
+    for dtype in {dtype for dtype, _ in products}:
+        found = product_pool.rule(dtype)
+        if found is None or not found.rows:
+            return None
+        align = math.lcm(align, found.rows)
+    return rows, align, min(per_row for _, per_row in products)
+
+
+def edges(rows, align, per_row, count):
+    """Row edges of up to `count` blocks, each starting at a multiple of
+    `align` and each product's block above OpenBLAS' small-matrix bound
+    (product_pool's rule for a product's blocks); None: fewer than two."""
+    found = product_pool._side_edges(rows, per_row, 1, count, align)
+    return None if found is None else tuple(int(e) for e in found)
+
+
+def _block_graph(body, n_rows_inputs, lo, hi):
+    """The body traced again with its first `n_rows_inputs` inputs (the
+    carries and the time step's xs) cut to rows lo:hi."""
+    avals = [ShapedArray((hi - lo,) + v.aval.shape[1:], v.aval.dtype)
+             if i < n_rows_inputs else v.aval for i, v in enumerate(body.inputs)]
+    graph, captures = trace_flat(lambda *xs: eval_graph(body, *xs), avals)
+    return None if captures else graph
+
+
+def compile_blocks(body, n_carry, n_xs, whole, compile_body, donated):
+    """RowBlocks of a scan body (its traced Graph), or `whole` (its
+    compiled Executable) where its rows meet or one thread is all."""
+    threads = host_threads.max_threads()
+    if threads < 2:
+        return whole
+    planned = plan(body, n_carry, n_xs)
+    if planned is None:
+        return whole
+    rows, align, per_row = planned
+    cut = edges(rows, align, per_row, threads)
+    if cut is None:
+        return whole
+    blocks = []
+    for lo, hi in zip(cut[:-1], cut[1:]):
+        graph = _block_graph(body, n_carry + n_xs, lo, hi)
+        if graph is None:
+            return whole
+        with host_threads.capped(1):
+            exe = compile_body(graph, donated)
+        exe.thread_cap = 1
+        blocks.append((lo, hi, exe))
+    return RowBlocks(whole, tuple(blocks))
+
+
+def block_runner(blocks, n_carry, length, reverse, carry_avals, y_avals):
+    """scan(carry, xs, consts) -> (carry..., ys...) running each block's
+    loop on a thread of the pool (the last on the caller) and writing its
+    rows of the results."""
+    launch, join = host_threads.launch, host_threads.join
+    steps = tuple(range(length - 1, -1, -1) if reverse else range(length))
+
+    def run_block(body, recopy, lo, hi, carry, xs, consts, ys):
+        # Copies: the block's body updates its carries in place.
+        carry = [np.array(c[lo:hi]) for c in carry]
+        xs = [x[:, lo:hi] for x in xs]
+        for t in steps:
+            outs = body.run_unchecked(carry + [x[t] for x in xs] + consts)
+            carry = outs[:n_carry]
+            for k in recopy:
+                carry[k] = np.array(carry[k])
+            for y, value in zip(ys, outs[n_carry:]):
+                y[t, lo:hi] = value
+        return carry
+
+    prepared = tuple(
+        (body, tuple(k for k in range(n_carry)
+                     if k in body.written_inputs and not body.owned_outputs[k]), lo, hi)
+        for lo, hi, body in blocks)
+
+    def scan_rows(carry, xs, consts):
+        ys = [np.empty(a.shape, a.dtype) for a in y_avals]
+        jobs = [launch(run_block, (*block, carry, xs, consts, ys))
+                for block in prepared[:-1]]
+        last = run_block(*prepared[-1], carry, xs, consts, ys)
+        results = [join(job) for job in jobs] + [last]
+        final = [np.empty(a.shape, a.dtype) for a in carry_avals]
+        for (_, _, lo, hi), block_carry in zip(prepared, results):
+            for out, value in zip(final, block_carry):
+                out[lo:hi] = value
+        return tuple(final) + tuple(ys)
+
+    return scan_rows

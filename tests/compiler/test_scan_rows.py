@@ -1,0 +1,185 @@
+"""A scan whose rows never meet runs in blocks of rows on several threads
+(compiler/scan_rows.py): each block's loop on its own thread, with the
+bits of the whole loop; bodies whose rows meet, one thread and a busy
+machine (the pool backing off) run the whole body."""
+
+import pickle
+import threading
+
+import keras
+import numpy as np
+import pytest
+
+from keras_ipu.device.compiler import scan_rows
+from keras_ipu.device.compiler.cache import ExecutableCache
+from keras_ipu.device.jit import jit
+from keras_ipu.device.native import product_pool
+from keras_ipu.device.native import threads
+
+pytestmark = pytest.mark.skipif(
+    product_pool.rule(np.float32) is None or not product_pool.rule(np.float32).rows,
+    reason="no row rule for float32 products on this host (no C product pool)")
+
+T, B, F, H = 5, 64, 128, 128  # a block's products: >= 28 x 128 x 512, above the small-matrix bound
+
+
+@pytest.fixture
+def cap(monkeypatch):
+    def set_cap(n):
+        monkeypatch.setattr(threads, "_cap", n)
+        monkeypatch.setattr(threads, "_plans", {})
+
+    return set_cap
+
+
+def _lstm(reverse=False, mix_rows=False):
+    def fn(w, u, b, xs, h0, c0):
+        def step(carry, x):
+            h, c = carry
+            z = keras.ops.matmul(x, w) + keras.ops.matmul(h, u) + b
+            if mix_rows:  # the batch mean: rows meet
+                z = z - keras.ops.mean(z, axis=0)
+            i, f, g, o = keras.ops.split(z, 4, axis=-1)
+            c = keras.ops.sigmoid(f) * c + keras.ops.sigmoid(i) * keras.ops.tanh(g)
+            h = keras.ops.sigmoid(o) * keras.ops.tanh(c)
+            return (h, c), h
+
+        (h, c), ys = keras.ops.scan(step, (h0, c0), xs, reverse=reverse)
+        return h, c, ys
+
+    return fn
+
+
+def _args(seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = [(F, 4 * H), (H, 4 * H), (4 * H,), (T, B, F), (B, H), (B, H)]
+    return [(0.3 * rng.standard_normal(s)).astype(np.float32) for s in shapes]
+
+
+def _scan_bodies(executable):
+    return [sub for sub in executable.subprograms.values()]
+
+
+def _compiled(fn, args):
+    fast = jit(fn, cache=ExecutableCache(disk=False))
+    return fast, fast.executable(*args)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_row_blocks_give_the_whole_loops_bits(cap, reverse):
+    args = _args()
+    cap(1)
+    one, exe_one = _compiled(_lstm(reverse), args)
+    want = one(*args)
+    assert not any(isinstance(s, scan_rows.RowBlocks) for s in _scan_bodies(exe_one))
+    cap(2)
+    two, exe_two = _compiled(_lstm(reverse), args)
+    (split,) = [s for s in _scan_bodies(exe_two) if isinstance(s, scan_rows.RowBlocks)]
+    edges = [(lo, hi) for lo, hi, _ in split.blocks]
+    assert edges[0][0] == 0 and edges[-1][1] == B and len(edges) == 2
+    assert all(lo % product_pool.rule(np.float32).rows == 0 for lo, _ in edges)
+    assert all(exe.thread_cap == 1 for _, _, exe in split.blocks)
+    ran = []
+    original = scan_rows.block_runner
+
+    def spying(*a, **k):
+        run = original(*a, **k)
+
+        def spied(*operands):
+            ran.append(threading.get_ident())
+            return run(*operands)
+
+        return spied
+
+    scan_rows.block_runner = spying
+    try:
+        # Lowered again (pickled and back), the spy sees the block runner.
+        exe_two = pickle.loads(pickle.dumps(exe_two))
+    finally:
+        scan_rows.block_runner = original
+    got = exe_two.run(*args)
+    assert ran, "the scan did not run in row blocks"
+    for a, e in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+
+
+def test_a_block_runs_on_a_pool_thread(cap, monkeypatch):
+    """The first block's loop is launched on the pool, the last runs on the
+    caller; the values are the one-thread run's."""
+    args = _args(1)
+    cap(1)
+    want = _compiled(_lstm(), args)[0](*args)
+    cap(2)
+    fast, exe = _compiled(_lstm(), args)
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    ran_on = []
+    launch = threads.launch
+
+    def launch_taken(fn, a):
+        taken = threading.Event()
+
+        def block(*b):
+            taken.set()
+            ran_on.append(threading.get_ident())
+            return fn(*b)
+
+        job = launch(block, a)
+        assert taken.wait(10), "no pool thread took the block"
+        return job
+
+    monkeypatch.setattr(threads, "launch", launch_taken)
+    exe = pickle.loads(pickle.dumps(exe))  # lowered again: the patched launch
+    got = exe.run(*args)
+    assert len(ran_on) == 1  # two blocks: the first launched
+    assert threading.get_ident() not in ran_on
+    for a, e in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+
+
+def test_rows_that_meet_run_whole(cap):
+    """A batch mean inside the step mixes the rows: no blocks."""
+    cap(2)
+    args = _args()
+    _, exe = _compiled(_lstm(mix_rows=True), args)
+    assert _scan_bodies(exe)
+    assert not any(isinstance(s, scan_rows.RowBlocks) for s in _scan_bodies(exe))
+
+
+def test_while_backing_off_the_whole_body_runs(cap, monkeypatch):
+    args = _args(2)
+    cap(1)
+    want = _compiled(_lstm(), args)[0](*args)
+    cap(2)
+    _, exe = _compiled(_lstm(), args)
+    monkeypatch.setattr(scan_rows, "block_runner", _refused)
+    monkeypatch.setattr(threads, "backing_off", lambda: True)
+    import keras_ipu.device.compiler.control_flow as control_flow
+
+    monkeypatch.setattr(control_flow, "backing_off", lambda: True)
+    exe = pickle.loads(pickle.dumps(exe))
+    got = exe.run(*args)
+    for a, e in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+
+
+def _refused(*a, **k):
+    def run(*operands):
+        raise AssertionError("the blocks ran while backing off")
+
+    return run
+
+
+def test_capped_lowers_for_fewer_threads(cap):
+    cap(4)
+    assert threads.max_threads() == 4
+    with threads.capped(1):
+        assert threads.max_threads() == 1
+        with threads.capped(None):
+            assert threads.max_threads() == 1
+    assert threads.max_threads() == 4
+    seen = []
+    other = threading.Thread(target=lambda: seen.append(threads.max_threads()))
+    with threads.capped(2):
+        other.start()
+        other.join()
+    assert seen == [4]  # a cap of this thread only
