@@ -10,11 +10,13 @@ import keras
 import numpy as np
 import pytest
 
+from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler import scan_rows
 from keras_ipu.device.compiler.cache import ExecutableCache
 from keras_ipu.device.jit import jit
 from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads
+from keras_ipu.device.simulator.system import FPBehaviour
 
 pytestmark = pytest.mark.skipif(
     product_pool.rule(np.float32) is None or not product_pool.rule(np.float32).rows,
@@ -141,6 +143,16 @@ def test_rows_that_meet_run_whole(cap):
     cap(2)
     args = _args()
     _, exe = _compiled(_lstm(mix_rows=True), args)
+    assert _scan_bodies(exe)
+    assert not any(isinstance(s, scan_rows.RowBlocks) for s in _scan_bodies(exe))
+
+
+def test_a_floating_point_behaviour_runs_whole(cap):
+    cap(2)
+    args = _args()
+    fast = jit(_lstm(), cache=ExecutableCache(disk=False),
+               options=CompileOptions(fp_behaviour=FPBehaviour(inv=True)))
+    exe = fast.executable(*args)
     assert _scan_bodies(exe)
     assert not any(isinstance(s, scan_rows.RowBlocks) for s in _scan_bodies(exe))
 

@@ -20,7 +20,8 @@ sums as it sums the whole product (product_pool.rule: rows at multiples of
 A body with a product no rule covers (no C product pool, another dtype)
 does not split, nor does one without a product (too little work per row).
 
-At run time the blocks run at once only with two threads or more and while
+Not done with a floating-point behaviour set (as concurrent_steps.py). At
+run time the blocks run at once only with two threads or more and while
 the pool is not backing off (threads.backing_off: a busy machine); else the
 whole body runs, as before.
 """
@@ -151,7 +152,9 @@ def compile_blocks(body, n_carry, n_xs, whole, compile_body, donated):
     """RowBlocks of a scan body (its traced Graph), or `whole` (its
     compiled Executable) where its rows meet or one thread is all."""
     threads = host_threads.max_threads()
-    if threads < 2:
+    behaviour = whole.fp_behaviour
+    if threads < 2 or (behaviour is not None and behaviour.active):
+        # numerics.py wraps each kernel and counts on the program's order.
         return whole
     planned = plan(body, n_carry, n_xs)
     if planned is None:
