@@ -120,6 +120,9 @@ def test_a_block_runs_on_a_pool_thread(cap, monkeypatch):
     def launch_taken(fn, a):
         taken = threading.Event()
 
+        if fn.__name__ != "run_block":  # the outer program's launches
+            return launch(fn, a)
+
         def block(*b):
             taken.set()
             ran_on.append(threading.get_ident())

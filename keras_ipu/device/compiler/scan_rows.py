@@ -135,7 +135,7 @@ def edges(rows, align, per_row, count):
     """Row edges of up to `count` blocks, each starting at a multiple of
     `align` and each product's block above OpenBLAS' small-matrix bound
     (product_pool's rule for a product's blocks); None: fewer than two."""
-    found = product_pool._side_edges(rows, per_row, 1, count, align)
+    found = product_pool.side_edges(rows, per_row, 1, count, align)
     return None if found is None else tuple(int(e) for e in found)
 
 

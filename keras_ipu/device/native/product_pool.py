@@ -301,7 +301,7 @@ def _tiles_and_tail(m, n, align, edges):
     return np.array(rects + [(top, m, 0, n)], np.int64)
 
 
-def _side_edges(size, other, k, count, align):
+def side_edges(size, other, k, count, align):
     """int64 edges of about `count` blocks along a side of `size` (the
     other side `other`, inner dimension k), starting at multiples of
     `align` (rounded to the nearest), each MIN_BLOCK wide and above
@@ -329,10 +329,10 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32):
     if found is None:
         return None
     count = threads * per_thread
-    rows = None if not found.rows else _side_edges(m, n, k, count, found.rows)
+    rows = None if not found.rows else side_edges(m, n, k, count, found.rows)
     columns = None
     if found.columns == "any":
-        columns = _side_edges(n, m, k, count, 1)
+        columns = side_edges(n, m, k, count, 1)
     elif found.columns == "tiles":
         whole_rows = tiles_rows_ok(m, found.rows)
         edges = _tile_groups(n, count if whole_rows else count - 1)
