@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keras_ipu.device.compiler import CompileOptions
+from keras_ipu.device.compiler import control_flow
 from keras_ipu.device.compiler import scan_rows
 from keras_ipu.device.compiler.cache import ExecutableCache
 from keras_ipu.device.jit import jit
@@ -27,11 +28,25 @@ T, B, F, H = 5, 64, 128, 128  # a block's products: >= 28 x 128 x 512, above the
 
 @pytest.fixture
 def cap(monkeypatch):
+    # Not backing off at the start: an earlier test's late split (a busy
+    # machine) would make the scans run whole.
+    for name, value in (("_late", 0), ("_backoff", 0.0), ("_resume_at", 0.0)):
+        monkeypatch.setattr(threads, name, value)
+
     def set_cap(n):
         monkeypatch.setattr(threads, "_cap", n)
         monkeypatch.setattr(threads, "_plans", {})
 
     return set_cap
+
+
+@pytest.fixture
+def splitting(monkeypatch):
+    """No back-off during the test: a late split of the program's other
+    kernels (a busy machine) would make the scan run whole."""
+    never = lambda: False  # noqa: E731
+    monkeypatch.setattr(threads, "backing_off", never)
+    monkeypatch.setattr(control_flow, "backing_off", never)
 
 
 def _lstm(reverse=False, mix_rows=False):
@@ -68,7 +83,7 @@ def _compiled(fn, args):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-def test_row_blocks_give_the_whole_loops_bits(cap, reverse):
+def test_row_blocks_give_the_whole_loops_bits(cap, splitting, reverse):
     args = _args()
     cap(1)
     one, exe_one = _compiled(_lstm(reverse), args)
@@ -105,7 +120,7 @@ def test_row_blocks_give_the_whole_loops_bits(cap, reverse):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
 
 
-def test_a_block_runs_on_a_pool_thread(cap, monkeypatch):
+def test_a_block_runs_on_a_pool_thread(cap, splitting, monkeypatch):
     """The first block's loop is launched on the pool, the last runs on the
     caller; the values are the one-thread run's."""
     args = _args(1)
@@ -113,7 +128,6 @@ def test_a_block_runs_on_a_pool_thread(cap, monkeypatch):
     want = _compiled(_lstm(), args)[0](*args)
     cap(2)
     fast, exe = _compiled(_lstm(), args)
-    monkeypatch.setattr(threads, "backing_off", lambda: False)
     ran_on = []
     launch = threads.launch
 
@@ -168,8 +182,6 @@ def test_while_backing_off_the_whole_body_runs(cap, monkeypatch):
     _, exe = _compiled(_lstm(), args)
     monkeypatch.setattr(scan_rows, "block_runner", _refused)
     monkeypatch.setattr(threads, "backing_off", lambda: True)
-    import keras_ipu.device.compiler.control_flow as control_flow
-
     monkeypatch.setattr(control_flow, "backing_off", lambda: True)
     exe = pickle.loads(pickle.dumps(exe))
     got = exe.run(*args)
@@ -198,3 +210,22 @@ def test_capped_lowers_for_fewer_threads(cap):
         other.start()
         other.join()
     assert seen == [4]  # a cap of this thread only
+
+
+def test_blocks_that_did_not_run_at_once_start_the_back_off(cap, monkeypatch):
+    """Both blocks on the caller (no pool thread got a core): the split's wall
+    time is its threads' CPU time together, a late split."""
+    args = _args(3)
+    cap(2)
+    _, exe = _compiled(_lstm(), args)
+    monkeypatch.setattr(threads, "launch", lambda fn, a: threads._Ran(fn(*a)))
+    exe = pickle.loads(pickle.dumps(exe))  # lowered again: the patched launch
+    assert not threads.backing_off()
+    exe.run(*args)
+    assert threads.backing_off()
+
+
+@pytest.mark.parametrize("wall, late", [(1.0, True), (0.6, False)])
+def test_note_blocks(cap, wall, late):
+    threads.note_blocks(wall, 1.0)  # two threads' CPU: 1 s together
+    assert threads.backing_off() is late

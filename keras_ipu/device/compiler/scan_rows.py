@@ -23,10 +23,13 @@ does not split, nor does one without a product (too little work per row).
 Not done with a floating-point behaviour set (as concurrent_steps.py). At
 run time the blocks run at once only with two threads or more and while
 the pool is not backing off (threads.backing_off: a busy machine); else the
-whole body runs, as before.
+whole body runs, as before. A split whose threads did not run at once (its
+wall time near their CPU time together: threads.note_blocks) starts the
+back-off.
 """
 
 import math
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -179,10 +182,13 @@ def block_runner(blocks, n_carry, length, reverse, carry_avals, y_avals):
     """scan(carry, xs, consts) -> (carry..., ys...) running each block's
     loop on a thread of the pool (the last on the caller) and writing its
     rows of the results."""
-    launch, join = host_threads.launch, host_threads.join
+    launch, join, note = host_threads.launch, host_threads.join, host_threads.note_blocks
+    clock, cpu_clock = time.perf_counter, time.thread_time
     steps = tuple(range(length - 1, -1, -1) if reverse else range(length))
 
     def run_block(body, recopy, lo, hi, carry, xs, consts, ys):
+        """(the block's final carries, its thread's CPU seconds)."""
+        start = cpu_clock()
         # Copies: the block's body updates its carries in place.
         carry = [np.array(c[lo:hi]) for c in carry]
         xs = [x[:, lo:hi] for x in xs]
@@ -193,7 +199,7 @@ def block_runner(blocks, n_carry, length, reverse, carry_avals, y_avals):
                 carry[k] = np.array(carry[k])
             for y, value in zip(ys, outs[n_carry:]):
                 y[t, lo:hi] = value
-        return carry
+        return carry, cpu_clock() - start
 
     prepared = tuple(
         (body, tuple(k for k in range(n_carry)
@@ -202,12 +208,14 @@ def block_runner(blocks, n_carry, length, reverse, carry_avals, y_avals):
 
     def scan_rows(carry, xs, consts):
         ys = [np.empty(a.shape, a.dtype) for a in y_avals]
+        start = clock()
         jobs = [launch(run_block, (*block, carry, xs, consts, ys))
                 for block in prepared[:-1]]
         last = run_block(*prepared[-1], carry, xs, consts, ys)
         results = [join(job) for job in jobs] + [last]
+        note(clock() - start, sum(cpu for _, cpu in results))
         final = [np.empty(a.shape, a.dtype) for a in carry_avals]
-        for (_, _, lo, hi), block_carry in zip(prepared, results):
+        for (_, _, lo, hi), (block_carry, _) in zip(prepared, results):
             for out, value in zip(final, block_carry):
                 out[lo:hi] = value
         return tuple(final) + tuple(ys)

@@ -635,6 +635,27 @@ def note_pool_split(done, count):
     _note_split(ran == count or wait > own, time.perf_counter())
 
 
+# A split whose threads each run a long block (a scan's rows, milliseconds
+# each: compiler/scan_rows.py) pays only if they ran at once: its wall
+# time is then about one block's CPU time, half their sum on two threads.
+# On a machine whose other processes leave this one a single core's share
+# both threads make progress at half speed, so no join waits long and
+# join's checks see nothing, while the split's extra work (each block
+# packs the weights again, two threads take turns on the GIL) makes the
+# step slower (issue 16, eleventh pass: +10% per fit step). Such a split
+# is late when its wall time exceeds BLOCKS_LATE_SHARE of the CPU time its
+# threads spent together (a gain below 1.33x).
+BLOCKS_LATE_SHARE = 0.75
+
+
+def note_blocks(wall, cpu):
+    """Notes a split whose threads each ran whole blocks: `wall` seconds
+    from its launch to its last join, `cpu` seconds of its threads' CPU
+    time together; a late one starts the back-off at once (as a late
+    join)."""
+    _note_split(wall > BLOCKS_LATE_SHARE * cpu, time.perf_counter(), at_once=True)
+
+
 def _native_split_plan(b, m, n, compute, threads, blocks, fallback):
     """A product in `blocks` (axis, edges) on the C pool
     (product_pool.py): the whole product's bits. While backing off it is
