@@ -148,6 +148,7 @@ def _lower_scan(params, in_avals, out_avals):
     copy_first = tuple(k for k in written if k not in owned)
     recopy = tuple(k for k in written if not body.owned_outputs[k])
     y_avals = out_avals[n_carry:]
+    steps = range(length - 1, -1, -1) if reverse else range(length)
 
     def scan(*operands):
         if split is not None and not backing_off():
@@ -156,17 +157,9 @@ def _lower_scan(params, in_avals, out_avals):
         carry = list(operands[:n_carry])
         for k in copy_first:
             carry[k] = np.array(carry[k])
-        xs = operands[n_carry:n_carry + n_xs]
-        consts = list(operands[n_carry + n_xs:])
         ys = [np.empty(a.shape, a.dtype) for a in y_avals]
-        steps = range(length - 1, -1, -1) if reverse else range(length)
-        for t in steps:
-            outs = body.run_unchecked(carry + [x[t] for x in xs] + consts)
-            carry = outs[:n_carry]
-            for k in recopy:
-                carry[k] = np.array(carry[k])
-            for y, value in zip(ys, outs[n_carry:]):
-                y[t] = value
+        carry = scan_rows.run_steps(body, steps, carry, operands[n_carry:n_carry + n_xs],
+                                    list(operands[n_carry + n_xs:]), recopy, ys)
         return tuple(carry) + tuple(ys)
 
     scan.subprograms = {"body": body}

@@ -178,6 +178,24 @@ def compile_blocks(body, n_carry, n_xs, whole, compile_body, donated):
     return RowBlocks(whole, tuple(blocks))
 
 
+def run_steps(body, steps, carry, xs, consts, recopy, ys, rows=None):
+    """The scan's loop: `body` (an Executable) at each time step of
+    `steps`, its stacked outputs written into `ys` (at [t, rows] when
+    `rows`, a slice, is given); returns the final carries. `recopy`: the
+    carries to copy before the body writes into them again (results it did
+    not allocate)."""
+    n_carry = len(carry)
+    for t in steps:
+        outs = body.run_unchecked(carry + [x[t] for x in xs] + consts)
+        carry = outs[:n_carry]
+        for k in recopy:
+            carry[k] = np.array(carry[k])
+        at = t if rows is None else (t, rows)
+        for y, value in zip(ys, outs[n_carry:]):
+            y[at] = value
+    return carry
+
+
 def block_runner(blocks, n_carry, length, reverse, carry_avals, y_avals):
     """scan(carry, xs, consts) -> (carry..., ys...) running each block's
     loop on a thread of the pool (the last on the caller) and writing its
@@ -191,14 +209,8 @@ def block_runner(blocks, n_carry, length, reverse, carry_avals, y_avals):
         start = cpu_clock()
         # Copies: the block's body updates its carries in place.
         carry = [np.array(c[lo:hi]) for c in carry]
-        xs = [x[:, lo:hi] for x in xs]
-        for t in steps:
-            outs = body.run_unchecked(carry + [x[t] for x in xs] + consts)
-            carry = outs[:n_carry]
-            for k in recopy:
-                carry[k] = np.array(carry[k])
-            for y, value in zip(ys, outs[n_carry:]):
-                y[t, lo:hi] = value
+        carry = run_steps(body, steps, carry, [x[:, lo:hi] for x in xs], consts, recopy,
+                          ys, slice(lo, hi))
         return carry, cpu_clock() - start
 
     prepared = tuple(
