@@ -108,3 +108,15 @@ def pool_not_backing_off(monkeypatch):
 
     monkeypatch.setattr(threads, "_backoff", 0.0)
     monkeypatch.setattr(threads, "_late", 0)
+
+
+@pytest.fixture
+def long_backoff(pool_not_backing_off, monkeypatch):
+    """The back-off reset and a minute long once it starts (it is 0.1 s):
+    a test checking that the runs after late splits are not split stays
+    inside it however long a busy machine pauses the test between them;
+    the state is put back afterwards."""
+    from keras_ipu.device.native import threads
+
+    monkeypatch.setattr(threads, "_resume_at", 0.0)
+    monkeypatch.setattr(threads, "BACKOFF_SECONDS", 60.0)

@@ -406,7 +406,11 @@ def test_progress_bar_auto_on_a_terminal_for_large_programs(monkeypatch):
     bar.close()
     assert "Compiling big" in "".join(term.text)
     term = Terminal()
-    bar = progress.start("auto", _chain(10), 3, "small", file=term)  # waits 1 s
+    # A small program's bar waits AUTO_DELAY_S (1 s) for a compile to last:
+    # a minute here, so that a busy machine pausing this test between the
+    # two calls cannot show it.
+    monkeypatch.setattr(progress, "AUTO_DELAY_S", 60.0)
+    bar = progress.start("auto", _chain(10), 3, "small", file=term)
     bar.done("stage 1")
     bar.close()
     assert "Compiling" not in "".join(term.text)

@@ -162,7 +162,7 @@ def test_an_executable_runs_a_large_chain_on_the_pool_with_the_one_thread_bits(m
         assert got.tobytes() == want.tobytes()
 
 
-def test_late_chain_splits_back_off_to_one_thread(monkeypatch):
+def test_late_chain_splits_back_off_to_one_thread(monkeypatch, long_backoff):
     monkeypatch.setattr(threads, "_cap", 2)
     monkeypatch.setattr(threads, "NATIVE_ELEMENTS_PER_THREAD", 4096)
     shape = (200, 300)

@@ -286,7 +286,7 @@ def test_a_launched_call_runs_at_once_while_backing_off(monkeypatch):
     assert threads.join(job) == 42
 
 
-def test_a_join_held_up_past_the_kernels_cpu_time_is_a_late_split(monkeypatch):
+def test_a_join_held_up_past_the_kernels_cpu_time_is_a_late_split(monkeypatch, long_backoff):
     import threading
 
     _no_backoff(monkeypatch)

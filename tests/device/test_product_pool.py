@@ -307,7 +307,7 @@ def test_a_forked_child_starts_its_own_helpers():
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch):
+def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch, long_backoff):
     monkeypatch.setattr(threads, "_cap", 2)
     x, y = _operands(128, 512, 512)
     want = np.matmul(x, y)
