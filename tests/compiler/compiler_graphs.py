@@ -1,4 +1,5 @@
-"""Hand-built graphs for the compiler's pass tests.
+"""Hand-built graphs for the compiler's pass tests and the simulator's cost
+and memory tests.
 
 `build(in_avals, body)` makes a Graph whose nodes `body(b, *inputs)` adds
 with `b.op(primitive, *operands, **params)`; operands are Vars or
@@ -28,13 +29,13 @@ class Builder:
     def __init__(self, graph):
         self.graph = graph
 
-    def op(self, name, *operands, **params):
+    def op(self, name, *operands, source=None, **params):
         prim = REGISTRY[name]
         avals = prim.abstract_eval(*(o.aval for o in operands), **params)
         if not prim.multiple_results:
             avals = (avals,)
         outs = [Var(a) for a in avals]
-        self.graph.nodes.append(Node(prim, list(operands), params, outs))
+        self.graph.nodes.append(Node(prim, list(operands), params, outs, source))
         return outs if prim.multiple_results else outs[0]
 
 

@@ -13,8 +13,8 @@ from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.simulator import profile
 
-from sim_graphs import aval
-from sim_graphs import build
+from compiler_graphs import aval
+from compiler_graphs import build
 
 
 def run_cli(*args):

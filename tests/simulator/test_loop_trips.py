@@ -10,9 +10,9 @@ from keras_ipu.device.simulator import loop_trips
 from keras_ipu.device.simulator.prediction import predict_costs
 from keras_ipu.device.simulator.targets import TARGETS
 
-from sim_graphs import aval
-from sim_graphs import build
-from sim_graphs import lit
+from compiler_graphs import aval
+from compiler_graphs import build
+from compiler_graphs import lit
 
 IPU2 = TARGETS["ipu2"]
 I32 = aval((), "int32")

@@ -11,9 +11,9 @@ from keras_ipu.device.simulator import memory_model
 from keras_ipu.device.simulator.materialized import as_held
 from keras_ipu.device.simulator.targets import TARGETS
 
-from sim_graphs import aval
-from sim_graphs import build
-from sim_graphs import lit
+from compiler_graphs import aval
+from compiler_graphs import build
+from compiler_graphs import lit
 
 N = 1472 * 256
 F32, F16 = np.dtype("float32"), np.dtype("float16")

@@ -13,9 +13,9 @@ from keras_ipu.device.simulator.memory_model import analyze_memory
 from keras_ipu.device.simulator.memory_model import check_memory
 from keras_ipu.device.simulator.targets import TARGETS
 
-from sim_graphs import aval
-from sim_graphs import build
-from sim_graphs import lit
+from compiler_graphs import aval
+from compiler_graphs import build
+from compiler_graphs import lit
 
 IPU2 = TARGETS["ipu2"]
 

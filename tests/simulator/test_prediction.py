@@ -16,8 +16,8 @@ from keras_ipu.device.simulator.memory_model import graph_of
 from keras_ipu.device.simulator.prediction import predict_costs
 from keras_ipu.device.simulator.targets import TARGETS
 
-from sim_graphs import aval
-from sim_graphs import build
+from compiler_graphs import aval
+from compiler_graphs import build
 
 IPU2 = TARGETS["ipu2"]
 MM = (((1,), (0,)), ((), ()))

@@ -17,8 +17,8 @@ from keras_ipu.device.simulator.memory_model import analyze_memory
 from keras_ipu.device.simulator.prediction import predict_costs
 from keras_ipu.device.simulator.targets import TARGETS
 
-from sim_graphs import aval
-from sim_graphs import build
+from compiler_graphs import aval
+from compiler_graphs import build
 
 IPU2 = TARGETS["ipu2"]
 ALL = '{"autoReport.all":"true","autoReport.directory":"%s"}'

@@ -18,8 +18,8 @@ from keras_ipu.device.simulator.sharding import in_flight
 from keras_ipu.device.simulator.sharding import predict_sharded
 from keras_ipu.device.simulator.targets import TARGETS
 
-from sim_graphs import aval
-from sim_graphs import build
+from compiler_graphs import aval
+from compiler_graphs import build
 
 IPU2 = TARGETS["ipu2"]
 MM = (((1,), (0,)), ((), ()))

@@ -6,7 +6,7 @@ import numpy as np
 from keras_ipu.device.simulator import cost_model as cm
 from keras_ipu.device.simulator import tile_mapping
 
-from sim_graphs import aval
+from compiler_graphs import aval
 
 
 def test_each_tensor_starts_where_the_previous_ended():
