@@ -212,7 +212,7 @@ def test_capped_lowers_for_fewer_threads(cap):
     assert seen == [4]  # a cap of this thread only
 
 
-def test_blocks_that_did_not_run_at_once_start_the_back_off(cap, monkeypatch):
+def test_blocks_that_did_not_run_at_once_start_the_back_off(cap, monkeypatch, long_backoff):
     """Both blocks on the caller (no pool thread got a core): the split's wall
     time is its threads' CPU time together, a late split."""
     args = _args(3)
@@ -226,6 +226,6 @@ def test_blocks_that_did_not_run_at_once_start_the_back_off(cap, monkeypatch):
 
 
 @pytest.mark.parametrize("wall, late", [(1.0, True), (0.6, False)])
-def test_note_blocks(cap, wall, late):
+def test_note_blocks(cap, wall, late, long_backoff):
     threads.note_blocks(wall, 1.0)  # two threads' CPU: 1 s together
     assert threads.backing_off() is late

@@ -342,7 +342,8 @@ def test_a_caller_off_its_core_between_launch_and_join_is_a_late_split(monkeypat
     assert threads._late == 1 and threads._backoff == threads.BACKOFF_SECONDS
 
 
-def test_a_launched_job_standing_for_a_split_backs_off_as_the_split_does(monkeypatch):
+def test_a_launched_job_standing_for_a_split_backs_off_as_the_split_does(monkeypatch,
+                                                                      long_backoff):
     import threading
 
     _no_backoff(monkeypatch)
