@@ -16,7 +16,7 @@ def test_quick_step_profile(tmp_path):
     out = tmp_path / "profile.json"
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--repeats", "2", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=900,
         env={**os.environ, "KERAS_BACKEND": "ipu"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -34,7 +34,7 @@ def test_quick_step_profile(tmp_path):
 def test_quick_layers_table():
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--layers", "--repeats", "30"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=900,
         env={**os.environ, "KERAS_BACKEND": "ipu"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
