@@ -204,7 +204,9 @@ def _paired_step(product, update, alone):
     A product that splits runs on the job's thread alone (its `one_thread`),
     and the job, launched, backs off as the split would (threads.launch)."""
     kernel, ins, out, _, frees = product
-    alone_product = getattr(kernel, "one_thread", None)
+    split_alone = getattr(kernel, "one_thread", None)
+    if split_alone is not None:
+        kernel = split_alone
     _, update_ins, update_out, multi, update_frees = update
     rest = tuple(s for s in update_ins if s != out)
     at = tuple(k for k, s in enumerate(update_ins) if s == out)
@@ -217,9 +219,7 @@ def _paired_step(product, update, alone):
             args.insert(k, result)
         return alone(*args)
 
-    if alone_product is not None:
-        kernel = alone_product
-        paired.stands_for_a_split = True
+    paired.stands_for_a_split = split_alone is not None
     freed = tuple(sorted((set(frees) | set(update_frees)) - {out}))
     return (paired, ins + rest, update_out, multi, freed)
 
