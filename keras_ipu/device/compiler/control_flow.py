@@ -133,22 +133,21 @@ def _lower_scan(params, in_avals, out_avals):
     n_carry, n_xs = params["n_carry"], params["n_xs"]
     length, reverse = params["length"], params["reverse"]
     body = _compiled(params, "scan")
+    steps = range(length - 1, -1, -1) if reverse else range(length)
     split = None
     if isinstance(body, scan_rows.RowBlocks):
         blocks, body = body.blocks, body.whole
         if max_threads() >= 2:  # (an executable compiled for more, unpickled)
-            split = scan_rows.block_runner(blocks, n_carry, length, reverse,
+            split = scan_rows.block_runner(blocks, n_carry, steps,
                                            out_avals[:n_carry], out_avals[n_carry:])
     # An initial carry the outer program does not own (`owned_carry`, from
     # the Executable) is copied once before the loop when the body writes
     # into it; a result the body did not allocate (a pass-through, a view)
     # is copied before it becomes a carry the body writes into.
     owned = params.get("owned_carry", ())
-    written = [k for k in range(n_carry) if k in body.written_inputs]
-    copy_first = tuple(k for k in written if k not in owned)
-    recopy = tuple(k for k in written if not body.owned_outputs[k])
+    copy_first = tuple(k for k in range(n_carry) if k in body.written_inputs and k not in owned)
+    recopy = scan_rows.recopied(body, n_carry)
     y_avals = out_avals[n_carry:]
-    steps = range(length - 1, -1, -1) if reverse else range(length)
 
     def scan(*operands):
         if split is not None and not backing_off():

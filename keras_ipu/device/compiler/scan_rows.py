@@ -178,6 +178,14 @@ def compile_blocks(body, n_carry, n_xs, whole, compile_body, donated):
     return RowBlocks(whole, tuple(blocks))
 
 
+def recopied(body, n_carry):
+    """The carries a scan copies before its body writes into them again:
+    those the body writes into and did not allocate (a pass-through, a
+    view)."""
+    return tuple(k for k in range(n_carry)
+                 if k in body.written_inputs and not body.owned_outputs[k])
+
+
 def run_steps(body, steps, carry, xs, consts, recopy, ys, rows=None):
     """The scan's loop: `body` (an Executable) at each time step of
     `steps`, its stacked outputs written into `ys` (at [t, rows] when
@@ -196,13 +204,12 @@ def run_steps(body, steps, carry, xs, consts, recopy, ys, rows=None):
     return carry
 
 
-def block_runner(blocks, n_carry, length, reverse, carry_avals, y_avals):
+def block_runner(blocks, n_carry, steps, carry_avals, y_avals):
     """scan(carry, xs, consts) -> (carry..., ys...) running each block's
-    loop on a thread of the pool (the last on the caller) and writing its
-    rows of the results."""
+    loop over the time `steps` on a thread of the pool (the last on the
+    caller) and writing its rows of the results."""
     launch, join, note = host_threads.launch, host_threads.join, host_threads.note_blocks
     clock, cpu_clock = time.perf_counter, time.thread_time
-    steps = tuple(range(length - 1, -1, -1) if reverse else range(length))
 
     def run_block(body, recopy, lo, hi, carry, xs, consts, ys):
         """(the block's final carries, its thread's CPU seconds)."""
@@ -213,10 +220,7 @@ def block_runner(blocks, n_carry, length, reverse, carry_avals, y_avals):
                           ys, slice(lo, hi))
         return carry, cpu_clock() - start
 
-    prepared = tuple(
-        (body, tuple(k for k in range(n_carry)
-                     if k in body.written_inputs and not body.owned_outputs[k]), lo, hi)
-        for lo, hi, body in blocks)
+    prepared = tuple((body, recopied(body, n_carry), lo, hi) for lo, hi, body in blocks)
 
     def scan_rows(carry, xs, consts):
         ys = [np.empty(a.shape, a.dtype) for a in y_avals]
