@@ -48,13 +48,14 @@ def test_split_products_give_numpys_bits(m, k, n, layout):
     x, y = _operands(m, k, n, layout[0] == "t", layout[1] == "t")
     want = np.matmul(x, y)
     for t in (2, 3, 4, 16):
-        planned = product_pool.blocks(m, n, k, t, threads.BLOCKS_PER_THREAD)
-        if planned is None:
-            continue
-        axis, edges = planned
-        out = np.full_like(want, np.nan)
-        assert product_pool.run(x, y, out, axis, edges, t) is not None
-        np.testing.assert_array_equal(out, want)
+        for per_thread in (threads.PRODUCT_BLOCKS_PER_THREAD, threads.BLOCKS_PER_THREAD):
+            planned = product_pool.blocks(m, n, k, t, per_thread)
+            if planned is None:
+                continue
+            axis, edges = planned
+            out = np.full_like(want, np.nan)
+            assert product_pool.run(x, y, out, axis, edges, t) is not None
+            np.testing.assert_array_equal(out, want)
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES + [(268, 126, 985), (1000, 300, 47)])
@@ -239,8 +240,9 @@ def test_policy_splits_float32_products_only(monkeypatch):
     # demo_functional's 17 MFLOP product splits where its plan is row or
     # column blocks; in rectangles (a row tail kept whole: threads.py's
     # RECTANGLE_FLOPS_PER_THREAD) only from 48 MFLOP: the MLP's 67.
-    rectangles = product_pool.blocks(32, 512, 512, 2, threads.BLOCKS_PER_THREAD)[0] == 2
-    assert threads.product_threads(*demo, np.float32) == (1 if rectangles else 2)
+    planned = product_pool.blocks(32, 512, 512, 2, threads.PRODUCT_BLOCKS_PER_THREAD)
+    whole = planned is None or planned[0] == 2
+    assert threads.product_threads(*demo, np.float32) == (1 if whole else 2)
     mlp = (0, 128, 512, 512)
     assert threads.product_threads(*mlp, np.float32) == 2
     assert threads.matmul_plan(*mlp, np.float32).__name__ == "native_split_matmul"
@@ -255,6 +257,27 @@ def test_policy_splits_float32_products_only(monkeypatch):
     monkeypatch.setattr(threads, "_cap", 1)
     monkeypatch.delenv("KERAS_IPU_PRODUCT_POOL")
     assert threads.product_threads(*demo, np.float32) == 1
+
+
+def test_at_two_threads_a_product_splits_in_one_block_per_thread(monkeypatch):
+    """The policy's 2-d products on the C pool: one block per thread (threads.
+    PRODUCT_BLOCKS_PER_THREAD), a single row cut where rows split at the
+    rule's alignment, not the three rectangles a row tail needs."""
+    monkeypatch.setattr(threads, "_cap", 2)
+    rule = product_pool.rule()
+    if rule is None or not rule.rows:
+        pytest.skip("products do not split in row blocks on this BLAS")
+    # The MLP's forward product, its input gradient and its weight gradient.
+    for m, n, k in ((128, 512, 784), (128, 512, 512), (784, 512, 128)):
+        split = threads._native_product_split(0, m, n, k, np.float32)
+        assert split is not None
+        count, (axis, edges) = split
+        assert count == 2 and axis == 0 and len(edges) == 3
+        assert edges[1] % rule.rows == 0 and abs(edges[1] - m / 2) <= rule.rows / 2
+        x, y = _operands(m, k, n)
+        out = np.full((m, n), np.nan, np.float32)
+        assert product_pool.run(x, y, out, axis, edges, 2) is not None
+        np.testing.assert_array_equal(out, np.matmul(x, y))
 
 
 def test_a_second_caller_runs_its_blocks_alone_with_the_same_bits():

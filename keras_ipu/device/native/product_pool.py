@@ -324,7 +324,8 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32):
     longer side where this host's rule allows, else the other; axis 2:
     rectangles (rows lo, hi, columns lo, hi), the rows column tiles cannot
     take in one block of their own. Each block above SMALL_MATRIX_MNK and
-    MIN_BLOCK wide; None when fewer than two such blocks fit."""
+    MIN_BLOCK wide; None when fewer than two such blocks fit. Two row
+    blocks go before rectangles (see below)."""
     found = rule(dtype)
     if found is None:
         return None
@@ -335,7 +336,8 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32):
         columns = side_edges(n, m, k, count, 1)
     elif found.columns == "tiles":
         whole_rows = tiles_rows_ok(m, found.rows)
-        edges = _tile_groups(n, count if whole_rows else count - 1)
+        # Beside a row tail's block, at least two column blocks.
+        edges = _tile_groups(n, count if whole_rows else max(count - 1, 2))
         top = m if whole_rows else m - m % found.rows
         if edges is not None and np.diff(edges).min() * top * k > SMALL_MATRIX_MNK:
             if whole_rows:
@@ -343,7 +345,10 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32):
             elif (m - top) * n * k > SMALL_MATRIX_MNK:
                 columns = _tiles_and_tail(m, n, found.rows, edges)
     planned = [(0, rows), (2 if columns is not None and columns.ndim == 2 else 1, columns)]
-    if m < n:
+    # The longer side first; but two row blocks before rectangles: each
+    # block packs the whole of y once, as the rectangles' column blocks
+    # together and their tail's block do, in one task fewer.
+    if m < n and not (planned[1][0] == 2 and rows is not None and len(rows) <= 3):
         planned.reverse()
     return next(((axis, edges) for axis, edges in planned if edges is not None), None)
 

@@ -134,6 +134,21 @@ NATIVE_NS_PER_THREAD = 85_000
 # Blocks per thread: more than one, so threads that run late (a busy
 # machine) leave their share to the others.
 BLOCKS_PER_THREAD = 2
+# But a 2-d product on the C pool splits in one block per thread: each
+# block is one sgemm call that packs the operand the blocks share again
+# and runs its edge kernels, and with a single cut a 12-row-aligned row
+# split also replaces the three rectangles a row tail needs (the tail's
+# block packs the whole weight once more). Measured on the 2-core AMD
+# VM (benchmarks/README.md, issue 16 twelfth pass, s12mlp; minimum wall
+# of 400 calls on 2 threads, one thread's in brackets): the MLP's 128x784
+# @ 784x512 0.653 ms in three rectangles, 0.676 in four row blocks, 0.629
+# in two (1.108); 128x512 @ 512x512 0.448 / 0.460 / 0.418 (0.733); its
+# weight gradients 784x128 @ 128x512 0.608 in four row blocks, 0.793 in
+# three, 0.571 in two (1.105). A late thread still leaves nothing
+# unclaimed to wait for (the caller takes a block no helper has started),
+# and one that loses its core inside its block makes the split late
+# (note_pool_split), so the back-off covers a busy machine as before.
+PRODUCT_BLOCKS_PER_THREAD = 1
 
 # Streaming kernels (a copy, a pad, a broadcast add: one read and one write
 # per element) split only where a second thread adds memory bandwidth:
@@ -252,7 +267,7 @@ def _native_product_split(b, m, n, k, compute, threads=None):
     if b:
         edges = product_pool.batch_blocks(b, threads, BLOCKS_PER_THREAD)
         return None if edges is None else (threads, (0, edges))
-    planned = product_pool.blocks(m, n, k, threads, BLOCKS_PER_THREAD, compute)
+    planned = product_pool.blocks(m, n, k, threads, PRODUCT_BLOCKS_PER_THREAD, compute)
     if planned is None or (
             planned[0] == 2 and 2 * m * n * k < threads * RECTANGLE_FLOPS_PER_THREAD):
         return None
