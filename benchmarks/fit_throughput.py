@@ -273,6 +273,31 @@ def make_data(name, size, samples):
     return x, y
 
 
+def seed_keras(keras, seed, with_tensorflow):
+    """Seeds what `keras.utils.set_random_seed` seeds. That call also seeds
+    TensorFlow, importing it (several seconds and its thread pools) in a
+    worker of any backend; nothing here draws from TensorFlow's generator
+    (NumPy data, shuffle=False, no dropout), so without `with_tensorflow`
+    (--keras-seed) TensorFlow is seeded only where the worker has already
+    loaded it: a worker carries TensorFlow only when its backend, or `auto`,
+    loads it, as for a user who does not call set_random_seed."""
+    if with_tensorflow or "tensorflow" in sys.modules:
+        keras.utils.set_random_seed(seed)
+        return
+    import random
+
+    import numpy as np
+    from keras.src.backend.common import global_state
+    from keras.src.random import seed_generator
+    from keras.src.utils import rng_utils
+
+    # set_random_seed's own steps, but for its `tf.random.set_seed`.
+    global_state.set_global_attribute(rng_utils.GLOBAL_RANDOM_SEED, seed)
+    global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
 def weights_checksum(model):
     import numpy as np
 
@@ -420,7 +445,7 @@ def run_model(keras, name, size, args, weights_path):
     steps = model_steps(args, name)
     batch = args.batch_size
     x, y = make_data(name, size, steps * batch)
-    keras.utils.set_random_seed(SEED)
+    seed_keras(keras, SEED, args.keras_seed)
     model = build_model(keras, name, size)
     if args.save_weights:
         model.save_weights(weights_path)
@@ -569,6 +594,10 @@ def worker_main(args):
         print(f"[{backend}] {name}: {results[name]}", file=sys.stderr,
               flush=True)
     info["models"] = results
+    # Whether the worker carried TensorFlow (its backend, `auto`'s engines,
+    # or --keras-seed loaded it): its import and threads are part of what
+    # the worker's figures include.
+    info["tensorflow_loaded"] = "tensorflow" in sys.modules
     Path(args.result_file).write_text(json.dumps(info))
 
 
@@ -631,26 +660,94 @@ def installed(backend):
     return importlib.util.find_spec(BACKEND_MODULE[backend]) is not None
 
 
-def run_backend(variant, args, weights_dir, save_weights):
-    """`variant` on each model, one worker process per model: a model's
+def run_cell(variant, name, args, weights_dir, result_file):
+    """`variant` on model `name` in a worker process of its own: a model's
     fit is measured without what an earlier one left running (`auto`'s
     background XLA compile of the last model went on, at nice 19, into the
-    next model's first epochs and its timed runs: issue 16, tenth pass)."""
-    info, errors = None, {}
-    for name in args.model_list:
-        result_file = os.path.join(weights_dir, f"{variant}.{name}.json")
-        one = run_worker(variant, args, weights_dir, save_weights, result_file, [name])
-        if "error" in one:  # the worker died: that model's error, the others go on
-            errors[name] = {"error": one["error"]}
-        elif info is None:
-            info = one
-        else:
-            info["models"].update(one["models"])
-            info["process_wall_s"] += one["process_wall_s"]
-    if info is None:
-        return next(iter(errors.values()))
-    info["models"].update(errors)
-    return info
+    next model's first epochs and its timed runs: issue 16, tenth pass).
+    The first cell of a model to run builds its initial weights and saves
+    them; every later one (other backends, later rounds) loads them.
+    Returns the worker's info, or {"error": ...} when it died."""
+    save = not weights_file(weights_dir, name).exists()
+    return run_worker(variant, args, weights_dir, save, result_file, [name])
+
+
+def weights_file(weights_dir, name):
+    return Path(weights_dir) / f"{name}.weights.h5"
+
+
+def round_order(backends, round_index, rounds):
+    """The order backends run in, round `round_index` of `rounds`: rotated
+    by an equal share each round, so that no backend always runs first
+    (beside a cold cache) or right after the slowest one."""
+    if not backends:
+        return []
+    shift = round_index * max(1, len(backends) // rounds) % len(backends)
+    return backends[shift:] + backends[:shift]
+
+
+def combine_rounds(runs):
+    """One (model, backend) cell from its rounds' results: the median of
+    samples/s, first-epoch time and CPU ms per step over the rounds that
+    ran, `samples_per_s_min/max` the spread of the rounds' medians, the
+    other fields those of the median round, and every round under
+    `rounds`. A single run is returned as it is."""
+    if len(runs) == 1:
+        return runs[0]
+    ok = [run for run in runs if "error" not in run]
+    if not ok:
+        return {"error": runs[0]["error"], "rounds": runs}
+    rates = [run["samples_per_s"] for run in ok]
+    cell = dict(sorted(ok, key=lambda run: run["samples_per_s"])[(len(ok) - 1) // 2])
+    cell.update(
+        samples_per_s=statistics.median(rates),
+        samples_per_s_min=min(rates),
+        samples_per_s_max=max(rates),
+        first_epoch_s=statistics.median(run["first_epoch_s"] for run in ok),
+        rounds=runs,
+    )
+    cpu = [run["cpu_ms_per_step"] for run in ok if run.get("cpu_ms_per_step") is not None]
+    cell["cpu_ms_per_step"] = statistics.median(cpu) if cpu else None
+    return cell
+
+
+def run_rounds(backends, args, weights_dir):
+    """Every (model, backend) cell `args.rounds` times: round by round, in
+    each round model by model, and each model's backends one after another
+    in the round's order (round_order), so the backends compared in a
+    round ran minutes apart at most. Returns (results, orders, built_by)."""
+    runs = {b: {name: [] for name in args.model_list} for b in backends}
+    infos, wall = {}, dict.fromkeys(backends, 0.0)
+    orders, built_by = [], {}
+    for r in range(args.rounds):
+        order = round_order(backends, r, args.rounds)
+        orders.append(order)
+        for name in args.model_list:
+            for backend in order:
+                tag = f" (round {r + 1} of {args.rounds})" if args.rounds > 1 else ""
+                print(f"backend {backend}: running {name}{tag} ...",
+                      file=sys.stderr, flush=True)
+                had_weights = weights_file(weights_dir, name).exists()
+                one = run_cell(backend, name, args, weights_dir,
+                               os.path.join(weights_dir, f"{backend}.{name}.{r}.json"))
+                if not had_weights and weights_file(weights_dir, name).exists():
+                    built_by[name] = backend
+                if "error" in one:  # the worker died: that cell's error, the others go on
+                    print(f"backend {backend}: {name}: {one['error']}", file=sys.stderr)
+                    runs[backend][name].append({"error": one["error"]})
+                    continue
+                wall[backend] += one.pop("process_wall_s")
+                runs[backend][name].append(one.pop("models")[name])
+                infos.setdefault(backend, one)
+    results = {}
+    for backend in backends:
+        cells = {name: combine_rounds(rs) for name, rs in runs[backend].items() if rs}
+        if backend not in infos:  # every worker died: the first error
+            results[backend] = next(iter(cells.values()), {"error": "no run"})
+            continue
+        results[backend] = {**infos[backend], "models": cells,
+                            "process_wall_s": wall[backend]}
+    return results, orders, built_by
 
 
 def run_worker(variant, args, weights_dir, save_weights, result_file, models):
@@ -676,6 +773,8 @@ def run_worker(variant, args, weights_dir, save_weights, result_file, models):
         cmd += ["--steps", str(args.steps)]
     if args.quick:
         cmd.append("--quick")
+    if args.keras_seed:
+        cmd.append("--keras-seed")
     if save_weights:
         cmd.append("--save-weights")
     cores = benchmark_cores(args.threads)
@@ -785,8 +884,55 @@ def ratios(results, models):
                     "first_epoch_s": ipu["first_epoch_s"] / best[1]["first_epoch_s"],
                     "best": best[0],
                 }
+        ours = _fastest(results, ipus, name)
+        theirs = _fastest(results, peers, name)
+        if len(ipus) > 1 and ours and theirs:
+            row["ours/best"] = {
+                "samples_per_s": ours[1]["samples_per_s"] / theirs[1]["samples_per_s"],
+                "first_epoch_s": ours[1]["first_epoch_s"] / theirs[1]["first_epoch_s"],
+                "ours": ours[0], "best": theirs[0],
+            }
         out[name] = row
     return out
+
+
+def _fastest(results, backends, name):
+    """(backend, its result) of the most samples/s on `name`, or None."""
+    ran = [(b, _rate(results, b, name)) for b in backends]
+    ran = [(b, res) for b, res in ran if res.get("samples_per_s")]
+    return max(ran, key=lambda pair: pair[1]["samples_per_s"]) if ran else None
+
+
+def ratios_over_rounds(results, models, rounds):
+    """ratios() of the cells' medians and, with several rounds, each
+    ratio's value in each round (`samples_per_s_rounds`, None where a side
+    did not run that round; `best_rounds`: the fastest peer of each round),
+    so a reader sees whether ours won every round or only the medians."""
+    out = ratios(results, models)
+    if rounds == 1:
+        return out
+    per_round = []
+    for r in range(rounds):
+        view = {b: {"models": {name: _round_of(cell, r)
+                               for name, cell in entry.get("models", {}).items()}}
+                for b, entry in results.items()}
+        per_round.append(ratios(view, models))
+    for name, row in out.items():
+        for key, val in row.items():
+            got = [one[name].get(key) for one in per_round]
+            val["samples_per_s_rounds"] = [g and g["samples_per_s"] for g in got]
+            if "best" in val:
+                val["best_rounds"] = [g and g["best"] for g in got]
+            if "ours" in val:
+                val["ours_rounds"] = [g and g["ours"] for g in got]
+    return out
+
+
+def _round_of(cell, r):
+    rounds = cell.get("rounds")
+    if rounds is None:  # one round (or a cell that never ran)
+        return cell if r == 0 else {}
+    return rounds[r] if r < len(rounds) else {}
 
 
 def _flops(report, name):
@@ -802,8 +948,10 @@ def _flops(report, name):
 def format_table(report):
     peak = report["config"].get("blas_peak_gflops")
     batch = report["config"]["batch_size"]
+    rounds = report["config"].get("rounds", 1)
+    spread = "min..max" if rounds == 1 else f"min..max of {rounds} rounds"
     lines = [
-        "| model | backend | samples/s (median) | min..max | GFLOP/s "
+        f"| model | backend | samples/s (median) | {spread} | GFLOP/s "
         "| % of BLAS peak | CPU ms/step | first epoch s | loss after epoch 1 |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -863,15 +1011,38 @@ def format_table(report):
                               for e in res["epochs"])
                   + " | " + "; ".join(f"{t:.1f} {what}" for t, what in res["tiering"]) + " |"
                   for name, backend, res in epochs]
+    each = "" if rounds == 1 else " each round's samples/s ratio (wins) |"
     lines += ["", "| model | ratio | samples/s ratio (>1: ipu faster) "
-              "| first-epoch time ratio (>1: ipu slower) |",
-              "|---|---|---:|---:|"]
+              "| first-epoch time ratio (>1: ipu slower) |" + each,
+              "|---|---|---:|---:|" + ("---|" if each else "")]
     for name, row in report["ratios"].items():
         for key, val in row.items():
-            label = f"{key} ({val['best']})" if "best" in val else key
-            lines.append(f"| {name} | {label} | {val['samples_per_s']:.3f} | "
-                         f"{val['first_epoch_s']:.3f} |")
+            label = key
+            if "ours" in val:
+                label = f"{key} ({val['ours']}/{val['best']})"
+            elif "best" in val:
+                label = f"{key} ({val['best']})"
+            line = (f"| {name} | {label} | {val['samples_per_s']:.3f} | "
+                    f"{val['first_epoch_s']:.3f} |")
+            if each:
+                line += f" {_round_ratios(val)} |"
+            lines.append(line)
     return "\n".join(lines)
+
+
+def _round_ratios(val):
+    """`0.95 (jax), 1.10 (tensorflow-xla), - (wins 1 of 2)`: each round's
+    ratio, its fastest peer where that is a `/best` ratio."""
+    bests = val.get("best_rounds") or [None] * len(val["samples_per_s_rounds"])
+    parts, wins, ran = [], 0, 0
+    for ratio, best in zip(val["samples_per_s_rounds"], bests):
+        if ratio is None:
+            parts.append("-")
+            continue
+        ran += 1
+        wins += ratio >= 1
+        parts.append(f"{ratio:.2f}" + (f" ({best})" if best else ""))
+    return ", ".join(parts) + f" (wins {wins} of {ran})"
 
 
 def driver_main(args):
@@ -898,20 +1069,8 @@ def driver_main(args):
             results[backend] = {"skipped": msg}
     run_order = [b for b in backends if b not in results]
     with tempfile.TemporaryDirectory(prefix="fit_throughput_") as tmp:
-        for i, backend in enumerate(run_order):
-            # The first backend run builds the models and saves the initial
-            # weights; the others load them.
-            print(f"backend {backend}: running "
-                  f"{','.join(args.model_list)} ...", file=sys.stderr,
-                  flush=True)
-            results[backend] = run_backend(backend, args, tmp, save_weights=(i == 0))
-            if "error" in results[backend]:
-                print(f"backend {backend}: {results[backend]['error']}",
-                      file=sys.stderr)
-                if i == 0:
-                    # Nobody saved the weights: stop rather than compare
-                    # differently initialised models.
-                    break
+        ran, orders, built_by = run_rounds(run_order, args, tmp)
+    results.update(ran)
 
     report = {
         "config": {
@@ -936,10 +1095,13 @@ def driver_main(args):
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
             "machine": platform.machine(),
-            "weights_built_by": run_order[0] if run_order else None,
+            "weights_built_by": built_by.get(args.model_list[0]),
+            "rounds": args.rounds,
+            "round_orders": orders,
+            "keras_seed": bool(args.keras_seed),
         },
         "results": results,
-        "ratios": ratios(results, args.model_list),
+        "ratios": ratios_over_rounds(results, args.model_list, args.rounds),
     }
     report["table"] = format_table(report)
     print(report["table"])
@@ -990,6 +1152,14 @@ def parse_args(argv=None):
     p.add_argument("--jit-compile", choices=("auto", "true"), default="auto",
                    help="auto: each backend's default (TensorFlow on CPU: "
                         "tf.function without XLA); true: XLA for TensorFlow too")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every (model, backend) this many times, the backends "
+                        "interleaved round by round in a rotated order; the report "
+                        "gives the medians, their spread and each round's ratios")
+    p.add_argument("--keras-seed", action="store_true",
+                   help="seed with keras.utils.set_random_seed in every worker, "
+                        "which imports TensorFlow there too (a user who seeds); "
+                        "default: TensorFlow is seeded only where it is loaded")
     p.add_argument("--quick", action="store_true",
                    help="tiny models and few steps: a smoke test, not a benchmark")
     p.add_argument("--out", help="write the report as JSON to this path")
@@ -1006,8 +1176,8 @@ def parse_args(argv=None):
     if args.min_timed_seconds is None:
         args.min_timed_seconds = 0.0 if args.quick else MIN_TIMED_SECONDS
     if ((args.steps is not None and args.steps < 1) or args.timed_epochs < 1
-            or args.batch_size < 1):
-        p.error("--steps, --timed-epochs and --batch-size must be >= 1")
+            or args.batch_size < 1 or args.rounds < 1):
+        p.error("--steps, --timed-epochs, --batch-size and --rounds must be >= 1")
     if args.min_timed_seconds < 0:
         p.error("--min-timed-seconds must be >= 0")
     return args

@@ -43,6 +43,10 @@ def test_quick_ipu_run_writes_report(tmp_path):
 
     ipu = report["results"]["ipu"]
     assert ipu["affinity"] == config["cpu_affinity"]
+    # One thread: `auto` stays on NumPy, and nothing seeds TensorFlow.
+    assert ipu["tensorflow_loaded"] is False
+    assert config["rounds"] == 1 and config["round_orders"] == [["ipu"]]
+    assert config["keras_seed"] is False
     mlp = ipu["models"]["mlp"]
     assert "error" not in mlp, mlp
     for field in ("samples_per_s", "samples_per_s_min", "samples_per_s_max",
@@ -210,31 +214,153 @@ def test_engine_log_reports_each_epochs_engine_and_autos_steps(monkeypatch):
         engines.runner = log.runner_wrapped
 
 
+def _fake_workers(bench, monkeypatch, rates, dies=()):
+    """run_worker stood in for: `rates[(variant, model)]` gives each call's
+    samples/s in turn; a (variant, model, round) in `dies` dies. Returns
+    the calls made, as (variant, model, saved the weights)."""
+    calls = []
+    left = {key: list(values) for key, values in rates.items()}
+
+    def worker(variant, args, weights_dir, save_weights, result_file, models):
+        (name,) = models
+        round_index = sum(1 for v, m, _ in calls if (v, m) == (variant, name))
+        calls.append((variant, name, save_weights))
+        if save_weights:
+            bench.weights_file(weights_dir, name).write_bytes(b"w")
+        if (variant, name, round_index) in dies:
+            return {"error": "worker exited with -9"}
+        rate = left[(variant, name)].pop(0)
+        return {"threads": {}, "process_wall_s": 1.0, "models": {name: {
+            "samples_per_s": rate, "samples_per_s_min": rate - 1,
+            "samples_per_s_max": rate + 1, "first_epoch_s": 1000.0 / rate,
+            "cpu_ms_per_step": rate / 10, "loss_after_first_epoch": 2.0,
+            "epochs": [], "tiering": None}}}
+
+    monkeypatch.setattr(bench, "run_worker", worker)
+    return calls
+
+
 def test_each_model_runs_in_a_worker_of_its_own(monkeypatch, tmp_path):
     # One worker process per model (an earlier model's background compile
     # stays out of the next one's figures); a worker that dies costs its
-    # model only.
+    # model only, and the next backend builds the weights it did not save.
     bench = _load_script()
-    calls = []
+    calls = _fake_workers(bench, monkeypatch, {
+        ("ipu", "mlp"): [10.0], ("ipu", "lstm"): [30.0], ("jax", "mlp"): [20.0],
+        ("jax", "cnn"): [5.0], ("jax", "lstm"): [40.0]}, dies={("ipu", "cnn", 0)})
+    args = types.SimpleNamespace(model_list=["mlp", "cnn", "lstm"], rounds=1)
+    results, orders, built_by = bench.run_rounds(["ipu", "jax"], args, str(tmp_path))
+    assert calls == [("ipu", "mlp", True), ("jax", "mlp", False),
+                     ("ipu", "cnn", True), ("jax", "cnn", False),
+                     ("ipu", "lstm", True), ("jax", "lstm", False)]
+    assert orders == [["ipu", "jax"]]
+    assert built_by == {"mlp": "ipu", "cnn": "ipu", "lstm": "ipu"}
+    assert results["ipu"]["models"]["cnn"] == {"error": "worker exited with -9"}
+    assert results["ipu"]["models"]["lstm"]["samples_per_s"] == 30.0
+    assert "rounds" not in results["ipu"]["models"]["lstm"]  # one round: as the worker gave it
+    assert results["ipu"]["process_wall_s"] == 2.0
+    assert results["jax"]["process_wall_s"] == 3.0
 
-    def worker(variant, args, weights_dir, save_weights, result_file, models):
-        calls.append(models)
-        if models == ["cnn"]:
-            return {"error": "worker exited with -9"}
-        return {"threads": {}, "process_wall_s": 1.0,
-                "models": {m: {"samples_per_s": 1.0} for m in models}}
 
-    monkeypatch.setattr(bench, "run_worker", worker)
-    args = types.SimpleNamespace(model_list=["mlp", "cnn", "lstm"])
-    info = bench.run_backend("ipu", args, str(tmp_path), save_weights=True)
-    assert calls == [["mlp"], ["cnn"], ["lstm"]]
-    assert info["models"] == {"mlp": {"samples_per_s": 1.0},
-                              "cnn": {"error": "worker exited with -9"},
-                              "lstm": {"samples_per_s": 1.0}}
-    assert info["process_wall_s"] == 2.0
-    args.model_list = ["cnn"]
-    assert bench.run_backend("ipu", args, str(tmp_path), False) == {
-        "error": "worker exited with -9"}
+def test_rounds_interleave_the_backends_and_report_medians(monkeypatch, tmp_path):
+    bench = _load_script()
+    calls = _fake_workers(bench, monkeypatch, {
+        ("ipu", "mlp"): [100.0, 300.0, 200.0],
+        ("tensorflow", "mlp"): [150.0, 150.0, 150.0],
+        ("jax", "mlp"): [120.0, 400.0, 100.0],
+        ("ipu-numpy", "mlp"): [90.0, 80.0]}, dies={("ipu-numpy", "mlp", 1)})
+    backends = ["ipu", "ipu-numpy", "tensorflow", "jax"]
+    args = types.SimpleNamespace(model_list=["mlp"], rounds=3)
+    results, orders, built_by = bench.run_rounds(backends, args, str(tmp_path))
+    # Round by round, each in a rotated order; the first cell built the weights.
+    assert orders == [backends, backends[1:] + backends[:1], backends[2:] + backends[:2]]
+    assert [(v, save) for v, _, save in calls] == [
+        (b, i == 0) for i, b in enumerate(sum(orders, []))]
+    assert built_by == {"mlp": "ipu"}
+
+    ipu = results["ipu"]["models"]["mlp"]
+    assert ipu["samples_per_s"] == 200.0  # median of 100, 300, 200
+    assert (ipu["samples_per_s_min"], ipu["samples_per_s_max"]) == (100.0, 300.0)
+    assert ipu["first_epoch_s"] == 5.0 and ipu["cpu_ms_per_step"] == 20.0
+    assert [r["samples_per_s"] for r in ipu["rounds"]] == [100.0, 300.0, 200.0]
+    # A round that died is kept as its error; the median is of the others.
+    numpy = results["ipu-numpy"]["models"]["mlp"]
+    assert numpy["rounds"][1] == {"error": "worker exited with -9"}
+    assert numpy["samples_per_s"] == 85.0
+
+    ratios = bench.ratios_over_rounds(results, ["mlp"], 3)["mlp"]
+    # The medians: ipu 200 against the faster peer, TensorFlow's 150 (JAX's
+    # median is 120); each round against that round's faster peer.
+    assert ratios["ipu/best"]["samples_per_s"] == 200.0 / 150.0
+    assert ratios["ipu/best"]["samples_per_s_rounds"] == [100 / 150, 300 / 400, 200 / 150]
+    assert ratios["ipu/best"]["best_rounds"] == ["tensorflow", "jax", "tensorflow"]
+    assert ratios["ipu-numpy/jax"]["samples_per_s_rounds"] == [90 / 120, None, 80 / 100]
+    ours = ratios["ours/best"]
+    assert (ours["ours"], ours["best"]) == ("ipu", "tensorflow")
+    assert ours["ours_rounds"] == ["ipu", "ipu", "ipu"]
+
+    report = {"config": {"models": ["mlp"], "backends": backends, "batch_size": 128,
+                         "rounds": 3},
+              "results": results, "ratios": bench.ratios_over_rounds(results, ["mlp"], 3)}
+    table = bench.format_table(report)
+    assert "| samples/s (median) | min..max of 3 rounds |" in table
+    assert "| mlp | ipu | 200 | 100...300 |" in table
+    assert ("| mlp | ipu/best (tensorflow) | 1.333 | 0.750 | 0.67 (tensorflow), "
+            "0.75 (jax), 1.33 (tensorflow) (wins 1 of 3) |") in table
+    assert "| mlp | ipu-numpy/jax | 0.708 | 1.417 | 0.75, -, 0.80 (wins 0 of 2) |" in table
+
+
+def test_round_orders_rotate_by_an_equal_share():
+    bench = _load_script()
+    six = list("abcdef")
+    firsts = [bench.round_order(six, r, 3)[0] for r in range(3)]
+    assert firsts == ["a", "c", "e"]
+    assert all(sorted(bench.round_order(six, r, 3)) == six for r in range(3))
+    assert [bench.round_order(["a", "b"], r, 3) for r in range(3)] == [
+        ["a", "b"], ["b", "a"], ["a", "b"]]
+    assert bench.round_order([], 0, 1) == []
+
+
+def test_rounds_must_be_positive(capsys):
+    bench = _load_script()
+    assert bench.parse_args([]).rounds == 1
+    assert bench.parse_args(["--rounds", "3"]).rounds == 3
+    try:
+        bench.parse_args(["--rounds", "0"])
+    except SystemExit as stop:
+        assert stop.code == 2
+    else:
+        raise AssertionError("--rounds 0 was accepted")
+
+
+SEEDED = """
+import sys
+sys.path.insert(0, {bench_dir!r})
+import keras, fit_throughput as bench
+bench.seed_keras(keras, 1234, with_tensorflow={with_tf})
+from keras.src.utils import rng_utils
+print(rng_utils.get_random_seed(), "tensorflow" in sys.modules,
+      [round(float(v), 6) for v in keras.random.uniform((4,))])
+"""
+
+
+def test_seeding_imports_tensorflow_only_with_keras_seed():
+    # Without --keras-seed the worker seeds what set_random_seed seeds but
+    # TensorFlow, and Keras' generator draws the same numbers.
+    outs = []
+    for with_tf in (False, True):
+        proc = subprocess.run(
+            [sys.executable, "-c", SEEDED.format(bench_dir=str(SCRIPT.parent),
+                                                 with_tf=with_tf)],
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, "KERAS_BACKEND": "ipu", "TF_CPP_MIN_LOG_LEVEL": "2"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append(proc.stdout.strip().splitlines()[-1])
+    seed, loaded, draws = outs[0].split(" ", 2)
+    assert (seed, loaded) == ("1234", "False")
+    seed_tf, loaded_tf, draws_tf = outs[1].split(" ", 2)
+    assert (seed_tf, loaded_tf) == ("1234", "True")
+    assert draws == draws_tf
 
 
 def test_the_engine_log_forgets_an_earlier_models_programs(monkeypatch):
