@@ -203,6 +203,11 @@ def test_capped_lowers_for_fewer_threads(cap):
         assert threads.max_threads() == 1
         with threads.capped(None):
             assert threads.max_threads() == 1
+        with threads.capped(3):  # an inner cap never raises the outer one
+            assert threads.max_threads() == 1
+        assert threads.max_threads() == 1
+    with threads.capped(8):  # nor the process's
+        assert threads.max_threads() == 4
     assert threads.max_threads() == 4
     seen = []
     other = threading.Thread(target=lambda: seen.append(threads.max_threads()))

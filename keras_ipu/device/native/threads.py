@@ -209,7 +209,9 @@ def capped(n):
     cap): kernels lowered within split over no more threads."""
     before = getattr(_local, "cap", None)
     if n is not None:
-        _local.cap = min(int(n), before or max_threads())
+        # max_threads() is this thread's cap when one is set: a nested cap
+        # never raises an outer one.
+        _local.cap = min(int(n), max_threads())
     try:
         yield
     finally:
