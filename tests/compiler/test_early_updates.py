@@ -65,6 +65,34 @@ def _names(steps):
     return [getattr(k, "__name__", "") for k, *_ in steps]
 
 
+def _c_pool_jobs():
+    """Whether a pair launches as one job of the C pool (_elementwise's
+    launch_pair) here: both C modules built and current."""
+    return (native.elementwise is not None and hasattr(native.elementwise, "launch_pair")
+            and product_pool.tasks_available() and product_pool.available(np.float32))
+
+
+def _recorded_launches(monkeypatch):
+    """[(where, the launched step's kernel's name)] of each launch: "python"
+    (threads.launch: a pool thread) or "c" (threads.launch_on_c_pool: a job
+    the C pool's helper ran, with the results its start gave)."""
+    monkeypatch.setattr(threads, "_backoff", 0.0)  # no back-off left by an earlier test
+    launched = []
+    launch, on_c_pool = threads.launch, threads.launch_on_c_pool
+    monkeypatch.setattr(threads, "launch",
+                        lambda fn, args: launched.append(("python", fn.__name__))
+                        or launch(fn, args))
+
+    def recorded(start, fn, args):
+        job = on_c_pool(start, fn, args)
+        if type(job) is threads._OnCPool:
+            launched.append(("c", fn.__name__))
+        return job
+
+    monkeypatch.setattr(threads, "launch_on_c_pool", recorded)
+    return launched
+
+
 def test_an_update_runs_right_after_its_gradient_with_the_same_bits(cap):
     cap(1)
     exe = _compiled(_two_layers())
@@ -111,10 +139,7 @@ def test_two_threads_keep_the_order_where_no_product_is_launched(cap):
 def test_two_threads_run_an_update_in_its_gradients_launched_job_with_the_same_bits(
         cap, monkeypatch):
     cap(2)
-    launched = []
-    launch = threads.launch
-    monkeypatch.setattr(threads, "launch",
-                        lambda fn, args: launched.append(fn) or launch(fn, args))
+    launched = _recorded_launches(monkeypatch)
     # 2 x 32 x 512 x 512 FLOPs per product (Keras' demo_functional's weight
     # gradients): worth a launch; each update in one step with its product,
     # the first launched beside the second layer's steps, the last run in
@@ -125,11 +150,54 @@ def test_two_threads_run_an_update_in_its_gradients_launched_job_with_the_same_b
     xs = _inputs(width=512)
     want = exe.run_steps(exe._program, [x.copy() for x in xs])
     got = exe.run(*[x.copy() for x in xs])
-    assert [k.__name__ for k in launched] == ["paired"]
+    # One job of the C pool where it is built: the product and the chain in C.
+    assert launched == [("c" if _c_pool_jobs() else "python", "paired")]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     np.testing.assert_allclose(got[1], xs[3] - (xs[0].T @ (xs[1] + xs[1])) * (xs[4] * 0.5),
                                rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.skipif(not _c_pool_jobs(), reason="the C pool's jobs are not available")
+def test_a_pair_the_c_pool_refuses_runs_on_a_pool_thread_with_the_same_bits(
+        cap, monkeypatch):
+    cap(2)
+    launched = _recorded_launches(monkeypatch)
+    calls = []
+    module = native.elementwise
+
+    class Refusing:  # the C module, its launch_pair refusing the chain's operands
+        def __getattr__(self, name):
+            return getattr(module, name)
+
+        @staticmethod
+        def launch_pair(*args):
+            calls.append(args)
+            return False
+
+    monkeypatch.setattr(native, "elementwise", Refusing())
+    # A batch of its own: a program compiled before is reused as it is.
+    exe = _compiled(_two_layers(width=512, batch=40))
+    xs = _inputs(width=512, batch=40)
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    got = exe.run(*[x.copy() for x in xs])
+    assert len(calls) == 1
+    assert launched == [("python", "paired")]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.skipif(not _c_pool_jobs(), reason="the C pool's jobs are not available")
+def test_a_c_pool_job_no_helper_took_is_a_late_split(monkeypatch):
+    notes = []
+    monkeypatch.setattr(threads, "_note_split",
+                        lambda late, now, at_once=False: notes.append((late, at_once)))
+    monkeypatch.setattr(threads, "_backoff", 0.0)
+    for stats, late in (((1, 0.0, 1e-3), True), ((0, 1e-4, 1e-3), False),
+                        ((0, 5e-3, 1e-3), True)):
+        job = threads._OnCPool(((None, None), lambda handle: ("result", stats)), False)
+        assert threads.join(job) == "result"
+        assert notes.pop() == (late, False)
 
 
 def test_two_threads_move_an_update_after_a_product_that_splits(cap):
@@ -238,10 +306,7 @@ def two_threads_with_the_c_pool(monkeypatch):
 
 def test_a_product_that_splits_in_two_runs_whole_with_its_update_beside_the_run_loops(
         two_threads_with_the_c_pool, monkeypatch):
-    launched = []
-    launch = threads.launch
-    monkeypatch.setattr(threads, "launch",
-                        lambda fn, args: launched.append(fn) or launch(fn, args))
+    launched = _recorded_launches(monkeypatch)
     splits = []
     run = product_pool.run
     monkeypatch.setattr(product_pool, "run",
@@ -256,7 +321,7 @@ def test_a_product_that_splits_in_two_runs_whole_with_its_update_beside_the_run_
     assert splits == [(512, 512)]  # in program order the gradient splits
     del splits[:]
     got = exe.run(*[x.copy() for x in xs])
-    assert [k.__name__ for k in launched] == ["paired"]
+    assert launched == [("c" if _c_pool_jobs() else "python", "paired")]
     assert splits == []  # the gradient ran whole, on one thread
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)

@@ -46,6 +46,8 @@ step per node.
 
 import numpy as np
 
+from keras_ipu.device import native
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.compiler.dot_lowering import product_shape
 from keras_ipu.device.compiler.native_fusion import chain_threads
@@ -137,11 +139,19 @@ def _may_split(node):
 
 def _launch_step(step):
     kernel, ins, out, multi, frees = step
-    launch = host_threads.launch
+    start = getattr(kernel, "start_on_c_pool", None)
+    if start is None:
+        launch = host_threads.launch
 
-    def launched(*xs):
-        job = launch(kernel, xs)
-        return [job] * len(out) if multi else job
+        def launched(*xs):
+            job = launch(kernel, xs)
+            return [job] * len(out) if multi else job
+    else:
+        launch_on_c_pool = host_threads.launch_on_c_pool
+
+        def launched(*xs):
+            job = launch_on_c_pool(start, kernel, xs)
+            return [job] * len(out) if multi else job
 
     launched.launched = kernel
     return (launched, ins, out, multi, frees)
@@ -220,8 +230,50 @@ def _paired_step(product, update, alone):
         return alone(*args)
 
     paired.stands_for_a_split = split_alone is not None
+    start = _native_pair(product[0], update[0], n, at)
+    if start is not None:
+        paired.start_on_c_pool = start
     freed = tuple(sorted((set(frees) | set(update_frees)) - {out}))
     return (paired, ins + rest, update_out, multi, freed)
+
+
+def _native_pair(product, update, n, at):
+    """The pair as one job of the C pool (threads.launch_on_c_pool,
+    _elementwise.launch_pair): the product's one np.matmul call and the
+    update's chain on one thread, in C, with no Python and no GIL between
+    them, where a job on a Python thread took the GIL back after the
+    product and around the chain's call (issue 16, twelfth pass). The same
+    two calls on the same operands: the bits of `paired`. None where a part
+    cannot run so (a product with a cast or a reshape, a chain NumPy runs,
+    no C pool)."""
+    elementwise = native.elementwise
+    operands = getattr(product, "operands", None)
+    call = getattr(update, "one_thread_call", None)
+    if (operands is None or call is None or elementwise is None
+            or not hasattr(elementwise, "launch_pair") or not product_pool.tasks_available()):
+        return None
+    code, size, inner, block, loops, alloc, pick = call
+    shape, dtype = product.result_shape
+    empty, launch_pair, join_pair = np.empty, elementwise.launch_pair, elementwise.join_pair
+
+    def finish(handle):
+        job, outs = handle
+        stats = join_pair(job)
+        return pick(outs), stats
+
+    def start(*xs):
+        x, y = operands(*xs[:n])
+        result = empty(shape, dtype)
+        args = list(xs[n:])
+        for k in at:  # ascending: each lands where the update reads it
+            args.insert(k, result)
+        args = tuple(args)
+        outs = alloc(args)
+        job = launch_pair(x, y, result, code, size, inner, block, args, outs, loops)
+        # None or False: the C kernels refused an operand and nothing ran.
+        return ((job, outs), finish) if job else None
+
+    return start
 
 
 def _paired(program, nodes, n_inputs, kept_apart=()):

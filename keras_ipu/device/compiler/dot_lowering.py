@@ -51,14 +51,30 @@ def _lower_dot_general(params, in_avals, out_avals):
     layout = (lhs, rhs, lperm, rperm, lshape, rshape, out_shape, compute, out_dtype)
     split = host_threads.matmul_plan(b, m, n, k, compute)
     if split is None:
-        return _kernel(np.matmul, *layout)
-    kernel = _kernel(split, *layout)
-    # A split with one thread's bits (the C pool's) also has the product on
-    # one thread: a launched job runs that one (concurrent_steps.py).
-    alone = getattr(split, "one_thread", None)
-    if alone is not None:
-        kernel.one_thread = _kernel(alone, *layout)
+        kernel = _kernel(np.matmul, *layout)
+    else:
+        kernel = _kernel(split, *layout)
+        # A split with one thread's bits (the C pool's) also has the product on
+        # one thread: a launched job runs that one (concurrent_steps.py).
+        alone = getattr(split, "one_thread", None)
+        if alone is not None:
+            kernel.one_thread = _kernel(alone, *layout)
+    if not batched and (split is None or hasattr(kernel, "one_thread")):
+        # The matmul's operands (views) of a product that is one np.matmul
+        # on one thread: a job on the C pool computes it in C with the same
+        # call (concurrent_steps._native_pair).
+        operands = _plain_product(_operands, lhs, rhs, lperm, rperm,
+                                  lperm != tuple(range(lhs.ndim)),
+                                  rperm != tuple(range(rhs.ndim)), lshape, rshape, out_shape)
+        if (operands is not None and lhs.dtype == rhs.dtype == compute
+                and np.dtype(compute) == out_dtype):
+            kernel.operands = operands
+            kernel.result_shape = (tuple(out_shape), np.dtype(out_dtype))
     return kernel
+
+
+def _operands(x, y):
+    return x, y
 
 
 def _kernel(matmul, lhs, rhs, lperm, rperm, lshape, rshape, out_shape, compute, out_dtype):

@@ -410,6 +410,9 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
     else:
         one_thread = fused_native
     fused_native.one_thread = one_thread
+    # What a job on the C pool needs to run the chain on one thread, as
+    # one_thread does, after a product (concurrent_steps._native_pair).
+    fused_native.one_thread_call = (code, n, inner, block, loops, alloc, pick)
     fused_native.source = fallback.source
     fused_native.native = True
     # The C kernel's own loop for this chain (an optimizer's update, a

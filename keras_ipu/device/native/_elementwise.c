@@ -656,48 +656,65 @@ static void chain_task(void *arg, int64_t i) {
     if (!chain_range(c, lo, hi)) c->failed = 1; /* one int, set by any: no atomics needed */
 }
 
-static PyObject *run(PyObject *self, PyObject *args) {
+/* A chain checked and bound to its operands' buffers (held until
+   release_chain): run() runs it at once, launch_pair() on a helper. */
+typedef struct {
+    chain_t c;
     Py_buffer code;
-    Py_ssize_t n, L, B, lo = 0, hi = -1, task = 0;
-    int threads = 1;
-    PyObject *ins, *outs, *loop_capsules = NULL;
-    if (!PyArg_ParseTuple(args, "y*nnnO!O!|nnO!in", &code, &n, &L, &B, &PyTuple_Type,
-                          &ins, &PyTuple_Type, &outs, &lo, &hi, &PyTuple_Type,
-                          &loop_capsules, &threads, &task))
-        return NULL;
-    const int32_t *w = (const int32_t *)code.buf;
-    Py_ssize_t words = code.len / 4;
-    PyObject *result = NULL;
     Py_buffer views[MAX_REGS];
-    int n_views = 0;
+    int n_views;
+    int64_t count; /* tasks: ranges of c.task elements */
+    char *base[MAX_REGS], *out_base[MAX_REGS];
+    Py_ssize_t cols[MAX_REGS], pitch[MAX_REGS];
+    const ufunc_call_info *loops[MAX_LOOPS];
+} bound_chain;
+
+static void release_chain(bound_chain *b) {
+    for (int k = 0; k < b->n_views; k++) PyBuffer_Release(&b->views[k]);
+    b->n_views = 0;
+    PyBuffer_Release(&b->code);
+}
+
+/* Checks the program in b->code against the operands and binds it (run's
+   arguments). 1: bound (count 0: nothing to compute); 0: a buffer does
+   not fit (run returns False); -1: an error is set. Holds the buffers in
+   every case: release_chain. */
+static int bind_chain(bound_chain *b, Py_ssize_t n, Py_ssize_t L, Py_ssize_t B, PyObject *ins,
+                      PyObject *outs, Py_ssize_t lo, Py_ssize_t hi, PyObject *loop_capsules,
+                      int threads, Py_ssize_t task) {
+    const int32_t *w = (const int32_t *)b->code.buf;
+    Py_ssize_t words = b->code.len / 4;
+    Py_buffer *views = b->views;
+    b->n_views = 0;
+    b->count = 0;
 
     if (hi < 0) hi = n;
     if (words < 4 || L < 1 || B < L || B % L != 0 || n < 0 || n % L != 0
         || lo < 0 || lo > hi || hi > n || lo % B != 0
         || (threads > 1 && (task < B || task % B != 0))) {
         PyErr_SetString(PyExc_ValueError, "native elementwise: bad header");
-        goto done;
+        return -1;
     }
     int n_in = w[0], n_regs = w[1], n_ops = w[2], n_out = w[3];
     if (n_in < 0 || n_regs > MAX_REGS || n_in > n_regs || n_ops < 0 || n_out < 0
         || words != 4 + 2 * n_in + n_regs + 5 * n_ops + 2 * n_out
         || PyTuple_GET_SIZE(ins) != n_in || PyTuple_GET_SIZE(outs) != n_out) {
         PyErr_SetString(PyExc_ValueError, "native elementwise: bad program");
-        goto done;
+        return -1;
     }
     const int32_t *in_desc = w + 4, *reg_dtype = in_desc + 2 * n_in;
     const int32_t *ops = reg_dtype + n_regs, *out_regs = ops + 5 * n_ops;
-    const ufunc_call_info *loops[MAX_LOOPS];
+    const ufunc_call_info **loops = b->loops;
     Py_ssize_t n_loops = loop_capsules == NULL ? 0 : PyTuple_GET_SIZE(loop_capsules);
     if (n_loops > MAX_LOOPS) {
         PyErr_SetString(PyExc_ValueError, "native elementwise: too many loops");
-        goto done;
+        return -1;
     }
     for (Py_ssize_t k = 0; k < n_loops; k++) {
         loops[k] = call_info_of(PyTuple_GET_ITEM(loop_capsules, k));
         if (loops[k] == NULL) {
             PyErr_SetString(PyExc_ValueError, "native elementwise: not a usable NumPy loop");
-            goto done;
+            return -1;
         }
     }
     for (int k = 0; k < n_ops; k++) {
@@ -705,61 +722,48 @@ static PyObject *run(PyObject *self, PyObject *args) {
         for (int j = 1; j < 5; j++)
             if (o[j] < 0 || o[j] >= n_regs) {
                 PyErr_SetString(PyExc_ValueError, "native elementwise: bad register");
-                goto done;
+                return -1;
             }
         int is_loop = o[0] >= OP_LOOP && o[0] < OP_LOGISTIC + MAX_LOOPS;
         if (is_loop && ((o[0] - OP_LOOP) % MAX_LOOPS >= n_loops || reg_dtype[o[1]] != T_F32
                         || reg_dtype[o[2]] != T_F32 || o[2] == o[1])) {
             PyErr_SetString(PyExc_ValueError, "native elementwise: bad loop op");
-            goto done;
+            return -1;
         }
         if (((o[0] <= 0 || o[0] >= OP_LAST) && !is_loop) || o[1] < n_in) {
             PyErr_SetString(PyExc_ValueError, "native elementwise: bad op");
-            goto done;
+            return -1;
         }
     }
-    char *base[MAX_REGS];
-    Py_ssize_t cols[MAX_REGS], pitch[MAX_REGS];
+    char **base = b->base;
+    Py_ssize_t *cols = b->cols, *pitch = b->pitch;
     int rows_apart = 0;
     Py_ssize_t counts[4] = {n, 1, L, n / L};
     for (int k = 0; k < n_in; k++) {
         int mode = in_desc[2 * k], dtype = in_desc[2 * k + 1];
         PyObject *obj = PyTuple_GET_ITEM(ins, k);
         cols[k] = pitch[k] = 0;
-        if (mode < 0 || mode > 3 || dtype != reg_dtype[k]) {
-            result = Py_False;
-            goto done;
-        }
-        if (!get_buffer(obj, &views[n_views], dtype, counts[mode], 0)
+        if (mode < 0 || mode > 3 || dtype != reg_dtype[k]) return 0;
+        if (!get_buffer(obj, &views[b->n_views], dtype, counts[mode], 0)
             && !(mode == M_FULL
-                 && get_rows_buffer(obj, &views[n_views], dtype, n, &cols[k], &pitch[k]))) {
-            result = Py_False;
-            goto done;
-        }
+                 && get_rows_buffer(obj, &views[b->n_views], dtype, n, &cols[k], &pitch[k])))
+            return 0;
         rows_apart |= cols[k] > 0;
-        base[k] = (char *)views[n_views++].buf;
+        base[k] = (char *)views[b->n_views++].buf;
     }
-    char *out_base[MAX_REGS];
-    if (n_out > MAX_REGS - n_views) {
-        result = Py_False;
-        goto done;
-    }
+    char **out_base = b->out_base;
+    if (n_out > MAX_REGS - b->n_views) return 0;
     for (int k = 0; k < n_out; k++) {
         int reg = out_regs[2 * k];
         int mode = out_regs[2 * k + 1];
         if (reg < 0 || reg >= n_regs || mode < OUT_COPY || mode > OUT_STREAM
             || (mode == OUT_DIRECT && reg < n_in)
-            || !get_buffer(PyTuple_GET_ITEM(outs, k), &views[n_views],
-                           reg_dtype[reg], n, 1)) {
-            result = Py_False;
-            goto done;
-        }
-        out_base[k] = (char *)views[n_views++].buf;
+            || !get_buffer(PyTuple_GET_ITEM(outs, k), &views[b->n_views],
+                           reg_dtype[reg], n, 1))
+            return 0;
+        out_base[k] = (char *)views[b->n_views++].buf;
     }
-    if (n == 0 || lo == hi) {
-        result = split_result(threads, 0, 0, 0);
-        goto release;
-    }
+    if (n == 0 || lo == hi) return 1;
     chain_t c = {n_in, n_regs, n_ops, n_out, in_desc, reg_dtype, ops, out_regs,
                  loops, base, out_base, cols, pitch, L, B < n ? B : n, lo, hi, 0, 0, 0, NULL};
     /* A whole-chain kernel reads its operands contiguous; the block loop
@@ -771,21 +775,135 @@ static PyObject *run(PyObject *self, PyObject *args) {
        third of its speed: each slot is padded off that stride. */
     c.stride = (size_t)c.block * 4 + 192;
     c.task = threads > 1 ? task : hi - lo;
-    int64_t count = (hi - lo + c.task - 1) / c.task, ran = 0, own = 0, wait = 0;
-    run_tasks(chain_task, &c, count, threads, &ran, &own, &wait);
-    if (c.failed) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    result = split_result(threads, ran, own, wait);
-    goto release;
+    b->c = c;
+    b->count = (hi - lo + c.task - 1) / c.task;
+    return 1;
+}
 
-done: /* result: NULL (an error set) or Py_False, borrowed */
-    Py_XINCREF(result);
-release:
-    for (int k = 0; k < n_views; k++) PyBuffer_Release(&views[k]);
-    PyBuffer_Release(&code);
+static PyObject *run(PyObject *self, PyObject *args) {
+    Py_ssize_t n, L, B, lo = 0, hi = -1, task = 0;
+    int threads = 1;
+    PyObject *ins, *outs, *loop_capsules = NULL;
+    bound_chain b;
+    if (!PyArg_ParseTuple(args, "y*nnnO!O!|nnO!in", &b.code, &n, &L, &B, &PyTuple_Type,
+                          &ins, &PyTuple_Type, &outs, &lo, &hi, &PyTuple_Type,
+                          &loop_capsules, &threads, &task))
+        return NULL;
+    PyObject *result = NULL;
+    int bound = bind_chain(&b, n, L, B, ins, outs, lo, hi, loop_capsules, threads, task);
+    if (bound == 0) {
+        result = Py_False;
+        Py_INCREF(result);
+    } else if (bound > 0) {
+        int64_t ran = 0, own = 0, wait = 0;
+        if (b.count) run_tasks(chain_task, &b.c, b.count, threads, &ran, &own, &wait);
+        if (b.count && b.c.failed) PyErr_NoMemory();
+        else result = split_result(threads, ran, own, wait);
+    }
+    release_chain(&b);
     return result;
+}
+
+/* -- a product and then a chain reading its result, launched on the C pool -
+
+   A training step's weight gradient and its optimizer update (the chain)
+   as one job of a helper thread (_task_pool.h: submit, join), while the
+   run loop goes on with the next layer: no Python and no GIL in the job,
+   where a job on a Python thread took the GIL back after each kernel
+   (compiler/concurrent_steps.py). Each runs as alone on one thread: the
+   product is NumPy's matmul's one gemm call, the chain one range of all
+   its elements; the bits of the two kernels called in turn. */
+typedef struct {
+    launched_job job;
+    void *product;      /* task_pool_api.bind_product's */
+    bound_chain chain;
+    PyObject *keep;     /* the operands' owners, held until the join */
+    int joined;
+    int64_t caller_ran, wait_ns;
+} pair_job;
+
+#define PAIR_CAPSULE "keras_ipu.device.native._elementwise.pair_job"
+
+static void pair_task(void *arg, int64_t unused) {
+    (void)unused;
+    pair_job *p = (pair_job *)arg;
+    pool->run_product(p->product);
+    chain_task(&p->chain.c, 0);
+}
+
+/* Joins (without the GIL) and releases the buffers: once. */
+static void pair_finish(pair_job *p) {
+    if (p->joined) return;
+    p->joined = 1;
+    Py_BEGIN_ALLOW_THREADS
+    pool->join(&p->job, &p->caller_ran, &p->wait_ns);
+    Py_END_ALLOW_THREADS
+    pool->release_product(p->product);
+    release_chain(&p->chain);
+    Py_CLEAR(p->keep);
+}
+
+static void pair_capsule_free(PyObject *capsule) {
+    pair_job *p = (pair_job *)PyCapsule_GetPointer(capsule, PAIR_CAPSULE);
+    if (p == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    pair_finish(p); /* a job never joined (an error in the run loop) */
+    free(p);
+}
+
+static PyObject *launch_pair(PyObject *self, PyObject *args) {
+    PyObject *x, *y, *product_out, *ins, *outs, *loop_capsules = NULL;
+    Py_ssize_t n, L, B;
+    const task_pool_api *api = task_pool();
+    pair_job *p = (pair_job *)calloc(1, sizeof(pair_job));
+    if (p == NULL) return PyErr_NoMemory();
+    if (!PyArg_ParseTuple(args, "OOOy*nnnO!O!|O!", &x, &y, &product_out, &p->chain.code, &n,
+                          &L, &B, &PyTuple_Type, &ins, &PyTuple_Type, &outs, &PyTuple_Type,
+                          &loop_capsules)) {
+        free(p);
+        return NULL;
+    }
+    if (api == NULL || (p->product = api->bind_product(x, y, product_out)) == NULL) {
+        release_chain(&p->chain);
+        free(p);
+        Py_RETURN_NONE;
+    }
+    int bound = bind_chain(&p->chain, n, L, B, ins, outs, 0, -1, loop_capsules, 1, 0);
+    if (bound <= 0 || p->chain.count != 1) {
+        api->release_product(p->product);
+        release_chain(&p->chain);
+        free(p);
+        if (bound < 0) return NULL;
+        Py_RETURN_FALSE;
+    }
+    p->keep = Py_BuildValue("(OOOOOO)", x, y, product_out, ins, outs,
+                            loop_capsules ? loop_capsules : Py_None);
+    PyObject *capsule = p->keep ? PyCapsule_New(p, PAIR_CAPSULE, pair_capsule_free) : NULL;
+    if (capsule == NULL) {
+        api->release_product(p->product);
+        release_chain(&p->chain);
+        Py_XDECREF(p->keep);
+        free(p);
+        return NULL;
+    }
+    p->job.fn = pair_task;
+    p->job.arg = p;
+    api->submit(&p->job);
+    return capsule;
+}
+
+static PyObject *join_pair(PyObject *self, PyObject *capsule) {
+    pair_job *p = (pair_job *)PyCapsule_GetPointer(capsule, PAIR_CAPSULE);
+    if (p == NULL) return NULL;
+    if (p->joined) {
+        PyErr_SetString(PyExc_ValueError, "join_pair: joined already");
+        return NULL;
+    }
+    pair_finish(p);
+    if (p->chain.c.failed) return PyErr_NoMemory();
+    return Py_BuildValue("idd", (int)p->caller_ran, p->wait_ns * 1e-9, p->job.cpu_ns * 1e-9);
 }
 
 /* sum_rows(x, out, rows, cols) -> bool: out[j] = x[0][j] + x[1][j] + ...
@@ -893,6 +1011,17 @@ static PyMethodDef methods[] = {
      "call; threads > 1: ranges of `task` elements on the C pool, returning "
      "(caller_tasks, own_s, wait_s); False (nothing written) when a buffer "
      "does not fit the program."},
+    {"launch_pair", launch_pair, METH_VARARGS,
+     "launch_pair(x, y, product_out, code, n, L, B, inputs, outputs[, loops]) -> "
+     "job, None or False: product_out = x @ y (2-d, NumPy's matmul's bits) and "
+     "then the chain run(code, n, L, B, inputs, outputs, 0, -1, loops) (its "
+     "inputs may include product_out), both on one thread of the C pool, "
+     "launched: join_pair(job) waits for them. None: the C pool cannot take "
+     "the product; False: a buffer does not fit the chain (nothing runs)."},
+    {"join_pair", join_pair, METH_O,
+     "join_pair(job) -> (caller_ran, wait_s, cpu_s): once launch_pair's job "
+     "is done (the caller runs it if no helper took it: caller_ran 1); wait_s: "
+     "the caller's wait for the helper, cpu_s: the job's thread CPU time."},
     {"sum_rows", sum_rows, METH_VARARGS,
      "sum_rows(x, out, rows, cols[, threads, width]) -> bool: out = the rows "
      "of the float32 rows x cols x added in order (NumPy's bits); False "

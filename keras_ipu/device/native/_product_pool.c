@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "_task_pool.h"
@@ -176,31 +177,80 @@ static int64_t work(uint64_t seq) {
     }
 }
 
+/* -- launched jobs (_task_pool.h: submit, join) ---------------------------
+   A queue under mu; helpers take them in order when no split job wants
+   them. */
+static launched_job *queue_head, *queue_tail;
+static atomic_int queued;   /* jobs in the queue */
+static int joiners;         /* callers waiting on `job_done`, under mu */
+static pthread_cond_t job_done = PTHREAD_COND_INITIALIZER;
+
+static int64_t thread_cpu_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void run_job(launched_job *job) {
+    int64_t cpu = thread_cpu_ns();
+    job->fn(job->arg, 0);
+    job->cpu_ns = thread_cpu_ns() - cpu;
+}
+
+/* Takes the first queued job off the queue (under mu), or NULL. */
+static launched_job *dequeue(void) {
+    launched_job *job = queue_head;
+    if (job != NULL) {
+        queue_head = job->next;
+        if (queue_head == NULL) queue_tail = NULL;
+        atomic_fetch_sub(&queued, 1);
+        atomic_store(&job->state, JOB_RUNNING);
+    }
+    return job;
+}
+
+static void run_queued(void) {
+    while (atomic_load_explicit(&queued, memory_order_acquire) > 0) {
+        pthread_mutex_lock(&mu);
+        launched_job *job = dequeue();
+        pthread_mutex_unlock(&mu);
+        if (job == NULL) return;
+        run_job(job);
+        pthread_mutex_lock(&mu);
+        atomic_store_explicit(&job->state, JOB_DONE, memory_order_release);
+        if (joiners) pthread_cond_broadcast(&job_done);
+        pthread_mutex_unlock(&mu);
+    }
+}
+
 static void *helper(void *unused) {
     (void)unused;
     uint64_t seen = atomic_load(&published);
     for (;;) {
         uint64_t seq = atomic_load_explicit(&published, memory_order_acquire);
-        if (seq == seen) {
+        if (seq == seen && !atomic_load(&queued)) {
             int64_t until = now_ns() + SPIN_NS;
             while ((seq = atomic_load_explicit(&published, memory_order_acquire)) == seen
-                   && now_ns() < until)
+                   && !atomic_load_explicit(&queued, memory_order_acquire) && now_ns() < until)
                 for (int i = 0; i < 64; i++) pause_cpu();
         }
-        if (seq == seen) {
+        if (seq == seen && !atomic_load(&queued)) {
             pthread_mutex_lock(&mu);
-            while ((seq = atomic_load(&published)) == seen) {
+            while ((seq = atomic_load(&published)) == seen && !atomic_load(&queued)) {
                 sleeping++;
                 pthread_cond_wait(&wake, &mu);
                 sleeping--;
             }
             pthread_mutex_unlock(&mu);
         }
-        seen = seq;
-        /* A slot taken late may be the next job's: work on the job now
-           published (a stale sequence number would claim nothing). */
-        if (atomic_fetch_sub(&slots, 1) > 0)
-            work(atomic_load_explicit(&published, memory_order_acquire));
+        if (seq != seen) {
+            seen = seq;
+            /* A slot taken late may be the next job's: work on the job now
+               published (a stale sequence number would claim nothing). */
+            if (atomic_fetch_sub(&slots, 1) > 0)
+                work(atomic_load_explicit(&published, memory_order_acquire));
+        }
+        run_queued();
     }
     return NULL;
 }
@@ -230,7 +280,11 @@ static void after_fork_in_child(void) {
     mu = m;
     wake = c;
     finished = c;
-    helpers = sleeping = caller_sleeping = 0;
+    job_done = c;
+    helpers = sleeping = caller_sleeping = joiners = 0;
+    /* The parent's queued jobs are its own: the child never joins them. */
+    queue_head = queue_tail = NULL;
+    atomic_store(&queued, 0);
     atomic_flag_clear(&in_use);
 }
 
@@ -289,6 +343,61 @@ static void pool_run(task_fn fn, void *arg, int64_t count, int threads,
     *wait_ns = 0;
 }
 
+static void pool_submit(launched_job *job) {
+    atomic_store(&job->state, JOB_QUEUED);
+    job->cpu_ns = 0;
+    job->next = NULL;
+    ensure_helpers(1);
+    pthread_mutex_lock(&mu);
+    if (queue_tail != NULL) queue_tail->next = job;
+    else queue_head = job;
+    queue_tail = job;
+    atomic_fetch_add_explicit(&queued, 1, memory_order_release);
+    if (sleeping) pthread_cond_signal(&wake);
+    pthread_mutex_unlock(&mu);
+}
+
+static void pool_join(launched_job *job, int64_t *caller_ran, int64_t *wait_ns) {
+    int64_t start = now_ns();
+    *caller_ran = 0;
+    if (atomic_load_explicit(&job->state, memory_order_acquire) == JOB_QUEUED) {
+        /* No helper took it: off the queue, and the caller runs it. */
+        pthread_mutex_lock(&mu);
+        int mine = atomic_load(&job->state) == JOB_QUEUED;
+        if (mine) {
+            launched_job **at = &queue_head, *prev = NULL;
+            while (*at != job) {
+                prev = *at;
+                at = &(*at)->next;
+            }
+            *at = job->next;
+            if (queue_tail == job) queue_tail = prev;
+            atomic_fetch_sub(&queued, 1);
+            atomic_store(&job->state, JOB_RUNNING);
+        }
+        pthread_mutex_unlock(&mu);
+        if (mine) {
+            run_job(job);
+            atomic_store(&job->state, JOB_DONE);
+            *caller_ran = 1;
+            *wait_ns = 0;
+            return;
+        }
+    }
+    int64_t until = start + SPIN_NS;
+    while (atomic_load_explicit(&job->state, memory_order_acquire) != JOB_DONE
+           && now_ns() < until)
+        for (int i = 0; i < 64; i++) pause_cpu();
+    if (atomic_load_explicit(&job->state, memory_order_acquire) != JOB_DONE) {
+        pthread_mutex_lock(&mu);
+        joiners++;
+        while (atomic_load(&job->state) != JOB_DONE) pthread_cond_wait(&job_done, &mu);
+        joiners--;
+        pthread_mutex_unlock(&mu);
+    }
+    *wait_ns = now_ns() - start;
+}
+
 /* -- Python ---------------------------------------------------------------- */
 
 static int format_is(const char *format, char kind) {
@@ -326,6 +435,70 @@ static PyObject *set_blas(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Whether the pool can run out = x @ y in the blocks `edges` (edges_len
+   bytes) along `axis` with NumPy's matmul's bits; fills *p and *count. */
+static int check_product(const Py_buffer *x, const Py_buffer *y, const Py_buffer *out,
+                         int axis, const int64_t *edges, int64_t edges_len, product_t *p,
+                         int64_t *count) {
+    int nd = x->ndim; /* 2, or 3: batched, split along the batches (axis 0) */
+    char kind = format_is(x->format, 'f') ? 'f' : 'd';
+    int ok = (kind == 'f' ? sgemm != NULL : dgemm != NULL)
+             && (nd == 2 || nd == 3) && y->ndim == nd && out->ndim == nd
+             && format_is(x->format, kind) && format_is(y->format, kind)
+             && format_is(out->format, kind)
+             && edges_len >= 16
+             && (axis == 0 || ((axis == 1 || axis == 2) && nd == 2));
+    if (!ok) return 0;
+    int64_t batches = nd == 3 ? x->shape[0] : 1;
+    p->batched = nd == 3;
+    p->itemsize = x->itemsize;
+    p->m = x->shape[nd - 2];
+    p->k = x->shape[nd - 1];
+    p->n = y->shape[nd - 1];
+    p->a = x->buf;
+    p->b = y->buf;
+    p->c = out->buf;
+    p->axis = axis;
+    p->edges = edges;
+    if (p->batched) {
+        p->batch_a = x->strides[0];
+        p->batch_b = y->strides[0];
+        p->batch_c = out->strides[0];
+    }
+    *count = axis == 2 ? edges_len / 32 : edges_len / 8 - 1;
+    int64_t extent = p->batched ? batches : axis ? p->n : p->m;
+    ok = y->shape[nd - 2] == p->k && out->shape[nd - 2] == p->m && out->shape[nd - 1] == p->n
+         && (!p->batched || (y->shape[0] == batches && out->shape[0] == batches))
+         /* m, n or k of 1: NumPy's matmul calls gemv or dot, not gemm */
+         && p->m > 1 && p->n > 1 && p->k > 1
+         && blas_layout(x, p->m, p->k, &p->trans_a, &p->lda)
+         && blas_layout(y, p->k, p->n, &p->trans_b, &p->ldb)
+         && out->strides[nd - 1] == p->itemsize && out->strides[nd - 2] % p->itemsize == 0
+         && out->strides[nd - 2] / p->itemsize >= p->n
+         /* x @ x.T: NumPy calls syrk, whose bits these blocks do not give */
+         && x->buf != y->buf
+         && (axis == 2 ? edges_len % 32 == 0
+                       : edges[0] == 0 && edges[*count] == extent);
+    if (axis == 2) { /* rectangles inside the result that tile its area */
+        int64_t area = 0;
+        for (int64_t i = 0; ok && i < *count; i++) {
+            const int64_t *r = edges + 4 * i;
+            ok = 0 <= r[0] && r[0] < r[1] && r[1] <= p->m && 0 <= r[2] && r[2] < r[3]
+                 && r[3] <= p->n && r[1] - r[0] > 1 && r[3] - r[2] > 1;
+            area += (r[1] - r[0]) * (r[3] - r[2]);
+            for (int64_t j = 0; ok && j < i; j++) { /* no two overlap */
+                const int64_t *q = edges + 4 * j;
+                ok = r[1] <= q[0] || q[1] <= r[0] || r[3] <= q[2] || q[3] <= r[2];
+            }
+        }
+        ok = ok && area == p->m * p->n;
+    } else {
+        for (int64_t i = 0; ok && i < *count; i++) ok = edges[i] < edges[i + 1];
+    }
+    if (ok) p->ldc = out->strides[nd - 2] / p->itemsize;
+    return ok;
+}
+
 static PyObject *product(PyObject *self, PyObject *args) {
     PyObject *x_obj, *y_obj, *out_obj, *edges_obj;
     int axis, threads;
@@ -340,73 +513,18 @@ static PyObject *product(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(edges_obj, &edges, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
         goto none_out;
     product_t p = {0};
-    int nd = x.ndim; /* 2, or 3: batched, split along the batches (axis 0) */
-    char kind = format_is(x.format, 'f') ? 'f' : 'd';
-    int ok = (kind == 'f' ? sgemm != NULL : dgemm != NULL)
-             && (nd == 2 || nd == 3) && y.ndim == nd && out.ndim == nd
-             && format_is(x.format, kind) && format_is(y.format, kind)
-             && format_is(out.format, kind)
-             && edges.itemsize == 8 && edges.len >= 16
-             && (axis == 0 || ((axis == 1 || axis == 2) && nd == 2));
-    if (ok) {
-        int64_t batches = nd == 3 ? x.shape[0] : 1;
-        p.batched = nd == 3;
-        p.itemsize = x.itemsize;
-        p.m = x.shape[nd - 2];
-        p.k = x.shape[nd - 1];
-        p.n = y.shape[nd - 1];
-        p.a = x.buf;
-        p.b = y.buf;
-        p.c = out.buf;
-        p.axis = axis;
-        p.edges = edges.buf;
-        if (p.batched) {
-            p.batch_a = x.strides[0];
-            p.batch_b = y.strides[0];
-            p.batch_c = out.strides[0];
-        }
-        int64_t count = axis == 2 ? edges.len / 32 : edges.len / 8 - 1;
-        int64_t extent = p.batched ? batches : axis ? p.n : p.m;
-        ok = y.shape[nd - 2] == p.k && out.shape[nd - 2] == p.m && out.shape[nd - 1] == p.n
-             && (!p.batched || (y.shape[0] == batches && out.shape[0] == batches))
-             /* m, n or k of 1: NumPy's matmul calls gemv or dot, not gemm */
-             && p.m > 1 && p.n > 1 && p.k > 1
-             && blas_layout(&x, p.m, p.k, &p.trans_a, &p.lda)
-             && blas_layout(&y, p.k, p.n, &p.trans_b, &p.ldb)
-             && out.strides[nd - 1] == p.itemsize && out.strides[nd - 2] % p.itemsize == 0
-             && out.strides[nd - 2] / p.itemsize >= p.n
-             /* x @ x.T: NumPy calls syrk, whose bits these blocks do not give */
-             && x.buf != y.buf
-             && (axis == 2 ? edges.len % 32 == 0
-                           : p.edges[0] == 0 && p.edges[count] == extent);
-        if (axis == 2) { /* rectangles inside the result that tile its area */
-            int64_t area = 0;
-            for (int64_t i = 0; ok && i < count; i++) {
-                const int64_t *r = p.edges + 4 * i;
-                ok = 0 <= r[0] && r[0] < r[1] && r[1] <= p.m && 0 <= r[2] && r[2] < r[3]
-                     && r[3] <= p.n && r[1] - r[0] > 1 && r[3] - r[2] > 1;
-                area += (r[1] - r[0]) * (r[3] - r[2]);
-                for (int64_t j = 0; ok && j < i; j++) { /* no two overlap */
-                    const int64_t *q = p.edges + 4 * j;
-                    ok = r[1] <= q[0] || q[1] <= r[0] || r[3] <= q[2] || q[3] <= r[2];
-                }
-            }
-            ok = ok && area == p.m * p.n;
-        } else {
-            for (int64_t i = 0; ok && i < count; i++) ok = p.edges[i] < p.edges[i + 1];
-        }
-        if (ok) {
-            p.ldc = out.strides[nd - 2] / p.itemsize;
-            int64_t ran = 0, own = 0, wait = 0;
-            Py_BEGIN_ALLOW_THREADS
-            pool_run(product_block, &p, count, threads, &ran, &own, &wait);
-            Py_END_ALLOW_THREADS
-            PyBuffer_Release(&edges);
-            PyBuffer_Release(&out);
-            PyBuffer_Release(&y);
-            PyBuffer_Release(&x);
-            return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
-        }
+    int64_t count = 0;
+    if (edges.itemsize == 8
+        && check_product(&x, &y, &out, axis, edges.buf, edges.len, &p, &count)) {
+        int64_t ran = 0, own = 0, wait = 0;
+        Py_BEGIN_ALLOW_THREADS
+        pool_run(product_block, &p, count, threads, &ran, &own, &wait);
+        Py_END_ALLOW_THREADS
+        PyBuffer_Release(&edges);
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&y);
+        PyBuffer_Release(&x);
+        return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
     }
     PyBuffer_Release(&edges);
 none_out:
@@ -418,6 +536,49 @@ none_x:
 none_clear:
     PyErr_Clear();
     Py_RETURN_NONE;
+}
+
+/* A whole product bound to its buffers (task_pool_api.bind_product): one
+   block of all rows, the one gemm call NumPy's matmul makes. */
+typedef struct {
+    product_t p;
+    int64_t edges[2];
+    Py_buffer x, y, out;
+} bound_product;
+
+static void *bind_product(PyObject *x_obj, PyObject *y_obj, PyObject *out_obj) {
+    bound_product *b = (bound_product *)calloc(1, sizeof(bound_product));
+    if (b == NULL) return NULL;
+    int flags = PyBUF_STRIDES | PyBUF_FORMAT;
+    if (PyObject_GetBuffer(x_obj, &b->x, flags) != 0) goto none_clear;
+    if (PyObject_GetBuffer(y_obj, &b->y, flags) != 0) goto none_x;
+    if (PyObject_GetBuffer(out_obj, &b->out, flags | PyBUF_WRITABLE) != 0) goto none_y;
+    int64_t count = 0;
+    b->edges[0] = 0;
+    b->edges[1] = b->x.ndim == 2 ? b->x.shape[0] : -1;
+    if (b->x.ndim == 2
+        && check_product(&b->x, &b->y, &b->out, 0, b->edges, sizeof(b->edges), &b->p, &count)
+        && count == 1)
+        return b;
+    PyBuffer_Release(&b->out);
+none_y:
+    PyBuffer_Release(&b->y);
+none_x:
+    PyBuffer_Release(&b->x);
+none_clear:
+    PyErr_Clear();
+    free(b);
+    return NULL;
+}
+
+static void run_product(void *bound) { product_block(&((bound_product *)bound)->p, 0); }
+
+static void release_product(void *bound) {
+    bound_product *b = (bound_product *)bound;
+    PyBuffer_Release(&b->out);
+    PyBuffer_Release(&b->y);
+    PyBuffer_Release(&b->x);
+    free(b);
 }
 
 static PyObject *helper_count(PyObject *self, PyObject *unused) {
@@ -451,7 +612,8 @@ static struct PyModuleDef module = {
     "(see device/native/product_pool.py).", -1, methods,
 };
 
-static task_pool_api api = {TASK_POOL_VERSION, pool_run};
+static task_pool_api api = {TASK_POOL_VERSION, pool_run, pool_submit, pool_join,
+                           bind_product, run_product, release_product};
 
 PyMODINIT_FUNC PyInit__product_pool(void) {
     static int registered = 0;

@@ -7,6 +7,14 @@
    (another Python thread's kernel) runs its tasks on the caller alone, in
    order, with the same results.
 
+   A job may also be launched (submit) and joined later: one task a helper
+   runs while the caller goes on with Python, as a training step's weight
+   gradient and its optimizer update run beside the next layer's products
+   (compiler/concurrent_steps.py). The caller runs it at the join where no
+   helper took it. No Python and no interpreter lock in it: a job launched
+   on a Python thread took the lock back after each of its kernels, and
+   beside a busy run loop waited for it (issue 16, eleventh pass).
+
    _product_pool publishes a task_pool_api in the capsule TASK_POOL_CAPSULE
    (PyCapsule_Import); the version guards a stale build of one module
    beside a new build of the other (an editable install not rebuilt). */
@@ -14,12 +22,25 @@
 #ifndef KERAS_IPU_TASK_POOL_H
 #define KERAS_IPU_TASK_POOL_H
 
+#include <Python.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define TASK_POOL_CAPSULE "keras_ipu.device.native._product_pool._task_pool"
-#define TASK_POOL_VERSION 1
+#define TASK_POOL_VERSION 2
 
 typedef void (*task_fn)(void *arg, int64_t task);
+
+/* A launched job: fn(arg, 0) once, on a helper or at the join on the
+   caller. The caller owns it (and keeps it alive) from submit to join. */
+enum { JOB_QUEUED = 0, JOB_RUNNING = 1, JOB_DONE = 2 };
+typedef struct launched_job {
+    task_fn fn;
+    void *arg;
+    atomic_int state;
+    int64_t cpu_ns; /* the thread CPU time fn took */
+    struct launched_job *next; /* the pool's queue */
+} launched_job;
 
 typedef struct {
     int version;
@@ -30,6 +51,20 @@ typedef struct {
        back-off reads them (threads.py). Call it without the GIL. */
     void (*run)(task_fn fn, void *arg, int64_t count, int threads, int64_t *caller_ran,
                 int64_t *own_ns, int64_t *wait_ns);
+    /* Queues the job for a helper (starting one if none is) and returns at
+       once. Without the GIL or with it. */
+    void (*submit)(launched_job *job);
+    /* Returns when the job is done: the caller runs it if no helper has
+       taken it (*caller_ran 1), else waits for it (*wait_ns). Call it
+       without the GIL. */
+    void (*join)(launched_job *job, int64_t *caller_ran, int64_t *wait_ns);
+    /* A whole product out = x @ y as NumPy's matmul computes it (one
+       single-threaded gemm call: its bits), bound to the buffers it holds:
+       NULL where the C pool cannot take the operands (no error set), as
+       _product_pool.product() returns None. With the GIL. */
+    void *(*bind_product)(PyObject *x, PyObject *y, PyObject *out);
+    void (*run_product)(void *bound);     /* without the GIL */
+    void (*release_product)(void *bound); /* with the GIL */
 } task_pool_api;
 
 #endif

@@ -566,6 +566,46 @@ def launch(fn, args):
     return job
 
 
+def launch_on_c_pool(start, fn, args):
+    """Start fn(*args) as `start(*args)` does it on the C pool: a job of C
+    kernels with no Python and no GIL in it, which a helper thread runs
+    while the caller goes on (a weight gradient and its update:
+    _elementwise.launch_pair, concurrent_steps._native_pair). `start`
+    returns (handle, finish): `join` calls finish(handle) for the result,
+    after which the job's buffers are released, or None where the C kernels
+    cannot take the operands: then fn(*args) is launched as `launch` does.
+    While backing off it runs now, in the caller (fn, the same bits)."""
+    if backing_off():
+        return _Ran(fn(*args))
+    started = start(*args)
+    if started is None:
+        return launch(fn, args)
+    return _OnCPool(started, not getattr(fn, "stands_for_a_split", False))
+
+
+class _OnCPool:
+    """A job launched on the C pool (launch_on_c_pool)."""
+
+    __slots__ = ("started", "at_once")
+
+    def __init__(self, started, at_once):
+        self.started = started
+        self.at_once = at_once
+
+
+def _join_on_c_pool(job):
+    """The C pool's job's result. Late (LATE_SPLITS, the job's `at_once`)
+    where no helper had taken it by the join (the caller ran it: no helper
+    got a core meanwhile) or the caller waited longer than the job's own
+    CPU time (its helper lost its core mid-job). A run loop that lost its
+    own core does not delay a job without the GIL: not late."""
+    handle, finish = job.started
+    result, (caller_ran, wait, cpu) = finish(handle)
+    late = caller_ran or wait > cpu + LATE_WAIT_SECONDS
+    _note_split(late, time.perf_counter(), job.at_once)
+    return result
+
+
 def join(job):
     """The result of a launched call (its exception raised here), once
     it is done; the caller runs it itself if no pool thread took it. A
@@ -573,6 +613,8 @@ def join(job):
     a late split (LATE_WAIT_SECONDS)."""
     if type(job) is _Ran:
         return job.result
+    if type(job) is _OnCPool:
+        return _join_on_c_pool(job)
     start = time.perf_counter()
     late = (start - job.launched_at
             > 2 * (time.thread_time() - job.caller_cpu) + LATE_WAIT_SECONDS)
