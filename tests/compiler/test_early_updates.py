@@ -76,7 +76,9 @@ def _recorded_launches(monkeypatch):
     """[(where, the launched step's kernel's name)] of each launch: "python"
     (threads.launch: a pool thread) or "c" (threads.launch_on_c_pool: a job
     the C pool's helper ran, with the results its start gave)."""
-    monkeypatch.setattr(threads, "_backoff", 0.0)  # no back-off left by an earlier test
+    # No back-off (a busy machine's late splits, this test's or an earlier
+    # one's, would run the launches in the run loop).
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
     launched = []
     launch, on_c_pool = threads.launch, threads.launch_on_c_pool
     monkeypatch.setattr(threads, "launch",
