@@ -381,3 +381,54 @@ def test_lowered_dense_products_split_with_the_one_thread_bits(dimension_numbers
             "native_split_matmul" if cap == 2 else "matmul")
         results[cap] = kernel(x, w)
     np.testing.assert_array_equal(results[2], results[1])
+
+
+def _scaled_product_jobs(pairs, scale):
+    """launch_pair jobs of p = x @ y then out = p * scale (the chain:
+    _elementwise.run's program of one multiply), all launched before any
+    is joined; [(job, p, out)]."""
+    from keras_ipu.device import native
+
+    # n_in n_regs n_ops n_out | (mode dtype) x 2 | reg dtypes | mul r2 = r0 * r1 | r2 direct
+    code = np.array([2, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 3, 2, 0, 1, 0, 2, 1], np.int32).tobytes()
+    jobs = []
+    for x, y in pairs:
+        p = np.empty((x.shape[0], y.shape[1]), np.float32)
+        out = np.empty_like(p)
+        job = native.elementwise.launch_pair(x, y, p, code, p.size, 1, 1024, (p, scale), (out,))
+        jobs.append((job, p, out))
+    return jobs
+
+
+@pytest.mark.skipif(not product_pool.tasks_available(), reason="no C chains on the C pool")
+def test_launched_pairs_give_the_bits_of_the_product_and_chain_called_in_turn():
+    from keras_ipu.device import native
+
+    pairs = [_operands(96, 200, 160, trans_a=i % 2 == 1) for i in range(5)]
+    scale = RNG.standard_normal((96, 160)).astype(np.float32)
+    jobs = _scaled_product_jobs(pairs, scale)  # five in flight on one helper's queue
+    for (x, y), (job, p, out) in zip(pairs, jobs):
+        caller_ran, wait, cpu = native.elementwise.join_pair(job)
+        assert caller_ran in (0, 1) and wait >= 0 and cpu >= 0
+        want = np.matmul(x, y)
+        assert np.array_equal(p, want)
+        assert np.array_equal(out, want * scale)
+    with pytest.raises(ValueError, match="joined already"):
+        native.elementwise.join_pair(jobs[0][0])
+    # A job never joined is joined when it is freed: its buffers stay alive.
+    del jobs
+    (job, p, out), = _scaled_product_jobs(pairs[:1], scale)
+    del job
+    assert np.array_equal(out, np.matmul(*pairs[0]) * scale)
+
+
+@pytest.mark.skipif(not product_pool.tasks_available(), reason="no C chains on the C pool")
+def test_a_pair_the_c_kernels_cannot_take_is_refused_untouched():
+    x, y = _operands(96, 200, 160)
+    scale = RNG.standard_normal((96, 160)).astype(np.float32)
+    # A product of one column: NumPy calls gemv, not gemm.
+    (job, p, out), = _scaled_product_jobs([(x, y[:, :1])], scale[:, :1])
+    assert job is None
+    # A chain operand of the wrong size.
+    (job, p, out), = _scaled_product_jobs([(x, y)], scale[:, :80])
+    assert job is False
