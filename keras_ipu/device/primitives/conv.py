@@ -212,6 +212,10 @@ def _conv(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
     elif feature_group_count == x.shape[1]:
         out = _depthwise_conv(x, w, window_strides, padding, lhs_dilation,
                               rhs_dilation)
+    elif (feature_group_count == 1 and max(lhs_dilation) == 1
+          and np.prod(w.shape[2:]) > np.prod(out_sp)):
+        out = _large_window_conv(x, w, out_sp, window_strides, padding,
+                                 rhs_dilation)
     else:
         out = _im2col_conv_over_batch(x, w, out_sp, window_strides, padding,
                                       lhs_dilation, rhs_dilation,
@@ -298,6 +302,38 @@ def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
     out = matmul(patches, filters)  # G, N*P, Og
     out = out.reshape((g, n) + out_sp + (o // g,))
     out = np.moveaxis(out, 0, -2).reshape((n,) + out_sp + (o,))
+    return np.moveaxis(out, -1, 1)  # N, O, *P
+
+
+def _large_window_conv(x, w, out_sp, window_strides, padding, rhs_dilation):
+    """x (N, C, *S), w (O, C, *K) -> (N, O, *P) for a window larger than
+    the output: a weight gradient, whose window is the output gradient
+    and whose "batch" N and "channels" C are the forward input's channels
+    and batch. Its output positions and window taps swap roles: one
+    product of the input's windows of the output's size, rows (C, *K) by
+    columns (*P, N), with the window's rows (C, *K, O). Both are read in
+    the forward arrays' own (channels-last) memory order: the copy moves
+    runs of N contiguous elements and w is a view, where im2col's patches
+    (N, *P) by (C, *K) gathered one element per pixel from both
+    (issue 16, twelfth pass)."""
+    nsp = x.ndim - 2
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    ksize = w.shape[2:]
+    spatial = tuple(range(1, 1 + nsp))
+    xp = dilate_and_pad(np.moveaxis(x, 0, -1), spatial, (1,) * nsp, padding, 0)  # C, *S, N
+    span = tuple((p - 1) * st + 1 for p, st in zip(out_sp, window_strides))
+    win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=spatial)  # C, *T, N, *span
+    index = (slice(None),)
+    index += tuple(slice(None, (k - 1) * d + 1, d) for k, d in zip(ksize, rhs_dilation))
+    index += (slice(None),)
+    index += tuple(slice(None, None, st) for st in window_strides)
+    win = np.moveaxis(win[index], 1 + nsp, -1)  # C, *K, *P, N
+    width = c * int(np.prod(ksize))
+    patches = win.reshape(width, int(np.prod(out_sp)) * n)
+    filters = np.moveaxis(w, 0, -1).reshape(width, o)  # C, *K, O
+    out = host_threads.matmul(patches.T, filters)  # (*P, N), O
+    out = np.moveaxis(out.reshape(tuple(out_sp) + (n, o)), nsp, 0)  # N, *P, O
     return np.moveaxis(out, -1, 1)  # N, O, *P
 
 
