@@ -104,7 +104,8 @@ def test_sealed_group_does_not_move_past_its_reader():
 
     g = build([aval((3,))], body)
     fused = fuse_elementwise(g)
-    assert prim_names(fused) == ["exp", "reduce_sum", "broadcast_to", "add"]
+    # The add reads the sum through its broadcast (broadcast_operands.py).
+    assert prim_names(fused) == ["exp", "reduce_sum", "add"]
 
 
 def test_liveness_last_uses_and_peak_bytes():
@@ -386,3 +387,89 @@ def test_scan_drops_stacked_outputs_and_operands_nobody_reads():
     carry, ys = _executable(pruned).run(c0, xs, rng_array((3,)))
     np.testing.assert_allclose(carry, c0 + xs.sum(0), rtol=1e-6)
     np.testing.assert_allclose(ys, np.exp(xs), rtol=1e-6)
+
+
+# -- broadcasts read through (broadcast_operands.py) --------------------------
+
+
+def _broadcast_product(b, col, x, y):
+    # Cross-entropy's gradient: a per-row column broadcast to the logits.
+    wide = b.op("broadcast_to", col, shape=(8, 10))
+    return b.op("add", b.op("mul", wide, x), y)
+
+
+@pytest.mark.numpy_engine
+def test_a_broadcast_read_by_a_chain_is_read_through():
+    g = build([aval((8, 1)), aval((8, 10)), aval((8, 10))], _broadcast_product)
+    fused = fuse_elementwise(g)
+    assert prim_names(fused) == ["fused_elementwise"]
+    (chain,) = fused.nodes
+    assert [tuple(v.aval.shape) for v in chain.inputs] == [(8, 1), (8, 10), (8, 10)]
+    col, x, y = rng_array((8, 1)), rng_array((8, 10)), rng_array((8, 10))
+    (out,) = _executable(fused).run(col, x, y)
+    np.testing.assert_array_equal(out, np.broadcast_to(col, (8, 10)) * x + y)
+
+
+@pytest.mark.numpy_engine
+def test_a_broadcast_stays_where_a_step_needs_its_shape():
+    def body(b, col, row):
+        wide = b.op("broadcast_to", col, shape=(8, 10))
+        # exp's only operand: the broadcast makes its shape. The add's two
+        # operands broadcast to it by themselves (an outer sum).
+        return [b.op("exp", wide), b.op("add", wide, row)]
+
+    g = build([aval((8, 1)), aval((10,))], body)
+    fused = fuse_elementwise(g)
+    assert "broadcast_to" in prim_names(fused)
+    exp = next(n for n in fused.nodes if n.primitive.name == "exp")
+    add = next(n for n in fused.nodes if n.primitive.name == "add")
+    assert tuple(exp.inputs[0].aval.shape) == (8, 10)
+    assert [tuple(v.aval.shape) for v in add.inputs] == [(8, 1), (10,)]
+    col, row = rng_array((8, 1)), rng_array((10,))
+    e, a = _executable(fused).run(col, row)
+    np.testing.assert_array_equal(e, np.exp(np.broadcast_to(col, (8, 10))))
+    np.testing.assert_array_equal(a, np.broadcast_to(col, (8, 10)) + row)
+
+
+def test_a_broadcast_read_elsewhere_too_is_kept():
+    def body(b, col, x):
+        wide = b.op("broadcast_to", col, shape=(8, 10))
+        return [b.op("mul", wide, x), b.op("transpose", wide, permutation=(1, 0))]
+
+    g = build([aval((8, 1)), aval((8, 10))], body)
+    fused = fuse_elementwise(g)
+    assert prim_names(fused).count("broadcast_to") == 1
+    mul = next(n for n in fused.nodes if n.primitive.name == "mul")
+    assert tuple(mul.inputs[0].aval.shape) == (8, 1)
+
+
+# -- integers through a float and back (fusion._integral_float_to_int) --------
+
+
+@pytest.mark.parametrize("source,middle,target", [
+    ("int32", "float32", "int32"), ("int32", "float64", "int32"),
+    ("int64", "float32", "int32"), ("uint8", "float32", "int8"),
+    ("int32", "float32", "uint16"), ("int16", "float32", "int32"),
+])
+def test_integers_through_a_float_convert_back_as_the_convert_kernel_does(
+        source, middle, target):
+    from keras_ipu.device.compiler.fusion import build_fused_kernel
+    from keras_ipu.device.primitives.convert import convert_element_type_p as convert
+
+    info = np.iinfo(source)
+    values = np.array([info.min, info.min + 1, info.max, info.max - 1, 0, 1, -1 if info.min else 2,
+                       2 ** 24 + 1 if info.max > 2 ** 25 else info.max // 3,
+                       -(2 ** 24 + 1) if info.min < -2 ** 25 else info.min // 3,
+                       2 ** 31 - 65 if info.max > 2 ** 32 else 7], dtype=source)
+    chain = (
+        (convert, (("dtype", np.dtype(middle)),), (("in", 0, aval(values.shape, source)),),
+         aval(values.shape, middle)),
+        (convert, (("dtype", np.dtype(target)),), (("t", 0, aval(values.shape, middle)),),
+         aval(values.shape, target)),
+    )
+    kernel = build_fused_kernel(chain, (1,), 1)
+    assert "_integral_float_to_int" in kernel.__globals__["_k1"].__qualname__
+    (got,) = kernel(values)
+    want = convert.kernel(convert.kernel(values, dtype=np.dtype(middle)), dtype=np.dtype(target))
+    assert got.dtype == np.dtype(target)
+    np.testing.assert_array_equal(got, want)

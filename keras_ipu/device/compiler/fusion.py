@@ -19,6 +19,7 @@ import numpy as np
 
 from keras_ipu.device import autodiff
 from keras_ipu.device import liveness
+from keras_ipu.device.compiler.broadcast_operands import read_broadcast_operands
 from keras_ipu.device.compiler.donation import donatable_operands
 from keras_ipu.device.compiler.dot_transpose import fold_dot_transposes
 from keras_ipu.device.compiler.graph_utils import copy_node
@@ -167,6 +168,53 @@ def _bound_kernel(prim, params_items):
     return lambda *xs: kernel(*xs, **params)
 
 
+def _integral_float_to_int(source, float_dtype, dtype):
+    """The conversion to int `dtype` of `float_dtype` (float32 or float64)
+    values converted from the integer dtype `source` earlier in the chain
+    (Keras' labels: int32 -> float32 -> int32). They are integral and
+    never NaN, so of the convert
+    kernel's rules (convert.py: truncation, NaN to 0, saturation) only the
+    saturation can apply, and only where `source`'s bounds, rounded to the
+    float (2**31 - 1 becomes 2**31 in float32), pass `dtype`'s. The same
+    values as the convert kernel without its trunc, min and max: tens of
+    microseconds per step on a cache a large product has just swept."""
+    have, want = np.iinfo(source), np.iinfo(dtype)
+    # Integral values pass the target's bounds from these on: powers of two
+    # (or 0), exact in float32 and float64, so comparing the float operand
+    # with them rounds nothing.
+    above, below = float(want.max) + 1.0, float(want.min)
+    rounded = np.array([have.min, have.max]).astype(float_dtype)
+    low, high = float(rounded[0]) < below, float(rounded[1]) >= above
+    putmask = np.putmask
+
+    def convert(v):
+        out = v.astype(dtype)
+        if high:
+            putmask(out, v >= above, want.max)
+        if low:
+            putmask(out, v < below, want.min)
+        return out
+
+    return convert
+
+
+def _from_integers(chain, j):
+    """(integer dtype, float dtype) of chain step j's float operand, where
+    step j converts it to an integer dtype and the step before made it
+    from that integer dtype; else None."""
+    prim, _, refs, aval = chain[j]
+    if prim.name != "convert_element_type" or aval.dtype.kind not in "iu":
+        return None
+    kind, k, operand = refs[0]
+    if kind != "t" or operand.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    before, _, before_refs, _ = chain[k]
+    source = before_refs[0][2].dtype
+    if before.name != "convert_element_type" or source.kind not in "iu":
+        return None
+    return source, operand.dtype
+
+
 def fused_source(chain, results, n_inputs, donate=()):
     """The generated source of the fused kernel, and its namespace.
     `donate`: operands the kernel may overwrite (see _plan_buffers)."""
@@ -192,7 +240,9 @@ def fused_source(chain, results, n_inputs, donate=()):
             lines.append(f"        t{j} = {name}({operands}{out})  # {prim.name}")
         else:
             name = f"_k{j}"
-            fast = fast_kernel(prim, [r[2] for r in refs], aval)
+            source = _from_integers(chain, j)
+            fast = (_integral_float_to_int(*source, aval.dtype) if source is not None
+                    else fast_kernel(prim, [r[2] for r in refs], aval))
             namespace[name] = fast or _bound_kernel(prim, params_items)
             lines.append(f"        t{j} = {name}({operands})  # {prim.name}")
     outs = "".join(
@@ -255,6 +305,9 @@ def fuse_elementwise(graph, donated_inputs=()):
     # Sums of zero-padded pieces (slice gradients) first, or they would
     # become fused chains of full-size additions.
     graph = concatenate_padded_sums(graph)
+    # Broadcasts the chains' own broadcasting does: fewer kernels, and C
+    # chains that read a column in place rather than a copy of its view.
+    graph = read_broadcast_operands(graph)
     nodes = graph.nodes
     live = liveness.analyze(graph)
     producer = live.made_at
