@@ -346,3 +346,26 @@ def test_a_product_that_splits_in_two_splits_where_the_run_loop_has_no_product_b
     got = exe.run(*[x.copy() for x in xs])
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.skipif(not _c_pool_jobs(), reason="the C pool's jobs are not available")
+def test_a_c_chain_launched_alone_runs_on_the_c_pool_with_the_same_bits(cap, monkeypatch):
+    cap(2)
+    launched = _recorded_launches(monkeypatch)
+
+    def body(b, a, c, x, w):
+        # 64k elements: worth a launch, on one thread (chain_threads); the
+        # product after it runs beside it.
+        chained = b.op("add", b.op("mul", a, c), a)
+        return [chained, b.op("dot_general", x, w, dimension_numbers=PLAIN)]
+
+    shapes = ((128, 512), (128, 512), (48, 512), (512, 512))
+    exe = compile_graph(build([aval(s) for s in shapes], body))
+    assert _names(exe._run_program) == ["launched", "dot_general", "joined"]
+    xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    got = exe.run(*[x.copy() for x in xs])
+    assert launched == [("c", "fused_native")]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(got[0], xs[0] * xs[1] + xs[0])

@@ -140,6 +140,8 @@ def _may_split(node):
 def _launch_step(step):
     kernel, ins, out, multi, frees = step
     start = getattr(kernel, "start_on_c_pool", None)
+    if start is None and getattr(kernel, "native", False):  # a C chain alone
+        start = _c_pool_start(None, kernel, 0, ())
     if start is None:
         launch = host_threads.launch
 
@@ -230,36 +232,48 @@ def _paired_step(product, update, alone):
         return alone(*args)
 
     paired.stands_for_a_split = split_alone is not None
-    start = _native_pair(product[0], update[0], n, at)
+    start = _c_pool_start(product[0], update[0], n, at)
     if start is not None:
         paired.start_on_c_pool = start
     freed = tuple(sorted((set(frees) | set(update_frees)) - {out}))
     return (paired, ins + rest, update_out, multi, freed)
 
 
-def _native_pair(product, update, n, at):
-    """The pair as one job of the C pool (threads.launch_on_c_pool,
-    _elementwise.launch_pair): the product's one np.matmul call and the
-    update's chain on one thread, in C, with no Python and no GIL between
-    them, where a job on a Python thread took the GIL back after the
-    product and around the chain's call (issue 16, twelfth pass). The same
-    two calls on the same operands: the bits of `paired`. None where a part
-    cannot run so (a product with a cast or a reshape, a chain NumPy runs,
-    no C pool)."""
+def _c_pool_start(product, chain, n, at):
+    """xs -> a launch of the step as one job of the C pool
+    (threads.launch_on_c_pool, _elementwise.launch_pair): the product's one
+    np.matmul call on xs[:n] (none where `product` is None), its result
+    at positions `at` of the chain's operands, then the chain on one
+    thread, in C, with no Python and no GIL between them, where a job on a
+    Python thread took the GIL back after the product and around the
+    chain's call (issue 16, twelfth pass). The same calls on the same
+    operands: the bits of the step run in place. None where a part cannot
+    run so (a product with a cast or a reshape, a chain NumPy runs or that
+    splits, no C pool)."""
     elementwise = native.elementwise
-    operands = getattr(product, "operands", None)
-    call = getattr(update, "one_thread_call", None)
-    if (operands is None or call is None or elementwise is None
-            or not hasattr(elementwise, "launch_pair") or not product_pool.tasks_available()):
+    operands = None if product is None else getattr(product, "operands", None)
+    call = getattr(chain, "one_thread_call", None)
+    if ((product is not None and operands is None) or call is None or elementwise is None
+            or not hasattr(elementwise, "launch_pair") or not product_pool.tasks_available()
+            or (product is None and getattr(chain, "one_thread", None) is not chain)):
         return None
     code, size, inner, block, loops, alloc, pick = call
-    shape, dtype = product.result_shape
     empty, launch_pair, join_pair = np.empty, elementwise.launch_pair, elementwise.join_pair
 
     def finish(handle):
         job, outs = handle
         stats = join_pair(job)
         return pick(outs), stats
+
+    if product is None:
+        def start(*xs):
+            outs = alloc(xs)
+            job = launch_pair(None, None, None, code, size, inner, block, xs, outs, loops)
+            # None or False: the C kernels refused an operand and nothing ran.
+            return ((job, outs), finish) if job else None
+
+        return start
+    shape, dtype = product.result_shape
 
     def start(*xs):
         x, y = operands(*xs[:n])
@@ -270,7 +284,6 @@ def _native_pair(product, update, n, at):
         args = tuple(args)
         outs = alloc(args)
         job = launch_pair(x, y, result, code, size, inner, block, args, outs, loops)
-        # None or False: the C kernels refused an operand and nothing ran.
         return ((job, outs), finish) if job else None
 
     return start

@@ -812,7 +812,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
    where a job on a Python thread took the GIL back after each kernel
    (compiler/concurrent_steps.py). Each runs as alone on one thread: the
    product is NumPy's matmul's one gemm call, the chain one range of all
-   its elements; the bits of the two kernels called in turn. */
+   its elements; the bits of the two kernels called in turn. A chain
+   launched alone (an update beside the next steps) is the same job
+   without the product. */
 typedef struct {
     launched_job job;
     void *product;      /* task_pool_api.bind_product's */
@@ -827,7 +829,7 @@ typedef struct {
 static void pair_task(void *arg, int64_t unused) {
     (void)unused;
     pair_job *p = (pair_job *)arg;
-    pool->run_product(p->product);
+    if (p->product != NULL) pool->run_product(p->product);
     chain_task(&p->chain.c, 0);
 }
 
@@ -838,7 +840,7 @@ static void pair_finish(pair_job *p) {
     Py_BEGIN_ALLOW_THREADS
     pool->join(&p->job, &p->caller_ran, &p->wait_ns);
     Py_END_ALLOW_THREADS
-    pool->release_product(p->product);
+    if (p->product != NULL) pool->release_product(p->product);
     release_chain(&p->chain);
     Py_CLEAR(p->keep);
 }
@@ -865,14 +867,15 @@ static PyObject *launch_pair(PyObject *self, PyObject *args) {
         free(p);
         return NULL;
     }
-    if (api == NULL || (p->product = api->bind_product(x, y, product_out)) == NULL) {
+    if (api == NULL
+        || (x != Py_None && (p->product = api->bind_product(x, y, product_out)) == NULL)) {
         release_chain(&p->chain);
         free(p);
         Py_RETURN_NONE;
     }
     int bound = bind_chain(&p->chain, n, L, B, ins, outs, 0, -1, loop_capsules, 1, 0);
     if (bound <= 0 || p->chain.count != 1) {
-        api->release_product(p->product);
+        if (p->product != NULL) api->release_product(p->product);
         release_chain(&p->chain);
         free(p);
         if (bound < 0) return NULL;
@@ -882,7 +885,7 @@ static PyObject *launch_pair(PyObject *self, PyObject *args) {
                             loop_capsules ? loop_capsules : Py_None);
     PyObject *capsule = p->keep ? PyCapsule_New(p, PAIR_CAPSULE, pair_capsule_free) : NULL;
     if (capsule == NULL) {
-        api->release_product(p->product);
+        if (p->product != NULL) api->release_product(p->product);
         release_chain(&p->chain);
         Py_XDECREF(p->keep);
         free(p);
@@ -1015,7 +1018,8 @@ static PyMethodDef methods[] = {
      "launch_pair(x, y, product_out, code, n, L, B, inputs, outputs[, loops]) -> "
      "job, None or False: product_out = x @ y (2-d, NumPy's matmul's bits) and "
      "then the chain run(code, n, L, B, inputs, outputs, 0, -1, loops) (its "
-     "inputs may include product_out), both on one thread of the C pool, "
+     "inputs may include product_out), both on one thread of the C pool "
+     "(x None: the chain alone), "
      "launched: join_pair(job) waits for them. None: the C pool cannot take "
      "the product; False: a buffer does not fit the chain (nothing runs)."},
     {"join_pair", join_pair, METH_O,
