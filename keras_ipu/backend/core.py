@@ -12,6 +12,8 @@ from keras.src.backend.common import standardize_dtype
 from keras.src.backend.common.dtypes import result_type
 from keras.src.backend.common.keras_tensor import KerasTensor
 from keras.src.backend.common.name_scope import name_scope as base_name_scope
+from keras.src.backend.common.stateless_scope import get_stateless_scope
+from keras.src.backend.common.stateless_scope import in_stateless_scope
 from keras.src.backend.common.stateless_scope import StatelessScope
 from keras.src.backend.common.symbolic_scope import SymbolicScope
 
@@ -20,6 +22,7 @@ from keras_ipu.device.array import Tensor
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives.convert import convert_element_type_p
 from keras_ipu.device.trace import GraphBuilder
+from keras_ipu.device.trace import current_builder
 from keras_ipu.device.trace import set_source_provider as _set_source_provider
 from keras_ipu.device.trace import Tracer
 from keras_ipu.device.trace import tracing
@@ -58,6 +61,17 @@ class Variable(KerasVariable):
     @property
     def value(self):
         self._ipu_private = False  # whoever reads it may keep the array
+        if self._value is None and current_builder() in _spec_builders:
+            scope = in_stateless_scope() and get_stateless_scope()
+            if not scope or scope.get_current_value(self) is None:
+                # An uninitialized variable (StatelessScope(initialize_variables=
+                # False)) read while tracing an output spec: Keras runs its
+                # initializer for a placeholder, which here would draw every
+                # weight on the host (BERT-large's 340M: 60% of
+                # predict_training's time). Only shape and dtype matter, as
+                # under jax.eval_shape.
+                return self._maybe_autocast(current_builder().new_input(
+                    ShapedArray(tuple(self._shape), _np_dtype(self._dtype))))
         return super().value
 
     def _convert_to_tensor(self, value, dtype=None):
@@ -184,6 +198,10 @@ def _merge_specs(a, b):
     return KerasTensor(shape, a.dtype)
 
 
+# The builders of the output-spec traces running now (Variable.value).
+_spec_builders = set()
+
+
 def _trace_output_spec(fn, args, kwargs, fill):
     with StatelessScope(), SymbolicScope():
         builder = GraphBuilder()
@@ -199,8 +217,12 @@ def _trace_output_spec(fn, args, kwargs, fill):
             return x
 
         args, kwargs = tree.map_structure(to_tracer, (args, kwargs))
-        with tracing(builder):
-            outputs = fn(*args, **kwargs)
+        _spec_builders.add(builder)
+        try:
+            with tracing(builder):
+                outputs = fn(*args, **kwargs)
+        finally:
+            _spec_builders.discard(builder)
 
         def to_keras_tensor(x):
             if isinstance(x, _TENSOR_TYPES):

@@ -409,6 +409,34 @@ def test_compute_output_spec_keeps_unknown_dims_through_cond():
     assert out.shape == (None, 3)
 
 
+def test_output_specs_never_run_an_uninitialized_variables_initializer():
+    # A model built in StatelessScope(initialize_variables=False) (the
+    # memory prediction's BERT-large: 340M weights) is traced for shapes
+    # only: its initializers must not draw every weight on the host, as
+    # Keras' placeholder for an uninitialized variable would.
+    import keras
+
+    drawn = []
+
+    class Counting(keras.initializers.GlorotUniform):
+        def __call__(self, shape, dtype=None):
+            drawn.append(tuple(shape))
+            return super().__call__(shape, dtype)
+
+    with keras.StatelessScope(initialize_variables=False):
+        kernel = keras.Variable(Counting(), shape=(16, 32), dtype="float32")
+        half = keras.Variable(Counting(), shape=(32,), dtype="float16")
+        out, low = core.compute_output_spec(
+            lambda x: (ops.matmul(x, kernel), ops.add(kernel[0], half)),
+            KerasTensor((None, 16)))
+        assert drawn == []
+        assert out.shape == (None, 32) and out.dtype == "float32"
+        assert low.shape == (32,) and low.dtype == "float32"
+        # Read elsewhere, it is Keras' placeholder, its initializer's values.
+        assert tuple(np.asarray(kernel.value).shape) == (16, 32)
+        assert drawn == [(16, 32)]
+
+
 def test_nested_loops_with_closures_match_eager():
     x = RNG.random((4, 3)).astype("float32")
     w = RNG.random((3,)).astype("float32")
