@@ -13,6 +13,7 @@ from keras_ipu.device.native.threads import backing_off
 from keras_ipu.device.native.threads import max_threads
 
 from keras_ipu.device.compiler import scan_rows
+from keras_ipu.device.compiler import stack_slots
 from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.lowering import LOWERINGS
@@ -148,6 +149,7 @@ def _lower_scan(params, in_avals, out_avals):
     copy_first = tuple(k for k in range(n_carry) if k in body.written_inputs and k not in owned)
     recopy = scan_rows.recopied(body, n_carry)
     y_avals = out_avals[n_carry:]
+    stacked = stack_slots.runner(body, n_carry)
 
     def scan(*operands):
         if split is not None and not backing_off():
@@ -157,7 +159,7 @@ def _lower_scan(params, in_avals, out_avals):
         for k in copy_first:
             carry[k] = np.array(carry[k])
         ys = [np.empty(a.shape, a.dtype) for a in y_avals]
-        carry = scan_rows.run_steps(body, steps, carry, operands[n_carry:n_carry + n_xs],
+        carry = scan_rows.run_steps(stacked, steps, carry, operands[n_carry:n_carry + n_xs],
                                     list(operands[n_carry + n_xs:]), recopy, ys)
         return tuple(carry) + tuple(ys)
 

@@ -324,11 +324,12 @@ class Executable:
         # (a very long program: the loop over _run_program runs it).
         self._run_straight = self.straight_line(self._run_program)
 
-    def straight_line(self, steps):
+    def straight_line(self, steps, extra_inputs=()):
         """run_unchecked's function for `steps` (this program's steps, in
-        program order or the run loop's) as straight-line code, or None."""
+        program order or the run loop's) as straight-line code, or None.
+        `extra_inputs`: slots past this program's, given after its inputs."""
         return straight_line(steps, self._n_inputs, self.constants, self._output_plan,
-                             name=self.name or "program")
+                             name=self.name or "program", extra_inputs=extra_inputs)
 
     @property
     def steps(self):

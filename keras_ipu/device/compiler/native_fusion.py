@@ -409,6 +409,37 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
             return fallback(*xs)
     else:
         one_thread = fused_native
+    n_operands = len(in_avals)
+    # Results whose buffer is new and theirs alone (not a donated operand's).
+    placeable = frozenset(p for p, b in enumerate(result_index)
+                          if makers[b] is not None and result_index.count(b) == 1)
+
+    def placed(positions):
+        """The kernel f(*xs, *dests) writing its results at `positions`
+        into `dests` (a scan's stacking slots: stack_slots.py) in place of
+        new arrays; or None where such a result's buffer is an operand's
+        or holds another result too. The same bits: only where the C
+        kernel stores them changes. Operands or slots the C kernel refuses
+        get fused_native's new arrays (the caller then copies them)."""
+        buffers = [result_index[p] for p in positions]
+        if len(set(positions)) < len(positions) or not placeable.issuperset(positions):
+            return None
+        into_dest = {b: d for d, b in enumerate(buffers)}
+        specs = tuple((into_dest.get(k), make, into, dtype)
+                      for k, (make, (into, dtype)) in enumerate(zip(makers, allocations)))
+
+        def fused_into(*args):
+            xs, dests = args[:n_operands], args[n_operands:]
+            outs = tuple([dests[d] if d is not None else xs[into] if make is None
+                          else make(shape, dtype) for d, make, into, dtype in specs])
+            if run_all(xs, outs):
+                return pick(outs)
+            return fused_native(*xs)
+
+        return fused_into
+
+    fused_native.placed = placed
+    fused_native.placeable = placeable
     fused_native.one_thread = one_thread
     # What a job on the C pool needs to run the chain on one thread, as
     # one_thread does, after a product (concurrent_steps._native_pair).

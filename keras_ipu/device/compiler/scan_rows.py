@@ -39,6 +39,7 @@ from keras_ipu.device.ir import Literal
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads as host_threads
+from keras_ipu.device.compiler import stack_slots
 from keras_ipu.device.compiler.dot_lowering import product_shape
 from keras_ipu.device.trace import trace_flat
 
@@ -187,20 +188,27 @@ def recopied(body, n_carry):
 
 
 def run_steps(body, steps, carry, xs, consts, recopy, ys, rows=None):
-    """The scan's loop: `body` (an Executable) at each time step of
-    `steps`, its stacked outputs written into `ys` (at [t, rows] when
-    `rows`, a slice, is given); returns the final carries. `recopy`: the
-    carries to copy before the body writes into them again (results it did
-    not allocate)."""
+    """The scan's loop: `body` (a stack_slots.StackedBody) at each time
+    step of `steps`, its stacked outputs written into `ys` (at [t, rows]
+    when `rows`, a slice, is given) by its kernels where placed, else
+    copied; returns the final carries. `recopy`: the carries to copy
+    before the body writes into them again (results it did not allocate)."""
+    run, placed = body
     n_carry = len(carry)
+    slotted = [(y, k) for k, (y, p) in enumerate(zip(ys, placed)) if p]
+    copied = [(y, k) for k, y in enumerate(ys, n_carry) if not placed or not placed[k - n_carry]]
     for t in steps:
-        outs = body.run_unchecked(carry + [x[t] for x in xs] + consts)
+        at = t if rows is None else (t, rows)
+        slots = [y[at] for y, _ in slotted]
+        outs = run(carry + [x[t] for x in xs] + consts + slots)
         carry = outs[:n_carry]
         for k in recopy:
             carry[k] = np.array(carry[k])
-        at = t if rows is None else (t, rows)
-        for y, value in zip(ys, outs[n_carry:]):
-            y[at] = value
+        for y, k in copied:
+            y[at] = outs[k]
+        for slot, (y, k) in zip(slots, slotted):
+            if outs[n_carry + k] is not slot:  # NumPy's kernel ran: a new array
+                y[at] = outs[n_carry + k]
     return carry
 
 
@@ -220,7 +228,8 @@ def block_runner(blocks, n_carry, steps, carry_avals, y_avals):
                           ys, slice(lo, hi))
         return carry, cpu_clock() - start
 
-    prepared = tuple((body, recopied(body, n_carry), lo, hi) for lo, hi, body in blocks)
+    prepared = tuple((stack_slots.runner(body, n_carry), recopied(body, n_carry), lo, hi)
+                     for lo, hi, body in blocks)
 
     def scan_rows(carry, xs, consts):
         ys = [np.empty(a.shape, a.dtype) for a in y_avals]

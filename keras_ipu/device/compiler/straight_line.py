@@ -42,20 +42,23 @@ def _slot(s, constants):
     return f"c{s}" if s in constants else f"s{s}"
 
 
-def source_of(steps, n_inputs, constants, output_plan):
+def source_of(steps, n_inputs, constants, output_plan, extra_inputs=()):
     """(source, globals) of the straight-line function running `steps`
     ((kernel, operand slots, output slot(s), multiple-results flag, slots to
     clear), as Executable._bind makes them) on a list of `n_inputs` arrays;
     `constants` ({slot: array}) are read from the globals; `output_plan`
-    ((slot, copy) per output: np.array for a copy, else np.asarray)."""
+    ((slot, copy) per output: np.array for a copy, else np.asarray).
+    `extra_inputs`: slots (none of the program's) given after the inputs in
+    the same list (a scan's stacking slots: stack_slots.py)."""
     namespace = {"asarray": np.asarray, "array": np.array}
     for s, value in constants.items():
         namespace[f"c{s}"] = value
     lines = ["def run(arrays):"]
-    if n_inputs:
+    inputs = (*range(n_inputs), *extra_inputs)
+    if inputs:
         # One trailing comma makes a one-input unpack a tuple target.
-        lines.append("    " + ", ".join(f"s{i}" for i in range(n_inputs)) + ", = arrays")
-    live = set(range(n_inputs))
+        lines.append("    " + ", ".join(f"s{i}" for i in inputs) + ", = arrays")
+    live = set(inputs)
     for k, (kernel, ins, out, multi, frees) in enumerate(steps):
         namespace[f"k{k}"] = kernel
         call = f"k{k}(" + ", ".join(_slot(s, constants) for s in ins) + ")"
@@ -84,13 +87,13 @@ def source_of(steps, n_inputs, constants, output_plan):
     return "\n".join(lines) + "\n", namespace
 
 
-def straight_line(steps, n_inputs, constants, output_plan, name="program"):
+def straight_line(steps, n_inputs, constants, output_plan, name="program", extra_inputs=()):
     """The function running `steps` (source_of) as the run loop does, or
     None for a program of more than MAX_STEPS steps. `name` names its
     source in tracebacks."""
     if len(steps) > MAX_STEPS:
         return None
-    source, namespace = source_of(steps, n_inputs, constants, output_plan)
+    source, namespace = source_of(steps, n_inputs, constants, output_plan, extra_inputs)
     exec(compile(source, f"<run loop of {name}>", "exec"), namespace)
     # Taken out of its own globals: no reference cycle, so a dropped
     # program's kernels and constants go at once, not at the next

@@ -1,0 +1,128 @@
+"""A scan body's kernels write its stacked outputs into their slots
+(compiler/stack_slots.py): the same bits as the loop copying them, a
+result the C kernel would not write into its slot copied, and a carry or
+an output returned twice never placed."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_ipu.device import native
+from keras_ipu.device.compiler import stack_slots
+from keras_ipu.device.compiler.cache import ExecutableCache
+from keras_ipu.device.jit import jit
+from keras_ipu.device.native import threads
+
+pytestmark = pytest.mark.skipif(native.elementwise is None,
+                                reason="no C elementwise kernels (KERAS_IPU_NATIVE=0)")
+
+T, B, F, H = 6, 16, 8, 32
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    # The whole body (no row blocks: scan_rows.py), whose runner this tests.
+    monkeypatch.setattr(threads, "_cap", 1)
+    monkeypatch.setattr(threads, "_plans", {})
+
+
+def _lstm(reverse=False, concatenated=False):
+    def fn(w, u, b, xs, h0, c0):
+        def step(carry, x):
+            h, c = carry
+            z = keras.ops.matmul(x, w) + keras.ops.matmul(h, u) + b
+            i, f, g, o = keras.ops.split(z, 4, axis=-1)
+            gate = keras.ops.tanh(g)
+            c = keras.ops.sigmoid(f) * c + keras.ops.sigmoid(i) * gate
+            h = keras.ops.sigmoid(o) * keras.ops.tanh(c)
+            if concatenated:
+                return (h, c), (h, keras.ops.concatenate([gate, keras.ops.sigmoid(i)], axis=-1))
+            # h: a carry too; gate: a chain's result the body returns once.
+            return (h, c), (h, gate, keras.ops.sigmoid(o) * gate)
+
+        (h, c), ys = keras.ops.scan(step, (h0, c0), xs, reverse=reverse)
+        return (h, c, *ys)
+
+    return fn
+
+
+def _args(seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = [(F, 4 * H), (H, 4 * H), (4 * H,), (T, B, F), (B, H), (B, H)]
+    return [(0.5 * rng.standard_normal(s)).astype(np.float32) for s in shapes]
+
+
+def _run(fn, args):
+    fast = jit(fn, cache=ExecutableCache(disk=False))
+    exe = fast.executable(*args)
+    (body,) = exe.subprograms.values()
+    return [np.asarray(v) for v in fast(*args)], body
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("concatenated", [False, True])
+def test_placed_outputs_give_the_copied_loops_bits(one_thread, monkeypatch, reverse,
+                                                   concatenated):
+    args = _args()
+    got, body = _run(_lstm(reverse, concatenated), args)
+    stacked = stack_slots.stacked_body(body, 2)
+    assert stacked is not None
+    # h (a carry too) is copied; what only the body's chains (with buffers
+    # of their own, not a donated operand's) or its concatenate return is
+    # written in place.
+    assert not stacked.placed[0] and stacked.placed[-1]
+    monkeypatch.setattr(stack_slots, "stacked_body", lambda body, n_carry: None)
+    want, _ = _run(_lstm(reverse, concatenated), args)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert g.tobytes() == w.tobytes()
+
+
+def test_the_slots_are_written_by_the_kernels(one_thread):
+    _, body = _run(_lstm(), _args(1))
+    stacked = stack_slots.stacked_body(body, 2)
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(a.shape).astype(a.dtype) for a in body.in_avals]
+    placed = [j for j, p in enumerate(stacked.placed) if p]
+    slots = [np.full((B, H), np.nan, np.float32) for _ in placed]
+    # The body may write into its carries: each run gets copies.
+    outs = stacked.run([a.copy() for a in inputs] + slots)
+    plain = body.run_unchecked([a.copy() for a in inputs])
+    assert placed and all(outs[2 + j] is slot for j, slot in zip(placed, slots))
+    for g, w in zip(outs, plain):
+        assert np.asarray(g).tobytes() == np.asarray(w).tobytes()
+
+
+def test_a_slot_the_c_kernel_refuses_gets_a_new_array(one_thread):
+    _, body = _run(_lstm(), _args())
+    chains = [k for k in body._kernels if getattr(k, "placed", None) is not None]
+    assert chains
+    kernel = chains[-1]  # the gate chain
+    position = max(kernel.placeable)
+    rng = np.random.default_rng(2)
+    node = body.graph.nodes[list(body._kernels).index(kernel)]
+    xs = [rng.standard_normal(v.aval.shape).astype(v.aval.dtype) for v in node.inputs]
+    want = kernel(*[x.copy() for x in xs])
+    placing = kernel.placed((position,))
+    strided = np.zeros(want[position].shape[::-1], want[position].dtype).T
+    assert not strided.flags.c_contiguous
+    got = placing(*[x.copy() for x in xs], strided)
+    assert got[position] is not strided and not strided.any()
+    for g, w in zip(got, want):
+        assert g.tobytes() == w.tobytes()
+    dest = np.empty_like(want[position])
+    got = placing(*[x.copy() for x in xs], dest)
+    assert got[position] is dest
+    for g, w in zip(got, want):
+        assert g.tobytes() == w.tobytes()
+
+
+def test_a_result_sharing_its_buffer_is_not_placed(one_thread):
+    _, body = _run(_lstm(), _args())
+    kernel = [k for k in body._kernels if getattr(k, "placed", None) is not None][-1]
+    position = max(kernel.placeable)
+    assert kernel.placed((position, position)) is None
+    donated = [p for p in range(4) if p not in kernel.placeable]
+    assert donated  # c: written into the donated carry's buffer
+    assert kernel.placed((donated[0],)) is None
