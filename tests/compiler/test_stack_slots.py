@@ -26,15 +26,18 @@ def one_thread(monkeypatch):
     monkeypatch.setattr(threads, "_plans", {})
 
 
-def _lstm(reverse=False, concatenated=False):
+def _lstm(reverse=False, concatenated=False, stacked_in=False):
     def fn(w, u, b, xs, h0, c0):
         def step(carry, x):
             h, c = carry
+            h_in, c_in = h, c
             z = keras.ops.matmul(x, w) + keras.ops.matmul(h, u) + b
             i, f, g, o = keras.ops.split(z, 4, axis=-1)
             gate = keras.ops.tanh(g)
             c = keras.ops.sigmoid(f) * c + keras.ops.sigmoid(i) * gate
             h = keras.ops.sigmoid(o) * keras.ops.tanh(c)
+            if stacked_in:  # as Keras' LSTM stacks them for its backward pass
+                return (h, c), (h_in, c_in, keras.ops.sigmoid(o) * gate)
             if concatenated:
                 return (h, c), (h, keras.ops.concatenate([gate, keras.ops.sigmoid(i)], axis=-1))
             # h: a carry too; gate: a chain's result the body returns once.
@@ -60,19 +63,25 @@ def _run(fn, args):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("concatenated", [False, True])
-def test_placed_outputs_give_the_copied_loops_bits(one_thread, monkeypatch, reverse,
-                                                   concatenated):
+@pytest.mark.parametrize("kind", ["chain", "concatenated", "stacked_in"])
+def test_placed_outputs_give_the_copied_loops_bits(one_thread, monkeypatch, reverse, kind):
     args = _args()
-    got, body = _run(_lstm(reverse, concatenated), args)
+    fn = _lstm(reverse, kind == "concatenated", kind == "stacked_in")
+    got, body = _run(fn, args)
     stacked = stack_slots.stacked_body(body, 2)
     assert stacked is not None
-    # h (a carry too) is copied; what only the body's chains (with buffers
-    # of their own, not a donated operand's) or its concatenate return is
-    # written in place.
+    # What only the body's chains (with buffers of their own, not a
+    # donated operand's) or its concatenate return is written in place;
+    # h returned as a carry and stacked is copied.
     assert not stacked.placed[0] and stacked.placed[-1]
+    if kind == "stacked_in":
+        # The carries coming in, stacked: the step before wrote h (the
+        # gate chain's fresh result) into this step's slot.
+        assert stacked.forwarded[0] == 0
+    else:
+        assert stacked.forwarded[0] is None
     monkeypatch.setattr(stack_slots, "stacked_body", lambda body, n_carry: None)
-    want, _ = _run(_lstm(reverse, concatenated), args)
+    want, _ = _run(fn, args)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
@@ -87,7 +96,7 @@ def test_the_slots_are_written_by_the_kernels(one_thread):
     placed = [j for j, p in enumerate(stacked.placed) if p]
     slots = [np.full((B, H), np.nan, np.float32) for _ in placed]
     # The body may write into its carries: each run gets copies.
-    outs = stacked.run([a.copy() for a in inputs] + slots)
+    outs = stacked.run_last([a.copy() for a in inputs] + slots)
     plain = body.run_unchecked([a.copy() for a in inputs])
     assert placed and all(outs[2 + j] is slot for j, slot in zip(placed, slots))
     for g, w in zip(outs, plain):

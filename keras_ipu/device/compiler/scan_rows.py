@@ -193,22 +193,34 @@ def run_steps(body, steps, carry, xs, consts, recopy, ys, rows=None):
     when `rows`, a slice, is given) by its kernels where placed, else
     copied; returns the final carries. `recopy`: the carries to copy
     before the body writes into them again (results it did not allocate)."""
-    run, placed = body
+    run, placed, forwarded, run_last = body
     n_carry = len(carry)
-    slotted = [(y, k) for k, (y, p) in enumerate(zip(ys, placed)) if p]
+    at = [t if rows is None else (t, rows) for t in steps]
+    slotted = [(y, k) for k, (y, p) in enumerate(zip(ys, placed), n_carry) if p]
+    ahead = [(y, c, k) for k, (y, c) in enumerate(zip(ys, forwarded), n_carry) if c is not None]
     copied = [(y, k) for k, y in enumerate(ys, n_carry) if not placed or not placed[k - n_carry]]
-    for t in steps:
-        at = t if rows is None else (t, rows)
-        slots = [y[at] for y, _ in slotted]
-        outs = run(carry + [x[t] for x in xs] + consts + slots)
+    written = ()  # the stacked outputs the time step before wrote into this one's slots
+    last = len(at) - 1
+    for n, t in enumerate(steps):
+        slots = [y[at[n]] for y, _ in slotted]
+        if n < last and ahead:
+            ahead_slots = [y[at[n + 1]] for y, _, _ in ahead]
+            outs = run(carry + [x[t] for x in xs] + consts + slots + ahead_slots)
+        else:
+            ahead_slots = ()
+            outs = run_last(carry + [x[t] for x in xs] + consts + slots)
         carry = outs[:n_carry]
         for k in recopy:
             carry[k] = np.array(carry[k])
         for y, k in copied:
-            y[at] = outs[k]
+            if k not in written:
+                y[at[n]] = outs[k]
         for slot, (y, k) in zip(slots, slotted):
-            if outs[n_carry + k] is not slot:  # NumPy's kernel ran: a new array
-                y[at] = outs[n_carry + k]
+            if outs[k] is not slot:  # NumPy's kernel ran: a new array
+                y[at[n]] = outs[k]
+        # A carry in the next slot goes on as a view of it (its body does
+        # not write into it: stack_slots.stacked_body).
+        written = [k for slot, (_, c, k) in zip(ahead_slots, ahead) if carry[c] is slot]
     return carry
 
 

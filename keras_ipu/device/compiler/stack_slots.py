@@ -28,8 +28,12 @@ from keras_ipu.device.ir import Var
 class StackedBody(NamedTuple):
     """A scan body's run function and what it writes into the slots."""
 
-    run: object      # run(arrays + slots) -> outputs; slots: ys[t] where placed
-    placed: tuple    # per stacked output: whether `run` takes its slot
+    run: object        # run(arrays + slots + next slots) -> outputs
+    placed: tuple      # per stacked output: whether `run` takes its slot
+    forwarded: tuple   # per stacked output: the carry (its index) it stacks
+                       # when `run` writes that carry into the next time
+                       # step's slot (a next slot), else None
+    run_last: object   # run(arrays + slots): the last time step's (no next)
 
 
 def _concatenate_into(n_operands, axis):
@@ -60,47 +64,76 @@ def _placeable(node, kernel, positions):
     return positions
 
 
-def stacked_body(body, n_carry):
-    """StackedBody of a compiled scan body (an Executable) whose kernels can
-    write some of its stacked outputs into their slots, or None."""
-    run_program = getattr(body, "_run_program", None)
-    if run_program is None or body._run_straight is None:
-        return None
-    outputs = body.graph.outputs
-    ys = outputs[n_carry:]
-    producer = {v: i for i, node in enumerate(body.graph.nodes) for v in node.outputs}
-    wanted = {}  # node index -> {result position: stacked output index}
-    for j, v in enumerate(ys):
-        if type(v) is not Var or v not in producer or outputs.count(v) > 1:
-            continue
-        i = producer[v]
-        wanted.setdefault(i, {})[body.graph.nodes[i].outputs.index(v)] = j
-    if not wanted:
-        return None
-    own_kernel = {body._program[i][0]: i for i in wanted}
+def _run_with(body, targets, n_ys):
+    """(run function, placed slot indices) of `body` with the results at
+    `targets` ({node index: {result position: slot index}}; slot j < n_ys:
+    stacked output j's slot; n_ys + j: its next one) written into their
+    slots where the kernels can."""
+    own_kernel = {body._program[i][0]: i for i in targets}
     first_slot = len(body._template)
-    steps, placed = [], [False] * len(ys)
-    for kernel, ins, out, multi, frees in run_program:
+    steps, placed = [], set()
+    for kernel, ins, out, multi, frees in body._run_program:
         i = own_kernel.get(kernel)
         if i is not None:
             node = body.graph.nodes[i]
-            positions = _placeable(node, kernel, tuple(sorted(wanted[i])))
+            positions = _placeable(node, kernel, tuple(sorted(targets[i])))
             placing = _placing_kernel(node, kernel, positions) if positions else None
             if placing is not None:
-                slots = tuple(first_slot + wanted[i][p] for p in positions)
-                for p in positions:
-                    placed[wanted[i][p]] = True
+                slots = tuple(first_slot + targets[i][p] for p in positions)
+                placed.update(targets[i][p] for p in positions)
                 steps.append((placing, ins + slots, out, multi, frees))
                 continue
         steps.append((kernel, ins, out, multi, frees))
-    if not any(placed):
+    extra = tuple(first_slot + j for j in range(2 * n_ys) if j in placed)
+    return body.straight_line(tuple(steps), extra_inputs=extra), placed
+
+
+def stacked_body(body, n_carry):
+    """StackedBody of a compiled scan body (an Executable) whose kernels can
+    write some of its stacked outputs into their slots, or None.
+
+    A stacked output that is a carry coming in (the LSTM's h and c, stacked
+    for the backward pass) is the carry the step before made: that step's
+    kernel writes it into this step's slot, and the carry goes on as a view
+    of it; not where the body writes into that carry (donation.py)."""
+    if getattr(body, "_run_program", None) is None or body._run_straight is None:
         return None
-    extra = tuple(first_slot + j for j, p in enumerate(placed) if p)
-    run = body.straight_line(tuple(steps), extra_inputs=extra)
-    return None if run is None else StackedBody(run, tuple(placed))
+    inputs, outputs = body.graph.inputs, body.graph.outputs
+    ys = outputs[n_carry:]
+    producer = {v: i for i, node in enumerate(body.graph.nodes) for v in node.outputs}
+
+    def target(v):
+        """(node index, result position) making the output v alone, or None."""
+        if type(v) is not Var or v not in producer or outputs.count(v) > 1:
+            return None
+        i = producer[v]
+        return i, body.graph.nodes[i].outputs.index(v)
+
+    now, later, forwards = {}, {}, {}
+    for j, v in enumerate(ys):
+        made = target(v)
+        if made is not None:
+            now.setdefault(made[0], {})[made[1]] = j
+        elif v in inputs[:n_carry] and inputs.index(v) not in body.written_inputs:
+            carry = inputs.index(v)
+            made = target(outputs[carry])
+            if made is not None:
+                forwards[j] = carry
+                later.setdefault(made[0], {})[made[1]] = len(ys) + j
+    if not now and not later:
+        return None
+    both = {i: {**now.get(i, {}), **later.get(i, {})} for i in {*now, *later}}
+    run, placed = _run_with(body, both, len(ys))
+    run_last, placed_last = _run_with(body, now, len(ys))
+    if run is None or run_last is None or not placed:
+        return None
+    return StackedBody(run, tuple(j in placed_last for j in range(len(ys))),
+                       tuple(forwards[j] if len(ys) + j in placed else None
+                             for j in range(len(ys))), run_last)
 
 
 def runner(body, n_carry):
     """StackedBody of a scan body: its stacked outputs written into their
     slots where its kernels can, else its plain run (none placed)."""
-    return stacked_body(body, n_carry) or StackedBody(body.run_unchecked, ())
+    return stacked_body(body, n_carry) or StackedBody(body.run_unchecked, (), (),
+                                                      body.run_unchecked)
