@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from keras_ipu.device import native
+from keras_ipu.device.compiler import CompileOptions
 from keras_ipu.device.compiler import stack_slots
 from keras_ipu.device.compiler.cache import ExecutableCache
 from keras_ipu.device.jit import jit
 from keras_ipu.device.native import threads
+from keras_ipu.device.simulator.system import FPBehaviour
 
 pytestmark = pytest.mark.skipif(native.elementwise is None,
                                 reason="no C elementwise kernels (KERAS_IPU_NATIVE=0)")
@@ -135,3 +137,11 @@ def test_a_result_sharing_its_buffer_is_not_placed(one_thread):
     donated = [p for p in range(4) if p not in kernel.placeable]
     assert donated  # c: written into the donated carry's buffer
     assert kernel.placed((donated[0],)) is None
+
+
+def test_a_floating_point_behaviour_copies(one_thread):
+    # Its checks wrap each kernel: a concatenate placed would skip them.
+    fast = jit(_lstm(concatenated=True), cache=ExecutableCache(disk=False),
+               options=CompileOptions(fp_behaviour=FPBehaviour(inv=True)))
+    (body,) = fast.executable(*_args()).subprograms.values()
+    assert stack_slots.stacked_body(body, 2) is None

@@ -15,7 +15,8 @@ Both store the same bits wherever they store them. The body's run function
 did not write into its slot (the C kernel refused an operand and NumPy's
 kernel ran) is copied as before. Only results the body returns once and
 not as a carry are placed: a carry's buffer goes on to the next step, which
-may write into it.
+may write into it. Not done with a floating-point behaviour set (its
+checks wrap each kernel).
 """
 
 from typing import NamedTuple
@@ -98,6 +99,9 @@ def stacked_body(body, n_carry):
     of it; not where the body writes into that carry (donation.py)."""
     if getattr(body, "_run_program", None) is None or body._run_straight is None:
         return None
+    behaviour = body.fp_behaviour
+    if behaviour is not None and behaviour.active:
+        return None  # each kernel wrapped by numerics.py: left as compiled
     inputs, outputs = body.graph.inputs, body.graph.outputs
     ys = outputs[n_carry:]
     producer = {v: i for i, node in enumerate(body.graph.nodes) for v in node.outputs}
