@@ -145,3 +145,27 @@ def test_a_floating_point_behaviour_copies(one_thread):
                options=CompileOptions(fp_behaviour=FPBehaviour(inv=True)))
     (body,) = fast.executable(*_args()).subprograms.values()
     assert stack_slots.stacked_body(body, 2) is None
+
+
+def test_a_scalar_per_step_is_copied(one_thread):
+    def fn(xs, h0):
+        def step(h, x):
+            h = keras.ops.tanh(x + h)
+            # A 0-d chain result (of the sum) and a (B, H) one.
+            return h, (keras.ops.tanh(keras.ops.sum(h)) * 2.0 + 1.0, keras.ops.sigmoid(h))
+
+        return keras.ops.scan(step, h0, xs)
+
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal((T, B, H)).astype(np.float32),
+            rng.standard_normal((B, H)).astype(np.float32)]
+    fast = jit(fn, cache=ExecutableCache(disk=False))
+    (body,) = fast.executable(*args).subprograms.values()
+    stacked = stack_slots.stacked_body(body, 1)
+    assert stacked is not None and stacked.placed == (False, True)
+    h, (sums, gates) = fast(*args)
+    want_h = args[1]
+    for t in range(T):
+        want_h = np.tanh(args[0][t] + want_h)
+        np.testing.assert_allclose(sums[t], np.tanh(want_h.sum()) * 2 + 1, rtol=1e-5)
+    np.testing.assert_allclose(h, want_h, rtol=1e-6)

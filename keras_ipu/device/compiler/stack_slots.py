@@ -115,6 +115,8 @@ def stacked_body(body, n_carry):
 
     now, later, forwards = {}, {}, {}
     for j, v in enumerate(ys):
+        if v.aval.ndim == 0:
+            continue  # ys[t] of a 1-d array is a NumPy scalar, not a view to write into
         made = target(v)
         if made is not None:
             now.setdefault(made[0], {})[made[1]] = j
