@@ -12,7 +12,9 @@ from compiler_graphs import build
 from compiler_graphs import lit
 
 from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device import native
 from keras_ipu.device.compiler import concurrent_steps
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads
 from keras_ipu.device.simulator.system import FPBehaviour
 
@@ -65,6 +67,36 @@ def _steps(exe):
     return [getattr(k, "__name__", "") for k, *_ in exe._run_program]
 
 
+def _c_pool_jobs():
+    """Whether a pair launches as one job of the C pool (_elementwise's
+    launch_pair) here: both C modules built and current."""
+    return (native.elementwise is not None and hasattr(native.elementwise, "launch_pair")
+            and product_pool.tasks_available() and product_pool.available(np.float32))
+
+
+def _recorded_launches(monkeypatch):
+    """[(where, the launched step's kernel's name)] of each launch: "python"
+    (threads.launch: a pool thread) or "c" (threads.launch_on_c_pool: a job
+    the C pool's helper ran, with the results its start gave)."""
+    # No back-off (a busy machine's late splits, this test's or an earlier
+    # one's, would run the launches in the run loop).
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    launched = []
+    launch, on_c_pool = threads.launch, threads.launch_on_c_pool
+    monkeypatch.setattr(threads, "launch",
+                        lambda fn, args: launched.append(("python", fn.__name__))
+                        or launch(fn, args))
+
+    def recorded(start, fn, args):
+        job = on_c_pool(start, fn, args)
+        if type(job) is threads._OnCPool:
+            launched.append(("c", fn.__name__))
+        return job
+
+    monkeypatch.setattr(threads, "launch_on_c_pool", recorded)
+    return launched
+
+
 def _run_alone_and_at_once(graph_fn, cap, monkeypatch, xs):
     """Results with a cap of 1 and of 2, and the run loop's step names and
     launched kernels at 2."""
@@ -73,10 +105,7 @@ def _run_alone_and_at_once(graph_fn, cap, monkeypatch, xs):
     assert [k for k, *_ in alone._run_program] == [k for k, *_ in alone._program]
     want = alone.run(*[np.array(v) for v in xs])
     cap(2)
-    launched = []
-    launch = threads.launch
-    monkeypatch.setattr(threads, "launch",
-                        lambda fn, args: launched.append(fn) or launch(fn, args))
+    launched = _recorded_launches(monkeypatch)
     exe = compile_graph(graph_fn())
     got = exe.run(*[np.array(v) for v in xs])
     for g, w in zip(got, want):
@@ -93,7 +122,8 @@ def test_a_dense_layers_input_gradient_runs_beside_its_weight_gradient(cap, monk
     assert concurrent_steps.product_split(_backward(batch=32).nodes[0]) == (2 * 32 * 512 * 512, 1)
     # g @ w^T launched, x^T @ g beside it, the join at the end (a result).
     assert steps == ["launched", "dot_general", "joined"]
-    assert len(launched) == 1
+    # One job of the C pool where it is built: the product's gemm in C.
+    assert launched == [("c" if _c_pool_jobs() else "python", "dot_general")]
     np.testing.assert_allclose(got[1], xs[0].T @ xs[2], rtol=1e-4, atol=1e-3)
 
 
@@ -113,7 +143,7 @@ def test_a_kernel_writing_into_a_launched_steps_operand_joins_it_first(cap, monk
     _, steps, launched = _run_alone_and_at_once(graph, cap, monkeypatch, _inputs())
     # The product reading t is joined before the chain overwrites t.
     assert steps == ["multiply", "launched", "dot_general", "joined", "fused_native"]
-    assert len(launched) == 1
+    assert launched == [("c" if _c_pool_jobs() else "python", "dot_general")]
 
 
 def test_dependent_small_and_split_products_keep_their_own_steps(cap):

@@ -17,6 +17,8 @@ from compiler_graphs import lit
 # The thread cap, with the 512-wide products (17 MFLOP) on one thread as
 # on a host where the C product pool is off.
 from test_concurrent_steps import cap  # noqa: F401 (a fixture)
+from test_concurrent_steps import _c_pool_jobs
+from test_concurrent_steps import _recorded_launches
 
 from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.compiler import concurrent_steps
@@ -63,36 +65,6 @@ def _inputs(width=64, batch=32):
 
 def _names(steps):
     return [getattr(k, "__name__", "") for k, *_ in steps]
-
-
-def _c_pool_jobs():
-    """Whether a pair launches as one job of the C pool (_elementwise's
-    launch_pair) here: both C modules built and current."""
-    return (native.elementwise is not None and hasattr(native.elementwise, "launch_pair")
-            and product_pool.tasks_available() and product_pool.available(np.float32))
-
-
-def _recorded_launches(monkeypatch):
-    """[(where, the launched step's kernel's name)] of each launch: "python"
-    (threads.launch: a pool thread) or "c" (threads.launch_on_c_pool: a job
-    the C pool's helper ran, with the results its start gave)."""
-    # No back-off (a busy machine's late splits, this test's or an earlier
-    # one's, would run the launches in the run loop).
-    monkeypatch.setattr(threads, "backing_off", lambda: False)
-    launched = []
-    launch, on_c_pool = threads.launch, threads.launch_on_c_pool
-    monkeypatch.setattr(threads, "launch",
-                        lambda fn, args: launched.append(("python", fn.__name__))
-                        or launch(fn, args))
-
-    def recorded(start, fn, args):
-        job = on_c_pool(start, fn, args)
-        if type(job) is threads._OnCPool:
-            launched.append(("c", fn.__name__))
-        return job
-
-    monkeypatch.setattr(threads, "launch_on_c_pool", recorded)
-    return launched
 
 
 def test_an_update_runs_right_after_its_gradient_with_the_same_bits(cap):

@@ -432,3 +432,16 @@ def test_a_pair_the_c_kernels_cannot_take_is_refused_untouched():
     # A chain operand of the wrong size.
     (job, p, out), = _scaled_product_jobs([(x, y)], scale[:, :80])
     assert job is False
+
+
+@pytest.mark.skipif(not product_pool.tasks_available(), reason="no C chains on the C pool")
+def test_a_launched_product_alone_gives_numpys_bits_or_is_refused():
+    from keras_ipu.device import native
+
+    x, y = _operands(96, 200, 160, trans_b=True)
+    out = np.empty((96, 160), np.float32)
+    job = native.elementwise.launch_product(x, y, out)
+    caller_ran, wait, cpu = native.elementwise.join_pair(job)
+    assert np.array_equal(out, np.matmul(x, y))
+    # x @ x.T: NumPy calls syrk, whose bits one gemm does not give.
+    assert native.elementwise.launch_product(x, x.T, np.empty((96, 96), np.float32)) is None

@@ -142,6 +142,8 @@ def _launch_step(step):
     start = getattr(kernel, "start_on_c_pool", None)
     if start is None and getattr(kernel, "native", False):  # a C chain alone
         start = _c_pool_start(None, kernel, 0, ())
+    elif start is None and hasattr(kernel, "operands"):  # a product alone
+        start = _product_start(kernel)
     if start is None:
         launch = host_threads.launch
 
@@ -237,6 +239,29 @@ def _paired_step(product, update, alone):
         paired.start_on_c_pool = start
     freed = tuple(sorted((set(frees) | set(update_frees)) - {out}))
     return (paired, ins + rest, update_out, multi, freed)
+
+
+def _product_start(product):
+    """xs -> a launch of the product step alone as a job of the C pool
+    (its one np.matmul call in C: _elementwise.launch_product), as
+    _c_pool_start; None where there is no C pool."""
+    elementwise = native.elementwise
+    if (elementwise is None or not hasattr(elementwise, "launch_product")
+            or not product_pool.tasks_available()):
+        return None
+    operands, (shape, dtype) = product.operands, product.result_shape
+    empty, launch_product, join_pair = np.empty, elementwise.launch_product, elementwise.join_pair
+
+    def finish(handle):
+        job, result = handle
+        return result, join_pair(job)
+
+    def start(x, y):
+        result = empty(shape, dtype)
+        job = launch_product(*operands(x, y), result)
+        return ((job, result), finish) if job is not None else None
+
+    return start
 
 
 def _c_pool_start(product, chain, n, at):

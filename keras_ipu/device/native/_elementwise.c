@@ -814,11 +814,13 @@ static PyObject *run(PyObject *self, PyObject *args) {
    product is NumPy's matmul's one gemm call, the chain one range of all
    its elements; the bits of the two kernels called in turn. A chain
    launched alone (an update beside the next steps) is the same job
-   without the product. */
+   without the product, and a product launched alone (launch_product)
+   the same job without the chain. */
 typedef struct {
     launched_job job;
     void *product;      /* task_pool_api.bind_product's */
     bound_chain chain;
+    int has_chain;      /* 0: the product alone (launch_product) */
     PyObject *keep;     /* the operands' owners, held until the join */
     int joined;
     int64_t caller_ran, wait_ns;
@@ -830,7 +832,7 @@ static void pair_task(void *arg, int64_t unused) {
     (void)unused;
     pair_job *p = (pair_job *)arg;
     if (p->product != NULL) pool->run_product(p->product);
-    chain_task(&p->chain.c, 0);
+    if (p->has_chain) chain_task(&p->chain.c, 0);
 }
 
 /* Joins (without the GIL) and releases the buffers: once. */
@@ -841,7 +843,7 @@ static void pair_finish(pair_job *p) {
     pool->join(&p->job, &p->caller_ran, &p->wait_ns);
     Py_END_ALLOW_THREADS
     if (p->product != NULL) pool->release_product(p->product);
-    release_chain(&p->chain);
+    if (p->has_chain) release_chain(&p->chain);
     Py_CLEAR(p->keep);
 }
 
@@ -891,6 +893,31 @@ static PyObject *launch_pair(PyObject *self, PyObject *args) {
         free(p);
         return NULL;
     }
+    p->has_chain = 1;
+    p->job.fn = pair_task;
+    p->job.arg = p;
+    api->submit(&p->job);
+    return capsule;
+}
+
+static PyObject *launch_product(PyObject *self, PyObject *args) {
+    PyObject *x, *y, *product_out;
+    if (!PyArg_ParseTuple(args, "OOO", &x, &y, &product_out)) return NULL;
+    const task_pool_api *api = task_pool();
+    pair_job *p = (pair_job *)calloc(1, sizeof(pair_job));
+    if (p == NULL) return PyErr_NoMemory();
+    if (api == NULL || (p->product = api->bind_product(x, y, product_out)) == NULL) {
+        free(p);
+        Py_RETURN_NONE;
+    }
+    p->keep = Py_BuildValue("(OOO)", x, y, product_out);
+    PyObject *capsule = p->keep ? PyCapsule_New(p, PAIR_CAPSULE, pair_capsule_free) : NULL;
+    if (capsule == NULL) {
+        api->release_product(p->product);
+        Py_XDECREF(p->keep);
+        free(p);
+        return NULL;
+    }
     p->job.fn = pair_task;
     p->job.arg = p;
     api->submit(&p->job);
@@ -905,7 +932,7 @@ static PyObject *join_pair(PyObject *self, PyObject *capsule) {
         return NULL;
     }
     pair_finish(p);
-    if (p->chain.c.failed) return PyErr_NoMemory();
+    if (p->has_chain && p->chain.c.failed) return PyErr_NoMemory();
     return Py_BuildValue("idd", (int)p->caller_ran, p->wait_ns * 1e-9, p->job.cpu_ns * 1e-9);
 }
 
@@ -1022,6 +1049,9 @@ static PyMethodDef methods[] = {
      "(x None: the chain alone), "
      "launched: join_pair(job) waits for them. None: the C pool cannot take "
      "the product; False: a buffer does not fit the chain (nothing runs)."},
+    {"launch_product", launch_product, METH_VARARGS,
+     "launch_product(x, y, product_out) -> job or None: launch_pair's product "
+     "alone, launched on the C pool; None where the pool cannot take it."},
     {"join_pair", join_pair, METH_O,
      "join_pair(job) -> (caller_ran, wait_s, cpu_s): once launch_pair's job "
      "is done (the caller runs it if no helper took it: caller_ran 1); wait_s: "
