@@ -442,7 +442,7 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
     fused_native.placeable = placeable
     fused_native.one_thread = one_thread
     # What a job on the C pool needs to run the chain on one thread, as
-    # one_thread does, after a product (concurrent_steps._native_pair).
+    # one_thread does, after a product or alone (concurrent_steps._c_pool_start).
     fused_native.one_thread_call = (code, n, inner, block, loops, alloc, pick)
     fused_native.source = fallback.source
     fused_native.native = True
