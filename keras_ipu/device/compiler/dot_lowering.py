@@ -62,7 +62,7 @@ def _lower_dot_general(params, in_avals, out_avals):
     if not batched and (split is None or hasattr(kernel, "one_thread")):
         # The matmul's operands (views) of a product that is one np.matmul
         # on one thread: a job on the C pool computes it in C with the same
-        # call (concurrent_steps._native_pair).
+        # call (concurrent_steps._product_start, _c_pool_start).
         operands = _plain_product(_operands, lhs, rhs, lperm, rperm,
                                   lperm != tuple(range(lhs.ndim)),
                                   rperm != tuple(range(rhs.ndim)), lshape, rshape, out_shape)

@@ -570,7 +570,7 @@ def launch_on_c_pool(start, fn, args):
     """Start fn(*args) as `start(*args)` does it on the C pool: a job of C
     kernels with no Python and no GIL in it, which a helper thread runs
     while the caller goes on (a weight gradient and its update:
-    _elementwise.launch_pair, concurrent_steps._native_pair). `start`
+    _elementwise.launch_pair, concurrent_steps._c_pool_start). `start`
     returns (handle, finish): `join` calls finish(handle) for the result,
     after which the job's buffers are released, or None where the C kernels
     cannot take the operands: then fn(*args) is launched as `launch` does.
