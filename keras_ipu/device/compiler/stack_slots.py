@@ -141,5 +141,16 @@ def stacked_body(body, n_carry):
 def runner(body, n_carry):
     """StackedBody of a scan body: its stacked outputs written into their
     slots where its kernels can, else its plain run (none placed)."""
-    return stacked_body(body, n_carry) or StackedBody(body.run_unchecked, (), (),
-                                                      body.run_unchecked)
+    stacked = stacked_body(body, n_carry)
+    if stacked is not None:
+        return stacked
+
+    # run_unchecked looked up at each call, as the loop did before stacking:
+    # a wrapper of Executable.run_unchecked installed after this scan was
+    # lowered (a cached program) still sees its body run (the fault tests'
+    # Ctrl-C inside a program, the profile's recording of the device loop's
+    # body: benchmarks/tf_bridge_resnet50.py).
+    def run(arrays):
+        return body.run_unchecked(arrays)
+
+    return StackedBody(run, (), (), run)
