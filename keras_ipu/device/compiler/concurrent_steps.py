@@ -241,6 +241,18 @@ def _paired_step(product, update, alone):
     return (paired, ins + rest, update_out, multi, freed)
 
 
+def _finisher(join_pair, pick):
+    """finish(handle) of a C-pool start: the launched job joined
+    (join_pair's statistics), then its results as `pick` gives them."""
+
+    def finish(handle):
+        job, outs = handle
+        stats = join_pair(job)
+        return pick(outs), stats
+
+    return finish
+
+
 def _product_start(product):
     """xs -> a launch of the product step alone as a job of the C pool
     (its one np.matmul call in C: _elementwise.launch_product), as
@@ -250,11 +262,8 @@ def _product_start(product):
             or not product_pool.tasks_available()):
         return None
     operands, (shape, dtype) = product.operands, product.result_shape
-    empty, launch_product, join_pair = np.empty, elementwise.launch_product, elementwise.join_pair
-
-    def finish(handle):
-        job, result = handle
-        return result, join_pair(job)
+    empty, launch_product = np.empty, elementwise.launch_product
+    finish = _finisher(elementwise.join_pair, lambda result: result)
 
     def start(x, y):
         result = empty(shape, dtype)
@@ -283,12 +292,8 @@ def _c_pool_start(product, chain, n, at):
             or (product is None and getattr(chain, "one_thread", None) is not chain)):
         return None
     code, size, inner, block, loops, alloc, pick = call
-    empty, launch_pair, join_pair = np.empty, elementwise.launch_pair, elementwise.join_pair
-
-    def finish(handle):
-        job, outs = handle
-        stats = join_pair(job)
-        return pick(outs), stats
+    empty, launch_pair = np.empty, elementwise.launch_pair
+    finish = _finisher(elementwise.join_pair, pick)
 
     if product is None:
         def start(*xs):
