@@ -16,7 +16,8 @@ LAYER = "keras_ipu.device"
 # The C kernels are built at install time and may be missing (hatch_build.py).
 OPTIONAL_MODULES = {"keras_ipu.device.native._elementwise",
                     "keras_ipu.device.native._scatter_add",
-                    "keras_ipu.device.native._product_pool"}
+                    "keras_ipu.device.native._product_pool",
+                    "keras_ipu.device.native._pooling"}
 # Packages that import a heavy library, loaded on first use (a function-level
 # import): the TensorFlow emitter, which only the XLA engine needs, and the
 # one module that talks to MPI, which only multi-process jobs load.

@@ -6,7 +6,9 @@ import itertools
 import numpy as np
 import pytest
 
+from keras_ipu.device import native
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.primitives import pooling
 from keras_ipu.device.primitives.conv import conv_general_dilated
 from keras_ipu.device.primitives.conv import conv_general_dilated_p
 from keras_ipu.device.primitives.conv import conv_transpose
@@ -402,3 +404,148 @@ def test_same_padding_with_unknown_size_is_resolved_when_run():
     np.testing.assert_allclose(
         np.asarray(reduce_window_p.bind(y, **rw_params)),
         naive_reduce_window(y, "max", (1, 3), (1, 2), ((0, 0), (1, 1))))
+
+
+# -- native/_pooling.c: the gradient over windows that do not overlap in one
+# pass, against the NumPy kernel it replaces (the same bits) and the naive
+# window loop above.
+
+_needs_c_pooling = pytest.mark.skipif(
+    native.pooling is None, reason="the _pooling extension is not built or turned off")
+
+# (shape, window, strides): windows that tile the operand (channels last
+# and channels first), a remainder no window covers, windows apart
+# (stride > window), a 1-d pool, every axis windowed.
+DISJOINT = [
+    ((3, 8, 6, 5), (1, 2, 2, 1), (1, 2, 2, 1)),
+    ((2, 3, 6, 8), (1, 1, 2, 2), (1, 1, 2, 2)),
+    ((2, 7, 9, 4), (1, 2, 2, 1), (1, 2, 2, 1)),
+    ((2, 10, 11, 3), (1, 2, 3, 1), (1, 3, 4, 1)),
+    ((4, 9, 300), (1, 3, 1), (1, 3, 1)),
+    ((6, 4, 6), (2, 2, 3), (2, 2, 3)),
+]
+
+
+def _bits(a):
+    return np.asarray(a).view(np.uint32 if a.dtype == np.float32 else np.uint64)
+
+
+def _numpy_path(monkeypatch, g, x, y, op, window, strides):
+    with monkeypatch.context() as m:
+        m.setattr(native, "pooling", None)
+        return np.asarray(select_and_scatter_add(g, x, y, op, window, strides,
+                                                 ((0, 0),) * x.ndim, (1,) * x.ndim))
+
+
+def _operands(shape, window, strides, op, dtype):
+    # Few distinct values (most windows hold ties), NaNs (a NaN window
+    # picks nothing), infinities, and -0.0 cotangents (kept as -0.0).
+    x = RNG.integers(0, 3, shape).astype(dtype)
+    flat = x.reshape(-1)
+    flat[RNG.choice(flat.size, 4, replace=False)] = np.nan
+    flat[RNG.choice(flat.size, 4, replace=False)] = np.inf if op == "max" else -np.inf
+    y = np.asarray(reduce_window(x, op, window, strides, ((0, 0),) * x.ndim))
+    g = RNG.integers(-4, 5, y.shape).astype(dtype)
+    g.reshape(-1)[RNG.choice(g.size, min(g.size, 5), replace=False)] = -0.0
+    return g, x, y
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("case", DISJOINT, ids=lambda c: str(c[0]))
+@_needs_c_pooling
+def test_one_pass_gradient_has_the_numpy_kernels_bits(monkeypatch, case, op, dtype):
+    shape, window, strides = case
+    g, x, y = _operands(shape, window, strides, op, dtype)
+    taken = []
+    real = native.pooling
+
+    class Recording:
+        @staticmethod
+        def select_tiled(*args):
+            taken.append(real.select_tiled(*args))
+            return taken[-1]
+
+    monkeypatch.setattr(native, "pooling", Recording)
+    got = np.asarray(select_and_scatter_add(g, x, y, op, window, strides,
+                                            ((0, 0),) * x.ndim, (1,) * x.ndim))
+    assert taken == [True]
+    want = _numpy_path(monkeypatch, g, x, y, op, window, strides)
+    assert got.dtype == want.dtype == np.dtype(dtype)
+    assert got.tobytes() == want.tobytes()
+    naive = naive_select_and_scatter_add(g, x, y, op, window, strides,
+                                         ((0, 0),) * x.ndim)
+    np.testing.assert_array_equal(got, naive)
+    assert np.signbit(got[got == 0]).any() == np.signbit(want[want == 0]).any()
+
+
+@_needs_c_pooling
+def test_a_split_over_the_c_pool_has_the_same_bits(monkeypatch):
+    shape, window, strides = (8, 32, 32, 16), (1, 2, 2, 1), (1, 2, 2, 1)
+    g, x, y = _operands(shape, window, strides, "max", np.float32)
+    want = _numpy_path(monkeypatch, g, x, y, "max", window, strides)
+    notes = []
+    monkeypatch.setattr(pooling, "_select_threads", lambda cells, rows: 2)
+    monkeypatch.setattr(pooling.host_threads, "backing_off", lambda: False)
+    monkeypatch.setattr(pooling.host_threads, "note_pool_split",
+                        lambda done, count: notes.append((done, count)))
+    got = np.asarray(select_and_scatter_add(g, x, y, "max", window, strides,
+                                            ((0, 0),) * 4, (1,) * 4))
+    assert got.tobytes() == want.tobytes()
+    # Two tasks per thread, each its own rows of y; the pool's report
+    # (tasks the caller ran, its seconds, its wait) goes to the back-off.
+    assert [count for _, count in notes] == [4]
+    ran, own, wait = notes[0][0]
+    assert 0 <= ran <= 4 and own >= 0 and wait >= 0
+
+
+@pytest.mark.parametrize("case", [
+    ((2, 7, 6, 3), (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0),) * 4),  # overlapping
+    ((2, 6, 6, 3), (1, 2, 2, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (0, 0), (0, 0))),  # padded
+], ids=["overlapping", "padded"])
+@_needs_c_pooling
+def test_overlapping_or_padded_windows_keep_the_numpy_kernel(monkeypatch, case):
+    shape, window, strides, padding = case
+
+    class Refusing:
+        @staticmethod
+        def select_tiled(*args):
+            raise AssertionError("the one-pass kernel took windows it does not cover")
+
+    x = RNG.integers(0, 3, shape).astype(np.float32)
+    y = np.asarray(reduce_window(x, "max", window, strides, padding))
+    g = RNG.integers(-4, 5, y.shape).astype(np.float32)
+    monkeypatch.setattr(native, "pooling", Refusing)
+    got = np.asarray(select_and_scatter_add(g, x, y, "max", window, strides, padding,
+                                            (1,) * 4))
+    np.testing.assert_array_equal(got, naive_select_and_scatter_add(
+        g, x, y, "max", window, strides, padding))
+
+
+@_needs_c_pooling
+def test_half_floats_and_refused_buffers_fall_back(monkeypatch):
+    # float16 is not the C kernel's: the NumPy kernel runs (and sums in
+    # float32); a C call that refuses its buffers writes nothing.
+    shape, window, strides = DISJOINT[0]
+    x = RNG.integers(0, 3, shape).astype(np.float16)
+    y = np.asarray(reduce_window(x, "max", window, strides, ((0, 0),) * 4))
+    g = RNG.integers(-4, 5, y.shape).astype(np.float16)
+    got = select_and_scatter_add(g, x, y, "max", window, strides, ((0, 0),) * 4, (1,) * 4)
+    np.testing.assert_array_equal(np.asarray(got), naive_select_and_scatter_add(
+        g, x, y, "max", window, strides, ((0, 0),) * 4))
+
+    x32, y32, g32 = (a.astype(np.float32) for a in (x, y, g))
+    out = np.full(x.shape, 7.0, np.float32)
+    lead = np.array(y.shape[:3], np.int64)
+    steps = np.array([8 * 6 * 5, 2 * 6 * 5, 2 * 5], np.int64)
+    taps = np.array([0, 5, 30, 35], np.int64)
+    call = native.pooling.select_tiled
+    assert call(g32, x32, y32, out, 5, lead, steps, taps) is True
+    np.testing.assert_array_equal(out, _numpy_path(monkeypatch, g32, x32, y32, "max",
+                                                   window, strides))
+    out[...] = 7.0
+    assert call(g32, x32.astype(np.float64), y32, out, 5, lead, steps, taps) is False
+    assert call(g32, x32, y32, out[:-1], 5, lead, steps, taps) is False  # too small
+    assert call(g32, x32, y32, out, 5, lead, steps, taps + 1) is False  # past the end
+    assert call(g32, x32, y32, out, 5, lead, steps, taps.astype(np.int32)) is False
+    assert (out == 7.0).all()

@@ -1,6 +1,7 @@
 """keras_ipu's optional C kernels, built when the project is installed
 (hatch_build.py). `elementwise` (fused elementwise chains), `scatter_add`
-(row scatter-add) and `split_products` (the C thread pool of split
+(row scatter-add), `pooling` (a max pool's gradient in one pass) and
+`split_products` (the C thread pool of split
 products: product_pool.py) are the extension modules, each None when it
 was not built or `KERAS_IPU_NATIVE=0` turns them off; every caller then
 runs its NumPy kernel (or the Python pool), which computes the same bits."""
@@ -9,6 +10,7 @@ from keras_ipu.device.flags import env_switch
 
 elementwise = None
 scatter_add = None
+pooling = None
 split_products = None
 if env_switch("KERAS_IPU_NATIVE"):
     try:
@@ -19,6 +21,10 @@ if env_switch("KERAS_IPU_NATIVE"):
         from keras_ipu.device.native import _scatter_add as scatter_add
     except ImportError:
         scatter_add = None
+    try:
+        from keras_ipu.device.native import _pooling as pooling
+    except ImportError:
+        pooling = None
     try:
         from keras_ipu.device.native import _product_pool as split_products
     except ImportError:

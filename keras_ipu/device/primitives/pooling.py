@@ -14,7 +14,10 @@ Gradient rules: grads/pooling.py (registered once every primitive exists).
 
 import numpy as np
 
+from keras_ipu.device import native
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.native import product_pool
+from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.conv import dilate_and_pad
@@ -202,6 +205,11 @@ def _select_and_scatter_add(g, x, y, *, op, window_dimensions, window_strides,
     nothing (NaN equals nothing). Half floats sum in float32, rounded once."""
     padding = resolve_padding(padding, x.shape, window_dimensions, window_strides,
                               (1,) * x.ndim, window_dilation)
+    if native.pooling is not None:
+        out = _select_disjoint(g, x, y, window_dimensions, window_strides, padding,
+                               window_dilation)
+        if out is not None:
+            return out
     axes = tuple(range(x.ndim))
     pad_value = identity(op, x.dtype)
     xp = dilate_and_pad(x, axes, (1,) * x.ndim, padding, pad_value)
@@ -255,6 +263,62 @@ def _select_and_scatter_add(g, x, y, *, op, window_dimensions, window_strides,
     unpad = tuple((-lo, -hi) for lo, hi in padding)
     out = dilate_and_pad(acc, axes, (1,) * x.ndim, unpad, 0)
     return np.ascontiguousarray(out.astype(g.dtype, copy=False))
+
+
+_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _select_disjoint(g, x, y, window_dimensions, window_strides, padding,
+                     window_dilation):
+    """_select_and_scatter_add in one C pass (native/_pooling.c) where the
+    windows do not overlap and hold no padding (a max pool of stride =
+    window, as Keras' default MaxPooling2D): each cell then belongs to one
+    window at most, and takes its cotangent or +0.0 (the same bits as the
+    NumPy kernel). None where the C kernel does not apply: the caller runs
+    the NumPy kernel."""
+    if (x.dtype not in _NATIVE_DTYPES or g.dtype != x.dtype or y.dtype != x.dtype
+            or x.size == 0 or y.size == 0 or x.ndim > 32
+            or any(lo or hi for lo, hi in padding)
+            or any(k > s or (k > 1 and d != 1) for k, s, d in zip(
+                window_dimensions, window_strides, window_dilation))):
+        return None
+    # The trailing axes no window spans are each window's row of cells.
+    lead = x.ndim
+    while lead and window_dimensions[lead - 1] == 1 and window_strides[lead - 1] == 1:
+        lead -= 1
+    inner = int(np.prod(x.shape[lead:], dtype=np.int64))
+    cell_strides = np.cumprod((1,) + x.shape[:0:-1], dtype=np.int64)[::-1]
+    steps = np.array([s * c for s, c in zip(window_strides[:lead], cell_strides)], np.int64)
+    taps = np.array([np.dot(tap, cell_strides) for tap in np.ndindex(*window_dimensions)],
+                    np.int64)
+    tiled = all(k == s and n == m * s for k, s, n, m in zip(
+        window_dimensions, window_strides, x.shape, y.shape))
+    out = (np.empty if tiled else np.zeros)(x.shape, x.dtype)
+    args = (np.ascontiguousarray(g), np.ascontiguousarray(x), np.ascontiguousarray(y), out,
+            inner, np.array(y.shape[:lead], np.int64), steps, taps)
+    rows = y.size // inner
+    threads = _select_threads(x.size, rows)
+    if threads > 1 and not host_threads.backing_off():
+        count = threads * host_threads.BLOCKS_PER_THREAD
+        done = native.pooling.select_tiled(*args, threads, -(-rows // count))
+        if done is not False:
+            host_threads.note_pool_split(done, -(-rows // -(-rows // count)))
+    else:
+        done = native.pooling.select_tiled(*args)
+    return out if done is not False else None
+
+
+def _select_threads(cells, rows):
+    """Threads of the C pool a one-pass pool gradient over `cells` cells
+    splits over: a streaming kernel (each cell read and written once), so
+    as a fused chain of as many elements, where a second thread adds
+    memory bandwidth (threads.streaming_scales)."""
+    if not product_pool.tasks_available() or rows < 2:
+        return 1
+    threads = min(host_threads.chain_threads(cells), rows)
+    if threads <= 1 or not host_threads.streaming_scales():
+        return 1
+    return threads
 
 
 select_and_scatter_add_p = Primitive(

@@ -1,0 +1,242 @@
+/* A max or min pool's gradient over windows that tile the operand, in one
+   pass (primitives/pooling.py: select_and_scatter_add).
+
+   Where each window covers its own cells (window = stride, no dilation,
+   no padding: a 2x2 pool of stride 2), each cell of the result takes its
+   window's cotangent or zero: the window's first tap, in row-major tap
+   order, equal to the window's result y takes it (XLA's select-and-scatter
+   tie rule), no tap when y is NaN (NaN equals nothing), +0.0 elsewhere.
+   The NumPy kernel makes one pass over the operand per tap, with a mask,
+   a running "taken" mask and a bitwise select each (16 ms of the
+   benchmark CNN's first pool gradient, 128x32x32x32, at one thread);
+   this one reads x, y and g once and writes each result cell once,
+   moving g's bits (a -0.0 stays -0.0), so both give the same bits.
+
+   select_tiled(g, x, y, out, inner, lead, steps, taps[, threads, rows])
+     x, out: C-contiguous, one dtype (float32 or float64), the operand's
+       shape; out is written only at the windows' cells (the caller zeroes
+       a remainder the windows do not cover).
+     y, g: C-contiguous, x's dtype, the window results' shape.
+     inner: the length of the run of trailing axes the window does not
+       span (window 1: the channels of a channels-last pool), a row of y.
+     lead: int64, y's shape over the axes before that run (its rows'
+       multi-index); steps: int64, per lead axis, x's element offset per
+       step of the window (window x x's element stride).
+     taps: int64, x's element offset of each tap in row-major tap order.
+     threads, rows: split y's rows in tasks of `rows` rows on up to
+       `threads` threads of the C pool (_task_pool.h); each cell is
+       computed as in one pass, so the bits do not depend on the split.
+       With threads > 1 it returns the pool's (caller_tasks, own_s,
+       wait_s) instead of True.
+   False (nothing written) where a buffer does not fit: the caller then
+   runs its NumPy kernel. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_task_pool.h"
+
+#define MAX_RANK 32
+/* Channels per pass over a window's taps: the running "taken" mask stays
+   in registers / L1. */
+#define CHUNK 256
+
+typedef struct {
+    const char *g, *x, *y;
+    char *out;
+    int64_t inner, rank, rows, task_rows, n_taps;
+    const int64_t *lead, *steps, *taps;
+    int f64;
+} tiled_t;
+
+/* Rows [lo, hi) of y. */
+#define SELECT_ROWS(NAME, F, U)                                                      \
+    static void NAME(const tiled_t *s, int64_t lo, int64_t hi) {                      \
+        const F *x = (const F *)s->x, *y = (const F *)s->y;                          \
+        const U *g = (const U *)s->g;                                                \
+        U *out = (U *)s->out;                                                        \
+        int64_t idx[MAX_RANK];                                                       \
+        int64_t rest = lo;                                                           \
+        for (int64_t d = s->rank - 1; d >= 0; d--) {                                 \
+            idx[d] = rest % s->lead[d];                                              \
+            rest /= s->lead[d];                                                      \
+        }                                                                            \
+        U taken[CHUNK];                                                              \
+        for (int64_t r = lo; r < hi; r++) {                                          \
+            int64_t base = 0;                                                        \
+            for (int64_t d = 0; d < s->rank; d++) base += idx[d] * s->steps[d];      \
+            const F *yr = y + r * s->inner;                                          \
+            const U *gr = g + r * s->inner;                                          \
+            for (int64_t c0 = 0; c0 < s->inner; c0 += CHUNK) {                       \
+                int64_t n = s->inner - c0 < CHUNK ? s->inner - c0 : CHUNK;           \
+                memset(taken, 0, (size_t)n * sizeof(U));                             \
+                for (int64_t t = 0; t < s->n_taps; t++) {                            \
+                    const F *xp = x + base + s->taps[t] + c0;                        \
+                    U *op = out + base + s->taps[t] + c0;                            \
+                    for (int64_t j = 0; j < n; j++) {                                \
+                        U hit = ((U)0 - (U)(xp[j] == yr[c0 + j])) & ~taken[j];      \
+                        op[j] = gr[c0 + j] & hit;                                    \
+                        taken[j] |= hit;                                             \
+                    }                                                                \
+                }                                                                    \
+            }                                                                        \
+            for (int64_t d = s->rank - 1; d >= 0; d--) {                             \
+                if (++idx[d] < s->lead[d]) break;                                    \
+                idx[d] = 0;                                                          \
+            }                                                                        \
+        }                                                                            \
+    }
+SELECT_ROWS(select_rows_f32, float, uint32_t)
+SELECT_ROWS(select_rows_f64, double, uint64_t)
+
+static void select_task(void *arg, int64_t i) {
+    const tiled_t *s = (const tiled_t *)arg;
+    int64_t lo = i * s->task_rows;
+    int64_t hi = lo + s->task_rows < s->rows ? lo + s->task_rows : s->rows;
+    if (s->f64) select_rows_f64(s, lo, hi);
+    else select_rows_f32(s, lo, hi);
+}
+
+/* The C pool (_product_pool's capsule), looked up at the first split
+   call; NULL where that module is missing or another build (then a split
+   call runs its tasks in order on the caller: the same results). As
+   _elementwise.c's. */
+static const task_pool_api *pool;
+static int pool_looked_up;
+
+static const task_pool_api *task_pool(void) {
+    if (!pool_looked_up) {
+        pool_looked_up = 1;
+        const task_pool_api *api = (const task_pool_api *)PyCapsule_Import(TASK_POOL_CAPSULE, 0);
+        if (api == NULL) PyErr_Clear();
+        else if (api->version == TASK_POOL_VERSION) pool = api;
+    }
+    return pool;
+}
+
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+    if (writable) flags |= PyBUF_WRITABLE;
+    if (PyObject_GetBuffer(obj, view, flags) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* 'f' or 'd' (after a byte-order prefix); 0 for anything else. */
+static char float_kind(const Py_buffer *view) {
+    const char *f = view->format;
+    if (f == NULL) return 0;
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if ((f[0] == 'f' && view->itemsize == 4) || (f[0] == 'd' && view->itemsize == 8))
+        return f[1] == '\0' ? f[0] : 0;
+    return 0;
+}
+
+static int is_int64(const Py_buffer *view) {
+    const char *f = view->format;
+    if (f == NULL || view->itemsize != 8) return 0;
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    return (f[0] == 'l' || f[0] == 'q') && f[1] == '\0';
+}
+
+/* Whether the buffers fit the window geometry (module doc); fills s. */
+static int bind_tiled(tiled_t *s, Py_buffer *v, Py_ssize_t inner) {
+    char kind = float_kind(&v[1]);
+    int64_t rank = v[4].len / 8, n_taps = v[6].len / 8;
+    if (kind == 0 || inner < 1 || rank > MAX_RANK || v[5].len != v[4].len || n_taps < 1)
+        return 0;
+    for (int k = 0; k < 4; k++)
+        if (float_kind(&v[k]) != kind) return 0;
+    for (int k = 4; k < 7; k++)
+        if (!is_int64(&v[k])) return 0;
+    const int64_t *lead = (const int64_t *)v[4].buf, *steps = (const int64_t *)v[5].buf;
+    const int64_t *taps = (const int64_t *)v[6].buf;
+    int64_t rows = 1, last = inner - 1, tap_max = 0;
+    for (int64_t d = 0; d < rank; d++) {
+        if (lead[d] < 1 || steps[d] < 0) return 0;
+        rows *= lead[d];
+        last += (lead[d] - 1) * steps[d];
+    }
+    for (int64_t t = 0; t < n_taps; t++) {
+        if (taps[t] < 0) return 0;
+        if (taps[t] > tap_max) tap_max = taps[t];
+    }
+    Py_ssize_t item = v[1].itemsize;
+    /* Every cell read or written lies inside x and out; y and g hold
+       rows x inner. */
+    if (v[2].len != rows * inner * item || v[0].len != v[2].len || v[3].len != v[1].len
+        || (last + tap_max + 1) * item > v[1].len)
+        return 0;
+    *s = (tiled_t){v[0].buf, v[1].buf, v[2].buf, v[3].buf, inner, rank, rows, rows,
+                   n_taps, lead, steps, taps, kind == 'd'};
+    return 1;
+}
+
+static PyObject *select_tiled(PyObject *self, PyObject *args) {
+    PyObject *objs[7];
+    Py_ssize_t inner, task_rows = 0;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOOnOOO|in", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &inner, &objs[4], &objs[5], &objs[6], &threads, &task_rows))
+        return NULL;
+    if (threads > 1 && task_rows < 1) {
+        PyErr_SetString(PyExc_ValueError, "select_tiled: a split needs rows per task");
+        return NULL;
+    }
+    Py_buffer views[7];
+    int held = 0;
+    while (held < 7 && get_buffer(objs[held], &views[held], held == 3)) held++;
+    tiled_t s;
+    PyObject *result;
+    if (held < 7 || !bind_tiled(&s, views, inner)) {
+        result = Py_False;
+        Py_INCREF(result);
+    } else {
+        if (threads > 1) s.task_rows = task_rows;
+        int64_t count = (s.rows + s.task_rows - 1) / s.task_rows;
+        int64_t ran = count, own = 0, wait = 0;
+        const task_pool_api *api = threads > 1 && count > 1 ? task_pool() : NULL;
+        Py_BEGIN_ALLOW_THREADS
+        if (api != NULL) api->run(select_task, &s, count, threads, &ran, &own, &wait);
+        else for (int64_t i = 0; i < count; i++) select_task(&s, i);
+        Py_END_ALLOW_THREADS
+        if (threads > 1) {
+            result = Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
+        } else {
+            result = Py_True;
+            Py_INCREF(result);
+        }
+    }
+    while (held > 0) PyBuffer_Release(&views[--held]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"select_tiled", select_tiled, METH_VARARGS,
+     "select_tiled(g, x, y, out, inner, lead, steps, taps[, threads, rows]) -> bool: a max "
+     "or min pool's gradient over windows that tile x, in one pass (each window's first tap "
+     "equal to y takes g's bits, the others +0.0); False (nothing written) when a buffer "
+     "does not fit. threads > 1: tasks of `rows` rows of y on the C pool, returning "
+     "(caller_tasks, own_s, wait_s)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_pooling",
+    "Pooling kernels in one pass (see device/primitives/pooling.py).", -1, methods,
+};
+
+/* TASK_POOL_VERSION: the pool this module was built against (product_pool
+   checks it, as _elementwise's). */
+PyMODINIT_FUNC PyInit__pooling(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "TASK_POOL_VERSION", TASK_POOL_VERSION) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
