@@ -342,35 +342,66 @@ def train_step_flops(model, steps_per_execution):
 
 class ConcurrencyCounts:
     """How the ipu run loop's launched kernels went (device/native/threads.py),
-    counted in this process: launches handed to a pool thread, launches run
-    at once in the caller (the pool was backing off after a late split), and
-    late splits (a join that waited for a pool thread that lost its core, or
-    a caller that lost its own). On a quiet machine the late ones say whether
-    fit's steps ran their kernels side by side as step_profile.py --run-loop
-    does."""
+    counted in this process: launches handed to a Python pool thread
+    (`launched`), launched as jobs of the C pool (`on_c_pool`: a weight
+    gradient with its update, a C chain or a product alone, no GIL), and
+    of those the ones no helper had taken by the join, so the run loop ran
+    them itself (`c_pool_run_by_caller`); launches run at once in the
+    caller (`ran_in_caller`: the pool was backing off after a late split),
+    and late splits (a join that waited for a pool thread that lost its
+    core, or a caller that lost its own). On a quiet machine the late ones
+    say whether fit's steps ran their kernels side by side as
+    step_profile.py --run-loop does."""
+
+    KEYS = ("launched", "on_c_pool", "c_pool_run_by_caller", "ran_in_caller", "late")
 
     def __init__(self):
         from keras_ipu.device.native import threads
 
-        self.counts = {"launched": 0, "ran_in_caller": 0, "late": 0}
+        self.counts = dict.fromkeys(self.KEYS, 0)
         launch = getattr(threads, "launch", None)
+        launch_on_c_pool = getattr(threads, "launch_on_c_pool", None)
         note_split = getattr(threads, "_note_split", None)
         ran = getattr(threads, "_Ran", None)
-        if launch is None or note_split is None or ran is None:
+        on_c_pool = getattr(threads, "_OnCPool", None)
+        if None in (launch, launch_on_c_pool, note_split, ran, on_c_pool):
             self.counts = {}  # a pool without these: nothing to count
             return
+        counts = self.counts
 
         def counted_launch(fn, args):
             job = launch(fn, args)
-            self.counts["ran_in_caller" if type(job) is ran else "launched"] += 1
+            counts["ran_in_caller" if type(job) is ran else "launched"] += 1
+            return job
+
+        def counted_finish(finish):
+            def finish_counted(handle):
+                result, stats = finish(handle)
+                counts["c_pool_run_by_caller"] += bool(stats[0])
+                return result, stats
+
+            return finish_counted
+
+        def counted_launch_on_c_pool(start, fn, args):
+            # Its fallback (the C kernels refused the operands) goes
+            # through threads.launch, counted there.
+            job = launch_on_c_pool(start, fn, args)
+            if type(job) is ran:
+                counts["ran_in_caller"] += 1
+            elif type(job) is on_c_pool:
+                counts["on_c_pool"] += 1
+                handle, finish = job.started
+                job.started = (handle, counted_finish(finish))
             return job
 
         def counted_note_split(late, now, at_once=False):
-            self.counts["late"] += bool(late)
+            counts["late"] += bool(late)
             return note_split(late, now, at_once)
 
-        # Programs bind threads.launch when they are built: set before fit.
-        threads.launch, threads._note_split = counted_launch, counted_note_split
+        # Programs bind threads.launch and launch_on_c_pool when they are
+        # built: set before fit.
+        threads.launch, threads.launch_on_c_pool = counted_launch, counted_launch_on_c_pool
+        threads._note_split = counted_note_split
 
     _installed = None
 
@@ -991,10 +1022,12 @@ def format_table(report):
         if res.get("concurrency_per_step")
     ]
     if concurrency:
-        lines += ["", "| model | backend | kernels launched beside the run loop "
+        lines += ["", "| model | backend | kernels launched beside the run loop: "
+                  "on a Python thread | as C-pool jobs | of those run by the caller at the join "
                   "| run by the caller (backing off) | late splits |",
-                  "|---|---|---:|---:|---:|"]
-        lines += [f"| {name} | {backend} | {c['launched']} | {c['ran_in_caller']} "
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {name} | {backend} | {c['launched']} | {c.get('on_c_pool', '-')} "
+                  f"| {c.get('c_pool_run_by_caller', '-')} | {c['ran_in_caller']} "
                   f"| {c['late']} |" for name, backend, c in concurrency]
     epochs = [
         (name, backend, res)

@@ -281,11 +281,12 @@ def main(argv=None):
               f"the inside out, {steps} steps per round, layers alternating")
         print("| layer | wall ms per step (median) | min | CPU ms per step (median) "
               "| main thread CPU | main thread waiting (wall - its CPU) "
-              "| launched / run by the caller / late, per step |")
+              "| launched on a Python thread / as C-pool jobs / run by the caller / late, "
+              "per step |")
         print("|---|---:|---:|---:|---:|---:|---|")
         for name, (walls, cpus, mains, launches) in times.items():
             launched = " / ".join(str(launches.get(k, "-"))
-                                  for k in ("launched", "ran_in_caller", "late"))
+                                  for k in ("launched", "on_c_pool", "ran_in_caller", "late"))
             waits = [w - m for w, m in zip(walls, mains)]
             print(f"| {name} | {statistics.median(walls):.2f} | {min(walls):.2f} | "
                   f"{statistics.median(cpus):.2f} | {statistics.median(mains):.2f} | "

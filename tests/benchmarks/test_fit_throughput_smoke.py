@@ -10,6 +10,8 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_throughput.py"
 
 
@@ -62,7 +64,9 @@ def test_quick_ipu_run_writes_report(tmp_path):
 
     # No other backend ran, so there is nothing to divide by.
     # The run loop's launches per timed step (threads 1: nothing launched).
-    assert mlp["concurrency_per_step"] == {"launched": 0.0, "ran_in_caller": 0.0, "late": 0.0}
+    assert mlp["concurrency_per_step"] == {
+        "launched": 0.0, "on_c_pool": 0.0, "c_pool_run_by_caller": 0.0,
+        "ran_in_caller": 0.0, "late": 0.0}
     # Each epoch's engine (one host thread: auto stays on NumPy, nothing
     # prepared in the background).
     assert [e["epoch"] for e in mlp["epochs"]] == [0, 1, 2]
@@ -399,3 +403,47 @@ def test_the_table_shows_each_epoch_and_autos_steps():
               "results": {"ipu": {"models": {"mlp": res}}}, "ratios": {"mlp": {}}}
     assert ("| mlp | ipu | 1.00 s, 90, numpy; 0.50 s, 80, tensorflow | 0.8 hot: preparing "
             "TensorFlow's engines; 1.2 keeps tensorflow |") in bench.format_table(report)
+
+
+# Keras' demo_functional at batch 32 with Adam on two threads: its weight
+# gradients and their updates launched as jobs of the C pool
+# (concurrent_steps.pairs_with), which the counter must see (they do not
+# go through threads.launch). The back-off is off so that a busy machine
+# does not run them in the caller.
+_C_POOL_COUNTS = r"""
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import fit_throughput as ft
+import keras
+from keras_ipu.device.native import product_pool, threads
+if not (product_pool.tasks_available() and threads.product_pool_takes(0, np.float32)):
+    print(json.dumps(None)); sys.exit(0)
+threads.backing_off = lambda: False
+counts = ft.ConcurrencyCounts.installed()
+size = ft.SIZES["full"]["demo_functional"]
+x, y = ft.make_data("demo_functional", size, 4 * 32)
+model = ft.build_model(keras, "demo_functional", size)
+model.compile(optimizer=ft.make_optimizer(keras, "adam"), loss=ft.make_loss(keras, "demo_functional"))
+model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False)
+counts.reset()
+model.fit(x, y, batch_size=32, epochs=2, verbose=0, shuffle=False)
+print(json.dumps(counts.per_step(8)))
+"""
+
+
+def test_the_concurrency_counts_see_the_c_pools_jobs():
+    proc = subprocess.run(
+        [sys.executable, "-c", _C_POOL_COUNTS, str(SCRIPT.parent)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "KERAS_BACKEND": "ipu", "KERAS_IPU_ENGINE": "numpy",
+             "KERAS_IPU_HOST_THREADS": "2"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    if counts is None:
+        pytest.skip("the C pool's jobs are not available")
+    # Eight 512x512 weight gradients, each launched with its update.
+    assert counts["on_c_pool"] >= 7, counts
+    assert counts["launched"] == 0 and counts["ran_in_caller"] == 0, counts
+    assert 0 <= counts["c_pool_run_by_caller"] <= counts["on_c_pool"], counts
