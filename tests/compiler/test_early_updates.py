@@ -341,3 +341,43 @@ def test_a_c_chain_launched_alone_runs_on_the_c_pool_with_the_same_bits(cap, mon
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     np.testing.assert_array_equal(got[0], xs[0] * xs[1] + xs[0])
+
+
+def _gradient_beside_small_steps():
+    """The weight gradient of _gradient_beside_products updated in place,
+    beside six small kernels of the run loop's own (reductions of g: a
+    step's tail of bias gradients and small updates) and no product."""
+
+    def body(b, x, g, w, t):
+        lr = b.op("mul", t, lit(0.5, "float32"))
+        dw = b.op("dot_general", x, g, dimension_numbers=T_LEFT)
+        small = [b.op(name, g, axes=(axis,))
+                 for name in ("reduce_sum", "reduce_max", "reduce_min") for axis in (0, 1)]
+        return [b.op("sub", w, b.op("mul", dw, lr)), *small]
+
+    return build([aval((32, 512)), aval((32, 512)), aval((512, 512)), aval(())], body)
+
+
+def test_a_product_that_splits_in_two_runs_whole_beside_the_run_loops_small_kernels(
+        two_threads_with_the_c_pool, monkeypatch):
+    # No product beside it, but six small kernels: each costs the run loop
+    # about a small kernel's call (concurrent_steps.STEP_FLOPS) and its
+    # elements, together more than half the gradient's product.
+    launched = _recorded_launches(monkeypatch)
+    graph = _gradient_beside_small_steps()
+    exe = compile_graph(graph, options=CompileOptions(donated_inputs=(2,)))
+    assert _names(exe._run_program).count("launched") == 1
+    assert exe._run_program[_names(exe._run_program).index("launched")][0].launched.__name__ \
+        == "paired"
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in ((32, 512), (32, 512), (512, 512), ())]
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    got = exe.run(*[x.copy() for x in xs])
+    assert launched == [("c" if _c_pool_jobs() else "python", "paired")]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    # Counted as products only (the rule before), they are not enough.
+    monkeypatch.setattr(concurrent_steps, "STEP_FLOPS", 0)
+    monkeypatch.setattr(concurrent_steps, "ELEMENT_FLOPS", 0)
+    exe = compile_graph(graph, options=CompileOptions(donated_inputs=(2,)))
+    assert "launched" not in _names(exe._run_program)

@@ -27,9 +27,10 @@ Launched: products and native (C) fused chains worth a hand-off
 they run beside the run loop's Python) and not split over threads on their
 own (a split kernel has the pool already); but a weight gradient the C
 pool would split in two runs whole in one launched job with its
-optimizer update where the run loop has products of its own to run
-meanwhile (splits_in_two: Keras' demo_functional at batch 32, its 17
-MFLOP weight gradients beside the next layers' input gradients). Each kernel computes exactly
+optimizer update where the run loop has work of its own to run
+meanwhile (splits_in_two, _caller_work: Keras' demo_functional at batch
+32, its 17 MFLOP weight gradients beside the next layers' input
+gradients, the last one beside the step's tail of small kernels). Each kernel computes exactly
 what it computes alone, on the same operands: the values are the same
 bits as in program order. When no pool thread gets a core (a busy
 machine) the run loop runs the launched kernel itself at its join; a pool
@@ -347,18 +348,42 @@ def _paired(program, nodes, n_inputs, kept_apart=()):
     return steps, writes, barrier, launch, pairs
 
 
-def _caller_flops(program, nodes, pairs, launched, i, first):
-    """FLOPs of the products the run loop runs itself (not launched)
-    between step i and `first` (positions in the paired program, `pairs`
-    as _paired gives them: each other step is one node, in order)."""
-    flops, node_of = 0, 0
+# What the run loop's own steps beside a launched pair are worth, in a
+# product's floating-point operations (_caller_work): in the step a small
+# kernel costs some 10 us whatever its size (the run loop's call, a cache
+# the products before it swept: Keras' demo_functional's 512-element bias
+# updates 9-24 us, a row sum 7-13 us), about 0.6 MFLOP of a 32x512 @
+# 512x512 product there (17 MFLOP in 0.25-0.33 ms); and a chain or a sum
+# some 2 ns per element, 120 FLOPs. Measured on the 2-core AMD VM (issue
+# 16, thirteenth pass, s13demo): demo_functional's last 512x512 weight
+# gradient (its step's tail: one 3 MFLOP product, 14 small kernels) split
+# in two, then its update split, 9.15-9.17 ms median per step; launched
+# whole with its update beside the tail, 8.70-8.75.
+STEP_FLOPS = 600_000
+ELEMENT_FLOPS = 120
+
+
+def _caller_work(program, nodes, pairs, launched, i, first):
+    """What the run loop runs itself (not launched) between step i and
+    `first` (positions in the paired program, `pairs` as _paired gives
+    them: each other step is one node, in order), in a product's FLOPs:
+    its products' FLOPs, and STEP_FLOPS plus ELEMENT_FLOPS per element
+    (its largest operand or result) for each other step."""
+    work, node_of = 0, 0
     for p in range(first):
         node = nodes[pairs.get(p, node_of)]
         node_of = pairs[p] + 2 if p in pairs else node_of + 1
-        if i < p and p not in launched and node.primitive.name == "dot_general":
+        if not i < p or p in launched:
+            continue
+        if node.primitive.name == "dot_general":
             split = product_split(node)
-            flops += split[0] if split is not None else 0
-    return flops
+            work += split[0] if split is not None else 0
+        else:
+            avals = [v.aval for v in (*node.inputs, *node.outputs)
+                     if hasattr(v, "aval") and v.aval.is_static()]
+            elements = max((int(np.prod(a.shape, dtype=np.int64)) for a in avals), default=1)
+            work += STEP_FLOPS + ELEMENT_FLOPS * elements
+    return work
 
 
 def concurrent_program(program, nodes, n_inputs=0):
@@ -367,8 +392,8 @@ def concurrent_program(program, nodes, n_inputs=0):
     first dependent (module doc), an update right after its gradient's
     product launched with it (pairs_with: into the first `n_inputs` slots,
     the program's inputs). A product that splits in two pairs so only
-    where the run loop has products of at least half its FLOPs to run
-    before the join (splits_in_two): elsewhere it splits as before. For
+    where the run loop has work of at least half its FLOPs to run before
+    the join (splits_in_two, _caller_work): elsewhere it splits as before. For
     a cap of at least two threads: the caller (executable.run_program)
     decides, as it orders the updates for it."""
     kept_apart = set()
@@ -379,7 +404,7 @@ def concurrent_program(program, nodes, n_inputs=0):
             if not splits_in_two(nodes[i], program[i][0]):
                 continue
             first = next((k for k, js in enumerate(joins_before) if p in js), None)
-            if (p not in launched or 2 * _caller_flops(program, nodes, pairs, launched, p, first)
+            if (p not in launched or 2 * _caller_work(program, nodes, pairs, launched, p, first)
                     < product_split(nodes[i])[0]):
                 lonely.add(i)
         if not lonely:
