@@ -133,6 +133,36 @@ def test_conv_split_over_the_batch_matches_the_reference(case, monkeypatch):
     np.testing.assert_allclose(got, one, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("case", [c for c in CASES if c[6] == 1 and c[4] == (1,) * len(c[0])],
+                         ids=lambda c: f"{len(c[0])}d-{c[1]}")
+def test_conv_patches_in_blocks_of_images_match_the_reference(case, threads, monkeypatch):
+    # Patches larger than two blocks are copied and multiplied a few
+    # images at a time (here one image per block), on one thread and
+    # inside each thread of the batch split (7 images in parts of 2, 2, 2
+    # and 1: a part of one image is multiplied whole).
+    from keras_ipu.device.native import threads as host_threads
+    from keras_ipu.device.primitives import conv
+
+    spatial, ksize, strides, padding, ld, rd, groups = case
+    x = RNG.standard_normal((7, 6) + spatial).astype(np.float32)
+    w = RNG.standard_normal((5, 6) + ksize).astype(np.float32)
+    want = naive_conv(x, w, strides, padding, ld, rd, groups)
+    whole = np.asarray(conv_general_dilated(x, w, strides, padding, ld, rd))
+    out_pixels = int(np.prod(whole.shape[2:]))
+    monkeypatch.setattr(conv, "PATCH_BLOCK_BYTES", out_pixels * 6 * int(np.prod(ksize)) * 4 // 2)
+    monkeypatch.setattr(host_threads, "_cap", threads)
+    monkeypatch.setattr(host_threads, "FLOPS_PER_THREAD", 1)
+    blocked = []
+    real = conv._blocked_im2col_product
+    monkeypatch.setattr(conv, "_blocked_im2col_product",
+                        lambda win, *args: blocked.append(len(win)) or real(win, *args))
+    got = np.asarray(conv_general_dilated(x, w, strides, padding, ld, rd))
+    assert sorted(blocked) == ([7] if threads == 1 else [2, 2, 2])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, whole, rtol=1e-5, atol=1e-5)
+
+
 def test_conv_channels_last_layout_and_same_padding():
     x = RNG.standard_normal((2, 7, 5, 4)).astype(np.float32)  # NHWC
     w = RNG.standard_normal((3, 2, 4, 6)).astype(np.float32)  # HWIO

@@ -238,24 +238,35 @@ def _im2col_conv_over_batch(x, w, out_sp, window_strides, padding,
     if threads <= 1:
         return _im2col_conv(x, w, *args)
     blocks = host_threads.ranges(n, 1, threads)
+    # N, *P, O: each block's product lands in its rows, in memory order.
     out = np.empty((n,) + tuple(out_sp) + (o,), np.result_type(x.dtype, w.dtype))
 
     def part(j):
         lo, hi = blocks[j]
-        # N, *P, O: the block's product in memory order (a plain copy).
-        out[lo:hi] = np.moveaxis(
-            _im2col_conv(x[lo:hi], w, *args, matmul=np.matmul), 1, -1)
+        _im2col_conv(x[lo:hi], w, *args, matmul=np.matmul, out=out[lo:hi])
 
     host_threads.parallel_for(part, len(blocks), threads)
     return np.moveaxis(out, -1, 1)  # N, O, *P
 
 
+# Bytes of patches copied and multiplied at a time where a convolution's
+# patches are larger (whole images each): the copy's writes then stay in
+# the cache for the product to read, where one patch matrix of tens of
+# megabytes went to memory and back (and its fresh pages were faulted in
+# at every call). Measured on this project's 2-core VM (benchmarks/
+# README.md, issue 16 thirteenth pass, s13cnn; one thread, load 6): the
+# benchmark CNN's second input gradient (128x16x16x64 -> 32 channels, 75
+# MB of patches) 46 -> 28 ms, its forward convolution (37 MB) 28 -> 19-23.
+PATCH_BLOCK_BYTES = 2 << 20
+
+
 def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
-                 g, matmul=host_threads.matmul):
+                 g, matmul=host_threads.matmul, out=None):
     """x (N, C, *S), w (O, I, *K) -> (N, O, *P): a window view of the padded
-    input, copied once into patches, then one matmul per group. Works
+    input, copied into patches, then one matmul per group. Works
     channels-last, so a channels-last input is read in memory order.
-    `matmul`: np.matmul inside a thread of _im2col_conv_over_batch."""
+    `matmul`: np.matmul inside a thread of _im2col_conv_over_batch; `out`:
+    its (N, *P, O) rows of the result, written in place."""
     nsp = x.ndim - 2
     n, c = x.shape[:2]
     o, i = w.shape[:2]
@@ -293,15 +304,38 @@ def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
     else:
         grouped = (n,) + out_sp + (g, i) + ksize
         group_axis = 1 + nsp
+    filters = w.reshape(g, o // g, width).transpose(0, 2, 1)
+    if g == 1 and tap_major and n > 1 and npix * width * x.itemsize > 2 * PATCH_BLOCK_BYTES:
+        return _blocked_im2col_product(win, filters[0], n, out_sp, o, matmul, out)
     if g == 1:
         patches = win.reshape(1, npix, width)
     else:
         win = np.moveaxis(win.reshape(grouped), group_axis, 0)  # G, N, *P, row
         patches = win.reshape(g, npix, width)
-    filters = w.reshape(g, o // g, width).transpose(0, 2, 1)
-    out = matmul(patches, filters)  # G, N*P, Og
-    out = out.reshape((g, n) + out_sp + (o // g,))
-    out = np.moveaxis(out, 0, -2).reshape((n,) + out_sp + (o,))
+    result = matmul(patches, filters)  # G, N*P, Og
+    result = result.reshape((g, n) + out_sp + (o // g,))
+    result = np.moveaxis(result, 0, -2).reshape((n,) + out_sp + (o,))
+    if out is not None:
+        out[...] = result
+    return np.moveaxis(result, -1, 1)  # N, O, *P
+
+
+def _blocked_im2col_product(win, filters, n, out_sp, o, matmul, out):
+    """The patches of `win` (N, *P, *K, C) times `filters` (width, O), a
+    few images at a time (PATCH_BLOCK_BYTES) through one reused buffer,
+    each block's product written into its rows of the result."""
+    pix = int(np.prod(out_sp))
+    width = filters.shape[0]
+    step = max(1, PATCH_BLOCK_BYTES // (pix * width * win.itemsize))
+    if out is None:
+        out = np.empty((n,) + tuple(out_sp) + (o,), np.result_type(win.dtype, filters.dtype))
+    rows = out.reshape(n * pix, o)
+    buffer = np.empty((min(step, n),) + win.shape[1:], win.dtype)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        block = buffer[:hi - lo]
+        np.copyto(block, win[lo:hi])
+        rows[lo * pix:hi * pix] = matmul(block.reshape(-1, width), filters)
     return np.moveaxis(out, -1, 1)  # N, O, *P
 
 
