@@ -515,7 +515,7 @@ def test_a_split_over_the_c_pool_has_the_same_bits(monkeypatch):
     g, x, y = _operands(shape, window, strides, "max", np.float32)
     want = _numpy_path(monkeypatch, g, x, y, "max", window, strides)
     notes = []
-    monkeypatch.setattr(pooling, "_select_threads", lambda cells, rows: 2)
+    monkeypatch.setattr(pooling, "_row_threads", lambda cells, rows: 2)
     monkeypatch.setattr(pooling.host_threads, "backing_off", lambda: False)
     monkeypatch.setattr(pooling.host_threads, "note_pool_split",
                         lambda done, count: notes.append((done, count)))
@@ -578,4 +578,84 @@ def test_half_floats_and_refused_buffers_fall_back(monkeypatch):
     assert call(g32, x32, y32, out[:-1], 5, lead, steps, taps) is False  # too small
     assert call(g32, x32, y32, out, 5, lead, steps, taps + 1) is False  # past the end
     assert call(g32, x32, y32, out, 5, lead, steps, taps.astype(np.int32)) is False
+    assert (out == 7.0).all()
+
+
+# (shape, window, strides, window dilation): tiled, overlapping (3x3 of
+# stride 2), dilated, channels first, every axis windowed, a remainder.
+UNPADDED_WINDOWS = [
+    ((3, 8, 6, 5), (1, 2, 2, 1), (1, 2, 2, 1), (1, 1, 1, 1)),
+    ((2, 9, 7, 4), (1, 3, 3, 1), (1, 2, 2, 1), (1, 1, 1, 1)),
+    ((2, 9, 8, 3), (1, 2, 3, 1), (1, 1, 2, 1), (1, 3, 2, 1)),
+    ((2, 3, 6, 8), (1, 1, 2, 2), (1, 1, 2, 2), (1, 1, 1, 1)),
+    ((6, 5, 7), (2, 2, 3), (2, 1, 3), (1, 1, 1)),
+]
+
+
+@_needs_c_pooling
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("case", UNPADDED_WINDOWS, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_one_pass_window_extremum_matches_numpys(monkeypatch, case, op, dtype):
+    shape, window, strides, dilation = case
+    x = RNG.integers(-3, 3, shape).astype(dtype)
+    flat = x.reshape(-1)
+    flat[RNG.choice(flat.size, 5, replace=False)] = np.nan
+    flat[RNG.choice(flat.size, 5, replace=False)] = np.inf
+    flat[RNG.choice(flat.size, 5, replace=False)] = -np.inf
+    flat[flat == 0] = RNG.choice([0.0, -0.0], int((flat == 0).sum()))
+    taken = []
+    real = native.pooling
+
+    class Recording:
+        @staticmethod
+        def reduce_max(*args):
+            taken.append(real.reduce_max(*args))
+            return taken[-1]
+
+    monkeypatch.setattr(native, "pooling", Recording)
+    params = dict(op=op, window_dimensions=window, window_strides=strides,
+                  padding=((0, 0),) * x.ndim, base_dilation=(1,) * x.ndim,
+                  window_dilation=dilation)
+    got = np.asarray(reduce_window_p.bind(x, **params))
+    assert taken == [True]
+    monkeypatch.setattr(native, "pooling", None)
+    want = np.asarray(reduce_window_p.bind(x, **params))
+    assert got.shape == want.shape and got.dtype == want.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, want)  # NaN where NumPy's is NaN
+
+
+@_needs_c_pooling
+def test_padded_or_integer_windows_keep_the_numpy_extremum(monkeypatch):
+    class Refusing:
+        @staticmethod
+        def reduce_max(*args):
+            raise AssertionError("the one-pass kernel took windows it does not cover")
+
+    monkeypatch.setattr(native, "pooling", Refusing)
+    x = RNG.standard_normal((2, 7, 6, 3)).astype(np.float32)
+    got = reduce_window(x, "max", (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    np.testing.assert_array_equal(np.asarray(got), naive_reduce_window(
+        x, "max", (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (1, 1), (0, 0))))
+    xi = RNG.integers(0, 9, (2, 6, 6, 3)).astype(np.int32)
+    got = reduce_window(xi, "min", (1, 2, 2, 1), (1, 2, 2, 1))
+    np.testing.assert_array_equal(np.asarray(got), naive_reduce_window(
+        xi, "min", (1, 2, 2, 1), (1, 2, 2, 1), ((0, 0),) * 4))
+
+
+@_needs_c_pooling
+def test_one_pass_window_extremum_refuses_buffers_that_do_not_fit():
+    x = RNG.standard_normal((2, 4, 4, 3)).astype(np.float32)
+    lead = np.array([2, 2, 2], np.int64)
+    steps = np.array([48, 24, 6], np.int64)
+    taps = np.array([0, 3, 12, 15], np.int64)
+    out = np.full((2, 2, 2, 3), 7.0, np.float32)
+    reduce_max = native.pooling.reduce_max
+    assert reduce_max(x, out, 3, lead, steps, taps, False) is True
+    np.testing.assert_array_equal(out, naive_reduce_window(x, "max", (1, 2, 2, 1),
+                                                           (1, 2, 2, 1), ((0, 0),) * 4))
+    out[...] = 7.0
+    assert reduce_max(x, out.astype(np.float64), 3, lead, steps, taps, False) is False
+    assert reduce_max(x[:1], out, 3, lead, steps, taps, False) is False  # reads past x
+    assert reduce_max(x, out[:1], 3, lead, steps, taps, False) is False
     assert (out == 7.0).all()

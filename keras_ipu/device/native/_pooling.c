@@ -29,7 +29,16 @@
        With threads > 1 it returns the pool's (caller_tasks, own_s,
        wait_s) instead of True.
    False (nothing written) where a buffer does not fit: the caller then
-   runs its NumPy kernel. */
+   runs its NumPy kernel.
+
+   reduce_max(x, out, inner, lead, steps, taps, is_min[, threads, rows])
+     The window results themselves (reduce_window max or min) for windows
+     with no padding, overlapping or not, in one pass: out (y's shape) is
+     each window's largest (smallest) tap, NaN where one is NaN, as
+     NumPy's max (min); of equal taps (+0.0 and -0.0) the first. The same
+     geometry arguments, y in place of g; x's taps read in place where
+     the NumPy kernel's reduction over a 2N-d window view runs its inner
+     loop a few elements at a time. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -48,7 +57,7 @@ typedef struct {
     char *out;
     int64_t inner, rank, rows, task_rows, n_taps;
     const int64_t *lead, *steps, *taps;
-    int f64;
+    int f64, is_min;
 } tiled_t;
 
 /* Rows [lo, hi) of y. */
@@ -90,6 +99,52 @@ typedef struct {
     }
 SELECT_ROWS(select_rows_f32, float, uint32_t)
 SELECT_ROWS(select_rows_f64, double, uint64_t)
+
+/* Rows [lo, hi) of the window results. */
+#define REDUCE_ROWS(NAME, F)                                                         \
+    static void NAME(const tiled_t *s, int64_t lo, int64_t hi) {                      \
+        const F *x = (const F *)s->x;                                                \
+        F *y = (F *)s->out;                                                          \
+        int64_t idx[MAX_RANK];                                                       \
+        int64_t rest = lo;                                                           \
+        for (int64_t d = s->rank - 1; d >= 0; d--) {                                 \
+            idx[d] = rest % s->lead[d];                                              \
+            rest /= s->lead[d];                                                      \
+        }                                                                            \
+        for (int64_t r = lo; r < hi; r++) {                                          \
+            int64_t base = 0;                                                        \
+            for (int64_t d = 0; d < s->rank; d++) base += idx[d] * s->steps[d];      \
+            F *yr = y + r * s->inner;                                                \
+            memcpy(yr, x + base + s->taps[0], (size_t)s->inner * sizeof(F));         \
+            for (int64_t t = 1; t < s->n_taps; t++) {                                \
+                const F *xp = x + base + s->taps[t];                                 \
+                if (s->is_min)                                                       \
+                    for (int64_t j = 0; j < s->inner; j++) {                         \
+                        F v = xp[j], m = yr[j];                                      \
+                        yr[j] = (v < m || v != v) && m == m ? v : m;                 \
+                    }                                                                \
+                else                                                                 \
+                    for (int64_t j = 0; j < s->inner; j++) {                         \
+                        F v = xp[j], m = yr[j];                                      \
+                        yr[j] = (v > m || v != v) && m == m ? v : m;                 \
+                    }                                                                \
+            }                                                                        \
+            for (int64_t d = s->rank - 1; d >= 0; d--) {                             \
+                if (++idx[d] < s->lead[d]) break;                                    \
+                idx[d] = 0;                                                          \
+            }                                                                        \
+        }                                                                            \
+    }
+REDUCE_ROWS(reduce_rows_f32, float)
+REDUCE_ROWS(reduce_rows_f64, double)
+
+static void reduce_task(void *arg, int64_t i) {
+    const tiled_t *s = (const tiled_t *)arg;
+    int64_t lo = i * s->task_rows;
+    int64_t hi = lo + s->task_rows < s->rows ? lo + s->task_rows : s->rows;
+    if (s->f64) reduce_rows_f64(s, lo, hi);
+    else reduce_rows_f32(s, lo, hi);
+}
 
 static void select_task(void *arg, int64_t i) {
     const tiled_t *s = (const tiled_t *)arg;
@@ -143,18 +198,18 @@ static int is_int64(const Py_buffer *view) {
     return (f[0] == 'l' || f[0] == 'q') && f[1] == '\0';
 }
 
-/* Whether the buffers fit the window geometry (module doc); fills s. */
-static int bind_tiled(tiled_t *s, Py_buffer *v, Py_ssize_t inner) {
-    char kind = float_kind(&v[1]);
-    int64_t rank = v[4].len / 8, n_taps = v[6].len / 8;
-    if (kind == 0 || inner < 1 || rank > MAX_RANK || v[5].len != v[4].len || n_taps < 1)
+/* Whether x (v[0]) and the int64 geometry (v[1..3]: lead, steps, taps)
+   fit (module doc): every cell read or written lies inside x. Fills s's
+   geometry and dtype. */
+static int bind_geometry(tiled_t *s, const Py_buffer *v, Py_ssize_t inner) {
+    char kind = float_kind(&v[0]);
+    int64_t rank = v[1].len / 8, n_taps = v[3].len / 8;
+    if (kind == 0 || inner < 1 || rank > MAX_RANK || v[2].len != v[1].len || n_taps < 1)
         return 0;
-    for (int k = 0; k < 4; k++)
-        if (float_kind(&v[k]) != kind) return 0;
-    for (int k = 4; k < 7; k++)
+    for (int k = 1; k < 4; k++)
         if (!is_int64(&v[k])) return 0;
-    const int64_t *lead = (const int64_t *)v[4].buf, *steps = (const int64_t *)v[5].buf;
-    const int64_t *taps = (const int64_t *)v[6].buf;
+    const int64_t *lead = (const int64_t *)v[1].buf, *steps = (const int64_t *)v[2].buf;
+    const int64_t *taps = (const int64_t *)v[3].buf;
     int64_t rows = 1, last = inner - 1, tap_max = 0;
     for (int64_t d = 0; d < rank; d++) {
         if (lead[d] < 1 || steps[d] < 0) return 0;
@@ -165,53 +220,99 @@ static int bind_tiled(tiled_t *s, Py_buffer *v, Py_ssize_t inner) {
         if (taps[t] < 0) return 0;
         if (taps[t] > tap_max) tap_max = taps[t];
     }
-    Py_ssize_t item = v[1].itemsize;
-    /* Every cell read or written lies inside x and out; y and g hold
-       rows x inner. */
-    if (v[2].len != rows * inner * item || v[0].len != v[2].len || v[3].len != v[1].len
-        || (last + tap_max + 1) * item > v[1].len)
+    if ((last + tap_max + 1) * v[0].itemsize > v[0].len) return 0;
+    memset(s, 0, sizeof(*s));
+    s->x = v[0].buf;
+    s->inner = inner;
+    s->rank = rank;
+    s->rows = s->task_rows = rows;
+    s->n_taps = n_taps;
+    s->lead = lead;
+    s->steps = steps;
+    s->taps = taps;
+    s->f64 = kind == 'd';
+    return 1;
+}
+
+/* Whether `view` holds rows x inner values of x's dtype. */
+static int holds_rows(const tiled_t *s, const Py_buffer *view, const Py_buffer *x) {
+    return float_kind(view) == float_kind(x) && view->len == s->rows * s->inner * x->itemsize;
+}
+
+/* Runs fn over s's rows, in tasks of `task_rows` rows on up to `threads`
+   threads of the C pool (or in order on the caller), without the GIL:
+   True, or the pool's (caller_tasks, own_s, wait_s) for threads > 1. */
+static PyObject *run_rows(task_fn fn, tiled_t *s, int threads, Py_ssize_t task_rows) {
+    if (threads > 1) s->task_rows = task_rows;
+    int64_t count = (s->rows + s->task_rows - 1) / s->task_rows;
+    int64_t ran = count, own = 0, wait = 0;
+    const task_pool_api *api = threads > 1 && count > 1 ? task_pool() : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    if (api != NULL) api->run(fn, s, count, threads, &ran, &own, &wait);
+    else for (int64_t i = 0; i < count; i++) fn(s, i);
+    Py_END_ALLOW_THREADS
+    if (threads > 1) return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
+    Py_RETURN_TRUE;
+}
+
+static int split_checked(int threads, Py_ssize_t task_rows) {
+    if (threads > 1 && task_rows < 1) {
+        PyErr_SetString(PyExc_ValueError, "_pooling: a split needs rows per task");
         return 0;
-    *s = (tiled_t){v[0].buf, v[1].buf, v[2].buf, v[3].buf, inner, rank, rows, rows,
-                   n_taps, lead, steps, taps, kind == 'd'};
+    }
     return 1;
 }
 
 static PyObject *select_tiled(PyObject *self, PyObject *args) {
-    PyObject *objs[7];
+    PyObject *objs[7]; /* x lead steps taps g y out */
     Py_ssize_t inner, task_rows = 0;
     int threads = 1;
-    if (!PyArg_ParseTuple(args, "OOOOnOOO|in", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &inner, &objs[4], &objs[5], &objs[6], &threads, &task_rows))
+    if (!PyArg_ParseTuple(args, "OOOOnOOO|in", &objs[4], &objs[0], &objs[5], &objs[6],
+                          &inner, &objs[1], &objs[2], &objs[3], &threads, &task_rows)
+        || !split_checked(threads, task_rows))
         return NULL;
-    if (threads > 1 && task_rows < 1) {
-        PyErr_SetString(PyExc_ValueError, "select_tiled: a split needs rows per task");
-        return NULL;
-    }
-    Py_buffer views[7];
+    Py_buffer v[7];
     int held = 0;
-    while (held < 7 && get_buffer(objs[held], &views[held], held == 3)) held++;
+    while (held < 7 && get_buffer(objs[held], &v[held], held == 6)) held++;
     tiled_t s;
-    PyObject *result;
-    if (held < 7 || !bind_tiled(&s, views, inner)) {
+    PyObject *result = NULL;
+    if (held == 7 && bind_geometry(&s, v, inner) && holds_rows(&s, &v[4], &v[0])
+        && holds_rows(&s, &v[5], &v[0]) && float_kind(&v[6]) == float_kind(&v[0])
+        && v[6].len == v[0].len) {
+        s.g = v[4].buf;
+        s.y = v[5].buf;
+        s.out = v[6].buf;
+        result = run_rows(select_task, &s, threads, task_rows);
+    } else {
         result = Py_False;
         Py_INCREF(result);
-    } else {
-        if (threads > 1) s.task_rows = task_rows;
-        int64_t count = (s.rows + s.task_rows - 1) / s.task_rows;
-        int64_t ran = count, own = 0, wait = 0;
-        const task_pool_api *api = threads > 1 && count > 1 ? task_pool() : NULL;
-        Py_BEGIN_ALLOW_THREADS
-        if (api != NULL) api->run(select_task, &s, count, threads, &ran, &own, &wait);
-        else for (int64_t i = 0; i < count; i++) select_task(&s, i);
-        Py_END_ALLOW_THREADS
-        if (threads > 1) {
-            result = Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
-        } else {
-            result = Py_True;
-            Py_INCREF(result);
-        }
     }
-    while (held > 0) PyBuffer_Release(&views[--held]);
+    while (held > 0) PyBuffer_Release(&v[--held]);
+    return result;
+}
+
+static PyObject *reduce_max(PyObject *self, PyObject *args) {
+    PyObject *objs[5]; /* x lead steps taps out */
+    Py_ssize_t inner, task_rows = 0;
+    int is_min, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOnOOOp|in", &objs[0], &objs[4], &inner, &objs[1], &objs[2],
+                          &objs[3], &is_min, &threads, &task_rows)
+        || !split_checked(threads, task_rows))
+        return NULL;
+    Py_buffer v[5];
+    int held = 0;
+    while (held < 5 && get_buffer(objs[held], &v[held], held == 4)) held++;
+    tiled_t s;
+    PyObject *result = NULL;
+    if (held == 5 && bind_geometry(&s, v, inner) && holds_rows(&s, &v[4], &v[0])) {
+        s.out = v[4].buf;
+        s.is_min = is_min;
+        result = run_rows(reduce_task, &s, threads, task_rows);
+    } else {
+        result = Py_False;
+        Py_INCREF(result);
+    }
+    while (held > 0) PyBuffer_Release(&v[--held]);
     return result;
 }
 
@@ -222,6 +323,10 @@ static PyMethodDef methods[] = {
      "equal to y takes g's bits, the others +0.0); False (nothing written) when a buffer "
      "does not fit. threads > 1: tasks of `rows` rows of y on the C pool, returning "
      "(caller_tasks, own_s, wait_s)."},
+    {"reduce_max", reduce_max, METH_VARARGS,
+     "reduce_max(x, out, inner, lead, steps, taps, is_min[, threads, rows]) -> bool: "
+     "reduce_window max (min) of windows with no padding, in one pass (NaN wins; of equal "
+     "taps the first); False (nothing written) when a buffer does not fit."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,6 +9,10 @@ Padded cells hold the reduction's identity (-inf for max, +inf for min, 0
 for sum), so they never win a max and add nothing to a sum; average pooling
 divides by a count of real cells built the same way.
 
+Max and min pools with no padding, and their gradients over windows that
+do not overlap, run in one C pass where native/_pooling.c is built (the
+NumPy kernels below are the reference and the fallback).
+
 Gradient rules: grads/pooling.py (registered once every primitive exists).
 """
 
@@ -27,6 +31,7 @@ from keras_ipu.device.primitives.registry import Primitive
 from keras_ipu.device.simulator import cost_model
 
 _OPS = ("max", "sum", "min")
+_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def identity(op, dtype):
@@ -101,6 +106,11 @@ def _reduce_window(x, *, op, window_dimensions, window_strides, padding,
     axes = tuple(range(x.ndim))
     padding = resolve_padding(padding, x.shape, window_dimensions,
                               window_strides, base_dilation, window_dilation)
+    if native.pooling is not None and op != "sum":
+        out = _extremum_in_place(x, op, window_dimensions, window_strides, padding,
+                                 base_dilation, window_dilation)
+        if out is not None:
+            return out
     # Dilation holes hold the identity too, so fill after dilating.
     if any(d > 1 for d in base_dilation):
         x = dilate_and_pad(x, axes, base_dilation, ((0, 0),) * x.ndim, 0)
@@ -125,6 +135,27 @@ def _reduce_window(x, *, op, window_dimensions, window_strides, padding,
     else:
         out = _REDUCERS[op](win, axis=reduce_axes)
     return np.ascontiguousarray(out.astype(dtype, copy=False))
+
+
+def _extremum_in_place(x, op, window_dimensions, window_strides, padding, base_dilation,
+                       window_dilation):
+    """reduce_window max or min in one C pass (native/_pooling.c) over
+    windows with no padding and no base dilation, overlapping or not,
+    each tap read in place: NaN wins as in NumPy's max (min). None where
+    the C kernel does not apply: the caller runs the NumPy kernel."""
+    if (x.dtype not in _NATIVE_DTYPES or x.ndim > 32 or any(d != 1 for d in base_dilation)
+            or any(lo or hi for lo, hi in padding)):
+        return None
+    shape = tuple(_out_dim(n, k, s, (0, 0), 1, d) for n, k, s, d in zip(
+        x.shape, window_dimensions, window_strides, window_dilation))
+    if 0 in shape or x.size == 0:
+        return None
+    out = np.empty(shape, x.dtype)
+    inner, geometry = _window_geometry(x.shape, shape, window_dimensions, window_strides,
+                                       window_dilation)
+    done = _run_rows(native.pooling.reduce_max, (np.ascontiguousarray(x), out, inner, *geometry),
+                     x.size, out.size // inner, op == "min")
+    return out if done is not False else None
 
 
 reduce_window_p = Primitive(
@@ -265,9 +296,6 @@ def _select_and_scatter_add(g, x, y, *, op, window_dimensions, window_strides,
     return np.ascontiguousarray(out.astype(g.dtype, copy=False))
 
 
-_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
 def _select_disjoint(g, x, y, window_dimensions, window_strides, padding,
                      window_dilation):
     """_select_and_scatter_add in one C pass (native/_pooling.c) where the
@@ -282,37 +310,54 @@ def _select_disjoint(g, x, y, window_dimensions, window_strides, padding,
             or any(k > s or (k > 1 and d != 1) for k, s, d in zip(
                 window_dimensions, window_strides, window_dilation))):
         return None
-    # The trailing axes no window spans are each window's row of cells.
-    lead = x.ndim
-    while lead and window_dimensions[lead - 1] == 1 and window_strides[lead - 1] == 1:
-        lead -= 1
-    inner = int(np.prod(x.shape[lead:], dtype=np.int64))
-    cell_strides = np.cumprod((1,) + x.shape[:0:-1], dtype=np.int64)[::-1]
-    steps = np.array([s * c for s, c in zip(window_strides[:lead], cell_strides)], np.int64)
-    taps = np.array([np.dot(tap, cell_strides) for tap in np.ndindex(*window_dimensions)],
-                    np.int64)
     tiled = all(k == s and n == m * s for k, s, n, m in zip(
         window_dimensions, window_strides, x.shape, y.shape))
     out = (np.empty if tiled else np.zeros)(x.shape, x.dtype)
-    args = (np.ascontiguousarray(g), np.ascontiguousarray(x), np.ascontiguousarray(y), out,
-            inner, np.array(y.shape[:lead], np.int64), steps, taps)
-    rows = y.size // inner
-    threads = _select_threads(x.size, rows)
-    if threads > 1 and not host_threads.backing_off():
-        count = threads * host_threads.BLOCKS_PER_THREAD
-        done = native.pooling.select_tiled(*args, threads, -(-rows // count))
-        if done is not False:
-            host_threads.note_pool_split(done, -(-rows // -(-rows // count)))
-    else:
-        done = native.pooling.select_tiled(*args)
+    inner, geometry = _window_geometry(x.shape, y.shape, window_dimensions, window_strides,
+                                       window_dilation)
+    done = _run_rows(native.pooling.select_tiled, (
+        np.ascontiguousarray(g), np.ascontiguousarray(x), np.ascontiguousarray(y), out,
+        inner, *geometry), x.size, y.size // inner)
     return out if done is not False else None
 
 
-def _select_threads(cells, rows):
-    """Threads of the C pool a one-pass pool gradient over `cells` cells
-    splits over: a streaming kernel (each cell read and written once), so
-    as a fused chain of as many elements, where a second thread adds
-    memory bandwidth (threads.streaming_scales)."""
+def _window_geometry(x_shape, y_shape, window_dimensions, window_strides, window_dilation):
+    """(inner, (lead, steps, taps)) of windows with no padding over a
+    C-contiguous operand, as native/_pooling.c takes them: the trailing
+    axes no window spans are each window's row of `inner` cells; `lead`
+    the window results' shape before them, `steps` the operand's element
+    offset per window along each, `taps` each tap's offset in row-major
+    tap order."""
+    lead = len(x_shape)
+    while lead and window_dimensions[lead - 1] == 1 and window_strides[lead - 1] == 1:
+        lead -= 1
+    inner = int(np.prod(x_shape[lead:], dtype=np.int64))
+    cell_strides = np.cumprod((1,) + tuple(x_shape[:0:-1]), dtype=np.int64)[::-1]
+    steps = np.array([s * c for s, c in zip(window_strides[:lead], cell_strides)], np.int64)
+    reach = cell_strides * np.asarray(window_dilation, np.int64)
+    taps = np.array([np.dot(tap, reach) for tap in np.ndindex(*window_dimensions)], np.int64)
+    return inner, (np.array(y_shape[:lead], np.int64), steps, taps)
+
+
+def _run_rows(kernel, args, cells, rows, *flags):
+    """A native/_pooling.c kernel over `rows` rows of window results
+    reading `cells` operand cells, split on the C pool where _row_threads
+    says: its result (False: the buffers did not fit, nothing written)."""
+    threads = _row_threads(cells, rows)
+    if threads > 1 and not host_threads.backing_off():
+        per_task = -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
+        done = kernel(*args, *flags, threads, per_task)
+        if done is not False:
+            host_threads.note_pool_split(done, -(-rows // per_task))
+        return done
+    return kernel(*args, *flags)
+
+
+def _row_threads(cells, rows):
+    """Threads of the C pool a one-pass pooling kernel over `cells` cells
+    splits over: a streaming kernel (each cell read once), so as a fused
+    chain of as many elements, where a second thread adds memory
+    bandwidth (threads.streaming_scales)."""
     if not product_pool.tasks_available() or rows < 2:
         return 1
     threads = min(host_threads.chain_threads(cells), rows)
