@@ -60,6 +60,28 @@ typedef struct {
     int f64, is_min;
 } tiled_t;
 
+/* The multi-index of y's row `r` over the lead axes. */
+static void first_row(const tiled_t *s, int64_t r, int64_t *idx) {
+    for (int64_t d = s->rank - 1; d >= 0; d--) {
+        idx[d] = r % s->lead[d];
+        r /= s->lead[d];
+    }
+}
+
+/* x's offset of the row's window (its first tap's cells). */
+static inline int64_t row_base(const tiled_t *s, const int64_t *idx) {
+    int64_t base = 0;
+    for (int64_t d = 0; d < s->rank; d++) base += idx[d] * s->steps[d];
+    return base;
+}
+
+static inline void next_row(const tiled_t *s, int64_t *idx) {
+    for (int64_t d = s->rank - 1; d >= 0; d--) {
+        if (++idx[d] < s->lead[d]) break;
+        idx[d] = 0;
+    }
+}
+
 /* Rows [lo, hi) of y. */
 #define SELECT_ROWS(NAME, F, U)                                                      \
     static void NAME(const tiled_t *s, int64_t lo, int64_t hi) {                      \
@@ -67,15 +89,10 @@ typedef struct {
         const U *g = (const U *)s->g;                                                \
         U *out = (U *)s->out;                                                        \
         int64_t idx[MAX_RANK];                                                       \
-        int64_t rest = lo;                                                           \
-        for (int64_t d = s->rank - 1; d >= 0; d--) {                                 \
-            idx[d] = rest % s->lead[d];                                              \
-            rest /= s->lead[d];                                                      \
-        }                                                                            \
+        first_row(s, lo, idx);                                                       \
         U taken[CHUNK];                                                              \
         for (int64_t r = lo; r < hi; r++) {                                          \
-            int64_t base = 0;                                                        \
-            for (int64_t d = 0; d < s->rank; d++) base += idx[d] * s->steps[d];      \
+            int64_t base = row_base(s, idx);                                         \
             const F *yr = y + r * s->inner;                                          \
             const U *gr = g + r * s->inner;                                          \
             for (int64_t c0 = 0; c0 < s->inner; c0 += CHUNK) {                       \
@@ -91,10 +108,7 @@ typedef struct {
                     }                                                                \
                 }                                                                    \
             }                                                                        \
-            for (int64_t d = s->rank - 1; d >= 0; d--) {                             \
-                if (++idx[d] < s->lead[d]) break;                                    \
-                idx[d] = 0;                                                          \
-            }                                                                        \
+            next_row(s, idx);                                                        \
         }                                                                            \
     }
 SELECT_ROWS(select_rows_f32, float, uint32_t)
@@ -106,14 +120,9 @@ SELECT_ROWS(select_rows_f64, double, uint64_t)
         const F *x = (const F *)s->x;                                                \
         F *y = (F *)s->out;                                                          \
         int64_t idx[MAX_RANK];                                                       \
-        int64_t rest = lo;                                                           \
-        for (int64_t d = s->rank - 1; d >= 0; d--) {                                 \
-            idx[d] = rest % s->lead[d];                                              \
-            rest /= s->lead[d];                                                      \
-        }                                                                            \
+        first_row(s, lo, idx);                                                       \
         for (int64_t r = lo; r < hi; r++) {                                          \
-            int64_t base = 0;                                                        \
-            for (int64_t d = 0; d < s->rank; d++) base += idx[d] * s->steps[d];      \
+            int64_t base = row_base(s, idx);                                         \
             F *yr = y + r * s->inner;                                                \
             memcpy(yr, x + base + s->taps[0], (size_t)s->inner * sizeof(F));         \
             for (int64_t t = 1; t < s->n_taps; t++) {                                \
@@ -129,10 +138,7 @@ SELECT_ROWS(select_rows_f64, double, uint64_t)
                         yr[j] = (v > m || v != v) && m == m ? v : m;                 \
                     }                                                                \
             }                                                                        \
-            for (int64_t d = s->rank - 1; d >= 0; d--) {                             \
-                if (++idx[d] < s->lead[d]) break;                                    \
-                idx[d] = 0;                                                          \
-            }                                                                        \
+            next_row(s, idx);                                                        \
         }                                                                            \
     }
 REDUCE_ROWS(reduce_rows_f32, float)
