@@ -156,6 +156,7 @@ def pool_not_backing_off(monkeypatch):
 
     monkeypatch.setattr(threads, "_backoff", 0.0)
     monkeypatch.setattr(threads, "_late", 0)
+    monkeypatch.setattr(threads, "_blocks_backoff", 0.0)
 
 
 @pytest.fixture
@@ -167,4 +168,5 @@ def long_backoff(pool_not_backing_off, monkeypatch):
     from keras_ipu.device.native import threads
 
     monkeypatch.setattr(threads, "_resume_at", 0.0)
+    monkeypatch.setattr(threads, "_blocks_resume_at", 0.0)
     monkeypatch.setattr(threads, "BACKOFF_SECONDS", 60.0)

@@ -13,13 +13,15 @@ TESTS = Path(__file__).resolve().parent
 HOLDING_FIXTURES = {"long_backoff"}
 # monkeypatch.setattr(threads, NAME, ...) that replace the clock (or the
 # check itself).
-HOLDING_PATCHES = {"time", "perf_counter", "backing_off"}
+HOLDING_PATCHES = {"time", "perf_counter", "backing_off", "blocks_backing_off"}
+# The back-offs' checks: the shared one and the scans' row blocks' own.
+BACKING_OFF = {"backing_off", "blocks_backing_off"}
 
 
 def _is_backing_off_call(node):
     return (isinstance(node, ast.Call) and not node.args
-            and (getattr(node.func, "attr", None) == "backing_off"
-                 or getattr(node.func, "id", None) == "backing_off"))
+            and (getattr(node.func, "attr", None) in BACKING_OFF
+                 or getattr(node.func, "id", None) in BACKING_OFF))
 
 
 def _asserts_backing_off(assert_node):

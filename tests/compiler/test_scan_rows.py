@@ -1,7 +1,7 @@
 """A scan whose rows never meet runs in blocks of rows on several threads
 (compiler/scan_rows.py): each block's loop on its own thread, with the
 bits of the whole loop; bodies whose rows meet, one thread and a busy
-machine (the pool backing off) run the whole body."""
+machine (such splits backing off) run the whole body."""
 
 import pickle
 import threading
@@ -30,7 +30,8 @@ T, B, F, H = 5, 64, 128, 128  # a block's products: >= 28 x 128 x 512, above the
 def cap(monkeypatch):
     # Not backing off at the start: an earlier test's late split (a busy
     # machine) would make the scans run whole.
-    for name, value in (("_late", 0), ("_backoff", 0.0), ("_resume_at", 0.0)):
+    for name, value in (("_late", 0), ("_backoff", 0.0), ("_resume_at", 0.0),
+                        ("_blocks_backoff", 0.0), ("_blocks_resume_at", 0.0)):
         monkeypatch.setattr(threads, name, value)
 
     def set_cap(n):
@@ -42,11 +43,12 @@ def cap(monkeypatch):
 
 @pytest.fixture
 def splitting(monkeypatch):
-    """No back-off during the test: a late split of the program's other
-    kernels (a busy machine) would make the scan run whole."""
+    """No back-off during the test: a late split of a busy machine would
+    make the scan run whole."""
     never = lambda: False  # noqa: E731
     monkeypatch.setattr(threads, "backing_off", never)
-    monkeypatch.setattr(control_flow, "backing_off", never)
+    monkeypatch.setattr(threads, "blocks_backing_off", never)
+    monkeypatch.setattr(control_flow, "blocks_backing_off", never)
 
 
 def _lstm(reverse=False, mix_rows=False):
@@ -129,13 +131,10 @@ def test_a_block_runs_on_a_pool_thread(cap, splitting, monkeypatch):
     cap(2)
     fast, exe = _compiled(_lstm(), args)
     ran_on = []
-    launch = threads.launch
+    launch = threads.launch_block
 
     def launch_taken(fn, a):
         taken = threading.Event()
-
-        if fn.__name__ != "run_block":  # the outer program's launches
-            return launch(fn, a)
 
         def block(*b):
             taken.set()
@@ -146,7 +145,7 @@ def test_a_block_runs_on_a_pool_thread(cap, splitting, monkeypatch):
         assert taken.wait(10), "no pool thread took the block"
         return job
 
-    monkeypatch.setattr(threads, "launch", launch_taken)
+    monkeypatch.setattr(threads, "launch_block", launch_taken)
     exe = pickle.loads(pickle.dumps(exe))  # lowered again: the patched launch
     got = exe.run(*args)
     assert len(ran_on) == 1  # two blocks: the first launched
@@ -181,8 +180,8 @@ def test_while_backing_off_the_whole_body_runs(cap, monkeypatch):
     cap(2)
     _, exe = _compiled(_lstm(), args)
     monkeypatch.setattr(scan_rows, "block_runner", _refused)
-    monkeypatch.setattr(threads, "backing_off", lambda: True)
-    monkeypatch.setattr(control_flow, "backing_off", lambda: True)
+    monkeypatch.setattr(threads, "blocks_backing_off", lambda: True)
+    monkeypatch.setattr(control_flow, "blocks_backing_off", lambda: True)
     exe = pickle.loads(pickle.dumps(exe))
     got = exe.run(*args)
     for a, e in zip(got, want):
@@ -219,18 +218,59 @@ def test_capped_lowers_for_fewer_threads(cap):
 
 def test_blocks_that_did_not_run_at_once_start_the_back_off(cap, monkeypatch, long_backoff):
     """Both blocks on the caller (no pool thread got a core): the split's wall
-    time is its threads' CPU time together, a late split."""
+    time is its threads' CPU time together, a late split. It starts the
+    blocks' back-off and the shared one."""
     args = _args(3)
     cap(2)
     _, exe = _compiled(_lstm(), args)
-    monkeypatch.setattr(threads, "launch", lambda fn, a: threads._Ran(fn(*a)))
+    monkeypatch.setattr(threads, "launch_block", lambda fn, a: threads._Ran(fn(*a)))
     exe = pickle.loads(pickle.dumps(exe))  # lowered again: the patched launch
-    assert not threads.backing_off()
+    assert not threads.blocks_backing_off() and not threads.backing_off()
     exe.run(*args)
-    assert threads.backing_off()
+    assert threads.blocks_backing_off() and threads.backing_off()
+
+
+def test_the_shared_back_off_alone_does_not_stop_the_blocks(cap, monkeypatch, long_backoff):
+    """A late join elsewhere (one kernel's hand-off) backs the kernels' splits
+    off, not a scan's row blocks: they still run, with the whole loop's bits."""
+    args = _args(4)
+    cap(1)
+    want = _compiled(_lstm(), args)[0](*args)
+    cap(2)
+    _, exe = _compiled(_lstm(), args)
+    blocks = []
+    launch = threads.launch_block
+
+    def counted(fn, a):
+        blocks.append(fn)
+        return launch(fn, a)
+
+    monkeypatch.setattr(threads, "launch_block", counted)
+    monkeypatch.setattr(threads, "note_blocks", lambda wall, cpu: None)  # a busy test machine
+    exe = pickle.loads(pickle.dumps(exe))
+    threads._note_split(True, threads.time.perf_counter(), at_once=True)
+    assert threads.backing_off() and not threads.blocks_backing_off()
+    got = exe.run(*args)
+    assert len(blocks) == 1  # the first of two blocks launched
+    for a, e in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
 
 
 @pytest.mark.parametrize("wall, late", [(1.0, True), (0.6, False)])
 def test_note_blocks(cap, wall, late, long_backoff):
     threads.note_blocks(wall, 1.0)  # two threads' CPU: 1 s together
+    assert threads.blocks_backing_off() is late
     assert threads.backing_off() is late
+
+
+def test_blocks_back_off_doubles_and_a_split_on_time_ends_it(cap, monkeypatch, long_backoff):
+    """A late probe doubles the blocks' back-off; one on time ends it and
+    leaves the shared back-off to the kernels' own splits."""
+    monkeypatch.setattr(threads, "MAX_BACKOFF_SECONDS", 1000.0)
+    threads.note_blocks(1.0, 1.0)
+    threads.note_blocks(1.0, 1.0)
+    assert threads._blocks_backoff == 2 * threads.BACKOFF_SECONDS
+    assert threads.blocks_backing_off()
+    threads.note_blocks(0.5, 1.0)
+    assert not threads.blocks_backing_off() and threads._blocks_backoff == 0.0
+    assert threads.backing_off()  # started by the late ones, not ended here

@@ -9,7 +9,7 @@ of the primitives' eager kernels in primitives/control_flow.py.
 
 import numpy as np
 
-from keras_ipu.device.native.threads import backing_off
+from keras_ipu.device.native.threads import blocks_backing_off
 from keras_ipu.device.native.threads import max_threads
 
 from keras_ipu.device.compiler import scan_rows
@@ -152,7 +152,7 @@ def _lower_scan(params, in_avals, out_avals):
     stacked = stack_slots.runner(body, n_carry)
 
     def scan(*operands):
-        if split is not None and not backing_off():
+        if split is not None and not blocks_backing_off():
             return split(operands[:n_carry], operands[n_carry:n_carry + n_xs],
                          list(operands[n_carry + n_xs:]))
         carry = list(operands[:n_carry])

@@ -22,10 +22,12 @@ does not split, nor does one without a product (too little work per row).
 
 Not done with a floating-point behaviour set (as concurrent_steps.py). At
 run time the blocks run at once only with two threads or more and while
-the pool is not backing off (threads.backing_off: a busy machine); else the
-whole body runs, as before. A split whose threads did not run at once (its
-wall time near their CPU time together: threads.note_blocks) starts the
-back-off.
+such splits are not backing off (threads.blocks_backing_off: a busy
+machine); else the whole body runs, as before. A split whose threads did
+not run at once (its wall time near their CPU time together:
+threads.note_blocks) starts that back-off, and the shared one; the shared
+one alone (a late join or product split: one kernel's hand-off) does not
+stop the blocks.
 """
 
 import math
@@ -228,7 +230,8 @@ def block_runner(blocks, n_carry, steps, carry_avals, y_avals):
     """scan(carry, xs, consts) -> (carry..., ys...) running each block's
     loop over the time `steps` on a thread of the pool (the last on the
     caller) and writing its rows of the results."""
-    launch, join, note = host_threads.launch, host_threads.join, host_threads.note_blocks
+    launch, join = host_threads.launch_block, host_threads.join_block
+    note = host_threads.note_blocks
     clock, cpu_clock = time.perf_counter, time.thread_time
 
     def run_block(body, recopy, lo, hi, carry, xs, consts, ys):

@@ -551,8 +551,13 @@ def launch(fn, args):
     joins in a row, not at its first (LATE_WAIT_SECONDS)."""
     if backing_off():
         return _Ran(fn(*args))
+    return _start(fn, args, not getattr(fn, "stands_for_a_split", False))
+
+
+def _start(fn, args, at_once):
+    """fn(*args) queued for a pool thread: a job to join."""
     job = _Job(None, 1)
-    job.at_once = not getattr(fn, "stands_for_a_split", False)
+    job.at_once = at_once
 
     def call(_):
         cpu = time.thread_time()
@@ -704,15 +709,61 @@ def note_pool_split(done, count):
 # step slower (issue 16, eleventh pass: +10% per fit step). Such a split
 # is late when its wall time exceeds BLOCKS_LATE_SHARE of the CPU time its
 # threads spent together (a gain below 1.33x).
+#
+# These splits keep a back-off of their own, which only their own
+# measure starts: a late join or product split elsewhere in the step (one
+# kernel's hand-off, tens of microseconds of work) says little about a
+# split whose blocks run for milliseconds, and the shared back-off ran the
+# LSTM's scans whole for most of a fit at two threads (issue 16,
+# thirteenth pass: at load 6-8, 0 to 76 of 240 scans split under the
+# shared back-off, half of them or more under their own). A late block
+# split still starts the shared back-off too: the machine is busy.
 BLOCKS_LATE_SHARE = 0.75
+_blocks_backoff = 0.0
+_blocks_resume_at = 0.0
 
 
 def note_blocks(wall, cpu):
     """Notes a split whose threads each ran whole blocks: `wall` seconds
     from its launch to its last join, `cpu` seconds of its threads' CPU
-    time together; a late one starts the back-off at once (as a late
-    join)."""
-    _note_split(wall > BLOCKS_LATE_SHARE * cpu, time.perf_counter(), at_once=True)
+    time together. A late one starts (or doubles, up to
+    MAX_BACKOFF_SECONDS) the blocks' back-off and starts the shared one
+    at once (as a late join); one on time ends the blocks' back-off and
+    leaves the shared one to the kernels' own splits."""
+    global _blocks_backoff, _blocks_resume_at
+    late, now = wall > BLOCKS_LATE_SHARE * cpu, time.perf_counter()
+    if not late:
+        _blocks_backoff = 0.0
+        return
+    _blocks_backoff = (min(2 * _blocks_backoff, MAX_BACKOFF_SECONDS) if _blocks_backoff
+                       else BACKOFF_SECONDS)
+    _blocks_resume_at = now + _blocks_backoff
+    _note_split(True, now, at_once=True)
+
+
+def blocks_backing_off():
+    """Whether splits in long blocks (note_blocks) run whole now."""
+    return _blocks_backoff > 0.0 and time.perf_counter() < _blocks_resume_at
+
+
+def launch_block(fn, args):
+    """Start fn(*args), one block of a split note_blocks measures, on a
+    pool thread whatever the shared back-off (blocks_backing_off decides
+    whether to split); join_block gives its result."""
+    return _start(fn, args, True)
+
+
+def join_block(job):
+    """The result of launch_block's job (its exception raised here); the
+    caller runs it if no pool thread took it. Its lateness is the split's
+    to note (note_blocks), not the join's."""
+    if type(job) is _Ran:
+        return job.result
+    if not job.work():
+        job.done.wait()
+    if job.error is not None:
+        raise job.error
+    return job.result
 
 
 def _native_split_plan(b, m, n, compute, threads, blocks, fallback):
