@@ -857,6 +857,7 @@ _SWITCH_AT_ONCE = textwrap.dedent(
     import time
     from keras_ipu.device.compiler import engines as _engines
     _engines.HOT_SECONDS = 0.0
+    _engines.MIN_PREDICTED_GAIN = float("-inf")  # tried, whatever it is predicted to save
     _engines.TIMED_RUNS = 10**6
     _engines.WARM_UP_RUNS = {warm_up}
     _engines.AUTO_CANDIDATES = ({engine!r},)
@@ -961,6 +962,7 @@ def _wait_for(runner, engine):
 def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, caplog):
     monkeypatch.setenv(engines.ENV, "auto")
     monkeypatch.setattr(engines, "HOT_SECONDS", 1e-9)
+    monkeypatch.setattr(engines, "MIN_PREDICTED_GAIN", float("-inf"))
     monkeypatch.setattr(engines, "RENT_FACTOR", 0.0)  # XLA at once (its rent: below)
     monkeypatch.setattr(engines.host_threads, "_cap", 2)
     # Waited for below: at nice 19 on a busy machine it would crawl.
@@ -1190,6 +1192,7 @@ def test_auto_on_one_host_thread_never_compiles(monkeypatch):
     # program's own core, so auto keeps NumPy without loading TensorFlow.
     monkeypatch.setenv(engines.ENV, "auto")
     monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
+    monkeypatch.setattr(engines, "MIN_PREDICTED_GAIN", float("-inf"))
     monkeypatch.setattr(engines.host_threads, "_cap", 1)
     exe = compile_graph(_graph())
     x, w = f32(8, 6), f32(6, 5)
@@ -1266,6 +1269,7 @@ def test_a_failing_compile_falls_back_to_numpy_silently(monkeypatch, caplog, set
     monkeypatch.setenv(engines.ENV, setting)
     monkeypatch.delenv(engines.STRICT_ENV, raising=False)
     monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
+    monkeypatch.setattr(engines, "MIN_PREDICTED_GAIN", float("-inf"))
     monkeypatch.setattr(engines, "_noted", set())
     monkeypatch.setattr(engines.host_threads, "_cap", 2)
     for cls in engines.PROGRAMS.values():
@@ -1326,6 +1330,7 @@ class Slow(engines.XlaProgram):
 
 
 engines.HOT_SECONDS = 0.0
+engines.MIN_PREDICTED_GAIN = float("-inf")
 engines.host_threads._cap = 2
 engines.AUTO_CANDIDATES = ("xla",)
 engines.XlaProgram.build = classmethod(lambda cls, exe, check=None: Slow(exe, check))
@@ -1365,6 +1370,7 @@ from keras_ipu.device.compiler import compile_graph, engines
 
 assert "tensorflow" not in sys.modules
 engines.HOT_SECONDS = 0.0
+engines.MIN_PREDICTED_GAIN = float("-inf")
 engines.host_threads._cap = 2
 # Waited for below, and the exit waits for it to stop at its next module:
 # at nice 19 beside other work it would crawl (114 s of the 120 at load 8).
@@ -1436,6 +1442,7 @@ _PRIORITIES = textwrap.dedent(
             time.sleep(0.01)
 
     engines.HOT_SECONDS = 0.0
+    engines.MIN_PREDICTED_GAIN = float("-inf")
     engines.RENT_FACTOR = 0.0
     engines.host_threads._cap = 2
     # Imported here, at normal priority: at nice 19 on a busy machine the

@@ -22,7 +22,13 @@ cycles, profiles) always come from the Executable's own program:
 
 - `auto` (the default): tiered, as JIT compilers do. A program starts on
   NumPy at once (no TensorFlow import, no XLA compile: first epochs stay
-  short). Once it has spent `HOT_SECONDS` of CPU time, a background
+  short). Once it has spent `HOT_SECONDS` of CPU time, the program is read
+  to predict whether TensorFlow's graph runtime could save at least
+  `MIN_PREDICTED_GAIN` of its step (engine_prediction.py: only where
+  convolutions carry the work); if not, it stays on NumPy for good and
+  TensorFlow is never imported for it (the import slows the training
+  beside it 3-5x on two cores, and on the MLP, LSTM and demo_functional
+  `auto` then kept NumPy anyway). If so, a background
   thread imports TensorFlow and prepares it for each of `AUTO_CANDIDATES`
   in turn (TensorFlow's graph runtime: a trace and the graph's
   optimisation on its first run, done by one of the program's own runs,
@@ -109,6 +115,7 @@ import weakref
 
 import numpy as np
 
+from keras_ipu.device.compiler import engine_prediction
 from keras_ipu.device.compiler import library_preload
 from keras_ipu.device.native import threads as host_threads
 
@@ -160,6 +167,14 @@ RENT_FACTOR = 1.0
 # ~5%, LSTM ~0).
 XLA_PREPARATION_RATIO = 4.0
 XLA_EXPECTED_GAIN = 0.25
+# The share of a step TensorFlow's graph runtime must be predicted to save
+# (engine_prediction.py) before `auto` imports TensorFlow for a hot program:
+# below it, the import (about 5 s of CPU, slowing the training beside it
+# 3-5x while it runs on two cores) would not be won back within minutes,
+# and a gain that small is within the noise of the timed turns that
+# choose the engine. The benchmark's CNN is predicted at 18%, the MLP,
+# transformer, LSTM and demo_functional at 0.
+MIN_PREDICTED_GAIN = 0.05
 # The engines `auto` tries for a hot program, in this order: TensorFlow's
 # graph runtime first (ready sooner: no XLA compile, which takes minutes
 # on large programs), then XLA.
@@ -538,7 +553,10 @@ class TieredRunner:
         if engine == "preparing":
             return self._prepare_here(arrays)
         if engine == "numpy" and self.program_seconds >= HOT_SECONDS:
-            self._start_compile(arrays)
+            if self._could_pay():
+                self._start_compile(arrays)
+            else:
+                self.engine = "final"
         self.last_engine = self.current_name
         # CPU time, as the compile's cost is counted: on a busy machine
         # wall time would call a program hot after a few slow runs.
@@ -546,6 +564,25 @@ class TieredRunner:
         out = self.current(arrays)
         self.program_seconds += time.process_time() - cpu
         return out
+
+    def _could_pay(self):
+        """Whether TensorFlow's engines are predicted to save at least
+        MIN_PREDICTED_GAIN of this program's step (engine_prediction.py),
+        read from the program before paying for TensorFlow's import. A
+        program the prediction cannot read is tried, as before there was one."""
+        try:
+            gain = engine_prediction.predicted_gain(self.executable.running_graph)
+        except Exception as error:  # noqa: BLE001 - a primitive without a cost rule
+            logger.debug("%s: no prediction of TensorFlow's gain (%r): tries it",
+                         self.executable.name, error)
+            return True
+        if gain >= MIN_PREDICTED_GAIN:
+            return True
+        self._event(f"hot: stays on numpy (TensorFlow's graph runtime predicted "
+                    f"to save {gain:.0%} of a step)")
+        logger.debug("%s stays on NumPy: TensorFlow's graph runtime is predicted to "
+                     "save %.0f%% of a step", self.executable.name, 100 * gain)
+        return False
 
     def _start_compile(self, arrays):
         self.engine = "compiling"

@@ -1,0 +1,71 @@
+"""Whether TensorFlow's engines could pay for a program, predicted from the
+program before `auto` imports TensorFlow (engines.TieredRunner).
+
+TensorFlow's import and the graph runtime's preparation cost about 5 s of
+CPU, and on two cores they slow the training beside them 3-5x while they
+run, nice 19 or not: the import is Python holding the interpreter lock,
+which the run loop waits for after every kernel (issue 16, twelfth pass,
+the lead's idle measurement: the MLP at 40 CPU ms per step against 8 while
+TensorFlow was imported, the LSTM 206 against 69). `auto` paid that on
+every model and then kept NumPy on the MLP, LSTM and demo_functional,
+where the graph runtime is slower than the NumPy engine. So the program
+is read first: the graph runtime's oneDNN convolutions are where it was
+measured faster than our kernels; on products, elementwise chains,
+reductions and scans it was measured slower or even (fit_throughput.py at
+2 threads, idle, median of 3 rounds: time per step graph runtime / NumPy
+engine CNN 0.82, transformer 0.94, MLP 1.45, LSTM 1.52, demo_functional
+1.77).
+
+The prediction: the share `s` of the program's multiply-accumulates that
+are convolutions (scan and loop bodies counted as often as they run: the
+cost rules' parts), and a step time on the graph runtime of
+`s * CONVOLUTION_RATIO + (1 - s) * OTHER_RATIO` of the NumPy engine's. The
+ratios are the measured ones above: a CNN's work is almost all
+convolutions (0.82); the rest at a tie, the best the graph runtime did on
+models without convolutions (the transformer's 0.94 is its inter-op pool
+running independent kernels at once on an idle machine, with 10% more
+CPU per step than the NumPy engine: gone as soon as the machine is
+busy). Multiply-accumulates rather than measured kernel times: a program's
+kernels cannot all be timed apart (scan bodies run as one kernel, on row
+blocks, or as one placed function; launched kernels overlap), and a
+convolution's share of the time is higher than its share of the work (our
+convolutions run at about a third of a product's rate), so the share
+errs towards NumPy, the engine that costs nothing to keep.
+"""
+
+from keras_ipu.device.primitives import cost_util
+
+# Primitives whose TensorFlow kernels (oneDNN's, in the graph runtime) were
+# measured faster than the NumPy engine's.
+CONVOLUTIONS = frozenset({"conv_general_dilated"})
+# Time per step on the graph runtime / on the NumPy engine, for the
+# convolutions' share of the work and for the rest (module doc).
+CONVOLUTION_RATIO = 0.82
+OTHER_RATIO = 1.0
+
+
+def convolution_share(graph):
+    """The share of `graph`'s multiply-accumulates in CONVOLUTIONS, bodies
+    counted as often as they run; 0.0 for a graph without any."""
+    conv, total = _macs(graph.nodes, [cost_util.node_cost(n) for n in graph.nodes], 1)
+    return conv / total if total else 0.0
+
+
+def _macs(nodes, costs, repeat):
+    conv = total = 0
+    for node, cost in zip(nodes, costs):
+        total += repeat * cost.macs
+        if node.primitive.name in CONVOLUTIONS:
+            conv += repeat * cost.macs
+        for part in cost.parts:
+            c, t = _macs(part.graph.nodes, part.costs, repeat * part.repeat)
+            conv += c
+            total += t
+    return conv, total
+
+
+def predicted_gain(graph):
+    """The share of a step the graph runtime is predicted to save against
+    the NumPy engine (negative: to lose)."""
+    share = convolution_share(graph)
+    return 1.0 - (share * CONVOLUTION_RATIO + (1.0 - share) * OTHER_RATIO)

@@ -1,0 +1,117 @@
+"""auto reads a hot program before paying for TensorFlow's import
+(compiler/engine_prediction.py): only a program whose work is mostly
+convolutions, where TensorFlow's graph runtime was measured faster, is
+prepared for TensorFlow's engines; any other stays on NumPy."""
+
+import numpy as np
+import pytest
+from compiler_graphs import aval
+from compiler_graphs import build
+
+from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device.compiler import engine_prediction
+from keras_ipu.device.compiler import engines
+
+DOT = dict(dimension_numbers=(((1,), (0,)), ((), ())))
+CONV = dict(window_strides=(1, 1), padding=((1, 1), (1, 1)), lhs_dilation=(1, 1),
+            rhs_dilation=(1, 1), dimension_numbers=((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)),
+            feature_group_count=1)
+# (2, 6, 6, 3) * (3, 3, 3, 4) -> (2, 6, 6, 4): 27 multiply-accumulates per output.
+CONV_MACS = 2 * 6 * 6 * 4 * 27
+DOT_MACS = 8 * 5 * 6  # (8, 6) @ (6, 5)
+
+
+def _products(with_conv):
+    def body(b, x, w, image, kernel):
+        out = [b.op("dot_general", x, w, **DOT)]
+        if with_conv:
+            out.append(b.op("conv_general_dilated", image, kernel, **CONV))
+        return out
+
+    return build([aval((8, 6)), aval((6, 5)), aval((2, 6, 6, 3)), aval((3, 3, 3, 4))], body)
+
+
+def _inputs(exe):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(a.shape).astype(a.dtype) for a in exe.in_avals]
+
+
+def test_the_share_is_the_convolutions_multiply_accumulates():
+    graph = compile_graph(_products(with_conv=True)).running_graph
+    share = CONV_MACS / (CONV_MACS + DOT_MACS)
+    assert engine_prediction.convolution_share(graph) == pytest.approx(share)
+    assert engine_prediction.predicted_gain(graph) == pytest.approx(
+        1 - (share * engine_prediction.CONVOLUTION_RATIO
+             + (1 - share) * engine_prediction.OTHER_RATIO))
+    assert engine_prediction.predicted_gain(graph) >= engines.MIN_PREDICTED_GAIN
+
+
+def test_a_program_without_convolutions_is_predicted_to_gain_nothing():
+    graph = compile_graph(_products(with_conv=False)).running_graph
+    assert engine_prediction.convolution_share(graph) == 0.0
+    assert engine_prediction.predicted_gain(graph) < engines.MIN_PREDICTED_GAIN
+
+
+def test_a_loop_body_counts_as_often_as_it_runs():
+    # A product carried through 4 steps of a scan (it cannot leave the
+    # loop) beside one convolution: the product's work counts 4 times.
+    def step(b, c, w):
+        return [b.op("dot_general", c, w, **DOT)]
+
+    body = build([aval((6, 6)), aval((6, 6))], step)
+
+    def outer(b, c, w, image, kernel):
+        (y,) = b.op("scan", c, w, body=body, length=4, reverse=False, n_carry=1, n_xs=0,
+                    unroll=1)
+        return [y, b.op("conv_general_dilated", image, kernel, **CONV)]
+
+    graph = compile_graph(build(
+        [aval((6, 6)), aval((6, 6)), aval((2, 6, 6, 3)), aval((3, 3, 3, 4))], outer)).running_graph
+    loop_macs = 4 * 6 * 6 * 6
+    assert engine_prediction.convolution_share(graph) == pytest.approx(
+        CONV_MACS / (CONV_MACS + loop_macs))
+
+
+def _hot_runner(monkeypatch, with_conv):
+    """A TieredRunner of _products whose second run is hot, with the compile's
+    start recorded instead of run; (runner, its results, NumPy's, starts)."""
+    monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
+    monkeypatch.setattr(engines.host_threads, "_cap", 2)
+    starts = []
+
+    def start(self, arrays):
+        starts.append(self)
+        self.engine = "compiling"  # as the real start: the runs after go on on NumPy
+
+    monkeypatch.setattr(engines.TieredRunner, "_start_compile", start)
+    exe = compile_graph(_products(with_conv))
+    arrays = _inputs(exe)
+    want = exe.run_unchecked(list(arrays))
+    runner = engines.TieredRunner(exe)
+    outs = [runner(list(arrays)) for _ in range(3)]
+    return runner, outs, want, starts
+
+
+def test_a_hot_program_predicted_to_gain_nothing_stays_on_numpy(monkeypatch):
+    runner, outs, want, starts = _hot_runner(monkeypatch, with_conv=False)
+    assert starts == [] and runner.thread is None
+    assert runner.engine == "final" and runner.current_name == "numpy"
+    assert any("stays on numpy" in what for _, what in runner.events)
+    for out in outs:
+        for got, w in zip(out, want):
+            np.testing.assert_array_equal(got, w)
+
+
+def test_a_hot_program_of_convolutions_is_prepared_for_tensorflow(monkeypatch):
+    runner, _, _, starts = _hot_runner(monkeypatch, with_conv=True)
+    assert starts == [runner]
+    assert not any("stays on numpy" in what for _, what in runner.events)
+
+
+def test_a_program_the_prediction_cannot_read_is_tried(monkeypatch):
+    def unreadable(graph):
+        raise LookupError("no cost rule (test)")
+
+    monkeypatch.setattr(engine_prediction, "predicted_gain", unreadable)
+    runner, _, _, starts = _hot_runner(monkeypatch, with_conv=False)
+    assert starts == [runner]
