@@ -151,6 +151,7 @@ def test_conv_patches_in_blocks_of_images_match_the_reference(case, threads, mon
     whole = np.asarray(conv_general_dilated(x, w, strides, padding, ld, rd))
     out_pixels = int(np.prod(whole.shape[2:]))
     monkeypatch.setattr(conv, "PATCH_BLOCK_BYTES", out_pixels * 6 * int(np.prod(ksize)) * 4 // 2)
+    monkeypatch.setattr(conv, "FILTER_REPACKS_PER_BLOCK", 0)
     monkeypatch.setattr(host_threads, "_cap", threads)
     monkeypatch.setattr(host_threads, "FLOPS_PER_THREAD", 1)
     blocked = []
@@ -161,6 +162,30 @@ def test_conv_patches_in_blocks_of_images_match_the_reference(case, threads, mon
     assert sorted(blocked) == ([7] if threads == 1 else [2, 2, 2])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got, whole, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_patches_stay_whole_where_blocks_would_repack_large_filters(monkeypatch):
+    # 64 images of 4x4 output pixels, 3x3x16 -> 128 filters (72 KB): 576
+    # KB of patches, less than two blocks of 8 filter copies (576 KB
+    # each): they stay whole, where blocks would repack the filters for
+    # every 8 images.
+    from keras_ipu.device.primitives import conv
+
+    x = RNG.standard_normal((64, 16, 6, 6)).astype(np.float32)
+    w = RNG.standard_normal((128, 16, 3, 3)).astype(np.float32)
+    monkeypatch.setattr(conv, "PATCH_BLOCK_BYTES", 1)
+    blocked = []
+    real = conv._blocked_im2col_product
+    monkeypatch.setattr(conv, "_blocked_im2col_product",
+                        lambda win, *args: blocked.append(args[-1]) or real(win, *args))
+    got = np.asarray(conv_general_dilated(x, w, (1, 1), ((0, 0), (0, 0))))
+    assert blocked == []
+    monkeypatch.setattr(conv, "FILTER_REPACKS_PER_BLOCK", 1)
+    again = np.asarray(conv_general_dilated(x, w, (1, 1), ((0, 0), (0, 0))))
+    assert blocked and blocked[0] == w.nbytes
+    want = naive_conv(x, w, (1, 1), ((0, 0), (0, 0)), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(again, want, rtol=1e-4, atol=1e-4)
 
 
 def test_conv_channels_last_layout_and_same_padding():

@@ -257,7 +257,12 @@ def _im2col_conv_over_batch(x, w, out_sp, window_strides, padding,
 # README.md, issue 16 thirteenth pass, s13cnn; one thread, load 6): the
 # benchmark CNN's second input gradient (128x16x16x64 -> 32 channels, 75
 # MB of patches) 46 -> 28 ms, its forward convolution (37 MB) 28 -> 19-23.
+# Each block's product packs the filters again: a block holds at least
+# FILTER_REPACKS_PER_BLOCK times their bytes, so that the repacking stays
+# small beside it (ResNet-18's 3x3 512-channel convolution at batch 32,
+# 9.4 MB of filters for 9.4 MB of patches, gains nothing from blocks).
 PATCH_BLOCK_BYTES = 2 << 20
+FILTER_REPACKS_PER_BLOCK = 8
 
 
 def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
@@ -305,8 +310,10 @@ def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
         grouped = (n,) + out_sp + (g, i) + ksize
         group_axis = 1 + nsp
     filters = w.reshape(g, o // g, width).transpose(0, 2, 1)
-    if g == 1 and tap_major and n > 1 and npix * width * x.itemsize > 2 * PATCH_BLOCK_BYTES:
-        return _blocked_im2col_product(win, filters[0], n, out_sp, o, matmul, out)
+    block_bytes = max(PATCH_BLOCK_BYTES, FILTER_REPACKS_PER_BLOCK * filters.nbytes)
+    if g == 1 and tap_major and n > 1 and npix * width * x.itemsize > 2 * block_bytes:
+        return _blocked_im2col_product(win, filters[0], n, out_sp, o, matmul, out,
+                                       block_bytes)
     if g == 1:
         patches = win.reshape(1, npix, width)
     else:
@@ -320,13 +327,14 @@ def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
     return np.moveaxis(result, -1, 1)  # N, O, *P
 
 
-def _blocked_im2col_product(win, filters, n, out_sp, o, matmul, out):
+def _blocked_im2col_product(win, filters, n, out_sp, o, matmul, out, block_bytes):
     """The patches of `win` (N, *P, *K, C) times `filters` (width, O), a
-    few images at a time (PATCH_BLOCK_BYTES) through one reused buffer,
-    each block's product written into its rows of the result."""
+    few images at a time (about `block_bytes` of patches) through one
+    reused buffer, each block's product written into its rows of the
+    result."""
     pix = int(np.prod(out_sp))
     width = filters.shape[0]
-    step = max(1, PATCH_BLOCK_BYTES // (pix * width * win.itemsize))
+    step = max(1, block_bytes // (pix * width * win.itemsize))
     if out is None:
         out = np.empty((n,) + tuple(out_sp) + (o,), np.result_type(win.dtype, filters.dtype))
     rows = out.reshape(n * pix, o)
