@@ -733,6 +733,33 @@ def test_products_reading_one_value_transpose_it_once(target):
     assert [op.type for op in ops].count("Transpose") == 1
 
 
+# Batched products whose left operand is read transposed (contracted over
+# its first non-batch axis): attention's key gradient (probabilities (S, T)
+# read as (T, S), times the queries (S, D)), and the value gradient's
+# layout, whose transposed operand is the smaller one.
+_TRANSPOSED_LEFT = [
+    ((3, 6, 5), (3, 6, 2), (((1,), (1,)), ((0,), (0,)))),
+    ((2, 3, 6, 1, 5), (2, 6, 3, 1, 2), (((2, 3), (1, 3)), ((0, 1), (0, 2)))),
+    ((3, 6, 2), (3, 6, 5), (((1,), (1,)), ((0,), (0,)))),
+    ((3, 6, 5), (3, 2, 6), (((1,), (2,)), ((0,), (0,)))),
+]
+
+
+@pytest.mark.parametrize("lhs,rhs,dims", _TRANSPOSED_LEFT)
+def test_batched_products_read_the_smaller_operand_transposed(lhs, rhs, dims, target):
+    avals = [(lhs, "float32"), (rhs, "float32")]
+    graph = one("dot_general", avals, dimension_numbers=dims)
+    check(graph, [f32(*lhs), f32(*rhs)], target)
+    if target.engine != "tensorflow":
+        return
+    ops = _graph_mode_ops(graph, avals).get_operations()
+    products = [op for op in ops if op.type.startswith("BatchMatMul")]
+    assert len(products) == 1, [op.type for op in ops]
+    x, y = (t.shape.num_elements() for t in products[0].inputs)
+    if products[0].get_attr("adj_x"):
+        assert x < y, (products[0].inputs[0].shape, products[0].inputs[1].shape)
+
+
 def _two_scans():
     # A forward scan's stacked outputs read by a reverse scan (an RNN's
     # residuals in its backward loop) and its last step sliced (an RNN's

@@ -9,6 +9,7 @@ at a time on the helpers, a forked child, the back-off and the switch."""
 
 import os
 import threading
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -445,3 +446,60 @@ def test_a_launched_product_alone_gives_numpys_bits_or_is_refused():
     assert np.array_equal(out, np.matmul(x, y))
     # x @ x.T: NumPy calls syrk, whose bits one gemm does not give.
     assert native.elementwise.launch_product(x, x.T, np.empty((96, 96), np.float32)) is None
+
+
+# Attention's products (the benchmark transformer's, batch 32): batched over
+# two axes (B, H) of operands laid out (B, S, H, D), and the key gradient
+# reading the probabilities (B, H, S, T) transposed. Their batches share no
+# one stride: the kernel keeps both batch axes (np.matmul on the views)
+# where flattening them copied.
+ATTENTION = [
+    # scores: queries (B, S, H, 1, D) . keys (B, T, H, D) over D
+    ((32, 64, 4, 1, 16), (32, 64, 4, 16), (((4,), (3,)), ((0, 2), (0, 2))), None),
+    # key gradient: (B, H, T, 1, S) probabilities' view . queries over S
+    ((32, 4, 64, 1, 64), (32, 64, 4, 1, 16), (((2, 3), (1, 3)), ((0, 1), (0, 2))),
+     (0, 1, 3, 4, 2)),
+    # values: probabilities (B, H, 1, S, T) . values (B, T, H, D) over T
+    ((32, 4, 1, 64, 64), (32, 64, 4, 16), (((4,), (1,)), ((0, 1), (0, 2))), None),
+]
+
+
+@pytest.mark.parametrize("lhs,rhs,dimension_numbers,lhs_view", ATTENTION)
+@pytest.mark.parametrize("strided", [False, True])
+def test_products_batched_over_two_axes_keep_numpys_bits(lhs, rhs, dimension_numbers,
+                                                         lhs_view, strided, monkeypatch):
+    from keras_ipu.device.compiler.lowering import lower
+    from keras_ipu.device.ir import ShapedArray
+    from keras_ipu.device.primitives.dot import dot_general_p
+
+    if lhs_view is None:
+        x = RNG.standard_normal(lhs).astype(np.float32)
+    else:  # a transpose's result: a view of another layout
+        stored = tuple(lhs[a] for a in np.argsort(lhs_view))
+        x = RNG.standard_normal(stored).astype(np.float32).transpose(lhs_view)
+    if strided:  # every other element: no matrix BLAS can read as it lies
+        x = np.repeat(x, 2, axis=-1)[..., ::2]
+    y = RNG.standard_normal(rhs).astype(np.float32)
+    assert x.shape == lhs
+    avals = (ShapedArray(lhs, np.float32), ShapedArray(rhs, np.float32))
+    params = {"dimension_numbers": dimension_numbers, "preferred_element_type": None}
+    out = dot_general_p.abstract_eval(*avals, **params)
+    want = dot_general_p.kernel(np.ascontiguousarray(x), y, **params)  # the eager kernel
+    for cap in (1, 2):
+        monkeypatch.setattr(threads, "_cap", cap)
+        monkeypatch.setattr(threads, "_plans", {})
+        kernel = lower(dot_general_p, params, avals, (out,))
+        if cap == 2:  # split on the C pool, the batch axes kept
+            assert getattr(kernel, "one_thread", None) is not None
+        tracemalloc.start()
+        try:
+            got = kernel(x, y)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        if not strided:  # the result is all it allocates: no operand copied
+            assert peak < want.nbytes + 64 * 1024, (peak, want.nbytes)
+        if cap == 2:
+            np.testing.assert_array_equal(kernel.one_thread(x, y), want)

@@ -50,6 +50,12 @@ def _lower_dot_general(params, in_avals, out_avals):
     rshape = (b, k, n) if batched else (k, n)
     layout = (lhs, rhs, lperm, rperm, lshape, rshape, out_shape, compute, out_dtype)
     split = host_threads.matmul_plan(b, m, n, k, compute)
+    if len(lb) > 1 and min(m, n, k) > 1:
+        batch_shape = tuple(lhs.shape[d] for d in lb)
+        nd_split = None if split is None else host_threads.batched_matmul_plan(
+            batch_shape, m, n, k, compute)
+        if split is None or nd_split is not None:
+            return _batched_kernel(nd_split, batch_shape, *layout)
     if split is None:
         kernel = _kernel(np.matmul, *layout)
     else:
@@ -71,6 +77,48 @@ def _lower_dot_general(params, in_avals, out_avals):
             kernel.operands = operands
             kernel.result_shape = (tuple(out_shape), np.dtype(out_dtype))
     return kernel
+
+
+def _batched_kernel(split, batch_shape, lhs, rhs, lperm, rperm, lshape, rshape, out_shape,
+                    compute, out_dtype):
+    """The kernel of a product batched over several axes, as np.matmul on
+    the operands' views with their batch axes kept: flattened to one, the
+    batches of a transposed operand share no one stride, and the reshape
+    copies it (attention's products: queries and keys (B, S, H, D) read per
+    (B, H), the probabilities' transpose (8 MB) read by the key gradient),
+    a copy on the caller's thread even where the product then splits.
+    np.matmul calls the same gemm per batch on the views (the same bits).
+    `split` (threads.batched_matmul_plan) runs it on several threads."""
+    m, k = lshape[-2:]
+    n = rshape[-1]
+    lnd, rnd = (*batch_shape, m, k), (*batch_shape, k, n)
+    kernel = _kernel(_blas_ready(split or np.matmul), lhs, rhs, lperm, rperm, lnd, rnd,
+                     out_shape, compute, out_dtype)
+    if split is not None:
+        kernel.one_thread = _kernel(_blas_ready(np.matmul), lhs, rhs, lperm, rperm, lnd, rnd,
+                                    out_shape, compute, out_dtype)
+    return kernel
+
+
+def _blas_ready(matmul):
+    """`matmul` of operands whose matrices BLAS reads as laid out (one unit
+    stride, the other a whole row or column apart): np.matmul would compute
+    any other view in its own loop, not in gemm (slower, and other bits),
+    so such an operand is copied first, as the flattening reshape did."""
+    ascontiguous = np.ascontiguousarray
+
+    def ready(a):
+        size = a.itemsize
+        rows, cols = a.strides[-2:]
+        if ((cols == size and rows % size == 0 and rows >= a.shape[-1] * size)
+                or (rows == size and cols % size == 0 and cols >= a.shape[-2] * size)):
+            return a
+        return ascontiguous(a)
+
+    def blas_matmul(x, y):
+        return matmul(ready(x), ready(y))
+
+    return blas_matmul
 
 
 def _operands(x, y):

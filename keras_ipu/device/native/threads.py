@@ -792,6 +792,49 @@ def _native_split_plan(b, m, n, compute, threads, blocks, fallback):
     return native_split_matmul
 
 
+def batched_matmul_plan(batch_shape, m, n, k, compute):
+    """matmul_plan of a product batched over several axes, x (*batch_shape,
+    m, k) @ y (*batch_shape, k, n) as views of any batch strides (np.matmul
+    reads them without a copy), where the C pool would split it: one block
+    of the longest batch axis per thread, each one np.matmul (its loop of
+    gemm calls runs without the GIL). The C pool's runs need batches one
+    stride apart, which these are not: one run per index of the other axes
+    made each run short enough that helpers came late and the splits backed
+    off. None where one thread is right or the C pool would not take the
+    product: the caller then flattens the batch axes (a copy where they do
+    not merge) for matmul_plan."""
+    b = int(np.prod(batch_shape, dtype=np.int64))
+    if not product_pool_takes(b, compute):
+        return None
+    split = _native_product_split(b, m, n, k, compute)
+    if split is None:
+        return None
+    threads = split[0]
+    axis = max(range(len(batch_shape)), key=lambda a: batch_shape[a])
+    edges = np.linspace(0, batch_shape[axis], min(threads, batch_shape[axis]) + 1).astype(int)
+    if len(edges) < 3:
+        return None
+    lead = (slice(None),) * axis
+    blocks = [lead + (slice(lo, hi),) for lo, hi in zip(edges[:-1], edges[1:])]
+    out_shape = (*batch_shape, m, n)
+    empty, matmul = np.empty, np.matmul
+
+    def batched_split_matmul(x, y):
+        if backing_off():
+            return matmul(x, y)
+        out = empty(out_shape, compute)
+
+        def part(i):
+            index = blocks[i]
+            matmul(x[index], y[index], out=out[index])
+
+        parallel_for(part, len(blocks), threads)
+        return out
+
+    batched_split_matmul.one_thread = matmul
+    return batched_split_matmul
+
+
 def _python_split_plan(b, m, n, compute, threads):
     """matmul in blocks over the Python pool; None when one block is all."""
     empty, matmul = np.empty, np.matmul
