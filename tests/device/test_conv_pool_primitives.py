@@ -177,7 +177,7 @@ def test_conv_patches_stay_whole_where_blocks_would_repack_large_filters(monkeyp
     blocked = []
     real = conv._blocked_im2col_product
     monkeypatch.setattr(conv, "_blocked_im2col_product",
-                        lambda win, *args: blocked.append(args[-1]) or real(win, *args))
+                        lambda win, *args: blocked.append(args[-2]) or real(win, *args))
     got = np.asarray(conv_general_dilated(x, w, (1, 1), ((0, 0), (0, 0))))
     assert blocked == []
     monkeypatch.setattr(conv, "FILTER_REPACKS_PER_BLOCK", 1)
@@ -186,6 +186,65 @@ def test_conv_patches_stay_whole_where_blocks_would_repack_large_filters(monkeyp
     want = naive_conv(x, w, (1, 1), ((0, 0), (0, 0)), (1, 1), (1, 1), 1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(again, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(native.im2col is None, reason="the _im2col extension is not built")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", [
+    ((9, 8), (3, 3), (1, 1), (1, 1)),
+    ((11, 10), (3, 2), (2, 3), (1, 1)),
+    ((12, 11), (2, 3), (1, 2), (2, 3)),
+], ids=str)
+def test_conv_patch_copy_in_c_matches_numpys(geometry, dtype, monkeypatch):
+    # Channels-last padded images: the C copy of a block of images' patches
+    # holds what NumPy's copy of the window view holds, and a convolution
+    # through it (patches in blocks) matches the naive reference.
+    from keras_ipu.device.primitives import conv
+
+    spatial, ksize, strides, dilation = geometry
+    x_nhwc = RNG.standard_normal((5,) + spatial + (3,)).astype(dtype)
+    x = np.moveaxis(x_nhwc, -1, 1)  # N, C, H, W over channels-last memory
+    w = RNG.standard_normal((4, 3) + ksize).astype(dtype)
+    padding = ((1, 0), (0, 1))
+    xp = np.pad(x_nhwc, ((0, 0),) + padding + ((0, 0),))
+    span = tuple((k - 1) * d + 1 for k, d in zip(ksize, dilation))
+    win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=(1, 2))
+    win = np.moveaxis(win[:, ::strides[0], ::strides[1], :, ::dilation[0], ::dilation[1]], 3, -1)
+    copy = conv._patch_copy(xp, win, ksize, strides, dilation)
+    block = np.full((2,) + win.shape[1:], np.nan, dtype)
+    copy(2, 4, block)
+    assert block.tobytes() == np.ascontiguousarray(win[2:4]).tobytes()
+    # Too small a block: refused by C, copied by NumPy's broadcast error.
+    with pytest.raises(ValueError):
+        copy(2, 5, block)
+
+    monkeypatch.setattr(conv, "PATCH_BLOCK_BYTES", 1)
+    monkeypatch.setattr(conv, "FILTER_REPACKS_PER_BLOCK", 0)
+    calls = []
+    monkeypatch.setattr(native, "im2col", type("Counting", (), {"patches": staticmethod(
+        lambda *args: calls.append(args[2:4]) or real_patches(*args))}))
+    got = np.asarray(conv_general_dilated(x, w, strides, padding, None, dilation))
+    assert calls == [(n, n + 1) for n in range(5)]
+    want = naive_conv(x, w, strides, padding, (1, 1), dilation, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+real_patches = native.im2col.patches if native.im2col is not None else None
+
+
+@pytest.mark.skipif(native.im2col is None, reason="the _im2col extension is not built")
+def test_conv_patch_copy_in_c_refuses_buffers_that_do_not_fit():
+    xp = RNG.standard_normal((2, 5, 5, 3)).astype(np.float32)
+    dst = np.full((2, 3, 3, 3, 3, 3), 7.0, np.float32)
+    patches = native.im2col.patches
+    assert patches(xp, dst, 0, 2, 5, 5, 3, 3, 3, 3, 3, 1, 1, 1, 1) is True
+    dst[...] = 7.0
+    assert patches(xp, dst, 0, 2, 5, 5, 3, 4, 3, 3, 3, 1, 1, 1, 1) is False  # reads past H
+    assert patches(xp, dst, 1, 3, 5, 5, 3, 3, 3, 3, 3, 1, 1, 1, 1) is False  # past N
+    assert patches(xp, dst[:1], 0, 2, 5, 5, 3, 3, 3, 3, 3, 1, 1, 1, 1) is False
+    assert patches(xp.astype(np.float64), dst, 0, 2, 5, 5, 3, 3, 3, 3, 3, 1, 1, 1, 1) is False
+    assert patches(xp[:, ::2], dst, 0, 2, 5, 5, 3, 3, 3, 3, 3, 1, 1, 1, 1) is False
+    assert (dst == 7.0).all()
 
 
 def test_conv_channels_last_layout_and_same_padding():

@@ -1,6 +1,7 @@
 """keras_ipu's optional C kernels, built when the project is installed
 (hatch_build.py). `elementwise` (fused elementwise chains), `scatter_add`
-(row scatter-add), `pooling` (a max pool's gradient in one pass) and
+(row scatter-add), `pooling` (max pools and their gradients in one pass),
+`im2col` (a 2-d convolution's patch copy) and
 `split_products` (the C thread pool of split
 products: product_pool.py) are the extension modules, each None when it
 was not built or `KERAS_IPU_NATIVE=0` turns them off; every caller then
@@ -11,6 +12,7 @@ from keras_ipu.device.flags import env_switch
 elementwise = None
 scatter_add = None
 pooling = None
+im2col = None
 split_products = None
 if env_switch("KERAS_IPU_NATIVE"):
     try:
@@ -25,6 +27,10 @@ if env_switch("KERAS_IPU_NATIVE"):
         from keras_ipu.device.native import _pooling as pooling
     except ImportError:
         pooling = None
+    try:
+        from keras_ipu.device.native import _im2col as im2col
+    except ImportError:
+        im2col = None
     try:
         from keras_ipu.device.native import _product_pool as split_products
     except ImportError:

@@ -26,6 +26,7 @@ Gradient rules: grads/conv.py (registered once every primitive exists).
 
 import numpy as np
 
+from keras_ipu.device import native
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives import cost_util as _cost
@@ -263,6 +264,7 @@ def _im2col_conv_over_batch(x, w, out_sp, window_strides, padding,
 # 9.4 MB of filters for 9.4 MB of patches, gains nothing from blocks).
 PATCH_BLOCK_BYTES = 2 << 20
 FILTER_REPACKS_PER_BLOCK = 8
+_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
@@ -312,8 +314,9 @@ def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
     filters = w.reshape(g, o // g, width).transpose(0, 2, 1)
     block_bytes = max(PATCH_BLOCK_BYTES, FILTER_REPACKS_PER_BLOCK * filters.nbytes)
     if g == 1 and tap_major and n > 1 and npix * width * x.itemsize > 2 * block_bytes:
+        copy = _patch_copy(x, win, ksize, window_strides, rhs_dilation)
         return _blocked_im2col_product(win, filters[0], n, out_sp, o, matmul, out,
-                                       block_bytes)
+                                       block_bytes, copy)
     if g == 1:
         patches = win.reshape(1, npix, width)
     else:
@@ -327,11 +330,32 @@ def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
     return np.moveaxis(result, -1, 1)  # N, O, *P
 
 
-def _blocked_im2col_product(win, filters, n, out_sp, o, matmul, out, block_bytes):
+def _patch_copy(xp, win, ksize, window_strides, rhs_dilation):
+    """copy(lo, hi, block): the patches of images lo..hi (win[lo:hi], N,
+    *P, *K, C, a window view of the padded channels-last input `xp`) into
+    `block`: in one C loop of runs for a 2-d convolution of float32 or
+    float64 where native/_im2col.c is built, else NumPy's copy."""
+    def numpy_copy(lo, hi, block):
+        np.copyto(block, win[lo:hi])
+
+    if (native.im2col is None or len(ksize) != 2 or xp.dtype not in _NATIVE_DTYPES
+            or not xp.flags.c_contiguous):
+        return numpy_copy
+    geometry = (*xp.shape[1:], *win.shape[1:3], *ksize, *window_strides, *rhs_dilation)
+    patches = native.im2col.patches
+
+    def native_copy(lo, hi, block):
+        if not patches(xp, block, lo, hi, *geometry):
+            numpy_copy(lo, hi, block)
+
+    return native_copy
+
+
+def _blocked_im2col_product(win, filters, n, out_sp, o, matmul, out, block_bytes, copy):
     """The patches of `win` (N, *P, *K, C) times `filters` (width, O), a
-    few images at a time (about `block_bytes` of patches) through one
-    reused buffer, each block's product written into its rows of the
-    result."""
+    few images at a time (about `block_bytes` of patches, copied by
+    `copy`: _patch_copy) through one reused buffer, each block's product
+    written into its rows of the result."""
     pix = int(np.prod(out_sp))
     width = filters.shape[0]
     step = max(1, block_bytes // (pix * width * win.itemsize))
@@ -342,7 +366,7 @@ def _blocked_im2col_product(win, filters, n, out_sp, o, matmul, out, block_bytes
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         block = buffer[:hi - lo]
-        np.copyto(block, win[lo:hi])
+        copy(lo, hi, block)
         rows[lo * pix:hi * pix] = matmul(block.reshape(-1, width), filters)
     return np.moveaxis(out, -1, 1)  # N, O, *P
 
