@@ -21,24 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
-    if (writable) flags |= PyBUF_WRITABLE;
-    if (PyObject_GetBuffer(obj, view, flags) != 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-
-static char float_kind(const Py_buffer *view) {
-    const char *f = view->format;
-    if (f == NULL) return 0;
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    if ((f[0] == 'f' && view->itemsize == 4) || (f[0] == 'd' && view->itemsize == 8))
-        return f[1] == '\0' ? f[0] : 0;
-    return 0;
-}
+#include "_buffers.h"
 
 static PyObject *patches(PyObject *self, PyObject *args) {
     PyObject *src_obj, *dst_obj;

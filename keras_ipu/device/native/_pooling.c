@@ -45,6 +45,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_buffers.h"
+
 #include "_task_pool.h"
 
 #define MAX_RANK 32
@@ -175,26 +177,6 @@ static const task_pool_api *task_pool(void) {
         else if (api->version == TASK_POOL_VERSION) pool = api;
     }
     return pool;
-}
-
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
-    if (writable) flags |= PyBUF_WRITABLE;
-    if (PyObject_GetBuffer(obj, view, flags) != 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-
-/* 'f' or 'd' (after a byte-order prefix); 0 for anything else. */
-static char float_kind(const Py_buffer *view) {
-    const char *f = view->format;
-    if (f == NULL) return 0;
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    if ((f[0] == 'f' && view->itemsize == 4) || (f[0] == 'd' && view->itemsize == 8))
-        return f[1] == '\0' ? f[0] : 0;
-    return 0;
 }
 
 static int is_int64(const Py_buffer *view) {

@@ -23,6 +23,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_buffers.h"
+
 static int format_is(const char *format, const char *kinds) {
     if (format == NULL) return 0;
     if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
@@ -30,16 +32,6 @@ static int format_is(const char *format, const char *kinds) {
     for (; *kinds; kinds++)
         if (format[0] == *kinds) return 1;
     return 0;
-}
-
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
-    if (writable) flags |= PyBUF_WRITABLE;
-    if (PyObject_GetBuffer(obj, view, flags) != 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
 }
 
 /* One loop per (value, index) type: the row loop vectorises, the index
