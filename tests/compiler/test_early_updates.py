@@ -381,3 +381,46 @@ def test_a_product_that_splits_in_two_runs_whole_beside_the_run_loops_small_kern
     monkeypatch.setattr(concurrent_steps, "ELEMENT_FLOPS", 0)
     exe = compile_graph(graph, options=CompileOptions(donated_inputs=(2,)))
     assert "launched" not in _names(exe._run_program)
+
+
+def test_a_product_split_in_a_row_tail_runs_on_one_thread_beside_a_launched_job(
+        two_threads_with_the_c_pool, monkeypatch):
+    # 32 x 512 @ 512 x 512 splits in 24 and 8 rows (threads.row_tail_split):
+    # before anything is launched it splits; while the weight gradient's
+    # job holds the helper it runs on one thread, and joins nothing.
+    if threads.row_tail_split(32, 512, 512, np.float32) is None:
+        pytest.skip("rows split anywhere on this BLAS: no row tail")
+
+    def body(b, x, g, w, v, t):
+        lr = b.op("mul", t, lit(0.5, "float32"))
+        h0 = b.op("dot_general", x, v, dimension_numbers=PLAIN)
+        dw = b.op("dot_general", x, g, dimension_numbers=T_LEFT)
+        h1 = b.op("dot_general", g, v, dimension_numbers=PLAIN)
+        return [b.op("sub", w, b.op("mul", dw, lr)), h0, h1]
+
+    graph = build([aval((32, 512)), aval((32, 512)), aval((512, 512)), aval((512, 512)),
+                   aval(())], body)
+    splits = []
+    run = product_pool.run
+    monkeypatch.setattr(product_pool, "run",
+                        lambda *args: splits.append(args[4].tolist()) or run(*args))
+    # Late splits of a busy machine would make the split run whole.
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    exe = compile_graph(graph, options=CompileOptions(donated_inputs=(2,)))
+    names = _names(exe._run_program)
+    assert names.count("launched") == 1 and names.count("joined") == 1
+    launch, join = names.index("launched"), names.index("joined")
+    products = [i for i, n in enumerate(exe.steps) if n.primitive.name == "dot_general"]
+    h0, h1 = exe._program[products[0]][0], exe._program[products[2]][0]
+    kernels = [k for k, *_ in exe._run_program]
+    assert kernels.index(h0) < launch
+    assert h1 not in kernels and launch < kernels.index(h1.one_thread) < join
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal(s).astype(np.float32)
+          for s in ((32, 512), (32, 512), (512, 512), (512, 512), ())]
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    del splits[:]
+    got = exe.run(*[x.copy() for x in xs])
+    assert splits == [[0, 24, 32]]  # h0 only
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -240,9 +240,10 @@ def test_policy_splits_float32_products_only(monkeypatch):
     demo = (0, 32, 512, 512)
     # demo_functional's 17 MFLOP product splits where its plan is row or
     # column blocks; in rectangles (a row tail kept whole: threads.py's
-    # RECTANGLE_FLOPS_PER_THREAD) only from 48 MFLOP: the MLP's 67.
+    # RECTANGLE_FLOPS_PER_THREAD) only from 48 MFLOP: the MLP's 67; below
+    # that in its aligned rows and its row tail (threads.row_tail_split).
     planned = product_pool.blocks(32, 512, 512, 2, threads.PRODUCT_BLOCKS_PER_THREAD)
-    whole = planned is None or planned[0] == 2
+    whole = (planned is None or planned[0] == 2) and product_pool.row_tail(32, 512, 512) is None
     assert threads.product_threads(*demo, np.float32) == (1 if whole else 2)
     mlp = (0, 128, 512, 512)
     assert threads.product_threads(*mlp, np.float32) == 2
@@ -503,3 +504,38 @@ def test_products_batched_over_two_axes_keep_numpys_bits(lhs, rhs, dimension_num
             assert peak < want.nbytes + 64 * 1024, (peak, want.nbytes)
         if cap == 2:
             np.testing.assert_array_equal(kernel.one_thread(x, y), want)
+
+
+def test_a_product_too_short_for_two_row_blocks_splits_in_its_rows_and_its_tail(monkeypatch):
+    """demo_functional's and the MLP's batch-32 products: 32 rows hold no
+    two row blocks of MIN_BLOCK at the rule's alignment, and their
+    rectangles are under RECTANGLE_FLOPS_PER_THREAD; at two threads they
+    split in the aligned rows and the row tail (24 and 8 rows at 12), with
+    the whole product's bits."""
+    monkeypatch.setattr(threads, "_cap", 2)
+    rule = product_pool.rule()
+    if rule is None or rule.rows <= 1:
+        pytest.skip("rows split anywhere on this BLAS: two row blocks fit")
+    for m, n, k in ((32, 512, 512), (32, 512, 784)):
+        edges = product_pool.row_tail(m, n, k)
+        assert edges is not None
+        assert edges[0] == 0 and edges[-1] == m and len(edges) == 3
+        assert edges[1] % rule.rows == 0 and 0 < m - edges[1] < rule.rows
+        assert threads.product_threads(0, m, n, k, np.float32) == 2
+        plan = threads.matmul_plan(0, m, n, k, np.float32)
+        assert plan.__name__ == "native_split_matmul" and plan.one_thread is np.matmul
+        for layout in ("nn", "nt", "tn", "tt"):
+            x, y = _operands(m, k, n, layout[0] == "t", layout[1] == "t")
+            out = np.full((m, n), np.nan, np.float32)
+            assert product_pool.run(x, y, out, 0, edges, 2) is not None
+            np.testing.assert_array_equal(out, np.matmul(x, y))
+            np.testing.assert_array_equal(plan(x, y), np.matmul(x, y))
+    # Rows that split in two blocks already, or no tail: no such plan.
+    assert product_pool.row_tail(128, 512, 512) is not None  # 120 + 8 ...
+    assert threads.row_tail_split(128, 512, 512, np.float32) is None  # ... but 67 MFLOP
+    assert product_pool.row_tail(36, 512, 512) is None  # 36 = 3 x 12: no tail
+    assert product_pool.row_tail(20, 64, 64) is None  # top block under MIN_BLOCK
+    # Above two threads' worth of a product only, and only on two threads.
+    assert threads.row_tail_split(32, 256, 256, np.float32) is None
+    monkeypatch.setattr(threads, "_cap", 1)
+    assert threads.product_threads(0, 32, 512, 512, np.float32) == 1

@@ -123,7 +123,7 @@ def _may_split(node):
         return True
     if name == "dot_general":
         split = product_split(node)
-        return split is None or split[1] > 1
+        return split is None or (split[1] > 1 and not splits_in_a_row_tail(node))
     # A fused chain splits on its own rule (the C pool's: chain_threads).
     if name == "fused_elementwise":
         def threads_for(n):
@@ -136,6 +136,23 @@ def _may_split(node):
         if threads_for(int(np.prod(v.aval.shape, dtype=np.int64))) > 1:
             return True
     return False
+
+
+def splits_in_a_row_tail(node):
+    """Whether a product splits in its aligned rows and its row tail
+    (threads.row_tail_split: Keras' demo_functional's 32x512 @ 512x512 in
+    24 and 8 rows). Such a split gains only with the helper free, a
+    fraction of the product's time: where a launched job holds the helper
+    it runs on one thread instead of joining the job (_launched), so it
+    is no barrier."""
+    if node.primitive.name != "dot_general":
+        return False
+    lhs, rhs = (v.aval for v in node.inputs)
+    if not (lhs.is_static() and rhs.is_static()):
+        return False
+    b, m, n, k, compute = product_shape(node.params, lhs, rhs)
+    return (not b and host_threads.product_threads(b, m, n, k, compute) == 2
+            and host_threads.row_tail_split(m, n, k, compute) is not None)
 
 
 def _launch_step(step):
@@ -322,10 +339,11 @@ def _c_pool_start(product, chain, n, at):
 
 def _paired(program, nodes, n_inputs, kept_apart=()):
     """(steps, donated slots per step, barrier per step, launch per step,
-    {step: product's index} of the pairs) with each update that follows
+    {step: product's index} of the pairs, the steps that are products
+    split in a row tail: splits_in_a_row_tail) with each update that follows
     the product making its gradient (early_updates.py put it there)
     joined to it in one step, launched; but the products in `kept_apart`."""
-    steps, writes, barrier, launch, pairs = [], [], [], [], {}
+    steps, writes, barrier, launch, pairs, tails = [], [], [], [], {}, set()
     i, n = 0, len(program)
     while i < n:
         step, node = program[i], nodes[i]
@@ -340,12 +358,14 @@ def _paired(program, nodes, n_inputs, kept_apart=()):
             launch.append(True)
             i += 2
             continue
+        if splits_in_a_row_tail(node) and getattr(step[0], "one_thread", None) is not None:
+            tails.add(len(steps))
         steps.append(step)
         writes.append(donated_slots(step, node))
         barrier.append(is_barrier(node))
         launch.append(worth_launching(node, step[0]))
         i += 1
-    return steps, writes, barrier, launch, pairs
+    return steps, writes, barrier, launch, pairs, tails
 
 
 # What the run loop's own steps beside a launched pair are worth, in a
@@ -424,7 +444,7 @@ def concurrent_program(program, nodes, n_inputs=0):
 def _launched(program, nodes, n_inputs, kept_apart):
     """(steps, launched positions, joins before each position, pairs) of
     the paired program (_paired)."""
-    program, writes, barrier, launch, pairs = _paired(program, nodes, n_inputs, kept_apart)
+    program, writes, barrier, launch, pairs, tails = _paired(program, nodes, n_inputs, kept_apart)
     n = len(program)
     reads_of = [set(step[1]) for step in program]
     joins_before = [[] for _ in range(n + 1)]
@@ -445,4 +465,14 @@ def _launched(program, nodes, n_inputs, kept_apart):
         if first > i + 1:  # something to run beside it
             launched.add(i)
             joins_before[first].append(i)
+    # A product split in a row tail while a launched job holds the helper
+    # runs on one thread (splits_in_a_row_tail).
+    pending = set()
+    for j in range(n):
+        pending -= set(joins_before[j])
+        if j in tails and pending:
+            kernel, *rest = program[j]
+            program[j] = (kernel.one_thread, *rest)
+        if j in launched:
+            pending.add(j)
     return program, launched, joins_before, pairs

@@ -353,6 +353,25 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32):
     return next(((axis, edges) for axis, edges in planned if edges is not None), None)
 
 
+def row_tail(m, n, k, dtype=np.float32):
+    """int64 edges [0, top, m] of an (m, k) @ (k, n) product in two row
+    blocks that keep its bits here (rule): the rows above its tail at the
+    row alignment, and the tail, where two aligned blocks of MIN_BLOCK
+    rows do not fit (32 rows at 12: 24 and 8); None where there is no such
+    tail, or the top block is under MIN_BLOCK rows or SMALL_MATRIX_MNK.
+    The tail's block costs its caller most of the top's (each packs the
+    whole of y): only a split in two gains, the top on the thread that
+    publishes the split (it claims the first block), the tail on a helper
+    that may wake late (threads.row_tail_split)."""
+    found = rule(dtype)
+    if found is None or found.rows <= 1:
+        return None
+    top = m - m % found.rows
+    if top == m or top < MIN_BLOCK or top * n * k <= SMALL_MATRIX_MNK:
+        return None
+    return np.array([0, top, m], np.int64)
+
+
 def block_count(axis, edges):
     """How many blocks blocks' (axis, edges) are."""
     return len(edges) if axis == 2 else len(edges) - 1

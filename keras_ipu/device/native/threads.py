@@ -272,8 +272,21 @@ def _native_product_split(b, m, n, k, compute, threads=None):
     planned = product_pool.blocks(m, n, k, threads, PRODUCT_BLOCKS_PER_THREAD, compute)
     if planned is None or (
             planned[0] == 2 and 2 * m * n * k < threads * RECTANGLE_FLOPS_PER_THREAD):
-        return None
+        tail = row_tail_split(m, n, k, compute, threads)
+        return None if tail is None else (2, (0, tail))
     return threads, planned
+
+
+def row_tail_split(m, n, k, compute, threads=None):
+    """The edges of a 2-d product split in its aligned rows and its row
+    tail on two threads (product_pool.row_tail), or None: from 2 x
+    NATIVE_FLOPS_PER_THREAD, where neither two row blocks nor rectangles
+    worth it (RECTANGLE_FLOPS_PER_THREAD) fit."""
+    if threads is None:
+        threads = int(min(max_threads(), 2 * m * n * k // NATIVE_FLOPS_PER_THREAD))
+    if threads != 2 or 2 * m * n * k >= 2 * RECTANGLE_FLOPS_PER_THREAD:
+        return None
+    return product_pool.row_tail(m, n, k, compute)
 
 
 def product_threads(b, m, n, k, compute):
