@@ -281,7 +281,15 @@ def row_tail_split(m, n, k, compute, threads=None):
     """The edges of a 2-d product split in its aligned rows and its row
     tail on two threads (product_pool.row_tail), or None: from 2 x
     NATIVE_FLOPS_PER_THREAD, where neither two row blocks nor rectangles
-    worth it (RECTANGLE_FLOPS_PER_THREAD) fit."""
+    worth it (RECTANGLE_FLOPS_PER_THREAD) fit. Each block packs the whole
+    of y, so the tail's block costs most of the top's (one thread's CPU
+    time of x @ a 512x512 y here: 8 rows 111 us, 24 rows 175, 32 rows
+    216), but the caller claims the top first and a helper that wakes
+    late still ends first. Measured on the 2-core AMD VM (issue 16,
+    thirteenth pass, s13demo; autogroup -15, load 3), demo_functional's
+    32x512 @ 512x512: minimum / median wall of 300 calls 223 / 284 us on
+    one thread, 174 / 234 in 24 + 8 rows, 187 / 261 in rectangles, 206 /
+    305 in 12 + 20 rows (the helper, waking late, takes the longer)."""
     if threads is None:
         threads = int(min(max_threads(), 2 * m * n * k // NATIVE_FLOPS_PER_THREAD))
     if threads != 2 or 2 * m * n * k >= 2 * RECTANGLE_FLOPS_PER_THREAD:
