@@ -72,11 +72,11 @@ def test_a_loop_body_counts_as_often_as_it_runs():
         CONV_MACS / (CONV_MACS + loop_macs))
 
 
-def _hot_runner(monkeypatch, with_conv):
+def _hot_runner(monkeypatch, with_conv, host_threads=2):
     """A TieredRunner of _products whose second run is hot, with the compile's
     start recorded instead of run; (runner, its results, NumPy's, starts)."""
     monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
-    monkeypatch.setattr(engines.host_threads, "_cap", 2)
+    monkeypatch.setattr(engines.host_threads, "_cap", host_threads)
     starts = []
 
     def start(self, arrays):
@@ -114,4 +114,12 @@ def test_a_program_the_prediction_cannot_read_is_tried(monkeypatch):
 
     monkeypatch.setattr(engine_prediction, "predicted_gain", unreadable)
     runner, _, _, starts = _hot_runner(monkeypatch, with_conv=False)
+    assert starts == [runner]
+
+
+def test_on_a_large_host_every_hot_program_is_tried(monkeypatch):
+    # Ratios measured at 2 threads do not decide for 16 cores, where the
+    # NumPy engine left most of the machine to XLA.
+    runner, _, _, starts = _hot_runner(
+        monkeypatch, with_conv=False, host_threads=engines.PREDICTION_MAX_THREADS + 1)
     assert starts == [runner]

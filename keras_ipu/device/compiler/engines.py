@@ -25,7 +25,8 @@ cycles, profiles) always come from the Executable's own program:
   short). Once it has spent `HOT_SECONDS` of CPU time, the program is read
   to predict whether TensorFlow's graph runtime could save at least
   `MIN_PREDICTED_GAIN` of its step (engine_prediction.py: only where
-  convolutions carry the work); if not, it stays on NumPy for good and
+  convolutions carry the work; on hosts of up to `PREDICTION_MAX_THREADS`
+  threads, where the ratios it uses were measured); if not, it stays on NumPy for good and
   TensorFlow is never imported for it (the import slows the training
   beside it 3-5x on two cores, and on the MLP, LSTM and demo_functional
   `auto` then kept NumPy anyway). If so, a background
@@ -175,6 +176,13 @@ XLA_EXPECTED_GAIN = 0.25
 # choose the engine. The benchmark's CNN is predicted at 18%, the MLP,
 # transformer, LSTM and demo_functional at 0.
 MIN_PREDICTED_GAIN = 0.05
+# The prediction decides on hosts of up to this many threads
+# (host_threads.max_threads()); on larger ones `auto` tries TensorFlow's
+# engines for every hot program, as before there was a prediction. Its
+# ratios were measured at 2 threads; on 16 cores the NumPy engine was
+# 0.17-0.52 of JAX (whose compiler is XLA) on the benchmark's models
+# (issue 16), and there the import takes a core the training leaves idle.
+PREDICTION_MAX_THREADS = 4
 # The engines `auto` tries for a hot program, in this order: TensorFlow's
 # graph runtime first (ready sooner: no XLA compile, which takes minutes
 # on large programs), then XLA.
@@ -569,7 +577,11 @@ class TieredRunner:
         """Whether TensorFlow's engines are predicted to save at least
         MIN_PREDICTED_GAIN of this program's step (engine_prediction.py),
         read from the program before paying for TensorFlow's import. A
-        program the prediction cannot read is tried, as before there was one."""
+        program the prediction cannot read is tried, as before there was
+        one; so is every program on a host of more than
+        PREDICTION_MAX_THREADS threads."""
+        if host_threads.max_threads() > PREDICTION_MAX_THREADS:
+            return True
         try:
             gain = engine_prediction.predicted_gain(self.executable.running_graph)
         except Exception as error:  # noqa: BLE001 - a primitive without a cost rule
