@@ -179,3 +179,34 @@ def _refuse(*xs):
 
 
 _refuse.source = ""
+
+
+@needs_native
+@pytest.mark.parametrize("shape,width", [((64, 32), 128), ((300, 37), 100), ((5, 4099), 12288)])
+def test_results_with_rows_apart_are_written_in_place(shape, width):
+    # Column blocks of one wider array (the LSTM's backward gate gradients
+    # written into their concatenate's slot: stack_slots.py): each block's
+    # results scattered to their rows, the columns around them untouched.
+    from keras_ipu.device.compiler.fusion import build_fused_kernel
+
+    f32 = aval(shape)
+    chain = ((REGISTRY["tanh"], (), (("in", 0, f32),), f32),
+             (REGISTRY["mul"], (), (("t", 0, f32), ("in", 1, f32)), f32),
+             (REGISTRY["logistic"], (), (("t", 1, f32),), f32))
+    numpy_kernel = build_fused_kernel(chain, (0, 2), 2)
+    kernel = native_fusion.native_kernel(chain, (0, 2), (f32, f32), (), _refuse)
+    assert kernel.placeable == {0, 1}
+    rows, cols = shape
+    xs = (_all_kinds(rows * cols).reshape(rows, cols),
+          (_rng.standard_normal(shape) * 4).astype(np.float32))
+    with np.errstate(all="ignore"):
+        want = numpy_kernel(*xs)
+    dest = np.full((rows, width), -7.0, np.float32)
+    views = (dest[:, 1:1 + cols], dest[:, width - cols:])
+    got = kernel.placed((0, 1))(*xs, *views)
+    assert got[0] is views[0] and got[1] is views[1]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
+    untouched = np.ones(width, bool)
+    untouched[1:1 + cols] = untouched[width - cols:] = False
+    assert (dest[:, untouched] == -7.0).all()

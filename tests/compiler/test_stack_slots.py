@@ -169,3 +169,80 @@ def test_a_scalar_per_step_is_copied(one_thread):
         want_h = np.tanh(args[0][t] + want_h)
         np.testing.assert_allclose(sums[t], np.tanh(want_h.sum()) * 2 + 1, rtol=1e-5)
     np.testing.assert_allclose(h, want_h, rtol=1e-6)
+
+
+def _concatenates(monkeypatch):
+    """The calls of np.concatenate from now on."""
+    calls = []
+    concatenate = np.concatenate
+
+    def counted(*a, **k):
+        calls.append(a)
+        return concatenate(*a, **k)
+
+    monkeypatch.setattr(np, "concatenate", counted)
+    return calls
+
+
+def test_a_chains_results_go_into_their_concatenates_columns(one_thread, monkeypatch):
+    """The gate chain's two results only the concatenate reads are written
+    into its slot's column blocks by the C kernel: no concatenate runs, and
+    the bits are the copied loop's."""
+    args = _args(4)
+    fn = _lstm(concatenated=True)
+    _, body = _run(fn, args)
+    columns = stack_slots._columns(body, {i: {0: 1} for i, node in enumerate(body.graph.nodes)
+                                          if node.primitive.name == "concatenate"}, 2)
+    assert len(columns) == 1
+    calls = _concatenates(monkeypatch)
+    got, _ = _run(fn, args)
+    assert not calls
+    monkeypatch.setattr(stack_slots, "stacked_body", lambda body, n_carry: None)
+    want, _ = _run(fn, args)
+    assert calls  # the copied loop's concatenate
+    for g, w in zip(got, want):
+        assert g.tobytes() == w.tobytes()
+
+
+def test_results_the_c_kernel_did_not_place_are_concatenated(monkeypatch):
+    """Where NumPy's kernel ran (an operand the C kernel refused), its new
+    arrays are concatenated into the slot."""
+    xs = (np.arange(6, dtype=np.float32).reshape(2, 3),)
+
+    def placing(x, *views):  # as NumPy's kernel: new arrays, not the views
+        return (x * 2, x + 1, x - 1)
+
+    kernel = stack_slots._chain_into_columns(placing, 1, (2, 0), (0, 3, 6))
+    dest = np.zeros((2, 6), np.float32)
+    calls = _concatenates(monkeypatch)
+    results = kernel(*xs, dest)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(dest, np.concatenate([xs[0] - 1, xs[0] * 2], axis=1))
+    assert len(results) == 3
+
+
+def test_a_concatenate_whose_operands_are_read_elsewhere_stays(one_thread):
+    """An operand another step reads (or the body returns) keeps its own
+    buffer: the concatenate is placed as before, its chain untouched."""
+    def fn(xs, h0):
+        def step(h, x):
+            a, b = keras.ops.tanh(x + h), keras.ops.sigmoid(x * h)
+            return a, (keras.ops.concatenate([a, b], axis=-1), b)
+
+        return keras.ops.scan(step, h0, xs)
+
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal((T, B, H)).astype(np.float32),
+            rng.standard_normal((B, H)).astype(np.float32)]
+    fast = jit(fn, cache=ExecutableCache(disk=False))
+    (body,) = fast.executable(*args).subprograms.values()
+    targets = {i: {0: 0} for i, node in enumerate(body.graph.nodes)
+               if node.primitive.name == "concatenate"}
+    assert targets and stack_slots._columns(body, targets, 2) == {}
+    h, (joined, b) = fast(*args)
+    want_h = args[1]
+    for t in range(T):
+        a, bt = np.tanh(args[0][t] + want_h), 1 / (1 + np.exp(-(args[0][t] * want_h)))
+        np.testing.assert_allclose(joined[t], np.concatenate([a, bt], axis=1), rtol=1e-5)
+        np.testing.assert_allclose(b[t], bt, rtol=1e-5)
+        want_h = a

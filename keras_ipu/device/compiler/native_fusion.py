@@ -410,19 +410,23 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
     else:
         one_thread = fused_native
     n_operands = len(in_avals)
-    # Results whose buffer is new and theirs alone (not a donated operand's).
-    placeable = frozenset(p for p, b in enumerate(result_index)
-                          if makers[b] is not None and result_index.count(b) == 1)
+    # Results whose buffer holds them alone, and of those the ones whose
+    # buffer is new (not a donated operand's).
+    alone = frozenset(p for p, b in enumerate(result_index) if result_index.count(b) == 1)
+    placeable = frozenset(p for p in alone if makers[result_index[p]] is not None)
 
-    def placed(positions):
+    def placed(positions, over_donated=False):
         """The kernel f(*xs, *dests) writing its results at `positions`
         into `dests` (a scan's stacking slots: stack_slots.py) in place of
         new arrays; or None where such a result's buffer is an operand's
-        or holds another result too. The same bits: only where the C
-        kernel stores them changes. Operands or slots the C kernel refuses
-        get fused_native's new arrays (the caller then copies them)."""
+        (unless `over_donated`: the donated operand's buffer is then left
+        as it was, which nothing reads after the chain) or holds another
+        result too. The same bits: only where the C kernel stores them
+        changes. Operands or slots the C kernel refuses get fused_native's
+        arrays (the caller then copies them)."""
         buffers = [result_index[p] for p in positions]
-        if len(set(positions)) < len(positions) or not placeable.issuperset(positions):
+        if len(set(positions)) < len(positions) or not (
+                alone if over_donated else placeable).issuperset(positions):
             return None
         into_dest = {b: d for d, b in enumerate(buffers)}
         specs = tuple((into_dest.get(k), make, into, dtype)
@@ -440,6 +444,7 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
 
     fused_native.placed = placed
     fused_native.placeable = placeable
+    fused_native.placeable_over_donated = alone
     fused_native.one_thread = one_thread
     # What a job on the C pool needs to run the chain on one thread, as
     # one_thread does, after a product or alone (concurrent_steps._c_pool_start).

@@ -15,7 +15,11 @@
    apart): the caller then runs its NumPy kernel. A full-size operand whose
    rows lie apart (a slice's view of a wider array, such as an LSTM cell's
    gates cut from one product) is read in place, each block's rows
-   gathered into its register. A result goes straight into its output array when
+   gathered into its register. An output may lie rows apart too (a column
+   block of a wider array: the LSTM's backward gate gradients written
+   straight into their concatenate's columns, compiler/stack_slots.py):
+   each block's result is scattered to its rows at the end of the block.
+   A result goes straight into its output array when
    nothing reads that array later in the block (a fresh array, or a donated
    operand past its last read); otherwise it is copied there at the end of
    the block, after every read.
@@ -131,8 +135,10 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int dtype,
    beyond its row, strides[1] one item): its columns per row and the bytes
    from one row to the next. */
 static int get_rows_buffer(PyObject *obj, Py_buffer *view, int dtype, Py_ssize_t count,
-                           Py_ssize_t *cols, Py_ssize_t *pitch) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
+                           Py_ssize_t *cols, Py_ssize_t *pitch, int writable) {
+    int flags = PyBUF_STRIDES | PyBUF_FORMAT;
+    if (writable) flags |= PyBUF_WRITABLE;
+    if (PyObject_GetBuffer(obj, view, flags) != 0) {
         PyErr_Clear();
         return 0;
     }
@@ -157,6 +163,20 @@ static void gather_rows(char *dst, const char *base, Py_ssize_t start, Py_ssize_
         Py_ssize_t take = cols - col < m ? cols - col : m;
         memcpy(dst, base + row * pitch + col * size, (size_t)(take * size));
         dst += take * size;
+        m -= take;
+        row++;
+        col = 0;
+    }
+}
+
+/* Elements [start, start + m) of a rows-apart output = src, in order. */
+static void scatter_rows(char *base, const char *src, Py_ssize_t start, Py_ssize_t m,
+                         Py_ssize_t cols, Py_ssize_t pitch, int size) {
+    Py_ssize_t row = start / cols, col = start % cols;
+    while (m > 0) {
+        Py_ssize_t take = cols - col < m ? cols - col : m;
+        memcpy(base + row * pitch + col * size, src, (size_t)(take * size));
+        src += take * size;
         m -= take;
         row++;
         col = 0;
@@ -580,6 +600,7 @@ typedef struct {
     const ufunc_call_info *const *loops;
     char *const *base, *const *out_base;
     const Py_ssize_t *cols, *pitch; /* per input: rows apart (cols > 0) or not */
+    const Py_ssize_t *out_cols, *out_pitch; /* per output: the same */
     Py_ssize_t L, block, lo, hi, task;
     size_t stride;
     int failed; /* a range found no memory for its scratch */
@@ -625,7 +646,7 @@ static int chain_range(const chain_t *c, Py_ssize_t lo, Py_ssize_t hi) {
                      m / L, size, L);
         }
         for (int k = 0; k < n_out; k++)
-            if (out_regs[2 * k + 1] == OUT_DIRECT)
+            if (out_regs[2 * k + 1] == OUT_DIRECT && c->out_cols[k] == 0)
                 ptr[out_regs[2 * k]] =
                     c->out_base[k] + start * itemsize_of(reg_dtype[out_regs[2 * k]]);
         for (int k = 0; k < n_ops; k++) {
@@ -640,7 +661,10 @@ static int chain_range(const chain_t *c, Py_ssize_t lo, Py_ssize_t hi) {
         }
         for (int k = 0; k < n_out; k++) {
             int reg = out_regs[2 * k], size = itemsize_of(reg_dtype[reg]);
-            if (out_regs[2 * k + 1] == OUT_COPY)
+            if (c->out_cols[k] > 0) /* any mode: its register holds the block's result */
+                scatter_rows(c->out_base[k], ptr[reg], start, m, c->out_cols[k],
+                             c->out_pitch[k], size);
+            else if (out_regs[2 * k + 1] == OUT_COPY)
                 memcpy(c->out_base[k] + start * size, ptr[reg], m * size);
             else if (out_regs[2 * k + 1] == OUT_STREAM)
                 stream_copy(c->out_base[k] + start * size, ptr[reg], (size_t)(m * size));
@@ -665,7 +689,7 @@ typedef struct {
     int n_views;
     int64_t count; /* tasks: ranges of c.task elements */
     char *base[MAX_REGS], *out_base[MAX_REGS];
-    Py_ssize_t cols[MAX_REGS], pitch[MAX_REGS];
+    Py_ssize_t cols[MAX_REGS], pitch[MAX_REGS], out_cols[MAX_REGS], out_pitch[MAX_REGS];
     const ufunc_call_info *loops[MAX_LOOPS];
 } bound_chain;
 
@@ -746,27 +770,34 @@ static int bind_chain(bound_chain *b, Py_ssize_t n, Py_ssize_t L, Py_ssize_t B, 
         if (mode < 0 || mode > 3 || dtype != reg_dtype[k]) return 0;
         if (!get_buffer(obj, &views[b->n_views], dtype, counts[mode], 0)
             && !(mode == M_FULL
-                 && get_rows_buffer(obj, &views[b->n_views], dtype, n, &cols[k], &pitch[k])))
+                 && get_rows_buffer(obj, &views[b->n_views], dtype, n, &cols[k], &pitch[k], 0)))
             return 0;
         rows_apart |= cols[k] > 0;
         base[k] = (char *)views[b->n_views++].buf;
     }
     char **out_base = b->out_base;
+    Py_ssize_t *out_cols = b->out_cols, *out_pitch = b->out_pitch;
     if (n_out > MAX_REGS - b->n_views) return 0;
     for (int k = 0; k < n_out; k++) {
         int reg = out_regs[2 * k];
         int mode = out_regs[2 * k + 1];
+        PyObject *obj = PyTuple_GET_ITEM(outs, k);
+        out_cols[k] = out_pitch[k] = 0;
         if (reg < 0 || reg >= n_regs || mode < OUT_COPY || mode > OUT_STREAM
-            || (mode == OUT_DIRECT && reg < n_in)
-            || !get_buffer(PyTuple_GET_ITEM(outs, k), &views[b->n_views],
-                           reg_dtype[reg], n, 1))
+            || (mode == OUT_DIRECT && reg < n_in))
             return 0;
+        if (!get_buffer(obj, &views[b->n_views], reg_dtype[reg], n, 1)
+            && !get_rows_buffer(obj, &views[b->n_views], reg_dtype[reg], n, &out_cols[k],
+                                &out_pitch[k], 1))
+            return 0;
+        rows_apart |= out_cols[k] > 0;
         out_base[k] = (char *)views[b->n_views++].buf;
     }
     if (n == 0 || lo == hi) return 1;
     chain_t c = {n_in, n_regs, n_ops, n_out, in_desc, reg_dtype, ops, out_regs,
-                 loops, base, out_base, cols, pitch, L, B < n ? B : n, lo, hi, 0, 0, 0, NULL};
-    /* A whole-chain kernel reads its operands contiguous; the block loop
+                 loops, base, out_base, cols, pitch, out_cols, out_pitch, L, B < n ? B : n,
+                 lo, hi, 0, 0, 0, NULL};
+    /* A whole-chain kernel reads and writes its buffers contiguous; the block loop
        computes the same steps, in the same order. */
     int whole = rows_apart ? -1 : whole_chain_of(w, words);
     if (whole >= 0) c.whole = WHOLE_CHAINS[whole].fn;
