@@ -36,7 +36,11 @@ def _inputs(exe):
     return [rng.standard_normal(a.shape).astype(a.dtype) for a in exe.in_avals]
 
 
-def test_the_share_is_the_convolutions_multiply_accumulates():
+PAYING_RATIO = 0.5  # a host where the graph runtime's convolutions pay
+
+
+def test_the_share_is_the_convolutions_multiply_accumulates(monkeypatch):
+    monkeypatch.setattr(engine_prediction, "CONVOLUTION_RATIO", PAYING_RATIO)
     graph = compile_graph(_products(with_conv=True)).running_graph
     share = CONV_MACS / (CONV_MACS + DOT_MACS)
     assert engine_prediction.convolution_share(graph) == pytest.approx(share)
@@ -103,6 +107,7 @@ def test_a_hot_program_predicted_to_gain_nothing_stays_on_numpy(monkeypatch):
 
 
 def test_a_hot_program_of_convolutions_is_prepared_for_tensorflow(monkeypatch):
+    monkeypatch.setattr(engine_prediction, "CONVOLUTION_RATIO", PAYING_RATIO)
     runner, _, _, starts = _hot_runner(monkeypatch, with_conv=True)
     assert starts == [runner]
     assert not any("stays on numpy" in what for _, what in runner.events)

@@ -173,7 +173,8 @@ XLA_EXPECTED_GAIN = 0.25
 # below it, the import (about 5 s of CPU, slowing the training beside it
 # 3-5x while it runs on two cores) would not be won back within minutes,
 # and a gain that small is within the noise of the timed turns that
-# choose the engine. The benchmark's CNN is predicted at 18%, the MLP,
+# choose the engine. The benchmark's CNN was predicted at 18% (its twelfth
+# pass ratio), now at -11% (engine_prediction.CONVOLUTION_RATIO); the MLP,
 # transformer, LSTM and demo_functional at 0.
 MIN_PREDICTED_GAIN = 0.05
 # The prediction decides on hosts of up to this many threads
