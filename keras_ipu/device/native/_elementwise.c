@@ -520,22 +520,6 @@ static int whole_chain_of(const int32_t *w, Py_ssize_t words) {
     return -1;
 }
 
-/* The C pool (_product_pool's capsule), looked up at the first split
-   call; NULL where that module is missing (then a split call runs its
-   ranges in order on the caller: the same results). */
-static const task_pool_api *pool;
-static int pool_looked_up;
-
-static const task_pool_api *task_pool(void) {
-    if (!pool_looked_up) {
-        pool_looked_up = 1;
-        const task_pool_api *api = (const task_pool_api *)PyCapsule_Import(TASK_POOL_CAPSULE, 0);
-        if (api == NULL) PyErr_Clear();
-        else if (api->version == TASK_POOL_VERSION) pool = api;
-    }
-    return pool;
-}
-
 /* Runs fn over `count` tasks on up to `threads` threads (the pool, or the
    caller alone), without the GIL; stats as task_pool_api.run. */
 static void run_tasks(task_fn fn, void *arg, int64_t count, int threads, int64_t *ran,
@@ -862,7 +846,7 @@ typedef struct {
 static void pair_task(void *arg, int64_t unused) {
     (void)unused;
     pair_job *p = (pair_job *)arg;
-    if (p->product != NULL) pool->run_product(p->product);
+    if (p->product != NULL) task_pool()->run_product(p->product);
     if (p->has_chain) chain_task(&p->chain.c, 0);
 }
 
@@ -870,6 +854,7 @@ static void pair_task(void *arg, int64_t unused) {
 static void pair_finish(pair_job *p) {
     if (p->joined) return;
     p->joined = 1;
+    const task_pool_api *pool = task_pool(); /* launch_pair found it */
     Py_BEGIN_ALLOW_THREADS
     pool->join(&p->job, &p->caller_ran, &p->wait_ns);
     Py_END_ALLOW_THREADS

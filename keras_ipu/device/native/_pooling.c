@@ -162,23 +162,6 @@ static void select_task(void *arg, int64_t i) {
     else select_rows_f32(s, lo, hi);
 }
 
-/* The C pool (_product_pool's capsule), looked up at the first split
-   call; NULL where that module is missing or another build (then a split
-   call runs its tasks in order on the caller: the same results). As
-   _elementwise.c's. */
-static const task_pool_api *pool;
-static int pool_looked_up;
-
-static const task_pool_api *task_pool(void) {
-    if (!pool_looked_up) {
-        pool_looked_up = 1;
-        const task_pool_api *api = (const task_pool_api *)PyCapsule_Import(TASK_POOL_CAPSULE, 0);
-        if (api == NULL) PyErr_Clear();
-        else if (api->version == TASK_POOL_VERSION) pool = api;
-    }
-    return pool;
-}
-
 static int is_int64(const Py_buffer *view) {
     const char *f = view->format;
     if (f == NULL || view->itemsize != 8) return 0;

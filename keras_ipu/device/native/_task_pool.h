@@ -67,4 +67,20 @@ typedef struct {
     void (*release_product)(void *bound); /* with the GIL */
 } task_pool_api;
 
+/* For the pool's users (_elementwise.c, _pooling.c): the pool, looked up
+   at the first split call; NULL where _product_pool is missing or another
+   build (then a split call runs its tasks in order on the caller: the same
+   results). Each module that includes this has its own copy. */
+static inline const task_pool_api *task_pool(void) {
+    static const task_pool_api *pool;
+    static int looked_up;
+    if (!looked_up) {
+        looked_up = 1;
+        const task_pool_api *api = (const task_pool_api *)PyCapsule_Import(TASK_POOL_CAPSULE, 0);
+        if (api == NULL) PyErr_Clear();
+        else if (api->version == TASK_POOL_VERSION) pool = api;
+    }
+    return pool;
+}
+
 #endif
