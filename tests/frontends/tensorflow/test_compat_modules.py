@@ -96,11 +96,16 @@ def test_compile_output_conventions():
     assert (float(a), float(b)) == (4.0, 6.0)
 
 
-def test_custom_training_loop_through_strategy_run_streams_an_iterator():
+def test_custom_training_loop_through_strategy_run_streams_an_iterator(configure_ipus):
     """Graphcore's TF2 custom loop: a tf.function looping over next(iterator)
     with variables, run by IPUStrategy.run: one program per call; the
     variables keep their values between calls; the iterator is read as the
     program needs it."""
+    # One IPU, so one replica: IPUStrategy.run runs a replica per IPU of
+    # the configured device, and a system another test of this worker left
+    # with two IPUs dealt the rows between two replicas (CI: w read 8.0
+    # where one replica reads 6.0).
+    configure_ipus(1)
     w = tf.Variable(np.zeros(4, np.float32))
     outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
     iterator = iter(_dataset())
@@ -264,7 +269,7 @@ def test_replica_id_is_each_replicas_index(configure_ipus):
     np.testing.assert_array_equal(ids, [[0, 1]])
 
 
-def test_one_replica_per_instance_all_reduce_spans_the_instances(monkeypatch):
+def test_one_replica_per_instance_all_reduce_spans_the_instances(monkeypatch, configure_ipus):
     """In a multi-process job (multi_replica_distribution) with one replica
     per instance, an all-reduce over the local group still adds the other
     instances' partial sums (simulator/replicas.reduce_alone), and replica-id
@@ -276,6 +281,7 @@ def test_one_replica_per_instance_all_reduce_spans_the_instances(monkeypatch):
 
     from keras_ipu.device.simulator import partition
 
+    configure_ipus(1)  # one replica in this instance, whatever an earlier test left
     second = dataclasses.replace(partition.current(), num_instances=2, instance_index=1,
                                  num_total_replicas=2, replica_index_offset=1)
     monkeypatch.setattr(partition, "configured_instances", lambda system=None: (2, 1))
