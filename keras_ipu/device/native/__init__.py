@@ -7,7 +7,13 @@ products: product_pool.py) are the extension modules, each None when it
 was not built or `KERAS_IPU_NATIVE=0` turns them off; every caller then
 runs its NumPy kernel (or the Python pool), which computes the same bits."""
 
+import numpy as np
+
 from keras_ipu.device.flags import env_switch
+
+# The dtypes the C kernels (and the C pool's products) compute in; every
+# other dtype runs its NumPy kernel.
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 elementwise = None
 scatter_add = None

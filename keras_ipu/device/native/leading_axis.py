@@ -25,6 +25,7 @@ operand), as donation.py's `fresh_outputs` assumes of ufunc results.
 
 import numpy as np
 
+from keras_ipu.device import native
 from keras_ipu.device.native import threads as host_threads
 
 
@@ -148,7 +149,7 @@ def split_sum(kernel, in_avals, out_aval, axes):
     row order."""
     (x_aval,) = in_avals
     if (not _static((x_aval, out_aval)) or 0 not in axes
-            or x_aval.dtype not in (np.dtype(np.float32), np.dtype(np.float64))):
+            or x_aval.dtype not in native.FLOAT_DTYPES):
         return None
     planned = _plan(x_aval)  # the operand's rows: the result has none
     if planned is None:

@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 from keras_ipu.device.flags import env_switch
-from keras_ipu.device.native import product_pool
+from keras_ipu.device.native import FLOAT_DTYPES, product_pool
 
 CAP_VARIABLES = (
     "KERAS_IPU_HOST_THREADS",
@@ -250,7 +250,7 @@ def product_pool_takes(b, compute):
     """Whether a product of `b` batches (0: a 2-d product) computed in
     `compute` splits on the C pool (product_pool.py) where it splits:
     float32 or float64 (where its check passed), 2-d or batched."""
-    if (np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64))
+    if (np.dtype(compute) not in FLOAT_DTYPES
             or not env_switch("KERAS_IPU_PRODUCT_POOL")):
         return False
     configure()  # OpenBLAS on one thread before the pool's first check and blocks
@@ -303,7 +303,7 @@ def product_threads(b, m, n, k, compute):
     A product OpenBLAS' threads run counts its OpenBLAS threads."""
     flops = 2 * max(b, 1) * m * n * k
     cap = max_threads()
-    if cap == 1 or np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64)):
+    if cap == 1 or np.dtype(compute) not in FLOAT_DTYPES:
         return 1
     if product_pool_takes(b, compute):
         split = _native_product_split(b, m, n, k, compute)
@@ -686,7 +686,7 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
     A product splits on the C pool where product_pool_takes it. `threads` overrides the policy's count and splits over our pool,
     `native` picks the C pool (True) or the Python pool (False)
     (benchmarks/host_threads.py measures each)."""
-    if np.dtype(compute) not in (np.dtype(np.float32), np.dtype(np.float64)):
+    if np.dtype(compute) not in FLOAT_DTYPES:
         return None
     configure()
     if native is None:

@@ -264,7 +264,6 @@ def _im2col_conv_over_batch(x, w, out_sp, window_strides, padding,
 # 9.4 MB of filters for 9.4 MB of patches, gains nothing from blocks).
 PATCH_BLOCK_BYTES = 2 << 20
 FILTER_REPACKS_PER_BLOCK = 8
-_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
@@ -338,7 +337,7 @@ def _patch_copy(xp, win, ksize, window_strides, rhs_dilation):
     def numpy_copy(lo, hi, block):
         np.copyto(block, win[lo:hi])
 
-    if (native.im2col is None or len(ksize) != 2 or xp.dtype not in _NATIVE_DTYPES
+    if (native.im2col is None or len(ksize) != 2 or xp.dtype not in native.FLOAT_DTYPES
             or not xp.flags.c_contiguous):
         return numpy_copy
     geometry = (*xp.shape[1:], *win.shape[1:3], *ksize, *window_strides, *rhs_dilation)

@@ -31,7 +31,6 @@ from keras_ipu.device.primitives.registry import Primitive
 from keras_ipu.device.simulator import cost_model
 
 _OPS = ("max", "sum", "min")
-_NATIVE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def identity(op, dtype):
@@ -143,7 +142,7 @@ def _extremum_in_place(x, op, window_dimensions, window_strides, padding, base_d
     windows with no padding and no base dilation, overlapping or not,
     each tap read in place: NaN wins as in NumPy's max (min). None where
     the C kernel does not apply: the caller runs the NumPy kernel."""
-    if (x.dtype not in _NATIVE_DTYPES or x.ndim > 32 or any(d != 1 for d in base_dilation)
+    if (x.dtype not in native.FLOAT_DTYPES or x.ndim > 32 or any(d != 1 for d in base_dilation)
             or any(lo or hi for lo, hi in padding)):
         return None
     shape = tuple(_out_dim(n, k, s, (0, 0), 1, d) for n, k, s, d in zip(
@@ -304,7 +303,7 @@ def _select_disjoint(g, x, y, window_dimensions, window_strides, padding,
     window at most, and takes its cotangent or +0.0 (the same bits as the
     NumPy kernel). None where the C kernel does not apply: the caller runs
     the NumPy kernel."""
-    if (x.dtype not in _NATIVE_DTYPES or g.dtype != x.dtype or y.dtype != x.dtype
+    if (x.dtype not in native.FLOAT_DTYPES or g.dtype != x.dtype or y.dtype != x.dtype
             or x.size == 0 or y.size == 0 or x.ndim > 32
             or any(lo or hi for lo, hi in padding)
             or any(k > s or (k > 1 and d != 1) for k, s, d in zip(
