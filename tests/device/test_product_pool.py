@@ -339,19 +339,45 @@ def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch, lo
     calls = []
     run = product_pool.run
 
-    def caller_ran_all(*args):
+    def helper_lost_its_core(*args):
         calls.append(args[-1])
         done = run(*args)
-        # as if no helper got a core
-        return (product_pool.block_count(args[3], args[4]), done[1], done[2])
+        # as if the helper lost its core inside its block: the caller
+        # waited longer than it worked
+        return (1, done[1], done[1] + 0.01)
 
-    monkeypatch.setattr(product_pool, "run", caller_ran_all)
+    monkeypatch.setattr(product_pool, "run", helper_lost_its_core)
     plan = threads.matmul_plan(0, 128, 512, 512, np.float32)  # binds the patched run
     for _ in range(threads.LATE_SPLITS):
         np.testing.assert_array_equal(plan(x, y), want)
     assert threads.backing_off() and len(calls) == threads.LATE_SPLITS
     np.testing.assert_array_equal(plan(x, y), want)  # one np.matmul, no hand-off
     assert len(calls) == threads.LATE_SPLITS
+
+
+def test_a_split_no_helper_joined_is_no_late_split(monkeypatch, long_backoff):
+    # The caller ran every block: only the hand-off was lost, and a helper
+    # that woke late must not start the back-off (nor end one).
+    monkeypatch.setattr(threads, "_cap", 2)
+    x, y = _operands(128, 512, 512)
+    want = np.matmul(x, y)
+    calls = []
+    run = product_pool.run
+
+    def caller_ran_all(*args):
+        calls.append(args[-1])
+        done = run(*args)
+        return (product_pool.block_count(args[3], args[4]), done[1] + done[2], 0.0)
+
+    monkeypatch.setattr(product_pool, "run", caller_ran_all)
+    plan = threads.matmul_plan(0, 128, 512, 512, np.float32)  # binds the patched run
+    for _ in range(2 * threads.LATE_SPLITS):
+        np.testing.assert_array_equal(plan(x, y), want)
+    assert not threads.backing_off() and threads._late == 0
+    assert len(calls) == 2 * threads.LATE_SPLITS  # every one split
+    threads._note_split(True, 0.0)
+    plan(x, y)
+    assert threads._late == 1  # nor does it count as on time
 
 
 # A Dense 512 layer at batch 128 (the MLP's: 67 MFLOP each; split on

@@ -489,7 +489,8 @@ def _ensure_workers(n):
 # beside other work, every split product of the benchmark models was
 # slower on two threads than on one (benchmarks/README.md). So each split
 # notes whether its helpers were late: they ran no block, or the caller
-# waited for them longer than it worked itself. After LATE_SPLITS late
+# waited for them longer than it worked itself (the C pool's splits: only
+# the wait, note_pool_split). After LATE_SPLITS late
 # splits in a row, splits run on the caller alone (the same blocks in
 # order: the same values) for a back-off that starts at BACKOFF_SECONDS
 # and doubles while the probe after it is late again, up to
@@ -711,13 +712,29 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
     return _python_split_plan(b, m, n, compute, threads)
 
 
+# A split of the C pool whose caller ran every task (no helper took one in
+# time) cost the hand-off alone: the caller ran the blocks back to back, no
+# slower than the whole kernel on one thread (the MLP's products, two row
+# blocks on one thread against one np.matmul: 0.97-1.05x; issue 16,
+# fourteenth pass, s14mlp). Counted late, as it was, it started the
+# back-off on a machine where the splits paid: a helper asleep since the
+# last split wakes late now and then (a VM's idle core wakes in tens of
+# microseconds to milliseconds), three such splits in a row came every
+# few dozen steps, and the probe after each back-off, whose helper had
+# slept all through it, was late again as often: the MLP at two threads
+# ran backed off 80-90% of the time and used one core (7.0 ms per step
+# against 6.0 with no back-off at load 7). Only a caller that waited for a
+# helper longer than it worked itself (a helper that lost its core inside
+# its block) makes a split late; a split no helper joined is no note at
+# all, neither late nor on time.
 def note_pool_split(done, count):
     """Notes a split the C pool ran (product_pool.run, the C chains and
     row sums: `done` = (tasks the caller ran, its own seconds, its wait
-    for the helpers), `count` tasks): late when the caller ran them all or
-    waited longer than it worked (LATE_SPLITS)."""
+    for the helpers), `count` tasks): late when the caller waited longer
+    than it worked (LATE_SPLITS); none when it ran every task itself."""
     ran, own, wait = done
-    _note_split(ran == count or wait > own, time.perf_counter())
+    if ran < count:
+        _note_split(wait > own, time.perf_counter())
 
 
 # A split whose threads each run a long block (a scan's rows, milliseconds
