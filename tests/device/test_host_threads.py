@@ -342,6 +342,29 @@ def test_a_caller_off_its_core_between_launch_and_join_is_a_late_split(monkeypat
     assert threads._late == 1 and threads._backoff == threads.BACKOFF_SECONDS
 
 
+@pytest.mark.parametrize("at_once", [True, False])
+def test_a_c_pool_job_run_by_the_caller_behind_its_earlier_jobs_is_not_late(monkeypatch,
+                                                                           at_once):
+    _no_backoff(monkeypatch)
+
+    def joined(caller_ran, wait=0.0, cpu=0.001):
+        finish = lambda handle: ("result", (caller_ran, wait, cpu))
+        return threads.join(threads._OnCPool((None, finish), at_once))
+
+    # The helper on earlier launched jobs: busy, not late; nothing noted.
+    for _ in range(threads.LATE_SPLITS + 1):
+        assert joined(threads.C_POOL_CALLER_RAN_BEHIND) == "result"
+    assert threads._late == 0 and not threads.backing_off()
+    # No helper took it with none ahead of it: late (at once, or counted).
+    assert joined(1) == "result"
+    assert threads._late == 1 and threads.backing_off() == at_once
+    # ... and a busy helper's job does not end the count as one on time does.
+    joined(threads.C_POOL_CALLER_RAN_BEHIND)
+    assert threads._late == 1
+    joined(0)
+    assert threads._late == 0 and not threads.backing_off()
+
+
 def test_a_launched_job_standing_for_a_split_backs_off_as_the_split_does(monkeypatch,
                                                                       long_backoff):
     import threading

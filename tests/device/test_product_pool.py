@@ -451,6 +451,30 @@ def test_launched_pairs_give_the_bits_of_the_product_and_chain_called_in_turn():
 
 
 @pytest.mark.skipif(not product_pool.tasks_available(), reason="no C chains on the C pool")
+def test_a_job_joined_behind_the_helpers_earlier_jobs_says_so():
+    """A run loop joins the last launched job first (concurrent_steps):
+    where the helper is still on an earlier one the caller runs it, and
+    says that the helper was busy (caller_ran 2: threads.py notes no late
+    split), not absent (1)."""
+    from keras_ipu.device import native
+    from keras_ipu.device.native import threads
+
+    # A first job of some 50-100 ms on the helper (or still queued ahead),
+    # then a small one joined at once: the caller runs the small one
+    # behind it. 0 only where the caller lost its core for the whole
+    # first job and the helper took the second too.
+    pairs = [_operands(1536, 1536, 1536), _operands(96, 200, 160)]
+    scales = [RNG.standard_normal((m, n)).astype(np.float32) for m, n in ((1536, 1536), (96, 160))]
+    jobs = [_scaled_product_jobs([pair], scale)[0] for pair, scale in zip(pairs, scales)]
+    for (x, y), scale, (job, p, out) in reversed(list(zip(pairs, scales, jobs))):
+        caller_ran, wait, cpu = native.elementwise.join_pair(job)
+        if job is jobs[-1][0]:
+            assert caller_ran in (0, threads.C_POOL_CALLER_RAN_BEHIND)
+        want = np.matmul(x, y)
+        assert np.array_equal(p, want) and np.array_equal(out, want * scale)
+
+
+@pytest.mark.skipif(not product_pool.tasks_available(), reason="no C chains on the C pool")
 def test_a_pair_the_c_kernels_cannot_take_is_refused_untouched():
     x, y = _operands(96, 200, 160)
     scale = RNG.standard_normal((96, 160)).astype(np.float32)

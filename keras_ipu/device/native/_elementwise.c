@@ -1070,7 +1070,8 @@ static PyMethodDef methods[] = {
      "alone, launched on the C pool; None where the pool cannot take it."},
     {"join_pair", join_pair, METH_O,
      "join_pair(job) -> (caller_ran, wait_s, cpu_s): once launch_pair's job "
-     "is done (the caller runs it if no helper took it: caller_ran 1); wait_s: "
+     "is done (the caller runs it if no helper took it: caller_ran 1, or 2 where "
+     "the helpers were on earlier launched jobs meanwhile); wait_s: "
      "the caller's wait for the helper, cpu_s: the job's thread CPU time."},
     {"sum_rows", sum_rows, METH_VARARGS,
      "sum_rows(x, out, rows, cols[, threads, width]) -> bool: out = the rows "

@@ -183,6 +183,7 @@ static int64_t work(uint64_t seq) {
 static launched_job *queue_head, *queue_tail;
 static atomic_int queued;   /* jobs in the queue */
 static int joiners;         /* callers waiting on `job_done`, under mu */
+static int helpers_on_jobs; /* helpers running a launched job, under mu */
 static pthread_cond_t job_done = PTHREAD_COND_INITIALIZER;
 
 static int64_t thread_cpu_ns(void) {
@@ -205,6 +206,7 @@ static launched_job *dequeue(void) {
         if (queue_head == NULL) queue_tail = NULL;
         atomic_fetch_sub(&queued, 1);
         atomic_store(&job->state, JOB_RUNNING);
+        helpers_on_jobs++;
     }
     return job;
 }
@@ -217,6 +219,7 @@ static void run_queued(void) {
         if (job == NULL) return;
         run_job(job);
         pthread_mutex_lock(&mu);
+        helpers_on_jobs--;
         atomic_store_explicit(&job->state, JOB_DONE, memory_order_release);
         if (joiners) pthread_cond_broadcast(&job_done);
         pthread_mutex_unlock(&mu);
@@ -281,7 +284,7 @@ static void after_fork_in_child(void) {
     wake = c;
     finished = c;
     job_done = c;
-    helpers = sleeping = caller_sleeping = joiners = 0;
+    helpers = sleeping = caller_sleeping = joiners = helpers_on_jobs = 0;
     /* The parent's queued jobs are its own: the child never joins them. */
     queue_head = queue_tail = NULL;
     atomic_store(&queued, 0);
@@ -361,9 +364,15 @@ static void pool_join(launched_job *job, int64_t *caller_ran, int64_t *wait_ns) 
     int64_t start = now_ns();
     *caller_ran = 0;
     if (atomic_load_explicit(&job->state, memory_order_acquire) == JOB_QUEUED) {
-        /* No helper took it: off the queue, and the caller runs it. */
+        /* No helper took it: off the queue, and the caller runs it. Where
+           the helpers were still on this caller's earlier launched jobs
+           (one ahead in the queue, or one running) they were busy, not
+           descheduled: *caller_ran 2, which threads.py does not count as a
+           late helper (a step's backward launches more than one helper
+           gets through, and the run loop joins the last launched first). */
         pthread_mutex_lock(&mu);
         int mine = atomic_load(&job->state) == JOB_QUEUED;
+        int behind = mine && (queue_head != job || helpers_on_jobs > 0);
         if (mine) {
             launched_job **at = &queue_head, *prev = NULL;
             while (*at != job) {
@@ -379,7 +388,7 @@ static void pool_join(launched_job *job, int64_t *caller_ran, int64_t *wait_ns) 
         if (mine) {
             run_job(job);
             atomic_store(&job->state, JOB_DONE);
-            *caller_ran = 1;
+            *caller_ran = behind ? 2 : 1;
             *wait_ns = 0;
             return;
         }

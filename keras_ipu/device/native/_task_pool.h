@@ -55,8 +55,9 @@ typedef struct {
        once. Without the GIL or with it. */
     void (*submit)(launched_job *job);
     /* Returns when the job is done: the caller runs it if no helper has
-       taken it (*caller_ran 1), else waits for it (*wait_ns). Call it
-       without the GIL. */
+       taken it (*caller_ran 1; 2 where the helpers were on this caller's
+       earlier launched jobs meanwhile, busy rather than late), else waits
+       for it (*wait_ns). Call it without the GIL. */
     void (*join)(launched_job *job, int64_t *caller_ran, int64_t *wait_ns);
     /* A whole product out = x @ y as NumPy's matmul computes it (one
        single-threaded gemm call: its bits), bound to the buffers it holds:
