@@ -344,6 +344,7 @@ def test_a_caller_off_its_core_between_launch_and_join_is_a_late_split(monkeypat
 
 @pytest.mark.parametrize("at_once", [True, False])
 def test_a_c_pool_job_run_by_the_caller_behind_its_earlier_jobs_is_not_late(monkeypatch,
+                                                                           long_backoff,
                                                                            at_once):
     _no_backoff(monkeypatch)
 
