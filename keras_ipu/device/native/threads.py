@@ -760,7 +760,17 @@ def note_pool_split(done, count):
 # packs the weights again, two threads take turns on the GIL) makes the
 # step slower (issue 16, eleventh pass: +10% per fit step). Such a split
 # is late when its wall time exceeds BLOCKS_LATE_SHARE of the CPU time its
-# threads spent together (a gain below 1.33x).
+# threads spent together (a gain below 1.18x). The split pays while its
+# wall time is below the whole body's, about its threads' CPU time over
+# 1.07-1.13 (the blocks' own extra work, their threads running at once
+# adding none: the LSTM's forward and backward scans, issue 16,
+# fourteenth pass), so 0.88-0.93 of that time; 0.85 keeps a margin for
+# the noise. At 0.75 the LSTM's backward split (0.70 of its CPU time at
+# best on this 2-core VM) was often judged late and its back-off ran the
+# forward scan whole too: in-process, epochs alternating, 2 threads, load
+# 10 (autogroup -15), 0.85 split 37 of 60 scans per epoch against 23 and
+# ran 47.1 ms per step against 49.6 (58.6 against 61.9 in a second run);
+# 0.9 split more (49) but ran no faster (49.8) for 15% more CPU.
 #
 # These splits keep a back-off of their own, which only their own
 # measure starts: a late join or product split elsewhere in the step (one
@@ -770,7 +780,7 @@ def note_pool_split(done, count):
 # thirteenth pass: at load 6-8, 0 to 76 of 240 scans split under the
 # shared back-off, half of them or more under their own). A late block
 # split still starts the shared back-off too: the machine is busy.
-BLOCKS_LATE_SHARE = 0.75
+BLOCKS_LATE_SHARE = 0.85
 _blocks_backoff = 0.0
 _blocks_resume_at = 0.0
 
