@@ -110,6 +110,20 @@ SGEMM_P = 320
 SGEMM_UNROLL_M = 8
 # OpenBLAS' small-matrix bound on M * N * K (module doc).
 SMALL_MATRIX_MNK = 100 ** 3
+# A split's helper starts its block after the caller starts its own: it
+# wakes (a futex, on a VM an idle virtual core) and packs its operand
+# while the caller, which published the split, claims the first block at
+# once. Measured on the 2-core AMD VM (issue 16, fourteenth pass, s14mlp;
+# 300 calls each, 100 us of Python between calls, autogroup -15, load 9):
+# the helper ended 170-320 us after the caller with even row blocks, and
+# cuts that gave the caller more rows ran faster (median wall, us):
+# 128x784 @ 784x512 cut at 60 / 72 / 84 rows 1121 / 928 / 1019; 128x512 @
+# 512x512 743 / 607 / 640; 784x128 @ 128x512 at 396 / 420 / 444 1024 /
+# 980 / 913; 512x128 @ 128x512 at 252 / 276 / 300 697 / 643 / 633. So of
+# two row blocks the first (the caller's) is larger by half the work one
+# core does in the helper's lateness, HELPER_LATE_FLOPS (about 100 us at
+# ~90 GFLOP/s): 72, 72, 432 and 288 rows of those four.
+HELPER_LATE_FLOPS = 9_000_000
 # Rows (or columns, batches) per block at least: thinner blocks run BLAS
 # below its efficiency (the Python pool's blocks too: threads.py).
 MIN_BLOCK = 16
@@ -318,6 +332,18 @@ def side_edges(size, other, k, count, align):
     return None
 
 
+def _caller_first(edges, m, n, k, align):
+    """Two row blocks `edges` of an (m, k) @ (k, n) product cut so that the
+    first, which the caller claims while its helper wakes, holds
+    HELPER_LATE_FLOPS / 2 more work than the second, at the alignment;
+    `edges` where the second block would be under MIN_BLOCK rows or
+    SMALL_MATRIX_MNK."""
+    cut = int(np.round((m / 2 + HELPER_LATE_FLOPS / (4 * n * k)) / align)) * align
+    if edges[1] < cut and m - cut >= MIN_BLOCK and (m - cut) * n * k > SMALL_MATRIX_MNK:
+        return np.array([0, cut, m], np.int64)
+    return edges
+
+
 def blocks(m, n, k, threads, per_thread, dtype=np.float32):
     """(axis, edges) splitting an (m, k) @ (k, n) product into about
     threads * per_thread blocks that keep its bits here (rule): along its
@@ -325,12 +351,15 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32):
     rectangles (rows lo, hi, columns lo, hi), the rows column tiles cannot
     take in one block of their own. Each block above SMALL_MATRIX_MNK and
     MIN_BLOCK wide; None when fewer than two such blocks fit. Two row
-    blocks go before rectangles (see below)."""
+    blocks go before rectangles (see below), the first the larger
+    (_caller_first)."""
     found = rule(dtype)
     if found is None:
         return None
     count = threads * per_thread
     rows = None if not found.rows else side_edges(m, n, k, count, found.rows)
+    if rows is not None and len(rows) == 3:
+        rows = _caller_first(rows, m, n, k, found.rows)
     columns = None
     if found.columns == "any":
         columns = side_edges(n, m, k, count, 1)
