@@ -128,6 +128,36 @@ def _random_state_of_its_own(request):
     yield
 
 
+_SYSTEM_CONFIG = "keras_ipu.device.config.system_config"
+
+
+def _system_put_back():
+    """Put the IPU system installed before back after (only where something
+    else was installed: the module is not imported for that)."""
+    module = sys.modules.get(_SYSTEM_CONFIG)
+    before = module.configured_system() if module is not None else None
+    yield
+    module = sys.modules.get(_SYSTEM_CONFIG)
+    if module is not None and module.configured_system() is not before:
+        module.install_system(before)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _ipu_system_of_its_module():
+    """What a module's fixtures configured stays for its tests and goes with
+    the module."""
+    yield from _system_put_back()
+
+
+@pytest.fixture(autouse=True)
+def _ipu_system_of_its_own():
+    """Each test finds the IPU system its module left, whatever the tests
+    before it in its worker configured: session 13's CI failed where a test
+    that configured 2 IPUs and no reset ran before one that counted
+    replicas (IPUStrategy.run runs one per IPU)."""
+    yield from _system_put_back()
+
+
 @pytest.fixture
 def configure_ipus():
     """configure_ipus(n): the IPU system is one device of n IPUs (a

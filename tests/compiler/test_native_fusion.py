@@ -3,9 +3,6 @@ native/_elementwise.c) against the NumPy kernel it replaces: the same bits
 on every value (NaN, infinities, -0.0), every operand layout, donation,
 and the run-time fallback."""
 
-import shutil
-import sysconfig
-
 import numpy as np
 import pytest
 from compiler_graphs import aval
@@ -13,7 +10,6 @@ from compiler_graphs import build
 from compiler_graphs import lit
 
 from keras_ipu.device import native
-from keras_ipu.device.flags import env_switch
 from keras_ipu.device.compiler import host_memory
 from keras_ipu.device.compiler import native_fusion
 from keras_ipu.device.compiler.executable import Executable
@@ -23,21 +19,6 @@ needs_native = pytest.mark.skipif(
     native.elementwise is None, reason="the C extension is not built here"
 )
 _rng = np.random.default_rng(11)
-
-
-def _compiler_present():
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    return any(shutil.which(name) for name in (cc, "cc", "gcc", "clang"))
-
-
-def test_extension_is_built_where_a_compiler_is():
-    # The install (hatch_build.py) builds it; a silent build failure would
-    # leave every chain on the slower NumPy path.
-    if not env_switch("KERAS_IPU_NATIVE"):
-        pytest.skip("KERAS_IPU_NATIVE=0 turns the extension off")
-    if not _compiler_present():
-        pytest.skip("no C compiler on this machine")
-    assert native.available(), "keras_ipu/device/native/_elementwise was not built"
 
 
 def _special(shape):

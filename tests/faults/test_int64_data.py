@@ -74,12 +74,14 @@ def test_ids_out_of_the_int32_range_fail_naming_the_tensor_value_and_fix():
 
 def test_the_name_follows_the_batch_structure():
     inputs = {"ids": keras.Input((2,), dtype="int64", name="ids"),
-              "dense": keras.Input((1,), name="dense")}
+              "extra": keras.Input((1,), name="extra")}
     hidden = keras.layers.Flatten()(keras.layers.Embedding(10, 2)(inputs["ids"]))
-    output = keras.layers.Dense(1)(keras.layers.Concatenate()([hidden, inputs["dense"]]))
+    output = keras.layers.Dense(1)(keras.layers.Concatenate()([hidden, inputs["extra"]]))
     model = keras.Model(inputs, output)
     model.compile("sgd", "mse")
-    x = {"ids": np.array([[1, -BIG]]), "dense": np.ones((1, 1), np.float32)}
+    # Not "dense": Dense(1) takes that name when no Dense was made before it
+    # in the worker, and two layers of one model cannot share a name.
+    x = {"ids": np.array([[1, -BIG]]), "extra": np.ones((1, 1), np.float32)}
     with pytest.raises(InputRangeError, match=rf"^x\['ids'\] holds the value -{BIG} "):
         model.fit(x, np.ones((1, 1), np.float32), verbose=0)
 
