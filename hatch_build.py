@@ -20,7 +20,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 SOURCES = tuple(
     os.path.join("keras_ipu", "device", "native", name)
     for name in ("_elementwise.c", "_scatter_add.c", "_product_pool.c", "_pooling.c",
-                 "_im2col.c")
+                 "_im2col.c", "_rows.c")
 )
 # -ffp-contract=off: a*b+c must round twice, as NumPy's separate ufuncs do.
 # No -march: the built file may be cached by pip and used on another CPU.

@@ -7,13 +7,16 @@ float sum/prod/max/min reductions call the ufunc's `reduce` directly (what
 np.sum & co. do after their argument handling), with a 0-d result turned
 back into an ndarray. Other dtypes keep the eager kernel, which also fixes
 the result dtype of integer sums. A float32 sum over leading axes runs
-in C (native/leading_sums.py), with NumPy's bits.
+in C (native/leading_sums.py), and a float sum or maximum along the last
+axis (native/last_axis_reductions.py), all with NumPy's bits.
 """
 
 import numpy as np
 
 from keras_ipu.device import native
 from keras_ipu.device.compiler.lowering import LOWERINGS
+from keras_ipu.device.native.last_axis_reductions import last_axis_max_kernel
+from keras_ipu.device.native.last_axis_reductions import last_axis_sum_kernel
 from keras_ipu.device.native.leading_sums import leading_sum_kernel
 from keras_ipu.device.primitives.indexing import scatter_p
 from keras_ipu.device.primitives.reduce import reduce_max_p
@@ -66,9 +69,13 @@ def _reduction(ufunc, primitive):
             return reduce_to_scalar
 
         if ufunc is np.add and axes is not None:
-            native_sum = leading_sum_kernel(x, axes)
+            native_sum = leading_sum_kernel(x, axes) or last_axis_sum_kernel(x, axes)
             if native_sum is not None:
                 return native_sum
+        if ufunc is np.maximum and axes is not None:
+            native_max = last_axis_max_kernel(x, axes)
+            if native_max is not None:
+                return native_max
 
         def reduce_axes(v):
             return reduce(v, axis=axes)

@@ -1,7 +1,8 @@
 """keras_ipu's optional C kernels, built when the project is installed
 (hatch_build.py). `elementwise` (fused elementwise chains), `scatter_add`
 (row scatter-add), `pooling` (max pools and their gradients in one pass),
-`im2col` (a 2-d convolution's patch copy) and
+`im2col` (a 2-d convolution's patch copy), `rows` (sums and maxima
+along the last axis: last_axis_reductions.py) and
 `split_products` (the C thread pool of split
 products: product_pool.py) are the extension modules, each None when it
 was not built or `KERAS_IPU_NATIVE=0` turns them off; every caller then
@@ -19,6 +20,7 @@ elementwise = None
 scatter_add = None
 pooling = None
 im2col = None
+rows = None
 split_products = None
 if env_switch("KERAS_IPU_NATIVE"):
     try:
@@ -37,6 +39,10 @@ if env_switch("KERAS_IPU_NATIVE"):
         from keras_ipu.device.native import _im2col as im2col
     except ImportError:
         im2col = None
+    try:
+        from keras_ipu.device.native import _rows as rows
+    except ImportError:
+        rows = None
     try:
         from keras_ipu.device.native import _product_pool as split_products
     except ImportError:
