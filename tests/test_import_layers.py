@@ -18,7 +18,8 @@ OPTIONAL_MODULES = {"keras_ipu.device.native._elementwise",
                     "keras_ipu.device.native._scatter_add",
                     "keras_ipu.device.native._product_pool",
                     "keras_ipu.device.native._pooling",
-                    "keras_ipu.device.native._im2col"}
+                    "keras_ipu.device.native._im2col",
+                    "keras_ipu.device.native._rows"}
 # Packages that import a heavy library, loaded on first use (a function-level
 # import): the TensorFlow emitter, which only the XLA engine needs, and the
 # one module that talks to MPI, which only multi-process jobs load.
