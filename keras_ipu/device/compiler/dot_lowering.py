@@ -16,6 +16,7 @@ stay on the caller's thread.
 import numpy as np
 
 from keras_ipu.device.compiler.lowering import LOWERINGS
+from keras_ipu.device.compiler.lowering import ORDERED_OUTPUT_LOWERINGS
 from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives.dot import compute_dtype
 from keras_ipu.device.primitives.dot import split_dimensions
@@ -55,7 +56,8 @@ def _lower_dot_general(params, in_avals, out_avals):
         nd_split = None if split is None else host_threads.batched_matmul_plan(
             batch_shape, m, n, k, compute)
         if split is None or nd_split is not None:
-            return _batched_kernel(nd_split, batch_shape, *layout)
+            return _batched_kernel(nd_split, batch_shape, *layout,
+                                   order=params.get("output_order"))
     if split is None:
         kernel = _kernel(np.matmul, *layout)
     else:
@@ -80,7 +82,7 @@ def _lower_dot_general(params, in_avals, out_avals):
 
 
 def _batched_kernel(split, batch_shape, lhs, rhs, lperm, rperm, lshape, rshape, out_shape,
-                    compute, out_dtype):
+                    compute, out_dtype, order=None):
     """The kernel of a product batched over several axes, as np.matmul on
     the operands' views with their batch axes kept: flattened to one, the
     batches of a transposed operand share no one stride, and the reshape
@@ -88,16 +90,75 @@ def _batched_kernel(split, batch_shape, lhs, rhs, lperm, rperm, lshape, rshape, 
     (B, H), the probabilities' transpose (8 MB) read by the key gradient),
     a copy on the caller's thread even where the product then splits.
     np.matmul calls the same gemm per batch on the views (the same bits).
-    `split` (threads.batched_matmul_plan) runs it on several threads."""
+    `split` (threads.batched_matmul_plan) runs it on several threads.
+    `order`: the permutation of the transpose that alone reads the result
+    (the Executable's output_order), whose layout the result then takes
+    (_ordered_result)."""
     m, k = lshape[-2:]
     n = rshape[-1]
     lnd, rnd = (*batch_shape, m, k), (*batch_shape, k, n)
+    ordered = None
+    if order is not None and lhs.dtype == rhs.dtype == compute == out_dtype:
+        ordered = _ordered_result(order, out_shape, (*batch_shape, m, n), out_dtype)
+    if ordered is not None:
+        kernel = _ordered_kernel(_blas_ready(split or np.matmul), lperm, rperm, lnd, rnd,
+                                 *ordered)
+        if split is not None:
+            kernel.one_thread = _ordered_kernel(_blas_ready(np.matmul), lperm, rperm, lnd,
+                                                rnd, *ordered)
+        return kernel
     kernel = _kernel(_blas_ready(split or np.matmul), lhs, rhs, lperm, rperm, lnd, rnd,
                      out_shape, compute, out_dtype)
     if split is not None:
         kernel.one_thread = _kernel(_blas_ready(np.matmul), lhs, rhs, lperm, rperm, lnd, rnd,
                                     out_shape, compute, out_dtype)
     return kernel
+
+
+def _ordered_result(order, out_shape, matmul_shape, dtype):
+    """(stored shape, inverse permutation, matmul_shape) of a result laid
+    out in memory as its transpose by `order` lies, or None where np.matmul
+    could not write its matrices there through gemm. Attention's outputs
+    are transposed back to (B, S, H, D) and reshaped for the next
+    projection, whose product (and bias-gradient sum) copied the strided
+    view (2 MB, three per step); written in that layout, the transpose is
+    C-contiguous. gemm writes each matrix as it would into a contiguous
+    result (its rows a stride apart: ldc), so the bits are the same."""
+    order = tuple(order)
+    stored = tuple(out_shape[a] for a in order)
+    inverse = tuple(int(a) for a in np.argsort(order))
+    if order == tuple(range(len(order))):
+        return None
+    probe = np.empty(stored, dtype).transpose(inverse)
+    view = probe.reshape(matmul_shape)
+    if not np.shares_memory(view, probe):  # the reshape would copy
+        return None
+    size = view.itemsize
+    rows, cols = view.strides[-2:]
+    # gemm's C: unit stride along a row, rows a whole row apart (NumPy's
+    # is_blasable2d for matmul's output); otherwise its own loop: other bits.
+    if cols != size or rows % size or rows < matmul_shape[-1] * size:
+        return None
+    return stored, inverse, tuple(matmul_shape)
+
+
+def _ordered_kernel(matmul, lperm, rperm, lnd, rnd, stored, inverse, matmul_shape):
+    """The batched product writing its result into a new array laid out in
+    the stored order (a view of it in the result's shape)."""
+    transpose_l = lperm != tuple(range(len(lperm)))
+    transpose_r = rperm != tuple(range(len(rperm)))
+    empty = np.empty
+
+    def dot_general(x, y):
+        if transpose_l:
+            x = x.transpose(lperm)
+        if transpose_r:
+            y = y.transpose(rperm)
+        out = empty(stored, x.dtype).transpose(inverse)
+        matmul(x.reshape(lnd), y.reshape(rnd), out=out.reshape(matmul_shape))
+        return out
+
+    return dot_general
 
 
 def _blas_ready(matmul):
@@ -115,8 +176,8 @@ def _blas_ready(matmul):
             return a
         return ascontiguous(a)
 
-    def blas_matmul(x, y):
-        return matmul(ready(x), ready(y))
+    def blas_matmul(x, y, out=None):
+        return matmul(ready(x), ready(y), out=out)
 
     return blas_matmul
 
@@ -182,3 +243,4 @@ def _plain_product(matmul, lhs, rhs, lperm, rperm, transpose_l, transpose_r,
 
 
 LOWERINGS["dot_general"] = _lower_dot_general
+ORDERED_OUTPUT_LOWERINGS.add("dot_general")

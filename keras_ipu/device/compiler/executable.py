@@ -45,6 +45,7 @@ from keras_ipu.device.compiler.donation import owned_values
 from keras_ipu.device.compiler.graph_utils import copy_node
 from keras_ipu.device.compiler.graph_utils import rebuilt
 from keras_ipu.device.compiler.lowering import ALIGNED_OUTPUT_LOWERINGS
+from keras_ipu.device.compiler.lowering import ORDERED_OUTPUT_LOWERINGS
 from keras_ipu.device.compiler.lowering import lower
 from keras_ipu.device.compiler.straight_line import straight_line
 from keras_ipu.device import liveness
@@ -139,6 +140,20 @@ def _with_private_constants(graph):
     out = rebuilt(graph, nodes, {})
     out.outputs = [private(v) for v in graph.outputs]
     return out
+
+
+def _reader_transpose(graph, live, node):
+    """The permutation of the transpose that is the one reader of `node`'s
+    one result (not a program output), or None."""
+    if len(node.outputs) != 1:
+        return None
+    v = node.outputs[0]
+    if not live.read_once(v):
+        return None
+    reader = graph.nodes[live.readers[v][0]]
+    if reader.primitive.name != "transpose":
+        return None
+    return tuple(reader.params["permutation"])
 
 
 def _host_bytes(var):
@@ -288,6 +303,12 @@ class Executable:
                 aligned = tuple(k for k, v in enumerate(node.outputs) if v in returned)
                 params = dict(params, aligned_outputs=aligned, streamed_outputs=tuple(
                     k for k in aligned if not live.readers.get(node.outputs[k])))
+            if prim.name in ORDERED_OUTPUT_LOWERINGS and wrap is None:
+                # Not under a floating-point behaviour: its checks call the
+                # eager kernel with the node's params.
+                order = _reader_transpose(graph, live, node)
+                if order is not None:
+                    params = dict(params, output_order=order)
             in_avals = tuple(v.aval for v in node.inputs)
             out_avals = tuple(v.aval for v in node.outputs)
             kernel = lower(prim, params, in_avals, out_avals)

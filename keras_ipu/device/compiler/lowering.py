@@ -177,3 +177,9 @@ LOWERINGS = {}
 # later node reads, which it may write with non-temporal stores (the
 # Executable sets both).
 ALIGNED_OUTPUT_LOWERINGS = set()
+# Those of them whose builder takes the param `output_order`: the
+# permutation of the one transpose that alone reads its result (the
+# Executable sets it), None otherwise. The kernel may then lay its result
+# out in memory in that order (a view of the same values), so that the
+# transpose's result is C-contiguous and its readers copy nothing.
+ORDERED_OUTPUT_LOWERINGS = set()

@@ -881,10 +881,11 @@ def batched_matmul_plan(batch_shape, m, n, k, compute):
     out_shape = (*batch_shape, m, n)
     empty, matmul = np.empty, np.matmul
 
-    def batched_split_matmul(x, y):
+    def batched_split_matmul(x, y, out=None):
         if backing_off():
-            return matmul(x, y)
-        out = empty(out_shape, compute)
+            return matmul(x, y, out=out)
+        if out is None:
+            out = empty(out_shape, compute)
 
         def part(i):
             index = blocks[i]
