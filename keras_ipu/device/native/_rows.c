@@ -114,58 +114,59 @@ SUM_ROWS(sum_rows_f64, double, pairwise_f64)
 MAX_ROWS(max_rows_f32, float)
 MAX_ROWS(max_rows_f64, double)
 
-static PyObject *sum_last(PyObject *self, PyObject *args) {
-    PyObject *x_obj, *out_obj;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOn", &x_obj, &out_obj, &n)) return NULL;
-    if (n < 1) Py_RETURN_FALSE;
+/* The operands of both calls: x of rows x n and out of rows, one float
+   kind; 0 (no buffer held) when one does not fit. */
+typedef struct {
     Py_buffer x, out;
-    if (!get_buffer(x_obj, &x, 0)) Py_RETURN_FALSE;
-    if (!get_buffer(out_obj, &out, 1)) {
-        PyBuffer_Release(&x);
-        Py_RETURN_FALSE;
+    Py_ssize_t rows, n;
+    char kind;
+} row_operands;
+
+static int take_rows(PyObject *args, row_operands *o) {
+    PyObject *x_obj, *out_obj;
+    if (!PyArg_ParseTuple(args, "OOn", &x_obj, &out_obj, &o->n)) return -1;
+    if (o->n < 1 || !get_buffer(x_obj, &o->x, 0)) return 0;
+    if (!get_buffer(out_obj, &o->out, 1)) {
+        PyBuffer_Release(&o->x);
+        return 0;
     }
-    PyObject *result = Py_False;
-    char kind = float_kind(&x);
-    Py_ssize_t size = x.itemsize ? x.len / x.itemsize : 0;
-    Py_ssize_t rows = size / n;
-    if (kind && float_kind(&out) == kind && rows * n == size
-        && out.len == rows * out.itemsize) {
-        Py_BEGIN_ALLOW_THREADS
-        if (kind == 'f') sum_rows_f32(out.buf, x.buf, rows, n);
-        else sum_rows_f64(out.buf, x.buf, rows, n);
-        Py_END_ALLOW_THREADS
-        result = Py_True;
-    }
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&x);
-    Py_INCREF(result);
-    return result;
+    o->kind = float_kind(&o->x);
+    Py_ssize_t size = o->x.itemsize ? o->x.len / o->x.itemsize : 0;
+    o->rows = size / o->n;
+    if (o->kind && float_kind(&o->out) == o->kind && o->rows * o->n == size
+        && o->out.len == o->rows * o->out.itemsize)
+        return 1;
+    PyBuffer_Release(&o->out);
+    PyBuffer_Release(&o->x);
+    return 0;
+}
+
+static PyObject *sum_last(PyObject *self, PyObject *args) {
+    row_operands o;
+    int taken = take_rows(args, &o);
+    if (taken < 0) return NULL;
+    if (!taken) Py_RETURN_FALSE;
+    Py_BEGIN_ALLOW_THREADS
+    if (o.kind == 'f') sum_rows_f32(o.out.buf, o.x.buf, o.rows, o.n);
+    else sum_rows_f64(o.out.buf, o.x.buf, o.rows, o.n);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&o.out);
+    PyBuffer_Release(&o.x);
+    Py_RETURN_TRUE;
 }
 
 static PyObject *max_last(PyObject *self, PyObject *args) {
-    PyObject *x_obj, *out_obj;
-    Py_ssize_t n, undecided = -1;
-    if (!PyArg_ParseTuple(args, "OOn", &x_obj, &out_obj, &n)) return NULL;
-    if (n < 1) return PyLong_FromSsize_t(-1);
-    Py_buffer x, out;
-    if (!get_buffer(x_obj, &x, 0)) return PyLong_FromSsize_t(-1);
-    if (!get_buffer(out_obj, &out, 1)) {
-        PyBuffer_Release(&x);
-        return PyLong_FromSsize_t(-1);
-    }
-    char kind = float_kind(&x);
-    Py_ssize_t size = x.itemsize ? x.len / x.itemsize : 0;
-    Py_ssize_t rows = size / n;
-    if (kind && float_kind(&out) == kind && rows * n == size
-        && out.len == rows * out.itemsize) {
-        Py_BEGIN_ALLOW_THREADS
-        if (kind == 'f') undecided = max_rows_f32(out.buf, x.buf, rows, n);
-        else undecided = max_rows_f64(out.buf, x.buf, rows, n);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&x);
+    row_operands o;
+    Py_ssize_t undecided;
+    int taken = take_rows(args, &o);
+    if (taken < 0) return NULL;
+    if (!taken) return PyLong_FromSsize_t(-1);
+    Py_BEGIN_ALLOW_THREADS
+    if (o.kind == 'f') undecided = max_rows_f32(o.out.buf, o.x.buf, o.rows, o.n);
+    else undecided = max_rows_f64(o.out.buf, o.x.buf, o.rows, o.n);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&o.out);
+    PyBuffer_Release(&o.x);
     return PyLong_FromSsize_t(undecided);
 }
 
