@@ -8,8 +8,9 @@
    softmax sums and 11 layer-norm sums per step) the call per row costs
    more than the adds: 128x4x64x64 -> 128x4x64 took 1.2 ms, 128x64x64 ->
    128x64 0.3 ms at one thread. Here the same algorithm runs on every row
-   in one call, without the interpreter lock (the Python pool may split
-   the rows: native/leading_axis.split_rows), so the bits are NumPy's.
+   in one call, without the interpreter lock, so the bits are NumPy's. The
+   call runs whole on the caller's thread (last_axis_reductions.py says
+   why).
 
    sum_last(x, out, n) -> bool
      x: C-contiguous float32 or float64, rows * n elements (n >= 1)

@@ -54,7 +54,6 @@ def last_axis_sum_kernel(x_aval, axes):
     halves = n > _PAIRWISE_BLOCK
 
     def sum_last_axis(x):
-        # Rows from the operand: leading_axis.split_rows passes row blocks.
         out = empty(x.shape[:-1], dtype)
         if sum_last(x, out, n) and not (halves and isnan(out).any()):
             return out
