@@ -21,7 +21,8 @@ Per model and backend it reports:
     one epoch by 10-20%;
   - cpu_ms_per_step: the process's CPU time (all threads) per step over the
     timed epochs (median): the work, where wall time on a busy machine is
-    mostly the scheduler's share;
+    mostly the scheduler's share; the table's "cores used" is that CPU time
+    per wall second (CPU ms/step x steps/s), how many cores the step kept busy;
   - the loss after the first epoch, which should agree across backends
     (same data, weights and order; a check that they ran the same thing);
   - on ipu, each epoch's seconds, CPU ms per step and the host engine that
@@ -983,8 +984,8 @@ def format_table(report):
     spread = "min..max" if rounds == 1 else f"min..max of {rounds} rounds"
     lines = [
         f"| model | backend | samples/s (median) | {spread} | GFLOP/s "
-        "| % of BLAS peak | CPU ms/step | first epoch s | loss after epoch 1 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| % of BLAS peak | CPU ms/step | cores used | first epoch s | loss after epoch 1 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in report["config"]["models"]:
         flops = _flops(report, name)
@@ -994,10 +995,10 @@ def format_table(report):
             if res is None:
                 why = entry.get("skipped") or entry.get("error", "no result")
                 lines.append(f"| {name} | {backend} | skipped: "
-                             f"{why.splitlines()[0]} | | | | | | |")
+                             f"{why.splitlines()[0]} | | | | | | | |")
             elif "error" in res:
                 lines.append(f"| {name} | {backend} | error: "
-                             f"{res['error'].splitlines()[0][:80]} | | | | | | |")
+                             f"{res['error'].splitlines()[0][:80]} | | | | | | | |")
             else:
                 gflops = pct = ""
                 if flops:
@@ -1006,12 +1007,16 @@ def format_table(report):
                     if peak:
                         pct = f"{100 * rate / peak:.0f}%"
                 cpu = res.get("cpu_ms_per_step")
+                # CPU seconds per wall second: how many cores the step kept busy
+                # (both medians, so an estimate; a second core idle shows as ~1).
+                cores = "" if cpu is None else (
+                    f"{cpu * res['samples_per_s'] / batch / 1e3:.2f}")
                 cpu = "" if cpu is None else f"{cpu:.1f}"
                 lines.append(
                     f"| {name} | {backend} | {res['samples_per_s']:.0f} | "
                     f"{res['samples_per_s_min']:.0f}..."
                     f"{res['samples_per_s_max']:.0f} | {gflops} | {pct} | "
-                    f"{cpu} | {res['first_epoch_s']:.2f} | "
+                    f"{cpu} | {cores} | {res['first_epoch_s']:.2f} | "
                     f"{res['loss_after_first_epoch']:.4f} |"
                 )
     concurrency = [

@@ -154,8 +154,9 @@ def test_gflops_and_peak_in_the_table():
         },
         "ratios": {"mlp": {}},
     }
-    # 2 GFLOP per step of 100 samples at 1000 samples/s: 20 GFLOP/s, 40%.
-    assert "| mlp | ipu | 1000 | 900...1100 | 20.0 | 40% | 12.3 | 1.00 | 2.0000 |" in (
+    # 2 GFLOP per step of 100 samples at 1000 samples/s: 20 GFLOP/s, 40%;
+    # 10 steps/s of 12.34 CPU ms: 0.12 cores busy.
+    assert "| mlp | ipu | 1000 | 900...1100 | 20.0 | 40% | 12.3 | 0.12 | 1.00 | 2.0000 |" in (
         bench.format_table(report))
 
 
