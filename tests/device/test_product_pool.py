@@ -9,6 +9,7 @@ at a time on the helpers, a forked child, the back-off and the switch."""
 
 import os
 import threading
+import time
 import tracemalloc
 
 import numpy as np
@@ -321,6 +322,33 @@ def test_a_second_caller_runs_its_blocks_alone_with_the_same_bits():
     for c in callers:
         c.join(60)
     assert not failures
+
+
+def test_the_split_timing_names_the_thread_its_blocks_kept_waiting():
+    """split_timing (benchmarks/split_timing.py): the helper's delay lies
+    within the split, and the imbalance's sign names the thread of the
+    longer block whichever block the helper claimed (a sign error once
+    read a helper that came early as one that came late). Blocks of 12
+    and 1,020 rows: the longer ends last unless the other thread loses
+    its core for milliseconds, so most splits, not all, must say so."""
+    x, y = _operands(1032, 512, 512)
+    out = np.empty((1032, 512), np.float32)
+    for edges, longer in (([0, 12, 1032], 1), ([0, 1020, 1032], 0)):
+        edges, signs = np.asarray(edges, np.int64), []
+        for _ in range(100):  # splits whose helper ran one block (it may come too late)
+            start = time.perf_counter()
+            done = product_pool.run(x, y, out, 0, edges, 2)
+            wall = time.perf_counter() - start
+            if done[0] != 1:
+                continue
+            delay, imbalance = product_pool.split_timing()
+            assert 0 <= delay <= wall and abs(imbalance) <= wall
+            signs.append(imbalance > 0)
+            if len(signs) == 5:
+                break
+        if len(signs) < 5:
+            pytest.skip("no helper came in time")
+        assert sum(s == (longer == 1) for s in signs) >= 4, signs
 
 
 def test_helpers_are_only_as_many_as_asked():

@@ -153,8 +153,20 @@ static inline void pause_cpu(void) {
 #endif
 }
 
-/* Claims and runs blocks of job `seq`; returns how many it ran. */
-static int64_t work(uint64_t seq) {
+/* The last split's timing (split_timing; benchmarks/split_timing.py): how
+   late its helper came, and which thread its blocks kept waiting, the
+   figures the caller's larger first block (product_pool.HELPER_LATE_FLOPS)
+   is tuned on. A helper stamps when it claimed its first block of the job
+   now published (0: none yet) and which block that was, and when it last
+   finished a block; at the end of the job the caller keeps the helper's
+   delay since the publication and how much later the thread that ran
+   block 1 finished than the one that ran block 0. */
+static atomic_llong helper_claim_ns, helper_end_ns, helper_block;
+static atomic_llong last_delay_ns = -1, last_imbalance_ns;
+
+/* Claims and runs blocks of job `seq`; returns how many it ran. A helper
+   (`helper`) stamps its first claim and its last block's end. */
+static int64_t work(uint64_t seq, int helper) {
     int64_t ran = 0;
     for (;;) {
         uint_fast64_t v = atomic_load_explicit(&claim, memory_order_acquire);
@@ -167,7 +179,13 @@ static int64_t work(uint64_t seq) {
         /* A claimed block holds the job open: job_fn and job_arg are this
            job's. */
         int64_t count = job_count;
+        if (helper && ran == 0) {
+            long long none = 0;
+            if (atomic_compare_exchange_strong(&helper_claim_ns, &none, now_ns()))
+                atomic_store(&helper_block, (long long)(v & 0xffffffffu));
+        }
         job_fn(job_arg, (int64_t)(v & 0xffffffffu));
+        if (helper) atomic_store(&helper_end_ns, now_ns());
         ran++;
         if (atomic_fetch_add_explicit(&done, 1, memory_order_acq_rel) + 1 == count) {
             pthread_mutex_lock(&mu);
@@ -251,7 +269,7 @@ static void *helper(void *unused) {
             /* A slot taken late may be the next job's: work on the job now
                published (a stale sequence number would claim nothing). */
             if (atomic_fetch_sub(&slots, 1) > 0)
-                work(atomic_load_explicit(&published, memory_order_acquire));
+                work(atomic_load_explicit(&published, memory_order_acquire), 1);
         }
         run_queued();
     }
@@ -310,6 +328,8 @@ static void pool_run(task_fn fn, void *arg, int64_t count, int threads,
         job_count = count;
         atomic_store(&done, 0);
         atomic_store(&slots, wanted);
+        atomic_store(&helper_claim_ns, 0);
+        int64_t published_at = now_ns();
         atomic_store_explicit(&claim, (uint_fast64_t)(seq & 0xffffffffu) << 32,
                               memory_order_release);
         atomic_store_explicit(&published, seq, memory_order_release);
@@ -320,7 +340,7 @@ static void pool_run(task_fn fn, void *arg, int64_t count, int threads,
         } else if (asleep) {
             pthread_cond_broadcast(&wake);
         }
-        *caller_ran = work(seq);
+        *caller_ran = work(seq, 0);
         int64_t own = now_ns();
         *own_ns = own - start;
         int64_t until = own + SPIN_NS;
@@ -336,6 +356,12 @@ static void pool_run(task_fn fn, void *arg, int64_t count, int threads,
         /* No helper claims a block of this job any more: the claim word
            says every block was taken. */
         atomic_store(&slots, 0);
+        long long claimed = atomic_load(&helper_claim_ns);
+        atomic_store(&last_delay_ns, claimed ? claimed - published_at : -1);
+        if (claimed) {
+            long long later = atomic_load(&helper_end_ns) - own;
+            atomic_store(&last_imbalance_ns, atomic_load(&helper_block) ? later : -later);
+        }
         atomic_flag_clear(&in_use);
         *wait_ns = now_ns() - own;
         return;
@@ -597,7 +623,18 @@ static PyObject *helper_count(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(n);
 }
 
+static PyObject *split_timing(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("dd", atomic_load(&last_delay_ns) * 1e-9,
+                         atomic_load(&last_imbalance_ns) * 1e-9);
+}
+
 static PyMethodDef methods[] = {
+    {"split_timing", split_timing, METH_NOARGS,
+     "split_timing() -> (delay_s, imbalance_s) of the last split the pool "
+     "ran on helpers: seconds from its publication to its first helper's "
+     "first block (negative: no helper claimed one), and how much later "
+     "the thread that ran block 1 finished than the one that ran block 0 "
+     "(meaningful for two blocks, one each)."},
     {"set_blas", set_blas, METH_VARARGS,
      "set_blas(sgemm_address[, dgemm_address]): OpenBLAS' 64-bit-integer "
      "cblas_sgemm and cblas_dgemm (0: "

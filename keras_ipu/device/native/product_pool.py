@@ -424,6 +424,17 @@ def run(x, y, out, axis, edges, threads):
     return native.split_products.product(x, y, out, axis, edges, threads)
 
 
+def split_timing():
+    """(delay, imbalance) in seconds of the last split the C pool ran with
+    a helper (_product_pool.c's stamps): from its publication to its
+    helper's first block (negative: no helper claimed one), and how much
+    later the thread that ran block 1 finished than the one that ran block
+    0 (of two blocks, one each); None without the pool or in an older
+    build (benchmarks/split_timing.py)."""
+    timing = getattr(native.split_products, "split_timing", None)
+    return None if timing is None else timing()
+
+
 def helper_count():
     """C threads the pool has started (tests)."""
     pool = native.split_products
