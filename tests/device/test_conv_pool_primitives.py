@@ -188,6 +188,66 @@ def test_conv_patches_stay_whole_where_blocks_would_repack_large_filters(monkeyp
     np.testing.assert_allclose(again, want, rtol=1e-4, atol=1e-4)
 
 
+# Windows larger than their outputs (weight gradients: x is the forward
+# input with batch and channels swapped, w the output gradient).
+LARGE_WINDOW_CASES = [
+    # (spatial, window, strides, padding, rhs_dil)
+    ((9, 8), (7, 6), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ((9, 9), (5, 5), (1, 1), ((0, 1), (0, 1)), (2, 2)),  # a forward stride of 2
+    ((9, 8), (5, 6), (2, 1), ((1, 1), (1, 1)), (1, 1)),  # a forward dilation of 2
+    ((8, 7), (6, 6), (1, 1), ((-1, 1), (0, 0)), (1, 1)),
+    ((12,), (9,), (1,), ((1, 2),), (1,)),
+    ((5, 4, 6), (4, 3, 5), (1, 1, 1), ((0, 0), (0, 0), (0, 0)), (1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", LARGE_WINDOW_CASES, ids=lambda c: f"{len(c[0])}d-{c[1]}")
+def test_weight_gradients_in_image_blocks_match_the_reference_on_any_threads(
+        case, dtype, monkeypatch):
+    # One block per image of the forward batch (7), partial products summed
+    # in block order: the same bits on one thread and on three.
+    from keras_ipu.device.native import threads as host_threads
+    from keras_ipu.device.primitives import conv
+
+    spatial, window, strides, padding, rd = case
+    x = RNG.standard_normal((4, 7) + spatial).astype(dtype)
+    w = RNG.standard_normal((5, 7) + window).astype(dtype)
+    want = naive_conv(x, w, strides, padding, (1,) * len(spatial), rd, 1)
+    assert np.prod(want.shape[2:]) < np.prod(window)
+    monkeypatch.setattr(conv, "PATCH_BLOCK_BYTES", 1)
+    monkeypatch.setattr(conv, "FILTER_REPACKS_PER_BLOCK", 0)
+    monkeypatch.setattr(host_threads, "FLOPS_PER_THREAD", 1)
+    monkeypatch.setattr(conv, "_large_window_conv", None)  # never reached
+    splits, got = [], {}
+    real = host_threads.parallel_for
+    monkeypatch.setattr(host_threads, "parallel_for",
+                        lambda fn, count, n: splits.append((count, n)) or real(fn, count, n))
+    for cap in (1, 3):
+        monkeypatch.setattr(host_threads, "_cap", cap)
+        got[cap] = np.asarray(conv_general_dilated(x, w, strides, padding, None, rd))
+    assert splits == [(7, 1), (7, 3)]
+    assert got[1].dtype == dtype and got[1].tobytes() == got[3].tobytes()
+    np.testing.assert_allclose(got[3], want, rtol=1e-4, atol=1e-4)
+
+
+def test_weight_gradient_of_one_block_runs_as_one_product(monkeypatch):
+    # Patches smaller than a block: no pool, no partial sums.
+    from keras_ipu.device.primitives import conv
+
+    x = RNG.standard_normal((4, 7, 9, 8)).astype(np.float32)
+    w = RNG.standard_normal((5, 7, 7, 6)).astype(np.float32)
+    padding = ((1, 1), (1, 1))
+    ones = []
+    real = conv._large_window_conv
+    monkeypatch.setattr(conv, "_large_window_conv",
+                        lambda *args: ones.append(args[2]) or real(*args))
+    got = np.asarray(conv_general_dilated(x, w, (1, 1), padding))
+    assert ones == [(5, 5)]
+    want = naive_conv(x, w, (1, 1), padding, (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.skipif(native.im2col is None, reason="the _im2col extension is not built")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("geometry", [

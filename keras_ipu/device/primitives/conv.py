@@ -24,6 +24,8 @@ tap, so the dilation holes are never multiplied.
 Gradient rules: grads/conv.py (registered once every primitive exists).
 """
 
+import queue
+
 import numpy as np
 
 from keras_ipu.device import native
@@ -215,8 +217,11 @@ def _conv(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
                               rhs_dilation)
     elif (feature_group_count == 1 and max(lhs_dilation) == 1
           and np.prod(w.shape[2:]) > np.prod(out_sp)):
-        out = _large_window_conv(x, w, out_sp, window_strides, padding,
-                                 rhs_dilation)
+        out = _weight_gradient_in_image_blocks(x, w, out_sp, window_strides, padding,
+                                               rhs_dilation)
+        if out is None:
+            out = _large_window_conv(x, w, out_sp, window_strides, padding,
+                                     rhs_dilation)
     else:
         out = _im2col_conv_over_batch(x, w, out_sp, window_strides, padding,
                                       lhs_dilation, rhs_dilation,
@@ -368,6 +373,77 @@ def _blocked_im2col_product(win, filters, n, out_sp, o, matmul, out, block_bytes
         copy(lo, hi, block)
         rows[lo * pix:hi * pix] = matmul(block.reshape(-1, width), filters)
     return np.moveaxis(out, -1, 1)  # N, O, *P
+
+
+def _weight_gradient_in_image_blocks(x, w, out_sp, window_strides, padding,
+                                     rhs_dilation):
+    """A window larger than the output (a weight gradient: x (N, C, *S) is
+    the forward input with its channels N and batch C swapped, w (O, C,
+    *K) the output gradient, K the forward output's pixels, the output
+    (N, O, *P) the filters' gradient over their taps P) as a sum over
+    blocks of the forward batch: each block copies its images' forward
+    patches (rows (image, pixel), columns (*P, N): the forward
+    convolution's im2col, runs of the forward input's channels in memory
+    order, in C where native/_im2col.c is built) and multiplies their
+    transpose by its rows of the output gradient, a view. The blocks are
+    independent jobs of the pool (each thread its own patch buffer), and
+    their (P*N, O) partial products are summed in block order, so the
+    bits do not depend on the threads. Block bounds come from the shapes
+    alone (PATCH_BLOCK_BYTES of patches, and at least
+    FILTER_REPACKS_PER_BLOCK partials' bytes). None where that makes one
+    block: _large_window_conv then runs it as one product.
+    Measured on this project's 2-core VM (benchmarks/README.md, issue 16
+    fifteenth pass, s15cnn; one thread): the benchmark CNN's weight
+    gradients 3x3x3 -> 32 9.6 -> 7.4 ms, 3x3x32 -> 64 25.6 -> 17.0 ms
+    (its patches' copy as one product's operand moved runs of 3 and 32
+    elements, and ran on the caller's thread alone)."""
+    nsp = x.ndim - 2
+    cin, batch = x.shape[:2]
+    o = w.shape[0]
+    pixels = w.shape[2:]  # the forward output's
+    pix = int(np.prod(pixels))
+    width = int(np.prod(out_sp)) * cin
+    step = max(1, PATCH_BLOCK_BYTES // (pix * width * x.itemsize),
+               -(-FILTER_REPACKS_PER_BLOCK * o // pix))
+    edges = tuple(range(0, batch, step)) + (batch,)
+    blocks = len(edges) - 1
+    if blocks < 2:
+        return None
+    images = np.moveaxis(x, 0, -1)  # batch, *S, N: the forward input
+    grads = np.moveaxis(w, 0, -1)  # batch, *K, O: the output gradient
+    spatial = tuple(range(1, 1 + nsp))
+    span = tuple((p - 1) * st + 1 for p, st in zip(out_sp, window_strides))
+    reach = tuple((k - 1) * d + 1 for k, d in zip(pixels, rhs_dilation))
+    dtype = np.result_type(x.dtype, w.dtype)
+    partials = np.empty((blocks, width, o), dtype)
+    flops = 2 * batch * pix * width * o
+    threads = min(host_threads.threads_for(flops), blocks)
+    buffers = queue.SimpleQueue()
+    for _ in range(threads):
+        buffers.put(None)
+
+    def part(j):
+        lo, hi = edges[j], edges[j + 1]
+        xp = dilate_and_pad(images[lo:hi], spatial, (1,) * nsp, padding, 0)
+        win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=spatial)
+        index = (slice(None),)
+        index += tuple(slice(None, r, d) for r, d in zip(reach, rhs_dilation))
+        index += (slice(None),)
+        index += tuple(slice(None, None, st) for st in window_strides)
+        win = np.moveaxis(win[index], 1 + nsp, -1)  # b, *K, *P, N
+        buffer = buffers.get()
+        if buffer is None:
+            buffer = np.empty((step,) + win.shape[1:], win.dtype)
+        block = buffer[:hi - lo]
+        _patch_copy(np.ascontiguousarray(xp), win, out_sp, rhs_dilation,
+                    window_strides)(0, hi - lo, block)
+        np.matmul(block.reshape(-1, width).T, grads[lo:hi].reshape(-1, o), out=partials[j])
+        buffers.put(buffer)
+
+    host_threads.parallel_for(part, blocks, threads)
+    total = np.add.reduce(partials, axis=0)  # block order, whatever the threads
+    total = total.reshape(tuple(out_sp) + (cin, o))
+    return np.moveaxis(np.moveaxis(total, -2, 0), -1, 1)  # N, O, *P
 
 
 def _large_window_conv(x, w, out_sp, window_strides, padding, rhs_dilation):
