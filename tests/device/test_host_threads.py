@@ -366,6 +366,30 @@ def test_a_c_pool_job_run_by_the_caller_behind_its_earlier_jobs_is_not_late(monk
     assert threads._late == 0 and not threads.backing_off()
 
 
+def test_a_c_pool_job_joined_before_a_helper_could_wake_is_not_late(monkeypatch, long_backoff):
+    import types
+
+    _no_backoff(monkeypatch)
+    clock = {"now": 100.0}
+    monkeypatch.setattr(threads, "time", types.SimpleNamespace(
+        perf_counter=lambda: clock["now"], thread_time=lambda: 0.0))
+
+    def joined(caller_ran, after):
+        finish = lambda handle: ("result", (caller_ran, 0.0, 0.001))
+        job = threads._OnCPool((None, finish), True, clock["now"])
+        clock["now"] += after
+        return threads.join(job)
+
+    # The caller ran it, joined right after the launch: no helper could
+    # have woken; the hand-off was all it cost. Nothing noted.
+    for _ in range(threads.LATE_SPLITS + 1):
+        assert joined(1, threads.LATE_WAIT_SECONDS / 2) == "result"
+    assert threads._late == 0 and not threads.backing_off()
+    # Joined long after the launch with no helper having taken it: late.
+    assert joined(1, 10 * threads.LATE_WAIT_SECONDS) == "result"
+    assert threads._late == 1 and threads.backing_off()
+
+
 def test_a_launched_job_standing_for_a_split_backs_off_as_the_split_does(monkeypatch,
                                                                       long_backoff):
     import threading
