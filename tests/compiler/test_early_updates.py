@@ -162,6 +162,38 @@ def test_a_pair_the_c_pool_refuses_runs_on_a_pool_thread_with_the_same_bits(
 
 
 @pytest.mark.skipif(not _c_pool_jobs(), reason="the C pool's jobs are not available")
+@pytest.mark.parametrize("reused", [True, False])
+def test_a_pairs_gradient_goes_to_its_threads_reused_buffer_with_the_same_bits(
+        reused, cap, monkeypatch):
+    """The weight gradient the update alone reads is launched as private
+    (REUSED_GRADIENT: the C job may write it into its thread's reused
+    buffer); off, into its own array. Both give the program order's bits."""
+    cap(2)
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    monkeypatch.setattr(concurrent_steps, "REUSED_GRADIENT", reused)
+    calls = []
+    module = native.elementwise
+
+    class Recording:  # the C module, its launch_pair's arguments recorded
+        def __getattr__(self, name):
+            return getattr(module, name)
+
+        @staticmethod
+        def launch_pair(*args):
+            calls.append(args)
+            return module.launch_pair(*args)
+
+    monkeypatch.setattr(native, "elementwise", Recording())
+    exe = _compiled(_two_layers(width=512, batch=44 if reused else 52))
+    xs = _inputs(width=512, batch=44 if reused else 52)
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    got = exe.run(*[x.copy() for x in xs])
+    assert [args[-1] for args in calls] == [reused]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.skipif(not _c_pool_jobs(), reason="the C pool's jobs are not available")
 def test_a_c_pool_job_no_helper_took_is_a_late_split(monkeypatch):
     notes = []
     monkeypatch.setattr(threads, "_note_split",

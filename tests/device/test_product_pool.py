@@ -501,6 +501,42 @@ def test_launched_pairs_give_the_bits_of_the_product_and_chain_called_in_turn():
 
 
 @pytest.mark.skipif(not product_pool.tasks_available(), reason="no C chains on the C pool")
+def test_a_private_product_goes_to_the_threads_reused_buffer_with_the_same_bits():
+    """launch_pair(..., private_result=True): the product only its chain
+    reads goes to the running thread's reused buffer, product_out is left
+    as it was, and the chain's results are the bits of the two kernels in
+    turn; where the chain writes a result into product_out, the product
+    goes there as before."""
+    from keras_ipu.device import native
+
+    code = np.array([2, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 3, 2, 0, 1, 0, 2, 1], np.int32).tobytes()
+    # Shapes that grow the buffer, then reuse it, jobs queued behind
+    # each other on one helper (or run by the caller at the join).
+    pairs = [_operands(m, 200, 160, trans_a=i % 2 == 1)
+             for i, m in enumerate((96, 48, 160, 96, 160))]
+    jobs = []
+    for x, y in pairs:
+        p = np.full((x.shape[0], y.shape[1]), np.nan, np.float32)
+        scale = RNG.standard_normal(p.shape).astype(np.float32)
+        out = np.empty_like(p)
+        job = native.elementwise.launch_pair(x, y, p, code, p.size, 1, 1024, (p, scale),
+                                             (out,), (), True)
+        jobs.append((job, p, scale, out))
+    for (x, y), (job, p, scale, out) in zip(pairs, jobs):
+        native.elementwise.join_pair(job)
+        assert np.isnan(p).all()  # never written: the product went elsewhere
+        assert np.array_equal(out, np.matmul(x, y) * scale)
+    # The chain's result written over product_out: no reused buffer.
+    x, y = pairs[0]
+    p = np.full((96, 160), np.nan, np.float32)
+    scale = RNG.standard_normal(p.shape).astype(np.float32)
+    job = native.elementwise.launch_pair(x, y, p, code, p.size, 1, 1024, (p, scale), (p,),
+                                         (), True)
+    native.elementwise.join_pair(job)
+    assert np.array_equal(p, np.matmul(x, y) * scale)
+
+
+@pytest.mark.skipif(not product_pool.tasks_available(), reason="no C chains on the C pool")
 def test_a_job_joined_behind_the_helpers_earlier_jobs_says_so():
     """A run loop joins the last launched job first (concurrent_steps):
     where the helper is still on an earlier one the caller runs it, and

@@ -291,6 +291,14 @@ def _product_start(product):
     return start
 
 
+# A pair's product result (a weight gradient) is read by its update
+# alone (pairs_with: the update frees it), so the C job may write it into
+# a buffer its thread reuses for every pair, still in its caches, instead
+# of a new array that comes in cold (_elementwise.c pair_task). False:
+# into the new array, as before (benchmarks compare the two).
+REUSED_GRADIENT = True
+
+
 def _c_pool_start(product, chain, n, at):
     """xs -> a launch of the step as one job of the C pool
     (threads.launch_on_c_pool, _elementwise.launch_pair): the product's one
@@ -331,7 +339,8 @@ def _c_pool_start(product, chain, n, at):
             args.insert(k, result)
         args = tuple(args)
         outs = alloc(args)
-        job = launch_pair(x, y, result, code, size, inner, block, args, outs, loops)
+        job = launch_pair(x, y, result, code, size, inner, block, args, outs, loops,
+                          REUSED_GRADIENT)
         return ((job, outs), finish) if job else None
 
     return start

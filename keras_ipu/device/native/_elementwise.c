@@ -541,23 +541,25 @@ static PyObject *split_result(int threads, int64_t ran, int64_t own, int64_t wai
     return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
 }
 
-/* Each thread's scratch registers, kept between calls (a fresh malloc of
+/* Each thread's scratch buffers, kept between calls (a fresh malloc of
    a few hundred KiB per call maps and faults in new pages): freed when the
-   thread exits. */
+   thread exits. SCRATCH_REGISTERS: a chain's block registers;
+   SCRATCH_PRODUCT: a launched pair's product result (pair_task). */
+enum { SCRATCH_REGISTERS = 0, SCRATCH_PRODUCT = 1, N_SCRATCH = 2 };
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-typedef struct { char *p; size_t size; } scratch_t;
+typedef struct { char *p[N_SCRATCH]; size_t size[N_SCRATCH]; } scratch_t;
 
 static void scratch_free(void *s) {
     if (s != NULL) {
-        free(((scratch_t *)s)->p);
+        for (int k = 0; k < N_SCRATCH; k++) free(((scratch_t *)s)->p[k]);
         free(s);
     }
 }
 
 static void scratch_key_make(void) { (void)pthread_key_create(&scratch_key, scratch_free); }
 
-static char *thread_scratch(size_t size) {
+static char *thread_scratch(int slot, size_t size) {
     (void)pthread_once(&scratch_once, scratch_key_make);
     scratch_t *s = (scratch_t *)pthread_getspecific(scratch_key);
     if (s == NULL) {
@@ -567,14 +569,14 @@ static char *thread_scratch(size_t size) {
             return NULL;
         }
     }
-    if (s->size < size) {
+    if (s->size[slot] < size) {
         char *p = (char *)malloc(size);
         if (p == NULL) return NULL;
-        free(s->p);
-        s->p = p;
-        s->size = size;
+        free(s->p[slot]);
+        s->p[slot] = p;
+        s->size[slot] = size;
     }
-    return s->p;
+    return s->p[slot];
 }
 
 /* One chain, checked and bound to its buffers: what each range needs. */
@@ -603,7 +605,7 @@ static int chain_range(const chain_t *c, Py_ssize_t lo, Py_ssize_t hi) {
         c->whole(c->base, c->out_base, lo, hi, L);
         return 1;
     }
-    char *scratch = thread_scratch((size_t)n_regs * stride + 64);
+    char *scratch = thread_scratch(SCRATCH_REGISTERS, (size_t)n_regs * stride + 64);
     if (scratch == NULL) return 0;
     char *ptr[MAX_REGS];
     /* Scalars and rows are the same in every block: expanded once. */
@@ -839,15 +841,71 @@ typedef struct {
     PyObject *keep;     /* the operands' owners, held until the join */
     int joined;
     int64_t caller_ran, wait_ns;
+    /* The product's result goes to the running thread's SCRATCH_PRODUCT
+       buffer instead of product_out (private_result: nothing but the
+       chain reads it) where this is its size in bytes, 0: no; the chain's
+       inputs that read it. */
+    size_t scratch_bytes;
+    uint64_t result_inputs; /* bit k: chain input k */
 } pair_job;
 
 #define PAIR_CAPSULE "keras_ipu.device.native._elementwise.pair_job"
 
+/* A weight gradient read only by its update: written into a buffer its
+   thread reuses for every such job, which the thread's last job left in
+   its caches, where a new array each step comes in cold and OpenBLAS'
+   zeroing of it (beta 0) and its kernel's read of it fetch it from
+   memory. The same gemm call into another address: the same bits. The
+   512x512 weight gradient of Keras' demo_functional (b32) then its Adam,
+   one thread, nine weight sets in turn: 375 -> 316 us for the product,
+   Adam the same (issue 16, fifteenth pass, s15demo). */
 static void pair_task(void *arg, int64_t unused) {
     (void)unused;
     pair_job *p = (pair_job *)arg;
-    if (p->product != NULL) task_pool()->run_product(p->product);
+    if (p->product != NULL) {
+        char *into = p->scratch_bytes ? thread_scratch(SCRATCH_PRODUCT, p->scratch_bytes) : NULL;
+        if (into != NULL) {
+            task_pool()->run_product_into(p->product, into);
+            for (int k = 0; k < p->chain.c.n_in; k++)
+                if (p->result_inputs >> k & 1) p->chain.base[k] = into;
+        } else {
+            task_pool()->run_product(p->product);
+        }
+    }
     if (p->has_chain) chain_task(&p->chain.c, 0);
+}
+
+/* Whether the pair's chain reads product_out only as whole contiguous
+   inputs and writes none of its results into it (then pair_task may put
+   the product's result elsewhere): sets p->scratch_bytes and
+   p->result_inputs. */
+static void find_result_inputs(pair_job *p, PyObject *product_out) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(product_out, &v, PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        return;
+    }
+    const chain_t *c = &p->chain.c;
+    const char *lo = (const char *)v.buf, *hi = lo + v.len;
+    uint64_t at = 0;
+    int ok = v.len > 0 && c->n_in <= 64;
+    for (int k = 0; ok && k < c->n_in; k++) {
+        const char *b = p->chain.base[k];
+        if (b == lo && c->in_desc[2 * k] == M_FULL && c->cols[k] == 0
+            && (Py_ssize_t)c->hi * itemsize_of(c->reg_dtype[k]) == v.len)
+            at |= (uint64_t)1 << k;
+        else if (b >= lo && b < hi)
+            ok = 0; /* another view of it */
+    }
+    for (int k = 0; ok && k < c->n_out; k++) {
+        const char *b = p->chain.out_base[k];
+        ok = !(b >= lo && b < hi);
+    }
+    if (ok && at) {
+        p->scratch_bytes = (size_t)v.len;
+        p->result_inputs = at;
+    }
+    PyBuffer_Release(&v);
 }
 
 /* Joins (without the GIL) and releases the buffers: once. */
@@ -876,12 +934,13 @@ static void pair_capsule_free(PyObject *capsule) {
 static PyObject *launch_pair(PyObject *self, PyObject *args) {
     PyObject *x, *y, *product_out, *ins, *outs, *loop_capsules = NULL;
     Py_ssize_t n, L, B;
+    int private_result = 0;
     const task_pool_api *api = task_pool();
     pair_job *p = (pair_job *)calloc(1, sizeof(pair_job));
     if (p == NULL) return PyErr_NoMemory();
-    if (!PyArg_ParseTuple(args, "OOOy*nnnO!O!|O!", &x, &y, &product_out, &p->chain.code, &n,
+    if (!PyArg_ParseTuple(args, "OOOy*nnnO!O!|O!p", &x, &y, &product_out, &p->chain.code, &n,
                           &L, &B, &PyTuple_Type, &ins, &PyTuple_Type, &outs, &PyTuple_Type,
-                          &loop_capsules)) {
+                          &loop_capsules, &private_result)) {
         free(p);
         return NULL;
     }
@@ -899,6 +958,8 @@ static PyObject *launch_pair(PyObject *self, PyObject *args) {
         if (bound < 0) return NULL;
         Py_RETURN_FALSE;
     }
+    if (private_result && p->product != NULL && p->chain.count == 1)
+        find_result_inputs(p, product_out);
     p->keep = Py_BuildValue("(OOOOOO)", x, y, product_out, ins, outs,
                             loop_capsules ? loop_capsules : Py_None);
     PyObject *capsule = p->keep ? PyCapsule_New(p, PAIR_CAPSULE, pair_capsule_free) : NULL;
@@ -1058,11 +1119,14 @@ static PyMethodDef methods[] = {
      "(caller_tasks, own_s, wait_s); False (nothing written) when a buffer "
      "does not fit the program."},
     {"launch_pair", launch_pair, METH_VARARGS,
-     "launch_pair(x, y, product_out, code, n, L, B, inputs, outputs[, loops]) -> "
+     "launch_pair(x, y, product_out, code, n, L, B, inputs, outputs[, loops[, "
+     "private_result]]) -> "
      "job, None or False: product_out = x @ y (2-d, NumPy's matmul's bits) and "
      "then the chain run(code, n, L, B, inputs, outputs, 0, -1, loops) (its "
      "inputs may include product_out), both on one thread of the C pool "
-     "(x None: the chain alone), "
+     "(x None: the chain alone); private_result: nothing but the chain reads "
+     "the product, which may then go to the running thread's reused buffer "
+     "instead of product_out (product_out is then left as it was), "
      "launched: join_pair(job) waits for them. None: the C pool cannot take "
      "the product; False: a buffer does not fit the chain (nothing runs)."},
     {"launch_product", launch_product, METH_VARARGS,

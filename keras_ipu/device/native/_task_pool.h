@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define TASK_POOL_CAPSULE "keras_ipu.device.native._product_pool._task_pool"
-#define TASK_POOL_VERSION 2
+#define TASK_POOL_VERSION 3
 
 typedef void (*task_fn)(void *arg, int64_t task);
 
@@ -66,6 +66,10 @@ typedef struct {
     void *(*bind_product)(PyObject *x, PyObject *y, PyObject *out);
     void (*run_product)(void *bound);     /* without the GIL */
     void (*release_product)(void *bound); /* with the GIL */
+    /* run_product writing into c (bytes for the whole result, C order) in
+       place of the bound out: a weight gradient read only by the update
+       launched with it (_elementwise.c pair_task). Without the GIL. */
+    void (*run_product_into)(void *bound, char *c);
 } task_pool_api;
 
 /* For the pool's users (_elementwise.c, _pooling.c): the pool, looked up

@@ -93,7 +93,7 @@ from keras_ipu.device import native
 from keras_ipu.device.flags import env_switch
 
 # _task_pool.h's TASK_POOL_VERSION: the C modules built from these sources.
-TASK_POOL_VERSION = 2
+TASK_POOL_VERSION = 3
 
 SGEMM_SYMBOL = "scipy_cblas_sgemm64_"
 DGEMM_SYMBOL = "scipy_cblas_dgemm64_"
