@@ -6,6 +6,7 @@ axis 0 (partial sums per block); small kernels and a cap of 1 stay whole."""
 import numpy as np
 import pytest
 
+from keras_ipu.device import native
 from keras_ipu.device.compiler.lowering import lower
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.native import threads
@@ -129,9 +130,16 @@ def test_streaming_kernels_stay_whole_where_a_second_thread_adds_no_bandwidth(on
         whole, calls = on_threads(3, prim, params, *xs, scales=False)
         assert calls == []
         np.testing.assert_array_equal(whole, split)
-    # NumPy's sums run below the memory's speed: they split anyway.
-    _, calls = on_threads(3, reduce_sum_p, {"axes": (0, 1, 2)}, x, scales=False)
+    # NumPy's sums (float64 here) run below the memory's speed: they split
+    # anyway; the C sum over leading axes (float32) streams, and stays whole.
+    _, calls = on_threads(3, reduce_sum_p, {"axes": (0, 1, 2)}, x.astype(np.float64),
+                          scales=False)
     assert calls == [(4, 3)]
+    whole, calls = on_threads(3, reduce_sum_p, {"axes": (0, 1, 2)}, x, scales=False)
+    assert calls == [] or native.elementwise is None
+    split, calls = on_threads(3, reduce_sum_p, {"axes": (0, 1, 2)}, x)
+    assert calls == [(4, 3)]
+    np.testing.assert_allclose(whole, split, atol=1e-4)
 
 
 def test_the_bandwidth_probe_runs_once(monkeypatch):

@@ -91,6 +91,7 @@ def test_split_over_threads_sums_each_block_in_c(monkeypatch):
     # counts them from the operand it gets.
     monkeypatch.setattr(threads, "_cap", 3)
     monkeypatch.setattr(threads, "ELEMENTS_PER_THREAD", 4)
+    monkeypatch.setattr(threads, "_streaming_scales", True)  # it splits there only
     calls = []
     real = native.elementwise
     sum_rows = real.sum_rows

@@ -642,6 +642,77 @@ def test_products_batched_over_two_axes_keep_numpys_bits(lhs, rhs, dimension_num
             np.testing.assert_array_equal(kernel.one_thread(x, y), want)
 
 
+# Operands batched over two axes as attention lays them out: (B, S, H, D)
+# projections read per (B, H) (no one batch stride), a transposed result.
+TWO_AXES = [(5, 3, 64, 16, 64), (4, 7, 33, 9, 20), (3, 2, 12, 64, 64)]
+
+
+@pytest.mark.parametrize("b,h,m,k,n", TWO_AXES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_batched_over_two_axes_run_on_the_c_pool_with_numpys_bits(b, h, m, k, n,
+                                                                           dtype):
+    x = RNG.standard_normal((b, m, h, k)).astype(dtype).transpose(0, 2, 1, 3)
+    y = RNG.standard_normal((b, n, h, k)).astype(dtype).transpose(0, 2, 3, 1)  # (b, h, k, n)
+    want = np.matmul(x, y)
+    batches = b * h
+    for t in (2, 3, 4):
+        for edges in ([0, 1, batches], [0, batches // 2, batches - 1, batches],
+                      list(range(batches + 1))):
+            edges = np.array(edges, np.int64)
+            out = np.full_like(want, np.nan)
+            assert product_pool.run(x, y, out, 0, edges, t) is not None
+            np.testing.assert_array_equal(out, want)
+            # Written in a transposed layout (the Executable's output_order).
+            out = np.full((b, m, h, n), np.nan, dtype).transpose(0, 2, 1, 3)
+            assert product_pool.run(x, y, out, 0, edges, t) is not None
+            np.testing.assert_array_equal(out, want)
+
+
+def test_products_the_c_pool_cannot_batch_are_refused():
+    x = RNG.standard_normal((2, 3, 16, 8)).astype(np.float32)
+    y = RNG.standard_normal((2, 3, 8, 16)).astype(np.float32)
+    edges = np.array([0, 3, 6], np.int64)
+    out = np.empty((2, 3, 16, 16), np.float32)
+    # Batches on three axes.
+    x5, y5 = x[:, :, None], y[:, :, None]
+    assert product_pool.run(x5, y5, out[:, :, None], 0, edges, 2) is None
+    # The inner batch axes differ (a broadcast NumPy would make).
+    assert product_pool.run(x, y[:, :1], out, 0, edges, 2) is None
+    # Edges past the batches.
+    assert product_pool.run(x, y, out, 0, np.array([0, 3, 7], np.int64), 2) is None
+    # Rows of one column: NumPy calls gemv.
+    assert product_pool.run(x, y[..., :1], out[..., :1], 0, edges, 2) is None
+    # Along rows (axis 1) is a 2-d product's split only.
+    assert product_pool.run(x, y, out, 1, edges, 2) is None
+
+
+def test_attention_products_split_on_the_c_pool_not_the_python_pool(monkeypatch):
+    """A product batched over (B, H) big enough to split runs its blocks on
+    the C pool: the Python pool's helper, a Python thread taking the GIL to
+    claim its block, came late to most of them, and parallel_for counts a
+    caller that ran every block as late (issue 16, fifteenth pass)."""
+    runs, python_splits = [], []
+    run = product_pool.run
+
+    def counted(*args):
+        runs.append(args[0].shape)
+        return run(*args)
+
+    parallel_for = threads.parallel_for
+    monkeypatch.setattr(product_pool, "run", counted)
+    monkeypatch.setattr(threads, "parallel_for",
+                        lambda *a: python_splits.append(a) or parallel_for(*a))
+    # A busy machine's back-off would run it whole: not what this checks.
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    monkeypatch.setattr(threads, "_cap", 2)
+    plan = threads.batched_matmul_plan((128, 4), 64, 64, 16, np.float32)
+    assert plan is not None
+    x = RNG.standard_normal((128, 64, 4, 16)).astype(np.float32).transpose(0, 2, 1, 3)
+    y = RNG.standard_normal((128, 64, 4, 16)).astype(np.float32).transpose(0, 2, 3, 1)
+    np.testing.assert_array_equal(plan(x, y), np.matmul(x, y))
+    assert runs == [(128, 4, 64, 16)] and not python_splits
+
+
 def test_a_product_too_short_for_two_row_blocks_splits_in_its_rows_and_its_tail(monkeypatch):
     """demo_functional's and the MLP's batch-32 products: 32 rows hold no
     two row blocks of MIN_BLOCK at the rule's alignment, and their

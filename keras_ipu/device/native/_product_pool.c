@@ -78,11 +78,16 @@ static void gemm(int64_t itemsize, int trans_a, int trans_b, int64_t m, int64_t 
    result, or into rectangles (axis 2: edges holds rows lo, hi, columns
    lo, hi of each block), or a batched one (batched: operands of (batches, rows, cols),
    split along the batches, each batch one whole sgemm as NumPy's matmul
-   loop calls it for that batch: its bits whatever the split). */
+   loop calls it for that batch: its bits whatever the split). Batches may
+   lie on two axes (4-d operands of (outer, inner, rows, cols): attention's
+   (batch, heads), whose transposed operands share no one batch stride);
+   block edges then count the batches in C order, inner fastest. */
 typedef struct {
     int trans_a, trans_b, axis, batched;
     int64_t m, n, k, lda, ldb, ldc;
-    int64_t batch_a, batch_b, batch_c; /* bytes from one batch to the next */
+    int64_t batch_a, batch_b, batch_c; /* bytes from one (outer) batch to the next */
+    int64_t inner;                     /* batches on the inner axis (1: one axis) */
+    int64_t inner_a, inner_b, inner_c; /* bytes from one inner batch to the next */
     const char *a, *b;
     char *c;
     int64_t itemsize;
@@ -97,9 +102,13 @@ static void product_block(void *arg, int64_t i) {
     char *c = p->c;
     int64_t m = p->m, n = p->n;
     if (p->batched) {
-        for (int64_t j = lo; j < hi; j++)
-            gemm(sz, p->trans_a, p->trans_b, m, n, p->k, a + j * p->batch_a, p->lda,
-                 b + j * p->batch_b, p->ldb, c + j * p->batch_c, p->ldc);
+        for (int64_t j = lo; j < hi; j++) {
+            int64_t o = j / p->inner, i2 = j % p->inner;
+            gemm(sz, p->trans_a, p->trans_b, m, n, p->k,
+                 a + o * p->batch_a + i2 * p->inner_a, p->lda,
+                 b + o * p->batch_b + i2 * p->inner_b, p->ldb,
+                 c + o * p->batch_c + i2 * p->inner_c, p->ldc);
+        }
         return;
     }
     if (p->axis == 2) { /* rows r0..r1 of A and C, columns c0..c1 of B and C */
@@ -475,17 +484,20 @@ static PyObject *set_blas(PyObject *self, PyObject *args) {
 static int check_product(const Py_buffer *x, const Py_buffer *y, const Py_buffer *out,
                          int axis, const int64_t *edges, int64_t edges_len, product_t *p,
                          int64_t *count) {
-    int nd = x->ndim; /* 2, or 3: batched, split along the batches (axis 0) */
+    int nd = x->ndim; /* 2, or 3 or 4: batched, split along the batches (axis 0) */
     char kind = format_is(x->format, 'f') ? 'f' : 'd';
     int ok = (kind == 'f' ? sgemm != NULL : dgemm != NULL)
-             && (nd == 2 || nd == 3) && y->ndim == nd && out->ndim == nd
+             && (nd == 2 || nd == 3 || (nd == 4 && axis == 0)) && y->ndim == nd
+             && out->ndim == nd
              && format_is(x->format, kind) && format_is(y->format, kind)
              && format_is(out->format, kind)
              && edges_len >= 16
              && (axis == 0 || ((axis == 1 || axis == 2) && nd == 2));
     if (!ok) return 0;
-    int64_t batches = nd == 3 ? x->shape[0] : 1;
-    p->batched = nd == 3;
+    int64_t batches = 1;
+    for (int d = 0; d < nd - 2; d++) batches *= x->shape[d];
+    p->batched = nd > 2;
+    p->inner = nd == 4 ? x->shape[1] : 1;
     p->itemsize = x->itemsize;
     p->m = x->shape[nd - 2];
     p->k = x->shape[nd - 1];
@@ -499,11 +511,15 @@ static int check_product(const Py_buffer *x, const Py_buffer *y, const Py_buffer
         p->batch_a = x->strides[0];
         p->batch_b = y->strides[0];
         p->batch_c = out->strides[0];
+        p->inner_a = nd == 4 ? x->strides[1] : 0;
+        p->inner_b = nd == 4 ? y->strides[1] : 0;
+        p->inner_c = nd == 4 ? out->strides[1] : 0;
     }
     *count = axis == 2 ? edges_len / 32 : edges_len / 8 - 1;
     int64_t extent = p->batched ? batches : axis ? p->n : p->m;
     ok = y->shape[nd - 2] == p->k && out->shape[nd - 2] == p->m && out->shape[nd - 1] == p->n
-         && (!p->batched || (y->shape[0] == batches && out->shape[0] == batches))
+         && (!p->batched || (y->shape[0] == x->shape[0] && out->shape[0] == x->shape[0]))
+         && (nd != 4 || (y->shape[1] == p->inner && out->shape[1] == p->inner && p->inner > 0))
          /* m, n or k of 1: NumPy's matmul calls gemv or dot, not gemm */
          && p->m > 1 && p->n > 1 && p->k > 1
          && blas_layout(x, p->m, p->k, &p->trans_a, &p->lda)
@@ -653,8 +669,8 @@ static PyMethodDef methods[] = {
      "or None: out = x @ y (2-d float32 or float64) as blocks along axis "
      "(0 rows, 1 columns) between the int64 edges, or (axis 2) as the "
      "rectangles edges lists (rows lo, hi, columns lo, hi each; they must "
-     "tile the result) (3-d, batched: axis 0, "
-     "blocks of whole batches), on the caller and up to "
+     "tile the result) (3-d or 4-d, batched: axis 0, "
+     "blocks of whole batches, counted in C order over both batch axes), on the caller and up to "
      "threads - 1 helpers, without the interpreter lock. None (nothing "
      "written) where BLAS or these blocks cannot take the operands."},
     {"helper_count", helper_count, METH_NOARGS, "Helper threads started."},

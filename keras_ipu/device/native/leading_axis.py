@@ -19,7 +19,9 @@ it was. Pads and plain elementwise ops only stream memory (one read, one
 write per element): they split only on a host where a second thread adds
 memory bandwidth (threads.streaming_scales; not this project's 2-core
 VM). NumPy's sums over leading axes and its pooling run far below the
-memory's speed, so they split wherever their size is worth it. Every split kernel returns a new array (never a view of an
+memory's speed, so they split wherever their size is worth it; the C sum
+over leading axes (leading_sums.py, `streams`) runs at the memory's
+speed and splits as the streaming kernels do. Every split kernel returns a new array (never a view of an
 operand), as donation.py's `fresh_outputs` assumes of ufunc results.
 """
 
@@ -151,7 +153,8 @@ def split_sum(kernel, in_avals, out_aval, axes):
     if (not _static((x_aval, out_aval)) or 0 not in axes
             or x_aval.dtype not in native.FLOAT_DTYPES):
         return None
-    planned = _plan(x_aval)  # the operand's rows: the result has none
+    # The operand's rows: the result has none.
+    planned = _plan(x_aval, streaming=getattr(kernel, "streams", False))
     if planned is None:
         return None
     threads, blocks = planned

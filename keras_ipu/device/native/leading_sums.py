@@ -10,7 +10,13 @@ NumPy and 1.8 ms in C (minimum of 20 calls, this 2-core machine at load
 13; 128x16x16x64 -> 64: 1.11 against 0.28 ms). A large sum with enough
 columns splits into column blocks on the C pool (threads.sum_split: the
 same bits); a narrower one is split by rows over the Python pool
-(leading_axis.split_sum, this kernel for each part).
+(leading_axis.split_sum, this kernel for each part) where a second thread
+adds memory bandwidth. Not on this project's 2-core VM: there the
+transformer's ten bias and layer-norm gradient sums per step (0.1-0.4 ms
+each) split in four row blocks on the Python pool, whose helper (a
+Python thread) came late to many of them, and each late split counted
+towards the back-off that ran the whole step on one thread (issue 16,
+fifteenth pass, s15xformer).
 """
 
 import numpy as np
@@ -67,4 +73,7 @@ def leading_sum_kernel(x_aval, axes):
             return out
         return reduce(x, axis=axes)
 
+    # At memory speed, as a copy: leading_axis.split_sum splits its rows
+    # only where a second thread adds bandwidth (threads.streaming_scales).
+    sum_leading_axes.streams = True
     return sum_leading_axes

@@ -870,21 +870,29 @@ def _native_split_plan(b, m, n, compute, threads, blocks, fallback):
 def batched_matmul_plan(batch_shape, m, n, k, compute):
     """matmul_plan of a product batched over several axes, x (*batch_shape,
     m, k) @ y (*batch_shape, k, n) as views of any batch strides (np.matmul
-    reads them without a copy), where the C pool would split it: one block
-    of the longest batch axis per thread, each one np.matmul (its loop of
-    gemm calls runs without the GIL). The C pool's runs need batches one
-    stride apart, which these are not: one run per index of the other axes
-    made each run short enough that helpers came late and the splits backed
-    off. None where one thread is right or the C pool would not take the
-    product: the caller then flattens the batch axes (a copy where they do
-    not merge) for matmul_plan."""
+    reads them without a copy), where the C pool would split it. Over two
+    batch axes (attention's (batch, heads)) it runs on the C pool, its
+    blocks whole batches counted over both axes, each batch the gemm call
+    np.matmul makes for it (_product_pool.c: the same bits); on the Python
+    pool (a stale build, more batch axes, operands BLAS cannot take), one
+    block of the longest batch axis per thread, each one np.matmul. On the
+    Python pool the helper is a Python thread that takes the GIL to claim
+    its block: it came late to most of the transformer's six attention
+    products per step, and a caller that ran both blocks counted as a late
+    split there (parallel_for), which kept the step's other splits backed
+    off (issue 16, fifteenth pass, s15xformer). None where one thread is
+    right or the C pool would not take the product: the caller then
+    flattens the batch axes (a copy where they do not merge) for
+    matmul_plan."""
     b = int(np.prod(batch_shape, dtype=np.int64))
     if not product_pool_takes(b, compute):
         return None
     split = _native_product_split(b, m, n, k, compute)
     if split is None:
         return None
-    threads = split[0]
+    threads, (_, batch_edges) = split
+    on_c_pool = len(batch_shape) <= 2
+    count, run = len(batch_edges) - 1, product_pool.run
     axis = max(range(len(batch_shape)), key=lambda a: batch_shape[a])
     edges = np.linspace(0, batch_shape[axis], min(threads, batch_shape[axis]) + 1).astype(int)
     if len(edges) < 3:
@@ -899,6 +907,11 @@ def batched_matmul_plan(batch_shape, m, n, k, compute):
             return matmul(x, y, out=out)
         if out is None:
             out = empty(out_shape, compute)
+        if on_c_pool:
+            done = run(x, y, out, 0, batch_edges, threads)
+            if done is not None:
+                note_pool_split(done, count)
+                return out
 
         def part(i):
             index = blocks[i]
