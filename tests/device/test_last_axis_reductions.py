@@ -123,14 +123,63 @@ def test_other_reductions_keep_numpy(dtype, axes, shape):
     assert last_axis_reductions.last_axis_max_kernel(aval, axes) is None
 
 
-def test_at_two_threads_the_c_kernels_run_whole(monkeypatch):
-    # The Python pool's row split cost more than it saved (module doc).
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", (1, 9, 64, 129, 1000))
+def test_row_tasks_on_the_c_pool_give_the_whole_calls_bits(dtype, n):
+    x = _awkward((37, 3, n), dtype)
+    rows = 37 * 3
+    whole_sum, whole_max = np.empty(rows, dtype), np.empty(rows, dtype)
+    with np.errstate(all="ignore"):
+        assert native.rows.sum_last(x, whole_sum, n) is True
+        undecided = native.rows.max_last(x, whole_max, n)
+        for t, per_task in ((2, 1), (2, 56), (3, 7), (4, 1000)):
+            got = np.full(rows, np.nan, dtype)
+            ran, own, wait = native.rows.sum_last(x, got, n, t, per_task)
+            assert 0 <= ran <= -(-rows // per_task) and own >= 0 and wait >= 0
+            assert got.tobytes() == whole_sum.tobytes()
+            got = np.full(rows, np.nan, dtype)
+            left, *stats = native.rows.max_last(x, got, n, t, per_task)
+            assert left == undecided and len(stats) == 3
+            assert got.tobytes() == whole_max.tobytes()
+    with pytest.raises(ValueError):
+        native.rows.sum_last(x, whole_sum, n, 2, 0)
+
+
+@pytest.mark.skipif(not getattr(native.rows, "SPLITS", 0)
+                    or not last_axis_reductions.product_pool.tasks_available(),
+                    reason="no C pool")
+@pytest.mark.parametrize("scales", [False, True])
+def test_rows_split_on_the_c_pool_where_bandwidth_scales(monkeypatch, scales):
+    monkeypatch.setattr(threads, "_cap", 2)
+    monkeypatch.setattr(threads, "NATIVE_ELEMENTS_PER_THREAD", 4)
+    monkeypatch.setattr(threads, "_streaming_scales", scales)
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    notes = []
+    monkeypatch.setattr(threads, "note_pool_split", lambda done, count: notes.append(count))
+    x = _awkward((12, 5, 64), np.float32)
+    x[3, 2, 5] = np.nan  # a row the maximum leaves to NumPy, split or not
+    for primitive, ufunc in ((reduce_sum_p, np.add), (reduce_max_p, np.maximum)):
+        del notes[:]
+        kernel = _lowered(primitive, x, (2,))
+        with np.errstate(all="ignore"):
+            got, want = kernel(x), ufunc.reduce(x, axis=-1)
+        assert got.tobytes() == want.tobytes()
+        # 60 rows in two tasks per thread
+        assert notes == ([4] if scales else []), (primitive, notes)
+        assert kernel.splits_itself  # never the Python pool's rows
+
+
+def test_a_stale_extension_without_row_tasks_runs_whole(monkeypatch):
+    # An editable install whose _rows predates the split arguments.
     monkeypatch.setattr(threads, "_cap", 2)
     monkeypatch.setattr(threads, "ELEMENTS_PER_THREAD", 4)
     calls = []
     real = native.rows
 
-    class Counting:
+    monkeypatch.setattr(threads, "NATIVE_ELEMENTS_PER_THREAD", 4)
+    monkeypatch.setattr(threads, "_streaming_scales", True)
+
+    class Counting:  # no SPLITS
         @staticmethod
         def sum_last(x, out, n):
             calls.append(x.size // n)

@@ -8,9 +8,7 @@
    softmax sums and 11 layer-norm sums per step) the call per row costs
    more than the adds: 128x4x64x64 -> 128x4x64 took 1.2 ms, 128x64x64 ->
    128x64 0.3 ms at one thread. Here the same algorithm runs on every row
-   in one call, without the interpreter lock, so the bits are NumPy's. The
-   call runs whole on the caller's thread (last_axis_reductions.py says
-   why).
+   in one call, without the interpreter lock, so the bits are NumPy's.
 
    sum_last(x, out, n) -> bool
      x: C-contiguous float32 or float64, rows * n elements (n >= 1)
@@ -25,12 +23,21 @@
    of its NaNs) or its maximum is a zero (+0.0 and -0.0 compare equal: the
    order picks the sign): such rows are counted, and the caller runs
    NumPy's reduction. The softmax's row maxima (128x4x64x64 -> 128x4x64)
-   took 1.9 ms in NumPy. */
+   took 1.9 ms in NumPy.
+
+   Both take `threads` and `rows_per_task` after n: rows in tasks of that
+   many on the C pool (_task_pool.h), each row still one call of the same
+   loop, so the bits are the same at any split; they then return (caller
+   tasks, its own seconds, its wait) after the result (sum_last: the
+   triple; max_last: (undecided, caller tasks, own, wait)). Which ones
+   split is last_axis_reductions.py's choice. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdatomic.h>
 
 #include "_buffers.h"
+#include "_task_pool.h"
 
 /* NumPy's numpy/_core/src/umath/loops_utils.h.src pairwise_sum, for
    contiguous rows: the same adds in the same order (no -ffast-math, no FMA:
@@ -74,24 +81,88 @@ SUM_ROWS(sum_rows_f64, double, pairwise_f64)
 /* 8 running maxima over the row (as the sum's accumulators: vector
    registers), then theirs. v - v is 0 for a finite v and NaN for a NaN or
    an infinity: their sums z mark the rows to look at again (a NaN, a
-   maximum of zero) without a branch in the loop. */
-#define MAX_ROWS(NAME, T)                                                         \
+   maximum of zero) without a branch in the loop. LANES runs the groups of
+   8 elements and returns where they end: lane j takes elements i + j. */
+#define LANES_SCALAR(NAME, T)                                                     \
+    static Py_ssize_t NAME(const T *a, Py_ssize_t n, T *m, T *z) {               \
+        Py_ssize_t i = 0;                                                         \
+        for (; i + 8 <= n; i += 8)                                                \
+            for (int j = 0; j < 8; j++) {                                         \
+                T v = a[i + j];                                                   \
+                z[j] += v - v;                                                    \
+                m[j] = v > m[j] ? v : m[j];                                       \
+            }                                                                     \
+        return i;                                                                 \
+    }
+
+#if defined(__x86_64__) || defined(_M_X64)
+/* GCC leaves the scalar loop scalar here (maxss, 1.1 ms for the softmax's
+   8 MB of scores, where the sum reads them in 0.2): the same lanes in SSE2
+   registers. MAXPS(v, m) is v > m ? v : m, lane by lane, NaN and zeros
+   included: the same values. */
+#include <emmintrin.h>
+static Py_ssize_t lanes_f32(const float *a, Py_ssize_t n, float *m, float *z) {
+    __m128 m0 = _mm_loadu_ps(m), m1 = _mm_loadu_ps(m + 4);
+    __m128 z0 = _mm_loadu_ps(z), z1 = _mm_loadu_ps(z + 4);
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128 v0 = _mm_loadu_ps(a + i), v1 = _mm_loadu_ps(a + i + 4);
+        z0 = _mm_add_ps(z0, _mm_sub_ps(v0, v0));
+        z1 = _mm_add_ps(z1, _mm_sub_ps(v1, v1));
+        m0 = _mm_max_ps(v0, m0);
+        m1 = _mm_max_ps(v1, m1);
+    }
+    _mm_storeu_ps(m, m0);
+    _mm_storeu_ps(m + 4, m1);
+    _mm_storeu_ps(z, z0);
+    _mm_storeu_ps(z + 4, z1);
+    return i;
+}
+
+static Py_ssize_t lanes_f64(const double *a, Py_ssize_t n, double *m, double *z) {
+    __m128d m0 = _mm_loadu_pd(m), m1 = _mm_loadu_pd(m + 2), m2 = _mm_loadu_pd(m + 4),
+            m3 = _mm_loadu_pd(m + 6);
+    __m128d z0 = _mm_loadu_pd(z), z1 = _mm_loadu_pd(z + 2), z2 = _mm_loadu_pd(z + 4),
+            z3 = _mm_loadu_pd(z + 6);
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128d v0 = _mm_loadu_pd(a + i), v1 = _mm_loadu_pd(a + i + 2),
+                v2 = _mm_loadu_pd(a + i + 4), v3 = _mm_loadu_pd(a + i + 6);
+        z0 = _mm_add_pd(z0, _mm_sub_pd(v0, v0));
+        z1 = _mm_add_pd(z1, _mm_sub_pd(v1, v1));
+        z2 = _mm_add_pd(z2, _mm_sub_pd(v2, v2));
+        z3 = _mm_add_pd(z3, _mm_sub_pd(v3, v3));
+        m0 = _mm_max_pd(v0, m0);
+        m1 = _mm_max_pd(v1, m1);
+        m2 = _mm_max_pd(v2, m2);
+        m3 = _mm_max_pd(v3, m3);
+    }
+    _mm_storeu_pd(m, m0);
+    _mm_storeu_pd(m + 2, m1);
+    _mm_storeu_pd(m + 4, m2);
+    _mm_storeu_pd(m + 6, m3);
+    _mm_storeu_pd(z, z0);
+    _mm_storeu_pd(z + 2, z1);
+    _mm_storeu_pd(z + 4, z2);
+    _mm_storeu_pd(z + 6, z3);
+    return i;
+}
+#else
+LANES_SCALAR(lanes_f32, float)
+LANES_SCALAR(lanes_f64, double)
+#endif
+
+#define MAX_ROWS(NAME, T, LANES)                                                  \
     static Py_ssize_t NAME(T *out, const T *x, Py_ssize_t rows, Py_ssize_t n) {   \
         Py_ssize_t undecided = 0;                                                 \
         for (Py_ssize_t row = 0; row < rows; row++) {                             \
             const T *a = x + row * n;                                             \
             T m[8], z[8];                                                         \
-            Py_ssize_t i = 0;                                                     \
             for (int j = 0; j < 8; j++) {                                         \
                 m[j] = a[0];                                                      \
                 z[j] = 0;                                                         \
             }                                                                     \
-            for (; i + 8 <= n; i += 8)                                            \
-                for (int j = 0; j < 8; j++) {                                     \
-                    T v = a[i + j];                                               \
-                    z[j] += v - v;                                                \
-                    m[j] = v > m[j] ? v : m[j];                                   \
-                }                                                                 \
+            Py_ssize_t i = LANES(a, n, m, z);                                     \
             for (; i < n; i++) {                                                  \
                 T v = a[i];                                                       \
                 z[0] += v - v;                                                    \
@@ -112,8 +183,8 @@ SUM_ROWS(sum_rows_f64, double, pairwise_f64)
         }                                                                         \
         return undecided;                                                         \
     }
-MAX_ROWS(max_rows_f32, float)
-MAX_ROWS(max_rows_f64, double)
+MAX_ROWS(max_rows_f32, float, lanes_f32)
+MAX_ROWS(max_rows_f64, double, lanes_f64)
 
 /* The operands of both calls: x of rows x n and out of rows, one float
    kind; 0 (no buffer held) when one does not fit. */
@@ -125,7 +196,9 @@ typedef struct {
 
 static int take_rows(PyObject *args, row_operands *o) {
     PyObject *x_obj, *out_obj;
-    if (!PyArg_ParseTuple(args, "OOn", &x_obj, &out_obj, &o->n)) return -1;
+    if (!PyArg_ParseTuple(args, "OOn|in", &x_obj, &out_obj, &o->n, &(int){0},
+                          &(Py_ssize_t){0}))
+        return -1;
     if (o->n < 1 || !get_buffer(x_obj, &o->x, 0)) return 0;
     if (!get_buffer(out_obj, &o->out, 1)) {
         PyBuffer_Release(&o->x);
@@ -142,44 +215,110 @@ static int take_rows(PyObject *args, row_operands *o) {
     return 0;
 }
 
-static PyObject *sum_last(PyObject *self, PyObject *args) {
+/* Rows [lo, hi) of one call, one task each: rows_per_task rows. */
+typedef struct {
+    const row_operands *o;
+    Py_ssize_t per_task;
+    int max;
+    atomic_llong undecided;
+} row_task_t;
+
+static void row_task(void *arg, int64_t i) {
+    row_task_t *t = (row_task_t *)arg;
+    const row_operands *o = t->o;
+    Py_ssize_t lo = i * t->per_task, rows = o->rows - lo < t->per_task ? o->rows - lo : t->per_task;
+    Py_ssize_t sz = o->x.itemsize;
+    char *out = (char *)o->out.buf + lo * sz;
+    const char *x = (const char *)o->x.buf + lo * o->n * sz;
+    if (!t->max) {
+        if (o->kind == 'f') sum_rows_f32((float *)out, (const float *)x, rows, o->n);
+        else sum_rows_f64((double *)out, (const double *)x, rows, o->n);
+        return;
+    }
+    Py_ssize_t undecided = o->kind == 'f'
+                               ? max_rows_f32((float *)out, (const float *)x, rows, o->n)
+                               : max_rows_f64((double *)out, (const double *)x, rows, o->n);
+    if (undecided) atomic_fetch_add(&t->undecided, (long long)undecided);
+}
+
+/* Runs the call's rows on up to `threads` threads, without the GIL:
+   the pool where there is one and threads > 1, else the caller alone. */
+static void run_rows(row_task_t *t, int threads, int64_t *ran, int64_t *own, int64_t *wait) {
+    int64_t count = (t->o->rows + t->per_task - 1) / t->per_task;
+    const task_pool_api *api = threads > 1 && count > 1 ? task_pool() : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    if (api != NULL) {
+        api->run(row_task, t, count, threads, ran, own, wait);
+    } else {
+        for (int64_t i = 0; i < count; i++) row_task(t, i);
+        *ran = count;
+        *own = *wait = 0;
+    }
+    Py_END_ALLOW_THREADS
+}
+
+/* The split arguments after x, out, n: (threads, rows per task), or
+   (1, all rows). */
+static int split_args(PyObject *args, const row_operands *o, int *threads, Py_ssize_t *per) {
+    *threads = 1;
+    *per = o->rows;
+    if (PyTuple_GET_SIZE(args) <= 3) return 1;
+    PyObject *x, *out;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOnin", &x, &out, &n, threads, per)) return 0;
+    if (*threads < 1 || *per < 1) {
+        PyErr_SetString(PyExc_ValueError, "threads and rows_per_task must be positive");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *reduce_rows(PyObject *args, int max) {
     row_operands o;
+    int threads;
+    Py_ssize_t per;
     int taken = take_rows(args, &o);
     if (taken < 0) return NULL;
-    if (!taken) Py_RETURN_FALSE;
-    Py_BEGIN_ALLOW_THREADS
-    if (o.kind == 'f') sum_rows_f32(o.out.buf, o.x.buf, o.rows, o.n);
-    else sum_rows_f64(o.out.buf, o.x.buf, o.rows, o.n);
-    Py_END_ALLOW_THREADS
+    if (!taken) {
+        if (max) return PyLong_FromSsize_t(-1);
+        Py_RETURN_FALSE;
+    }
+    if (!split_args(args, &o, &threads, &per)) {
+        PyBuffer_Release(&o.out);
+        PyBuffer_Release(&o.x);
+        return NULL;
+    }
+    row_task_t t = {&o, per, max, 0};
+    int64_t ran = 0, own = 0, wait = 0;
+    run_rows(&t, threads, &ran, &own, &wait);
     PyBuffer_Release(&o.out);
     PyBuffer_Release(&o.x);
+    long long undecided = atomic_load(&t.undecided);
+    if (PyTuple_GET_SIZE(args) > 3) {
+        if (max)
+            return Py_BuildValue("LLdd", undecided, (long long)ran, own * 1e-9, wait * 1e-9);
+        return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
+    }
+    if (max) return PyLong_FromLongLong(undecided);
     Py_RETURN_TRUE;
 }
 
-static PyObject *max_last(PyObject *self, PyObject *args) {
-    row_operands o;
-    Py_ssize_t undecided;
-    int taken = take_rows(args, &o);
-    if (taken < 0) return NULL;
-    if (!taken) return PyLong_FromSsize_t(-1);
-    Py_BEGIN_ALLOW_THREADS
-    if (o.kind == 'f') undecided = max_rows_f32(o.out.buf, o.x.buf, o.rows, o.n);
-    else undecided = max_rows_f64(o.out.buf, o.x.buf, o.rows, o.n);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&o.out);
-    PyBuffer_Release(&o.x);
-    return PyLong_FromSsize_t(undecided);
-}
+static PyObject *sum_last(PyObject *self, PyObject *args) { return reduce_rows(args, 0); }
+
+static PyObject *max_last(PyObject *self, PyObject *args) { return reduce_rows(args, 1); }
 
 static PyMethodDef methods[] = {
     {"sum_last", sum_last, METH_VARARGS,
-     "sum_last(x, out, n) -> bool: out[r] = the sum of x's row r of n elements, "
-     "NumPy's pairwise order and bits (np.add.reduce over the last axis); "
-     "False (nothing written) when a buffer does not fit."},
+     "sum_last(x, out, n[, threads, rows_per_task]) -> bool: out[r] = the sum of "
+     "x's row r of n elements, NumPy's pairwise order and bits (np.add.reduce over "
+     "the last axis); False (nothing written) when a buffer does not fit. With "
+     "threads: rows in tasks on the C pool, returning (caller_tasks, own_s, wait_s)."},
     {"max_last", max_last, METH_VARARGS,
-     "max_last(x, out, n) -> int: out[r] = the largest element of x's row r of n "
-     "elements; returns the number of rows left to NumPy (a NaN, or a maximum of "
-     "zero whose sign the order picks), -1 when a buffer does not fit."},
+     "max_last(x, out, n[, threads, rows_per_task]) -> int: out[r] = the largest "
+     "element of x's row r of n elements; returns the number of rows left to NumPy "
+     "(a NaN, or a maximum of zero whose sign the order picks), -1 when a buffer "
+     "does not fit. With threads: rows in tasks on the C pool, returning "
+     "(undecided, caller_tasks, own_s, wait_s)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -188,4 +327,14 @@ static struct PyModuleDef module = {
     "Reductions along the last axis in one call (see native/last_axis_reductions.py).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__rows(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__rows(void) {
+    PyObject *m = PyModule_Create(&module);
+    /* The split arguments: a build before them (an editable install not
+       rebuilt) lacks this, and last_axis_reductions.py keeps its calls
+       whole. */
+    if (m != NULL && PyModule_AddIntConstant(m, "SPLITS", 1) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

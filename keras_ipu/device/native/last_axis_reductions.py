@@ -10,11 +10,17 @@ one value whatever the order (the rows where it is not, a NaN or a
 maximum of zero whose sign the order picks, are left to NumPy).
 128x4x64x64 -> 128x4x64: sum 1.90 -> 0.33 ms; 128x64x64 -> 128x64: sum
 0.31 -> 0.09 ms (one thread, minimum of 30 calls; benchmarks/README.md,
-issue 16 fourteenth pass). They run whole on the caller's thread: split
-over rows by the Python pool (leading_axis.split_rows, as NumPy's
-reductions are) the 8 MB sum took 0.40 ms against 0.21 whole, the maximum
-no less (minimum of 60 calls at 2 threads, load 10); the second core is
-worth more to the kernels running beside them.
+issue 16 fourteenth pass). Split over rows by the Python pool
+(leading_axis.split_rows, as NumPy's reductions are) the 8 MB sum took
+0.40 ms against 0.21 whole, the maximum no less (minimum of 60 calls at 2
+threads, load 10): its helper, a Python thread, takes the GIL to claim its
+rows. They split in row tasks on the C pool instead (_rows.c, the same bits
+at any split), sized as the fused chains are (threads.chain_threads), but
+only where a second thread adds memory bandwidth (threads.streaming_scales:
+not this project's 2-core VM): the sum reads at the memory's speed (0.2 ms
+for the 8 MB of the softmax's scores), and the maximum, in SSE2 registers,
+at about half of it (0.40 ms, from 1.07 in GCC's scalar code; issue 16,
+fifteenth pass).
 
 Above one pairwise block (128 elements) NumPy adds two halves, and which
 of two NaNs of opposite signs (NaN and inf - inf's) survives their add
@@ -25,6 +31,8 @@ summed again by NumPy.
 import numpy as np
 
 from keras_ipu.device import native
+from keras_ipu.device.native import product_pool
+from keras_ipu.device.native import threads as host_threads
 
 # NumPy's PW_BLOCKSIZE: rows up to this long are one block of 8 accumulators.
 _PAIRWISE_BLOCK = 128
@@ -42,6 +50,23 @@ def _last_axis(x_aval, axes):
     return n if n >= 1 else None
 
 
+def row_split(x_aval, streaming=True):
+    """(threads, rows per task) of a C row reduction over `x_aval`'s last
+    axis on the C pool, or None (whole on the caller's thread): as the C
+    chains split (threads.chain_threads), two tasks per thread so that a
+    helper that comes late leaves its rows to the caller; `streaming`: it
+    reads at the memory's speed, and splits only where a second thread adds
+    bandwidth (both reductions here)."""
+    if not getattr(native.rows, "SPLITS", 0) or not product_pool.tasks_available():
+        return None
+    size = int(np.prod(x_aval.shape, dtype=np.int64))
+    rows = size // int(x_aval.shape[-1])
+    threads = min(host_threads.chain_threads(size), rows)
+    if threads <= 1 or (streaming and not host_threads.streaming_scales()):
+        return None
+    return threads, -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
+
+
 def last_axis_sum_kernel(x_aval, axes):
     """The C kernel of a float sum of `x_aval` over its last axis alone, or
     None (the caller keeps NumPy's reduction). It falls back to NumPy for
@@ -52,6 +77,7 @@ def last_axis_sum_kernel(x_aval, axes):
     sum_last, dtype = native.rows.sum_last, x_aval.dtype
     reduce, empty, isnan = np.add.reduce, np.empty, np.isnan
     halves = n > _PAIRWISE_BLOCK
+    split = row_split(x_aval, streaming=True)
 
     def sum_last_axis(x):
         out = empty(x.shape[:-1], dtype)
@@ -59,8 +85,30 @@ def last_axis_sum_kernel(x_aval, axes):
             return out
         return reduce(x, axis=-1)
 
-    sum_last_axis.splits_itself = True  # whole: leading_axis.split_kernel leaves it
+    if split is not None:
+        sum_last_axis = _split_sum(sum_last_axis, split, sum_last, n, dtype, halves)
+    sum_last_axis.splits_itself = True  # leading_axis.split_kernel leaves it
     return sum_last_axis
+
+
+def _split_sum(whole, split, sum_last, n, dtype, halves):
+    threads, per_task = split
+    backing_off, note = host_threads.backing_off, host_threads.note_pool_split
+    reduce, empty, isnan = np.add.reduce, np.empty, np.isnan
+
+    def sum_last_axis_split(x):
+        if backing_off():
+            return whole(x)
+        out = empty(x.shape[:-1], dtype)
+        done = sum_last(x, out, n, threads, per_task)
+        if done is False:
+            return reduce(x, axis=-1)
+        note(done, -(-out.size // per_task))
+        if halves and isnan(out).any():
+            return reduce(x, axis=-1)
+        return out
+
+    return sum_last_axis_split
 
 
 def last_axis_max_kernel(x_aval, axes):
@@ -72,6 +120,7 @@ def last_axis_max_kernel(x_aval, axes):
         return None
     max_last, dtype = native.rows.max_last, x_aval.dtype
     reduce, empty = np.maximum.reduce, np.empty
+    split = row_split(x_aval, streaming=True)
 
     def max_last_axis(x):
         out = empty(x.shape[:-1], dtype)
@@ -79,5 +128,26 @@ def last_axis_max_kernel(x_aval, axes):
             return out
         return reduce(x, axis=-1)
 
+    if split is not None:
+        max_last_axis = _split_max(max_last_axis, split, max_last, n, dtype)
     max_last_axis.splits_itself = True
     return max_last_axis
+
+
+def _split_max(whole, split, max_last, n, dtype):
+    threads, per_task = split
+    backing_off, note = host_threads.backing_off, host_threads.note_pool_split
+    reduce, empty = np.maximum.reduce, np.empty
+
+    def max_last_axis_split(x):
+        if backing_off():
+            return whole(x)
+        out = empty(x.shape[:-1], dtype)
+        done = max_last(x, out, n, threads, per_task)
+        if done == -1:
+            return reduce(x, axis=-1)
+        undecided, *stats = done
+        note(stats, -(-out.size // per_task))
+        return out if undecided == 0 else reduce(x, axis=-1)
+
+    return max_last_axis_split
