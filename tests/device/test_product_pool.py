@@ -505,8 +505,8 @@ def test_a_private_product_goes_to_the_threads_reused_buffer_with_the_same_bits(
     """launch_pair(..., private_result=True): the product only its chain
     reads goes to the running thread's reused buffer, product_out is left
     as it was, and the chain's results are the bits of the two kernels in
-    turn; where the chain writes a result into product_out, the product
-    goes there as before."""
+    turn; where the chain writes a result into product_out, or the product
+    is above MAX_REUSED_PRODUCT_BYTES, the product goes there as before."""
     from keras_ipu.device import native
 
     code = np.array([2, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 3, 2, 0, 1, 0, 2, 1], np.int32).tobytes()
@@ -526,6 +526,15 @@ def test_a_private_product_goes_to_the_threads_reused_buffer_with_the_same_bits(
         native.elementwise.join_pair(job)
         assert np.isnan(p).all()  # never written: the product went elsewhere
         assert np.array_equal(out, np.matmul(x, y) * scale)
+    # A product above MAX_REUSED_PRODUCT_BYTES (8 MiB): into product_out.
+    x, y = _operands(1024, 64, 2112)
+    p = np.full((1024, 2112), np.nan, np.float32)
+    scale = RNG.standard_normal(p.shape).astype(np.float32)
+    out = np.empty_like(p)
+    job = native.elementwise.launch_pair(x, y, p, code, p.size, 1, 1024, (p, scale), (out,),
+                                         (), True)
+    native.elementwise.join_pair(job)
+    assert np.array_equal(p, np.matmul(x, y)) and np.array_equal(out, p * scale)
     # The chain's result written over product_out: no reused buffer.
     x, y = pairs[0]
     p = np.full((96, 160), np.nan, np.float32)

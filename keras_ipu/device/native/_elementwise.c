@@ -875,10 +875,16 @@ static void pair_task(void *arg, int64_t unused) {
     if (p->has_chain) chain_task(&p->chain.c, 0);
 }
 
+/* Up to this size a pair's product goes to the thread's reused buffer:
+   one that size stays allocated per thread that ran such a pair, and a
+   larger one would not stay in cache from one pair to the next anyway
+   (demo_functional's gradients are 1 MiB, the MLP's 1.6 MiB). */
+#define MAX_REUSED_PRODUCT_BYTES (8 << 20)
+
 /* Whether the pair's chain reads product_out only as whole contiguous
    inputs and writes none of its results into it (then pair_task may put
-   the product's result elsewhere): sets p->scratch_bytes and
-   p->result_inputs. */
+   the product's result elsewhere), and it is at most
+   MAX_REUSED_PRODUCT_BYTES: sets p->scratch_bytes and p->result_inputs. */
 static void find_result_inputs(pair_job *p, PyObject *product_out) {
     Py_buffer v;
     if (PyObject_GetBuffer(product_out, &v, PyBUF_C_CONTIGUOUS) != 0) {
@@ -888,7 +894,7 @@ static void find_result_inputs(pair_job *p, PyObject *product_out) {
     const chain_t *c = &p->chain.c;
     const char *lo = (const char *)v.buf, *hi = lo + v.len;
     uint64_t at = 0;
-    int ok = v.len > 0 && c->n_in <= 64;
+    int ok = v.len > 0 && v.len <= MAX_REUSED_PRODUCT_BYTES && c->n_in <= 64;
     for (int k = 0; ok && k < c->n_in; k++) {
         const char *b = p->chain.base[k];
         if (b == lo && c->in_desc[2 * k] == M_FULL && c->cols[k] == 0
