@@ -62,6 +62,21 @@ def test_the_c_sum_adds_in_numpys_pairwise_order(dtype, n):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_no_rows_reduce_to_nothing(monkeypatch, dtype):
+    # An operand with no rows (a batch of 0: Keras' layer tests build one):
+    # the whole call's one task of "all rows" was 0 rows, and counting the
+    # tasks divided by it (SIGFPE in the fifteenth pass's CI).
+    x = np.empty((0, 5), dtype)
+    assert native.rows.sum_last(x, np.empty(0, dtype), 5) is True
+    assert native.rows.max_last(x, np.empty(0, dtype), 5) == 0
+    monkeypatch.setattr(threads, "_cap", 1)
+    x = np.empty((0, 4, 5), dtype)
+    for primitive, ufunc in ((reduce_sum_p, np.add), (reduce_max_p, np.maximum)):
+        got = _lowered(primitive, x, (2,))(x)
+        assert got.shape == (0, 4) and got.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", LENGTHS)
 def test_lowered_sums_and_maxima_give_numpys_bits(monkeypatch, dtype, n):
     monkeypatch.setattr(threads, "_cap", 1)

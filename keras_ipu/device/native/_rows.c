@@ -258,10 +258,10 @@ static void run_rows(row_task_t *t, int threads, int64_t *ran, int64_t *own, int
 }
 
 /* The split arguments after x, out, n: (threads, rows per task), or
-   (1, all rows). */
+   (1, all rows; 1 where there are none: run_rows divides by it). */
 static int split_args(PyObject *args, const row_operands *o, int *threads, Py_ssize_t *per) {
     *threads = 1;
-    *per = o->rows;
+    *per = o->rows > 0 ? o->rows : 1;
     if (PyTuple_GET_SIZE(args) <= 3) return 1;
     PyObject *x, *out;
     Py_ssize_t n;
