@@ -236,6 +236,69 @@ def _no_backoff(monkeypatch):
         monkeypatch.setattr(threads, name, value)
 
 
+# (tasks the caller ran, tasks, its own seconds, its wait): late where the
+# split ended later than the caller alone would have, never stricter than
+# "waited longer than it worked" (two threads: that rule exactly).
+@pytest.mark.parametrize("ran,count,own,wait,late", [
+    (1, 16, 1.0, 5.0, False),  # alone: 15 more tasks' time; "wait > own" called it late
+    (1, 16, 1.0, 15.5, True),
+    (2, 32, 1.0, 14.0, False),
+    (1, 2, 1.0, 1.5, True),  # two threads: as before
+    (1, 2, 1.0, 0.9, False),
+    (2, 4, 1.0, 1.1, True),
+    (3, 4, 1.0, 1.1, True),  # the factor 1/3 is raised to 1: as before
+    (3, 4, 1.0, 0.9, False),
+    (0, 2, 1e-6, 1e-3, True),  # the caller ran nothing: no time per task, as before
+])
+def test_a_split_is_late_where_the_caller_alone_would_have_ended_first(ran, count, own, wait,
+                                                                        late):
+    assert threads.split_late(ran, count, own, wait) is late
+
+
+def test_a_c_pool_split_on_many_threads_is_judged_by_its_tasks(monkeypatch):
+    _no_backoff(monkeypatch)
+    monkeypatch.setattr(threads, "_late", threads.LATE_SPLITS - 1)
+    # 1 of 16 tasks in 0.1 ms, 0.5 ms waiting for 15 helpers: on time (the
+    # caller alone: 1.5 ms more), which ends the run of late splits.
+    threads.note_pool_split((1, 1e-4, 5e-4), 16)
+    assert threads._late == 0 and not threads.backing_off()
+    threads.note_pool_split((1, 1e-4, 1.5e-4), 2)  # two threads: late, as before
+    assert threads._late == 1
+
+
+def test_parallel_for_judges_a_split_by_the_blocks_its_helpers_ran(monkeypatch):
+    import types
+
+    _no_backoff(monkeypatch)
+    monkeypatch.setattr(threads, "_ensure_workers", lambda n: None)
+
+    def helper_runs_one_block(job):
+        with job.lock:
+            i, job.next = job.next, job.next + 1
+        job.fn(i)
+        with job.lock:
+            job.left -= 1
+            if job.left == 0:
+                job.done.set()
+
+    monkeypatch.setattr(threads, "_queue", types.SimpleNamespace(put=helper_runs_one_block))
+
+    def split(count, threads_, clock):
+        # perf_counter at the start, after the caller's blocks, at the end
+        ticks = iter(clock)
+        monkeypatch.setattr(threads, "time",
+                            types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+        ran = []
+        threads.parallel_for(ran.append, count, threads_)
+        assert sorted(ran) == list(range(count))
+
+    monkeypatch.setattr(threads, "_late", threads.LATE_SPLITS - 1)
+    split(16, 16, [0.0, 1.0, 6.0])  # 1 of 16 blocks, a wait of 5x its own: on time
+    assert threads._late == 0
+    split(2, 2, [0.0, 1.0, 2.5])  # 1 of 2, a wait of 1.5x: late
+    assert threads._late == 1
+
+
 def test_a_launched_call_runs_on_a_pool_thread_and_joins_its_result(monkeypatch):
     import threading
 

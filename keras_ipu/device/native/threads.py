@@ -489,8 +489,9 @@ def _ensure_workers(n):
 # beside other work, every split product of the benchmark models was
 # slower on two threads than on one (benchmarks/README.md). So each split
 # notes whether its helpers were late: they ran no block, or the caller
-# waited for them longer than it worked itself (the C pool's splits: only
-# the wait, note_pool_split). After LATE_SPLITS late
+# waited for them longer than running their blocks itself would have
+# taken (split_late; the C pool's splits: only the wait,
+# note_pool_split). After LATE_SPLITS late
 # splits in a row, splits run on the caller alone (the same blocks in
 # order: the same values) for a back-off that starts at BACKOFF_SECONDS
 # and doubles while the probe after it is late again, up to
@@ -540,7 +541,9 @@ def parallel_for(fn, count, threads):
     own = time.perf_counter()
     job.done.wait()
     end = time.perf_counter()
-    _note_split(ran == count or end - own > own - start, end)
+    # A caller that ran every block had no helper come (here a Python
+    # thread that needs the GIL and a core): late, unlike the C pool's.
+    _note_split(ran == count or split_late(ran, count, own - start, end - own), end)
     if job.error is not None:
         raise job.error
 
@@ -750,18 +753,45 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
 # few dozen steps, and the probe after each back-off, whose helper had
 # slept all through it, was late again as often: the MLP at two threads
 # ran backed off 80-90% of the time and used one core (7.0 ms per step
-# against 6.0 with no back-off at load 7). Only a caller that waited for a
-# helper longer than it worked itself (a helper that lost its core inside
-# its block) makes a split late; a split no helper joined is no note at
+# against 6.0 with no back-off at load 7). Only a caller that waited for
+# its helpers longer than running their tasks itself would have taken (a
+# helper that lost its core inside its block: split_late) makes a split
+# late; a split no helper joined is no note at
 # all, neither late nor on time.
 def note_pool_split(done, count):
     """Notes a split the C pool ran (product_pool.run, the C chains and
     row sums: `done` = (tasks the caller ran, its own seconds, its wait
-    for the helpers), `count` tasks): late when the caller waited longer
-    than it worked (LATE_SPLITS); none when it ran every task itself."""
+    for the helpers), `count` tasks): late as split_late judges it
+    (LATE_SPLITS); none when the caller ran every task itself."""
     ran, own, wait = done
     if ran < count:
-        _note_split(wait > own, time.perf_counter())
+        _note_split(split_late(ran, count, own, wait), time.perf_counter())
+
+
+# A split is late where it ended later than the caller running every task
+# alone would have: the caller ran `ran` of `count` tasks in `own` seconds,
+# so the other count - ran would have taken it about own * (count - ran) /
+# ran more, and the split lost where its wait for the helpers exceeded
+# that. Never stricter than "the caller waited longer than it worked"
+# (the factor at least 1), which is what it is on two threads (count /
+# ran at most 2 in the usual cases: 1 of 2 tasks, 2 of 4, 3 of 4), so the
+# decisions measured there under load stand. On many cores the old rule
+# called a split late whose caller ran 1 of 16 tasks and waited 2x its own
+# time for 15 helpers (on time: alone it would have taken 15x): measured
+# on a 16-core Xeon at default threads (issue 16, sixteenth pass, the
+# lead's device run 2), the CNN ran 2 late splits per step, each starting
+# the shared back-off, 748 samples/s (JAX 1,457); under this rule 1,392;
+# the LSTM 1,705 -> 2,806 (JAX 2,708). A caller that ran no task (the
+# helpers took them all before it claimed one: it lost its core right
+# after handing them out) has no time per task to scale by and keeps the
+# old rule.
+def split_late(ran, count, own, wait):
+    """Whether a split of `count` tasks, `ran` of them run by the caller in
+    `own` seconds after which it waited `wait` for the helpers, ended
+    later than the caller alone would have (see above)."""
+    if ran <= 0:
+        return wait > own
+    return wait > own * max(1.0, (count - ran) / ran)
 
 
 # A split whose threads each run a long block (a scan's rows, milliseconds
