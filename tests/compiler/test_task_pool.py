@@ -129,7 +129,8 @@ def test_an_lstm_cell_splits_on_the_pool_with_the_one_thread_bits(monkeypatch):
     gates.insert(2, RNG.standard_normal((128, 128)).astype(np.float32))
     graph = build([aval((128, 128))] * 5, _lstm_cell)
     results, splits = {}, []
-    monkeypatch.setattr(threads, "note_pool_split", lambda done, count: splits.append(count))
+    monkeypatch.setattr(threads, "note_pool_split",
+                        lambda done, count, threads_=None: splits.append(count))
     monkeypatch.setattr(native_fusion, "_contiguous", lambda xs: pytest.fail("copied"))
     for cap in (1, 2):
         monkeypatch.setattr(threads, "_cap", cap)

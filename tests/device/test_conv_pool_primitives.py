@@ -662,7 +662,7 @@ def test_a_split_over_the_c_pool_has_the_same_bits(monkeypatch):
     monkeypatch.setattr(pooling, "_row_threads", lambda cells, rows: 2)
     monkeypatch.setattr(pooling.host_threads, "backing_off", lambda: False)
     monkeypatch.setattr(pooling.host_threads, "note_pool_split",
-                        lambda done, count: notes.append((done, count)))
+                        lambda done, count, threads=None: notes.append((done, count)))
     got = np.asarray(select_and_scatter_add(g, x, y, "max", window, strides,
                                             ((0, 0),) * 4, (1,) * 4))
     assert got.tobytes() == want.tobytes()

@@ -236,23 +236,30 @@ def _no_backoff(monkeypatch):
         monkeypatch.setattr(threads, name, value)
 
 
-# (tasks the caller ran, tasks, its own seconds, its wait): late where the
-# split ended later than the caller alone would have, never stricter than
-# "waited longer than it worked" (two threads: that rule exactly).
-@pytest.mark.parametrize("ran,count,own,wait,late", [
-    (1, 16, 1.0, 5.0, False),  # alone: 15 more tasks' time; "wait > own" called it late
-    (1, 16, 1.0, 15.5, True),
-    (2, 32, 1.0, 14.0, False),
-    (1, 2, 1.0, 1.5, True),  # two threads: as before
-    (1, 2, 1.0, 0.9, False),
-    (2, 4, 1.0, 1.1, True),
-    (3, 4, 1.0, 1.1, True),  # the factor 1/3 is raised to 1: as before
-    (3, 4, 1.0, 0.9, False),
-    (0, 2, 1e-6, 1e-3, True),  # the caller ran nothing: no time per task, as before
+# (tasks the caller ran, tasks, its own seconds, its wait, threads): late
+# where the split ended later than the caller alone would have, never
+# stricter than "waited longer than it worked" nor laxer than the helpers'
+# count allows (two threads: that rule exactly).
+@pytest.mark.parametrize("ran,count,own,wait,threads_,late", [
+    (1, 16, 1.0, 5.0, 16, False),  # alone: 15 more tasks' time; "wait > own" called it late
+    (1, 16, 1.0, 5.0, None, False),
+    (1, 16, 1.0, 15.5, 16, True),
+    (2, 32, 1.0, 14.0, 16, False),
+    (4, 32, 1.0, 8.0, 16, True),  # alone: 7x more
+    (1, 32, 1.0, 20.0, 16, True),  # under its share: at most the 15 helpers' factor
+    (1, 4, 1.0, 2.5, 4, False),
+    (1, 2, 1.0, 1.5, 2, True),  # two threads: as before
+    (1, 2, 1.0, 0.9, 2, False),
+    (2, 4, 1.0, 1.1, 2, True),
+    (3, 4, 1.0, 1.1, 2, True),
+    (3, 4, 1.0, 0.9, 2, False),
+    (1, 4, 1.0, 1.5, 2, True),  # 1 of 4 on two threads: the caller was slow, as before
+    (0, 2, 1e-6, 1e-3, 2, True),  # the caller ran nothing: no time per task, as before
+    (0, 16, 1e-6, 1e-3, 16, True),
 ])
 def test_a_split_is_late_where_the_caller_alone_would_have_ended_first(ran, count, own, wait,
-                                                                        late):
-    assert threads.split_late(ran, count, own, wait) is late
+                                                                        threads_, late):
+    assert threads.split_late(ran, count, own, wait, threads_) is late
 
 
 def test_a_c_pool_split_on_many_threads_is_judged_by_its_tasks(monkeypatch):
@@ -260,10 +267,12 @@ def test_a_c_pool_split_on_many_threads_is_judged_by_its_tasks(monkeypatch):
     monkeypatch.setattr(threads, "_late", threads.LATE_SPLITS - 1)
     # 1 of 16 tasks in 0.1 ms, 0.5 ms waiting for 15 helpers: on time (the
     # caller alone: 1.5 ms more), which ends the run of late splits.
-    threads.note_pool_split((1, 1e-4, 5e-4), 16)
+    threads.note_pool_split((1, 1e-4, 5e-4), 16, 16)
     assert threads._late == 0 and not threads.backing_off()
-    threads.note_pool_split((1, 1e-4, 1.5e-4), 2)  # two threads: late, as before
+    threads.note_pool_split((1, 1e-4, 1.5e-4), 2, 2)  # two threads: late, as before
     assert threads._late == 1
+    threads.note_pool_split((1, 1e-4, 1.5e-4), 4, 2)  # 1 of 4 on two threads: as before
+    assert threads._late == 2
 
 
 def test_parallel_for_judges_a_split_by_the_blocks_its_helpers_ran(monkeypatch):

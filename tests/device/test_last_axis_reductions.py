@@ -170,7 +170,8 @@ def test_rows_split_on_the_c_pool_where_bandwidth_scales(monkeypatch, scales):
     monkeypatch.setattr(threads, "_streaming_scales", scales)
     monkeypatch.setattr(threads, "backing_off", lambda: False)
     notes = []
-    monkeypatch.setattr(threads, "note_pool_split", lambda done, count: notes.append(count))
+    monkeypatch.setattr(threads, "note_pool_split",
+                        lambda done, count, threads_=None: notes.append(count))
     x = _awkward((12, 5, 64), np.float32)
     x[3, 2, 5] = np.nan  # a row the maximum leaves to NumPy, split or not
     for primitive, ufunc in ((reduce_sum_p, np.add), (reduce_max_p, np.maximum)):

@@ -351,7 +351,7 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
             done = run(code, n, inner, block, xs, outs, 0, -1, loops, threads, task)
             if done is False:
                 return False
-            note(done, count)
+            note(done, count, threads)
             return True
     elif len(parts) > 1:
         # Large chains on several threads: each call computes its own

@@ -103,7 +103,7 @@ def _split_sum(whole, split, sum_last, n, dtype, halves):
         done = sum_last(x, out, n, threads, per_task)
         if done is False:
             return reduce(x, axis=-1)
-        note(done, -(-out.size // per_task))
+        note(done, -(-out.size // per_task), threads)
         if halves and isnan(out).any():
             return reduce(x, axis=-1)
         return out
@@ -147,7 +147,7 @@ def _split_max(whole, split, max_last, n, dtype):
         if done == -1:
             return reduce(x, axis=-1)
         undecided, *stats = done
-        note(stats, -(-out.size // per_task))
+        note(stats, -(-out.size // per_task), threads)
         return out if undecided == 0 else reduce(x, axis=-1)
 
     return max_last_axis_split

@@ -60,7 +60,7 @@ def leading_sum_kernel(x_aval, axes):
             else:
                 done = sum_rows(x, out, rows, cols, threads, width)
                 if done is not False:
-                    note(done, count)
+                    note(done, count, threads)
             return out if done is not False else reduce(x, axis=axes)
 
         sum_leading_axes_split.splits_itself = True  # leading_axis.split_kernel leaves it

@@ -543,7 +543,8 @@ def parallel_for(fn, count, threads):
     end = time.perf_counter()
     # A caller that ran every block had no helper come (here a Python
     # thread that needs the GIL and a core): late, unlike the C pool's.
-    _note_split(ran == count or split_late(ran, count, own - start, end - own), end)
+    _note_split(ran == count or split_late(ran, count, own - start, end - own, threads),
+                end)
     if job.error is not None:
         raise job.error
 
@@ -758,40 +759,46 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
 # helper that lost its core inside its block: split_late) makes a split
 # late; a split no helper joined is no note at
 # all, neither late nor on time.
-def note_pool_split(done, count):
+def note_pool_split(done, count, threads=None):
     """Notes a split the C pool ran (product_pool.run, the C chains and
     row sums: `done` = (tasks the caller ran, its own seconds, its wait
-    for the helpers), `count` tasks): late as split_late judges it
-    (LATE_SPLITS); none when the caller ran every task itself."""
+    for the helpers), `count` tasks on up to `threads` threads): late as
+    split_late judges it (LATE_SPLITS); none when the caller ran every
+    task itself."""
     ran, own, wait = done
     if ran < count:
-        _note_split(split_late(ran, count, own, wait), time.perf_counter())
+        _note_split(split_late(ran, count, own, wait, threads), time.perf_counter())
 
 
 # A split is late where it ended later than the caller running every task
 # alone would have: the caller ran `ran` of `count` tasks in `own` seconds,
 # so the other count - ran would have taken it about own * (count - ran) /
 # ran more, and the split lost where its wait for the helpers exceeded
-# that. Never stricter than "the caller waited longer than it worked"
-# (the factor at least 1), which is what it is on two threads (count /
-# ran at most 2 in the usual cases: 1 of 2 tasks, 2 of 4, 3 of 4), so the
-# decisions measured there under load stand. On many cores the old rule
-# called a split late whose caller ran 1 of 16 tasks and waited 2x its own
-# time for 15 helpers (on time: alone it would have taken 15x): measured
-# on a 16-core Xeon at default threads (issue 16, sixteenth pass, the
-# lead's device run 2), the CNN ran 2 late splits per step, each starting
-# the shared back-off, 748 samples/s (JAX 1,457); under this rule 1,392;
-# the LSTM 1,705 -> 2,806 (JAX 2,708). A caller that ran no task (the
-# helpers took them all before it claimed one: it lost its core right
-# after handing them out) has no time per task to scale by and keeps the
-# old rule.
-def split_late(ran, count, own, wait):
-    """Whether a split of `count` tasks, `ran` of them run by the caller in
-    `own` seconds after which it waited `wait` for the helpers, ended
-    later than the caller alone would have (see above)."""
-    if ran <= 0:
+# that. On many cores the old rule (the caller waited longer than it
+# worked) called a split late whose caller ran 1 of 16 tasks and waited 2x
+# its own time for 15 helpers (on time: alone it would have taken 15x):
+# measured on a 16-core Xeon at default threads (issue 16, sixteenth pass,
+# the lead's device run 2), the CNN ran 2 late splits per step, each
+# starting the shared back-off, 748 samples/s (JAX 1,457); under this
+# rule 1,392; the LSTM 1,705 -> 2,806 (JAX 2,708).
+# The factor is at least 1 (never stricter than the old rule) and at most
+# the split's helpers, threads - 1: a caller that ran fewer than its share
+# of the tasks was itself slow (a busy machine took its core), so its time
+# per task overstates the tasks' cost. On two threads the factor is
+# therefore 1, the old rule, and the decisions measured there under load
+# stand (the uncapped factor called 0.02-0.13 late splits per step of the
+# CNN, LSTM, demo_functional and transformer on time at load 3, all with
+# the caller on 1 of 4 tasks). A caller that ran no task (the helpers took
+# them all before it claimed one) has no time per task: the old rule.
+def split_late(ran, count, own, wait, threads=None):
+    """Whether a split of `count` tasks over `threads` threads (None: as
+    many as tasks), `ran` of them run by the caller in `own` seconds after
+    which it waited `wait` for the helpers, ended later than the caller
+    alone would have (see above)."""
+    helpers = min(count if threads is None else threads, count) - 1
+    if ran <= 0 or helpers <= 1:
         return wait > own
-    return wait > own * max(1.0, (count - ran) / ran)
+    return wait > own * max(1.0, min(helpers, (count - ran) / ran))
 
 
 # A split whose threads each run a long block (a scan's rows, milliseconds
@@ -888,7 +895,7 @@ def _native_split_plan(b, m, n, compute, threads, blocks, fallback):
         done = run(x, y, out, axis, edges, threads)
         if done is None:
             return fallback(x, y) if fallback is not None else matmul(x, y)
-        note_pool_split(done, count)
+        note_pool_split(done, count, threads)
         return out
 
     # The product on the caller's thread alone, with the split's bits (a
@@ -940,7 +947,7 @@ def batched_matmul_plan(batch_shape, m, n, k, compute):
         if on_c_pool:
             done = run(x, y, out, 0, batch_edges, threads)
             if done is not None:
-                note_pool_split(done, count)
+                note_pool_split(done, count, threads)
                 return out
 
         def part(i):

@@ -347,7 +347,7 @@ def _run_rows(kernel, args, cells, rows, *flags):
         per_task = -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
         done = kernel(*args, *flags, threads, per_task)
         if done is not False:
-            host_threads.note_pool_split(done, -(-rows // per_task))
+            host_threads.note_pool_split(done, -(-rows // per_task), threads)
         return done
     return kernel(*args, *flags)
 
