@@ -43,6 +43,7 @@ threads on every core this process may use, as a user who sets nothing gets.
 """
 
 import argparse
+import collections
 import importlib.util
 import json
 import os
@@ -360,6 +361,7 @@ class ConcurrencyCounts:
         from keras_ipu.device.native import threads
 
         self.counts = dict.fromkeys(self.KEYS, 0)
+        self.late_sources = collections.Counter()
         launch = getattr(threads, "launch", None)
         launch_on_c_pool = getattr(threads, "launch_on_c_pool", None)
         note_split = getattr(threads, "_note_split", None)
@@ -395,8 +397,12 @@ class ConcurrencyCounts:
                 job.started = (handle, counted_finish(finish))
             return job
 
+        late_sources = self.late_sources
+
         def counted_note_split(late, now, at_once=False):
-            counts["late"] += bool(late)
+            if late:
+                counts["late"] += 1
+                late_sources[_noting_source(sys._getframe(1))] += 1
             return note_split(late, now, at_once)
 
         # Programs bind threads.launch and launch_on_c_pool when they are
@@ -416,9 +422,29 @@ class ConcurrencyCounts:
     def reset(self):
         for key in self.counts:
             self.counts[key] = 0
+        self.late_sources.clear()
 
     def per_step(self, steps):
         return {key: round(value / steps, 2) for key, value in self.counts.items()} or None
+
+    def late_sources_per_step(self, steps):
+        """Late splits per step by what noted them (see _noting_source),
+        most first."""
+        return {source: round(n / steps, 2) for source, n in self.late_sources.most_common()}
+
+
+def _noting_source(frame):
+    """Which rule noted a late split, and for which kernel: the function
+    that called threads._note_split (note_pool_split, parallel_for,
+    _join_on_c_pool, join, note_blocks) and its caller (the kernel: a
+    product plan, a C chain's run_all, a pooling or sum kernel), as
+    "rule<kernel". Where the shared back-off still starts on a many-core
+    machine is the question these answer (issue 16, sixteenth pass)."""
+    names = []
+    while frame is not None and len(names) < 2:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return "<".join(names)
 
 
 class EngineLog:
@@ -562,6 +588,8 @@ def run_model(keras, name, size, args, weights_path):
         if keras.backend.backend() == "ipu" else None,
         "concurrency_per_step": counts.per_step(steps * (epochs - 1))
         if counts is not None and epochs > 1 else None,
+        "late_sources_per_step": counts.late_sources_per_step(steps * (epochs - 1))
+        if counts is not None and epochs > 1 and counts.counts else None,
         "epochs": epochs_log,
         "tiering": tiering,
     }
@@ -1034,6 +1062,19 @@ def format_table(report):
         lines += [f"| {name} | {backend} | {c['launched']} | {c.get('on_c_pool', '-')} "
                   f"| {c.get('c_pool_run_by_caller', '-')} | {c['ran_in_caller']} "
                   f"| {c['late']} |" for name, backend, c in concurrency]
+    sources = [
+        (name, backend, res["late_sources_per_step"])
+        for name in report["config"]["models"]
+        for backend in report["config"]["backends"]
+        for res in [report["results"].get(backend, {}).get("models", {}).get(name) or {}]
+        if res.get("late_sources_per_step")
+    ]
+    if sources:
+        lines += ["", "| model | backend | late splits per step by source (rule<kernel) |",
+                  "|---|---|---|"]
+        lines += [f"| {name} | {backend} | "
+                  + "; ".join(f"{source} {n}" for source, n in found.items()) + " |"
+                  for name, backend, found in sources]
     epochs = [
         (name, backend, res)
         for name in report["config"]["models"]

@@ -406,6 +406,36 @@ def test_the_table_shows_each_epoch_and_autos_steps():
             "TensorFlow's engines; 1.2 keeps tensorflow |") in bench.format_table(report)
 
 
+def test_late_splits_are_counted_by_the_rule_and_kernel_that_noted_them(monkeypatch):
+    from keras_ipu.device.native import threads
+
+    bench = _load_script()
+    # ConcurrencyCounts wraps these in the module: put them back afterwards.
+    for name in ("launch", "launch_on_c_pool", "_note_split", "_late", "_backoff"):
+        monkeypatch.setattr(threads, name, getattr(threads, name))
+    counts = bench.ConcurrencyCounts()
+
+    def a_split_kernel(done):
+        threads.note_pool_split(done, 2, 2)
+
+    a_split_kernel((1, 1e-4, 5e-4))  # the caller waited 5x its own time for its helper: late
+    a_split_kernel((1, 1e-4, 5e-5))  # on time: not a source
+    a_split_kernel((1, 1e-4, 5e-4))
+    assert counts.counts["late"] == 2
+    assert counts.late_sources_per_step(2) == {"note_pool_split<a_split_kernel": 1.0}
+    res = {"samples_per_s": 10.0, "samples_per_s_min": 10.0, "samples_per_s_max": 10.0,
+           "first_epoch_s": 1.0, "loss_after_first_epoch": 1.0,
+           "concurrency_per_step": counts.per_step(2),
+           "late_sources_per_step": {"note_pool_split<a_split_kernel": 1.0,
+                                     "_join_on_c_pool<join": 0.5}}
+    report = {"config": {"models": ["mlp"], "backends": ["ipu"], "batch_size": 100},
+              "results": {"ipu": {"models": {"mlp": res}}}, "ratios": {"mlp": {}}}
+    assert ("| mlp | ipu | note_pool_split<a_split_kernel 1.0; _join_on_c_pool<join 0.5 |"
+            in bench.format_table(report))
+    counts.reset()
+    assert counts.late_sources_per_step(1) == {}
+
+
 # Keras' demo_functional at batch 32 with Adam on two threads: its weight
 # gradients and their updates launched as jobs of the C pool
 # (concurrent_steps.pairs_with), which the counter must see (they do not
