@@ -520,25 +520,9 @@ static int whole_chain_of(const int32_t *w, Py_ssize_t words) {
     return -1;
 }
 
-/* Runs fn over `count` tasks on up to `threads` threads (the pool, or the
-   caller alone), without the GIL; stats as task_pool_api.run. */
-static void run_tasks(task_fn fn, void *arg, int64_t count, int threads, int64_t *ran,
-                      int64_t *own, int64_t *wait) {
-    const task_pool_api *api = threads > 1 && count > 1 ? task_pool() : NULL;
-    Py_BEGIN_ALLOW_THREADS
-    if (api != NULL) {
-        api->run(fn, arg, count, threads, ran, own, wait);
-    } else {
-        for (int64_t i = 0; i < count; i++) fn(arg, i);
-        *ran = count;
-        *own = *wait = 0;
-    }
-    Py_END_ALLOW_THREADS
-}
-
 static PyObject *split_result(int threads, int64_t ran, int64_t own, int64_t wait) {
     if (threads <= 1) Py_RETURN_TRUE;
-    return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
+    return split_stats(ran, own, wait);
 }
 
 /* Each thread's scratch buffers, kept between calls (a fresh malloc of

@@ -187,18 +187,30 @@ MAX_ROWS(max_rows_f32, float, lanes_f32)
 MAX_ROWS(max_rows_f64, double, lanes_f64)
 
 /* The operands of both calls: x of rows x n and out of rows, one float
-   kind; 0 (no buffer held) when one does not fit. */
+   kind, and the split: (threads, rows per task) where the call passed
+   them, else (1, all rows; 1 where there are none: the task count
+   divides by it). */
 typedef struct {
     Py_buffer x, out;
-    Py_ssize_t rows, n;
+    Py_ssize_t rows, n, per_task;
+    int threads, split;
     char kind;
 } row_operands;
 
+/* 1: the buffers fit (held); 0: one does not (none held); -1: an error
+   is set (bad arguments). */
 static int take_rows(PyObject *args, row_operands *o) {
     PyObject *x_obj, *out_obj;
-    if (!PyArg_ParseTuple(args, "OOn|in", &x_obj, &out_obj, &o->n, &(int){0},
-                          &(Py_ssize_t){0}))
+    o->threads = 1;
+    o->per_task = 0;
+    o->split = PyTuple_GET_SIZE(args) > 3;
+    if (!PyArg_ParseTuple(args, o->split ? "OOnin" : "OOn", &x_obj, &out_obj, &o->n,
+                          &o->threads, &o->per_task))
         return -1;
+    if (o->split && (o->threads < 1 || o->per_task < 1)) {
+        PyErr_SetString(PyExc_ValueError, "threads and rows_per_task must be positive");
+        return -1;
+    }
     if (o->n < 1 || !get_buffer(x_obj, &o->x, 0)) return 0;
     if (!get_buffer(out_obj, &o->out, 1)) {
         PyBuffer_Release(&o->x);
@@ -208,17 +220,18 @@ static int take_rows(PyObject *args, row_operands *o) {
     Py_ssize_t size = o->x.itemsize ? o->x.len / o->x.itemsize : 0;
     o->rows = size / o->n;
     if (o->kind && float_kind(&o->out) == o->kind && o->rows * o->n == size
-        && o->out.len == o->rows * o->out.itemsize)
+        && o->out.len == o->rows * o->out.itemsize) {
+        if (!o->split) o->per_task = o->rows > 0 ? o->rows : 1;
         return 1;
+    }
     PyBuffer_Release(&o->out);
     PyBuffer_Release(&o->x);
     return 0;
 }
 
-/* Rows [lo, hi) of one call, one task each: rows_per_task rows. */
+/* Rows [lo, hi) of one call, one task each: per_task rows. */
 typedef struct {
     const row_operands *o;
-    Py_ssize_t per_task;
     int max;
     atomic_llong undecided;
 } row_task_t;
@@ -226,7 +239,7 @@ typedef struct {
 static void row_task(void *arg, int64_t i) {
     row_task_t *t = (row_task_t *)arg;
     const row_operands *o = t->o;
-    Py_ssize_t lo = i * t->per_task, rows = o->rows - lo < t->per_task ? o->rows - lo : t->per_task;
+    Py_ssize_t lo = i * o->per_task, rows = o->rows - lo < o->per_task ? o->rows - lo : o->per_task;
     Py_ssize_t sz = o->x.itemsize;
     char *out = (char *)o->out.buf + lo * sz;
     const char *x = (const char *)o->x.buf + lo * o->n * sz;
@@ -241,63 +254,25 @@ static void row_task(void *arg, int64_t i) {
     if (undecided) atomic_fetch_add(&t->undecided, (long long)undecided);
 }
 
-/* Runs the call's rows on up to `threads` threads, without the GIL:
-   the pool where there is one and threads > 1, else the caller alone. */
-static void run_rows(row_task_t *t, int threads, int64_t *ran, int64_t *own, int64_t *wait) {
-    int64_t count = (t->o->rows + t->per_task - 1) / t->per_task;
-    const task_pool_api *api = threads > 1 && count > 1 ? task_pool() : NULL;
-    Py_BEGIN_ALLOW_THREADS
-    if (api != NULL) {
-        api->run(row_task, t, count, threads, ran, own, wait);
-    } else {
-        for (int64_t i = 0; i < count; i++) row_task(t, i);
-        *ran = count;
-        *own = *wait = 0;
-    }
-    Py_END_ALLOW_THREADS
-}
-
-/* The split arguments after x, out, n: (threads, rows per task), or
-   (1, all rows; 1 where there are none: run_rows divides by it). */
-static int split_args(PyObject *args, const row_operands *o, int *threads, Py_ssize_t *per) {
-    *threads = 1;
-    *per = o->rows > 0 ? o->rows : 1;
-    if (PyTuple_GET_SIZE(args) <= 3) return 1;
-    PyObject *x, *out;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOnin", &x, &out, &n, threads, per)) return 0;
-    if (*threads < 1 || *per < 1) {
-        PyErr_SetString(PyExc_ValueError, "threads and rows_per_task must be positive");
-        return 0;
-    }
-    return 1;
-}
-
 static PyObject *reduce_rows(PyObject *args, int max) {
     row_operands o;
-    int threads;
-    Py_ssize_t per;
     int taken = take_rows(args, &o);
     if (taken < 0) return NULL;
     if (!taken) {
         if (max) return PyLong_FromSsize_t(-1);
         Py_RETURN_FALSE;
     }
-    if (!split_args(args, &o, &threads, &per)) {
-        PyBuffer_Release(&o.out);
-        PyBuffer_Release(&o.x);
-        return NULL;
-    }
-    row_task_t t = {&o, per, max, 0};
+    row_task_t t = {&o, max, 0};
     int64_t ran = 0, own = 0, wait = 0;
-    run_rows(&t, threads, &ran, &own, &wait);
+    run_tasks(row_task, &t, (o.rows + o.per_task - 1) / o.per_task, o.threads, &ran, &own,
+              &wait);
     PyBuffer_Release(&o.out);
     PyBuffer_Release(&o.x);
     long long undecided = atomic_load(&t.undecided);
-    if (PyTuple_GET_SIZE(args) > 3) {
+    if (o.split) {
         if (max)
             return Py_BuildValue("LLdd", undecided, (long long)ran, own * 1e-9, wait * 1e-9);
-        return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
+        return split_stats(ran, own, wait);
     }
     if (max) return PyLong_FromLongLong(undecided);
     Py_RETURN_TRUE;

@@ -88,4 +88,28 @@ static inline const task_pool_api *task_pool(void) {
     return pool;
 }
 
+
+/* Runs fn(arg, 0) .. fn(arg, count - 1) without the GIL (call it with the
+   GIL): on the pool where there is one and threads > 1 and count > 1,
+   else in order on the caller alone (*ran = count). Stats as run's. */
+static inline void run_tasks(task_fn fn, void *arg, int64_t count, int threads, int64_t *ran,
+                             int64_t *own, int64_t *wait) {
+    const task_pool_api *api = threads > 1 && count > 1 ? task_pool() : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    if (api != NULL) {
+        api->run(fn, arg, count, threads, ran, own, wait);
+    } else {
+        for (int64_t i = 0; i < count; i++) fn(arg, i);
+        *ran = count;
+        *own = *wait = 0;
+    }
+    Py_END_ALLOW_THREADS
+}
+
+/* A split call's result: (caller tasks, its own seconds, its wait), as
+   threads.note_pool_split reads them. */
+static inline PyObject *split_stats(int64_t ran, int64_t own_ns, int64_t wait_ns) {
+    return Py_BuildValue("Ldd", (long long)ran, own_ns * 1e-9, wait_ns * 1e-9);
+}
+
 #endif
