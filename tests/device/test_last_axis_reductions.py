@@ -69,6 +69,9 @@ def test_no_rows_reduce_to_nothing(monkeypatch, dtype):
     x = np.empty((0, 5), dtype)
     assert native.rows.sum_last(x, np.empty(0, dtype), 5) is True
     assert native.rows.max_last(x, np.empty(0, dtype), 5) == 0
+    # and in row tasks: no task at all
+    assert native.rows.sum_last(x, np.empty(0, dtype), 5, 2, 1) == (0, 0.0, 0.0)
+    assert native.rows.max_last(x, np.empty(0, dtype), 5, 2, 1) == (0, 0, 0.0, 0.0)
     monkeypatch.setattr(threads, "_cap", 1)
     x = np.empty((0, 4, 5), dtype)
     for primitive, ufunc in ((reduce_sum_p, np.add), (reduce_max_p, np.maximum)):
@@ -158,13 +161,18 @@ def test_row_tasks_on_the_c_pool_give_the_whole_calls_bits(dtype, n):
             assert got.tobytes() == whole_max.tobytes()
     with pytest.raises(ValueError):
         native.rows.sum_last(x, whole_sum, n, 2, 0)
+    with pytest.raises(ValueError):
+        native.rows.max_last(x, whole_max, n, 0, 4)
+    with pytest.raises(TypeError):  # threads without rows_per_task
+        native.rows.sum_last(x, whole_sum, n, 2)
 
 
 @pytest.mark.skipif(not getattr(native.rows, "SPLITS", 0)
                     or not last_axis_reductions.product_pool.tasks_available(),
                     reason="no C pool")
+@pytest.mark.parametrize("n", [64, 200])  # 200: a sum in halves, NaN rows summed again
 @pytest.mark.parametrize("scales", [False, True])
-def test_rows_split_on_the_c_pool_where_bandwidth_scales(monkeypatch, scales):
+def test_rows_split_on_the_c_pool_where_bandwidth_scales(monkeypatch, scales, n):
     monkeypatch.setattr(threads, "_cap", 2)
     monkeypatch.setattr(threads, "NATIVE_ELEMENTS_PER_THREAD", 4)
     monkeypatch.setattr(threads, "_streaming_scales", scales)
@@ -172,7 +180,7 @@ def test_rows_split_on_the_c_pool_where_bandwidth_scales(monkeypatch, scales):
     notes = []
     monkeypatch.setattr(threads, "note_pool_split",
                         lambda done, count, threads_=None: notes.append(count))
-    x = _awkward((12, 5, 64), np.float32)
+    x = _awkward((12, 5, n), np.float32)
     x[3, 2, 5] = np.nan  # a row the maximum leaves to NumPy, split or not
     for primitive, ufunc in ((reduce_sum_p, np.add), (reduce_max_p, np.maximum)):
         del notes[:]
@@ -183,6 +191,12 @@ def test_rows_split_on_the_c_pool_where_bandwidth_scales(monkeypatch, scales):
         # 60 rows in two tasks per thread
         assert notes == ([4] if scales else []), (primitive, notes)
         assert kernel.splits_itself  # never the Python pool's rows
+        # An operand the C kernel declines (not C-contiguous): NumPy's, no split noted.
+        del notes[:]
+        strided = np.concatenate([x, x], axis=-1)[..., ::2]
+        with np.errstate(all="ignore"):
+            got, want = kernel(strided), ufunc.reduce(strided, axis=-1)
+        assert got.tobytes() == want.tobytes() and notes == []
 
 
 def test_a_stale_extension_without_row_tasks_runs_whole(monkeypatch):

@@ -86,29 +86,12 @@ def last_axis_sum_kernel(x_aval, axes):
         return reduce(x, axis=-1)
 
     if split is not None:
-        sum_last_axis = _split_sum(sum_last_axis, split, sum_last, n, dtype, halves)
+        # A row summing to NaN over halves: NumPy's NaN is summed again.
+        sum_last_axis = _in_row_tasks(
+            sum_last_axis, split, sum_last, n, dtype, reduce,
+            (lambda out, done: not isnan(out).any()) if halves else None)
     sum_last_axis.splits_itself = True  # leading_axis.split_kernel leaves it
     return sum_last_axis
-
-
-def _split_sum(whole, split, sum_last, n, dtype, halves):
-    threads, per_task = split
-    backing_off, note = host_threads.backing_off, host_threads.note_pool_split
-    reduce, empty, isnan = np.add.reduce, np.empty, np.isnan
-
-    def sum_last_axis_split(x):
-        if backing_off():
-            return whole(x)
-        out = empty(x.shape[:-1], dtype)
-        done = sum_last(x, out, n, threads, per_task)
-        if done is False:
-            return reduce(x, axis=-1)
-        note(done, -(-out.size // per_task), threads)
-        if halves and isnan(out).any():
-            return reduce(x, axis=-1)
-        return out
-
-    return sum_last_axis_split
 
 
 def last_axis_max_kernel(x_aval, axes):
@@ -129,25 +112,34 @@ def last_axis_max_kernel(x_aval, axes):
         return reduce(x, axis=-1)
 
     if split is not None:
-        max_last_axis = _split_max(max_last_axis, split, max_last, n, dtype)
+        # done[0]: the rows it left undecided (a NaN, a maximum of zero).
+        max_last_axis = _in_row_tasks(max_last_axis, split, max_last, n, dtype, reduce,
+                                      lambda out, done: done[0] == 0)
     max_last_axis.splits_itself = True
     return max_last_axis
 
 
-def _split_max(whole, split, max_last, n, dtype):
+def _in_row_tasks(whole, split, call, n, dtype, reduce, stands):
+    """The kernel `whole` with its C call in row tasks on the C pool
+    (row_split's (threads, rows per task)): `whole` while backing off,
+    NumPy's `reduce` where the C call takes no buffer (False, -1), or
+    where `stands(out, done)` (None: always) says the C result is not
+    NumPy's; the split's stats (the last three of `done`) noted."""
     threads, per_task = split
     backing_off, note = host_threads.backing_off, host_threads.note_pool_split
-    reduce, empty = np.maximum.reduce, np.empty
+    empty = np.empty
 
-    def max_last_axis_split(x):
+    def in_row_tasks(x):
         if backing_off():
             return whole(x)
         out = empty(x.shape[:-1], dtype)
-        done = max_last(x, out, n, threads, per_task)
-        if done == -1:
+        done = call(x, out, n, threads, per_task)
+        if type(done) is not tuple:
             return reduce(x, axis=-1)
-        undecided, *stats = done
-        note(stats, -(-out.size // per_task), threads)
-        return out if undecided == 0 else reduce(x, axis=-1)
+        note(done[-3:], -(-out.size // per_task), threads)
+        if stands is None or stands(out, done):
+            return out
+        return reduce(x, axis=-1)
 
-    return max_last_axis_split
+    in_row_tasks.__name__ = f"{whole.__name__}_split"
+    return in_row_tasks
