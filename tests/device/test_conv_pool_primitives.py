@@ -164,6 +164,45 @@ def test_conv_patches_in_blocks_of_images_match_the_reference(case, threads, mon
     np.testing.assert_allclose(got, whole, rtol=1e-5, atol=1e-5)
 
 
+def test_blocked_patch_products_split_on_the_c_pool_in_place_with_one_threads_bits(
+        monkeypatch):
+    # Where the batch does not split (its work under two threads' worth)
+    # each block's product may still split on the C pool
+    # (host_threads.matmul): its blocks write into the block's rows of the
+    # result (out=), with np.matmul's bits, so the whole convolution has
+    # the bits of one thread.
+    from keras_ipu.device.native import product_pool
+    from keras_ipu.device.native import threads as host_threads
+    from keras_ipu.device.primitives import conv
+
+    if not host_threads.product_pool_takes(0, np.float32):
+        pytest.skip("no C pool for float32 products here")
+    x = RNG.standard_normal((8, 16, 20, 20)).astype(np.float32)
+    w = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    padding = ((0, 0), (0, 0))
+    # two images a block: 2 x 18 x 18 patch rows of 3 x 3 x 16
+    monkeypatch.setattr(conv, "PATCH_BLOCK_BYTES", 2 * 18 * 18 * 144 * 4)
+    monkeypatch.setattr(conv, "FILTER_REPACKS_PER_BLOCK", 0)
+    monkeypatch.setattr(host_threads, "_plans", {})
+    monkeypatch.setattr(host_threads, "_cap", 1)
+    one = np.asarray(conv_general_dilated(x, w, (1, 1), padding))
+    monkeypatch.setattr(host_threads, "_cap", 2)
+    monkeypatch.setattr(host_threads, "_plans", {})  # planned again at two threads
+    monkeypatch.setattr(host_threads, "FLOPS_PER_THREAD", 10 ** 12)  # no batch split
+    monkeypatch.setattr(host_threads, "NATIVE_FLOPS_PER_THREAD", 1)
+    monkeypatch.setattr(host_threads, "backing_off", lambda: False)
+    runs = []
+    run = product_pool.run
+    monkeypatch.setattr(product_pool, "run",
+                        lambda x, y, out, *a: runs.append(out.base is not None) or run(
+                            x, y, out, *a))
+    got = np.asarray(conv_general_dilated(x, w, (1, 1), padding))
+    assert runs == [True] * 4  # into views of the result, not new arrays
+    assert got.tobytes() == one.tobytes()
+    np.testing.assert_allclose(got, naive_conv(x, w, (1, 1), padding, (1, 1), (1, 1), 1),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_conv_patches_stay_whole_where_blocks_would_repack_large_filters(monkeypatch):
     # 64 images of 4x4 output pixels, 3x3x16 -> 128 filters (72 KB): 576
     # KB of patches, less than two blocks of 8 filter copies (576 KB

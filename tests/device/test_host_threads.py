@@ -164,7 +164,16 @@ def test_split_products_equal_numpy(cap, shapes, monkeypatch, splitter):
     assert plan.__name__ == ("blas_matmul" if splitter == "openblas" and not b
                              else "split_matmul")
     np.testing.assert_allclose(plan(x, y), np.matmul(x, y), rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(threads.matmul(x, y), np.matmul(x, y), rtol=1e-5, atol=1e-4)
+    want = threads.matmul(x, y)
+    np.testing.assert_allclose(want, np.matmul(x, y), rtol=1e-5, atol=1e-4)
+    # out=: the plan's blocks write into a view, with the plan's bits; one
+    # thread, np.matmul's own out.
+    first, second = np.full((2,) + want.shape, np.nan, np.float32)
+    assert threads.matmul(x, y, out=second) is second
+    assert second.tobytes() == want.tobytes() and np.isnan(first).all()
+    cap(1)
+    assert threads.matmul(x, y, out=first) is first
+    assert first.tobytes() == np.matmul(x, y).tobytes()
 
 
 def test_parallel_for_runs_every_block_once_and_reraises():

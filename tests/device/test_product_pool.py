@@ -722,6 +722,30 @@ def test_attention_products_split_on_the_c_pool_not_the_python_pool(monkeypatch)
     assert runs == [(128, 4, 64, 16)] and not python_splits
 
 
+def test_attention_products_the_c_pool_declines_run_as_one_product(monkeypatch):
+    """Over (B, H), operands the C pool cannot take as laid out (x is y:
+    NumPy calls syrk, whose bits its blocks do not give) are one np.matmul,
+    into the caller's `out`; no Python pool (it is built only for more
+    batch axes) and no split noted."""
+    python_splits, notes = [], []
+    monkeypatch.setattr(threads, "parallel_for", lambda *a: python_splits.append(a))
+    monkeypatch.setattr(threads, "note_pool_split", lambda *a: notes.append(a))
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    monkeypatch.setattr(threads, "_cap", 2)
+    plan = threads.batched_matmul_plan((128, 4), 64, 64, 64, np.float32)
+    assert plan is not None and plan.one_thread is np.matmul
+    x = RNG.standard_normal((128, 4, 64, 64)).astype(np.float32)
+    out = np.full(x.shape, np.nan, np.float32)
+    assert plan(x, x, out=out) is out
+    assert out.tobytes() == np.matmul(x, x).tobytes()
+    assert not python_splits and not notes
+    # More batch axes: the Python pool, one block of the longest axis a thread.
+    plan = threads.batched_matmul_plan((2, 64, 4), 64, 64, 64, np.float32)
+    x = x.reshape(2, 64, 4, 64, 64)
+    plan(x, x)
+    assert [count for _, count, _ in python_splits] == [2]
+
+
 def test_a_product_too_short_for_two_row_blocks_splits_in_its_rows_and_its_tail(monkeypatch):
     """demo_functional's and the MLP's batch-32 products: 32 rows hold no
     two row blocks of MIN_BLOCK at the rule's alignment, and their

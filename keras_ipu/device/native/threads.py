@@ -709,8 +709,8 @@ def _blocks(size, threads, min_block=_MIN_BLOCK):
 
 
 def matmul_plan(b, m, n, k, compute, threads=None, native=None):
-    """A function computing matmul(x, y) for x (b, m, k) (or (m, k) when b
-    is 0) and y (b, k, n) (or (k, n)) of dtype `compute` on several
+    """A function computing matmul(x, y, out=None) for x (b, m, k) (or (m, k)
+    when b is 0) and y (b, k, n) (or (k, n)) of dtype `compute` on several
     threads: a 2-d product on OpenBLAS' own where blas_threads_for says so,
     else split into blocks over our pool (a batched one: numpy loops over
     its small products, which OpenBLAS' threads cannot share); None when
@@ -730,7 +730,7 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
         if split is None:
             return None
         threads, blocks = split
-        return _native_split_plan(b, m, n, compute, threads, blocks,
+        return _native_split_plan((b, m, n) if b else (m, n), compute, threads, blocks,
                                   _python_split_plan(b, m, n, compute, threads))
     if threads is None:
         flops = 2 * max(b, 1) * m * n * k
@@ -878,23 +878,23 @@ def join_block(job):
     return job.result
 
 
-def _native_split_plan(b, m, n, compute, threads, blocks, fallback):
-    """A product in `blocks` (axis, edges) on the C pool
-    (product_pool.py): the whole product's bits. While backing off it is
-    one np.matmul (the same bits); operands BLAS cannot take as laid out
-    go to `fallback`."""
+def _native_split_plan(out_shape, compute, threads, blocks, fallback):
+    """A product of result `out_shape` in `blocks` (axis, edges) on the C
+    pool (product_pool.py): the whole product's bits. While backing off it
+    is one np.matmul (the same bits); operands BLAS cannot take as laid out
+    go to `fallback` (None: one np.matmul)."""
     axis, edges = blocks
     count = product_pool.block_count(axis, edges)
-    out_shape = (b, m, n) if b else (m, n)
     empty, matmul, run = np.empty, np.matmul, product_pool.run
 
-    def native_split_matmul(x, y):
+    def native_split_matmul(x, y, out=None):
         if backing_off():
-            return matmul(x, y)
-        out = empty(out_shape, compute)
+            return matmul(x, y, out=out)
+        if out is None:
+            out = empty(out_shape, compute)
         done = run(x, y, out, axis, edges, threads)
         if done is None:
-            return fallback(x, y) if fallback is not None else matmul(x, y)
+            return fallback(x, y, out) if fallback is not None else matmul(x, y, out=out)
         note_pool_split(done, count, threads)
         return out
 
@@ -910,9 +910,10 @@ def batched_matmul_plan(batch_shape, m, n, k, compute):
     reads them without a copy), where the C pool would split it. Over two
     batch axes (attention's (batch, heads)) it runs on the C pool, its
     blocks whole batches counted over both axes, each batch the gemm call
-    np.matmul makes for it (_product_pool.c: the same bits); on the Python
-    pool (a stale build, more batch axes, operands BLAS cannot take), one
-    block of the longest batch axis per thread, each one np.matmul. On the
+    np.matmul makes for it (_product_pool.c: the same bits); operands the
+    C pool cannot take as laid out (x is y: NumPy calls syrk) are one
+    np.matmul. Over more batch axes it runs on the Python pool, one block
+    of the longest batch axis per thread, each one np.matmul. On the
     Python pool the helper is a Python thread that takes the GIL to claim
     its block: it came late to most of the transformer's six attention
     products per step, and a caller that ran both blocks counted as a late
@@ -928,12 +929,11 @@ def batched_matmul_plan(batch_shape, m, n, k, compute):
     if split is None:
         return None
     threads, (_, batch_edges) = split
-    on_c_pool = len(batch_shape) <= 2
-    count, run = len(batch_edges) - 1, product_pool.run
+    if len(batch_shape) <= 2:
+        return _native_split_plan((*batch_shape, m, n), compute, threads, (0, batch_edges),
+                                  None)
     axis = max(range(len(batch_shape)), key=lambda a: batch_shape[a])
     edges = np.linspace(0, batch_shape[axis], min(threads, batch_shape[axis]) + 1).astype(int)
-    if len(edges) < 3:
-        return None
     lead = (slice(None),) * axis
     blocks = [lead + (slice(lo, hi),) for lo, hi in zip(edges[:-1], edges[1:])]
     out_shape = (*batch_shape, m, n)
@@ -944,11 +944,6 @@ def batched_matmul_plan(batch_shape, m, n, k, compute):
             return matmul(x, y, out=out)
         if out is None:
             out = empty(out_shape, compute)
-        if on_c_pool:
-            done = run(x, y, out, 0, batch_edges, threads)
-            if done is not None:
-                note_pool_split(done, count, threads)
-                return out
 
         def part(i):
             index = blocks[i]
@@ -984,8 +979,9 @@ def _python_split_plan(b, m, n, compute, threads):
         return None
     out_shape = (b, m, n) if b else (m, n)
 
-    def split_matmul(x, y):
-        out = empty(out_shape, compute)
+    def split_matmul(x, y, out=None):
+        if out is None:
+            out = empty(out_shape, compute)
         parallel_for(lambda i: part(x, y, out, *blocks[i]), len(blocks), threads)
         return out
 
@@ -1046,13 +1042,13 @@ def blas_matmul_plan(threads):
         return None
     matmul, busy = np.matmul, _blas_busy
 
-    def blas_matmul(x, y):
+    def blas_matmul(x, y, out=None):
         if backing_off() or not busy.acquire(blocking=False):
-            return matmul(x, y)
+            return matmul(x, y, out=out)
         try:
             for set_threads in setters:
                 set_threads(threads)
-            return matmul(x, y)
+            return matmul(x, y, out=out)
         finally:
             for set_threads in setters:
                 set_threads(1)
@@ -1064,9 +1060,11 @@ def blas_matmul_plan(threads):
 _plans = {}
 
 
-def matmul(x, y):
+def matmul(x, y, out=None):
     """np.matmul(x, y) for 2-d or 3-d (batched) float operands, on the
-    threads its size is worth (the plan is kept per shape)."""
+    threads its size is worth (the plan is kept per shape); `out`: the
+    result written there, as np.matmul's `out` (each plan's blocks write
+    into it: the same bits)."""
     batched = x.ndim == 3
     key = (x.shape, y.shape, x.dtype, batched)
     plan = _plans.get(key, False)
@@ -1078,5 +1076,5 @@ def matmul(x, y):
         if len(_plans) < 4096:
             _plans[key] = plan
     if plan is None:
-        return np.matmul(x, y)
-    return plan(x, y)
+        return np.matmul(x, y, out=out)
+    return plan(x, y, out)

@@ -367,16 +367,11 @@ def _blocked_im2col_product(win, filters, n, out_sp, o, matmul, out, block_bytes
         out = np.empty((n,) + tuple(out_sp) + (o,), np.result_type(win.dtype, filters.dtype))
     rows = out.reshape(n * pix, o)
     buffer = np.empty((min(step, n),) + win.shape[1:], win.dtype)
-    if host_threads.max_threads() == 1:  # host_threads.matmul is np.matmul then
-        matmul = np.matmul
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         block = buffer[:hi - lo]
         copy(lo, hi, block)
-        if matmul is np.matmul:  # written in place: no copy of the result
-            matmul(block.reshape(-1, width), filters, out=rows[lo * pix:hi * pix])
-        else:
-            rows[lo * pix:hi * pix] = matmul(block.reshape(-1, width), filters)
+        matmul(block.reshape(-1, width), filters, out=rows[lo * pix:hi * pix])
     return np.moveaxis(out, -1, 1)  # N, O, *P
 
 
