@@ -270,6 +270,49 @@ def test_weight_gradients_in_image_blocks_match_the_reference_on_any_threads(
     np.testing.assert_allclose(got[3], want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("inputs, kernel", [
+    ((4, 0, 9, 8), (5, 0, 3, 3)),  # no input channels
+    ((0, 3, 9, 8), (5, 3, 3, 3)),  # no images (Keras' layer tests build empty batches)
+    ((4, 3, 9, 8), (0, 3, 3, 3)),  # no output channels
+], ids=["channels", "images", "filters"])
+def test_empty_convolutions_and_their_gradients_are_zeros_of_their_shapes(
+        inputs, kernel, monkeypatch):
+    # A weight gradient's image blocks sized their step by the patches'
+    # bytes per image: 0 with no input channels (a ZeroDivisionError).
+    # Blocks of one image each here; eager and compiled.
+    from keras_ipu.backend import numpy as knp
+    from keras_ipu.device import autodiff
+    from keras_ipu.device.compiler import ExecutableCache
+    from keras_ipu.device.jit import jit
+    from keras_ipu.device.primitives import conv
+
+    monkeypatch.setattr(conv, "PATCH_BLOCK_BYTES", 1)
+    monkeypatch.setattr(conv, "FILTER_REPACKS_PER_BLOCK", 0)
+    x = RNG.standard_normal(inputs).astype(np.float32)
+    w = RNG.standard_normal(kernel).astype(np.float32)
+    padding = ((0, 0), (0, 0))
+
+    def step(x, w):
+        def loss(x, w):
+            return knp.sum(knp.multiply(conv_general_dilated(x, w, (1, 1), padding), 2.0))
+
+        return (conv_general_dilated(x, w, (1, 1), padding),
+                *autodiff.grad(loss, argnums=(0, 1))(x, w))
+
+    out_shape = (inputs[0], kernel[0], 7, 6)  # 3x3 windows over 9x8
+    for y, gx, gw in (step(x, w), jit(step, cache=ExecutableCache())(x, w)):
+        for got, shape in ((y, out_shape), (gx, inputs), (gw, kernel)):
+            got = np.asarray(got)
+            assert got.shape == shape and got.dtype == np.float32
+            assert not got.any()
+    # The weight gradient's own form (forward channels and batch swapped):
+    # nothing to block, one (empty) product.
+    swapped = np.moveaxis(x, 1, 0)  # C, N, H, W
+    grads = np.zeros((kernel[0], inputs[0], 7, 6), np.float32)  # O, N, *P
+    assert conv._weight_gradient_in_image_blocks(
+        swapped, grads, (3, 3), (1, 1), padding, (1, 1)) is None
+
+
 def test_weight_gradient_of_one_block_runs_as_one_product(monkeypatch):
     # Patches smaller than a block: no pool, no partial sums.
     from keras_ipu.device.primitives import conv

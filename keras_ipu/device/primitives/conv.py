@@ -403,6 +403,8 @@ def _weight_gradient_in_image_blocks(x, w, out_sp, window_strides, padding,
     pixels = w.shape[2:]  # the forward output's
     pix = int(np.prod(pixels))
     width = int(np.prod(out_sp)) * cin
+    if 0 in (width, batch, o):  # no patches (and a block's bytes would divide by 0)
+        return None
     step = max(1, PATCH_BLOCK_BYTES // (pix * width * x.itemsize),
                -(-FILTER_REPACKS_PER_BLOCK * o // pix))
     edges = tuple(range(0, batch, step)) + (batch,)
