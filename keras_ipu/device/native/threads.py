@@ -682,6 +682,11 @@ def join(job):
         _note_split(late or end - start > job.cpu + LATE_WAIT_SECONDS, end, job.at_once)
     elif late:
         _note_split(True, start, job.at_once)
+    return _result(job)
+
+
+def _result(job):
+    """A finished job's result; its exception raised here."""
     if job.error is not None:
         raise job.error
     return job.result
@@ -873,9 +878,7 @@ def join_block(job):
         return job.result
     if not job.work():
         job.done.wait()
-    if job.error is not None:
-        raise job.error
-    return job.result
+    return _result(job)
 
 
 def _native_split_plan(out_shape, compute, threads, blocks, fallback):
