@@ -86,6 +86,7 @@ print("python", sys.version.split()[0], "numpy", numpy.__version__,
       "jax", jax.__version__, "keras", keras.__version__,
       "keras_ipu C kernel", native.available(),
       "C product pool", threads.product_pool_takes(0, "float32"))
+print("wide splits", threads.wide_splits(), "at", threads.max_threads(), "threads")
 for pool in threadpool_info():
     print(pool["internal_api"], pool.get("version"), pool["num_threads"], "threads,",
           pool.get("threading_layer"), pool.get("architecture"))

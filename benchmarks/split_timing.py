@@ -93,6 +93,10 @@ def main(argv=None):
           f"{1e3 * wall / total:.2f} ms per step, {1e3 * cpu / total:.2f} CPU ms "
           f"({cpu / wall:.2f} cores), {len(records) / total:.2f} C-pool splits per step; "
           f"load {os.getloadavg()[0]:.1f}")
+    from keras_ipu.device.native import threads
+
+    # What decided the blocks (threads.wide_splits: from WIDE_MIN_THREADS).
+    print(f"wide splits {threads.wide_splits()}")
     print("| product | blocks | per step | no helper joined "
           "| wall us | caller's own us | caller waited us | helper's delay us "
           "| block 1's thread ended later by us | gap before us |")

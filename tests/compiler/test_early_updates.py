@@ -456,3 +456,40 @@ def test_a_product_split_in_a_row_tail_runs_on_one_thread_beside_a_launched_job(
     assert splits == [[0, 24, 32]]  # h0 only
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_with_wide_splits_a_weight_gradient_splits_wide_and_its_update_follows_it(
+        two_threads_with_the_c_pool, monkeypatch):
+    """On a host of many threads (threads.wide_splits) the 17 MFLOP weight
+    gradient splits over more than two threads instead of running whole
+    beside the run loop in a job with its update: no launch, its update
+    right after it, the program order's bits."""
+    monkeypatch.setattr(threads, "_cap", threads.WIDE_MIN_THREADS)
+    monkeypatch.delenv("KERAS_IPU_WIDE_SPLITS", raising=False)
+    product = _gradient_beside_products().nodes[1]
+    flops, split = concurrent_steps.product_split(product)
+    if split <= 2:
+        pytest.skip("this host's rule keeps the gradient from more than two blocks")
+    launched = _recorded_launches(monkeypatch)
+    splits = []
+    run = product_pool.run
+    monkeypatch.setattr(product_pool, "run",
+                        lambda *args: splits.append(args[4].tolist()) or run(*args))
+    exe = _compiled(_gradient_beside_products())
+    assert "launched" not in _names(exe._run_program)
+    products = [i for i, n in enumerate(exe.steps) if n.primitive.name == "dot_general"]
+    update = next(i for i, n in enumerate(exe.steps) if is_update(n))
+    kernels = [k for k, *_ in exe._run_program]
+    assert kernels[kernels.index(exe._program[products[0]][0]) + 1] is exe._program[update][0]
+    xs = _beside_inputs()
+    want = exe.run_steps(exe._program, [x.copy() for x in xs])
+    del splits[:]
+    got = exe.run(*[x.copy() for x in xs])
+    assert launched == []
+    assert [len(edges) - 1 for edges in splits] == [split]  # the gradient, wide
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    # The same host with wide splits off: the job with its update, as on two threads.
+    monkeypatch.setenv("KERAS_IPU_WIDE_SPLITS", "0")
+    exe = _compiled(_gradient_beside_products())
+    assert _names(exe._run_program).count("launched") == 1

@@ -779,3 +779,93 @@ def test_a_product_too_short_for_two_row_blocks_splits_in_its_rows_and_its_tail(
     assert threads.row_tail_split(32, 256, 256, np.float32) is None
     monkeypatch.setattr(threads, "_cap", 1)
     assert threads.product_threads(0, 32, 512, 512, np.float32) == 1
+
+
+# -- wide splits: many threads (threads.wide_splits) ----------------------
+
+SKYLAKEX = product_pool.Rule(1, "any")  # rows and columns anywhere (module doc)
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """A host of `cap` threads with this BLAS' rule or `rule`."""
+
+    def set_host(cap, rule=None):
+        monkeypatch.delenv("KERAS_IPU_WIDE_SPLITS", raising=False)
+        monkeypatch.setattr(threads, "_cap", cap)
+        if rule is not None:
+            monkeypatch.setattr(product_pool, "_rules", {np.dtype(np.float32): rule})
+
+    return set_host
+
+
+def test_wide_splits_need_many_threads(host, monkeypatch):
+    host(16)
+    assert threads.wide_splits()
+    assert threads.wide_splits(cap=threads.WIDE_MIN_THREADS)
+    assert not threads.wide_splits(cap=threads.WIDE_MIN_THREADS - 1)
+    assert not threads.wide_splits(cap=2)
+    monkeypatch.setenv("KERAS_IPU_WIDE_SPLITS", "0")
+    assert not threads.wide_splits()
+    host(2)
+    monkeypatch.setenv("KERAS_IPU_WIDE_SPLITS", "1")
+    assert not threads.wide_splits()  # the switch turns them off, never on below the cap
+
+
+def test_on_many_threads_small_products_split_wide(host, monkeypatch):
+    """Keras' demo_functional at batch 32 on a 16-thread SkylakeX host: its
+    32x512 @ 512x512 products in 8 column blocks of 64 (each above
+    SMALL_MATRIX_MNK), its weight gradients 512x32 @ 32x512 in 8 row
+    blocks, a product that splits in 8 already as before; on two threads,
+    or with wide splits off, as today: two blocks, the weight gradient's
+    first (the caller's) the larger."""
+    host(16, SKYLAKEX)
+    edges = np.arange(0, 513, 64)
+    for (m, n, k), axis in (((32, 512, 512), 1), ((512, 512, 32), 0)):
+        count, (got_axis, got) = threads._native_product_split(0, m, n, k, np.float32)
+        assert (count, got_axis) == (8, axis)
+        np.testing.assert_array_equal(got, edges)
+        assert threads.product_threads(0, m, n, k, np.float32) == 8
+        widths = np.diff(got)
+        assert (widths * (n if axis == 0 else m) * k).min() > product_pool.SMALL_MATRIX_MNK
+    assert threads.product_threads(0, 128, 512, 512, np.float32) == 8  # 67 MFLOP: as before
+    assert threads.product_threads(0, 128, 512, 784, np.float32) == 12
+    assert threads.product_threads(0, 32, 512, 100, np.float32) == 1  # no block fits
+    assert threads.product_threads(8, 32, 512, 512, np.float32) == 16  # batched: as before
+    assert threads.chain_threads(512 * 512, wide=True) == threads.WIDE_MAX_THREADS
+    assert threads.chain_threads(512 * 512) == 4  # sums and row kernels sized like chains
+    for cap, switch in ((2, "1"), (16, "0")):
+        host(cap, SKYLAKEX)
+        monkeypatch.setenv("KERAS_IPU_WIDE_SPLITS", switch)
+        count, (axis, got) = threads._native_product_split(0, 32, 512, 512, np.float32)
+        assert (count, axis, got.tolist()) == (2, 1, [0, 256, 512])
+        count, (axis, got) = threads._native_product_split(0, 512, 512, 32, np.float32)
+        assert (count, axis) == (2, 0) and got[1] > 256
+        assert threads.chain_threads(512 * 512, wide=True) == min(cap, 4)
+
+
+def test_wide_plans_that_need_rectangles_leave_the_product_to_the_two_thread_rules(host):
+    """Where columns split only in OpenBLAS' tiles (the AMD host's Haswell
+    kernels), 32 rows hold no two row blocks and the tiles need a row
+    tail's rectangle: the product splits in its aligned rows and its tail,
+    as on two threads."""
+    host(16, product_pool.Rule(12, "tiles"))
+    assert threads._native_product_split(0, 32, 512, 512, np.float32)[1][1].tolist() == [
+        0, 24, 32]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES + [(32, 256, 512), (64, 512, 512), (100, 32, 512)])
+def test_wide_plans_give_numpys_bits_where_this_hosts_rule_allows_them(host, m, k, n):
+    host(16)
+    plan = threads.matmul_plan(0, m, n, k, np.float32)
+    for layout in ("nn", "tn", "nt", "tt"):
+        x, y = _operands(m, k, n, layout[0] == "t", layout[1] == "t")
+        want = np.matmul(x, y)
+        if plan is not None:
+            np.testing.assert_array_equal(plan(x, y), want)
+        split = threads._native_product_split(0, m, n, k, np.float32)
+        if split is not None and split[0] > 2:
+            count, (axis, edges) = split
+            out = np.full_like(want, np.nan)
+            assert product_pool.run(x, y, out, axis, edges, count) is not None
+            np.testing.assert_array_equal(out, want)

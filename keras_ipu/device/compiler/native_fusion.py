@@ -307,8 +307,9 @@ def loop_calls(chain):
 
 
 def chain_threads(chain, n):
-    """Threads the C kernel of `chain` over `n` elements splits over."""
-    return host_threads.chain_threads(n, loop_calls(chain))
+    """Threads the C kernel of `chain` over `n` elements splits over
+    (wider on a host of wide splits: threads.wide_splits)."""
+    return host_threads.chain_threads(n, loop_calls(chain), wide=True)
 
 
 def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), streamed=()):

@@ -104,6 +104,46 @@ NATIVE_FLOPS_PER_THREAD = 8_000_000
 # and made 2,790-2,836 samples/s against 3,127-3,514 with them whole;
 # the MLP's 67-103 MFLOP rectangles ran 1.52-1.65x faster (minimum wall).
 RECTANGLE_FLOPS_PER_THREAD = 24_000_000
+# Wide splits: on a host of many cores the C pool's blocks pay down to far
+# less work than the constants above, which were measured on a 2-core VM
+# (a sleeping helper there takes 22-52 us to claim its block at idle:
+# issue 16, fifteenth pass). On the 16-core Xeon (issue 16, sixteenth
+# pass, device run 1, default threads) the helper claimed its block 1-2
+# us after a split was published, with 8-125 us since the step's previous
+# split; demo_functional's 17 MFLOP products still split in two there
+# (NATIVE_FLOPS_PER_THREAD), at 206-217 us per split against 256-324 us on
+# one thread, while OpenBLAS' own threads ran the same 32x512 @ 512x512 in
+# 0.208 / 0.107 / 0.079 / 0.063 ms on 1 / 4 / 8 / 16 threads, and our CPU
+# per step was below JAX's at 1.7-1.9 cores against its 4.7-5.0. So where
+# this process may use WIDE_MIN_THREADS threads or more (wide_splits), a
+# 2-d product on the C pool splits in blocks of WIDE_FLOPS_PER_THREAD, up
+# to WIDE_MAX_THREADS of them (more only where NATIVE_FLOPS_PER_THREAD
+# gives more): a 32x512 @ 512x512 product in 8 column blocks of 64 (each
+# above OpenBLAS' SMALL_MATRIX_MNK, the bound that keeps NumPy's bits on
+# SkylakeX), its weight gradient 512x32 @ 32x512 in 8 row blocks; and a C
+# chain in blocks of WIDE_ELEMENTS_PER_THREAD (Adam's update of a 512x512
+# weight on 8 threads: 0.192 ms minimum there against 0.336 on 4 and 0.873
+# on one). A wide plan of two blocks or fewer, or of rectangles, leaves
+# the product to the rules above (their two-thread choices were
+# measured). Blocks are claimed one at a time, so helpers that wake late
+# leave theirs to the caller, which then runs them back to back (no slower
+# than the whole product, but for repacking the shared operand per block);
+# a busy machine's late splits start the back-off as before. On fewer than
+# WIDE_MIN_THREADS threads (this project's 2-core VM, any `--threads 2`
+# run) nothing changes.
+# The host is known by its thread count alone, not by a probe of the pool's
+# hand-off: a sleeping helper's delay measured on this 2-core VM (two
+# row blocks of ~6 MFLOP, each split after 0.1-0.2 ms idle) read 28-58 us
+# at load 4.4 (26 of 40 splits with a helper in time), but 4.5-9.0 us
+# (10th-90th percentile, 51-54 of 100 splits) at load 7.4, where the woken
+# helper preempts another process on the other core: it measures how fast
+# a thread is scheduled, not whether a core is free, and a busy moment
+# read early.
+# `KERAS_IPU_WIDE_SPLITS=0` turns wide splits off (benchmarks' A/B).
+WIDE_MIN_THREADS = 4
+WIDE_FLOPS_PER_THREAD = 2_000_000
+WIDE_MAX_THREADS = 8
+WIDE_ELEMENTS_PER_THREAD = 1 << 15
 # Elements per thread below which a fused elementwise chain stays on one
 # thread (about 0.3 ms of a few-op chain; memory-bound, so far fewer
 # operations per thread than a product's).
@@ -257,12 +297,51 @@ def product_pool_takes(b, compute):
     return product_pool.available(compute)
 
 
+def wide_splits(cap=None):
+    """Whether the C pool's kernels split in wide blocks here (see
+    WIDE_MIN_THREADS): a cap of WIDE_MIN_THREADS threads or more, unless
+    `KERAS_IPU_WIDE_SPLITS` is 0. `cap` stands for this process's
+    (max_threads; tests)."""
+    cap = max_threads() if cap is None else cap
+    return cap >= WIDE_MIN_THREADS and env_switch("KERAS_IPU_WIDE_SPLITS")
+
+
+def wide_threads(flops, cap):
+    """Threads a 2-d product of `flops` operations splits over in wide
+    splits (wide_splits): one per WIDE_FLOPS_PER_THREAD, up to
+    WIDE_MAX_THREADS, or NATIVE_FLOPS_PER_THREAD's count where it is more;
+    at most `cap`."""
+    share = max(flops // NATIVE_FLOPS_PER_THREAD,
+                min(WIDE_MAX_THREADS, flops // WIDE_FLOPS_PER_THREAD))
+    return int(min(cap, share))
+
+
+def _wide_product_split(m, n, k, compute):
+    """(threads, (axis, edges)) of a 2-d product in wide splits: row or
+    column blocks (product_pool.blocks, which keep its bits here) of
+    wide_threads, one per thread; None where they are two or fewer, or
+    rectangles (the rules for the two-thread split decide then)."""
+    threads = wide_threads(2 * m * n * k, max_threads())
+    if threads <= 2:
+        return None
+    planned = product_pool.blocks(m, n, k, threads, PRODUCT_BLOCKS_PER_THREAD, compute)
+    if planned is None or planned[0] == 2:
+        return None
+    count = product_pool.block_count(*planned)
+    return (count, planned) if count > 2 else None
+
+
 def _native_product_split(b, m, n, k, compute, threads=None):
     """(threads, blocks) of a product on the C pool: blocks are
     (axis, edges) of a 2-d product (product_pool.blocks) or the batch
     edges of a batched one; None when it stays on one thread. `threads`
-    overrides the policy's count (benchmarks)."""
+    overrides the policy's count (benchmarks). A 2-d product on a host of
+    wide splits (wide_splits) splits wide where it can."""
     if threads is None:
+        if not b and wide_splits():
+            wide = _wide_product_split(m, n, k, compute)
+            if wide is not None:
+                return wide
         threads = int(min(max_threads(), 2 * max(b, 1) * m * n * k // NATIVE_FLOPS_PER_THREAD))
         if threads <= 1:
             return None
@@ -331,12 +410,15 @@ def threads_for_elements(n):
     return int(max(1, min(cap, n // ELEMENTS_PER_THREAD)))
 
 
-def chain_threads(n, loop_calls=0):
+def chain_threads(n, loop_calls=0, wide=False):
     """Threads a C fused chain of `n` elements, `loop_calls` of its steps
     NumPy's transcendental loops, splits over (1: one thread): on the C
     pool from NATIVE_ELEMENTS_PER_THREAD elements or NATIVE_NS_PER_THREAD
     of its loops' time per thread, else on the Python pool as
-    threads_for_elements says."""
+    threads_for_elements says. `wide` (a fused chain's own split, not the
+    kernels sized like one): on a host of wide splits (wide_splits), from
+    WIDE_ELEMENTS_PER_THREAD elements per thread, up to WIDE_MAX_THREADS
+    threads, where that makes more than two."""
     if not product_pool.tasks_available():
         return threads_for_elements(n)
     cap = max_threads()
@@ -345,6 +427,10 @@ def chain_threads(n, loop_calls=0):
     share = n // NATIVE_ELEMENTS_PER_THREAD
     if loop_calls:
         share = max(share, int(n * loop_calls * LOOP_NS_PER_ELEMENT) // NATIVE_NS_PER_THREAD)
+    if wide and cap >= WIDE_MIN_THREADS:
+        wider = min(WIDE_MAX_THREADS, n // WIDE_ELEMENTS_PER_THREAD)
+        if wider > max(share, 2) and wide_splits():
+            share = wider
     return int(max(1, min(cap, share)))
 
 
