@@ -325,10 +325,9 @@ def _wide_product_split(m, n, k, compute):
     if threads <= 2:
         return None
     planned = product_pool.blocks(m, n, k, threads, PRODUCT_BLOCKS_PER_THREAD, compute)
-    if planned is None or planned[0] == 2:
+    if planned is None or planned[0] == 2 or product_pool.block_count(*planned) <= 2:
         return None
-    count = product_pool.block_count(*planned)
-    return (count, planned) if count > 2 else None
+    return threads, planned
 
 
 def _native_product_split(b, m, n, k, compute, threads=None):
