@@ -66,7 +66,8 @@ def test_order_matters_for_these_updates():
 
 
 @pytest.mark.parametrize("case", ["float16", "strided", "int16 index", "short update",
-                                  "read-only"])
+                                  "read-only", "float64 update", "byte-swapped",
+                                  "float index"])
 def test_buffers_it_does_not_take_leave_out_untouched(case):
     x = np.zeros((6, 4), np.float32)
     idx = np.array([0, 2, 2], np.int64)
@@ -81,6 +82,12 @@ def test_buffers_it_does_not_take_leave_out_untouched(case):
         upd = upd[:2]
     elif case == "read-only":
         x.flags.writeable = False
+    elif case == "float64 update":
+        upd = upd.astype(np.float64)
+    elif case == "byte-swapped":  # a format with a non-native byte order
+        x = x.astype(x.dtype.newbyteorder())
+    elif case == "float index":
+        idx = idx.astype(np.float64)
     before = x.copy()
     assert native.scatter_add.rows(x, idx, upd, 6, 4) is False
     assert x.tobytes() == before.tobytes()

@@ -520,11 +520,6 @@ static int whole_chain_of(const int32_t *w, Py_ssize_t words) {
     return -1;
 }
 
-static PyObject *split_result(int threads, int64_t ran, int64_t own, int64_t wait) {
-    if (threads <= 1) Py_RETURN_TRUE;
-    return split_stats(ran, own, wait);
-}
-
 /* Each thread's scratch buffers, kept between calls (a fresh malloc of
    a few hundred KiB per call maps and faults in new pages): freed when the
    thread exits. SCRATCH_REGISTERS: a chain's block registers;
@@ -1051,10 +1046,7 @@ static PyObject *sum_rows(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOnn|in", &x_obj, &out_obj, &rows, &cols, &threads, &width))
         return NULL;
     if (rows < 1 || cols < 1 || rows > PY_SSIZE_T_MAX / cols) Py_RETURN_FALSE;
-    if (threads > 1 && width < 1) {
-        PyErr_SetString(PyExc_ValueError, "sum_rows: a split needs a column width");
-        return NULL;
-    }
+    if (!split_size_ok(threads, width, "sum_rows: a split needs a column width")) return NULL;
     Py_buffer x, out;
     if (!get_buffer(x_obj, &x, T_F32, rows * cols, 0)) Py_RETURN_FALSE;
     if (!get_buffer(out_obj, &out, T_F32, cols, 1)) {

@@ -29,12 +29,14 @@ static PyObject *patches(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOnnnnnnnnnnnnn", &src_obj, &dst_obj, &n_lo, &n_hi, &h, &w, &c,
                           &p, &q, &kh, &kw, &sh, &sw, &dh, &dw))
         return NULL;
-    Py_buffer src, dst;
-    if (!get_buffer(src_obj, &src, 0)) Py_RETURN_FALSE;
-    if (!get_buffer(dst_obj, &dst, 1)) {
-        PyBuffer_Release(&src);
+    PyObject *objs[2] = {src_obj, dst_obj};
+    Py_buffer v[2];
+    int held = get_buffers(objs, v, 2, 2);
+    if (held < 2) {
+        release_buffers(v, held);
         Py_RETURN_FALSE;
     }
+    const Py_buffer src = v[0], dst = v[1];
     char kind = float_kind(&src);
     Py_ssize_t item = src.itemsize;
     int ok = kind != 0 && float_kind(&dst) == kind && n_lo >= 0 && n_hi >= n_lo && h > 0
@@ -67,10 +69,8 @@ static PyObject *patches(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
-    PyBuffer_Release(&dst);
-    PyBuffer_Release(&src);
-    if (ok) Py_RETURN_TRUE;
-    Py_RETURN_FALSE;
+    release_buffers(v, held);
+    return PyBool_FromLong(ok);
 }
 
 static PyMethodDef methods[] = {

@@ -46,7 +46,7 @@
 #include <string.h>
 
 #include "_buffers.h"
-
+#include "_module.h"
 #include "_task_pool.h"
 
 #define MAX_RANK 32
@@ -162,13 +162,6 @@ static void select_task(void *arg, int64_t i) {
     else select_rows_f32(s, lo, hi);
 }
 
-static int is_int64(const Py_buffer *view) {
-    const char *f = view->format;
-    if (f == NULL || view->itemsize != 8) return 0;
-    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
-    return (f[0] == 'l' || f[0] == 'q') && f[1] == '\0';
-}
-
 /* Whether x (v[0]) and the int64 geometry (v[1..3]: lead, steps, taps)
    fit (module doc): every cell read or written lies inside x. Fills s's
    geometry and dtype. */
@@ -215,24 +208,12 @@ static int holds_rows(const tiled_t *s, const Py_buffer *view, const Py_buffer *
    True, or the pool's (caller_tasks, own_s, wait_s) for threads > 1. */
 static PyObject *run_rows(task_fn fn, tiled_t *s, int threads, Py_ssize_t task_rows) {
     if (threads > 1) s->task_rows = task_rows;
-    int64_t count = (s->rows + s->task_rows - 1) / s->task_rows;
-    int64_t ran = count, own = 0, wait = 0;
-    const task_pool_api *api = threads > 1 && count > 1 ? task_pool() : NULL;
-    Py_BEGIN_ALLOW_THREADS
-    if (api != NULL) api->run(fn, s, count, threads, &ran, &own, &wait);
-    else for (int64_t i = 0; i < count; i++) fn(s, i);
-    Py_END_ALLOW_THREADS
-    if (threads > 1) return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
-    Py_RETURN_TRUE;
+    int64_t ran = 0, own = 0, wait = 0;
+    run_tasks(fn, s, (s->rows + s->task_rows - 1) / s->task_rows, threads, &ran, &own, &wait);
+    return split_result(threads, ran, own, wait);
 }
 
-static int split_checked(int threads, Py_ssize_t task_rows) {
-    if (threads > 1 && task_rows < 1) {
-        PyErr_SetString(PyExc_ValueError, "_pooling: a split needs rows per task");
-        return 0;
-    }
-    return 1;
-}
+#define SPLIT_NEEDS_ROWS "_pooling: a split needs rows per task"
 
 static PyObject *select_tiled(PyObject *self, PyObject *args) {
     PyObject *objs[7]; /* x lead steps taps g y out */
@@ -240,11 +221,10 @@ static PyObject *select_tiled(PyObject *self, PyObject *args) {
     int threads = 1;
     if (!PyArg_ParseTuple(args, "OOOOnOOO|in", &objs[4], &objs[0], &objs[5], &objs[6],
                           &inner, &objs[1], &objs[2], &objs[3], &threads, &task_rows)
-        || !split_checked(threads, task_rows))
+        || !split_size_ok(threads, task_rows, SPLIT_NEEDS_ROWS))
         return NULL;
     Py_buffer v[7];
-    int held = 0;
-    while (held < 7 && get_buffer(objs[held], &v[held], held == 6)) held++;
+    int held = get_buffers(objs, v, 7, 1u << 6);
     tiled_t s;
     PyObject *result = NULL;
     if (held == 7 && bind_geometry(&s, v, inner) && holds_rows(&s, &v[4], &v[0])
@@ -258,7 +238,7 @@ static PyObject *select_tiled(PyObject *self, PyObject *args) {
         result = Py_False;
         Py_INCREF(result);
     }
-    while (held > 0) PyBuffer_Release(&v[--held]);
+    release_buffers(v, held);
     return result;
 }
 
@@ -268,11 +248,10 @@ static PyObject *reduce_max(PyObject *self, PyObject *args) {
     int is_min, threads = 1;
     if (!PyArg_ParseTuple(args, "OOnOOOp|in", &objs[0], &objs[4], &inner, &objs[1], &objs[2],
                           &objs[3], &is_min, &threads, &task_rows)
-        || !split_checked(threads, task_rows))
+        || !split_size_ok(threads, task_rows, SPLIT_NEEDS_ROWS))
         return NULL;
     Py_buffer v[5];
-    int held = 0;
-    while (held < 5 && get_buffer(objs[held], &v[held], held == 4)) held++;
+    int held = get_buffers(objs, v, 5, 1u << 4);
     tiled_t s;
     PyObject *result = NULL;
     if (held == 5 && bind_geometry(&s, v, inner) && holds_rows(&s, &v[4], &v[0])) {
@@ -283,7 +262,7 @@ static PyObject *reduce_max(PyObject *self, PyObject *args) {
         result = Py_False;
         Py_INCREF(result);
     }
-    while (held > 0) PyBuffer_Release(&v[--held]);
+    release_buffers(v, held);
     return result;
 }
 
@@ -309,10 +288,5 @@ static struct PyModuleDef module = {
 /* TASK_POOL_VERSION: the pool this module was built against (product_pool
    checks it, as _elementwise's). */
 PyMODINIT_FUNC PyInit__pooling(void) {
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "TASK_POOL_VERSION", TASK_POOL_VERSION) != 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return module_with_constants(&module, "TASK_POOL_VERSION", TASK_POOL_VERSION, NULL);
 }

@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "_buffers.h"
 #include "_task_pool.h"
 
 /* CBLAS' enumerations (cblas.h). */
@@ -444,12 +445,6 @@ static void pool_join(launched_job *job, int64_t *caller_ran, int64_t *wait_ns) 
 
 /* -- Python ---------------------------------------------------------------- */
 
-static int format_is(const char *format, char kind) {
-    if (format == NULL) return 0;
-    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-    return format[0] == kind && format[1] == '\0';
-}
-
 /* NumPy matmul's choice for an operand of rows x cols with these strides
    (numpy/_core/src/umath/matmul.c.src, is_blasable2d and
    matmul_matrixmatrix): untransposed where its rows are contiguous,
@@ -485,12 +480,12 @@ static int check_product(const Py_buffer *x, const Py_buffer *y, const Py_buffer
                          int axis, const int64_t *edges, int64_t edges_len, product_t *p,
                          int64_t *count) {
     int nd = x->ndim; /* 2, or 3 or 4: batched, split along the batches (axis 0) */
-    char kind = format_is(x->format, 'f') ? 'f' : 'd';
+    char kind = format_code(x) == 'f' ? 'f' : 'd';
     int ok = (kind == 'f' ? sgemm != NULL : dgemm != NULL)
              && (nd == 2 || nd == 3 || (nd == 4 && axis == 0)) && y->ndim == nd
              && out->ndim == nd
-             && format_is(x->format, kind) && format_is(y->format, kind)
-             && format_is(out->format, kind)
+             && format_code(x) == kind && format_code(y) == kind
+             && format_code(out) == kind
              && edges_len >= 16
              && (axis == 0 || ((axis == 1 || axis == 2) && nd == 2));
     if (!ok) return 0;
@@ -575,7 +570,7 @@ static PyObject *product(PyObject *self, PyObject *args) {
         PyBuffer_Release(&out);
         PyBuffer_Release(&y);
         PyBuffer_Release(&x);
-        return Py_BuildValue("Ldd", (long long)ran, own * 1e-9, wait * 1e-9);
+        return split_stats(ran, own, wait);
     }
     PyBuffer_Release(&edges);
 none_out:

@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 
 #include "_buffers.h"
+#include "_module.h"
 #include "_task_pool.h"
 
 /* NumPy's numpy/_core/src/umath/loops_utils.h.src pairwise_sum, for
@@ -191,7 +192,7 @@ MAX_ROWS(max_rows_f64, double, lanes_f64)
    them, else (1, all rows; 1 where there are none: the task count
    divides by it). */
 typedef struct {
-    Py_buffer x, out;
+    Py_buffer v[2]; /* x, out */
     Py_ssize_t rows, n, per_task;
     int threads, split;
     char kind;
@@ -211,21 +212,20 @@ static int take_rows(PyObject *args, row_operands *o) {
         PyErr_SetString(PyExc_ValueError, "threads and rows_per_task must be positive");
         return -1;
     }
-    if (o->n < 1 || !get_buffer(x_obj, &o->x, 0)) return 0;
-    if (!get_buffer(out_obj, &o->out, 1)) {
-        PyBuffer_Release(&o->x);
-        return 0;
+    if (o->n < 1) return 0;
+    PyObject *objs[2] = {x_obj, out_obj};
+    int held = get_buffers(objs, o->v, 2, 2);
+    if (held == 2) {
+        o->kind = float_kind(&o->v[0]);
+        Py_ssize_t size = o->kind ? o->v[0].len / o->v[0].itemsize : 0;
+        o->rows = size / o->n;
+        if (o->kind && float_kind(&o->v[1]) == o->kind && o->rows * o->n == size
+            && o->v[1].len == o->rows * o->v[1].itemsize) {
+            if (!o->split) o->per_task = o->rows > 0 ? o->rows : 1;
+            return 1;
+        }
     }
-    o->kind = float_kind(&o->x);
-    Py_ssize_t size = o->x.itemsize ? o->x.len / o->x.itemsize : 0;
-    o->rows = size / o->n;
-    if (o->kind && float_kind(&o->out) == o->kind && o->rows * o->n == size
-        && o->out.len == o->rows * o->out.itemsize) {
-        if (!o->split) o->per_task = o->rows > 0 ? o->rows : 1;
-        return 1;
-    }
-    PyBuffer_Release(&o->out);
-    PyBuffer_Release(&o->x);
+    release_buffers(o->v, held);
     return 0;
 }
 
@@ -240,9 +240,9 @@ static void row_task(void *arg, int64_t i) {
     row_task_t *t = (row_task_t *)arg;
     const row_operands *o = t->o;
     Py_ssize_t lo = i * o->per_task, rows = o->rows - lo < o->per_task ? o->rows - lo : o->per_task;
-    Py_ssize_t sz = o->x.itemsize;
-    char *out = (char *)o->out.buf + lo * sz;
-    const char *x = (const char *)o->x.buf + lo * o->n * sz;
+    Py_ssize_t sz = o->v[0].itemsize;
+    char *out = (char *)o->v[1].buf + lo * sz;
+    const char *x = (const char *)o->v[0].buf + lo * o->n * sz;
     if (!t->max) {
         if (o->kind == 'f') sum_rows_f32((float *)out, (const float *)x, rows, o->n);
         else sum_rows_f64((double *)out, (const double *)x, rows, o->n);
@@ -266,8 +266,7 @@ static PyObject *reduce_rows(PyObject *args, int max) {
     int64_t ran = 0, own = 0, wait = 0;
     run_tasks(row_task, &t, (o.rows + o.per_task - 1) / o.per_task, o.threads, &ran, &own,
               &wait);
-    PyBuffer_Release(&o.out);
-    PyBuffer_Release(&o.x);
+    release_buffers(o.v, 2);
     long long undecided = atomic_load(&t.undecided);
     if (o.split) {
         if (max)
@@ -302,14 +301,7 @@ static struct PyModuleDef module = {
     "Reductions along the last axis in one call (see native/last_axis_reductions.py).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__rows(void) {
-    PyObject *m = PyModule_Create(&module);
-    /* The split arguments: a build before them (an editable install not
-       rebuilt) lacks this, and last_axis_reductions.py keeps its calls
-       whole. */
-    if (m != NULL && PyModule_AddIntConstant(m, "SPLITS", 1) != 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+/* SPLITS: the split arguments; a build before them (an editable install
+   not rebuilt) lacks it, and last_axis_reductions.py keeps its calls
+   whole. */
+PyMODINIT_FUNC PyInit__rows(void) { return module_with_constants(&module, "SPLITS", 1, NULL); }

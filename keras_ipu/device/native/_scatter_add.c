@@ -25,15 +25,6 @@
 
 #include "_buffers.h"
 
-static int format_is(const char *format, const char *kinds) {
-    if (format == NULL) return 0;
-    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-    if (format[0] == '\0' || format[1] != '\0') return 0;
-    for (; *kinds; kinds++)
-        if (format[0] == *kinds) return 1;
-    return 0;
-}
-
 /* One loop per (value, index) type: the row loop vectorises, the index
    loop keeps add.at's order. */
 #define SCATTER_ROWS(NAME, T, I)                                              \
@@ -63,39 +54,33 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "native scatter_add: negative size");
         return NULL;
     }
-    Py_buffer out, idx, upd;
-    if (!get_buffer(out_obj, &out, 1)) Py_RETURN_FALSE;
-    if (!get_buffer(idx_obj, &idx, 0)) {
-        PyBuffer_Release(&out);
-        Py_RETURN_FALSE;
+    PyObject *objs[3] = {out_obj, idx_obj, upd_obj};
+    Py_buffer v[3]; /* out idx upd */
+    int held = get_buffers(objs, v, 3, 1), ok = 0, i32 = 0;
+    char kind = 0;
+    Py_ssize_t count = 0;
+    if (held == 3) {
+        char code = format_code(&v[1]);
+        kind = float_kind(&v[0]);
+        i32 = v[1].itemsize == 4 && (code == 'i' || code == 'l');
+        int ints = i32 || is_int64(&v[1]);
+        count = ints ? v[1].len / v[1].itemsize : 0;
+        ok = kind != 0 && ints && float_kind(&v[2]) == kind
+             && v[0].len == n_rows * row_len * v[0].itemsize
+             && v[2].len == count * row_len * v[2].itemsize;
     }
-    if (!get_buffer(upd_obj, &upd, 0)) {
-        PyBuffer_Release(&idx);
-        PyBuffer_Release(&out);
-        Py_RETURN_FALSE;
-    }
-    PyObject *result = Py_False;
-    int f32 = format_is(out.format, "f"), f64 = format_is(out.format, "d");
-    int i32 = idx.itemsize == 4 && format_is(idx.format, "il");
-    int i64 = idx.itemsize == 8 && format_is(idx.format, "lq");
-    Py_ssize_t count = (i32 || i64) ? idx.len / idx.itemsize : -1;
-    if ((f32 || f64) && count >= 0 && upd.itemsize == out.itemsize
-        && format_is(upd.format, f32 ? "f" : "d")
-        && out.len == n_rows * row_len * out.itemsize
-        && upd.len == count * row_len * upd.itemsize) {
+    if (ok) {
+        void *out = v[0].buf;
+        const void *idx = v[1].buf, *upd = v[2].buf;
         Py_BEGIN_ALLOW_THREADS
-        if (f32 && i32) rows_f32_i32(out.buf, idx.buf, upd.buf, count, n_rows, row_len);
-        else if (f32) rows_f32_i64(out.buf, idx.buf, upd.buf, count, n_rows, row_len);
-        else if (i32) rows_f64_i32(out.buf, idx.buf, upd.buf, count, n_rows, row_len);
-        else rows_f64_i64(out.buf, idx.buf, upd.buf, count, n_rows, row_len);
+        if (kind == 'f' && i32) rows_f32_i32(out, idx, upd, count, n_rows, row_len);
+        else if (kind == 'f') rows_f32_i64(out, idx, upd, count, n_rows, row_len);
+        else if (i32) rows_f64_i32(out, idx, upd, count, n_rows, row_len);
+        else rows_f64_i64(out, idx, upd, count, n_rows, row_len);
         Py_END_ALLOW_THREADS
-        result = Py_True;
     }
-    PyBuffer_Release(&upd);
-    PyBuffer_Release(&idx);
-    PyBuffer_Release(&out);
-    Py_INCREF(result);
-    return result;
+    release_buffers(v, held);
+    return PyBool_FromLong(ok);
 }
 
 static PyMethodDef methods[] = {

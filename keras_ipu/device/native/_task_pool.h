@@ -112,4 +112,21 @@ static inline PyObject *split_stats(int64_t ran, int64_t own_ns, int64_t wait_ns
     return Py_BuildValue("Ldd", (long long)ran, own_ns * 1e-9, wait_ns * 1e-9);
 }
 
+/* A kernel's result where `threads` says whether it split: True (one
+   thread), or the split's stats. */
+static inline PyObject *split_result(int threads, int64_t ran, int64_t own_ns, int64_t wait_ns) {
+    if (threads <= 1) Py_RETURN_TRUE;
+    return split_stats(ran, own_ns, wait_ns);
+}
+
+/* A split call's rows (columns, elements) per task: at least 1 where it
+   splits (threads > 1); else a ValueError `message`. */
+static inline int split_size_ok(int threads, Py_ssize_t per_task, const char *message) {
+    if (threads > 1 && per_task < 1) {
+        PyErr_SetString(PyExc_ValueError, message);
+        return 0;
+    }
+    return 1;
+}
+
 #endif
