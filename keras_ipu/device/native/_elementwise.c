@@ -916,6 +916,25 @@ static void pair_capsule_free(PyObject *capsule) {
     free(p);
 }
 
+/* The bound job p (its product, its chain where has_chain; p->keep: the
+   operands' owners, NULL where building it failed) submitted to the pool:
+   its capsule, which join_pair takes; NULL (the error set, p released and
+   freed) where it cannot be made. */
+static PyObject *submit_pair(pair_job *p, const task_pool_api *api) {
+    PyObject *capsule = p->keep ? PyCapsule_New(p, PAIR_CAPSULE, pair_capsule_free) : NULL;
+    if (capsule == NULL) {
+        if (p->product != NULL) api->release_product(p->product);
+        if (p->has_chain) release_chain(&p->chain);
+        Py_XDECREF(p->keep);
+        free(p);
+        return NULL;
+    }
+    p->job.fn = pair_task;
+    p->job.arg = p;
+    api->submit(&p->job);
+    return capsule;
+}
+
 static PyObject *launch_pair(PyObject *self, PyObject *args) {
     PyObject *x, *y, *product_out, *ins, *outs, *loop_capsules = NULL;
     Py_ssize_t n, L, B;
@@ -945,21 +964,10 @@ static PyObject *launch_pair(PyObject *self, PyObject *args) {
     }
     if (private_result && p->product != NULL && p->chain.count == 1)
         find_result_inputs(p, product_out);
+    p->has_chain = 1;
     p->keep = Py_BuildValue("(OOOOOO)", x, y, product_out, ins, outs,
                             loop_capsules ? loop_capsules : Py_None);
-    PyObject *capsule = p->keep ? PyCapsule_New(p, PAIR_CAPSULE, pair_capsule_free) : NULL;
-    if (capsule == NULL) {
-        if (p->product != NULL) api->release_product(p->product);
-        release_chain(&p->chain);
-        Py_XDECREF(p->keep);
-        free(p);
-        return NULL;
-    }
-    p->has_chain = 1;
-    p->job.fn = pair_task;
-    p->job.arg = p;
-    api->submit(&p->job);
-    return capsule;
+    return submit_pair(p, api);
 }
 
 static PyObject *launch_product(PyObject *self, PyObject *args) {
@@ -973,17 +981,7 @@ static PyObject *launch_product(PyObject *self, PyObject *args) {
         Py_RETURN_NONE;
     }
     p->keep = Py_BuildValue("(OOO)", x, y, product_out);
-    PyObject *capsule = p->keep ? PyCapsule_New(p, PAIR_CAPSULE, pair_capsule_free) : NULL;
-    if (capsule == NULL) {
-        api->release_product(p->product);
-        Py_XDECREF(p->keep);
-        free(p);
-        return NULL;
-    }
-    p->job.fn = pair_task;
-    p->job.arg = p;
-    api->submit(&p->job);
-    return capsule;
+    return submit_pair(p, api);
 }
 
 static PyObject *join_pair(PyObject *self, PyObject *capsule) {
