@@ -199,6 +199,7 @@ def test_a_c_pool_job_no_helper_took_is_a_late_split(monkeypatch):
     monkeypatch.setattr(threads, "_note_split",
                         lambda late, now, at_once=False: notes.append((late, at_once)))
     monkeypatch.setattr(threads, "_backoff", 0.0)
+    monkeypatch.setattr(threads, "_cap", 2)  # on more threads a job the caller ran notes nothing
     for stats, late in (((1, 0.0, 1e-3), True), ((0, 1e-4, 1e-3), False),
                         ((0, 5e-3, 1e-3), True)):
         job = threads._OnCPool(((None, None), lambda handle: ("result", stats)), False)

@@ -428,6 +428,7 @@ def test_a_c_pool_job_run_by_the_caller_behind_its_earlier_jobs_is_not_late(monk
                                                                            long_backoff,
                                                                            at_once):
     _no_backoff(monkeypatch)
+    monkeypatch.setattr(threads, "_cap", 2)  # two threads: a job the caller ran is late
 
     def joined(caller_ran, wait=0.0, cpu=0.001):
         finish = lambda handle: ("result", (caller_ran, wait, cpu))
@@ -451,6 +452,7 @@ def test_a_c_pool_job_joined_before_a_helper_could_wake_is_not_late(monkeypatch,
     import types
 
     _no_backoff(monkeypatch)
+    monkeypatch.setattr(threads, "_cap", 2)
     clock = {"now": 100.0}
     monkeypatch.setattr(threads, "time", types.SimpleNamespace(
         perf_counter=lambda: clock["now"], thread_time=lambda: 0.0))
@@ -469,6 +471,33 @@ def test_a_c_pool_job_joined_before_a_helper_could_wake_is_not_late(monkeypatch,
     # Joined long after the launch with no helper having taken it: late.
     assert joined(1, 10 * threads.LATE_WAIT_SECONDS) == "result"
     assert threads._late == 1 and threads.backing_off()
+
+
+def test_a_c_pool_job_the_caller_ran_is_late_on_two_threads_only(monkeypatch, long_backoff):
+    import types
+
+    clock = {"now": 100.0}
+    monkeypatch.setattr(threads, "time", types.SimpleNamespace(
+        perf_counter=lambda: clock["now"], thread_time=lambda: 0.0))
+
+    def joined(caller_ran, wait=0.0, cpu=0.001):
+        finish = lambda handle: ("result", (caller_ran, wait, cpu))
+        job = threads._OnCPool((None, finish), True, clock["now"])
+        clock["now"] += 10 * threads.LATE_WAIT_SECONDS  # long after its launch
+        return threads.join(job)
+
+    for cap, late in ((2, True), (4, False), (16, False)):
+        _no_backoff(monkeypatch)
+        monkeypatch.setattr(threads, "_cap", cap)
+        monkeypatch.setattr(threads, "_late", 1)
+        # No helper took it: on many threads only the hand-off was lost;
+        # nothing noted (neither late nor on time: the count stands).
+        assert joined(1) == "result"
+        assert threads._late == (2 if late else 1) and threads.backing_off() == late
+        # A helper took it and lost its core: late on any host.
+        _no_backoff(monkeypatch)
+        assert joined(0, wait=0.01, cpu=0.001) == "result"
+        assert threads._late == 1 and threads.backing_off()
 
 
 def test_a_launched_job_standing_for_a_split_backs_off_as_the_split_does(monkeypatch,
