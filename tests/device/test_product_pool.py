@@ -869,3 +869,27 @@ def test_wide_plans_give_numpys_bits_where_this_hosts_rule_allows_them(host, m, 
             out = np.full_like(want, np.nan)
             assert product_pool.run(x, y, out, axis, edges, count) is not None
             np.testing.assert_array_equal(out, want)
+
+
+def test_rectangles_not_worth_it_leave_row_blocks_on_many_threads(host, monkeypatch):
+    """On AMD's rule (rows at 12, columns in OpenBLAS' tiles) the MLP's
+    128x512 @ 512x512 plans rectangles on 8 threads, under their
+    RECTANGLE_FLOPS_PER_THREAD: it splits in row blocks at multiples of 12
+    instead (it ran on one thread); on two threads its two row blocks as
+    before."""
+    real = product_pool.rule()
+    amd = product_pool.Rule(12, "tiles")
+    host(8, amd)
+    monkeypatch.setenv("KERAS_IPU_WIDE_SPLITS", "0")
+    assert product_pool.blocks(128, 512, 512, 8, threads.PRODUCT_BLOCKS_PER_THREAD)[0] == 2
+    threads_, (axis, edges) = threads._native_product_split(0, 128, 512, 512, np.float32)
+    assert threads_ == 8 and axis == 0 and len(edges) > 3
+    assert edges[0] == 0 and edges[-1] == 128 and all(e % 12 == 0 for e in edges[:-1])
+    host(2, amd)
+    monkeypatch.setenv("KERAS_IPU_WIDE_SPLITS", "0")
+    assert len(threads._native_product_split(0, 128, 512, 512, np.float32)[1][1]) == 3
+    if real.rows and 12 % real.rows == 0:  # rows at 12 keep this host's bits
+        x, y = _operands(128, 512, 512)
+        out = np.full((128, 512), np.nan, np.float32)
+        assert product_pool.run(x, y, out, axis, edges, 8) is not None
+        np.testing.assert_array_equal(out, np.matmul(x, y))

@@ -344,15 +344,15 @@ def _caller_first(edges, m, n, k, align):
     return edges
 
 
-def blocks(m, n, k, threads, per_thread, dtype=np.float32):
+def blocks(m, n, k, threads, per_thread, dtype=np.float32, rectangles=True):
     """(axis, edges) splitting an (m, k) @ (k, n) product into about
     threads * per_thread blocks that keep its bits here (rule): along its
     longer side where this host's rule allows, else the other; axis 2:
     rectangles (rows lo, hi, columns lo, hi), the rows column tiles cannot
-    take in one block of their own. Each block above SMALL_MATRIX_MNK and
-    MIN_BLOCK wide; None when fewer than two such blocks fit. Two row
-    blocks go before rectangles (see below), the first the larger
-    (_caller_first)."""
+    take in one block of their own (not with `rectangles` False). Each
+    block above SMALL_MATRIX_MNK and MIN_BLOCK wide; None when fewer than
+    two such blocks fit. Two row blocks go before rectangles (see below),
+    the first the larger (_caller_first)."""
     found = rule(dtype)
     if found is None:
         return None
@@ -371,7 +371,7 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32):
         if edges is not None and np.diff(edges).min() * top * k > SMALL_MATRIX_MNK:
             if whole_rows:
                 columns = edges
-            elif (m - top) * n * k > SMALL_MATRIX_MNK:
+            elif rectangles and (m - top) * n * k > SMALL_MATRIX_MNK:
                 columns = _tiles_and_tail(m, n, found.rows, edges)
     planned = [(0, rows), (2 if columns is not None and columns.ndim == 2 else 1, columns)]
     # The longer side first; but two row blocks before rectangles: each

@@ -348,8 +348,15 @@ def _native_product_split(b, m, n, k, compute, threads=None):
         edges = product_pool.batch_blocks(b, threads, BLOCKS_PER_THREAD)
         return None if edges is None else (threads, (0, edges))
     planned = product_pool.blocks(m, n, k, threads, PRODUCT_BLOCKS_PER_THREAD, compute)
-    if planned is None or (
-            planned[0] == 2 and 2 * m * n * k < threads * RECTANGLE_FLOPS_PER_THREAD):
+    if (planned is not None and planned[0] == 2
+            and 2 * m * n * k < threads * RECTANGLE_FLOPS_PER_THREAD):
+        # Rectangles not worth it: row (or column) blocks where they fit.
+        # Only from three threads (on two, rectangles are planned only where
+        # no two row blocks fit); without this the MLP's 67-103 MFLOP
+        # products ran on one thread at 8-16 threads on AMD's rule.
+        planned = product_pool.blocks(m, n, k, threads, PRODUCT_BLOCKS_PER_THREAD, compute,
+                                      rectangles=False)
+    if planned is None:
         tail = row_tail_split(m, n, k, compute, threads)
         return None if tail is None else (2, (0, tail))
     return threads, planned
