@@ -260,14 +260,25 @@ def test_the_shared_back_off_alone_does_not_stop_the_blocks(cap, monkeypatch, lo
 # own extra work is 7-13% of the whole body's: threads.BLOCKS_LATE_SHARE).
 @pytest.mark.parametrize("wall, late", [(1.0, True), (0.9, True), (0.8, False), (0.6, False)])
 def test_note_blocks(cap, wall, late, long_backoff):
+    cap(2)
     threads.note_blocks(wall, 1.0)  # two threads' CPU: 1 s together
     assert threads.blocks_backing_off() is late
     assert threads.backing_off() is late
 
 
+def test_a_late_block_split_on_many_threads_backs_off_the_blocks_alone(cap, long_backoff):
+    # Many blocks run late where they take turns on the GIL: the split does
+    # not pay, which says nothing of the machine.
+    cap(16)
+    threads.note_blocks(1.0, 1.0)
+    assert threads.blocks_backing_off()
+    assert not threads.backing_off() and threads._late == 0
+
+
 def test_blocks_back_off_doubles_and_a_split_on_time_ends_it(cap, monkeypatch, long_backoff):
     """A late probe doubles the blocks' back-off; one on time ends it and
     leaves the shared back-off to the kernels' own splits."""
+    cap(2)
     monkeypatch.setattr(threads, "MAX_BACKOFF_SECONDS", 1000.0)
     threads.note_blocks(1.0, 1.0)
     threads.note_blocks(1.0, 1.0)

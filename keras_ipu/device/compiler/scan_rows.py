@@ -25,9 +25,9 @@ run time the blocks run at once only with two threads or more and while
 such splits are not backing off (threads.blocks_backing_off: a busy
 machine); else the whole body runs, as before. A split whose threads did
 not run at once (its wall time near their CPU time together:
-threads.note_blocks) starts that back-off, and the shared one; the shared
-one alone (a late join or product split: one kernel's hand-off) does not
-stop the blocks.
+threads.note_blocks) starts that back-off, and on two threads the shared
+one; the shared one alone (a late join or product split: one kernel's
+hand-off) does not stop the blocks.
 """
 
 import math

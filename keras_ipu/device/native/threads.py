@@ -741,9 +741,11 @@ class _OnCPool:
 # against 1,392, one run each). A helper that took the
 # job and lost its core (the join waited past the job's CPU time) is late
 # on any host: the caller waited longer than the job would have taken it.
-def _caller_ran_is_late():
-    """Whether a launched C-pool job no helper took by its join is a late
-    split here: on hosts of two threads (see above)."""
+def _on_two_threads():
+    """Whether this host's back-off decisions are the two-thread ones
+    measured under load on the project's 2-core VM (see above, and
+    note_blocks): a launched C-pool job no helper took by its join is late
+    there, and a late scan block split starts the shared back-off."""
     return max_threads() <= 2
 
 
@@ -769,12 +771,12 @@ def _join_on_c_pool(job):
     on an idle machine, and 11-15 of its 17 convolution and pooling
     splits per step ran on the caller alone (issue 16, fifteenth pass,
     s15cnn). On a host of more than two threads a job the caller ran notes
-    nothing at all (_caller_ran_is_late)."""
+    nothing at all (_on_two_threads)."""
     handle, finish = job.started
     joined_at = time.perf_counter()
     result, (caller_ran, wait, cpu) = finish(handle)
     if caller_ran == C_POOL_CALLER_RAN_BEHIND or (caller_ran and (
-            joined_at - job.launched_at <= LATE_WAIT_SECONDS or not _caller_ran_is_late())):
+            joined_at - job.launched_at <= LATE_WAIT_SECONDS or not _on_two_threads())):
         return result
     _note_split(caller_ran or wait > cpu + LATE_WAIT_SECONDS, time.perf_counter(),
                 job.at_once)
@@ -950,8 +952,17 @@ def split_late(ran, count, own, wait, threads=None):
 # split whose blocks run for milliseconds, and the shared back-off ran the
 # LSTM's scans whole for most of a fit at two threads (issue 16,
 # thirteenth pass: at load 6-8, 0 to 76 of 240 scans split under the
-# shared back-off, half of them or more under their own). A late block
-# split still starts the shared back-off too: the machine is busy.
+# shared back-off, half of them or more under their own). On two threads
+# a late block split still starts the shared back-off too: the machine is
+# busy. On more it starts the blocks' own only: there a split of 5-8
+# blocks (the LSTM's 128 rows at 16 threads) also runs late where the
+# blocks take turns on the GIL, each running the loop's Python for every
+# time step (on this VM at 16 threads, five blocks spent 1.5x the whole
+# body's CPU time, two 1.1x: issue 16, sixteenth pass, s16late), which
+# says the split does not pay, not that the machine is busy; a busy
+# machine's cores show in the kernels' own splits (split_late), and the
+# shared back-off would have run them all on the caller with the other
+# helpers idle.
 BLOCKS_LATE_SHARE = 0.85
 _blocks_backoff = 0.0
 _blocks_resume_at = 0.0
@@ -961,9 +972,9 @@ def note_blocks(wall, cpu):
     """Notes a split whose threads each ran whole blocks: `wall` seconds
     from its launch to its last join, `cpu` seconds of its threads' CPU
     time together. A late one starts (or doubles, up to
-    MAX_BACKOFF_SECONDS) the blocks' back-off and starts the shared one
-    at once (as a late join); one on time ends the blocks' back-off and
-    leaves the shared one to the kernels' own splits."""
+    MAX_BACKOFF_SECONDS) the blocks' back-off and, on two threads, starts
+    the shared one at once (as a late join); one on time ends the blocks'
+    back-off and leaves the shared one to the kernels' own splits."""
     global _blocks_backoff, _blocks_resume_at
     late, now = wall > BLOCKS_LATE_SHARE * cpu, time.perf_counter()
     if not late:
@@ -972,7 +983,8 @@ def note_blocks(wall, cpu):
     _blocks_backoff = (min(2 * _blocks_backoff, MAX_BACKOFF_SECONDS) if _blocks_backoff
                        else BACKOFF_SECONDS)
     _blocks_resume_at = now + _blocks_backoff
-    _note_split(True, now, at_once=True)
+    if _on_two_threads():
+        _note_split(True, now, at_once=True)
 
 
 def blocks_backing_off():
