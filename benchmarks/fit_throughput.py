@@ -1005,6 +1005,17 @@ def _flops(report, name):
     return None
 
 
+def _cells_with(report, field, present=False):
+    """(model, backend, result) of the report's cells whose `field` is set
+    (truthy; with `present`, anything but None), in the table's order."""
+    for name in report["config"]["models"]:
+        for backend in report["config"]["backends"]:
+            res = report["results"].get(backend, {}).get("models", {}).get(name) or {}
+            value = res.get(field)
+            if (value is not None) if present else value:
+                yield name, backend, res
+
+
 def format_table(report):
     peak = report["config"].get("blas_peak_gflops")
     batch = report["config"]["batch_size"]
@@ -1047,13 +1058,8 @@ def format_table(report):
                     f"{cpu} | {cores} | {res['first_epoch_s']:.2f} | "
                     f"{res['loss_after_first_epoch']:.4f} |"
                 )
-    concurrency = [
-        (name, backend, res["concurrency_per_step"])
-        for name in report["config"]["models"]
-        for backend in report["config"]["backends"]
-        for res in [report["results"].get(backend, {}).get("models", {}).get(name) or {}]
-        if res.get("concurrency_per_step")
-    ]
+    concurrency = [(name, backend, res["concurrency_per_step"])
+                   for name, backend, res in _cells_with(report, "concurrency_per_step")]
     if concurrency:
         lines += ["", "| model | backend | kernels launched beside the run loop: "
                   "on a Python thread | as C-pool jobs | of those run by the caller at the join "
@@ -1062,26 +1068,15 @@ def format_table(report):
         lines += [f"| {name} | {backend} | {c['launched']} | {c.get('on_c_pool', '-')} "
                   f"| {c.get('c_pool_run_by_caller', '-')} | {c['ran_in_caller']} "
                   f"| {c['late']} |" for name, backend, c in concurrency]
-    sources = [
-        (name, backend, res["late_sources_per_step"])
-        for name in report["config"]["models"]
-        for backend in report["config"]["backends"]
-        for res in [report["results"].get(backend, {}).get("models", {}).get(name) or {}]
-        if res.get("late_sources_per_step")
-    ]
+    sources = [(name, backend, res["late_sources_per_step"])
+               for name, backend, res in _cells_with(report, "late_sources_per_step")]
     if sources:
         lines += ["", "| model | backend | late splits per step by source (rule<kernel) |",
                   "|---|---|---|"]
         lines += [f"| {name} | {backend} | "
                   + "; ".join(f"{source} {n}" for source, n in found.items()) + " |"
                   for name, backend, found in sources]
-    epochs = [
-        (name, backend, res)
-        for name in report["config"]["models"]
-        for backend in report["config"]["backends"]
-        for res in [report["results"].get(backend, {}).get("models", {}).get(name) or {}]
-        if res.get("tiering") is not None
-    ]
+    epochs = list(_cells_with(report, "tiering", present=True))
     if epochs:
         lines += ["", "| model | backend | per epoch: s, CPU ms/step, engine "
                   "| auto's steps (s since fit began) |", "|---|---|---|---|"]
