@@ -741,7 +741,7 @@ def test_a_split_over_the_c_pool_has_the_same_bits(monkeypatch):
     g, x, y = _operands(shape, window, strides, "max", np.float32)
     want = _numpy_path(monkeypatch, g, x, y, "max", window, strides)
     notes = []
-    monkeypatch.setattr(pooling, "_row_threads", lambda cells, rows: 2)
+    monkeypatch.setattr(pooling, "_row_threads", lambda cells, rows, streams: 2)
     monkeypatch.setattr(pooling.host_threads, "backing_off", lambda: False)
     monkeypatch.setattr(pooling.host_threads, "note_pool_split",
                         lambda done, count, threads=None: notes.append((done, count)))

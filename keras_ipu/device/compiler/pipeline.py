@@ -39,6 +39,7 @@ from keras_ipu.device.compiler.fusion import fuse_elementwise
 from keras_ipu.device.compiler import control_flow
 from keras_ipu.device.compiler import array_lowering  # noqa: F401 (lowerings)
 from keras_ipu.device.compiler import dot_lowering  # noqa: F401 (lowerings)
+from keras_ipu.device.compiler import pooling_lowering  # noqa: F401 (lowerings)
 from keras_ipu.device.compiler.options import CONFIGURED
 from keras_ipu.device.compiler.options import CompileOptions
 from keras_ipu.device.compiler.placement import place

@@ -138,23 +138,48 @@ def _reduce_window(x, *, op, window_dimensions, window_strides, padding,
 
 def _extremum_in_place(x, op, window_dimensions, window_strides, padding, base_dilation,
                        window_dilation):
-    """reduce_window max or min in one C pass (native/_pooling.c) over
-    windows with no padding and no base dilation, overlapping or not,
-    each tap read in place: NaN wins as in NumPy's max (min). None where
-    the C kernel does not apply: the caller runs the NumPy kernel."""
-    if (x.dtype not in native.FLOAT_DTYPES or x.ndim > 32 or any(d != 1 for d in base_dilation)
+    """reduce_window max or min in one C pass (native/_pooling.c): see
+    extremum_kernel. None where the C kernel does not apply: the caller
+    runs the NumPy kernel."""
+    kernel = extremum_kernel(x.shape, x.dtype, op, window_dimensions, window_strides, padding,
+                             base_dilation, window_dilation)
+    return None if kernel is None else kernel(x)
+
+
+def extremum_kernel(shape, dtype, op, window_dimensions, window_strides, padding,
+                    base_dilation, window_dilation):
+    """f(x) -> reduce_window max or min of an operand of `shape` and
+    `dtype` in one C pass (native/_pooling.c) over windows with no padding
+    (resolved (lo, hi) pairs) and no base dilation, overlapping or not,
+    each tap read in place: NaN wins as in NumPy's max (min). f returns
+    None where the C kernel refuses the buffers. The geometry and the
+    split are worked out here once: a compiled program binds them at
+    lowering (compiler/pooling_lowering.py), where each call worked them
+    out again in Python. None where the C kernel does not apply."""
+    dtype = np.dtype(dtype)
+    if (native.pooling is None or op not in ("max", "min") or dtype not in native.FLOAT_DTYPES
+            or len(shape) > 32 or any(d != 1 for d in base_dilation)
             or any(lo or hi for lo, hi in padding)):
         return None
-    shape = tuple(_out_dim(n, k, s, (0, 0), 1, d) for n, k, s, d in zip(
-        x.shape, window_dimensions, window_strides, window_dilation))
-    if 0 in shape or x.size == 0:
+    out_shape = tuple(_out_dim(n, k, s, (0, 0), 1, d) for n, k, s, d in zip(
+        shape, window_dimensions, window_strides, window_dilation))
+    if 0 in out_shape or 0 in shape:
         return None
-    out = np.empty(shape, x.dtype)
-    inner, geometry = _window_geometry(x.shape, shape, window_dimensions, window_strides,
+    inner, geometry = _window_geometry(shape, out_shape, window_dimensions, window_strides,
                                        window_dilation)
-    done = _run_rows(native.pooling.reduce_max, (np.ascontiguousarray(x), out, inner, *geometry),
-                     x.size, out.size // inner, op == "min")
-    return out if done is not False else None
+    cells = int(np.prod(shape, dtype=np.int64))
+    rows = int(np.prod(out_shape, dtype=np.int64)) // inner
+    # Four taps read per result written, compared in registers: not at
+    # the memory's speed, so it splits on any host (module doc).
+    run = _rows_runner(native.pooling.reduce_max, cells, rows, streams=False)
+    empty, contiguous, is_min = np.empty, np.ascontiguousarray, op == "min"
+
+    def reduce_window_in_place(x):
+        out = empty(out_shape, dtype)
+        done = run((contiguous(x), out, inner, *geometry), is_min)
+        return out if done is not False else None
+
+    return reduce_window_in_place
 
 
 reduce_window_p = Primitive(
@@ -297,27 +322,51 @@ def _select_and_scatter_add(g, x, y, *, op, window_dimensions, window_strides,
 
 def _select_disjoint(g, x, y, window_dimensions, window_strides, padding,
                      window_dilation):
-    """_select_and_scatter_add in one C pass (native/_pooling.c) where the
-    windows do not overlap and hold no padding (a max pool of stride =
-    window, as Keras' default MaxPooling2D): each cell then belongs to one
-    window at most, and takes its cotangent or +0.0 (the same bits as the
-    NumPy kernel). None where the C kernel does not apply: the caller runs
-    the NumPy kernel."""
-    if (x.dtype not in native.FLOAT_DTYPES or g.dtype != x.dtype or y.dtype != x.dtype
-            or x.size == 0 or y.size == 0 or x.ndim > 32
+    """_select_and_scatter_add in one C pass (native/_pooling.c): see
+    select_kernel. None where the C kernel does not apply: the caller
+    runs the NumPy kernel."""
+    if g.dtype != x.dtype or y.dtype != x.dtype:
+        return None
+    kernel = select_kernel(x.shape, y.shape, x.dtype, window_dimensions, window_strides,
+                           padding, window_dilation)
+    return None if kernel is None else kernel(g, x, y)
+
+
+def select_kernel(x_shape, y_shape, dtype, window_dimensions, window_strides, padding,
+                  window_dilation):
+    """f(g, x, y) -> _select_and_scatter_add in one C pass (native/
+    _pooling.c) for operands of one float `dtype`, where the windows do
+    not overlap and hold no padding (a max pool of stride = window, as
+    Keras' default MaxPooling2D): each cell then belongs to one window at
+    most, and takes its cotangent or +0.0 (the same bits as the NumPy
+    kernel). f returns None where the C kernel refuses the buffers. As
+    extremum_kernel, the geometry is worked out once. None where the C
+    kernel does not apply."""
+    dtype = np.dtype(dtype)
+    if (native.pooling is None or dtype not in native.FLOAT_DTYPES or 0 in x_shape
+            or 0 in y_shape or len(x_shape) > 32
             or any(lo or hi for lo, hi in padding)
             or any(k > s or (k > 1 and d != 1) for k, s, d in zip(
                 window_dimensions, window_strides, window_dilation))):
         return None
+    x_shape, y_shape = tuple(x_shape), tuple(y_shape)
     tiled = all(k == s and n == m * s for k, s, n, m in zip(
-        window_dimensions, window_strides, x.shape, y.shape))
-    out = (np.empty if tiled else np.zeros)(x.shape, x.dtype)
-    inner, geometry = _window_geometry(x.shape, y.shape, window_dimensions, window_strides,
+        window_dimensions, window_strides, x_shape, y_shape))
+    inner, geometry = _window_geometry(x_shape, y_shape, window_dimensions, window_strides,
                                        window_dilation)
-    done = _run_rows(native.pooling.select_tiled, (
-        np.ascontiguousarray(g), np.ascontiguousarray(x), np.ascontiguousarray(y), out,
-        inner, *geometry), x.size, y.size // inner)
-    return out if done is not False else None
+    cells = int(np.prod(x_shape, dtype=np.int64))
+    # One read of x, y and g and one write per cell: at the memory's
+    # speed (2 threads: no gain on this project's 2-core VM).
+    run = _rows_runner(native.pooling.select_tiled, cells,
+                       int(np.prod(y_shape, dtype=np.int64)) // inner, streams=True)
+    fresh, contiguous = np.empty if tiled else np.zeros, np.ascontiguousarray
+
+    def select_in_place(g, x, y):
+        out = fresh(x_shape, dtype)
+        done = run((contiguous(g), contiguous(x), contiguous(y), out, inner, *geometry))
+        return out if done is not False else None
+
+    return select_in_place
 
 
 def _window_geometry(x_shape, y_shape, window_dimensions, window_strides, window_dilation):
@@ -338,29 +387,42 @@ def _window_geometry(x_shape, y_shape, window_dimensions, window_strides, window
     return inner, (np.array(y_shape[:lead], np.int64), steps, taps)
 
 
-def _run_rows(kernel, args, cells, rows, *flags):
-    """A native/_pooling.c kernel over `rows` rows of window results
-    reading `cells` operand cells, split on the C pool where _row_threads
-    says: its result (False: the buffers did not fit, nothing written)."""
-    threads = _row_threads(cells, rows)
-    if threads > 1 and not host_threads.backing_off():
-        per_task = -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
+def _rows_runner(kernel, cells, rows, streams):
+    """run(args, *flags): a native/_pooling.c kernel over `rows` rows of
+    window results reading `cells` operand cells, split on the C pool
+    where _row_threads says (tasks of whole rows, BLOCKS_PER_THREAD per
+    thread); its result (False: the buffers did not fit, nothing
+    written)."""
+    threads = _row_threads(cells, rows, streams)
+    if threads <= 1:
+        return lambda args, *flags: kernel(*args, *flags)
+    per_task = -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
+    count = -(-rows // per_task)
+    backing_off, note = host_threads.backing_off, host_threads.note_pool_split
+
+    def run(args, *flags):
+        if backing_off():
+            return kernel(*args, *flags)
         done = kernel(*args, *flags, threads, per_task)
         if done is not False:
-            host_threads.note_pool_split(done, -(-rows // per_task), threads)
+            note(done, count, threads)
         return done
-    return kernel(*args, *flags)
+
+    return run
 
 
-def _row_threads(cells, rows):
+def _row_threads(cells, rows, streams):
     """Threads of the C pool a one-pass pooling kernel over `cells` cells
-    splits over: a streaming kernel (each cell read once), so as a fused
-    chain of as many elements, where a second thread adds memory
-    bandwidth (threads.streaming_scales)."""
+    splits over, as a fused chain of as many elements. `streams`: at the
+    memory's speed (each cell read once), so only where a second thread
+    adds memory bandwidth (threads.streaming_scales). The forward max
+    (min) is not: on this 2-core VM (load 0.9) 128x32x32x32 ran 3.0-3.1
+    ms median on one thread, 1.0-2.1 in 4 tasks on two (issue 16,
+    sixteenth pass)."""
     if not product_pool.tasks_available() or rows < 2:
         return 1
     threads = min(host_threads.chain_threads(cells), rows)
-    if threads <= 1 or not host_threads.streaming_scales():
+    if threads <= 1 or (streams and not host_threads.streaming_scales()):
         return 1
     return threads
 
