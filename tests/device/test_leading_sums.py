@@ -126,3 +126,67 @@ def test_an_extension_built_before_sum_rows_falls_back_to_numpy(monkeypatch):
     x = _awkward((16, 8, 4))
     assert leading_sums.leading_sum_kernel(_aval(x), (0, 1)) is None
     np.testing.assert_array_equal(_lowered_sum(x, (0, 1))(x), np.add.reduce(x, axis=(0, 1)))
+
+
+@pytest.mark.skipif(not getattr(native.elementwise, "SUM_ROW_BLOCKS", 0)
+                    or not leading_sums.product_pool.tasks_available(), reason="no C pool")
+@pytest.mark.parametrize("cap, scales, blocks", [(2, False, 0), (2, True, 4), (16, True, 32),
+                                                 (16, False, 0)])
+def test_a_sum_too_narrow_for_column_blocks_splits_by_rows_on_the_c_pool(monkeypatch, cap,
+                                                                         scales, blocks):
+    # BatchNormalization's statistics in the benchmark CNN: 131072 rows of
+    # 32 channels, too few columns for column blocks (SUM_TASK_COLUMNS).
+    # Where bandwidth scales: two row blocks per thread in one C call on
+    # the C pool, their partial sums added in block order; elsewhere (this
+    # project's 2-core VM) one thread, NumPy's bits.
+    monkeypatch.setattr(threads, "_cap", cap)
+    monkeypatch.setattr(threads, "_streaming_scales", scales)
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    notes, calls = [], []
+    monkeypatch.setattr(threads, "note_pool_split", lambda done, count: notes.append(count))
+    real = native.elementwise
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def sum_rows(x, out, rows, cols, *split):
+            calls.append((rows, cols) + split)
+            return real.sum_rows(x, out, rows, cols, *split)
+
+    monkeypatch.setattr(native, "elementwise", Recording())
+    x = _awkward((128, 32, 32, 32))
+    kernel = _lowered_sum(x, (0, 1, 2))
+    got = kernel(x)
+    with np.errstate(all="ignore"):
+        if blocks:
+            assert kernel.splits_itself  # never the Python pool's rows
+            per = 131072 // blocks
+            assert calls == [(131072, 32, cap, 0, per), (blocks, 32)]
+            assert notes == [blocks]
+            partials = np.add.reduce(x.reshape(blocks, per, 32), axis=1)
+            want = partials[0] + np.float32(0)
+            for p in partials[1:]:
+                want = want + p
+        else:
+            assert kernel.__name__ == "sum_leading_axes" and notes == []
+            assert calls == [(131072, 32)]
+            want = np.add.reduce(x, axis=(0, 1, 2))
+    assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.skipif(not getattr(native.elementwise, "SUM_ROW_BLOCKS", 0), reason="old build")
+def test_row_block_sums_of_one_row_and_refused_buffers():
+    x = _awkward((7, 5))
+    partials = np.full((3, 5), 9.0, np.float32)
+    assert native.elementwise.sum_rows(x, partials, 7, 5, 1, 0, 3) is True
+    with np.errstate(all="ignore"):
+        want = [np.add.reduce(x[lo:lo + 3], axis=0) for lo in (0, 3, 6)]
+    assert partials.tobytes() == np.stack(want).tobytes()
+    # out must hold one partial per block; nothing written otherwise.
+    short = np.full((2, 5), 9.0, np.float32)
+    assert native.elementwise.sum_rows(x, short, 7, 5, 1, 0, 3) is False
+    assert (short == 9.0).all()
+    with pytest.raises(ValueError):
+        native.elementwise.sum_rows(x, partials, 7, 5, 1, 0, -1)

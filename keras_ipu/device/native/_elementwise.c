@@ -1021,12 +1021,28 @@ VECTOR_CLONES __attribute__((noinline)) static void add_rows(float *out, const f
 }
 
 /* Column blocks of a row sum, one task each: every column still adds its
-   rows in order, so the bits are NumPy's at any split. */
+   rows in order, so the bits are NumPy's at any split. Or, with
+   block_rows, row blocks: task i adds rows [i * block_rows, ...) of every
+   column in order into row i of dst (a partial sum per block; the caller
+   adds the partials in block order). A sum of few columns (a
+   BatchNormalization's 32 channels over 131072 rows) has no column
+   blocks wide enough to keep the threads off each other's cache lines
+   (SUM_TASK_COLUMNS), so it splits by rows. */
 typedef struct {
     const float *src;
     float *dst;
-    Py_ssize_t rows, cols, width;
+    Py_ssize_t rows, cols, width, block_rows;
 } row_sum_t;
+
+static void row_block_sum_task(void *arg, int64_t i) {
+    const row_sum_t *s = (const row_sum_t *)arg;
+    Py_ssize_t lo = i * s->block_rows;
+    Py_ssize_t n = lo + s->block_rows < s->rows ? s->block_rows : s->rows - lo;
+    for (Py_ssize_t j = 0; j < s->cols; j += SUM_COLUMN_BLOCK) {
+        Py_ssize_t width = s->cols - j < SUM_COLUMN_BLOCK ? s->cols - j : SUM_COLUMN_BLOCK;
+        add_rows(s->dst + i * s->cols + j, s->src + lo * s->cols + j, n, s->cols, width);
+    }
+}
 
 static void row_sum_task(void *arg, int64_t i) {
     const row_sum_t *s = (const row_sum_t *)arg;
@@ -1039,22 +1055,34 @@ static void row_sum_task(void *arg, int64_t i) {
 
 static PyObject *sum_rows(PyObject *self, PyObject *args) {
     PyObject *x_obj, *out_obj;
-    Py_ssize_t rows, cols, width = 0;
+    Py_ssize_t rows, cols, width = 0, block_rows = 0;
     int threads = 1;
-    if (!PyArg_ParseTuple(args, "OOnn|in", &x_obj, &out_obj, &rows, &cols, &threads, &width))
+    if (!PyArg_ParseTuple(args, "OOnn|inn", &x_obj, &out_obj, &rows, &cols, &threads, &width,
+                          &block_rows))
         return NULL;
     if (rows < 1 || cols < 1 || rows > PY_SSIZE_T_MAX / cols) Py_RETURN_FALSE;
-    if (!split_size_ok(threads, width, "sum_rows: a split needs a column width")) return NULL;
+    if (!split_size_ok(threads, block_rows > 0 ? block_rows : width,
+                       "sum_rows: a split needs a column width or rows per block"))
+        return NULL;
+    if (block_rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "sum_rows: block_rows must not be negative");
+        return NULL;
+    }
+    /* Row blocks: one partial sum of cols per block in out. */
+    Py_ssize_t blocks = block_rows > 0 ? (rows + block_rows - 1) / block_rows : 0;
     Py_buffer x, out;
     if (!get_buffer(x_obj, &x, T_F32, rows * cols, 0)) Py_RETURN_FALSE;
-    if (!get_buffer(out_obj, &out, T_F32, cols, 1)) {
+    if (!get_buffer(out_obj, &out, T_F32, blocks ? blocks * cols : cols, 1)) {
         PyBuffer_Release(&x);
         Py_RETURN_FALSE;
     }
     row_sum_t s = {(const float *)x.buf, (float *)out.buf, rows, cols,
-                   threads > 1 ? width : cols};
+                   threads > 1 && width > 0 ? width : cols, block_rows};
     int64_t ran = 0, own = 0, wait = 0;
-    run_tasks(row_sum_task, &s, (cols + s.width - 1) / s.width, threads, &ran, &own, &wait);
+    if (blocks)
+        run_tasks(row_block_sum_task, &s, blocks, threads, &ran, &own, &wait);
+    else
+        run_tasks(row_sum_task, &s, (cols + s.width - 1) / s.width, threads, &ran, &own, &wait);
     PyBuffer_Release(&out);
     PyBuffer_Release(&x);
     return split_result(threads, ran, own, wait);
@@ -1121,7 +1149,9 @@ static PyMethodDef methods[] = {
      "sum_rows(x, out, rows, cols[, threads, width]) -> bool: out = the rows "
      "of the float32 rows x cols x added in order (NumPy's bits); False "
      "(nothing written) when a buffer does not fit. threads > 1: blocks of "
-     "`width` columns on the C pool, returning (caller_tasks, own_s, wait_s)."},
+     "`width` columns on the C pool, returning (caller_tasks, own_s, wait_s). "
+     "block_rows > 0: out holds one partial sum per block of block_rows rows "
+     "(each adding its rows in order), the blocks the C pool's tasks."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1135,7 +1165,9 @@ static struct PyModuleDef module = {
    rebuilt keeps an older module, whose calls must not get them). */
 PyMODINIT_FUNC PyInit__elementwise(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "TASK_POOL_VERSION", TASK_POOL_VERSION) != 0) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "TASK_POOL_VERSION", TASK_POOL_VERSION) != 0
+                      /* sum_rows takes block_rows (leading_sums.py checks it) */
+                      || PyModule_AddIntConstant(m, "SUM_ROW_BLOCKS", 1) != 0)) {
         Py_DECREF(m);
         return NULL;
     }

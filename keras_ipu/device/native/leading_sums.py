@@ -17,11 +17,23 @@ each) split in four row blocks on the Python pool, whose helper (a
 Python thread) came late to many of them, and each late split counted
 towards the back-off that ran the whole step on one thread (issue 16,
 fifteenth pass, s15xformer).
+
+A sum too narrow for column blocks (SUM_TASK_COLUMNS: BatchNormalization's
+32 channels over 131072 rows, six per step of the benchmark CNN) splits
+by rows on the C pool where bandwidth scales (row_split): each task adds
+its block of rows in order into a partial sum, and the partials are added
+in block order (the same order as leading_axis.split_sum's, in one C call
+and without a Python thread per block). Its bits then depend on the
+number of blocks, as the Python split's did. On a 16-core host the Python
+split of the 32-column sum ran 1.16 / 0.85 / 0.78 / 1.01 / 1.59 ms at 1 /
+2 / 4 / 8 / 16 threads (issue 16, sixteenth pass): slower from 8 threads
+on, its blocks each a Python call under the interpreter lock.
 """
 
 import numpy as np
 
 from keras_ipu.device import native
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads as host_threads
 
 _F32 = np.dtype(np.float32)
@@ -48,6 +60,10 @@ def leading_sum_kernel(x_aval, axes):
     reduce, empty = np.add.reduce, np.empty
     rows = int(np.prod(x_aval.shape[:len(axes)], dtype=np.int64))
     threads, width = host_threads.sum_split(rows, cols)
+    if threads == 1:
+        by_rows = row_split(rows, cols)
+        if by_rows is not None:
+            return _row_block_sum(sum_rows, out_shape, axes, rows, cols, *by_rows)
     if threads > 1:
         # Column blocks on the C pool: NumPy's bits at any thread count.
         count = -(-cols // width)
@@ -77,3 +93,41 @@ def leading_sum_kernel(x_aval, axes):
     # only where a second thread adds bandwidth (threads.streaming_scales).
     sum_leading_axes.streams = True
     return sum_leading_axes
+
+
+def row_split(rows, cols):
+    """(threads, rows per task) of a float32 sum of `rows` x `cols` in row
+    blocks on the C pool (module doc), two tasks per thread: where the
+    column blocks (threads.sum_split) cannot split it, the C kernel takes
+    row blocks (an extension built before them does not), and a second
+    thread adds memory bandwidth (threads.streaming_scales; not this
+    project's 2-core VM, where such a sum stays on one thread); None
+    otherwise."""
+    if (not getattr(native.elementwise, "SUM_ROW_BLOCKS", 0)
+            or not product_pool.tasks_available()):
+        return None
+    threads = min(host_threads.chain_threads(rows * cols), rows)
+    if threads <= 1 or not host_threads.streaming_scales():
+        return None
+    return threads, -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
+
+
+def _row_block_sum(sum_rows, out_shape, axes, rows, cols, threads, block_rows):
+    blocks = -(-rows // block_rows)
+    reduce, empty = np.add.reduce, np.empty
+    backing_off, note = host_threads.backing_off, host_threads.note_pool_split
+
+    def sum_leading_axes_in_row_blocks(x):
+        partials = empty((blocks, cols), _F32)
+        done = sum_rows(x, partials, rows, cols, 1 if backing_off() else threads, 0,
+                        block_rows)
+        if done is False:
+            return reduce(x, axis=axes)
+        if done is not True:
+            note(done, blocks)
+        out = empty(out_shape, _F32)
+        sum_rows(partials, out, blocks, cols)  # the partials in block order
+        return out
+
+    sum_leading_axes_in_row_blocks.splits_itself = True  # leading_axis leaves it
+    return sum_leading_axes_in_row_blocks
