@@ -66,7 +66,11 @@ def _cases():
         "pad identity": (pad_p, {"config": ((0, 0, 0),) * 4}, (x, zero)),
         "pad edges": (pad_p, {"config": ((0, 0, 0), (2, 1, 0), (0, 0, 0), (1, 1, 0))},
                       (x, np.float32(-1.5))),
-        "max pool": (reduce_window_p, pool, (x,)),
+        # Pools the one-pass C kernel does not take (it splits itself on
+        # the C pool: compiler/pooling_lowering.py): average, padded max.
+        "sum pool": (reduce_window_p, dict(pool, op="sum"), (x,)),
+        "padded max pool": (reduce_window_p, dict(pool, padding=((0, 0), (1, 0), (0, 0), (0, 0))),
+                            (x,)),
         "sum keeping axis 0": (reduce_sum_p, {"axes": (1, 2)}, (x,)),
         "max keeping axis 0": (reduce_max_p, {"axes": (2, 3)}, (x,)),
     }
