@@ -152,3 +152,22 @@ def test_the_bandwidth_probe_runs_once(monkeypatch):
     assert isinstance(first, bool) and threads._streaming_scales is first
     monkeypatch.setattr(threads, "parallel_for", None)  # a second probe would fail
     assert threads.streaming_scales() is first
+
+
+def test_streaming_kernels_split_over_at_most_four_python_threads(on_threads):
+    # A 16-core host (a cap of 16): the add and the pad go to four threads
+    # of the Python pool, two blocks each, where the memory's bandwidth
+    # stopped growing; the NumPy max pool (not at the memory's speed, and
+    # not the C kernel's: padded) takes all sixteen.
+    x = RNG.standard_normal((64, 5, 6, 3)).astype(np.float32)
+    zero = np.zeros((), np.float32)
+    pad = {"config": ((0, 0, 0), (0, 1, 1), (0, 0, 0), (0, 0, 0))}
+    for prim, params, xs in [(add_p, {}, (x, x)), (pad_p, pad, (x, zero))]:
+        split, calls = on_threads(16, prim, params, *xs)
+        assert calls == [(8, 4)]
+        np.testing.assert_array_equal(split, on_threads(1, prim, params, *xs)[0])
+    pool = {"op": "max", "window_dimensions": (1, 2, 2, 1), "window_strides": (1, 2, 2, 1),
+            "padding": ((0, 0), (1, 0), (0, 0), (0, 0)), "base_dilation": (1,) * 4,
+            "window_dilation": (1,) * 4}
+    _, calls = on_threads(16, reduce_window_p, pool, x)
+    assert calls == [(32, 16)]

@@ -35,17 +35,32 @@ def _static(avals):
     return all(a.is_static() for a in avals)
 
 
+# The most threads of the Python pool a streaming kernel splits over. Its
+# blocks each cost a Python call and a hand-off under the interpreter
+# lock, and the memory's bandwidth stops growing after a few threads: on
+# a 16-core Xeon (issue 16, sixteenth pass: the lead's host_threads.py
+# run, wall ms median at 1 / 2 / 4 / 8 / 16 threads) the CNN's bias add
+# 128x32x32x32 ran 4.89 / 2.95 / 1.91 / 2.03 / 2.69, its pad 2.61 / 1.46
+# / 1.15 / 1.20 / 1.56, the BN sum on this pool 1.16 / 0.85 / 0.78 / 1.01
+# / 1.59: fastest at 4, slower from 8 on. (A host where bandwidth does
+# not scale, as this project's 2-core VM, never splits them.)
+STREAMING_MAX_THREADS = 4
+
+
 def _plan(out_aval, size=None, streaming=False):
     """(threads, row blocks) for a kernel over `size` elements (the
     output's by default) with `out_aval.shape[0]` rows; None: one thread.
     `streaming`: one read and one write per element, which splits only
-    where a second thread adds memory bandwidth (threads.streaming_scales)."""
+    where a second thread adds memory bandwidth (threads.streaming_scales),
+    over at most STREAMING_MAX_THREADS."""
     shape = tuple(out_aval.shape)
     if not shape or shape[0] < 2:
         return None
     if size is None:
         size = int(np.prod(shape, dtype=np.int64))
     threads = min(host_threads.threads_for_elements(size), shape[0])
+    if streaming:
+        threads = min(threads, STREAMING_MAX_THREADS)
     if threads <= 1 or (streaming and not host_threads.streaming_scales()):
         return None
     return threads, host_threads.ranges(shape[0], 1, threads)
