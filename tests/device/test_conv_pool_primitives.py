@@ -9,6 +9,7 @@ import pytest
 from keras_ipu.device import native
 from keras_ipu.device.ir import ShapedArray
 from keras_ipu.device.primitives import pooling
+from keras_ipu.device.primitives.conv import _pad_constant
 from keras_ipu.device.primitives.conv import conv_general_dilated
 from keras_ipu.device.primitives.conv import conv_general_dilated_p
 from keras_ipu.device.primitives.conv import conv_transpose
@@ -885,3 +886,17 @@ def test_one_pass_window_extremum_refuses_buffers_that_do_not_fit():
     assert reduce_max(x[:1], out, 3, lead, steps, taps, False) is False  # reads past x
     assert reduce_max(x, out[:1], 3, lead, steps, taps, False) is False
     assert (out == 7.0).all()
+
+
+@pytest.mark.parametrize("dtype, value", [(np.float32, -np.inf), (np.float16, 0),
+                                          (np.int32, np.iinfo(np.int32).min), (np.bool_, True),
+                                          (np.float64, np.float32(-0.0))])
+@pytest.mark.parametrize("shape", [(3, 4, 5), (0, 3, 2), (2, 0, 3), (1, 1, 1)])
+def test_the_constant_pad_has_numpys_bytes(dtype, value, shape):
+    x = (RNG.standard_normal(shape) * 5).astype(dtype)
+    for pads in (((0, 0), (1, 2), (0, 3)), ((1, 0), (0, 0), (2, 2)), ((0, 0),) * 2 + ((0, 1),)):
+        want = np.pad(x, pads, constant_values=value)
+        got = _pad_constant(x, pads, value)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+        assert got.flags.c_contiguous and not np.shares_memory(got, x)
