@@ -143,7 +143,8 @@ def test_a_sum_too_narrow_for_column_blocks_splits_by_rows_on_the_c_pool(monkeyp
     monkeypatch.setattr(threads, "_streaming_scales", scales)
     monkeypatch.setattr(threads, "backing_off", lambda: False)
     notes, calls = [], []
-    monkeypatch.setattr(threads, "note_pool_split", lambda done, count: notes.append(count))
+    monkeypatch.setattr(threads, "note_pool_split",
+                        lambda done, count, threads: notes.append(count))
     real = native.elementwise
 
     class Recording:

@@ -124,7 +124,7 @@ def _row_block_sum(sum_rows, out_shape, axes, rows, cols, threads, block_rows):
         if done is False:
             return reduce(x, axis=axes)
         if done is not True:
-            note(done, blocks)
+            note(done, blocks, threads)
         out = empty(out_shape, _F32)
         sum_rows(partials, out, blocks, cols)  # the partials in block order
         return out
