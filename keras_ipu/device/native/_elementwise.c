@@ -54,6 +54,8 @@
 #include <string.h>
 #include <pthread.h>
 
+#include "_buffers.h"
+#include "_module.h"
 #include "_task_pool.h"
 
 enum { T_F32 = 0, T_BOOL = 1 };
@@ -109,21 +111,13 @@ static int itemsize_of(int dtype) { return dtype == T_F32 ? 4 : 1; }
 
 /* Whether the buffer's items are of `dtype`: its size and format. */
 static int items_ok(const Py_buffer *view, int dtype) {
-    const char *format = view->format;
-    if (view->itemsize != itemsize_of(dtype) || format == NULL) return 0;
-    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-    if (dtype == T_F32) return format[0] == 'f' && format[1] == '\0';
-    return format[0] == '?' && format[1] == '\0';
+    return view->itemsize == itemsize_of(dtype)
+           && format_code(view) == (dtype == T_F32 ? 'f' : '?');
 }
 
-static int get_buffer(PyObject *obj, Py_buffer *view, int dtype,
-                      Py_ssize_t count, int writable) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
-    if (writable) flags |= PyBUF_WRITABLE;
-    if (PyObject_GetBuffer(obj, view, flags) != 0) {
-        PyErr_Clear();
-        return 0;
-    }
+/* A C-contiguous buffer of `count` items of `dtype`, or 0 (none held). */
+static int get_items(PyObject *obj, Py_buffer *view, int dtype, Py_ssize_t count, int writable) {
+    if (!get_buffer(obj, view, writable)) return 0;
     if (!items_ok(view, dtype) || view->len != count * view->itemsize) {
         PyBuffer_Release(view);
         return 0;
@@ -733,7 +727,7 @@ static int bind_chain(bound_chain *b, Py_ssize_t n, Py_ssize_t L, Py_ssize_t B, 
         PyObject *obj = PyTuple_GET_ITEM(ins, k);
         cols[k] = pitch[k] = 0;
         if (mode < 0 || mode > 3 || dtype != reg_dtype[k]) return 0;
-        if (!get_buffer(obj, &views[b->n_views], dtype, counts[mode], 0)
+        if (!get_items(obj, &views[b->n_views], dtype, counts[mode], 0)
             && !(mode == M_FULL
                  && get_rows_buffer(obj, &views[b->n_views], dtype, n, &cols[k], &pitch[k], 0)))
             return 0;
@@ -751,7 +745,7 @@ static int bind_chain(bound_chain *b, Py_ssize_t n, Py_ssize_t L, Py_ssize_t B, 
         if (reg < 0 || reg >= n_regs || mode < OUT_COPY || mode > OUT_STREAM
             || (mode == OUT_DIRECT && reg < n_in))
             return 0;
-        if (!get_buffer(obj, &views[b->n_views], reg_dtype[reg], n, 1)
+        if (!get_items(obj, &views[b->n_views], reg_dtype[reg], n, 1)
             && !get_rows_buffer(obj, &views[b->n_views], reg_dtype[reg], n, &out_cols[k],
                                 &out_pitch[k], 1))
             return 0;
@@ -1071,8 +1065,8 @@ static PyObject *sum_rows(PyObject *self, PyObject *args) {
     /* Row blocks: one partial sum of cols per block in out. */
     Py_ssize_t blocks = block_rows > 0 ? (rows + block_rows - 1) / block_rows : 0;
     Py_buffer x, out;
-    if (!get_buffer(x_obj, &x, T_F32, rows * cols, 0)) Py_RETURN_FALSE;
-    if (!get_buffer(out_obj, &out, T_F32, blocks ? blocks * cols : cols, 1)) {
+    if (!get_items(x_obj, &x, T_F32, rows * cols, 0)) Py_RETURN_FALSE;
+    if (!get_items(out_obj, &out, T_F32, blocks ? blocks * cols : cols, 1)) {
         PyBuffer_Release(&x);
         Py_RETURN_FALSE;
     }
@@ -1162,14 +1156,9 @@ static struct PyModuleDef module = {
 
 /* TASK_POOL_VERSION: run() and sum_rows() take the threads arguments
    (product_pool.tasks_available checks it: an editable install not
-   rebuilt keeps an older module, whose calls must not get them). */
+   rebuilt keeps an older module, whose calls must not get them);
+   SUM_ROW_BLOCKS: sum_rows takes block_rows (leading_sums.py checks it). */
 PyMODINIT_FUNC PyInit__elementwise(void) {
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (PyModule_AddIntConstant(m, "TASK_POOL_VERSION", TASK_POOL_VERSION) != 0
-                      /* sum_rows takes block_rows (leading_sums.py checks it) */
-                      || PyModule_AddIntConstant(m, "SUM_ROW_BLOCKS", 1) != 0)) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return module_with_constants(&module, "TASK_POOL_VERSION", TASK_POOL_VERSION,
+                                 "SUM_ROW_BLOCKS", 1, NULL);
 }
