@@ -891,14 +891,28 @@ for _ in range({repeats}):
     start = time.perf_counter()
     np.matmul(a, b)
     best = min(best, time.perf_counter() - start)
-print(json.dumps(2 * n ** 3 / best / 1e9))
+try:
+    from threadpoolctl import threadpool_info
+    kernels = sorted({{i.get("architecture") or "?" for i in threadpool_info()
+                      if i.get("internal_api") == "openblas"}})
+except ImportError:
+    kernels = []
+print(json.dumps([2 * n ** 3 / best / 1e9, ", ".join(kernels) or None]))
 """
 
 
 def blas_peak(threads, quick=False):
-    """GFLOP/s of NumPy's sgemm (OpenBLAS) on a large square product with
-    `threads` threads on the benchmark's cores: this host's practical
-    float32 limit, the yardstick for every backend's GFLOP/s."""
+    """(GFLOP/s, kernels) of NumPy's sgemm (OpenBLAS) on a large square
+    product with `threads` threads on the benchmark's cores: this host's
+    practical float32 limit, the yardstick for every backend's GFLOP/s;
+    and which of its kernels OpenBLAS runs (threadpoolctl's
+    "architecture": OPENBLAS_CORETYPE or its own pick for this CPU). The
+    ipu backend's products run on those kernels and the other backends'
+    on their own: on the AVX-512 EPYC VM of issue 16's seventeenth pass,
+    with OPENBLAS_CORETYPE=Haswell in the environment, OpenBLAS' AVX2
+    kernels ran the MLP's products at 121-127 GFLOP/s per core, its
+    SkylakeX ones at 185-241 (benchmarks/README.md). (None, None) where
+    the probe fails."""
     n, repeats = (256, 2) if quick else (2048, 5)
     env = worker_environment(threads)
     cores = benchmark_cores(threads)
@@ -907,8 +921,31 @@ def blas_peak(threads, quick=False):
         env=env, capture_output=True, text=True, timeout=600,
         preexec_fn=lambda: os.sched_setaffinity(0, cores))
     if proc.returncode != 0:
+        return None, None
+    gflops, kernels = json.loads(proc.stdout.strip().splitlines()[-1])
+    return float(gflops), kernels
+
+
+def cpu_model(cpuinfo="/proc/cpuinfo"):
+    """The first CPU's model name, family and model as Linux reports them
+    (two VMs called "AMD EPYC" differed 1.6x in the BLAS peak: issue 16,
+    seventeenth pass), or None elsewhere."""
+    fields = {}
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model") and key not in fields:
+                    fields[key] = value.strip()
+                if not line.strip() and fields:
+                    break
+    except OSError:
         return None
-    return float(proc.stdout.strip().splitlines()[-1])
+    if "model name" not in fields:
+        return None
+    return (f"{fields['model name']} (family {fields.get('cpu family', '?')}, "
+            f"model {fields.get('model', '?')})")
 
 
 def _rate(results, backend, name):
@@ -1132,7 +1169,7 @@ def driver_main(args):
     if args.threads != DEFAULT_THREADS and args.threads > len(available):
         sys.exit(f"--threads {args.threads} is more than the "
                  f"{len(available)} CPU cores this process may use")
-    peak = blas_peak(args.threads, args.quick)
+    peak, blas_kernels = blas_peak(args.threads, args.quick)
 
     results = {}
     for backend in backends:
@@ -1163,6 +1200,8 @@ def driver_main(args):
             "optimizer": OPTIMIZERS[args.optimizer],
             "load": bool(args.load),
             "blas_peak_gflops": peak,
+            "blas_kernels": blas_kernels,
+            "cpu": cpu_model(),
             "threads": args.threads,
             "thread_environment": thread_environment(args.threads),
             "cpu_affinity": benchmark_cores(args.threads),
@@ -1185,7 +1224,8 @@ def driver_main(args):
           f"at least {args.timed_epochs} timed epochs after the first "
           f"and {args.min_timed_seconds:g} s of them, "
           f"{'one busy process beside it, ' if args.load else ''}"
-          f"BLAS peak {peak and round(peak, 1)} GFLOP/s, "
+          f"BLAS peak {peak and round(peak, 1)} GFLOP/s "
+          f"(OpenBLAS {blas_kernels} kernels; {cfg['cpu']}), "
           f"steps_per_execution {args.steps_per_execution}, "
           f"threads {args.threads} (cores {cfg['cpu_affinity']}; "
           f"{cfg['thread_environment']})")

@@ -478,3 +478,25 @@ def test_the_concurrency_counts_see_the_c_pools_jobs():
     assert counts["on_c_pool"] >= 7, counts
     assert counts["launched"] == 0 and counts["ran_in_caller"] == 0, counts
     assert 0 <= counts["c_pool_run_by_caller"] <= counts["on_c_pool"], counts
+
+
+def test_the_cpu_is_named_by_its_first_processor(tmp_path):
+    bench = _load_script()
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+        "model name\t: AMD EPYC\nflags\t\t: fpu avx2\n\n"
+        "processor\t: 1\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: Other\n\n")
+    assert bench.cpu_model(cpuinfo) == "AMD EPYC (family 26, model 2)"
+    assert bench.cpu_model(tmp_path / "missing") is None
+
+
+def test_the_blas_probe_names_openblas_kernels():
+    bench = _load_script()
+    gflops, kernels = bench.blas_peak(1, quick=True)
+    assert gflops > 0
+    from threadpoolctl import threadpool_info
+
+    import numpy  # noqa: F401 - loads NumPy's OpenBLAS for threadpoolctl to see
+    if any(i.get("internal_api") == "openblas" for i in threadpool_info()):
+        assert kernels  # the worker's (its environment's) kernels, e.g. "Haswell"
