@@ -41,18 +41,35 @@ _POOL = {"op": "max", "window_dimensions": (1, 2, 2, 1), "window_strides": (1, 2
          "padding": ((0, 0),) * 4, "base_dilation": (1,) * 4, "window_dilation": (1,) * 4}
 
 
+_BUSY = []  # backing_off() while it holds anything
+
+
 @pytest.fixture
 def notes(monkeypatch, cap):
     """The (count, threads) of each split noted, at `cap` threads where
-    bandwidth scales, with small kernels worth splitting and no back-off."""
+    bandwidth scales, with small kernels worth splitting; backing off
+    while _BUSY holds anything (kernels bind backing_off when lowered)."""
     monkeypatch.setattr(threads, "_cap", cap)
     monkeypatch.setattr(threads, "_streaming_scales", True)
     monkeypatch.setattr(threads, "NATIVE_ELEMENTS_PER_THREAD", 64)
-    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    monkeypatch.setattr(threads, "backing_off", lambda: bool(_BUSY))
+    del _BUSY[:]
     noted = []
     monkeypatch.setattr(threads, "note_pool_split",
                         lambda done, count, threads_=None: noted.append((count, threads_)))
-    return noted
+    yield noted
+    del _BUSY[:]
+
+
+def _backing_off(notes, run, want):
+    """While backing off: the whole call's bits (`want`), no split noted."""
+    del notes[:]
+    _BUSY.append(True)
+    try:
+        assert run().tobytes() == want.tobytes()
+    finally:
+        del _BUSY[:]
+    assert notes == []
 
 
 def _lowered(primitive, params, *operands):
@@ -84,6 +101,7 @@ def test_a_max_pool(notes, cap, monkeypatch):
         native.pooling = saved
     assert kernel(x).tobytes() == want.tobytes()
     assert notes == [(_tasks(512, cap), cap)]
+    _backing_off(notes, lambda: kernel(x), want)
     # Buffers the C kernel declines: the primitive's NumPy kernel, no note.
     del notes[:]
     declines.append(True)
@@ -102,7 +120,7 @@ def test_a_last_axis_reduction(notes, cap, primitive, ufunc):
     with np.errstate(all="ignore"):
         assert kernel(x).tobytes() == ufunc.reduce(x, axis=-1).tobytes()
         assert notes == [(_tasks(480, cap), cap)]
-        del notes[:]
+        _backing_off(notes, lambda: kernel(x), ufunc.reduce(x, axis=-1))
         strided = np.concatenate([x, x], axis=-1)[..., ::2]  # declined: NumPy's
         assert kernel(strided).tobytes() == ufunc.reduce(strided, axis=-1).tobytes()
     assert notes == []
@@ -122,7 +140,7 @@ def test_a_leading_sum_in_column_blocks(notes, cap):
     threads_, width = threads.sum_split(64, 2048)
     assert threads_ == cap
     assert notes == [(-(-2048 // width), cap)]
-    del notes[:]
+    _backing_off(notes, lambda: kernel(x), want)
     strided = np.asfortranarray(x)  # declined: NumPy's, no note
     assert kernel(strided).tobytes() == np.add.reduce(strided, axis=(0, 1)).tobytes()
     assert notes == []
@@ -138,7 +156,7 @@ def test_a_leading_sum_in_row_blocks(notes, cap):
         want = want + p
     assert kernel(x).tobytes() == want.tobytes()
     assert notes == [(blocks, cap)]
-    del notes[:]
+    _backing_off(notes, lambda: kernel(x), want)  # the same blocks on one thread
     strided = np.asfortranarray(x)  # declined: NumPy's, no note
     assert kernel(strided).tobytes() == np.add.reduce(strided, axis=(0, 1)).tobytes()
     assert notes == []
@@ -160,6 +178,7 @@ def test_a_fused_chain(notes, cap, monkeypatch):
     assert got.tobytes() == want.tobytes()
     count = len(planned[-1])
     assert count > 1 and notes == [(count, cap)]
+    _backing_off(notes, lambda: exe.run(x, s)[0], want)
     # A strided operand: the C call declines it (no note), then runs split on
     # a contiguous copy.
     del notes[:]

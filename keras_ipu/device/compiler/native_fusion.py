@@ -343,17 +343,10 @@ def native_kernel(chain, results, in_avals, donate, fallback, aligned=(), stream
         # run by the caller and the pool's C threads; ranges are disjoint
         # and every op is elementwise, so the bits are one pass's.
         task = parts[0][1]  # ranges() rounds it to whole blocks
-        count = len(parts)
-        backing_off, note = host_threads.backing_off, host_threads.note_pool_split
+        split_run = host_threads.split_kernel(run, threads, len(parts), task)
 
         def run_all(xs, outs):
-            if backing_off():
-                return run(code, n, inner, block, xs, outs, 0, -1, loops)
-            done = run(code, n, inner, block, xs, outs, 0, -1, loops, threads, task)
-            if done is False:
-                return False
-            note(done, count, threads)
-            return True
+            return split_run(code, n, inner, block, xs, outs, 0, -1, loops) is not False
     elif len(parts) > 1:
         # Large chains on several threads: each call computes its own
         # element range (the C loop releases the GIL); ranges are

@@ -51,12 +51,12 @@ def _last_axis(x_aval, axes):
 
 
 def row_split(x_aval, streaming=True):
-    """(threads, rows per task) of a C row reduction over `x_aval`'s last
-    axis on the C pool, or None (whole on the caller's thread): as the C
-    chains split (threads.chain_threads), two tasks per thread so that a
-    helper that comes late leaves its rows to the caller; `streaming`: it
-    reads at the memory's speed, and splits only where a second thread adds
-    bandwidth (both reductions here)."""
+    """(threads, rows per task, tasks) of a C row reduction over
+    `x_aval`'s last axis on the C pool, or None (whole on the caller's
+    thread): as the C chains split (threads.chain_threads), two tasks per
+    thread so that a helper that comes late leaves its rows to the caller;
+    `streaming`: it reads at the memory's speed, and splits only where a
+    second thread adds bandwidth (both reductions here)."""
     if not getattr(native.rows, "SPLITS", 0) or not product_pool.tasks_available():
         return None
     size = int(np.prod(x_aval.shape, dtype=np.int64))
@@ -64,7 +64,20 @@ def row_split(x_aval, streaming=True):
     threads = min(host_threads.chain_threads(size), rows)
     if threads <= 1 or (streaming and not host_threads.streaming_scales()):
         return None
-    return threads, -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
+    per_task = -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
+    return threads, per_task, -(-rows // per_task)
+
+
+def _in_row_tasks(call, x_aval):
+    """`call` (sum_last, max_last), in row tasks on the C pool where
+    row_split says (threads.split_kernel): then it returns its result
+    before the split's stats in a tuple, or its whole call's while backing
+    off."""
+    split = row_split(x_aval, streaming=True)
+    if split is None:
+        return call, ""
+    threads, per_task, count = split
+    return host_threads.split_kernel(call, threads, count, per_task), "_split"
 
 
 def last_axis_sum_kernel(x_aval, axes):
@@ -74,22 +87,20 @@ def last_axis_sum_kernel(x_aval, axes):
     n = _last_axis(x_aval, axes)
     if n is None:
         return None
-    sum_last, dtype = native.rows.sum_last, x_aval.dtype
+    dtype = x_aval.dtype
     reduce, empty, isnan = np.add.reduce, np.empty, np.isnan
     halves = n > _PAIRWISE_BLOCK
-    split = row_split(x_aval, streaming=True)
+    sum_last, split = _in_row_tasks(native.rows.sum_last, x_aval)
 
     def sum_last_axis(x):
         out = empty(x.shape[:-1], dtype)
+        # False: a buffer did not fit (a split's stats are a tuple, true).
+        # A row summing to NaN over halves: NumPy's NaN is summed again.
         if sum_last(x, out, n) and not (halves and isnan(out).any()):
             return out
         return reduce(x, axis=-1)
 
-    if split is not None:
-        # A row summing to NaN over halves: NumPy's NaN is summed again.
-        sum_last_axis = _in_row_tasks(
-            sum_last_axis, split, sum_last, n, dtype, reduce,
-            (lambda out, done: not isnan(out).any()) if halves else None)
+    sum_last_axis.__name__ += split
     sum_last_axis.splits_itself = True  # leading_axis.split_kernel leaves it
     return sum_last_axis
 
@@ -101,45 +112,19 @@ def last_axis_max_kernel(x_aval, axes):
     n = _last_axis(x_aval, axes)
     if n is None:
         return None
-    max_last, dtype = native.rows.max_last, x_aval.dtype
+    dtype = x_aval.dtype
     reduce, empty = np.maximum.reduce, np.empty
-    split = row_split(x_aval, streaming=True)
+    max_last, split = _in_row_tasks(native.rows.max_last, x_aval)
 
     def max_last_axis(x):
         out = empty(x.shape[:-1], dtype)
-        if max_last(x, out, n) == 0:
+        # The rows it left undecided (a NaN, a maximum of zero; -1: a buffer
+        # did not fit), first in a split's tuple.
+        done = max_last(x, out, n)
+        if (done[0] if type(done) is tuple else done) == 0:
             return out
         return reduce(x, axis=-1)
 
-    if split is not None:
-        # done[0]: the rows it left undecided (a NaN, a maximum of zero).
-        max_last_axis = _in_row_tasks(max_last_axis, split, max_last, n, dtype, reduce,
-                                      lambda out, done: done[0] == 0)
+    max_last_axis.__name__ += split
     max_last_axis.splits_itself = True
     return max_last_axis
-
-
-def _in_row_tasks(whole, split, call, n, dtype, reduce, stands):
-    """The kernel `whole` with its C call in row tasks on the C pool
-    (row_split's (threads, rows per task)): `whole` while backing off,
-    NumPy's `reduce` where the C call takes no buffer (False, -1), or
-    where `stands(out, done)` (None: always) says the C result is not
-    NumPy's; the split's stats (the last three of `done`) noted."""
-    threads, per_task = split
-    backing_off, note = host_threads.backing_off, host_threads.note_pool_split
-    empty = np.empty
-
-    def in_row_tasks(x):
-        if backing_off():
-            return whole(x)
-        out = empty(x.shape[:-1], dtype)
-        done = call(x, out, n, threads, per_task)
-        if type(done) is not tuple:
-            return reduce(x, axis=-1)
-        note(done[-3:], -(-out.size // per_task), threads)
-        if stands is None or stands(out, done):
-            return out
-        return reduce(x, axis=-1)
-
-    in_row_tasks.__name__ = f"{whole.__name__}_split"
-    return in_row_tasks

@@ -66,17 +66,11 @@ def leading_sum_kernel(x_aval, axes):
             return _row_block_sum(sum_rows, out_shape, axes, rows, cols, *by_rows)
     if threads > 1:
         # Column blocks on the C pool: NumPy's bits at any thread count.
-        count = -(-cols // width)
-        backing_off, note = host_threads.backing_off, host_threads.note_pool_split
+        run = host_threads.split_kernel(sum_rows, threads, -(-cols // width), width)
 
         def sum_leading_axes_split(x):
             out = empty(out_shape, _F32)
-            if backing_off():
-                done = sum_rows(x, out, rows, cols)
-            else:
-                done = sum_rows(x, out, rows, cols, threads, width)
-                if done is not False:
-                    note(done, count, threads)
+            done = run(x, out, rows, cols)
             return out if done is not False else reduce(x, axis=axes)
 
         sum_leading_axes_split.splits_itself = True  # leading_axis.split_kernel leaves it
@@ -115,16 +109,15 @@ def row_split(rows, cols):
 def _row_block_sum(sum_rows, out_shape, axes, rows, cols, threads, block_rows):
     blocks = -(-rows // block_rows)
     reduce, empty = np.add.reduce, np.empty
-    backing_off, note = host_threads.backing_off, host_threads.note_pool_split
+    # While backing off, the same row blocks on the caller's thread alone
+    # (threads 1): the partials, so the bits, depend on the blocks.
+    run = host_threads.split_kernel(sum_rows, threads, blocks, 0, block_rows,
+                                    whole=lambda *args: sum_rows(*args, 1, 0, block_rows))
 
     def sum_leading_axes_in_row_blocks(x):
         partials = empty((blocks, cols), _F32)
-        done = sum_rows(x, partials, rows, cols, 1 if backing_off() else threads, 0,
-                        block_rows)
-        if done is False:
+        if run(x, partials, rows, cols) is False:
             return reduce(x, axis=axes)
-        if done is not True:
-            note(done, blocks, threads)
         out = empty(out_shape, _F32)
         sum_rows(partials, out, blocks, cols)  # the partials in block order
         return out

@@ -176,7 +176,7 @@ def extremum_kernel(shape, dtype, op, window_dimensions, window_strides, padding
 
     def reduce_window_in_place(x):
         out = empty(out_shape, dtype)
-        done = run((contiguous(x), out, inner, *geometry), is_min)
+        done = run(contiguous(x), out, inner, *geometry, is_min)
         return out if done is not False else None
 
     return reduce_window_in_place
@@ -363,7 +363,7 @@ def select_kernel(x_shape, y_shape, dtype, window_dimensions, window_strides, pa
 
     def select_in_place(g, x, y):
         out = fresh(x_shape, dtype)
-        done = run((contiguous(g), contiguous(x), contiguous(y), out, inner, *geometry))
+        done = run(contiguous(g), contiguous(x), contiguous(y), out, inner, *geometry)
         return out if done is not False else None
 
     return select_in_place
@@ -388,27 +388,16 @@ def _window_geometry(x_shape, y_shape, window_dimensions, window_strides, window
 
 
 def _rows_runner(kernel, cells, rows, streams):
-    """run(args, *flags): a native/_pooling.c kernel over `rows` rows of
-    window results reading `cells` operand cells, split on the C pool
-    where _row_threads says (tasks of whole rows, BLOCKS_PER_THREAD per
-    thread); its result (False: the buffers did not fit, nothing
-    written)."""
+    """run(*args): a native/_pooling.c kernel over `rows` rows of window
+    results reading `cells` operand cells, split on the C pool where
+    _row_threads says (tasks of whole rows, BLOCKS_PER_THREAD per thread:
+    threads.split_kernel); its result (False: the buffers did not fit,
+    nothing written)."""
     threads = _row_threads(cells, rows, streams)
     if threads <= 1:
-        return lambda args, *flags: kernel(*args, *flags)
+        return kernel
     per_task = -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
-    count = -(-rows // per_task)
-    backing_off, note = host_threads.backing_off, host_threads.note_pool_split
-
-    def run(args, *flags):
-        if backing_off():
-            return kernel(*args, *flags)
-        done = kernel(*args, *flags, threads, per_task)
-        if done is not False:
-            note(done, count, threads)
-        return done
-
-    return run
+    return host_threads.split_kernel(kernel, threads, -(-rows // per_task), per_task)
 
 
 def _row_threads(cells, rows, streams):
