@@ -473,6 +473,19 @@ def test_a_c_pool_job_joined_before_a_helper_could_wake_is_not_late(monkeypatch,
     assert threads._late == 1 and threads.backing_off()
 
 
+@pytest.mark.parametrize("cap, kind", [(1, threads.TWO_THREADS), (2, threads.TWO_THREADS),
+                                       (3, threads.FEW_THREADS), (4, threads.WIDE),
+                                       (16, threads.WIDE)])
+def test_the_host_is_known_by_its_thread_cap(monkeypatch, cap, kind):
+    # One place says it (threads.host_kind); the join and scan block rules
+    # and wide splits read it.
+    monkeypatch.delenv("KERAS_IPU_WIDE_SPLITS", raising=False)
+    monkeypatch.setattr(threads, "_cap", cap)
+    assert threads.host_kind() == kind == threads.host_kind(cap)
+    assert threads._on_two_threads() == (kind == threads.TWO_THREADS)
+    assert threads.wide_splits() == (kind == threads.WIDE)
+
+
 def test_a_c_pool_job_the_caller_ran_is_late_on_two_threads_only(monkeypatch, long_backoff):
     import types
 
@@ -486,7 +499,7 @@ def test_a_c_pool_job_the_caller_ran_is_late_on_two_threads_only(monkeypatch, lo
         clock["now"] += 10 * threads.LATE_WAIT_SECONDS  # long after its launch
         return threads.join(job)
 
-    for cap, late in ((2, True), (4, False), (16, False)):
+    for cap, late in ((2, True), (3, False), (4, False), (16, False)):
         _no_backoff(monkeypatch)
         monkeypatch.setattr(threads, "_cap", cap)
         monkeypatch.setattr(threads, "_late", 1)

@@ -130,15 +130,7 @@ RECTANGLE_FLOPS_PER_THREAD = 24_000_000
 # than the whole product, but for repacking the shared operand per block);
 # a busy machine's late splits start the back-off as before. On fewer than
 # WIDE_MIN_THREADS threads (this project's 2-core VM, any `--threads 2`
-# run) nothing changes.
-# The host is known by its thread count alone, not by a probe of the pool's
-# hand-off: a sleeping helper's delay measured on this 2-core VM (two
-# row blocks of ~6 MFLOP, each split after 0.1-0.2 ms idle) read 28-58 us
-# at load 4.4 (26 of 40 splits with a helper in time), but 4.5-9.0 us
-# (10th-90th percentile, 51-54 of 100 splits) at load 7.4, where the woken
-# helper preempts another process on the other core: it measures how fast
-# a thread is scheduled, not whether a core is free, and a busy moment
-# read early.
+# run) nothing changes (host_kind says why 4).
 # `KERAS_IPU_WIDE_SPLITS=0` turns wide splits off (benchmarks' A/B).
 WIDE_MIN_THREADS = 4
 WIDE_FLOPS_PER_THREAD = 2_000_000
@@ -297,13 +289,57 @@ def product_pool_takes(b, compute):
     return product_pool.available(compute)
 
 
+# -- the host: two threads, or many ------------------------------------------
+# The rules that depend on the machine rather than on one kernel's size know
+# the host by the threads this process may use (max_threads: a cap, else its
+# cores) alone, not by a probe of the pool's hand-off: a sleeping helper's
+# delay measured on this 2-core VM (two row blocks of ~6 MFLOP, each split
+# after 0.1-0.2 ms idle) read 28-58 us at load 4.4 (26 of 40 splits with a
+# helper in time), but 4.5-9.0 us (10th-90th percentile, 51-54 of 100
+# splits) at load 7.4, where the woken helper preempts another process on
+# the other core: it measures how fast a thread is scheduled, not whether a
+# core is free, and a busy moment read early. Three kinds (host_kind):
+# - TWO_THREADS, up to TWO_THREAD_HOST (2) threads: this project's 2-core
+#   VM, or a `--threads 2` run anywhere. The pool has one helper, and that
+#   helper not taking a launched C-pool job by its join, or a scan's block
+#   split running late, is how a busy machine shows there: both start the
+#   shared back-off (_on_two_threads: _join_on_c_pool, note_blocks), the
+#   rules measured under load on that VM (issue 16, eleventh to fifteenth
+#   passes). From 3 threads one of two or more helpers waking late (a VM's
+#   idle vCPU) or blocks taking turns on the GIL say nothing of the
+#   machine, and the back-off ran every split on the caller with the other
+#   helpers idle (16-core Xeon at default threads, issue 16 sixteenth
+#   pass).
+# - WIDE, from WIDE_MIN_THREADS (4) threads: the C pool's products and
+#   chains also split in wide blocks (wide_splits; what was measured: the
+#   comment above WIDE_MIN_THREADS). A wide plan changes anything only
+#   where it makes more than two blocks (else the two-thread rules keep
+#   the product), and what set its sizes was measured at 4 to 16 threads
+#   on the 16-core Xeon (OpenBLAS' threads on 32x512 @ 512x512 at 4, 8 and
+#   16, Adam's chain at 4 and 8); 3 threads, measured nowhere, keep the
+#   sizes measured at two.
+# - FEW_THREADS, 3 threads: the two-thread sizes, the many-thread back-off.
+# Whether one split ran late is judged per split (split_late: by its own
+# helpers, whatever the host), not here.
+TWO_THREAD_HOST = 2
+TWO_THREADS, FEW_THREADS, WIDE = "two threads", "few threads", "wide"
+
+
+def host_kind(cap=None):
+    """TWO_THREADS, FEW_THREADS or WIDE (see above) for this process's
+    max_threads(); `cap` stands for it (tests)."""
+    cap = max_threads() if cap is None else cap
+    if cap <= TWO_THREAD_HOST:
+        return TWO_THREADS
+    return WIDE if cap >= WIDE_MIN_THREADS else FEW_THREADS
+
+
 def wide_splits(cap=None):
     """Whether the C pool's kernels split in wide blocks here (see
-    WIDE_MIN_THREADS): a cap of WIDE_MIN_THREADS threads or more, unless
+    WIDE_MIN_THREADS): a WIDE host (host_kind), unless
     `KERAS_IPU_WIDE_SPLITS` is 0. `cap` stands for this process's
     (max_threads; tests)."""
-    cap = max_threads() if cap is None else cap
-    return cap >= WIDE_MIN_THREADS and env_switch("KERAS_IPU_WIDE_SPLITS")
+    return host_kind(cap) == WIDE and env_switch("KERAS_IPU_WIDE_SPLITS")
 
 
 def wide_threads(flops, cap):
@@ -433,7 +469,7 @@ def chain_threads(n, loop_calls=0, wide=False):
     share = n // NATIVE_ELEMENTS_PER_THREAD
     if loop_calls:
         share = max(share, int(n * loop_calls * LOOP_NS_PER_ELEMENT) // NATIVE_NS_PER_THREAD)
-    if wide and cap >= WIDE_MIN_THREADS:
+    if wide and host_kind(cap) == WIDE:
         wider = min(WIDE_MAX_THREADS, n // WIDE_ELEMENTS_PER_THREAD)
         if wider > max(share, 2) and wide_splits():
             share = wider
@@ -743,10 +779,10 @@ class _OnCPool:
 # on any host: the caller waited longer than the job would have taken it.
 def _on_two_threads():
     """Whether this host's back-off decisions are the two-thread ones
-    measured under load on the project's 2-core VM (see above, and
-    note_blocks): a launched C-pool job no helper took by its join is late
-    there, and a late scan block split starts the shared back-off."""
-    return max_threads() <= 2
+    measured under load on the project's 2-core VM (host_kind, see above,
+    and note_blocks): a launched C-pool job no helper took by its join is
+    late there, and a late scan block split starts the shared back-off."""
+    return host_kind() == TWO_THREADS
 
 
 def _join_on_c_pool(job):
@@ -938,6 +974,9 @@ def split_kernel(kernel, threads, count, *split_args, whole=None):
 # CNN, LSTM, demo_functional and transformer on time at load 3, all with
 # the caller on 1 of 4 tasks). A caller that ran no task (the helpers took
 # them all before it claimed one) has no time per task: the old rule.
+# The rule goes by this split's helpers, not by the host (host_kind): a
+# split of two tasks on a 16-thread host has one helper, whose lateness
+# reads as on two threads, and its factor is 1 there too.
 def split_late(ran, count, own, wait, threads=None):
     """Whether a split of `count` tasks over `threads` threads (None: as
     many as tasks), `ran` of them run by the caller in `own` seconds after
