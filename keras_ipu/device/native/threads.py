@@ -673,8 +673,7 @@ def parallel_for(fn, count, threads):
     # thread that needs the GIL and a core): late, unlike the C pool's.
     _note_split(ran == count or split_late(ran, count, own - start, end - own, threads),
                 end)
-    if job.error is not None:
-        raise job.error
+    _result(job)  # a block's exception raised here, as join raises a job's
 
 
 # -- one kernel beside the caller -----------------------------------------
