@@ -269,9 +269,15 @@ static PyObject *reduce_rows(PyObject *args, int max) {
     release_buffers(o.v, 2);
     long long undecided = atomic_load(&t.undecided);
     if (o.split) {
-        if (max)
-            return Py_BuildValue("LLdd", undecided, (long long)ran, own * 1e-9, wait * 1e-9);
-        return split_stats(ran, own, wait);
+        if (!max) return split_stats(ran, own, wait);
+        PyObject *stats = split_stats_after(1, ran, own, wait), *first;
+        if (stats == NULL) return NULL;
+        if ((first = PyLong_FromLongLong(undecided)) == NULL) {
+            Py_DECREF(stats);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(stats, 0, first);
+        return stats;
     }
     if (max) return PyLong_FromLongLong(undecided);
     Py_RETURN_TRUE;

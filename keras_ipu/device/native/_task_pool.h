@@ -106,10 +106,31 @@ static inline void run_tasks(task_fn fn, void *arg, int64_t count, int threads, 
     Py_END_ALLOW_THREADS
 }
 
-/* A split call's result: (caller tasks, its own seconds, its wait), as
-   threads.note_pool_split reads them. */
+/* A split call's result: a tuple of `lead` items, for the caller to set,
+   then (caller tasks, its own seconds, its wait), as
+   threads.note_pool_split reads its last three; NULL with the error set.
+   Built item by item: Py_BuildValue parses its format string on every
+   call, a cost of every split kernel call (benchmarks/README.md, issue 16
+   seventeenth pass). */
+static inline PyObject *split_stats_after(Py_ssize_t lead, int64_t ran, int64_t own_ns,
+                                          int64_t wait_ns) {
+    PyObject *stats = PyTuple_New(lead + 3), *item;
+    if (stats == NULL) return NULL;
+    if ((item = PyLong_FromLongLong((long long)ran)) == NULL) goto fail;
+    PyTuple_SET_ITEM(stats, lead, item);
+    if ((item = PyFloat_FromDouble(own_ns * 1e-9)) == NULL) goto fail;
+    PyTuple_SET_ITEM(stats, lead + 1, item);
+    if ((item = PyFloat_FromDouble(wait_ns * 1e-9)) == NULL) goto fail;
+    PyTuple_SET_ITEM(stats, lead + 2, item);
+    return stats;
+fail:
+    Py_DECREF(stats); /* its unset items are NULL: the tuple skips them */
+    return NULL;
+}
+
+/* (caller tasks, its own seconds, its wait): split_stats_after's alone. */
 static inline PyObject *split_stats(int64_t ran, int64_t own_ns, int64_t wait_ns) {
-    return Py_BuildValue("Ldd", (long long)ran, own_ns * 1e-9, wait_ns * 1e-9);
+    return split_stats_after(0, ran, own_ns, wait_ns);
 }
 
 /* A kernel's result where `threads` says whether it split: True (one
