@@ -805,6 +805,17 @@ def test_half_floats_and_refused_buffers_fall_back(monkeypatch):
     assert call(g32, x32, y32, out[:-1], 5, lead, steps, taps) is False  # too small
     assert call(g32, x32, y32, out, 5, lead, steps, taps + 1) is False  # past the end
     assert call(g32, x32, y32, out, 5, lead, steps, taps.astype(np.int32)) is False
+    # Buffers that do not fit before the last (held ones released), a
+    # read-only out, and the window results' kernel on the same refusals.
+    assert call(g32, np.asfortranarray(x32), y32, out, 5, lead, steps, taps) is False
+    frozen = out.copy()
+    frozen.flags.writeable = False
+    assert call(g32, x32, y32, frozen, 5, lead, steps, taps) is False
+    reduce = native.pooling.reduce_max
+    assert reduce(x32, out.reshape(-1)[:y32.size - 1], 5, lead, steps, taps, False) is False  # short
+    assert reduce(x32, frozen.reshape(-1)[:y32.size], 5, lead, steps, taps, False) is False
+    with pytest.raises(ValueError):
+        reduce(x32, np.empty_like(y32), 5, lead, steps, taps, False, 2, 0)
     assert (out == 7.0).all()
 
 

@@ -56,4 +56,13 @@ static inline void release_buffers(Py_buffer *views, int held) {
     while (held > 0) PyBuffer_Release(&views[--held]);
 }
 
+/* A kernel entry's tail: the views it holds released, then `result` (a
+   new reference), or False where it is NULL with no error set (a buffer
+   did not fit: the caller runs its NumPy kernel). */
+static inline PyObject *released(Py_buffer *views, int held, PyObject *result) {
+    release_buffers(views, held);
+    if (result == NULL && !PyErr_Occurred()) Py_RETURN_FALSE;
+    return result;
+}
+
 #endif

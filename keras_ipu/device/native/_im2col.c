@@ -32,10 +32,7 @@ static PyObject *patches(PyObject *self, PyObject *args) {
     PyObject *objs[2] = {src_obj, dst_obj};
     Py_buffer v[2];
     int held = get_buffers(objs, v, 2, 2);
-    if (held < 2) {
-        release_buffers(v, held);
-        Py_RETURN_FALSE;
-    }
+    if (held < 2) return released(v, held, NULL);
     const Py_buffer src = v[0], dst = v[1];
     char kind = float_kind(&src);
     Py_ssize_t item = src.itemsize;

@@ -213,33 +213,56 @@ static PyObject *run_rows(task_fn fn, tiled_t *s, int threads, Py_ssize_t task_r
     return split_result(threads, ran, own, wait);
 }
 
+/* Binds a kernel's buffers past x's geometry (v[4 ..]) to s: whether they
+   fit. */
+typedef int (*bind_fn)(tiled_t *s, const Py_buffer *v);
+
+static int bind_select(tiled_t *s, const Py_buffer *v) { /* g y out */
+    if (!holds_rows(s, &v[4], &v[0]) || !holds_rows(s, &v[5], &v[0])
+        || float_kind(&v[6]) != float_kind(&v[0]) || v[6].len != v[0].len)
+        return 0;
+    s->g = v[4].buf;
+    s->y = v[5].buf;
+    s->out = v[6].buf;
+    return 1;
+}
+
+static int bind_reduce(tiled_t *s, const Py_buffer *v) { /* out */
+    if (!holds_rows(s, &v[4], &v[0])) return 0;
+    s->out = v[4].buf;
+    return 1;
+}
+
+#define MAX_OPERANDS 7
+
+/* Both entries past their arguments: the buffers of objs[0 .. n) (x, lead,
+   steps, taps, then the kernel's own; the last written), x's geometry and
+   `bind`'s buffers bound, fn over the rows (run_rows); False where a
+   buffer does not fit. */
+static PyObject *run_bound(PyObject **objs, int n, Py_ssize_t inner, bind_fn bind, int is_min,
+                           task_fn fn, int threads, Py_ssize_t task_rows) {
+    Py_buffer v[MAX_OPERANDS];
+    int held = get_buffers(objs, v, n, 1u << (n - 1));
+    tiled_t s;
+    PyObject *result = NULL;
+    if (held == n && bind_geometry(&s, v, inner) && bind(&s, v)) {
+        s.is_min = is_min;
+        result = run_rows(fn, &s, threads, task_rows);
+    }
+    return released(v, held, result);
+}
+
 #define SPLIT_NEEDS_ROWS "_pooling: a split needs rows per task"
 
 static PyObject *select_tiled(PyObject *self, PyObject *args) {
-    PyObject *objs[7]; /* x lead steps taps g y out */
+    PyObject *objs[MAX_OPERANDS]; /* x lead steps taps g y out */
     Py_ssize_t inner, task_rows = 0;
     int threads = 1;
     if (!PyArg_ParseTuple(args, "OOOOnOOO|in", &objs[4], &objs[0], &objs[5], &objs[6],
                           &inner, &objs[1], &objs[2], &objs[3], &threads, &task_rows)
         || !split_size_ok(threads, task_rows, SPLIT_NEEDS_ROWS))
         return NULL;
-    Py_buffer v[7];
-    int held = get_buffers(objs, v, 7, 1u << 6);
-    tiled_t s;
-    PyObject *result = NULL;
-    if (held == 7 && bind_geometry(&s, v, inner) && holds_rows(&s, &v[4], &v[0])
-        && holds_rows(&s, &v[5], &v[0]) && float_kind(&v[6]) == float_kind(&v[0])
-        && v[6].len == v[0].len) {
-        s.g = v[4].buf;
-        s.y = v[5].buf;
-        s.out = v[6].buf;
-        result = run_rows(select_task, &s, threads, task_rows);
-    } else {
-        result = Py_False;
-        Py_INCREF(result);
-    }
-    release_buffers(v, held);
-    return result;
+    return run_bound(objs, 7, inner, bind_select, 0, select_task, threads, task_rows);
 }
 
 static PyObject *reduce_max(PyObject *self, PyObject *args) {
@@ -250,20 +273,7 @@ static PyObject *reduce_max(PyObject *self, PyObject *args) {
                           &objs[3], &is_min, &threads, &task_rows)
         || !split_size_ok(threads, task_rows, SPLIT_NEEDS_ROWS))
         return NULL;
-    Py_buffer v[5];
-    int held = get_buffers(objs, v, 5, 1u << 4);
-    tiled_t s;
-    PyObject *result = NULL;
-    if (held == 5 && bind_geometry(&s, v, inner) && holds_rows(&s, &v[4], &v[0])) {
-        s.out = v[4].buf;
-        s.is_min = is_min;
-        result = run_rows(reduce_task, &s, threads, task_rows);
-    } else {
-        result = Py_False;
-        Py_INCREF(result);
-    }
-    release_buffers(v, held);
-    return result;
+    return run_bound(objs, 5, inner, bind_reduce, is_min, reduce_task, threads, task_rows);
 }
 
 static PyMethodDef methods[] = {
