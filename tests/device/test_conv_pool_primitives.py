@@ -812,7 +812,8 @@ def test_half_floats_and_refused_buffers_fall_back(monkeypatch):
     frozen.flags.writeable = False
     assert call(g32, x32, y32, frozen, 5, lead, steps, taps) is False
     reduce = native.pooling.reduce_max
-    assert reduce(x32, out.reshape(-1)[:y32.size - 1], 5, lead, steps, taps, False) is False  # short
+    short = out.reshape(-1)[:y32.size - 1]
+    assert reduce(x32, short, 5, lead, steps, taps, False) is False
     assert reduce(x32, frozen.reshape(-1)[:y32.size], 5, lead, steps, taps, False) is False
     with pytest.raises(ValueError):
         reduce(x32, np.empty_like(y32), 5, lead, steps, taps, False, 2, 0)
