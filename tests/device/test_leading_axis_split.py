@@ -46,15 +46,26 @@ def on_threads(monkeypatch):
     return run
 
 
+# A 2x2 max pool of stride 2, and one padded, which the one-pass C kernel
+# does not take (it splits itself on the C pool: compiler/pooling_lowering.py).
+_POOL = {"op": "max", "window_dimensions": (1, 2, 2, 1), "window_strides": (1, 2, 2, 1),
+         "padding": ((0, 0),) * 4, "base_dilation": (1,) * 4, "window_dilation": (1,) * 4}
+_PADDED_POOL = dict(_POOL, padding=((0, 0), (1, 0), (0, 0), (0, 0)))
+
+
+def _streaming(rows):
+    """(x of `rows` rows, [(primitive, params, operands)]): an add and a
+    pad of x, kernels at the memory's speed."""
+    x = RNG.standard_normal((rows, 5, 6, 3)).astype(np.float32)
+    pad = {"config": ((0, 0, 0), (0, 1, 1), (0, 0, 0), (0, 0, 0))}
+    return x, [(add_p, {}, (x, x)), (pad_p, pad, (x, np.zeros((), np.float32)))]
+
+
 def _cases():
     x = RNG.standard_normal((7, 5, 6, 3)).astype(np.float32)
     row = RNG.standard_normal((1, 1, 1, 3)).astype(np.float32)
     same = RNG.standard_normal((7, 5, 6, 3)).astype(np.float32)
     small = RNG.standard_normal((7, 3, 3, 3)).astype(np.float32)
-    pool = {"op": "max", "window_dimensions": (1, 2, 2, 1),
-            "window_strides": (1, 2, 2, 1),
-            "padding": ((0, 0), (0, 0), (0, 0), (0, 0)),
-            "base_dilation": (1, 1, 1, 1), "window_dilation": (1, 1, 1, 1)}
     zero = np.zeros((), np.float32)
     return {
         "add broadcast row": (add_p, {}, (x, row)),
@@ -66,11 +77,9 @@ def _cases():
         "pad identity": (pad_p, {"config": ((0, 0, 0),) * 4}, (x, zero)),
         "pad edges": (pad_p, {"config": ((0, 0, 0), (2, 1, 0), (0, 0, 0), (1, 1, 0))},
                       (x, np.float32(-1.5))),
-        # Pools the one-pass C kernel does not take (it splits itself on
-        # the C pool: compiler/pooling_lowering.py): average, padded max.
-        "sum pool": (reduce_window_p, dict(pool, op="sum"), (x,)),
-        "padded max pool": (reduce_window_p, dict(pool, padding=((0, 0), (1, 0), (0, 0), (0, 0))),
-                            (x,)),
+        # Pools the one-pass C kernel does not take: average, padded max.
+        "sum pool": (reduce_window_p, dict(_POOL, op="sum"), (x,)),
+        "padded max pool": (reduce_window_p, _PADDED_POOL, (x,)),
         "sum keeping axis 0": (reduce_sum_p, {"axes": (1, 2)}, (x,)),
         "max keeping axis 0": (reduce_max_p, {"axes": (2, 3)}, (x,)),
     }
@@ -125,10 +134,8 @@ def test_a_split_kernel_returns_a_new_array(on_threads):
 
 
 def test_streaming_kernels_stay_whole_where_a_second_thread_adds_no_bandwidth(on_threads):
-    x = RNG.standard_normal((7, 5, 6, 3)).astype(np.float32)
-    zero = np.zeros((), np.float32)
-    pad = {"config": ((0, 0, 0), (0, 1, 1), (0, 0, 0), (0, 0, 0))}
-    for prim, params, xs in [(add_p, {}, (x, x)), (pad_p, pad, (x, zero))]:
+    x, streaming = _streaming(7)
+    for prim, params, xs in streaming:
         split, calls = on_threads(3, prim, params, *xs)
         assert calls == [(4, 3)]
         whole, calls = on_threads(3, prim, params, *xs, scales=False)
@@ -159,15 +166,10 @@ def test_streaming_kernels_split_over_at_most_four_python_threads(on_threads):
     # of the Python pool, two blocks each, where the memory's bandwidth
     # stopped growing; the NumPy max pool (not at the memory's speed, and
     # not the C kernel's: padded) takes all sixteen.
-    x = RNG.standard_normal((64, 5, 6, 3)).astype(np.float32)
-    zero = np.zeros((), np.float32)
-    pad = {"config": ((0, 0, 0), (0, 1, 1), (0, 0, 0), (0, 0, 0))}
-    for prim, params, xs in [(add_p, {}, (x, x)), (pad_p, pad, (x, zero))]:
+    x, streaming = _streaming(64)
+    for prim, params, xs in streaming:
         split, calls = on_threads(16, prim, params, *xs)
         assert calls == [(8, 4)]
         np.testing.assert_array_equal(split, on_threads(1, prim, params, *xs)[0])
-    pool = {"op": "max", "window_dimensions": (1, 2, 2, 1), "window_strides": (1, 2, 2, 1),
-            "padding": ((0, 0), (1, 0), (0, 0), (0, 0)), "base_dilation": (1,) * 4,
-            "window_dilation": (1,) * 4}
-    _, calls = on_threads(16, reduce_window_p, pool, x)
+    _, calls = on_threads(16, reduce_window_p, _PADDED_POOL, x)
     assert calls == [(32, 16)]
