@@ -55,8 +55,13 @@ def notes(monkeypatch, cap):
     monkeypatch.setattr(threads, "backing_off", lambda: bool(_BUSY))
     del _BUSY[:]
     noted = []
-    monkeypatch.setattr(threads, "note_pool_split",
-                        lambda done, count, threads_=None: noted.append((count, threads_)))
+
+    def note(done, count, threads_=None):
+        ran, own, wait = done  # the stats alone, as note_pool_split reads them
+        assert 0 <= ran <= count and own >= 0 and wait >= 0
+        noted.append((count, threads_))
+
+    monkeypatch.setattr(threads, "note_pool_split", note)
     yield noted
     del _BUSY[:]
 

@@ -68,16 +68,16 @@ def row_split(x_aval, streaming=True):
     return threads, per_task, -(-rows // per_task)
 
 
-def _in_row_tasks(call, x_aval):
+def _in_row_tasks(call, x_aval, lead=0):
     """`call` (sum_last, max_last), in row tasks on the C pool where
-    row_split says (threads.split_kernel): then it returns its result
-    before the split's stats in a tuple, or its whole call's while backing
-    off."""
+    row_split says (threads.split_kernel): then it returns its `lead`
+    results before the split's stats in a tuple, or its whole call's while
+    backing off."""
     split = row_split(x_aval, streaming=True)
     if split is None:
         return call, ""
     threads, per_task, count = split
-    return host_threads.split_kernel(call, threads, count, per_task), "_split"
+    return host_threads.split_kernel(call, threads, count, per_task, lead=lead), "_split"
 
 
 def last_axis_sum_kernel(x_aval, axes):
@@ -114,7 +114,7 @@ def last_axis_max_kernel(x_aval, axes):
         return None
     dtype = x_aval.dtype
     reduce, empty = np.maximum.reduce, np.empty
-    max_last, split = _in_row_tasks(native.rows.max_last, x_aval)
+    max_last, split = _in_row_tasks(native.rows.max_last, x_aval, lead=1)
 
     def max_last_axis(x):
         out = empty(x.shape[:-1], dtype)

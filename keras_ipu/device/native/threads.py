@@ -929,25 +929,26 @@ def note_pool_split(done, count, threads=None):
         _note_split(split_late(ran, count, own, wait, threads), time.perf_counter())
 
 
-def split_kernel(kernel, threads, count, *split_args, whole=None):
+def split_kernel(kernel, threads, count, *split_args, whole=None, lead=0):
     """call(*args): the C kernel kernel(*args, threads, *split_args), which
     runs its `count` tasks on up to `threads` threads of the C pool
-    (_task_pool.h) and returns a tuple ending in the split's stats, noted
-    (note_pool_split); while backing off, whole(*args) (None: kernel(*args),
-    the kernel on the caller's thread). Returns the kernel's result as it
-    is: anything but a tuple (False, -1, a whole call's True) is noted as
-    nothing, and the caller tells from it whether the buffers fit."""
+    (_task_pool.h) and returns a tuple of `lead` results of its own (a
+    maximum's rows left to NumPy: _rows.c) and the split's stats, which are
+    noted (note_pool_split); while backing off, whole(*args) (None:
+    kernel(*args), the kernel on the caller's thread). Returns the kernel's
+    result as it is: anything but a tuple (False, -1, a whole call's True)
+    is noted as nothing, and the caller tells from it whether the buffers
+    fit."""
     busy, note = backing_off, note_pool_split
     whole = kernel if whole is None else whole
+    tail = (threads, *split_args)
 
     def call(*args):
         if busy():
             return whole(*args)
-        done = kernel(*args, threads, *split_args)
+        done = kernel(*args, *tail)
         if type(done) is tuple:
-            # The stats are its last three: a maximum's first is its rows
-            # left to NumPy (_rows.c).
-            note(done[-3:], count, threads)
+            note(done[lead:] if lead else done, count, threads)
         return done
 
     return call
