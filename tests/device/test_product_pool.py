@@ -266,7 +266,9 @@ def test_at_two_threads_a_product_splits_in_one_block_per_thread(monkeypatch):
     """The policy's 2-d products on the C pool: one block per thread (threads.
     PRODUCT_BLOCKS_PER_THREAD), a single row cut where rows split at the
     rule's alignment, not the three rectangles a row tail needs; the first
-    block, the caller's, the larger by about HELPER_LATE_FLOPS / 2 of work."""
+    block, the caller's, the larger by about HELPER_LATE_FLOPS / 2 of work.
+    Where columns split anywhere too (OpenBLAS' SkylakeX kernels), a wide
+    product splits along its longer side, its columns, in one cut."""
     monkeypatch.setattr(threads, "_cap", 2)
     rule = product_pool.rule()
     if rule is None or not rule.rows:
@@ -276,10 +278,14 @@ def test_at_two_threads_a_product_splits_in_one_block_per_thread(monkeypatch):
         split = threads._native_product_split(0, m, n, k, np.float32)
         assert split is not None
         count, (axis, edges) = split
-        assert count == 2 and axis == 0 and len(edges) == 3
-        late_rows = product_pool.HELPER_LATE_FLOPS / (4 * n * k)
-        assert edges[1] % rule.rows == 0 and m / 2 < edges[1]
-        assert abs(edges[1] - m / 2 - late_rows) <= rule.rows / 2
+        by_columns = rule.columns == "any" and m < n
+        assert count == 2 and axis == (1 if by_columns else 0) and len(edges) == 3
+        if by_columns:
+            assert 0 < edges[1] < n
+        else:
+            late_rows = product_pool.HELPER_LATE_FLOPS / (4 * n * k)
+            assert edges[1] % rule.rows == 0 and m / 2 < edges[1]
+            assert abs(edges[1] - m / 2 - late_rows) <= rule.rows / 2
         x, y = _operands(m, k, n)
         out = np.full((m, n), np.nan, np.float32)
         assert product_pool.run(x, y, out, axis, edges, 2) is not None
@@ -290,16 +296,19 @@ def test_the_callers_row_block_is_the_larger_only_where_the_helpers_is_big_enoug
     rule = product_pool.rule()
     if rule is None or not rule.rows:
         pytest.skip("products do not split in row blocks on this BLAS")
-    a = rule.rows
+    align = rule.rows
+    # Blocks of whole alignments, at least 12 rows each (rows anywhere on
+    # OpenBLAS' SkylakeX kernels: 1 would make every block too small to move).
+    a = align * -(-12 // align)
     even = np.array([0, 5 * a, 10 * a], np.int64)
     m = 10 * a
     # The helper's block would hold too little work: the even cut stays.
-    assert product_pool._caller_first(even, m, 64, 64, a) is even
+    assert product_pool._caller_first(even, m, 64, 64, align) is even
     n = k = 512
-    cut = product_pool._caller_first(even, m, n, k, a)[1]
-    assert cut > 5 * a and cut % a == 0
+    cut = product_pool._caller_first(even, m, n, k, align)[1]
+    assert cut > 5 * a and cut % align == 0
     monkeypatch.setattr(product_pool, "HELPER_LATE_FLOPS", 0)
-    assert product_pool._caller_first(even, m, n, k, a) is even
+    assert product_pool._caller_first(even, m, n, k, align) is even
 
 
 def test_a_second_caller_runs_its_blocks_alone_with_the_same_bits():
