@@ -71,6 +71,39 @@ def test_products_in_matmul_layout_need_no_reshape(lhs_shape, rhs_shape, dims, p
     assert np.array_equal(kernel(lhs, rhs), prim.kernel(lhs, rhs, **params))
 
 
+def test_column_major_operand_is_copied_in_its_own_order():
+    """A product contracting a time-major view of a (batch, time, features)
+    array over time and batch (an LSTM's embedding-kernel gradient): the
+    lhs matrix is a copy in the view's memory order read transposed, not a
+    row-major gather; an evenly laid out operand stays a view; the bits
+    are np.matmul's of the row-major copy."""
+    from keras_ipu.device.compiler.dot_lowering import _matrix
+
+    g = rng.standard_normal((128, 32, 64)).astype("float32")
+    x = g.transpose(1, 0, 2)  # (time, batch, features)
+    dz = rng.standard_normal((32, 128, 512)).astype("float32")
+    lhs = x.transpose(2, 0, 1)  # the kernel's transpose: features, then the contracted axes
+    matrix = _matrix(lhs, 1, (64, 4096))
+    assert matrix.shape == (64, 4096) and matrix.T.flags.c_contiguous
+    assert not np.shares_memory(matrix, g)
+    stacked = np.ascontiguousarray(x)
+    view = _matrix(stacked.transpose(2, 0, 1), 1, (64, 4096))
+    assert np.shares_memory(view, stacked)
+    params = {"dimension_numbers": (((0, 1), (0, 1)), ((), ()))}
+    prim = REGISTRY["dot_general"]
+    in_avals = [ShapedArray(a.shape, a.dtype) for a in (x, dz)]
+    kernel = lower(prim, params, in_avals, (prim.abstract_eval(*in_avals, **params),))
+    want = np.matmul(lhs.reshape(64, 4096), dz.reshape(4096, 512))
+    assert np.array_equal(kernel(x, dz), want)
+    # Below OpenBLAS' small-matrix bound (other kernels per layout) nothing changes.
+    small = g[:8, :4, :16].transpose(1, 0, 2)
+    in_avals = [ShapedArray(small.shape, small.dtype), ShapedArray((4, 8, 8), "float32")]
+    kernel = lower(prim, params, in_avals, (prim.abstract_eval(*in_avals, **params),))
+    grad = rng.standard_normal((4, 8, 8)).astype("float32")
+    assert np.array_equal(kernel(small, grad),
+                          np.matmul(small.transpose(2, 0, 1).reshape(16, 32), grad.reshape(32, 8)))
+
+
 @pytest.mark.parametrize("name", ["reduce_sum", "reduce_prod", "reduce_max", "reduce_min"])
 @pytest.mark.parametrize("dtype", ["float32", "int32", "bool", "float16"])
 @pytest.mark.parametrize("axes", [(0,), (1, 2), (0, 1, 2)])

@@ -17,6 +17,7 @@ import numpy as np
 
 from keras_ipu.device.compiler.lowering import LOWERINGS
 from keras_ipu.device.compiler.lowering import ORDERED_OUTPUT_LOWERINGS
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives.dot import compute_dtype
 from keras_ipu.device.primitives.dot import split_dimensions
@@ -182,6 +183,47 @@ def _blas_ready(matmul):
     return blas_matmul
 
 
+def _row_axes(shape, rows):
+    """How many leading axes of `shape` hold `rows` elements."""
+    size = 1
+    for axis, extent in enumerate(shape):
+        if size == rows:
+            return axis
+        size *= extent
+    return len(shape)
+
+
+def _matrix(a, row_axes, shape):
+    """The 2-d `shape` matrix of the transposed operand `a` (its first
+    `row_axes` axes the rows) for a product above OpenBLAS' small-matrix
+    bound. Its reshape is a view where each group of axes lies evenly in
+    memory; otherwise it copies in the matrix's row-major order, which for
+    an operand laid out column-major (the LSTM's time-major view of the
+    embedding's (batch, time, features) result, contracted over time and
+    batch for the embedding kernel's gradient) gathers one element per
+    8 KiB: 0.9 ms for 1 MiB on the AMD host, a third of the product's
+    time. Such an operand is copied in its own order (the columns' axes
+    first: whole 64-float rows there) and handed to np.matmul transposed,
+    which BLAS reads as laid out (_blas_ready), summing the same products
+    in the same order: the same bits (issue 16, seventeenth pass, s17lstm:
+    rows 16-256 by 4096-long sums checked, and blocked kernels pack either
+    layout into the same panels)."""
+    axes = list(zip(a.shape, a.strides))
+    row_part = [(n, st) for n, st in axes[:row_axes] if n != 1]
+    col_part = [(n, st) for n, st in axes[row_axes:] if n != 1]
+    if (row_part and col_part and not (_even(row_part) and _even(col_part))
+            and col_part[-1][1] != a.itemsize and row_part[-1][1] == a.itemsize):
+        order = (*range(row_axes, a.ndim), *range(row_axes))
+        return np.ascontiguousarray(a.transpose(order)).reshape(shape[::-1]).T
+    return a.reshape(shape)
+
+
+def _even(axes):
+    """Whether (extent, stride) pairs, outermost first, merge into one
+    axis: each stride the next one's times its extent."""
+    return all(outer[1] == inner[1] * inner[0] for outer, inner in zip(axes, axes[1:]))
+
+
 def _operands(x, y):
     return x, y
 
@@ -201,6 +243,12 @@ def _kernel(matmul, lhs, rhs, lperm, rperm, lshape, rshape, out_shape, compute, 
         if plain is not None:
             return plain
 
+    matrices = None
+    if len(lshape) == 2 and _prod(lshape) * rshape[-1] > product_pool.SMALL_MATRIX_MNK:
+        # How many of each transposed operand's axes make its matrix's rows.
+        matrices = (_row_axes([lhs.shape[d] for d in lperm], lshape[0]),
+                    _row_axes([rhs.shape[d] for d in rperm], rshape[0]))
+
     def dot_general(x, y):
         if cast_l:
             x = x.astype(compute)
@@ -210,7 +258,11 @@ def _kernel(matmul, lhs, rhs, lperm, rperm, lshape, rshape, out_shape, compute, 
             x = transpose(x, lperm)
         if transpose_r:
             y = transpose(y, rperm)
-        out = matmul(x.reshape(lshape), y.reshape(rshape)).reshape(out_shape)
+        if matrices is None:
+            out = matmul(x.reshape(lshape), y.reshape(rshape))
+        else:
+            out = matmul(_matrix(x, matrices[0], lshape), _matrix(y, matrices[1], rshape))
+        out = out.reshape(out_shape)
         return out.astype(out_dtype) if cast_out else out
 
     return dot_general
