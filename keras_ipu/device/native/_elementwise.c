@@ -178,14 +178,18 @@ static void scatter_rows(char *base, const char *src, Py_ssize_t start, Py_ssize
 }
 
 /* The elementwise operations on one block of m elements. Not inlined: inside
-   run() GCC stops vectorizing these loops. Built for AVX-512, AVX2 and the
+   run() GCC stops vectorizing these loops. Built twice, for AVX2 and for the
    baseline, the loader picking the one the CPU runs (GCC's target_clones):
-   the same IEEE results (no contraction: hatch_build's -ffp-contract=off),
-   two or four times the width. AVX-512 on the Zen 5 host (issue 16,
-   seventeenth pass, s17lstm): the LSTM's gate chains 4-7% faster, its
-   bias add 15%. */
+   the same IEEE results, twice the width. Not for AVX-512: the operands
+   (Keras' variables, NumPy's arrays) lie at 16-byte offsets, so most of a
+   512-bit loop's loads cross a cache line. Measured on a Zen 5 host, one
+   thread (issue 16, seventeenth pass): Adam's update of 512x512 weights
+   63 -> 42 us in cache, but 100 -> 118 us over nine weight sets at a
+   16-byte offset (95 -> 82 64-byte aligned), demo_functional's eight
+   updates in the step 0.75 -> 0.99 ms (s17demo); the LSTM's gate chains
+   4-7% faster, about 0.3 of its 27 ms step (s17lstm). */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define VECTOR_CLONES
 #endif
