@@ -39,7 +39,16 @@ def _inputs(exe):
 PAYING_RATIO = 0.5  # a host where the graph runtime's convolutions pay
 
 
-def test_the_share_is_the_convolutions_multiply_accumulates(monkeypatch):
+@pytest.fixture
+def products_at_a_tie(monkeypatch):
+    """Products as fast on both engines, whatever this host's BLAS runs
+    (product_ratio: an AVX-512 host pinned to AVX2 kernels predicts them
+    faster on TensorFlow)."""
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.OTHER_RATIO)
+
+
+def test_the_share_is_the_convolutions_multiply_accumulates(monkeypatch, products_at_a_tie):
     monkeypatch.setattr(engine_prediction, "CONVOLUTION_RATIO", PAYING_RATIO)
     graph = compile_graph(_products(with_conv=True)).running_graph
     share = CONV_MACS / (CONV_MACS + DOT_MACS)
@@ -50,7 +59,7 @@ def test_the_share_is_the_convolutions_multiply_accumulates(monkeypatch):
     assert engine_prediction.predicted_gain(graph) >= engines.MIN_PREDICTED_GAIN
 
 
-def test_a_program_without_convolutions_is_predicted_to_gain_nothing():
+def test_a_program_without_convolutions_is_predicted_to_gain_nothing(products_at_a_tie):
     graph = compile_graph(_products(with_conv=False)).running_graph
     assert engine_prediction.convolution_share(graph) == 0.0
     assert engine_prediction.predicted_gain(graph) < engines.MIN_PREDICTED_GAIN
@@ -96,7 +105,8 @@ def _hot_runner(monkeypatch, with_conv, host_threads=2):
     return runner, outs, want, starts
 
 
-def test_a_hot_program_predicted_to_gain_nothing_stays_on_numpy(monkeypatch):
+def test_a_hot_program_predicted_to_gain_nothing_stays_on_numpy(monkeypatch,
+                                                                   products_at_a_tie):
     runner, outs, want, starts = _hot_runner(monkeypatch, with_conv=False)
     assert starts == [] and runner.thread is None
     assert runner.engine == "final" and runner.current_name == "numpy"
@@ -127,4 +137,102 @@ def test_on_a_large_host_every_hot_program_is_tried(monkeypatch):
     # NumPy engine left most of the machine to XLA.
     runner, _, _, starts = _hot_runner(
         monkeypatch, with_conv=False, host_threads=engines.PREDICTION_MAX_THREADS + 1)
+    assert starts == [runner]
+
+
+WHEELS_BLAS = "/venv/lib/python3.11/site-packages/numpy.libs/libscipy_openblas64_-x.so"
+
+
+def _blas(architecture, filepath=WHEELS_BLAS):
+    return {"user_api": "blas", "internal_api": "openblas", "filepath": filepath,
+            "architecture": architecture}
+
+
+@pytest.mark.parametrize("architecture, flags, below", [
+    ("Haswell", {"avx2", "avx512f"}, True),   # OPENBLAS_CORETYPE=Haswell on Zen 5
+    ("Zen", {"avx2", "avx512f"}, True),
+    ("SkylakeX", {"avx2", "avx512f"}, False),  # OpenBLAS' own pick there
+    ("Cooperlake", {"avx2", "avx512f"}, False),
+    ("Haswell", {"avx2"}, False),             # an AVX2 host: its best kernels
+    ("Haswell", set(), False),                # no cpuinfo
+])
+def test_blas_below_cpu_reads_the_kernels_against_the_flags(architecture, flags, below):
+    assert engine_prediction.blas_below_cpu([_blas(architecture)], frozenset(flags)) is below
+
+
+def test_blas_below_cpu_reads_numpys_openblas():
+    flags = frozenset({"avx512f"})
+    other = _blas("SkylakeX", "/usr/lib/libopenblas.so.0")
+    mkl = {"user_api": "blas", "internal_api": "mkl", "filepath": "/opt/libmkl_rt.so"}
+    assert engine_prediction.blas_below_cpu([other, _blas("Haswell"), mkl], flags)
+    assert not engine_prediction.blas_below_cpu([_blas("SkylakeX"), other], flags)
+    # Not the wheels': the only OpenBLAS loaded, else none decides.
+    assert engine_prediction.blas_below_cpu([_blas("Haswell", "/usr/lib/libopenblas.so")], flags)
+    assert not engine_prediction.blas_below_cpu(
+        [_blas("Haswell", "/usr/lib/a.so"), _blas("Haswell", "/usr/lib/b.so")], flags)
+    assert not engine_prediction.blas_below_cpu([mkl], flags)
+    assert not engine_prediction.blas_below_cpu([], flags)
+    assert not engine_prediction.blas_below_cpu([{"internal_api": "openblas"}], flags)
+
+
+def test_cpu_flags_reads_the_first_cpu_and_survives_a_missing_file(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n\n"
+                       "processor\t: 1\nflags\t\t: fpu\n")
+    assert engine_prediction.cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "avx512f"}
+    assert engine_prediction.cpu_flags(str(tmp_path / "none")) == frozenset()
+
+
+def _product_ratio(monkeypatch, info, flags):
+    """product_ratio() read afresh with threadpool_info() giving `info` (an
+    exception: raised) and cpu_flags() giving `flags`."""
+    import threadpoolctl
+
+    def threadpool_info():
+        if isinstance(info, Exception):
+            raise info
+        return info
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", threadpool_info)
+    monkeypatch.setattr(engine_prediction, "cpu_flags", lambda: frozenset(flags))
+    engine_prediction.product_ratio.cache_clear()
+    try:
+        return engine_prediction.product_ratio()
+    finally:
+        engine_prediction.product_ratio.cache_clear()
+
+
+def test_product_ratio_is_the_pinned_one_only_for_avx2_kernels_on_avx512(monkeypatch):
+    assert (_product_ratio(monkeypatch, [_blas("Haswell")], {"avx512f"})
+            == engine_prediction.PINNED_PRODUCT_RATIO)
+    assert engine_prediction.PINNED_PRODUCT_RATIO < 1 - engines.MIN_PREDICTED_GAIN
+    assert (_product_ratio(monkeypatch, [_blas("SkylakeX")], {"avx512f"})
+            == engine_prediction.OTHER_RATIO)
+    assert (_product_ratio(monkeypatch, [_blas("Haswell")], {"avx2"})
+            == engine_prediction.OTHER_RATIO)
+    assert (_product_ratio(monkeypatch, ImportError("no threadpoolctl (test)"), {"avx512f"})
+            == engine_prediction.OTHER_RATIO)
+
+
+def test_product_ratio_is_read_once_per_process(monkeypatch):
+    import threadpoolctl
+
+    calls = []
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: calls.append(1) or [])
+    engine_prediction.product_ratio.cache_clear()
+    try:
+        for _ in range(3):
+            assert engine_prediction.product_ratio() == engine_prediction.OTHER_RATIO
+    finally:
+        engine_prediction.product_ratio.cache_clear()
+    assert calls == [1]
+
+
+def test_products_on_pinned_kernels_make_a_program_without_convolutions_hot(monkeypatch):
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+    graph = compile_graph(_products(with_conv=False)).running_graph
+    assert engine_prediction.predicted_gain(graph) == pytest.approx(
+        1 - engine_prediction.PINNED_PRODUCT_RATIO)
+    runner, _, _, starts = _hot_runner(monkeypatch, with_conv=False)
     assert starts == [runner]

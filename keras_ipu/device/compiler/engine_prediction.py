@@ -19,10 +19,11 @@ engine CNN 0.82, transformer 0.94, MLP 1.45, LSTM 1.52, demo_functional
 The prediction: the share `s` of the program's multiply-accumulates that
 are convolutions (scan and loop bodies counted as often as they run: the
 cost rules' parts), and a step time on the graph runtime of
-`s * CONVOLUTION_RATIO + (1 - s) * OTHER_RATIO` of the NumPy engine's. The
-ratios are measured: a CNN's work is almost all convolutions (0.82 in
+`s * CONVOLUTION_RATIO + (1 - s) * product_ratio()` of the NumPy engine's
+(the rest of the multiply-accumulates are products'). The ratios are
+measured: a CNN's work is almost all convolutions (0.82 in
 the twelfth pass; 1.11 once the NumPy engine's convolutions and pools
-got faster in the thirteenth); the rest at a tie, the best the graph runtime did on
+got faster in the thirteenth); the products at a tie (OTHER_RATIO), the best the graph runtime did on
 models without convolutions (the transformer's 0.94 is its inter-op pool
 running independent kernels at once on an idle machine, with 10% more
 CPU per step than the NumPy engine: gone as soon as the machine is
@@ -32,7 +33,20 @@ blocks, or as one placed function; launched kernels overlap), and a
 convolution's share of the time is higher than its share of the work (our
 convolutions run at about a third of a product's rate), so the share
 errs towards NumPy, the engine that costs nothing to keep.
+
+The products' tie holds where NumPy's OpenBLAS runs the best kernels the
+CPU has, as on the AVX2 host where it was measured. An environment can
+pin older ones (`OPENBLAS_CORETYPE=Haswell` on an AVX-512 CPU: the
+seventeenth pass's AMD EPYC, family 26), which TensorFlow's oneDNN and
+Eigen kernels do not read: there NumPy's products run at about half
+their rate and the graph runtime's at full, so the products' ratio is
+PINNED_PRODUCT_RATIO (product_ratio, read once per process from
+threadpoolctl's architecture and /proc/cpuinfo's flags, without
+TensorFlow).
 """
+
+import functools
+import os
 
 from keras_ipu.device.primitives import cost_util
 
@@ -47,6 +61,19 @@ CONVOLUTIONS = frozenset({"conv_general_dilated"})
 # 2-5, s13auto): on this host the graph runtime no longer pays even there.
 CONVOLUTION_RATIO = 1.11
 OTHER_RATIO = 1.0
+# OpenBLAS' AVX2 kernels (threadpoolctl's architecture; its x86_64 core
+# names) and the CPU flag that says the CPU has better ones.
+AVX2_KERNELS = frozenset({"haswell", "zen"})
+AVX512_FLAG = "avx512f"
+# The products' ratio where NumPy's OpenBLAS runs AVX2 kernels on an
+# AVX-512 CPU: the MLP (b128, SGD; its MACs all products) at 3.3 CPU ms
+# per step on the graph runtime against 4.0 on the NumPy engine
+# (fit_throughput.py --threads 2 --rounds 2, load 2.3-2.9, the seventeenth
+# pass's AMD EPYC family 26 under OPENBLAS_CORETYPE=Haswell; samples/s
+# 38,623 against 25,319); its four large products alone, one thread, 1.86
+# ms on TensorFlow against 2.72 on np.matmul (0.68; on OpenBLAS' own
+# SkylakeX kernels 1.33, the tie's side).
+PINNED_PRODUCT_RATIO = 0.83
 
 
 def convolution_share(graph):
@@ -69,8 +96,49 @@ def _macs(nodes, costs, repeat):
     return conv, total
 
 
+def blas_below_cpu(info, flags):
+    """Whether NumPy's OpenBLAS, in threadpoolctl's `info`
+    (threadpool_info()), runs AVX2 kernels on a CPU whose `flags` (the
+    words of /proc/cpuinfo's flags line) include AVX-512. NumPy's is the
+    wheels' (in numpy.libs), else the only OpenBLAS loaded."""
+    blas = [lib for lib in info if lib.get("internal_api") == "openblas"]
+    wheels = [lib for lib in blas
+              if os.path.basename(os.path.dirname(lib.get("filepath") or "")) == "numpy.libs"]
+    blas = wheels or blas
+    return (len(blas) == 1 and AVX512_FLAG in flags
+            and str(blas[0].get("architecture")).lower() in AVX2_KERNELS)
+
+
+def cpu_flags(cpuinfo="/proc/cpuinfo"):
+    """The first CPU's flags (a set of words); empty where there is no
+    cpuinfo."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.cache
+def product_ratio():
+    """The graph runtime's step / the NumPy engine's on products, on this
+    process's BLAS and CPU (module doc); OTHER_RATIO where either cannot be
+    read."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        info = threadpool_info()
+    except Exception:  # noqa: BLE001 - no threadpoolctl: the measured tie
+        return OTHER_RATIO
+    return PINNED_PRODUCT_RATIO if blas_below_cpu(info, cpu_flags()) else OTHER_RATIO
+
+
 def predicted_gain(graph):
     """The share of a step the graph runtime is predicted to save against
     the NumPy engine (negative: to lose)."""
     share = convolution_share(graph)
-    return 1.0 - (share * CONVOLUTION_RATIO + (1.0 - share) * OTHER_RATIO)
+    return 1.0 - (share * CONVOLUTION_RATIO + (1.0 - share) * product_ratio())
