@@ -65,6 +65,23 @@ def test_a_program_without_convolutions_is_predicted_to_gain_nothing(products_at
     assert engine_prediction.predicted_gain(graph) < engines.MIN_PREDICTED_GAIN
 
 
+def test_pinned_blas_kernels_scale_the_convolutions_ratio_too(monkeypatch):
+    """Our convolutions run on NumPy's sgemm: where its kernels are the
+    pinned AVX2 ones on an AVX-512 CPU, a program of convolutions (the
+    measured CONVOLUTION_RATIO, a loss at the tie) is predicted to pay."""
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+    graph = compile_graph(_products(with_conv=True)).running_graph
+    share = engine_prediction.convolution_share(graph)
+    factor = engine_prediction.PINNED_PRODUCT_RATIO / engine_prediction.OTHER_RATIO
+    assert engine_prediction.predicted_gain(graph) == pytest.approx(
+        1 - factor * (share * engine_prediction.CONVOLUTION_RATIO
+                      + (1 - share) * engine_prediction.OTHER_RATIO))
+    # All convolutions: at the tie a loss, on the pinned kernels a gain.
+    assert 1 - engine_prediction.CONVOLUTION_RATIO < engines.MIN_PREDICTED_GAIN
+    assert 1 - factor * engine_prediction.CONVOLUTION_RATIO >= engines.MIN_PREDICTED_GAIN
+
+
 def test_a_loop_body_counts_as_often_as_it_runs():
     # A product carried through 4 steps of a scan (it cannot leave the
     # loop) beside one convolution: the product's work counts 4 times.

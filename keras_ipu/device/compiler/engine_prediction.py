@@ -19,7 +19,8 @@ engine CNN 0.82, transformer 0.94, MLP 1.45, LSTM 1.52, demo_functional
 The prediction: the share `s` of the program's multiply-accumulates that
 are convolutions (scan and loop bodies counted as often as they run: the
 cost rules' parts), and a step time on the graph runtime of
-`s * CONVOLUTION_RATIO + (1 - s) * product_ratio()` of the NumPy engine's
+`s * CONVOLUTION_RATIO + (1 - s) * OTHER_RATIO` of the NumPy engine's,
+times the BLAS kernels' factor below,
 (the rest of the multiply-accumulates are products'). The ratios are
 measured: a CNN's work is almost all convolutions (0.82 in
 the twelfth pass; 1.11 once the NumPy engine's convolutions and pools
@@ -42,7 +43,13 @@ Eigen kernels do not read: there NumPy's products run at about half
 their rate and the graph runtime's at full, so the products' ratio is
 PINNED_PRODUCT_RATIO (product_ratio, read once per process from
 threadpoolctl's architecture and /proc/cpuinfo's flags, without
-TensorFlow).
+TensorFlow). Our convolutions are products too (their patches, then
+NumPy's sgemm: primitives/conv.py), on the same kernels, so the pinned
+kernels' factor (product_ratio() / OTHER_RATIO) scales the convolutions'
+ratio as it does the products': the CNN there ran at 58.3 CPU ms per step
+on the graph runtime against 91.0 on the NumPy engine (0.64; fit_throughput
+--threads 2, idle, 3 rounds, the lead's run), which CONVOLUTION_RATIO alone
+called an 11% loss.
 """
 
 import functools
@@ -141,4 +148,5 @@ def predicted_gain(graph):
     """The share of a step the graph runtime is predicted to save against
     the NumPy engine (negative: to lose)."""
     share = convolution_share(graph)
-    return 1.0 - (share * CONVOLUTION_RATIO + (1.0 - share) * product_ratio())
+    blas = product_ratio() / OTHER_RATIO
+    return 1.0 - blas * (share * CONVOLUTION_RATIO + (1.0 - share) * OTHER_RATIO)
