@@ -19,12 +19,12 @@ engine CNN 0.82, transformer 0.94, MLP 1.45, LSTM 1.52, demo_functional
 The prediction: the share `s` of the program's multiply-accumulates that
 are convolutions (scan and loop bodies counted as often as they run: the
 cost rules' parts), and a step time on the graph runtime of
-`s * CONVOLUTION_RATIO + (1 - s) * OTHER_RATIO` of the NumPy engine's,
-times the BLAS kernels' factor below,
-(the rest of the multiply-accumulates are products'). The ratios are
-measured: a CNN's work is almost all convolutions (0.82 in
-the twelfth pass; 1.11 once the NumPy engine's convolutions and pools
-got faster in the thirteenth); the products at a tie (OTHER_RATIO), the best the graph runtime did on
+`s * CONVOLUTION_RATIO + (1 - s) * OTHER_RATIO` of the NumPy engine's (the
+rest of the multiply-accumulates are products'), times the BLAS kernels'
+factor below. The ratios are measured: a CNN's work is almost all
+convolutions (0.82 in the twelfth pass; 1.11 once the NumPy engine's
+convolutions and pools got faster in the thirteenth); the products at a
+tie (OTHER_RATIO), the best the graph runtime did on
 models without convolutions (the transformer's 0.94 is its inter-op pool
 running independent kernels at once on an idle machine, with 10% more
 CPU per step than the NumPy engine: gone as soon as the machine is
