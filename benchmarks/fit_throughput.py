@@ -930,18 +930,11 @@ def cpu_model(cpuinfo="/proc/cpuinfo"):
     """The first CPU's model name, family and model as Linux reports them
     (two VMs called "AMD EPYC" differed 1.6x in the BLAS peak: issue 16,
     seventeenth pass), or None elsewhere."""
-    fields = {}
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "cpu family", "model") and key not in fields:
-                    fields[key] = value.strip()
-                if not line.strip() and fields:
-                    break
-    except OSError:
-        return None
+    # The driver's import: light (no keras, NumPy or engine), and the
+    # workers, whose figures it could touch, never call this.
+    from keras_ipu.device.cpuinfo import first_cpu
+
+    fields = first_cpu(cpuinfo)
     if "model name" not in fields:
         return None
     return (f"{fields['model name']} (family {fields.get('cpu family', '?')}, "

@@ -53,8 +53,9 @@ called an 11% loss.
 """
 
 import functools
-import os
 
+from keras_ipu.device.cpuinfo import first_cpu
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.primitives import cost_util
 
 # Primitives whose TensorFlow kernels (oneDNN's, in the graph runtime) were
@@ -107,10 +108,10 @@ def blas_below_cpu(info, flags):
     """Whether NumPy's OpenBLAS, in threadpoolctl's `info`
     (threadpool_info()), runs AVX2 kernels on a CPU whose `flags` (the
     words of /proc/cpuinfo's flags line) include AVX-512. NumPy's is the
-    wheels' (in numpy.libs), else the only OpenBLAS loaded."""
+    wheels' (product_pool.numpy_wheels_library), else the only OpenBLAS
+    loaded."""
     blas = [lib for lib in info if lib.get("internal_api") == "openblas"]
-    wheels = [lib for lib in blas
-              if os.path.basename(os.path.dirname(lib.get("filepath") or "")) == "numpy.libs"]
+    wheels = [lib for lib in blas if product_pool.numpy_wheels_library(lib.get("filepath"))]
     blas = wheels or blas
     return (len(blas) == 1 and AVX512_FLAG in flags
             and str(blas[0].get("architecture")).lower() in AVX2_KERNELS)
@@ -119,15 +120,7 @@ def blas_below_cpu(info, flags):
 def cpu_flags(cpuinfo="/proc/cpuinfo"):
     """The first CPU's flags (a set of words); empty where there is no
     cpuinfo."""
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "flags":
-                    return frozenset(value.split())
-    except OSError:
-        pass
-    return frozenset()
+    return frozenset(first_cpu(cpuinfo).get("flags", "").split())
 
 
 @functools.cache

@@ -140,10 +140,17 @@ class Rule(NamedTuple):
 _rules = None  # {np.dtype: Rule or None}
 
 
+def numpy_wheels_library(filepath):
+    """Whether the loaded library at `filepath` (threadpoolctl's) is one
+    NumPy's wheels bundle (numpy.libs/, beside the numpy package): the
+    OpenBLAS np.matmul calls, not another loaded beside it (SciPy's, a
+    system one). One NumPy per process: any numpy.libs is its own."""
+    return os.path.basename(os.path.dirname(filepath or "")) == "numpy.libs"
+
+
 def _numpy_gemm(symbol):
     """The address of `symbol` (a 64-bit-integer CBLAS gemm) in NumPy's
     OpenBLAS, or 0."""
-    libs_dir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
     try:
         from threadpoolctl import ThreadpoolController
 
@@ -151,7 +158,7 @@ def _numpy_gemm(symbol):
     except Exception:  # noqa: BLE001 - no threadpoolctl or no BLAS: no C pool
         return 0
     for lib in libs:
-        if os.path.dirname(os.path.realpath(lib.filepath)) != os.path.realpath(libs_dir):
+        if not numpy_wheels_library(lib.filepath):
             continue
         try:
             return ctypes.cast(getattr(lib.dynlib, symbol), ctypes.c_void_p).value or 0
