@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from compiler_graphs import aval
 from compiler_graphs import build
+from compiler_graphs import lit
 
 from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.compiler import engine_prediction
@@ -40,6 +41,16 @@ PAYING_RATIO = 0.5  # a host where the graph runtime's convolutions pay
 
 
 @pytest.fixture
+def avx2_host(monkeypatch):
+    """A CPU without AVX-512: convolution_ratio() is CONVOLUTION_RATIO,
+    which the tests may set, whatever this host's flags."""
+    monkeypatch.setattr(engine_prediction, "cpu_flags", lambda: frozenset({"avx2"}))
+    engine_prediction.convolution_ratio.cache_clear()
+    yield
+    engine_prediction.convolution_ratio.cache_clear()
+
+
+@pytest.fixture
 def products_at_a_tie(monkeypatch):
     """Products as fast on both engines, whatever this host's BLAS runs
     (product_ratio: an AVX-512 host pinned to AVX2 kernels predicts them
@@ -48,7 +59,8 @@ def products_at_a_tie(monkeypatch):
                         lambda: engine_prediction.OTHER_RATIO)
 
 
-def test_the_share_is_the_convolutions_multiply_accumulates(monkeypatch, products_at_a_tie):
+def test_the_share_is_the_convolutions_multiply_accumulates(monkeypatch, products_at_a_tie,
+                                                            avx2_host):
     monkeypatch.setattr(engine_prediction, "CONVOLUTION_RATIO", PAYING_RATIO)
     graph = compile_graph(_products(with_conv=True)).running_graph
     share = CONV_MACS / (CONV_MACS + DOT_MACS)
@@ -65,7 +77,7 @@ def test_a_program_without_convolutions_is_predicted_to_gain_nothing(products_at
     assert engine_prediction.predicted_gain(graph) < engines.MIN_PREDICTED_GAIN
 
 
-def test_pinned_blas_kernels_scale_the_convolutions_ratio_too(monkeypatch):
+def test_pinned_blas_kernels_scale_the_convolutions_ratio_too(monkeypatch, avx2_host):
     """Our convolutions run on NumPy's sgemm: where its kernels are the
     pinned AVX2 ones on an AVX-512 CPU, a program of convolutions (the
     measured CONVOLUTION_RATIO, a loss at the tie) is predicted to pay."""
@@ -133,7 +145,7 @@ def test_a_hot_program_predicted_to_gain_nothing_stays_on_numpy(monkeypatch,
             np.testing.assert_array_equal(got, w)
 
 
-def test_a_hot_program_of_convolutions_is_prepared_for_tensorflow(monkeypatch):
+def test_a_hot_program_of_convolutions_is_prepared_for_tensorflow(monkeypatch, avx2_host):
     monkeypatch.setattr(engine_prediction, "CONVOLUTION_RATIO", PAYING_RATIO)
     runner, _, _, starts = _hot_runner(monkeypatch, with_conv=True)
     assert starts == [runner]
@@ -253,3 +265,94 @@ def test_products_on_pinned_kernels_make_a_program_without_convolutions_hot(monk
         1 - engine_prediction.PINNED_PRODUCT_RATIO)
     runner, _, _, starts = _hot_runner(monkeypatch, with_conv=False)
     assert starts == [runner]
+
+
+@pytest.mark.parametrize("flags, ratio", [
+    ({"avx2", "avx512f"}, "AVX512_CONVOLUTION_RATIO"),  # oneDNN's AVX-512 convolutions
+    ({"avx2"}, "CONVOLUTION_RATIO"),                    # the AVX2 host it was measured on
+    (set(), "CONVOLUTION_RATIO"),                       # no cpuinfo
+])
+def test_the_convolutions_ratio_is_the_cpu_classs(monkeypatch, flags, ratio):
+    reads = []
+    monkeypatch.setattr(engine_prediction, "cpu_flags",
+                        lambda: reads.append(1) or frozenset(flags))
+    engine_prediction.convolution_ratio.cache_clear()
+    try:
+        for _ in range(3):
+            assert engine_prediction.convolution_ratio() == getattr(engine_prediction, ratio)
+    finally:
+        engine_prediction.convolution_ratio.cache_clear()
+    assert reads == [1]  # once per process
+
+
+def test_avx512_convolutions_pay_on_either_blas_and_avx2_ones_only_pinned():
+    # The measured ratios against MIN_PREDICTED_GAIN, a program of
+    # convolutions only: the decision each CPU class gets.
+    pinned = engine_prediction.PINNED_PRODUCT_RATIO / engine_prediction.OTHER_RATIO
+    assert 1 - engine_prediction.AVX512_CONVOLUTION_RATIO >= engines.MIN_PREDICTED_GAIN
+    assert 1 - pinned * engine_prediction.AVX512_CONVOLUTION_RATIO >= engines.MIN_PREDICTED_GAIN
+    assert 1 - engine_prediction.CONVOLUTION_RATIO < engines.MIN_PREDICTED_GAIN
+
+
+def _dense(batch, chain):
+    """A product (batch, 512) @ (512, 512) feeding a chain of `chain`
+    elementwise ops (the compiler fuses them into one node)."""
+    def body(b, x, w, bias):
+        y = b.op("dot_general", x, w, **DOT)
+        for k in range(chain):
+            y = b.op("add", y, bias) if k % 2 == 0 else b.op("mul", y, lit(0.5, "float32"))
+        return [y]
+
+    return build([aval((batch, 512)), aval((512, 512)), aval((512,))], body)
+
+
+def test_chain_ops_are_the_fused_members_after_the_first():
+    graph = compile_graph(_dense(32, chain=6)).running_graph
+    assert [n.primitive.name for n in graph.nodes] == ["dot_general", "fused_elementwise"]
+    assert engine_prediction.chain_ops(graph) == 5
+    # A lone elementwise op is one op on either engine.
+    assert engine_prediction.chain_ops(compile_graph(_dense(32, chain=1)).running_graph) == 0
+
+
+def test_a_loop_bodys_chain_ops_count_as_often_as_it_runs():
+    def step(b, c, bias):
+        return [b.op("mul", b.op("add", b.op("add", c, bias), bias), lit(0.5, "float32"))]
+
+    body = build([aval((6, 6)), aval((6,))], step)
+
+    def outer(b, c, bias):
+        return b.op("scan", c, bias, body=body, length=4, reverse=False, n_carry=1, n_xs=0,
+                    unroll=1)
+
+    graph = compile_graph(build([aval((6, 6)), aval((6,))], outer)).running_graph
+    assert engine_prediction.chain_ops(graph) == 4 * 2
+
+
+def test_chain_ops_cost_their_dispatch_against_the_work(monkeypatch, avx2_host):
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+    graph = compile_graph(_dense(32, chain=6)).running_graph
+    macs = 32 * 512 * 512
+    assert engine_prediction.predicted_gain(graph) == pytest.approx(
+        1 - engine_prediction.PINNED_PRODUCT_RATIO
+        - 5 * engine_prediction.GRAPH_OP_MACS / macs)
+
+
+@pytest.mark.parametrize("batch, chain, pays", [
+    (128, 6, True),    # a large product, a short chain
+    (32, 6, False),    # the same ops on a quarter of the work (batch 32)
+    (128, 20, False),  # a long chain on the large product
+])
+def test_on_pinned_kernels_small_products_and_long_chains_stay_on_numpy(
+        monkeypatch, avx2_host, batch, chain, pays):
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+    gain = engine_prediction.predicted_gain(compile_graph(_dense(batch, chain)).running_graph)
+    assert (gain >= engines.MIN_PREDICTED_GAIN) is pays
+
+
+def test_a_program_without_products_is_predicted_to_gain_nothing(monkeypatch):
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+    graph = compile_graph(build([aval((8, 8))], lambda b, x: [b.op("exp", x)])).running_graph
+    assert engine_prediction.predicted_gain(graph) == 0.0

@@ -19,9 +19,10 @@ engine CNN 0.82, transformer 0.94, MLP 1.45, LSTM 1.52, demo_functional
 The prediction: the share `s` of the program's multiply-accumulates that
 are convolutions (scan and loop bodies counted as often as they run: the
 cost rules' parts), and a step time on the graph runtime of
-`s * CONVOLUTION_RATIO + (1 - s) * OTHER_RATIO` of the NumPy engine's (the
+`s * convolution_ratio() + (1 - s) * OTHER_RATIO` of the NumPy engine's (the
 rest of the multiply-accumulates are products'), times the BLAS kernels'
-factor below. The ratios are measured: a CNN's work is almost all
+factor below, plus the cost of the ops the graph runtime runs beyond the
+NumPy engine's kernels (below). The ratios are measured: a CNN's work is almost all
 convolutions (0.82 in the twelfth pass; 1.11 once the NumPy engine's
 convolutions and pools got faster in the thirteenth); the products at a
 tie (OTHER_RATIO), the best the graph runtime did on
@@ -50,6 +51,24 @@ ratio as it does the products': the CNN there ran at 58.3 CPU ms per step
 on the graph runtime against 91.0 on the NumPy engine (0.64; fit_throughput
 --threads 2, idle, 3 rounds, the lead's run), which CONVOLUTION_RATIO alone
 called an 11% loss.
+
+The convolutions' ratio is the CPU class's (convolution_ratio, from the
+same flags): CONVOLUTION_RATIO was measured on an AVX2 CPU; where the
+CPU has AVX-512, oneDNN's convolutions use it and the graph runtime ran
+the CNN at AVX512_CONVOLUTION_RATIO of the NumPy engine even on
+OpenBLAS' own kernels.
+
+What the shares cannot see (the seventeenth pass: demo_functional at
+batch 32 with Adam predicted a 17% gain on the pinned kernels, run at
+11.0 against 6.1 CPU ms per step): the NumPy engine runs a fused chain
+of elementwise operations (fusion.py) as one kernel, one pass over
+memory in cache-sized blocks, where the graph runtime runs each member
+as an op of its own, with its dispatch and its own pass. Those ops
+(chain_ops: a chain's members after its first, bodies counted as often
+as they run) are charged GRAPH_OP_MACS each, in the NumPy engine's
+product multiply-accumulates, against the program's: long chains on
+small products (batch 32; Adam's update of every weight) lose, the same
+chains on large products do not.
 """
 
 import functools
@@ -66,8 +85,18 @@ CONVOLUTIONS = frozenset({"conv_general_dilated"})
 # Convolutions: 0.82 in the twelfth pass's idle run (ipu-numpy 715,
 # ipu-tensorflow 867 samples/s); 1.11 after the thirteenth pass's NumPy
 # convolutions and pools (ipu-numpy 900, ipu-tensorflow 808, 2 threads, load
-# 2-5, s13auto): on this host the graph runtime no longer pays even there.
+# 2-5, s13auto): on that AVX2 host the graph runtime no longer paid even there.
 CONVOLUTION_RATIO = 1.11
+# Convolutions where the CPU has AVX-512 (oneDNN's AVX-512 kernels against
+# our patches and NumPy's sgemm on OpenBLAS' own kernels, no pin): the
+# CNN's train program on the graph runtime / the NumPy engine, 0.73, 0.78,
+# 0.72 (wall minimum) and 0.77, 0.78, 0.84 (CPU per run) in three
+# processes, runs alternated, 2 threads, load 6-7 (issue 16, eighteenth
+# pass, s18auto, the seventeenth pass's AMD EPYC family 26); the lead's
+# fit_throughput there, TensorFlow's Keras backend against ipu-numpy,
+# 64 against 80 CPU ms per step (0.80). Pinned, the product factor below
+# scales it (0.66 predicted; 0.50-0.62 measured the same way).
+AVX512_CONVOLUTION_RATIO = 0.80
 OTHER_RATIO = 1.0
 # OpenBLAS' AVX2 kernels (threadpoolctl's architecture; its x86_64 core
 # names) and the CPU flag that says the CPU has better ones.
@@ -82,26 +111,64 @@ AVX512_FLAG = "avx512f"
 # ms on TensorFlow against 2.72 on np.matmul (0.68; on OpenBLAS' own
 # SkylakeX kernels 1.33, the tie's side).
 PINNED_PRODUCT_RATIO = 0.83
+# The fused chain, whose members the graph runtime runs one op each.
+FUSED_CHAIN = "fused_elementwise"
+# What each of those ops (chain_ops) costs the graph runtime beyond its
+# work, in multiply-accumulates of the NumPy engine's products on the pinned
+# kernels (about 2.5 us at their 127 GMAC/s on two threads; a per-op cost
+# in seconds would need the step's time, which the prediction does not
+# have). Measured on the seventeenth pass's AMD EPYC under
+# OPENBLAS_CORETYPE=Haswell (issue 16, eighteenth pass, s18auto: the train
+# program's runs alternated in one process, 2 threads, load 3-5, wall
+# minimum graph runtime / NumPy engine, its chain ops, its MACs):
+# MLP b128 SGD 0.84, 44 ops, 205M; transformer 0.77, 129, 1,007M; CNN
+# 0.51, 108, 2,054M (convolutions); demo_functional b128 Adam 0.95, 294,
+# 822M; MLP b128 Adam 1.08, 100, 205M; demo_functional b32 SGD 1.38, 126,
+# 205M; MLP b32 SGD 1.45, 44, 51M; demo_functional b32 Adam 1.73 (and
+# 1.65), 294, 205M. The cost sorts them all: predicted gains 0.11, 0.13,
+# 0.32, 0.06 (XLA took it at 0.74), then 0.02, -0.01, -0.09, -0.26. Not the
+# LSTM (0.75 measured, -0.09 predicted): its 1,026 chain ops are in its
+# scan bodies, where the NumPy engine runs each step's kernels from Python
+# too; it stays on NumPy, as the seventeenth pass's past-the-window run
+# nearly had it (XLA 27.9 against 29.7 CPU ms per step).
+GRAPH_OP_MACS = 300_000
 
 
 def convolution_share(graph):
     """The share of `graph`'s multiply-accumulates in CONVOLUTIONS, bodies
     counted as often as they run; 0.0 for a graph without any."""
-    conv, total = _macs(graph.nodes, [cost_util.node_cost(n) for n in graph.nodes], 1)
+    conv, total, _ = _work(graph)
     return conv / total if total else 0.0
 
 
-def _macs(nodes, costs, repeat):
-    conv = total = 0
+def chain_ops(graph):
+    """The operations the graph runtime runs beyond the NumPy engine's
+    kernels, bodies counted as often as they run: each fused chain's
+    members after its first (TensorFlow runs each member as an op of its
+    own, with its own pass over memory; our engine runs the chain as one
+    kernel)."""
+    return _work(graph)[2]
+
+
+def _work(graph):
+    """(convolution MACs, all MACs, chain_ops) of `graph`."""
+    return _count(graph.nodes, [cost_util.node_cost(n) for n in graph.nodes], 1)
+
+
+def _count(nodes, costs, repeat):
+    conv = total = chained = 0
     for node, cost in zip(nodes, costs):
         total += repeat * cost.macs
         if node.primitive.name in CONVOLUTIONS:
             conv += repeat * cost.macs
+        if node.primitive.name == FUSED_CHAIN:
+            chained += repeat * (len(node.params["chain"]) - 1)
         for part in cost.parts:
-            c, t = _macs(part.graph.nodes, part.costs, repeat * part.repeat)
+            c, t, n = _count(part.graph.nodes, part.costs, repeat * part.repeat)
             conv += c
             total += t
-    return conv, total
+            chained += n
+    return conv, total, chained
 
 
 def blas_below_cpu(info, flags):
@@ -137,9 +204,21 @@ def product_ratio():
     return PINNED_PRODUCT_RATIO if blas_below_cpu(info, cpu_flags()) else OTHER_RATIO
 
 
+@functools.cache
+def convolution_ratio():
+    """The graph runtime's step / the NumPy engine's on convolutions, on
+    this CPU's class (module doc): AVX512_CONVOLUTION_RATIO where the
+    CPU has AVX-512, else CONVOLUTION_RATIO."""
+    return AVX512_CONVOLUTION_RATIO if AVX512_FLAG in cpu_flags() else CONVOLUTION_RATIO
+
+
 def predicted_gain(graph):
     """The share of a step the graph runtime is predicted to save against
     the NumPy engine (negative: to lose)."""
-    share = convolution_share(graph)
+    conv, total, chained = _work(graph)
+    if not total:
+        return 0.0  # no products nor convolutions: nothing measured faster there
+    share = conv / total
     blas = product_ratio() / OTHER_RATIO
-    return 1.0 - blas * (share * CONVOLUTION_RATIO + (1.0 - share) * OTHER_RATIO)
+    dispatch = GRAPH_OP_MACS * chained / total
+    return 1.0 - blas * (share * convolution_ratio() + (1.0 - share) * OTHER_RATIO) - dispatch

@@ -173,9 +173,11 @@ XLA_EXPECTED_GAIN = 0.25
 # below it, the import (about 5 s of CPU, slowing the training beside it
 # 3-5x while it runs on two cores) would not be won back within minutes,
 # and a gain that small is within the noise of the timed turns that
-# choose the engine. The benchmark's CNN was predicted at 18% (its twelfth
-# pass ratio), now at -11% (engine_prediction.CONVOLUTION_RATIO); the MLP,
-# transformer, LSTM and demo_functional at 0.
+# choose the engine. On the seventeenth pass's AVX-512 VM under its
+# OPENBLAS_CORETYPE=Haswell the benchmark's models are predicted at: CNN
+# 32%, transformer 13%, MLP 11%, LSTM -9%, demo_functional (batch 32, Adam)
+# -26% (issue 16, eighteenth pass, s18auto); on an AVX2 host, the products
+# at a tie, only convolutions could pass it.
 MIN_PREDICTED_GAIN = 0.05
 # The prediction decides on hosts of up to this many threads
 # (host_threads.max_threads()); on larger ones `auto` tries TensorFlow's
