@@ -126,11 +126,12 @@ FUSED_CHAIN = "fused_elementwise"
 # 822M; MLP b128 Adam 1.08, 100, 205M; demo_functional b32 SGD 1.38, 126,
 # 205M; MLP b32 SGD 1.45, 44, 51M; demo_functional b32 Adam 1.73 (and
 # 1.65), 294, 205M. The cost sorts them all: predicted gains 0.11, 0.13,
-# 0.32, 0.06 (XLA took it at 0.74), then 0.02, -0.01, -0.09, -0.26. Not the
-# LSTM (0.75 measured, -0.09 predicted): its 1,026 chain ops are in its
-# scan bodies, where the NumPy engine runs each step's kernels from Python
-# too; it stays on NumPy, as the seventeenth pass's past-the-window run
-# nearly had it (XLA 27.9 against 29.7 CPU ms per step).
+# 0.32, 0.06 (XLA there 0.74), then 0.02, -0.01, -0.09, -0.26. Not the
+# LSTM (0.75 measured, -0.09 predicted; its 1,026 chain ops are in its
+# scan bodies, and what makes those cheaper on the graph runtime than
+# their count says was not found): it stays on NumPy, where the
+# seventeenth pass's idle run past the window had `auto` gain little on
+# it (XLA at 27.9 against 29.7 CPU ms per step).
 GRAPH_OP_MACS = 300_000
 
 
