@@ -604,6 +604,20 @@ def test_graph_mode_leaves_broadcasts_to_readers_and_concatenates_padded_sums():
     assert "Transpose" not in ops, ops
 
 
+def test_xla_mode_concatenates_padded_sums():
+    # XLA fuses pads and their sum into a loop testing each piece's bounds
+    # per element (the LSTM's backward scan); a concatenate is one copy.
+    import tensorflow as tf
+
+    from keras_ipu.device.to_tensorflow import emit_graph
+
+    graph = build([aval(*a) for a in _BROADCAST_AVALS], _broadcasts_and_padded_sums)
+    fn = tf.function(lambda *xs: emit_graph(graph, list(xs), mode="xla"), autograph=False)
+    concrete = fn.get_concrete_function(*[tf.TensorSpec(s, d) for s, d in _BROADCAST_AVALS])
+    ops = [op.type for op in concrete.graph.get_operations()]
+    assert "ConcatV2" in ops and "XlaPad" not in ops, ops
+
+
 def _softmax_and_its_gradient(axis):
     from keras_ipu.backend.nn_ops.normalization import softmax
     from keras_ipu.device import autodiff
