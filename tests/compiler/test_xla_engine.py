@@ -348,11 +348,40 @@ DOTS = [
     ((5, 4), (3, 5), (((0,), (1,)), ((), ())), "float32"),
     ((2, 4, 3, 5), (5, 2, 6), (((3,), (0,)), ((0,), (1,))), "float32"),
     ((3, 2, 4), (4, 3, 2), (((0, 2), (1, 0)), ((), ())), "float32"),
+    # Adjacent contracting axes in the same order (the XLA rule merges
+    # them): leading (an LSTM's weight gradient over time and batch),
+    # trailing, apart in the two operands, and with no elements.
+    ((4, 3, 5), (4, 3, 6), (((0, 1), (0, 1)), ((), ())), "float32"),
+    ((2, 3, 4), (5, 3, 4), (((1, 2), (1, 2)), ((), ())), "float32"),
+    ((2, 3, 4, 5), (3, 4, 6), (((1, 2), (0, 1)), ((), ())), "float32"),
+    ((0, 3, 5), (0, 3, 6), (((0, 1), (0, 1)), ((), ())), "float32"),
     ((2, 3), (3,), (((1,), (0,)), ((), ())), "int32"),
     ((3, 4), (4, 2), (((1,), (0,)), ((), ())), "int8"),
     ((3, 4), (4, 2), (((1,), (0,)), ((), ())), "bool"),
     ((3, 4), (4, 2), (((1,), (0,)), ((), ())), "float16"),
 ]
+
+
+def test_xla_mode_merges_adjacent_contracting_axes():
+    # XLA's CPU backend copies an operand to put its several contracting
+    # axes last; one contracting axis it reads in place.
+    import tensorflow as tf
+    from tensorflow.compiler.xla import xla_data_pb2
+
+    from keras_ipu.device.to_tensorflow import emit_graph
+
+    def contracted(lhs, rhs, dims):
+        graph = one("dot_general", [(lhs, "float32"), (rhs, "float32")], dimension_numbers=dims)
+        fn = tf.function(lambda *xs: emit_graph(graph, list(xs), mode="xla"), autograph=False)
+        concrete = fn.get_concrete_function(tf.TensorSpec(lhs), tf.TensorSpec(rhs))
+        (op,) = [op for op in concrete.graph.get_operations() if op.type == "XlaDotV2"]
+        d = xla_data_pb2.DotDimensionNumbers.FromString(op.get_attr("dimension_numbers"))
+        return list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)
+
+    assert contracted((32, 128, 64), (32, 128, 512), (((0, 1), (0, 1)), ((), ()))) == ([0], [0])
+    assert contracted((2, 3, 4, 5), (3, 4, 6), (((1, 2), (0, 1)), ((), ()))) == ([1], [0])
+    # Out of order in one operand: a reshape would pair the wrong elements.
+    assert contracted((3, 2, 4), (4, 3, 2), (((0, 2), (1, 0)), ((), ()))) == ([0, 2], [1, 0])
 
 
 @pytest.mark.parametrize("lhs,rhs,dims,dtype", DOTS)

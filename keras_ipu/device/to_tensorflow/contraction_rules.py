@@ -13,9 +13,37 @@ from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 from keras_ipu.device.to_tensorflow.emitter import xla_rule
 
 
+def _merged_contraction(lhs, rhs, lhs_shape, rhs_shape, lc, rc):
+    """(lhs, rhs, lc, rc) with the contracting axes merged into one where
+    each operand's are adjacent and in the same order (a reshape, no data
+    moved), else as given. XLA's CPU backend takes a product over one axis
+    in any position as it is, but puts an operand's several contracting
+    axes last with a transposing copy: the LSTM's weight gradients over
+    (time, batch) (the embedding's 64 features: 0.6 ms of the 18.8 ms
+    one-thread step for the copy, more than its product lost reading the
+    operand transposed)."""
+    if len(lc) < 2:
+        return lhs, rhs, lc, rc
+
+    def run(axes):
+        return list(axes) == list(range(axes[0], axes[0] + len(axes)))
+
+    if not (run(lc) and run(rc)) or None in lhs_shape or None in rhs_shape:
+        return lhs, rhs, lc, rc
+
+    def merged(x, shape, axes):
+        lo, hi = axes[0], axes[-1] + 1
+        return tf.reshape(x, tuple(shape[:lo]) + (int(np.prod(shape[lo:hi])),) + tuple(shape[hi:]))
+
+    return (merged(lhs, lhs_shape, lc), merged(rhs, rhs_shape, rc), (lc[0],), (rc[0],))
+
+
 @xla_rule("dot_general")
 def _dot_general(ctx, lhs, rhs, *, dimension_numbers, preferred_element_type=None):
     (lc, rc), (lb, rb) = dimension_numbers
+    if not lb:
+        lhs, rhs, lc, rc = _merged_contraction(
+            lhs, rhs, ctx.in_avals[0].shape, ctx.in_avals[1].shape, lc, rc)
     dims = xla_data_pb2.DotDimensionNumbers()
     dims.lhs_contracting_dimensions.extend(lc)
     dims.rhs_contracting_dimensions.extend(rc)
