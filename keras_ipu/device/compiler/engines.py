@@ -102,7 +102,11 @@ runs as usual. An abandoned compile's result is never used.
 Threads: XLA and TensorFlow's kernels use TensorFlow's intra-op pool (all
 cores it may run on), the graph runtime also its inter-op pool;
 `OMP_NUM_THREADS` caps the intra-op pool, when set before TensorFlow
-starts.
+starts. An XLA program also runs on the thread that calls it: a pool of
+N threads makes N + 1 busy threads (a pool of N - 1 took less CPU per
+step in 10 of 12 alternated runs on 2 cores under load, wall undecided;
+the user's TF_NUM_INTRAOP_THREADS sets it: benchmarks/README.md, issue 16
+eighteenth pass (s18xla)).
 """
 
 import atexit
