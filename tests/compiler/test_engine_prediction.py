@@ -328,6 +328,62 @@ def test_a_loop_bodys_chain_ops_count_as_often_as_it_runs():
     assert engine_prediction.chain_ops(graph) == 4 * 2
 
 
+def _steps(inner, avals, length=4):
+    """`inner` (a Graph) as the body of a scan over `length` steps, as the
+    program's loop over steps_per_execution runs a train step."""
+    def outer(b, *args):
+        return b.op("scan", *args, body=inner, length=length, reverse=False, n_carry=1,
+                    n_xs=0, unroll=1)
+
+    return build(avals, outer)
+
+
+def _recurrent(chain, length=32):
+    """A step whose work is a recurrent layer's scan over `length` time
+    steps: the carried (128, 128) rows times a (128, 128) weight, through a
+    chain of `chain` elementwise ops."""
+    def cell(b, h, w, bias):
+        y = b.op("dot_general", h, w, **DOT)
+        for k in range(chain):
+            y = b.op("add", y, bias) if k % 2 == 0 else b.op("mul", y, lit(0.5, "float32"))
+        return [y]
+
+    avals = [aval((128, 128)), aval((128, 128)), aval((128,))]
+    body = build(avals, cell)
+
+    def step(b, h, w, bias):
+        return b.op("scan", h, w, bias, body=body, length=length, reverse=False, n_carry=1,
+                    n_xs=0, unroll=1)
+
+    return _steps(build(avals, step), avals)
+
+
+def test_a_recurrent_scans_chains_are_not_charged_but_the_steps_loops_are(monkeypatch):
+    graph = compile_graph(_recurrent(chain=20)).running_graph
+    assert engine_prediction.chain_ops(graph) == 0
+    # They are there, fused: one scan deeper they would be charged.
+    monkeypatch.setattr(engine_prediction, "UNCHARGED_SCAN_DEPTH", 3)
+    assert engine_prediction.chain_ops(graph) == 4 * 32 * 19
+    monkeypatch.undo()
+    dense = _dense(32, chain=6)
+    stepped = compile_graph(_steps(dense, [v.aval for v in dense.inputs])).running_graph
+    assert engine_prediction.chain_ops(stepped) == 4 * 5
+
+
+def test_on_pinned_kernels_a_recurrent_layers_chains_go_and_straight_line_ones_stay(
+        monkeypatch, avx2_host):
+    # The LSTM's scan bodies against demo_functional at batch 32 with
+    # Adam (UNCHARGED_SCAN_DEPTH): the same chain, 20 ops, on a product of
+    # about the same size, both inside the loop over steps.
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+    recurrent = compile_graph(_recurrent(chain=20)).running_graph
+    assert engine_prediction.predicted_gain(recurrent) >= engines.MIN_PREDICTED_GAIN
+    dense = _dense(32, chain=20)
+    stepped = compile_graph(_steps(dense, [v.aval for v in dense.inputs])).running_graph
+    assert engine_prediction.predicted_gain(stepped) < engines.MIN_PREDICTED_GAIN
+
+
 def test_chain_ops_cost_their_dispatch_against_the_work(monkeypatch, avx2_host):
     monkeypatch.setattr(engine_prediction, "product_ratio",
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)

@@ -133,6 +133,26 @@ FUSED_CHAIN = "fused_elementwise"
 # seventeenth pass's idle run past the window had `auto` gain little on
 # it (XLA at 27.9 against 29.7 CPU ms per step).
 GRAPH_OP_MACS = 300_000
+SCAN = "scan"
+# Chains in the body of a scan inside a scan's body (a recurrent layer's
+# loop over time inside the program's loop over steps_per_execution) are
+# not charged: there the NumPy engine runs its small kernels one at a time
+# per time step (scan_rows.run_steps; on two threads each row block its
+# own loop, their Python turns one at a time under the interpreter lock),
+# and that per-kernel cost, which the multiply-accumulates do not count,
+# is of the size of the graph runtime's extra ops. Measured on the
+# seventeenth pass's AMD EPYC, 2 threads (issue 16, eighteenth pass,
+# s18pred): the LSTM's time-step bodies on the NumPy engine, 195 and 177
+# us per step for all 128 rows, 102/90 for 60 and 115/102 for 68, so
+# 2.8-3.7 us per kernel (7 and 3 of them) beyond their rows' work; the
+# graph runtime, one more elementwise op in a 32-trip while body, 0.63 us
+# on (8, 512), 2.7 on (64, 512), 4.9 on (128, 512) (the same as
+# straight-line); the LSTM's 992 such chain ops (of 1,026) charged as
+# above predicted -9% where its train program ran at 0.75 (0.81) of the
+# NumPy engine's wall; uncharged, +16%. A program whose outermost scan is
+# a recurrent layer's (not the loop over steps) is charged, which errs
+# towards NumPy.
+UNCHARGED_SCAN_DEPTH = 2
 
 
 def convolution_share(graph):
@@ -147,25 +167,28 @@ def chain_ops(graph):
     kernels, bodies counted as often as they run: each fused chain's
     members after its first (TensorFlow runs each member as an op of its
     own, with its own pass over memory; our engine runs the chain as one
-    kernel)."""
+    kernel), except in the body of a scan inside a scan's body
+    (UNCHARGED_SCAN_DEPTH)."""
     return _work(graph)[2]
 
 
 def _work(graph):
     """(convolution MACs, all MACs, chain_ops) of `graph`."""
-    return _count(graph.nodes, [cost_util.node_cost(n) for n in graph.nodes], 1)
+    return _count(graph.nodes, [cost_util.node_cost(n) for n in graph.nodes], 1, 0)
 
 
-def _count(nodes, costs, repeat):
+def _count(nodes, costs, repeat, scans):
+    """`scans`: how many scans' bodies hold `nodes`."""
     conv = total = chained = 0
     for node, cost in zip(nodes, costs):
         total += repeat * cost.macs
         if node.primitive.name in CONVOLUTIONS:
             conv += repeat * cost.macs
-        if node.primitive.name == FUSED_CHAIN:
+        if node.primitive.name == FUSED_CHAIN and scans < UNCHARGED_SCAN_DEPTH:
             chained += repeat * (len(node.params["chain"]) - 1)
+        inner = scans + (node.primitive.name == SCAN)
         for part in cost.parts:
-            c, t, n = _count(part.graph.nodes, part.costs, repeat * part.repeat)
+            c, t, n = _count(part.graph.nodes, part.costs, repeat * part.repeat, inner)
             conv += c
             total += t
             chained += n
