@@ -68,7 +68,10 @@ as an op of its own, with its dispatch and its own pass. Those ops
 as they run) are charged GRAPH_OP_MACS each, in the NumPy engine's
 product multiply-accumulates, against the program's: long chains on
 small products (batch 32; Adam's update of every weight) lose, the same
-chains on large products do not.
+chains on large products do not. Not charged: the chains of a recurrent
+layer's time steps (a scan inside the loop over steps), where the NumPy
+engine's own per-kernel cost, which the multiply-accumulates do not
+count either, is of the same size (UNCHARGED_SCAN_DEPTH).
 """
 
 import functools
@@ -126,12 +129,8 @@ FUSED_CHAIN = "fused_elementwise"
 # 822M; MLP b128 Adam 1.08, 100, 205M; demo_functional b32 SGD 1.38, 126,
 # 205M; MLP b32 SGD 1.45, 44, 51M; demo_functional b32 Adam 1.73 (and
 # 1.65), 294, 205M. The cost sorts them all: predicted gains 0.11, 0.13,
-# 0.32, 0.06 (XLA there 0.74), then 0.02, -0.01, -0.09, -0.26. Not the
-# LSTM (0.75 measured, -0.09 predicted; its 1,026 chain ops are in its
-# scan bodies, and what makes those cheaper on the graph runtime than
-# their count says was not found): it stays on NumPy, where the
-# seventeenth pass's idle run past the window had `auto` gain little on
-# it (XLA at 27.9 against 29.7 CPU ms per step).
+# 0.32, 0.06 (XLA there 0.74), then 0.02, -0.01, -0.09, -0.26. The LSTM
+# (0.75) only once its scans' chains are left out (UNCHARGED_SCAN_DEPTH).
 GRAPH_OP_MACS = 300_000
 SCAN = "scan"
 # Chains in the body of a scan inside a scan's body (a recurrent layer's
@@ -147,10 +146,13 @@ SCAN = "scan"
 # 2.8-3.7 us per kernel (7 and 3 of them) beyond their rows' work; the
 # graph runtime, one more elementwise op in a 32-trip while body, 0.63 us
 # on (8, 512), 2.7 on (64, 512), 4.9 on (128, 512) (the same as
-# straight-line); the LSTM's 992 such chain ops (of 1,026) charged as
-# above predicted -9% where its train program ran at 0.75 (0.81) of the
-# NumPy engine's wall; uncharged, +16%. A program whose outermost scan is
-# a recurrent layer's (not the loop over steps) is charged, which errs
+# straight-line). The LSTM's 992 such chain ops (of 1,026) charged as
+# above predicted -9%; uncharged, +16%, where fit_throughput.py (2
+# rounds, load 1.5) ran it on the graph runtime at 24.7 against 30.0 CPU
+# ms per step (0.82; wall 0.97, at load 4-5 about 0.5, the NumPy
+# engine's row blocks backing off), on XLA at 23.0, and at one thread at
+# 17.5 against 26.9 (wall 0.65). A program whose outermost scan is a
+# recurrent layer's (not the loop over steps) is charged, which errs
 # towards NumPy.
 UNCHARGED_SCAN_DEPTH = 2
 
