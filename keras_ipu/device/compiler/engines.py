@@ -179,8 +179,8 @@ XLA_EXPECTED_GAIN = 0.25
 # and a gain that small is within the noise of the timed turns that
 # choose the engine. On the seventeenth pass's AVX-512 VM under its
 # OPENBLAS_CORETYPE=Haswell the benchmark's models are predicted at: CNN
-# 32%, transformer 13%, MLP 11%, LSTM -9%, demo_functional (batch 32, Adam)
-# -26% (issue 16, eighteenth pass, s18auto); on an AVX2 host, the products
+# 32%, LSTM 16%, transformer 13%, MLP 11%, demo_functional (batch 32, Adam)
+# -26% (issue 16, eighteenth pass, s18auto and s18pred); on an AVX2 host, the products
 # at a tie, only convolutions could pass it.
 MIN_PREDICTED_GAIN = 0.05
 # The prediction decides on hosts of up to this many threads
