@@ -5,7 +5,6 @@ gradient is already part of the traced program)."""
 
 import tensorflow as tf
 
-from keras_ipu.device.compiler.fusion import unfused_graph
 from keras_ipu.device.to_tensorflow.emitter import graph_rule
 from keras_ipu.device.to_tensorflow.emitter import rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
@@ -162,11 +161,3 @@ def _remat(ctx, *operands, graph):
 @rule("custom_vjp")
 def _custom_vjp(ctx, *operands, fwd, bwd, n_outputs, n_args, bwd_nonzero):
     return tuple(ctx.emit(fwd, list(operands)))
-
-
-@rule("fused_elementwise")
-def _fused(ctx, *operands, chain, results, **_placement):
-    # The compiler's fused chain (compiler/fusion.py) is emitted op by op:
-    # XLA fuses it again its own way.
-    graph = unfused_graph(chain, results, ctx.in_avals)
-    return tuple(ctx.emit(graph, list(operands)))

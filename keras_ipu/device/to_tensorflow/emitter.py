@@ -177,9 +177,11 @@ def missing_rules(graph, mode="xla"):
 def _inline_chains(graph):
     """`graph` with each fused elementwise chain (compiler/fusion.py) as
     its primitives, in place: the graph runtime runs a chain op by op
-    anyway, and the rewrites below then see through chains (a
-    broadcast read by a chain's product, a softmax's parts in two
-    chains). Same ops, same values."""
+    anyway, XLA fuses it again its own way, and the rewrites below then
+    see through chains (a broadcast read by a chain's product, a
+    softmax's parts in two chains). Both modes run it on every graph
+    and sub-graph they emit, so no chain reaches the rule table
+    (missing_rules reads a chain's members). Same ops, same values."""
     if not any(n.primitive.name == "fused_elementwise" for n in graph.nodes):
         return graph
     nodes, env = [], {}
