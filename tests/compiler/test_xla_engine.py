@@ -905,6 +905,56 @@ def test_our_tensorflow_import_is_quiet_unless_the_user_chose():
     assert environ == {}
 
 
+def test_tensorflows_pools_take_the_host_thread_cap_unless_the_user_sized_them():
+    intra, inter = engines.TF_POOL_VARIABLES
+    assert engines.tensorflow_pool_sizes({}) == {}  # TensorFlow's default: the cores
+    # A cap of 1: one thread in each pool (XLA then runs on the caller alone).
+    assert engines.tensorflow_pool_sizes({"KERAS_IPU_HOST_THREADS": "1"}) == {intra: 1, inter: 1}
+    # The smallest cap set, as for the NumPy engine's kernels.
+    assert engines.tensorflow_pool_sizes(
+        {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "2"}) == {intra: 2, inter: 2}
+    assert engines.tensorflow_pool_sizes({"OMP_NUM_THREADS": "4"}) == {intra: 4, inter: 4}
+    # TensorFlow's own variable is the user's word for its pool.
+    assert engines.tensorflow_pool_sizes(
+        {"KERAS_IPU_HOST_THREADS": "1", intra: "3"}) == {inter: 1}
+    assert engines.tensorflow_pool_sizes(
+        {"MKL_NUM_THREADS": "2", intra: "2", inter: "2"}) == {}
+
+
+_POOLS = """
+import sys
+sys.modules['jax'] = None
+{prelude}
+from keras_ipu.device.compiler import engines
+tf = engines._tensorflow()
+tf.add(tf.constant(1.0), 1.0)  # the runtime started: its pools made
+config = tf.config.threading
+print(config.get_intra_op_parallelism_threads(), config.get_inter_op_parallelism_threads())
+"""
+
+
+@pytest.mark.parametrize("env, prelude, sizes", [
+    ({"KERAS_IPU_HOST_THREADS": "1"}, "", "1 1"),
+    # 0: TensorFlow reads its variable (or takes the cores).
+    ({"KERAS_IPU_HOST_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "2"}, "", "0 1"),
+    ({}, "", "0 0"),
+    # The user sized a pool, or started TensorFlow's runtime, before us.
+    ({"OPENBLAS_NUM_THREADS": "1"},
+     "import tensorflow as tf; tf.config.threading.set_intra_op_parallelism_threads(3)", "3 1"),
+    ({"OPENBLAS_NUM_THREADS": "1"}, "import tensorflow as tf; tf.add(1.0, 1.0)", "0 0"),
+])
+def test_our_tensorflow_start_sizes_its_pools(env, prelude, sizes):
+    from keras_ipu.device.native import threads
+
+    unset = {*threads.CAP_VARIABLES, *engines.TF_POOL_VARIABLES}
+    environ = {k: v for k, v in os.environ.items() if k not in unset}
+    out = subprocess.run([sys.executable, "-c", _POOLS.format(prelude=prelude)],
+                         env={**environ, **env}, capture_output=True, text=True,
+                         timeout=HANG_LIMIT_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == sizes
+
+
 def test_fit_on_each_tensorflow_engine_matches_numpy_and_numpy_never_emits():
     numpy_losses, numpy_rest = _mlp_losses("numpy")
     assert numpy_rest == ["['numpy']", "False"]

@@ -99,14 +99,25 @@ and an import during the exit fails anyway: "can't register atexit
 after shutdown"). Python's own finalization, atexit handlers included,
 runs as usual. An abandoned compile's result is never used.
 
-Threads: XLA and TensorFlow's kernels use TensorFlow's intra-op pool (all
-cores it may run on), the graph runtime also its inter-op pool;
-`OMP_NUM_THREADS` caps the intra-op pool, when set before TensorFlow
-starts. An XLA program also runs on the thread that calls it: a pool of
-N threads makes N + 1 busy threads (a pool of N - 1 took less CPU per
-step in 10 of 12 alternated runs on 2 cores under load, wall undecided;
-the user's TF_NUM_INTRAOP_THREADS sets it: benchmarks/README.md, issue 16
-eighteenth pass (s18xla)).
+Threads: XLA and TensorFlow's kernels use TensorFlow's intra-op pool, the
+graph runtime also its inter-op pool. Where the user caps the host threads
+(device/native/threads.py's variables: `KERAS_IPU_HOST_THREADS`,
+`OPENBLAS_NUM_THREADS`, `OMP_NUM_THREADS`, `MKL_NUM_THREADS`, the smallest
+set one), both pools get that size when TensorFlow is imported for us
+(tensorflow_pool_sizes); with no cap set, TensorFlow's default (the cores
+this process may use). The user's own `TF_NUM_INTRAOP_THREADS` /
+`TF_NUM_INTEROP_THREADS`, a `tf.config.threading` size set before, or a
+TensorFlow runtime already started keeps its size. Measured on TensorFlow
+2.21 (benchmarks/README.md, issue 16, nineteenth pass (s19one)): with an
+intra-op pool of one thread an XLA program runs on its calling thread
+alone, so a cap of 1 keeps one busy thread (a pool of 2 on one core took
+8-15% more CPU per step: MLP, LSTM, demo_functional); with a pool of
+N >= 2 it runs on the caller and the N pool threads, N + 1 busy threads.
+So a pool of N - 1 is the caller alone at N = 2: on 2 cores under load
+(another process busy) it took less CPU and wall time than the pool of 2
+(LSTM 16.7-17.0 against 20.6-21.0 ms per step), but idle the pool of 2
+runs the step on about 1.5 cores (eighteenth pass): 2 cores keep the pool
+of 2, TensorFlow's default there.
 """
 
 import atexit
@@ -288,9 +299,47 @@ def quiet_tensorflow_start(environ=os.environ, modules=sys.modules):
         environ.setdefault(TF_LOG_LEVEL_ENV, QUIET_TF_LOG_LEVEL)
 
 
+# TensorFlow's variables for the sizes of its intra-op pool (its kernels'
+# threads, XLA's included) and its inter-op pool (the graph runtime's
+# operations at once), in that order: a value the user set is theirs.
+TF_POOL_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+
+def tensorflow_pool_sizes(environ=os.environ):
+    """{pool variable: size} for TensorFlow's pools whose size is ours to
+    set: the host-thread cap (device/native/threads.py's variables, the
+    smallest set one) for each pool whose variable the user left unset;
+    {} where no cap is set (TensorFlow's default: the cores this process
+    may use). The module doc's Threads paragraph says why."""
+    cap = host_threads.user_cap(environ)
+    if cap is None:
+        return {}
+    return {name: cap for name in TF_POOL_VARIABLES if not environ.get(name, "").strip()}
+
+
+def _size_pools(tf):
+    """TensorFlow's pools sized by tensorflow_pool_sizes, except one the
+    user sized with tf.config.threading, or once TensorFlow's runtime runs
+    (its pools exist: the user ran TensorFlow first)."""
+    config = tf.config.threading
+    pools = dict(zip(TF_POOL_VARIABLES, (
+        (config.get_intra_op_parallelism_threads, config.set_intra_op_parallelism_threads),
+        (config.get_inter_op_parallelism_threads, config.set_inter_op_parallelism_threads),
+    )))
+    for name, size in tensorflow_pool_sizes().items():
+        get, set_size = pools[name]
+        if get() != 0:  # 0 until someone sets it
+            continue
+        try:
+            set_size(size)
+        except RuntimeError:
+            logger.debug("TensorFlow already running: its pools keep their size "
+                         "(%s=%d not applied)", name, size)
+            return
+
+
 def _tensorflow():
-    """TensorFlow, imported (once) and its intra-op pool capped by
-    OMP_NUM_THREADS when the user set it."""
+    """TensorFlow, imported (once) and its pools sized (_size_pools)."""
     global _tf_configured
     with _tf_lock:
         quiet_tensorflow_start()
@@ -298,12 +347,7 @@ def _tensorflow():
 
         if not _tf_configured:
             _tf_configured = True
-            threads = os.environ.get("OMP_NUM_THREADS")
-            if threads and threads.isdigit() and not os.environ.get("TF_NUM_INTRAOP_THREADS"):
-                try:
-                    tf.config.threading.set_intra_op_parallelism_threads(int(threads))
-                except RuntimeError:  # TensorFlow already running
-                    pass
+            _size_pools(tf)
         return tf
 
 

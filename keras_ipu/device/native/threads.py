@@ -202,10 +202,12 @@ _lock = threading.Lock()
 _local = threading.local()
 
 
-def _user_cap():
+def user_cap(environ=os.environ):
+    """The smallest of the CAP_VARIABLES set in `environ` (None: none is
+    set). TensorFlow's pools follow it too (compiler/engines.py)."""
     values = []
     for name in CAP_VARIABLES:
-        value = os.environ.get(name, "").strip()
+        value = environ.get(name, "").strip()
         if value:
             try:
                 values.append(max(1, int(value)))
@@ -225,7 +227,7 @@ def max_threads():
         return local
     global _cap
     if _cap is None:
-        cap = _user_cap()
+        cap = user_cap()
         if cap is None:
             try:
                 cap = len(os.sched_getaffinity(0))
