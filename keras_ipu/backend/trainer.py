@@ -640,6 +640,14 @@ class IPUTrainer(base_trainer.Trainer):
     def _run_executions_of(self, epoch_iterator, function, on_begin, on_end, stop_flag, last,
                            per_step):
         if on_begin is None:
+            # One execution after the other on this thread, where Keras' JAX
+            # loop takes the next batch while XLA runs the step. Overlapping
+            # ours (the executions on a worker thread while this one takes
+            # the next batches, or the batches taken by a thread of their
+            # own) did not pay on 2 cores: the Python outside the programs
+            # is 0.2-0.3 CPU ms of an MLP or demo_functional step, and under
+            # load the step is bound by CPU, which the handoffs add to
+            # (benchmarks/README.md, issue 16, nineteenth pass (s19step)).
             for _, _, batches in epoch_iterator:
                 last = function(batches)
                 if getattr(self, stop_flag):
