@@ -1307,21 +1307,80 @@ def test_a_candidate_failing_in_a_timed_run_is_dropped(monkeypatch, caplog, warm
     assert any("kernel refused (test)" in r.message for r in caplog.records)
 
 
-def test_auto_on_one_host_thread_never_compiles(monkeypatch):
-    # One core (or a cap of 1): a "background" compile would run on the
-    # program's own core, so auto keeps NumPy without loading TensorFlow.
+def _one_thread_runner(monkeypatch, rent=0.0, min_gain=float("-inf")):
+    """A TieredRunner of _graph() on one host thread, hot at once, with
+    `rent` and MIN_PREDICTED_GAIN `min_gain`; GraphProgram.build notes the
+    thread it ran in: (runner, the threads, inputs, NumPy's results of them)."""
     monkeypatch.setenv(engines.ENV, "auto")
     monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
-    monkeypatch.setattr(engines, "MIN_PREDICTED_GAIN", float("-inf"))
+    monkeypatch.setattr(engines, "ONE_THREAD_RENT_SECONDS", rent)
+    monkeypatch.setattr(engines, "MIN_PREDICTED_GAIN", min_gain)
     monkeypatch.setattr(engines.host_threads, "_cap", 1)
+    built_in = []
+    build = engines.GraphProgram.build.__func__
+
+    def noting_build(cls, executable, check=None):
+        built_in.append(threading.current_thread())
+        return build(cls, executable, check)
+
+    monkeypatch.setattr(engines.GraphProgram, "build", classmethod(noting_build))
     exe = compile_graph(_graph())
-    x, w = f32(8, 6), f32(6, 5)
-    want = exe.run_unchecked([x, w])
+    arrays = [f32(8, 6), f32(6, 5)]
+    return engines.TieredRunner(exe), built_in, arrays, exe.run_unchecked(list(arrays))
+
+
+def test_auto_on_one_host_thread_prepares_the_graph_runtime_in_the_programs_run(monkeypatch,
+                                                                                caplog):
+    # No background (it would take the program's own core): a run of the
+    # program prepares the graph runtime in its thread and returns its
+    # results; the runs after time it against NumPy, then it is final.
+    runner, built_in, (x, w), want = _one_thread_runner(monkeypatch)
+    outs = [runner([x, w])]  # NumPy: hot after it
+    assert runner.last_engine == "numpy" and runner.engine == "foreground"
+    with caplog.at_level("INFO", logger="keras_ipu.device"):
+        outs.append(runner([x, w]))  # prepares, and says so (INFO: quiet by default)
+    assert [r.levelname for r in caplog.records if "in this thread" in r.message] == ["INFO"]
+    assert built_in == [threading.main_thread()] and runner.thread is None
+    assert runner.last_engine == "tensorflow" and runner.engine == "timing"
+    ran = []
+    for _ in range(engines.WARM_UP_RUNS + 2 * engines.TIMED_RUNS):
+        outs.append(runner([x, w]))
+        ran.append(runner.last_engine)
+    assert ran == ["tensorflow"] * engines.WARM_UP_RUNS + ["numpy", "tensorflow"] * engines.TIMED_RUNS
+    assert runner.engine == "final" and runner.candidate is None
+    outs.append(runner([x, w]))
+    assert runner.last_engine == runner.current_name in ("numpy", "tensorflow")
+    assert built_in == [threading.main_thread()] and runner.thread is None
+    whats = [what for _, what in runner.events]
+    assert whats[0].startswith("one host thread: preparing tensorflow")
+    assert whats[1].startswith("tensorflow ready") and whats[-1].startswith("keeps ")
+    for out in outs:
+        for g, wv in zip(out, want):
+            np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_on_one_host_thread_waits_for_the_programs_rent(monkeypatch):
+    # Hot and predicted to pay, but the stall is bought only once the
+    # program has run ONE_THREAD_RENT_SECONDS of CPU: until then NumPy.
+    runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, rent=3600.0)
     for _ in range(3):
-        got = exe.run(x, w)
-    runner = exe._engine_run
-    assert isinstance(runner, engines.TieredRunner)
-    assert runner.engine == "final" and runner.thread is None
+        got = runner([x, w])
+    assert runner.engine == "foreground" and runner.last_engine == "numpy"
+    assert built_in == [] and runner.thread is None
+    runner.program_seconds = 3600.0
+    runner([x, w])
+    assert built_in == [threading.main_thread()] and runner.last_engine == "tensorflow"
+    for g, wv in zip(got, want):
+        np.testing.assert_array_equal(g, wv)
+
+
+def test_auto_on_one_host_thread_keeps_numpy_for_a_program_predicted_not_to_pay(monkeypatch):
+    runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, min_gain=float("inf"))
+    for _ in range(3):
+        got = runner([x, w])
+    assert runner.engine == "final" and runner.current_name == "numpy"
+    assert built_in == [] and runner.thread is None
+    assert any("stays on numpy" in what for _, what in runner.events)
     for g, wv in zip(got, want):
         np.testing.assert_array_equal(g, wv)
 

@@ -52,10 +52,16 @@ cycles, profiles) always come from the Executable's own program:
   suite, `compute_output_spec`, a few predict calls) never load
   TensorFlow. With one host thread (one core, or a cap of 1 from the
   variables device/native/threads.py reads) there is no background:
-  the compile would take the core the program runs on, so `auto` stays on
-  NumPy (measured in issue 16: the one-thread MLP's CPU per step doubled
-  for about 150 steps while TensorFlow was imported and the step
-  compiled, and XLA was then not kept).
+  a compile beside the program would take the core it runs on (measured
+  in issue 16: the one-thread MLP's CPU per step doubled for about 150
+  steps while TensorFlow was imported and the step compiled), and a niced
+  one would starve there. So a hot program the prediction says could pay
+  runs on NumPy until it has paid the rent of ONE_THREAD_RENT_SECONDS of
+  program CPU (rent-or-buy on the stall), then one of its runs imports
+  TensorFlow and prepares the graph runtime (ONE_THREAD_CANDIDATE; not
+  XLA after it) in the program's thread at its priority, the program
+  waiting for it (a few seconds: an INFO line on the `keras_ipu.device`
+  logger says so), and the timed turns against NumPy decide as above.
   Priority: the background compile (TensorFlow's import, XLA's trace and
   compile) runs at the lowest priority (nice 19), so it takes only CPU
   that training and other processes leave idle. Measured in issue 16 on
@@ -211,6 +217,30 @@ AUTO_CANDIDATES = ("tensorflow", "xla")
 # ninth pass), and at nice 19 on a busy machine it took 46 s to never, so
 # that `auto` stayed on NumPy where the graph runtime was 1.3-2.5x faster.
 CALLER_PREPARES = ("tensorflow",)
+# On one host thread (module doc): the candidate prepared, by a run of the
+# program, in its thread. The graph runtime alone: XLA after it saved 0-6%
+# at one thread (TensorFlow 2.21, the seventeenth pass's AMD EPYC, pinned;
+# issue 16, nineteenth pass, s19one: MLP b128 SGD 2.5 against 2.4 CPU ms
+# per step, LSTM 16.7 against 17.8), within the noise of the timed turns
+# that would choose it, for another stall of the training of about four
+# times the graph runtime's preparation (XLA_PREPARATION_RATIO): nothing
+# runs the program meanwhile.
+ONE_THREAD_CANDIDATE = "tensorflow"
+# The program CPU seconds a hot program on one host thread runs on NumPy
+# before that run: rent-or-buy, the price being the stall (TensorFlow's
+# import, 2.3 s of CPU after Keras', the trace and the graph's first run)
+# and the rent what the graph runtime would save meanwhile, about
+# ONE_THREAD_EXPECTED_GAIN of the program's CPU. A program that stops just
+# after it paid then took at most 1 + ONE_THREAD_EXPECTED_GAIN times its
+# time on NumPy alone. Measured at one thread (s19one, as above): the graph
+# runtime's step / the NumPy engine's MLP 0.59 (2.4 / 4.1 CPU ms), LSTM
+# 0.63 (17.8 / 28.3), demo_functional b32 Adam 1.28 (7.3 / 5.7; predicted
+# to lose, -26%, so never prepared); the 2-thread prediction says 11% and
+# 16% for the first two: its sign holds, its size errs towards NumPy, so
+# it decides whether and this measured gain when.
+ONE_THREAD_PREPARATION_SECONDS = 3.0
+ONE_THREAD_EXPECTED_GAIN = 0.35
+ONE_THREAD_RENT_SECONDS = ONE_THREAD_PREPARATION_SECONDS / ONE_THREAD_EXPECTED_GAIN
 
 
 def engine_setting():
@@ -558,9 +588,9 @@ class TieredRunner:
         self.executable = executable
         # numpy (not hot yet) | compiling | preparing (the next run
         # prepares a candidate: CALLER_PREPARES) | timing (a candidate) |
-        # final.
-        # On one host thread nothing is compiled (module doc).
-        self.engine = "numpy" if host_threads.max_threads() > 1 else "final"
+        # final; on one host thread foreground (the graph runtime is
+        # prepared by a run once the program has paid its rent).
+        self.engine = "numpy"
         # Process CPU seconds spent in the program's runs (all engines).
         self.program_seconds = 0.0
         # The fastest engine so far, its name and its timed runs (beside
@@ -583,6 +613,9 @@ class TieredRunner:
         self.candidate_times = []
         self.current_times = []
         self.timed = threading.Event()
+        # The state once a candidate is timed: the compile thread goes on,
+        # or, on one host thread (no compile thread), final.
+        self.after_timing = "compiling"
         # The candidate the next run prepares, and (program or None, CPU
         # seconds) once it did (`prepared` set).
         self.to_prepare = None
@@ -611,11 +644,15 @@ class TieredRunner:
             return self._timed_run(arrays)
         if engine == "preparing":
             return self._prepare_here(arrays)
+        if engine == "foreground" and self.program_seconds >= ONE_THREAD_RENT_SECONDS:
+            return self._prepare_in_foreground(arrays)
         if engine == "numpy" and self.program_seconds >= HOT_SECONDS:
-            if self._could_pay():
-                self._start_compile(arrays)
-            else:
+            if not self._could_pay():
                 self.engine = "final"
+            elif host_threads.max_threads() == 1:
+                self.engine = "foreground"  # after its rent (ONE_THREAD_RENT_SECONDS)
+            else:
+                self._start_compile(arrays)
         self.last_engine = self.current_name
         # CPU time, as the compile's cost is counted: on a busy machine
         # wall time would call a program hot after a few slow runs.
@@ -765,6 +802,37 @@ class TieredRunner:
         self.last_engine = name
         return out
 
+    def _prepare_in_foreground(self, arrays):
+        """On one host thread: this run imports TensorFlow and prepares its
+        graph runtime (_prepare_here), at the program's priority, then the
+        runs after time it against NumPy (module doc)."""
+        name = ONE_THREAD_CANDIDATE
+        self.engine = self.after_timing = "final"  # whatever happens below, once
+        start = time.thread_time()
+        self._event(f"one host thread: preparing {name} in the program's thread")
+        # Seconds without a step: said where a user looks for it, quietly
+        # (INFO, as the choice after the timed runs).
+        logger.info("%s: preparing TensorFlow's graph runtime in this thread (one "
+                    "host thread): TensorFlow's import and the trace, a few seconds",
+                    self.executable.name)
+        try:
+            _tensorflow()
+        except ImportError as error:
+            _note(f"{self.executable.name or 'a program'} runs on NumPy: "
+                  f"TensorFlow could not be imported ({error!r})")
+            return self._current_run(arrays)
+        self.to_prepare = name
+        out = self._prepare_here(arrays)
+        program, _ = self.prepared_program
+        self.engine = "final"
+        if program is not None:
+            self.candidate, self.warm_up = program, WARM_UP_RUNS
+            self.candidate_times, self.current_times = [], []
+            self._event(f"{name} ready ({time.thread_time() - start:.2f} s of CPU "
+                        "to import TensorFlow and prepare)")
+            self.engine = "timing"
+        return out
+
     def _candidate_run(self, program, arrays):
         """`program`'s results of `arrays`, or None when it failed (noted
         once): TensorFlow writes into no input, so the engine so far then
@@ -857,7 +925,7 @@ class TieredRunner:
         """The candidate dropped or kept: the compile thread goes on to the
         next candidate, or ends."""
         self.candidate, self.candidate_times, self.current_times = None, [], []
-        self.engine = "compiling"
+        self.engine = self.after_timing
         self.timed.set()
 
 
