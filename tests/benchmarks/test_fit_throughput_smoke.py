@@ -46,7 +46,8 @@ def test_quick_ipu_run_writes_report(tmp_path):
 
     ipu = report["results"]["ipu"]
     assert ipu["affinity"] == config["cpu_affinity"]
-    # One thread: `auto` stays on NumPy, and nothing seeds TensorFlow.
+    # A quick run never gets hot: `auto` stays on NumPy, and nothing seeds
+    # TensorFlow.
     assert ipu["tensorflow_loaded"] is False
     assert config["rounds"] == 1 and config["round_orders"] == [["ipu"]]
     assert config["keras_seed"] is False
@@ -68,8 +69,8 @@ def test_quick_ipu_run_writes_report(tmp_path):
     assert mlp["concurrency_per_step"] == {
         "launched": 0.0, "on_c_pool": 0.0, "c_pool_run_by_caller": 0.0,
         "ran_in_caller": 0.0, "late": 0.0}
-    # Each epoch's engine (one host thread: auto stays on NumPy, nothing
-    # prepared in the background).
+    # Each epoch's engine (never hot: auto stays on NumPy, nothing
+    # prepared).
     assert [e["epoch"] for e in mlp["epochs"]] == [0, 1, 2]
     assert [e["engine"] for e in mlp["epochs"]] == ["numpy"] * 3
     assert [e["s"] for e in mlp["epochs"][1:]] == [round(t, 3) for t in mlp["timed_epoch_s"]]

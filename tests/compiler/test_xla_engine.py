@@ -1040,19 +1040,25 @@ def _a_run_prepares(monkeypatch):
     return runner, got[0], out, want
 
 
+def _threads_building_graph_programs(monkeypatch):
+    """The list GraphProgram.build appends its calling thread to from now."""
+    threads = []
+    build = engines.GraphProgram.build.__func__
+
+    def noting_build(cls, executable, check=None):
+        threads.append(threading.current_thread())
+        return build(cls, executable, check)
+
+    monkeypatch.setattr(engines.GraphProgram, "build", classmethod(noting_build))
+    return threads
+
+
 def test_the_graph_runtime_is_prepared_by_a_run_of_the_program(monkeypatch):
     # Not in the niced background (which a busy machine starves): the run
     # that finds the compile thread asking traces the candidate in the
     # caller's thread and returns the candidate's results of its inputs;
     # the compile thread gets the program and the CPU it took.
-    traced_in = []
-    build = engines.GraphProgram.build.__func__
-
-    def noting_build(cls, executable, check=None):
-        traced_in.append(threading.current_thread())
-        return build(cls, executable, check)
-
-    monkeypatch.setattr(engines.GraphProgram, "build", classmethod(noting_build))
+    traced_in = _threads_building_graph_programs(monkeypatch)
     runner, (program, cpu), out, want = _a_run_prepares(monkeypatch)
     assert traced_in == [threading.main_thread()] and runner.last_engine == "tensorflow"
     assert isinstance(program, engines.GraphProgram) and cpu > 0
@@ -1316,14 +1322,7 @@ def _one_thread_runner(monkeypatch, rent=0.0, min_gain=float("-inf")):
     monkeypatch.setattr(engines, "ONE_THREAD_RENT_SECONDS", rent)
     monkeypatch.setattr(engines, "MIN_PREDICTED_GAIN", min_gain)
     monkeypatch.setattr(engines.host_threads, "_cap", 1)
-    built_in = []
-    build = engines.GraphProgram.build.__func__
-
-    def noting_build(cls, executable, check=None):
-        built_in.append(threading.current_thread())
-        return build(cls, executable, check)
-
-    monkeypatch.setattr(engines.GraphProgram, "build", classmethod(noting_build))
+    built_in = _threads_building_graph_programs(monkeypatch)
     exe = compile_graph(_graph())
     arrays = [f32(8, 6), f32(6, 5)]
     return engines.TieredRunner(exe), built_in, arrays, exe.run_unchecked(list(arrays))
@@ -1352,8 +1351,9 @@ def test_auto_on_one_host_thread_prepares_the_graph_runtime_in_the_programs_run(
     assert runner.last_engine == runner.current_name in ("numpy", "tensorflow")
     assert built_in == [threading.main_thread()] and runner.thread is None
     whats = [what for _, what in runner.events]
-    assert whats[0].startswith("one host thread: preparing tensorflow")
-    assert whats[1].startswith("tensorflow ready") and whats[-1].startswith("keeps ")
+    assert whats[0].startswith("hot: one host thread")
+    assert whats[1].startswith("one host thread: preparing tensorflow")
+    assert whats[2].startswith("tensorflow ready") and whats[-1].startswith("keeps ")
     for out in outs:
         for g, wv in zip(out, want):
             np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)

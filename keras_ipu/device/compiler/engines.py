@@ -237,7 +237,13 @@ ONE_THREAD_CANDIDATE = "tensorflow"
 # 0.63 (17.8 / 28.3), demo_functional b32 Adam 1.28 (7.3 / 5.7; predicted
 # to lose, -26%, so never prepared); the 2-thread prediction says 11% and
 # 16% for the first two: its sign holds, its size errs towards NumPy, so
-# it decides whether and this measured gain when.
+# it decides whether and this measured gain when. With this rule
+# (fit_throughput.py --threads 1 --min-timed-seconds 40, 2 rounds, load
+# 3-4.8, s19auto1): the graph runtime's epochs / the NumPy engine's, CPU
+# per step, MLP 0.66 and 0.74, LSTM 0.64 and 0.66; the stall 1.5-1.7 s of
+# the program thread's CPU, 1.9-3.3 s of wall on the shared core (the
+# import from a warm page cache); fit's default 5 s window never reached
+# the rent (the MLP and LSTM unchanged there).
 ONE_THREAD_PREPARATION_SECONDS = 3.0
 ONE_THREAD_EXPECTED_GAIN = 0.35
 ONE_THREAD_RENT_SECONDS = ONE_THREAD_PREPARATION_SECONDS / ONE_THREAD_EXPECTED_GAIN
@@ -650,7 +656,9 @@ class TieredRunner:
             if not self._could_pay():
                 self.engine = "final"
             elif host_threads.max_threads() == 1:
-                self.engine = "foreground"  # after its rent (ONE_THREAD_RENT_SECONDS)
+                self.engine = "foreground"
+                self._event(f"hot: one host thread, {ONE_THREAD_CANDIDATE} prepared after "
+                            f"{ONE_THREAD_RENT_SECONDS:.1f} s of program CPU")
             else:
                 self._start_compile(arrays)
         self.last_engine = self.current_name
