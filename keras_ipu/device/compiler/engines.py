@@ -832,7 +832,7 @@ class TieredRunner:
         self.to_prepare = name
         out = self._prepare_here(arrays)
         program, _ = self.prepared_program
-        self.engine = "final"
+        self.engine = "final"  # not "compiling": no compile thread takes over
         if program is not None:
             self.candidate, self.warm_up = program, WARM_UP_RUNS
             self.candidate_times, self.current_times = [], []
