@@ -412,3 +412,188 @@ def test_a_program_without_products_is_predicted_to_gain_nothing(monkeypatch):
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)
     graph = compile_graph(build([aval((8, 8))], lambda b, x: [b.op("exp", x)])).running_graph
     assert engine_prediction.predicted_gain(graph) == 0.0
+
+
+# -- XLA's answer (predicted_xla_gain) and the order of auto's candidates ------
+
+
+@pytest.fixture
+def pinned_blas(monkeypatch):
+    """NumPy's products on kernels below the CPU's (OPENBLAS_CORETYPE=Haswell
+    on an AVX-512 CPU), the host class the XLA ratios were measured on,
+    whatever this host's BLAS runs."""
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+
+
+def _xla_by_hand(macs, product_bytes, out_bytes, scan_kernels=0, conv_macs=0):
+    ep = engine_prediction
+    share = conv_macs / macs
+    return (1 - share * ep.XLA_CONVOLUTION_RATIO - (1 - share) * ep.XLA_PRODUCT_RATIO
+            - (ep.XLA_PRODUCT_BYTE_MACS * product_bytes + ep.XLA_OUTPUT_BYTE_MACS * out_bytes
+               - ep.SCAN_KERNEL_MACS * scan_kernels) / macs)
+
+
+def test_xla_gain_is_its_products_ratio_less_the_bytes_read_and_written(pinned_blas):
+    graph = compile_graph(_dense(128, chain=6)).running_graph
+    macs = 128 * 512 * 512
+    read = 4 * (128 * 512 + 512 * 512)  # the product's operands
+    written = 4 * 128 * 512  # the program's result
+    assert engine_prediction.predicted_xla_gain(graph) == pytest.approx(
+        _xla_by_hand(macs, read, written))
+
+
+def test_xla_charges_no_op_per_chain_member(pinned_blas):
+    # The graph runtime runs each member as an op; XLA fuses the chain.
+    short, long = (compile_graph(_dense(128, chain)).running_graph for chain in (6, 20))
+    assert engine_prediction.chain_ops(long) > engine_prediction.chain_ops(short)
+    assert engine_prediction.predicted_gain(long) < engine_prediction.predicted_gain(short)
+    assert engine_prediction.predicted_xla_gain(long) == pytest.approx(
+        engine_prediction.predicted_xla_gain(short))
+
+
+def test_xla_convolutions_take_their_own_ratio(pinned_blas):
+    graph = compile_graph(_products(with_conv=True)).running_graph
+    read = 4 * (8 * 6 + 6 * 5)
+    written = 4 * (8 * 5 + 2 * 6 * 6 * 4)
+    assert engine_prediction.predicted_xla_gain(graph) == pytest.approx(_xla_by_hand(
+        CONV_MACS + DOT_MACS, read, written, conv_macs=CONV_MACS))
+    assert engine_prediction.XLA_CONVOLUTION_RATIO > 1  # slower than ours on that host
+
+
+def test_a_recurrent_layers_time_steps_are_xlas_saving(pinned_blas):
+    # 4 steps of a 32-step scan whose body is a product and its chain: two
+    # kernels per time step, the NumPy engine's cost XLA's while loop saves.
+    graph = compile_graph(_recurrent(chain=20)).running_graph
+    trips = 4 * 32
+    assert engine_prediction._work(graph).scan_kernels == trips * 2
+    assert engine_prediction.predicted_xla_gain(graph) == pytest.approx(_xla_by_hand(
+        trips * 128 * 128 * 128, trips * 4 * 2 * 128 * 128, 4 * 128 * 128,
+        scan_kernels=trips * 2))
+
+
+def test_no_xla_answer_where_numpy_runs_the_cpus_own_kernels(products_at_a_tie):
+    graph = compile_graph(_dense(128, chain=6)).running_graph
+    assert engine_prediction.predicted_xla_gain(graph) is None
+
+
+def _updating(batch, slots):
+    """A product (batch, 512) @ (512, 512) whose program also returns
+    `slots` arrays of the weight's size, as a train step returns its
+    weights and optimizer slots (Adam: 3)."""
+    def body(b, x, w):
+        return [b.op("dot_general", x, w, **DOT)] + [
+            b.op("mul", w, lit(0.5 + k, "float32")) for k in range(slots)]
+
+    return build([aval((batch, 512)), aval((512, 512))], body)
+
+
+@pytest.mark.parametrize("batch, slots, pays", [
+    (128, 3, True),   # demo_functional at batch 128 with Adam
+    (32, 3, False),   # at batch 32: the state written outweighs the products' gain
+    (32, 0, True),    # batch 32, no state written
+])
+def test_state_written_on_small_products_loses_xlas_gain(pinned_blas, batch, slots, pays):
+    graph = compile_graph(_updating(batch, slots)).running_graph
+    gain = engine_prediction.predicted_xla_gain(graph)
+    assert gain == pytest.approx(_xla_by_hand(
+        batch * 512 * 512, 4 * (batch * 512 + 512 * 512), 4 * (batch * 512 + slots * 512 * 512)))
+    assert (gain >= engines.MIN_PREDICTED_GAIN) is pays
+
+
+def _ordered_runner(monkeypatch, gain, xla):
+    """A hot TieredRunner of _products whose predictions are `gain` (the
+    graph runtime's) and `xla`; (runner, compile starts)."""
+    monkeypatch.setattr(engine_prediction, "predicted_gain", lambda graph: gain)
+    monkeypatch.setattr(engine_prediction, "predicted_xla_gain", lambda graph: xla)
+    runner, _, _, starts = _hot_runner(monkeypatch, with_conv=False)
+    return runner, starts
+
+
+@pytest.mark.parametrize("gain, xla, candidates, skipped", [
+    (0.11, 0.26, ("xla", "tensorflow"), {"tensorflow": "xla"}),  # the MLP, pinned
+    (0.16, 0.41, ("xla", "tensorflow"), {"tensorflow": "xla"}),  # the LSTM
+    (0.13, 0.25, ("tensorflow", "xla"), {}),  # the transformer: over half XLA's
+    (0.32, -0.32, ("tensorflow", "xla"), {}),  # the CNN
+    (0.02, 0.23, ("xla",), {}),  # MLP b128 Adam: the graph runtime does not pay
+    (0.11, None, ("tensorflow", "xla"), {}),  # no XLA answer on this host class
+])
+def test_xla_goes_first_where_the_graph_runtime_saves_under_half_its_gain(
+        monkeypatch, gain, xla, candidates, skipped):
+    runner, starts = _ordered_runner(monkeypatch, gain, xla)
+    assert starts == [runner]
+    assert runner.candidates == candidates and runner.skipped_if_kept == skipped
+
+
+@pytest.mark.parametrize("gain, xla", [
+    (-0.26, -0.01),  # demo_functional, batch 32, Adam
+    (-0.09, 0.04),   # MLP batch 32: XLA under MIN_PREDICTED_GAIN
+    (0.02, None),
+])
+def test_a_program_neither_engine_pays_for_stays_on_numpy(monkeypatch, gain, xla):
+    runner, starts = _ordered_runner(monkeypatch, gain, xla)
+    assert starts == [] and runner.engine == "final" and runner.current_name == "numpy"
+    assert runner.candidates == ()
+    assert any("stays on numpy" in what for _, what in runner.events)
+
+
+def test_xla_first_keeps_auto_candidates_without_it(monkeypatch):
+    monkeypatch.setattr(engines, "AUTO_CANDIDATES", ("tensorflow",))
+    runner, starts = _ordered_runner(monkeypatch, 0.11, 0.26)
+    assert starts == [runner] and runner.candidates == ("tensorflow",)
+
+
+class _Candidate:
+    def __init__(self, engine):
+        self.engine = engine
+
+    def run(self, arrays):
+        return arrays
+
+
+def _compile_in_order(monkeypatch, gain, xla, kept):
+    """The compile thread's walk over the candidates, run here with
+    TensorFlow left out: each candidate prepared at once and its timed
+    turns ending with `kept(name)` deciding whether it is kept; the
+    names prepared, in order, and the runner."""
+    runner, _ = _ordered_runner(monkeypatch, gain, xla)
+    runner.engine = "compiling"
+    monkeypatch.setattr(engines, "RENT_FACTOR", 0.0)
+    monkeypatch.setattr(engines, "_tensorflow_ready", lambda graph, check: None)
+    prepared = []
+
+    def prepare(name, *args):
+        prepared.append(name)
+        return _Candidate(name), 0.1
+
+    monkeypatch.setattr(runner, "_prepare", prepare)
+    monkeypatch.setattr(runner, "_prepared_by_caller", prepare)
+
+    def timed_turns():
+        # Stands for the runs that time the candidate (_timed_run).
+        if runner.engine == "timing":
+            runner.candidate_times = [1.0 if kept(runner.candidate.engine) else 3.0]
+            runner.current_times = [2.0]
+            runner._keep_the_faster()
+
+    monkeypatch.setattr(runner, "_check", timed_turns)
+    runner._compile_stoppably(sample=None)
+    return prepared, runner
+
+
+def test_a_kept_xla_skips_the_graph_runtime(monkeypatch):
+    prepared, runner = _compile_in_order(monkeypatch, 0.11, 0.26, kept=lambda name: True)
+    assert prepared == ["xla"] and runner.current_name == "xla" and runner.engine == "final"
+    assert any("tensorflow skipped: xla kept" in what for _, what in runner.events)
+
+
+def test_xla_first_not_kept_tries_the_graph_runtime_after_it(monkeypatch):
+    # A wrong prediction costs time, not the engine the timed runs find.
+    prepared, runner = _compile_in_order(monkeypatch, 0.11, 0.26,
+                                         kept=lambda name: name == "tensorflow")
+    assert prepared == ["xla", "tensorflow"] and runner.current_name == "tensorflow"
+
+
+def test_the_graph_runtime_first_then_xla_as_before(monkeypatch):
+    prepared, runner = _compile_in_order(monkeypatch, 0.13, 0.25, kept=lambda name: True)
+    assert prepared == ["tensorflow", "xla"] and runner.current_name == "xla"

@@ -72,8 +72,24 @@ chains on large products do not. Not charged: the chains of a recurrent
 layer's time steps (a scan inside the loop over steps), where the NumPy
 engine's own per-kernel cost, which the multiply-accumulates do not
 count either, is of the same size (UNCHARGED_SCAN_DEPTH).
+
+XLA (predicted_xla_gain): its step against the NumPy engine's from the
+same reading, where `auto` decides whether XLA goes first
+(engines.TieredRunner). Its products run at the CPU's own rate (YNNPACK,
+which OPENBLAS_CORETYPE does not pin: XLA_PRODUCT_RATIO), its convolutions
+slower than our patches on this CPU (XLA_CONVOLUTION_RATIO), and it fuses
+elementwise chains into loops, so no op is charged per chain member. What
+it pays beyond: the bytes its products read (XLA_PRODUCT_BYTE_MACS: small
+products lose) and the program's results, written to new buffers every
+run where the NumPy engine updates the state in place
+(XLA_OUTPUT_BYTE_MACS). What it saves beyond: a recurrent layer's time
+steps run as one while loop, without the NumPy engine's per-kernel cost
+there (SCAN_KERNEL_MACS). Its ratios were measured only where NumPy's
+products run on kernels below the CPU's (the pinned AVX-512 host); on
+other hosts there is no XLA prediction.
 """
 
+import collections
 import functools
 
 from keras_ipu.device.cpuinfo import first_cpu
@@ -155,13 +171,56 @@ SCAN = "scan"
 # recurrent layer's (not the loop over steps) is charged, which errs
 # towards NumPy.
 UNCHARGED_SCAN_DEPTH = 2
+# The primitives whose operands XLA's products read (XLA_PRODUCT_BYTE_MACS).
+PRODUCTS = frozenset({"dot_general"})
+
+# XLA against the NumPy engine (predicted_xla_gain; module doc, "XLA"), on
+# the seventeenth pass's AMD EPYC family 26 under OPENBLAS_CORETYPE=Haswell,
+# 2 threads: XLA's step / the NumPy engine's, in the NumPy engine's product
+# multiply-accumulates. Convolutions: the CNN (its work 99% convolutions)
+# at 122.2 against 92.3 CPU ms per step (fit_throughput --threads 2
+# --rounds 3, the lead's idle run, issue 16 eighteenth pass; wall 1.28;
+# s18auto's alternated train programs 1.31).
+XLA_CONVOLUTION_RATIO = 1.32
+# The rest, fitted (least squares, issue 16 nineteenth pass, s19auto) to
+# the XLA / NumPy engine ratios of eight train programs with
+# SCAN_KERNEL_MACS fixed: MLP b128 SGD 0.70 (3.0 / 4.3 CPU ms, the lead's
+# idle run), transformer 0.73 (28.3 / 38.9, same run), LSTM 0.68 (21.8 /
+# 32.0, same run), demo_functional b32 Adam 1.04 (7.2 / 6.9, same run),
+# and s18auto's alternated runs of the train programs (wall minimum, load
+# 3-5): MLP b32 SGD 0.98 (1.05, 0.91), demo_functional b32 SGD 0.89,
+# demo_functional b128 Adam 0.74, MLP b128 Adam 0.77. Predicted: 0.74,
+# 0.75, 0.59, 1.01, 0.96, 0.92, 0.76, 0.77.
+# Products: XLA's own (YNNPACK's and Eigen's, at the CPU's AVX-512 rate,
+# which the pin does not reach) against NumPy's OpenBLAS on the pinned
+# AVX2 kernels.
+XLA_PRODUCT_RATIO = 0.66
+# Per byte a product reads: YNNPACK's packing and transposing of its
+# operands (in TensorFlow's build, an AVX2 kernel: 11% of demo_functional's
+# XLA executable, perf, issue 16 eighteenth pass, s18xla), the layout copies
+# XLA makes for products of several contracting axes (s18scan); small
+# products (batch 32) read more bytes per multiply-accumulate.
+XLA_PRODUCT_BYTE_MACS = 0.8
+# Per byte of the program's results: XLA writes each into a buffer of its
+# own every run, where the NumPy engine updates donated weights and
+# optimizer slots in place (donation.py); Adam's three buffers per weight
+# on small products (demo_functional at batch 32) cost XLA the gain its
+# products make.
+XLA_OUTPUT_BYTE_MACS = 2.2
+# What the NumPy engine pays per kernel of a recurrent layer's time step
+# (scan_kernels) beyond the kernel's work, which XLA's while loop, its
+# chains fused into its body, does not: 2.8-3.7 us per kernel per time
+# step (the LSTM's bodies, issue 16 eighteenth pass, s18pred; see
+# UNCHARGED_SCAN_DEPTH), at the pinned kernels' 127 GMAC/s on two threads
+# (GRAPH_OP_MACS) 360k-470k multiply-accumulates.
+SCAN_KERNEL_MACS = 400_000
 
 
 def convolution_share(graph):
     """The share of `graph`'s multiply-accumulates in CONVOLUTIONS, bodies
     counted as often as they run; 0.0 for a graph without any."""
-    conv, total, _ = _work(graph)
-    return conv / total if total else 0.0
+    work = _work(graph)
+    return work.conv / work.total if work.total else 0.0
 
 
 def chain_ops(graph):
@@ -171,30 +230,41 @@ def chain_ops(graph):
     own, with its own pass over memory; our engine runs the chain as one
     kernel), except in the body of a scan inside a scan's body
     (UNCHARGED_SCAN_DEPTH)."""
-    return _work(graph)[2]
+    return _work(graph).chained
+
+
+# What the predictions read from a program, bodies counted as often as they
+# run: the convolutions' multiply-accumulates, all of them, chain_ops, the
+# bytes the products read (PRODUCTS' operands) and the kernels the NumPy
+# engine runs in a recurrent layer's time steps (the body of a scan inside
+# a scan's body, UNCHARGED_SCAN_DEPTH: scan_kernels).
+Work = collections.namedtuple("Work", "conv total chained product_bytes scan_kernels")
 
 
 def _work(graph):
-    """(convolution MACs, all MACs, chain_ops) of `graph`."""
-    return _count(graph.nodes, [cost_util.node_cost(n) for n in graph.nodes], 1, 0)
+    return Work(*_count(graph.nodes, [cost_util.node_cost(n) for n in graph.nodes], 1, 0))
 
 
 def _count(nodes, costs, repeat, scans):
     """`scans`: how many scans' bodies hold `nodes`."""
-    conv = total = chained = 0
+    counts = [0] * len(Work._fields)
+    conv, total, chained, product_bytes, scan_kernels = range(len(Work._fields))
     for node, cost in zip(nodes, costs):
-        total += repeat * cost.macs
-        if node.primitive.name in CONVOLUTIONS:
-            conv += repeat * cost.macs
-        if node.primitive.name == FUSED_CHAIN and scans < UNCHARGED_SCAN_DEPTH:
-            chained += repeat * (len(node.params["chain"]) - 1)
-        inner = scans + (node.primitive.name == SCAN)
+        name = node.primitive.name
+        counts[total] += repeat * cost.macs
+        if name in CONVOLUTIONS:
+            counts[conv] += repeat * cost.macs
+        if name in PRODUCTS:
+            counts[product_bytes] += repeat * cost.bytes_in
+        if scans >= UNCHARGED_SCAN_DEPTH:
+            counts[scan_kernels] += repeat
+        elif name == FUSED_CHAIN:
+            counts[chained] += repeat * (len(node.params["chain"]) - 1)
+        inner = scans + (name == SCAN)
         for part in cost.parts:
-            c, t, n = _count(part.graph.nodes, part.costs, repeat * part.repeat, inner)
-            conv += c
-            total += t
-            chained += n
-    return conv, total, chained
+            for k, n in enumerate(_count(part.graph.nodes, part.costs, repeat * part.repeat, inner)):
+                counts[k] += n
+    return counts
 
 
 def blas_below_cpu(info, flags):
@@ -241,10 +311,28 @@ def convolution_ratio():
 def predicted_gain(graph):
     """The share of a step the graph runtime is predicted to save against
     the NumPy engine (negative: to lose)."""
-    conv, total, chained = _work(graph)
-    if not total:
+    work = _work(graph)
+    if not work.total:
         return 0.0  # no products nor convolutions: nothing measured faster there
-    share = conv / total
+    share = work.conv / work.total
     blas = product_ratio() / OTHER_RATIO
-    dispatch = GRAPH_OP_MACS * chained / total
+    dispatch = GRAPH_OP_MACS * work.chained / work.total
     return 1.0 - blas * (share * convolution_ratio() + (1.0 - share) * OTHER_RATIO) - dispatch
+
+
+def predicted_xla_gain(graph):
+    """The share of a step XLA is predicted to save against the NumPy
+    engine (negative: to lose; module doc, "XLA"); None where NumPy's
+    products run at the CPU's own rate (product_ratio() is OTHER_RATIO),
+    a class of host the XLA ratios were not measured on."""
+    if product_ratio() >= OTHER_RATIO:
+        return None
+    work = _work(graph)
+    if not work.total:
+        return 0.0
+    share = work.conv / work.total
+    beyond = (XLA_PRODUCT_BYTE_MACS * work.product_bytes
+              + XLA_OUTPUT_BYTE_MACS * sum(v.aval.nbytes for v in graph.outputs)
+              - SCAN_KERNEL_MACS * work.scan_kernels)
+    return (1.0 - share * XLA_CONVOLUTION_RATIO - (1.0 - share) * XLA_PRODUCT_RATIO
+            - beyond / work.total)

@@ -48,7 +48,13 @@ cycles, profiles) always come from the Executable's own program:
   the benchmark's models: XLA's compile, the costliest step, which slows
   the training beside it on a small machine, never falls in the first
   seconds after the graph runtime took over, and a program that stops
-  soon never pays for it. Programs that run briefly (most of a test
+  soon never pays for it. Where the prediction also answers for XLA (a
+  host its ratios were measured on: engine_prediction.predicted_xla_gain)
+  and the graph runtime is predicted to save less than XLA_FIRST_SHARE of
+  what XLA saves, or nothing, the order turns: XLA is compiled in the
+  background at once, on the same HOT_SECONDS of rent, and the graph
+  runtime is tried after it only if XLA was not kept (the MLP and the
+  LSTM on the pinned AVX-512 host). Programs that run briefly (most of a test
   suite, `compute_output_spec`, a few predict calls) never load
   TensorFlow. With one host thread (one core, or a cap of 1 from the
   variables device/native/threads.py reads) there is no background:
@@ -209,8 +215,26 @@ MIN_PREDICTED_GAIN = 0.05
 PREDICTION_MAX_THREADS = 4
 # The engines `auto` tries for a hot program, in this order: TensorFlow's
 # graph runtime first (ready sooner: no XLA compile, which takes minutes
-# on large programs), then XLA.
+# on large programs), then XLA; unless XLA goes first (XLA_FIRST_SHARE).
 AUTO_CANDIDATES = ("tensorflow", "xla")
+# XLA is tried first, the graph runtime only if XLA is not kept, where the
+# graph runtime is predicted to save less than this share of what XLA is
+# predicted to save (engine_prediction.predicted_xla_gain, a host where it
+# has ratios): graph runtime first would give up more than half of XLA's
+# gain for the rent XLA waits after it (5-20 s of program CPU, _rent), and
+# XLA's compile on the benchmark's programs is small beside TensorFlow's
+# import, which either order pays first (XLA's preparation 0.19 s of CPU
+# on the MLP, 0.43 on the LSTM, 0.69 on the CNN: the eighteenth pass's
+# idle run past the window). Predicted on the seventeenth pass's AMD EPYC,
+# pinned, graph runtime / XLA: MLP b128 SGD 11% / 26% (0.41), LSTM 16% /
+# 41% (0.40), transformer 13% / 25% (0.53), CNN 32% / -32%,
+# demo_functional b32 Adam -26% / -1% (issue 16, nineteenth pass, s19auto);
+# measured there (the lead's idle run, CPU per step against the NumPy
+# engine's) MLP 0.92 / 0.70 (the graph runtime's turns kept NumPy), LSTM
+# 0.77 / 0.68, transformer 0.69 / 0.73, CNN 0.69 / 1.32. The transformer
+# is the nearest to the line: the graph runtime's gain there is twice its
+# prediction.
+XLA_FIRST_SHARE = 0.5
 # The candidates prepared (traced, then run once) in the program's own
 # thread, in one of its runs, instead of the background: the graph runtime's
 # preparation is short (0.3-1.3 s of CPU on the benchmark's models, issue 16
@@ -638,6 +662,12 @@ class TieredRunner:
         # (time.perf_counter(), what) of each step of the tiering, for
         # benchmarks that report when the program changed engines.
         self.events = []
+        # The candidates in the order they are tried (_could_pay), and for
+        # a candidate, the engine whose keeping skips it (XLA first).
+        self.candidates = AUTO_CANDIDATES
+        self.skipped_if_kept = {}
+        # What _could_pay predicted, for the events (None: no prediction).
+        self.predicted = None
 
     def _event(self, what):
         self.events.append((time.perf_counter(), what))
@@ -670,31 +700,54 @@ class TieredRunner:
         return out
 
     def _could_pay(self):
-        """Whether TensorFlow's engines are predicted to save at least
-        MIN_PREDICTED_GAIN of this program's step (engine_prediction.py),
-        read from the program before paying for TensorFlow's import. A
-        program the prediction cannot read is tried, as before there was
-        one; so is every program on a host of more than
-        PREDICTION_MAX_THREADS threads."""
+        """Whether TensorFlow's graph runtime or XLA is predicted to save at
+        least MIN_PREDICTED_GAIN of this program's step (engine_prediction.py),
+        read from the program before paying for TensorFlow's import; sets
+        the order of the candidates (_order). A program the prediction
+        cannot read is tried, as before there was one; so is every program
+        on a host of more than PREDICTION_MAX_THREADS threads."""
         if host_threads.max_threads() > PREDICTION_MAX_THREADS:
             return True
+        graph = self.executable.running_graph
         try:
-            gain = engine_prediction.predicted_gain(self.executable.running_graph)
+            gain = engine_prediction.predicted_gain(graph)
+            xla = engine_prediction.predicted_xla_gain(graph)
         except Exception as error:  # noqa: BLE001 - a primitive without a cost rule
             logger.debug("%s: no prediction of TensorFlow's gain (%r): tries it",
                          self.executable.name, error)
             return True
-        if gain >= MIN_PREDICTED_GAIN:
+        predicted = f"the graph runtime predicted to save {gain:.0%} of a step" + (
+            "" if xla is None else f", XLA {xla:.0%}")
+        if self._order(gain, xla):
+            self.predicted = predicted
             return True
-        self._event(f"hot: stays on numpy (TensorFlow's graph runtime predicted "
-                    f"to save {gain:.0%} of a step)")
-        logger.debug("%s stays on NumPy: TensorFlow's graph runtime is predicted to "
-                     "save %.0f%% of a step", self.executable.name, 100 * gain)
+        self._event(f"hot: stays on numpy ({predicted})")
+        logger.debug("%s stays on NumPy: %s", self.executable.name, predicted)
         return False
+
+    def _order(self, gain, xla):
+        """Sets the candidates worth trying, for the predicted gains `gain`
+        (the graph runtime's) and `xla` (None: no prediction), in the order
+        to try them: XLA first where it is predicted to pay and the graph
+        runtime not to, or to save less than XLA_FIRST_SHARE of XLA's gain,
+        the graph runtime then only if XLA is not kept and it is predicted
+        to pay; otherwise AUTO_CANDIDATES' order where the graph runtime is
+        predicted to pay. Whether any is."""
+        graph_pays = gain >= MIN_PREDICTED_GAIN
+        if (xla is not None and xla >= MIN_PREDICTED_GAIN
+                and (not graph_pays or gain < XLA_FIRST_SHARE * xla)):
+            self.candidates = tuple(
+                name for name in sorted(AUTO_CANDIDATES, key=lambda name: name != "xla")
+                if name == "xla" or graph_pays)
+            self.skipped_if_kept = {name: "xla" for name in self.candidates if name != "xla"}
+        elif not graph_pays:
+            self.candidates = ()
+        return bool(self.candidates)
 
     def _start_compile(self, arrays):
         self.engine = "compiling"
-        self._event("hot: preparing TensorFlow's engines")
+        self._event(f"hot: preparing TensorFlow's engines ({' then '.join(self.candidates)}"
+                    + (f"; {self.predicted})" if self.predicted else ")"))
         _start_runtime_starter()  # from this thread: normal priority
         # The compile's first run needs inputs the NumPy runs will not
         # overwrite meanwhile (donated state): its own copies.
@@ -743,7 +796,10 @@ class TieredRunner:
             self.engine = "final"
             return
         timed = None  # the engine timed since the last rent, and its preparation's CPU
-        for name in AUTO_CANDIDATES:
+        for name in self.candidates:
+            if self.skipped_if_kept.get(name) == self.current_name:
+                self._event(f"{name} skipped: {self.current_name} kept")
+                continue
             if timed is not None:
                 self._pay_rent(self._rent(name, *timed))
                 timed = None
