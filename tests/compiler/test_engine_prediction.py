@@ -510,19 +510,19 @@ def _ordered_runner(monkeypatch, gain, xla):
     return runner, starts
 
 
-@pytest.mark.parametrize("gain, xla, candidates, skipped", [
-    (0.11, 0.26, ("xla", "tensorflow"), {"tensorflow": "xla"}),  # the MLP, pinned
-    (0.16, 0.41, ("xla", "tensorflow"), {"tensorflow": "xla"}),  # the LSTM
-    (0.13, 0.25, ("tensorflow", "xla"), {}),  # the transformer: over half XLA's
-    (0.32, -0.32, ("tensorflow", "xla"), {}),  # the CNN
-    (0.02, 0.23, ("xla",), {}),  # MLP b128 Adam: the graph runtime does not pay
-    (0.11, None, ("tensorflow", "xla"), {}),  # no XLA answer on this host class
+@pytest.mark.parametrize("gain, xla, candidates, priced", [
+    (0.11, 0.26, ("tensorflow", "xla"), True),  # the MLP, pinned
+    (0.16, 0.41, ("tensorflow", "xla"), True),  # the LSTM
+    (0.13, 0.25, ("tensorflow", "xla"), False),  # the transformer: over half XLA's
+    (0.32, -0.32, ("tensorflow", "xla"), False),  # the CNN
+    (0.02, 0.23, ("xla",), True),  # MLP b128 Adam: the graph runtime does not pay
+    (0.11, None, ("tensorflow", "xla"), False),  # no XLA answer on this host class
 ])
-def test_xla_goes_first_where_the_graph_runtime_saves_under_half_its_gain(
-        monkeypatch, gain, xla, candidates, skipped):
+def test_xla_is_priced_by_its_prediction_where_the_graph_runtime_saves_under_half_its_gain(
+        monkeypatch, gain, xla, candidates, priced):
     runner, starts = _ordered_runner(monkeypatch, gain, xla)
-    assert starts == [runner]
-    assert runner.candidates == candidates and runner.skipped_if_kept == skipped
+    assert starts == [runner] and runner.candidates == candidates
+    assert (runner.xla_gain, runner.graph_gain) == ((xla, gain) if priced else (None, None))
 
 
 @pytest.mark.parametrize("gain, xla", [
@@ -537,10 +537,39 @@ def test_a_program_neither_engine_pays_for_stays_on_numpy(monkeypatch, gain, xla
     assert any("stays on numpy" in what for _, what in runner.events)
 
 
-def test_xla_first_keeps_auto_candidates_without_it(monkeypatch):
+def test_xla_alone_keeps_auto_candidates_without_it(monkeypatch):
     monkeypatch.setattr(engines, "AUTO_CANDIDATES", ("tensorflow",))
-    runner, starts = _ordered_runner(monkeypatch, 0.11, 0.26)
-    assert starts == [runner] and runner.candidates == ("tensorflow",)
+    runner, starts = _ordered_runner(monkeypatch, 0.02, 0.26)
+    assert starts == [] and runner.candidates == ()
+
+
+def _rent_after_the_graph_runtime(monkeypatch, gain, xla, kept, since_hot):
+    """XLA's rent (program CPU seconds) after the graph runtime took 0.2 s
+    of CPU to prepare and `kept` keeps the program, `since_hot` program CPU
+    seconds after it was found hot."""
+    runner, _ = _ordered_runner(monkeypatch, gain, xla)
+    runner.current_name = kept
+    runner.hot_seconds, runner.program_seconds = 1.0, 1.0 + since_hot
+    return runner._rent("xla", "tensorflow", 0.2)
+
+
+@pytest.mark.parametrize("kept, forgone", [("tensorflow", 0.41 - 0.16), ("numpy", 0.41)])
+def test_xlas_rent_is_its_predicted_gain_paid_since_the_program_was_hot(
+        monkeypatch, kept, forgone):
+    price = engines.XLA_PREPARATION_RATIO * 0.2
+    assert _rent_after_the_graph_runtime(monkeypatch, 0.16, 0.41, kept, 0.0) == pytest.approx(
+        price / forgone)
+    assert _rent_after_the_graph_runtime(monkeypatch, 0.16, 0.41, kept, 1.0) == pytest.approx(
+        price / forgone - 1.0)
+    # The import's seconds on NumPy already paid for it: at once.
+    assert _rent_after_the_graph_runtime(monkeypatch, 0.16, 0.41, kept, 10.0) == 0.0
+
+
+def test_xlas_rent_without_its_prediction_is_the_expected_gain_from_now(monkeypatch):
+    price = engines.XLA_PREPARATION_RATIO * 0.2
+    for gain, xla in [(0.13, 0.25), (0.11, None)]:
+        assert _rent_after_the_graph_runtime(monkeypatch, gain, xla, "tensorflow", 10.0) == (
+            pytest.approx(price / engines.XLA_EXPECTED_GAIN))
 
 
 class _Candidate:
@@ -551,23 +580,25 @@ class _Candidate:
         return arrays
 
 
-def _compile_in_order(monkeypatch, gain, xla, kept):
+def _compile_in_order(monkeypatch, gain, xla, kept, since_hot):
     """The compile thread's walk over the candidates, run here with
-    TensorFlow left out: each candidate prepared at once and its timed
-    turns ending with `kept(name)` deciding whether it is kept; the
-    names prepared, in order, and the runner."""
+    TensorFlow left out: each candidate prepared at once (0.2 s of CPU)
+    and its timed turns ending with `kept(name)` deciding whether it is
+    kept, the program `since_hot` CPU seconds past hot; (names prepared,
+    in order, the rents paid, the runner)."""
     runner, _ = _ordered_runner(monkeypatch, gain, xla)
     runner.engine = "compiling"
-    monkeypatch.setattr(engines, "RENT_FACTOR", 0.0)
+    runner.program_seconds = runner.hot_seconds + since_hot
     monkeypatch.setattr(engines, "_tensorflow_ready", lambda graph, check: None)
-    prepared = []
+    prepared, rents = [], []
 
     def prepare(name, *args):
         prepared.append(name)
-        return _Candidate(name), 0.1
+        return _Candidate(name), 0.2
 
     monkeypatch.setattr(runner, "_prepare", prepare)
     monkeypatch.setattr(runner, "_prepared_by_caller", prepare)
+    monkeypatch.setattr(runner, "_pay_rent", rents.append)
 
     def timed_turns():
         # Stands for the runs that time the candidate (_timed_run).
@@ -578,22 +609,25 @@ def _compile_in_order(monkeypatch, gain, xla, kept):
 
     monkeypatch.setattr(runner, "_check", timed_turns)
     runner._compile_stoppably(sample=None)
-    return prepared, runner
+    return prepared, rents, runner
 
 
-def test_a_kept_xla_skips_the_graph_runtime(monkeypatch):
-    prepared, runner = _compile_in_order(monkeypatch, 0.11, 0.26, kept=lambda name: True)
-    assert prepared == ["xla"] and runner.current_name == "xla" and runner.engine == "final"
-    assert any("tensorflow skipped: xla kept" in what for _, what in runner.events)
+def test_xla_predicted_best_follows_the_graph_runtime_at_once(monkeypatch):
+    prepared, rents, runner = _compile_in_order(monkeypatch, 0.16, 0.41,
+                                                kept=lambda name: True, since_hot=10.0)
+    assert prepared == ["tensorflow", "xla"] and rents == [0.0]
+    assert runner.current_name == "xla" and runner.engine == "final"
 
 
-def test_xla_first_not_kept_tries_the_graph_runtime_after_it(monkeypatch):
-    # A wrong prediction costs time, not the engine the timed runs find.
-    prepared, runner = _compile_in_order(monkeypatch, 0.11, 0.26,
-                                         kept=lambda name: name == "tensorflow")
-    assert prepared == ["xla", "tensorflow"] and runner.current_name == "tensorflow"
+def test_xla_not_predicted_best_waits_its_rent_after_the_graph_runtime(monkeypatch):
+    prepared, rents, runner = _compile_in_order(monkeypatch, 0.13, 0.25,
+                                                kept=lambda name: True, since_hot=10.0)
+    assert prepared == ["tensorflow", "xla"]
+    assert rents == [pytest.approx(engines.XLA_PREPARATION_RATIO * 0.2
+                                   / engines.XLA_EXPECTED_GAIN)]
 
 
-def test_the_graph_runtime_first_then_xla_as_before(monkeypatch):
-    prepared, runner = _compile_in_order(monkeypatch, 0.13, 0.25, kept=lambda name: True)
-    assert prepared == ["tensorflow", "xla"] and runner.current_name == "xla"
+def test_xla_alone_where_the_graph_runtime_is_not_predicted_to_pay(monkeypatch):
+    prepared, rents, runner = _compile_in_order(monkeypatch, 0.02, 0.23,
+                                                kept=lambda name: True, since_hot=0.0)
+    assert prepared == ["xla"] and rents == [] and runner.current_name == "xla"

@@ -25,7 +25,8 @@ cycles, profiles) always come from the Executable's own program:
   short). Once it has spent `HOT_SECONDS` of CPU time, the program is read
   to predict whether TensorFlow's graph runtime could save at least
   `MIN_PREDICTED_GAIN` of its step (engine_prediction.py: only where
-  convolutions carry the work; on hosts of up to `PREDICTION_MAX_THREADS`
+  convolutions carry the work, or, on the pinned AVX-512 host where XLA
+  has its own prediction, where XLA could; on hosts of up to `PREDICTION_MAX_THREADS`
   threads, where the ratios it uses were measured); if not, it stays on NumPy for good and
   TensorFlow is never imported for it (the import slows the training
   beside it 3-5x on two cores, and on the MLP, LSTM and demo_functional
@@ -51,10 +52,13 @@ cycles, profiles) always come from the Executable's own program:
   soon never pays for it. Where the prediction also answers for XLA (a
   host its ratios were measured on: engine_prediction.predicted_xla_gain)
   and the graph runtime is predicted to save less than XLA_FIRST_SHARE of
-  what XLA saves, or nothing, the order turns: XLA is compiled in the
-  background at once, on the same HOT_SECONDS of rent, and the graph
-  runtime is tried after it only if XLA was not kept (the MLP and the
-  LSTM on the pinned AVX-512 host). Programs that run briefly (most of a test
+  what XLA saves, XLA's rent is that predicted gain, paid since the
+  program was found hot, so that XLA follows the graph runtime's turns at
+  once on the benchmark's MLP and LSTM on the pinned AVX-512 host (the
+  graph runtime stays first there, as a stopgap ready within a second of
+  the import, where XLA's niced compile takes seconds), and where the
+  graph runtime is not predicted to pay, XLA is the only candidate; a
+  program predicted to gain on neither stays on NumPy. Programs that run briefly (most of a test
   suite, `compute_output_spec`, a few predict calls) never load
   TensorFlow. With one host thread (one core, or a cap of 1 from the
   variables device/native/threads.py reads) there is no background:
@@ -215,25 +219,28 @@ MIN_PREDICTED_GAIN = 0.05
 PREDICTION_MAX_THREADS = 4
 # The engines `auto` tries for a hot program, in this order: TensorFlow's
 # graph runtime first (ready sooner: no XLA compile, which takes minutes
-# on large programs), then XLA; unless XLA goes first (XLA_FIRST_SHARE).
+# on large programs), then XLA.
 AUTO_CANDIDATES = ("tensorflow", "xla")
-# XLA is tried first, the graph runtime only if XLA is not kept, where the
-# graph runtime is predicted to save less than this share of what XLA is
-# predicted to save (engine_prediction.predicted_xla_gain, a host where it
-# has ratios): graph runtime first would give up more than half of XLA's
-# gain for the rent XLA waits after it (5-20 s of program CPU, _rent), and
-# XLA's compile on the benchmark's programs is small beside TensorFlow's
-# import, which either order pays first (XLA's preparation 0.19 s of CPU
-# on the MLP, 0.43 on the LSTM, 0.69 on the CNN: the eighteenth pass's
-# idle run past the window). Predicted on the seventeenth pass's AMD EPYC,
-# pinned, graph runtime / XLA: MLP b128 SGD 11% / 26% (0.41), LSTM 16% /
-# 41% (0.40), transformer 13% / 25% (0.53), CNN 32% / -32%,
-# demo_functional b32 Adam -26% / -1% (issue 16, nineteenth pass, s19auto);
-# measured there (the lead's idle run, CPU per step against the NumPy
-# engine's) MLP 0.92 / 0.70 (the graph runtime's turns kept NumPy), LSTM
-# 0.77 / 0.68, transformer 0.69 / 0.73, CNN 0.69 / 1.32. The transformer
-# is the nearest to the line: the graph runtime's gain there is twice its
-# prediction.
+# Where XLA is predicted to save at least twice what the graph runtime
+# saves (the graph runtime's predicted gain under this share of XLA's:
+# engine_prediction.predicted_xla_gain, on a host where it has ratios),
+# XLA's rent is priced with that prediction and counted from the moment
+# the program was found hot (TieredRunner._rent), and where the graph
+# runtime is not predicted to pay, XLA is the only candidate. Predicted on
+# the seventeenth pass's AMD EPYC, pinned, graph runtime / XLA: MLP b128
+# SGD 11% / 26% (0.41), LSTM 16% / 41% (0.40), transformer 13% / 25%
+# (0.53), CNN 32% / -32%, demo_functional b32 Adam -26% / -1% (issue 16,
+# nineteenth pass, s19auto); measured there (the lead's idle run, CPU per
+# step against the NumPy engine's) MLP 0.92 / 0.70 (the graph runtime's
+# turns kept NumPy), LSTM 0.77 / 0.68, transformer 0.69 / 0.73, CNN 0.69 /
+# 1.32. The transformer is the nearest to the line: the graph runtime's
+# gain there is twice its prediction. The graph runtime stays first
+# where XLA is predicted best: it is ready 0.2-0.5 s after TensorFlow's
+# import (prepared by the program's own run, CALLER_PREPARES), where XLA's
+# compile at nice 19 took 4-13 s of wall time after the import at load
+# 4-5 (0.2-0.5 s of its CPU; LSTM and MLP, s19auto), during which XLA
+# first left the program on NumPy; XLA then follows the graph runtime's
+# turns within 0.1 s on those programs.
 XLA_FIRST_SHARE = 0.5
 # The candidates prepared (traced, then run once) in the program's own
 # thread, in one of its runs, instead of the background: the graph runtime's
@@ -662,10 +669,13 @@ class TieredRunner:
         # (time.perf_counter(), what) of each step of the tiering, for
         # benchmarks that report when the program changed engines.
         self.events = []
-        # The candidates in the order they are tried (_could_pay), and for
-        # a candidate, the engine whose keeping skips it (XLA first).
+        # The candidates worth trying, in the order they are tried (_could_pay).
         self.candidates = AUTO_CANDIDATES
-        self.skipped_if_kept = {}
+        # XLA's predicted gain (a share of a step on NumPy) where XLA_FIRST_SHARE
+        # prices its rent by it, the graph runtime's beside it; and the
+        # program's CPU seconds when it was found hot.
+        self.xla_gain = self.graph_gain = None
+        self.hot_seconds = 0.0
         # What _could_pay predicted, for the events (None: no prediction).
         self.predicted = None
 
@@ -726,26 +736,26 @@ class TieredRunner:
         return False
 
     def _order(self, gain, xla):
-        """Sets the candidates worth trying, for the predicted gains `gain`
-        (the graph runtime's) and `xla` (None: no prediction), in the order
-        to try them: XLA first where it is predicted to pay and the graph
-        runtime not to, or to save less than XLA_FIRST_SHARE of XLA's gain,
-        the graph runtime then only if XLA is not kept and it is predicted
-        to pay; otherwise AUTO_CANDIDATES' order where the graph runtime is
-        predicted to pay. Whether any is."""
+        """Sets the candidates worth trying for the predicted gains `gain`
+        (the graph runtime's) and `xla` (None: no prediction): the graph
+        runtime where it is predicted to pay, XLA after it; where XLA is
+        predicted to pay and the graph runtime to save under XLA_FIRST_SHARE
+        of its gain, XLA's rent priced by the prediction (_rent), and XLA
+        alone if the graph runtime is not predicted to pay. Whether any is
+        worth trying."""
         graph_pays = gain >= MIN_PREDICTED_GAIN
         if (xla is not None and xla >= MIN_PREDICTED_GAIN
                 and (not graph_pays or gain < XLA_FIRST_SHARE * xla)):
-            self.candidates = tuple(
-                name for name in sorted(AUTO_CANDIDATES, key=lambda name: name != "xla")
-                if name == "xla" or graph_pays)
-            self.skipped_if_kept = {name: "xla" for name in self.candidates if name != "xla"}
+            self.candidates = tuple(name for name in AUTO_CANDIDATES
+                                    if name == "xla" or graph_pays)
+            self.xla_gain, self.graph_gain = xla, gain
         elif not graph_pays:
             self.candidates = ()
         return bool(self.candidates)
 
     def _start_compile(self, arrays):
         self.engine = "compiling"
+        self.hot_seconds = self.program_seconds
         self._event(f"hot: preparing TensorFlow's engines ({' then '.join(self.candidates)}"
                     + (f"; {self.predicted})" if self.predicted else ")"))
         _start_runtime_starter()  # from this thread: normal priority
@@ -797,9 +807,6 @@ class TieredRunner:
             return
         timed = None  # the engine timed since the last rent, and its preparation's CPU
         for name in self.candidates:
-            if self.skipped_if_kept.get(name) == self.current_name:
-                self._event(f"{name} skipped: {self.current_name} kept")
-                continue
             if timed is not None:
                 self._pay_rent(self._rent(name, *timed))
                 timed = None
@@ -911,8 +918,7 @@ class TieredRunner:
         self.last_engine = self.current_name
         return self.current(arrays)
 
-    @staticmethod
-    def _rent(name, timed, prepared):
+    def _rent(self, name, timed, prepared):
         """The program CPU seconds to wait for before preparing candidate
         `name`, after candidate `timed` took `prepared` CPU seconds (of
         the thread that prepared it) to prepare. Rent-or-buy: buy once the rent paid
@@ -924,14 +930,23 @@ class TieredRunner:
         Paying for XLA as if it saved the whole step (the eighth pass's
         rule: wait as much CPU as the preparations so far took) put its
         compile, which slows the training beside it on 2 cores, into the
-        first 10 s of every fit that took the graph runtime. Any other
-        order: the preparations so far (this thread's CPU), as if the
-        candidate saved the whole step."""
+        first 10 s of every fit that took the graph runtime. Where XLA is
+        predicted to save at least twice the graph runtime's gain
+        (XLA_FIRST_SHARE), the rent is its predicted gain over the engine
+        kept, paid since the program was found hot (the program has
+        forgone it since then: TensorFlow's import, 2-30 s of wall time
+        on two cores, and the graph runtime's turns), so XLA follows at
+        once where that already covers the price (the MLP and LSTM on the
+        pinned AVX-512 host). Any other order: the preparations so far
+        (this thread's CPU), as if the candidate saved the whole step."""
         if name == "xla" and timed == "tensorflow":
-            price = XLA_PREPARATION_RATIO * prepared / XLA_EXPECTED_GAIN
-        else:
-            price = time.thread_time()
-        return RENT_FACTOR * price
+            price = XLA_PREPARATION_RATIO * prepared
+            if self.xla_gain is None:
+                return RENT_FACTOR * price / XLA_EXPECTED_GAIN
+            kept = self.graph_gain if self.current_name == "tensorflow" else 0.0
+            paid = self.program_seconds - self.hot_seconds
+            return RENT_FACTOR * max(0.0, price / (self.xla_gain - kept) - paid)
+        return RENT_FACTOR * time.thread_time()
 
     def _pay_rent(self, rent):
         """In the compile thread, before the next candidate: waits until
