@@ -51,7 +51,7 @@ cycles, profiles) always come from the Executable's own program:
   seconds after the graph runtime took over, and a program that stops
   soon never pays for it. Where the prediction also answers for XLA (a
   host its ratios were measured on: engine_prediction.predicted_xla_gain)
-  and the graph runtime is predicted to save less than XLA_FIRST_SHARE of
+  and the graph runtime is predicted to save less than XLA_BEST_SHARE of
   what XLA saves, XLA's rent is that predicted gain, paid since the
   program was found hot, so that XLA follows the graph runtime's turns at
   once on the benchmark's MLP and LSTM on the pinned AVX-512 host (the
@@ -239,9 +239,9 @@ AUTO_CANDIDATES = ("tensorflow", "xla")
 # import (prepared by the program's own run, CALLER_PREPARES), where XLA's
 # compile at nice 19 took 4-13 s of wall time after the import at load
 # 4-5 (0.2-0.5 s of its CPU; LSTM and MLP, s19auto), during which XLA
-# first left the program on NumPy; XLA then follows the graph runtime's
-# turns within 0.1 s on those programs.
-XLA_FIRST_SHARE = 0.5
+# tried first, the graph runtime skipped, left the program on NumPy; XLA
+# then follows the graph runtime's turns within 0.1 s on those programs.
+XLA_BEST_SHARE = 0.5
 # The candidates prepared (traced, then run once) in the program's own
 # thread, in one of its runs, instead of the background: the graph runtime's
 # preparation is short (0.3-1.3 s of CPU on the benchmark's models, issue 16
@@ -671,7 +671,7 @@ class TieredRunner:
         self.events = []
         # The candidates worth trying, in the order they are tried (_could_pay).
         self.candidates = AUTO_CANDIDATES
-        # XLA's predicted gain (a share of a step on NumPy) where XLA_FIRST_SHARE
+        # XLA's predicted gain (a share of a step on NumPy) where XLA_BEST_SHARE
         # prices its rent by it, the graph runtime's beside it; and the
         # program's CPU seconds when it was found hot.
         self.xla_gain = self.graph_gain = None
@@ -739,13 +739,13 @@ class TieredRunner:
         """Sets the candidates worth trying for the predicted gains `gain`
         (the graph runtime's) and `xla` (None: no prediction): the graph
         runtime where it is predicted to pay, XLA after it; where XLA is
-        predicted to pay and the graph runtime to save under XLA_FIRST_SHARE
+        predicted to pay and the graph runtime to save under XLA_BEST_SHARE
         of its gain, XLA's rent priced by the prediction (_rent), and XLA
         alone if the graph runtime is not predicted to pay. Whether any is
         worth trying."""
         graph_pays = gain >= MIN_PREDICTED_GAIN
         if (xla is not None and xla >= MIN_PREDICTED_GAIN
-                and (not graph_pays or gain < XLA_FIRST_SHARE * xla)):
+                and (not graph_pays or gain < XLA_BEST_SHARE * xla)):
             self.candidates = tuple(name for name in AUTO_CANDIDATES
                                     if name == "xla" or graph_pays)
             self.xla_gain, self.graph_gain = xla, gain
@@ -932,7 +932,7 @@ class TieredRunner:
         compile, which slows the training beside it on 2 cores, into the
         first 10 s of every fit that took the graph runtime. Where XLA is
         predicted to save at least twice the graph runtime's gain
-        (XLA_FIRST_SHARE), the rent is its predicted gain over the engine
+        (XLA_BEST_SHARE), the rent is its predicted gain over the engine
         kept, paid since the program was found hot (the program has
         forgone it since then: TensorFlow's import, 2-30 s of wall time
         on two cores, and the graph runtime's turns), so XLA follows at
