@@ -74,8 +74,8 @@ engine's own per-kernel cost, which the multiply-accumulates do not
 count either, is of the same size (UNCHARGED_SCAN_DEPTH).
 
 XLA (predicted_xla_gain): its step against the NumPy engine's from the
-same reading, where `auto` decides whether XLA goes first
-(engines.TieredRunner). Its products run at the CPU's own rate (YNNPACK,
+same reading, from which `auto` prices XLA's rent and imports TensorFlow
+where only XLA is predicted to pay (engines.XLA_BEST_SHARE). Its products run at the CPU's own rate (YNNPACK,
 which OPENBLAS_CORETYPE does not pin: XLA_PRODUCT_RATIO), its convolutions
 slower than our patches on this CPU (XLA_CONVOLUTION_RATIO), and it fuses
 elementwise chains into loops, so no op is charged per chain member. What
