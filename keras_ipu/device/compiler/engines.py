@@ -239,8 +239,11 @@ AUTO_CANDIDATES = ("tensorflow", "xla")
 # import (prepared by the program's own run, CALLER_PREPARES), where XLA's
 # compile at nice 19 took 4-13 s of wall time after the import at load
 # 4-5 (0.2-0.5 s of its CPU; LSTM and MLP, s19auto), during which XLA
-# tried first, the graph runtime skipped, left the program on NumPy; XLA
-# then follows the graph runtime's turns within 0.1 s on those programs.
+# tried first, the graph runtime skipped, left the program on NumPy. With
+# the rent priced so, XLA's compile starts right after the graph runtime's
+# turns on those programs, and at load 2 XLA was kept at 5.7 s (MLP) and
+# 6.2-6.9 s (LSTM) after fit began, against 7.5 and 8.0 s with the rent
+# of the other programs (fit_throughput --min-timed-seconds 40, s19auto).
 XLA_BEST_SHARE = 0.5
 # The candidates prepared (traced, then run once) in the program's own
 # thread, in one of its runs, instead of the background: the graph runtime's
