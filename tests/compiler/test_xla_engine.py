@@ -1385,6 +1385,22 @@ def test_auto_on_one_host_thread_keeps_numpy_for_a_program_predicted_not_to_pay(
         np.testing.assert_array_equal(g, wv)
 
 
+def test_auto_on_one_host_thread_keeps_numpy_where_only_xla_is_predicted_to_pay(monkeypatch):
+    # One host thread prepares the graph runtime alone (ONE_THREAD_CANDIDATE):
+    # a program whose only candidate is XLA is not stalled for it.
+    runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, min_gain=0.05)
+    monkeypatch.setattr(engines.engine_prediction, "predicted_gain", lambda graph: 0.0)
+    monkeypatch.setattr(engines.engine_prediction, "predicted_xla_gain", lambda graph: 0.3)
+    for _ in range(3):
+        got = runner([x, w])
+    assert runner.candidates == ("xla",)
+    assert runner.engine == "final" and runner.last_engine == "numpy"
+    assert built_in == [] and runner.thread is None
+    assert any("one host thread, stays on numpy" in what for _, what in runner.events)
+    for g, wv in zip(got, want):
+        np.testing.assert_array_equal(g, wv)
+
+
 def test_numpy_copies_read_only_donated_inputs(monkeypatch):
     # XLA's results are read-only; a NumPy program donated them (this one
     # after the tiered switch, or another) writes into a copy.

@@ -699,9 +699,15 @@ class TieredRunner:
             if not self._could_pay():
                 self.engine = "final"
             elif host_threads.max_threads() == 1:
-                self.engine = "foreground"
-                self._event(f"hot: one host thread, {ONE_THREAD_CANDIDATE} prepared after "
-                            f"{ONE_THREAD_RENT_SECONDS:.1f} s of program CPU")
+                # Only the graph runtime is prepared there: a program for
+                # which only XLA is predicted to pay stays on NumPy.
+                if ONE_THREAD_CANDIDATE not in self.candidates:
+                    self.engine = "final"
+                    self._event(f"hot: one host thread, stays on numpy ({self.predicted})")
+                else:
+                    self.engine = "foreground"
+                    self._event(f"hot: one host thread, {ONE_THREAD_CANDIDATE} prepared after "
+                                f"{ONE_THREAD_RENT_SECONDS:.1f} s of program CPU")
             else:
                 self._start_compile(arrays)
         self.last_engine = self.current_name
