@@ -828,10 +828,7 @@ class TieredRunner:
             if self.abandoned.is_set():
                 return
             self.timed.clear()
-            self.candidate, self.warm_up = program, WARM_UP_RUNS
-            self.candidate_times, self.current_times = [], []
-            self._event(f"{name} ready ({prepared:.2f} s of CPU to prepare)")
-            self.engine = "timing"
+            self._time_candidate(program, f"{name} ready ({prepared:.2f} s of CPU to prepare)")
             timed = (name, prepared)
             while not self.timed.wait(0.05):
                 self._check()
@@ -906,12 +903,17 @@ class TieredRunner:
         program, _ = self.prepared_program
         self.engine = "final"  # not "compiling": no compile thread takes over
         if program is not None:
-            self.candidate, self.warm_up = program, WARM_UP_RUNS
-            self.candidate_times, self.current_times = [], []
-            self._event(f"{name} ready ({time.thread_time() - start:.2f} s of CPU "
-                        "to import TensorFlow and prepare)")
-            self.engine = "timing"
+            self._time_candidate(program, f"{name} ready ({time.thread_time() - start:.2f} s "
+                                          "of CPU to import TensorFlow and prepare)")
         return out
+
+    def _time_candidate(self, program, event):
+        """The runs from the next on: `program`'s WARM_UP_RUNS, then its
+        timed turns against the engine so far (_timed_run)."""
+        self.candidate, self.warm_up = program, WARM_UP_RUNS
+        self.candidate_times, self.current_times = [], []
+        self._event(event)
+        self.engine = "timing"
 
     def _candidate_run(self, program, arrays):
         """`program`'s results of `arrays`, or None when it failed (noted
