@@ -448,26 +448,26 @@ def _noting_source(frame):
 
 
 class EngineLog:
-    """Which host engine (compiler/engines.py) ran the training program in
+    """Which host engine (compiler/engine_choice.py) ran the training program in
     each epoch, and when `auto` changed it: the runners of this process's
     executables, noted as the Executable asks for them (it looks
-    `engines.runner` up on each first run)."""
+    `engine_choice.runner` up on each first run)."""
 
     _installed = None
 
     def __init__(self):
-        from keras_ipu.device.compiler import engines
+        from keras_ipu.device.compiler import engine_choice
 
-        self.engines = engines
+        self.engine_choice = engine_choice
         self.runners = []
-        runner = self.runner_wrapped = engines.runner
+        runner = self.runner_wrapped = engine_choice.runner
 
         def noted_runner(executable):
             run = runner(executable)
             self.runners.append((executable, run))
             return run
 
-        engines.runner = noted_runner
+        engine_choice.runner = noted_runner
 
     @classmethod
     def installed(cls):
@@ -488,7 +488,7 @@ class EngineLog:
 
     def engine_now(self):
         """The engine of the training program's last run."""
-        used = {self.engines.current_engine(exe) for exe, _ in self._training()}
+        used = {self.engine_choice.current_engine(exe) for exe, _ in self._training()}
         return ",".join(sorted(e for e in used if e)) or None
 
     def events(self, since):

@@ -57,9 +57,9 @@ else:
     from keras_ipu.backend.rnn import rnn  # noqa: F401
 
     from keras_ipu.backend import distribution_lib  # noqa: F401
-    from keras_ipu.device.compiler import engines as _engines
+    from keras_ipu.device.compiler import tensorflow_runtime as _tensorflow_runtime
 
     _operators.install()
     # TensorFlow is our engine's, not the user's: Keras' set_random_seed
     # imports it when installed, before our background XLA compile would.
-    _engines.quiet_tensorflow_start()
+    _tensorflow_runtime.quiet_tensorflow_start()

@@ -197,7 +197,7 @@ def test_threads_must_be_a_count_or_default(capsys):
 
 def test_engine_log_reports_each_epochs_engine_and_autos_steps(monkeypatch):
     bench = _load_script()
-    from keras_ipu.device.compiler import engines
+    from keras_ipu.device.compiler import engine_choice
 
     class Exe:
         name = "train_step_loop"
@@ -208,17 +208,17 @@ def test_engine_log_reports_each_epochs_engine_and_autos_steps(monkeypatch):
                   (13.0, "keeps tensorflow")]
 
     exe, tiered = Exe(), Tiered()
-    monkeypatch.setattr(engines, "runner", lambda executable: tiered)
+    monkeypatch.setattr(engine_choice, "runner", lambda executable: tiered)
     monkeypatch.setattr(bench.EngineLog, "_installed", None)
     log = bench.EngineLog.installed()
     try:
-        assert engines.runner(exe) is tiered  # the Executable's call, noted
+        assert engine_choice.runner(exe) is tiered  # the Executable's call, noted
         exe._engine_run = tiered
-        monkeypatch.setattr(engines, "current_engine", lambda e: e._engine_run.last_engine)
+        monkeypatch.setattr(engine_choice, "current_engine", lambda e: e._engine_run.last_engine)
         assert log.engine_now() == "tensorflow"
         assert log.events(since=12.0) == [(0.5, "tensorflow ready"), (1.0, "keeps tensorflow")]
     finally:
-        engines.runner = log.runner_wrapped
+        engine_choice.runner = log.runner_wrapped
 
 
 def _fake_workers(bench, monkeypatch, rates, dies=()):
@@ -372,7 +372,7 @@ def test_seeding_imports_tensorflow_only_with_keras_seed():
 
 def test_the_engine_log_forgets_an_earlier_models_programs(monkeypatch):
     bench = _load_script()
-    from keras_ipu.device.compiler import engines
+    from keras_ipu.device.compiler import engine_choice
 
     class Exe:
         name = "train_step_loop"
@@ -381,18 +381,18 @@ def test_the_engine_log_forgets_an_earlier_models_programs(monkeypatch):
         last_engine = "xla"
         events = [(20.0, "xla ready")]
 
-    monkeypatch.setattr(engines, "runner", lambda executable: Tiered())
-    monkeypatch.setattr(engines, "current_engine", lambda e: e._engine_run.last_engine)
+    monkeypatch.setattr(engine_choice, "runner", lambda executable: Tiered())
+    monkeypatch.setattr(engine_choice, "current_engine", lambda e: e._engine_run.last_engine)
     monkeypatch.setattr(bench.EngineLog, "_installed", None)
     log = bench.EngineLog.installed()
     try:
         earlier = Exe()
-        earlier._engine_run = engines.runner(earlier)
+        earlier._engine_run = engine_choice.runner(earlier)
         assert log.engine_now() == "xla" and log.events(since=10.0) == [(10.0, "xla ready")]
         log.begin_model()
         assert log.engine_now() is None and log.events(since=10.0) == []
     finally:
-        engines.runner = log.runner_wrapped
+        engine_choice.runner = log.runner_wrapped
 
 
 def test_the_table_shows_each_epoch_and_autos_steps():

@@ -11,7 +11,8 @@ from compiler_graphs import lit
 
 from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.compiler import engine_prediction
-from keras_ipu.device.compiler import engines
+from keras_ipu.device.compiler import tensorflow_runtime
+from keras_ipu.device.compiler import tiered_runner
 
 DOT = dict(dimension_numbers=(((1,), (0,)), ((), ())))
 CONV = dict(window_strides=(1, 1), padding=((1, 1), (1, 1)), lhs_dilation=(1, 1),
@@ -68,13 +69,13 @@ def test_the_share_is_the_convolutions_multiply_accumulates(monkeypatch, product
     assert engine_prediction.predicted_gain(graph) == pytest.approx(
         1 - (share * engine_prediction.CONVOLUTION_RATIO
              + (1 - share) * engine_prediction.OTHER_RATIO))
-    assert engine_prediction.predicted_gain(graph) >= engines.MIN_PREDICTED_GAIN
+    assert engine_prediction.predicted_gain(graph) >= tiered_runner.MIN_PREDICTED_GAIN
 
 
 def test_a_program_without_convolutions_is_predicted_to_gain_nothing(products_at_a_tie):
     graph = compile_graph(_products(with_conv=False)).running_graph
     assert engine_prediction.convolution_share(graph) == 0.0
-    assert engine_prediction.predicted_gain(graph) < engines.MIN_PREDICTED_GAIN
+    assert engine_prediction.predicted_gain(graph) < tiered_runner.MIN_PREDICTED_GAIN
 
 
 def test_pinned_blas_kernels_scale_the_convolutions_ratio_too(monkeypatch, avx2_host):
@@ -90,8 +91,8 @@ def test_pinned_blas_kernels_scale_the_convolutions_ratio_too(monkeypatch, avx2_
         1 - factor * (share * engine_prediction.CONVOLUTION_RATIO
                       + (1 - share) * engine_prediction.OTHER_RATIO))
     # All convolutions: at the tie a loss, on the pinned kernels a gain.
-    assert 1 - engine_prediction.CONVOLUTION_RATIO < engines.MIN_PREDICTED_GAIN
-    assert 1 - factor * engine_prediction.CONVOLUTION_RATIO >= engines.MIN_PREDICTED_GAIN
+    assert 1 - engine_prediction.CONVOLUTION_RATIO < tiered_runner.MIN_PREDICTED_GAIN
+    assert 1 - factor * engine_prediction.CONVOLUTION_RATIO >= tiered_runner.MIN_PREDICTED_GAIN
 
 
 def test_a_loop_body_counts_as_often_as_it_runs():
@@ -117,19 +118,19 @@ def test_a_loop_body_counts_as_often_as_it_runs():
 def _hot_runner(monkeypatch, with_conv, host_threads=2):
     """A TieredRunner of _products whose second run is hot, with the compile's
     start recorded instead of run; (runner, its results, NumPy's, starts)."""
-    monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
-    monkeypatch.setattr(engines.host_threads, "_cap", host_threads)
+    monkeypatch.setattr(tiered_runner, "HOT_SECONDS", 0.0)
+    monkeypatch.setattr(tiered_runner.host_threads, "_cap", host_threads)
     starts = []
 
     def start(self, arrays):
         starts.append(self)
         self.engine = "compiling"  # as the real start: the runs after go on on NumPy
 
-    monkeypatch.setattr(engines.TieredRunner, "_start_compile", start)
+    monkeypatch.setattr(tiered_runner.TieredRunner, "_start_compile", start)
     exe = compile_graph(_products(with_conv))
     arrays = _inputs(exe)
     want = exe.run_unchecked(list(arrays))
-    runner = engines.TieredRunner(exe)
+    runner = tiered_runner.TieredRunner(exe)
     outs = [runner(list(arrays)) for _ in range(3)]
     return runner, outs, want, starts
 
@@ -165,7 +166,7 @@ def test_on_a_large_host_every_hot_program_is_tried(monkeypatch):
     # Ratios measured at 2 threads do not decide for 16 cores, where the
     # NumPy engine left most of the machine to XLA.
     runner, _, _, starts = _hot_runner(
-        monkeypatch, with_conv=False, host_threads=engines.PREDICTION_MAX_THREADS + 1)
+        monkeypatch, with_conv=False, host_threads=tiered_runner.PREDICTION_MAX_THREADS + 1)
     assert starts == [runner]
 
 
@@ -234,7 +235,7 @@ def _product_ratio(monkeypatch, info, flags):
 def test_product_ratio_is_the_pinned_one_only_for_avx2_kernels_on_avx512(monkeypatch):
     assert (_product_ratio(monkeypatch, [_blas("Haswell")], {"avx512f"})
             == engine_prediction.PINNED_PRODUCT_RATIO)
-    assert engine_prediction.PINNED_PRODUCT_RATIO < 1 - engines.MIN_PREDICTED_GAIN
+    assert engine_prediction.PINNED_PRODUCT_RATIO < 1 - tiered_runner.MIN_PREDICTED_GAIN
     assert (_product_ratio(monkeypatch, [_blas("SkylakeX")], {"avx512f"})
             == engine_prediction.OTHER_RATIO)
     assert (_product_ratio(monkeypatch, [_blas("Haswell")], {"avx2"})
@@ -289,9 +290,9 @@ def test_avx512_convolutions_pay_on_either_blas_and_avx2_ones_only_pinned():
     # The measured ratios against MIN_PREDICTED_GAIN, a program of
     # convolutions only: the decision each CPU class gets.
     pinned = engine_prediction.PINNED_PRODUCT_RATIO / engine_prediction.OTHER_RATIO
-    assert 1 - engine_prediction.AVX512_CONVOLUTION_RATIO >= engines.MIN_PREDICTED_GAIN
-    assert 1 - pinned * engine_prediction.AVX512_CONVOLUTION_RATIO >= engines.MIN_PREDICTED_GAIN
-    assert 1 - engine_prediction.CONVOLUTION_RATIO < engines.MIN_PREDICTED_GAIN
+    assert 1 - engine_prediction.AVX512_CONVOLUTION_RATIO >= tiered_runner.MIN_PREDICTED_GAIN
+    assert 1 - pinned * engine_prediction.AVX512_CONVOLUTION_RATIO >= tiered_runner.MIN_PREDICTED_GAIN
+    assert 1 - engine_prediction.CONVOLUTION_RATIO < tiered_runner.MIN_PREDICTED_GAIN
 
 
 def _dense(batch, chain):
@@ -378,10 +379,10 @@ def test_on_pinned_kernels_a_recurrent_layers_chains_go_and_straight_line_ones_s
     monkeypatch.setattr(engine_prediction, "product_ratio",
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)
     recurrent = compile_graph(_recurrent(chain=20)).running_graph
-    assert engine_prediction.predicted_gain(recurrent) >= engines.MIN_PREDICTED_GAIN
+    assert engine_prediction.predicted_gain(recurrent) >= tiered_runner.MIN_PREDICTED_GAIN
     dense = _dense(32, chain=20)
     stepped = compile_graph(_steps(dense, [v.aval for v in dense.inputs])).running_graph
-    assert engine_prediction.predicted_gain(stepped) < engines.MIN_PREDICTED_GAIN
+    assert engine_prediction.predicted_gain(stepped) < tiered_runner.MIN_PREDICTED_GAIN
 
 
 def test_chain_ops_cost_their_dispatch_against_the_work(monkeypatch, avx2_host):
@@ -404,7 +405,7 @@ def test_on_pinned_kernels_small_products_and_long_chains_stay_on_numpy(
     monkeypatch.setattr(engine_prediction, "product_ratio",
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)
     gain = engine_prediction.predicted_gain(compile_graph(_dense(batch, chain)).running_graph)
-    assert (gain >= engines.MIN_PREDICTED_GAIN) is pays
+    assert (gain >= tiered_runner.MIN_PREDICTED_GAIN) is pays
 
 
 def test_a_program_without_products_is_predicted_to_gain_nothing(monkeypatch):
@@ -498,7 +499,7 @@ def test_state_written_on_small_products_loses_xlas_gain(pinned_blas, batch, slo
     gain = engine_prediction.predicted_xla_gain(graph)
     assert gain == pytest.approx(_xla_by_hand(
         batch * 512 * 512, 4 * (batch * 512 + 512 * 512), 4 * (batch * 512 + slots * 512 * 512)))
-    assert (gain >= engines.MIN_PREDICTED_GAIN) is pays
+    assert (gain >= tiered_runner.MIN_PREDICTED_GAIN) is pays
 
 
 def _ordered_runner(monkeypatch, gain, xla):
@@ -538,7 +539,7 @@ def test_a_program_neither_engine_pays_for_stays_on_numpy(monkeypatch, gain, xla
 
 
 def test_xla_alone_keeps_auto_candidates_without_it(monkeypatch):
-    monkeypatch.setattr(engines, "AUTO_CANDIDATES", ("tensorflow",))
+    monkeypatch.setattr(tiered_runner, "AUTO_CANDIDATES", ("tensorflow",))
     runner, starts = _ordered_runner(monkeypatch, 0.02, 0.26)
     assert starts == [] and runner.candidates == ()
 
@@ -556,7 +557,7 @@ def _rent_after_the_graph_runtime(monkeypatch, gain, xla, kept, since_hot):
 @pytest.mark.parametrize("kept, forgone", [("tensorflow", 0.41 - 0.16), ("numpy", 0.41)])
 def test_xlas_rent_is_its_predicted_gain_paid_since_the_program_was_hot(
         monkeypatch, kept, forgone):
-    price = engines.XLA_PREPARATION_RATIO * 0.2
+    price = tiered_runner.XLA_PREPARATION_RATIO * 0.2
     assert _rent_after_the_graph_runtime(monkeypatch, 0.16, 0.41, kept, 0.0) == pytest.approx(
         price / forgone)
     assert _rent_after_the_graph_runtime(monkeypatch, 0.16, 0.41, kept, 1.0) == pytest.approx(
@@ -566,10 +567,10 @@ def test_xlas_rent_is_its_predicted_gain_paid_since_the_program_was_hot(
 
 
 def test_xlas_rent_without_its_prediction_is_the_expected_gain_from_now(monkeypatch):
-    price = engines.XLA_PREPARATION_RATIO * 0.2
+    price = tiered_runner.XLA_PREPARATION_RATIO * 0.2
     for gain, xla in [(0.13, 0.25), (0.11, None)]:
         assert _rent_after_the_graph_runtime(monkeypatch, gain, xla, "tensorflow", 10.0) == (
-            pytest.approx(price / engines.XLA_EXPECTED_GAIN))
+            pytest.approx(price / tiered_runner.XLA_EXPECTED_GAIN))
 
 
 class _Candidate:
@@ -589,7 +590,7 @@ def _compile_in_order(monkeypatch, gain, xla, kept, since_hot):
     runner, _ = _ordered_runner(monkeypatch, gain, xla)
     runner.engine = "compiling"
     runner.program_seconds = runner.hot_seconds + since_hot
-    monkeypatch.setattr(engines, "_tensorflow_ready", lambda graph, check: None)
+    monkeypatch.setattr(tensorflow_runtime, "tensorflow_ready", lambda graph, modes, check: None)
     prepared, rents = [], []
 
     def prepare(name, *args):
@@ -623,8 +624,8 @@ def test_xla_not_predicted_best_waits_its_rent_after_the_graph_runtime(monkeypat
     prepared, rents, runner = _compile_in_order(monkeypatch, 0.13, 0.25,
                                                 kept=lambda name: True, since_hot=10.0)
     assert prepared == ["tensorflow", "xla"]
-    assert rents == [pytest.approx(engines.XLA_PREPARATION_RATIO * 0.2
-                                   / engines.XLA_EXPECTED_GAIN)]
+    assert rents == [pytest.approx(tiered_runner.XLA_PREPARATION_RATIO * 0.2
+                                   / tiered_runner.XLA_EXPECTED_GAIN)]
 
 
 def test_xla_alone_where_the_graph_runtime_is_not_predicted_to_pay(monkeypatch):

@@ -78,7 +78,7 @@ def test_preload_skips_what_does_not_load(tmp_path):
 _IMPORT_AFTER_PRELOAD = textwrap.dedent(
     """
     import sys
-    from keras_ipu.device.compiler import engines
+    from keras_ipu.device.compiler import tensorflow_runtime
 
     def bases():
         # Where each TensorFlow library is mapped: a second load would
@@ -92,7 +92,7 @@ _IMPORT_AFTER_PRELOAD = textwrap.dedent(
                     found[path] = min(found.get(path, start), start)
         return found
 
-    engines._preload_tensorflow_libraries()
+    tensorflow_runtime.preload_tensorflow_libraries()
     before = bases()
     print(sorted(p.rsplit("/", 1)[-1] for p in before))
     print("tensorflow" in sys.modules)

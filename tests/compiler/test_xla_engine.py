@@ -2,7 +2,8 @@
 and compiled by XLA (`xla`) or run by TensorFlow's graph runtime
 (`tensorflow`, the emitter's graph mode) give the NumPy engine's values;
 the engine choice (compiler/engines.py): KERAS_IPU_ENGINE, the tiered
-default, the fallbacks.
+default (compiler/tiered_runner.py), the fallbacks, TensorFlow's pools and
+the exit during a background compile (compiler/tensorflow_runtime.py).
 """
 
 import os
@@ -19,7 +20,10 @@ from compiler_graphs import build
 from compiler_graphs import lit
 
 from keras_ipu.device.compiler import compile_graph
+from keras_ipu.device.compiler import engine_choice
 from keras_ipu.device.compiler import engines
+from keras_ipu.device.compiler import tensorflow_runtime
+from keras_ipu.device.compiler import tiered_runner
 from keras_ipu.device.simulator.system import FPBehaviour
 
 pytest.importorskip("tensorflow")
@@ -40,7 +44,7 @@ class Target:
         self.monkeypatch = monkeypatch
 
     def use(self):
-        self.monkeypatch.setenv(engines.ENV, self.engine)
+        self.monkeypatch.setenv(engine_choice.ENV, self.engine)
         self.monkeypatch.setenv(engines.STRICT_ENV, "1")
 
 
@@ -51,12 +55,12 @@ def target(request, monkeypatch):
 
 def run_both(graph, inputs, target):
     """(NumPy results, the target engine's results) of the compiled graph."""
-    target.monkeypatch.setenv(engines.ENV, "numpy")
+    target.monkeypatch.setenv(engine_choice.ENV, "numpy")
     want = compile_graph(graph).run(*[np.array(x) for x in inputs])
     target.use()
     exe = compile_graph(graph)
     got = exe.run(*[np.array(x) for x in inputs])
-    assert engines.current_engine(exe) == target.engine
+    assert engine_choice.current_engine(exe) == target.engine
     return want, got
 
 
@@ -262,7 +266,7 @@ def test_marker_identities(target):
         recomputation=RecomputationMode.RecomputeAndBackpropagateInterleaved))
     x = f32(3, 4)
     got = exe.run(x)
-    assert engines.current_engine(exe) == target.engine
+    assert engine_choice.current_engine(exe) == target.engine
     assert "recomputation_checkpoint" in str(exe)
     for g in got:
         np.testing.assert_allclose(g, np.sin(x), rtol=1e-6)
@@ -529,7 +533,7 @@ def test_random_bits_are_the_numpy_bits(bit_width, stream, target):
 def _jit_both(fn, args, target):
     from keras_ipu.device.jit import jit
 
-    target.monkeypatch.setenv(engines.ENV, "numpy")
+    target.monkeypatch.setenv(engine_choice.ENV, "numpy")
     want = jit(fn)(*args)
     target.use()
     fast = jit(fn)
@@ -869,15 +873,15 @@ def _mlp_losses(engine, extra_env=None, prelude=""):
             from_logits=True), steps_per_execution=2)
         h = m.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
         import sys
-        from keras_ipu.device.compiler import engines
+        from keras_ipu.device.compiler import engine_choice
         from keras_ipu.device.compiler.executable import Executable
         import gc
-        used = sorted({engines.current_engine(e) for e in gc.get_objects()
+        used = sorted({engine_choice.current_engine(e) for e in gc.get_objects()
                        if isinstance(e, Executable) and e.name == "train_step_loop"})
         print(h.history["loss"], used, "keras_ipu.device.to_tensorflow" in sys.modules)
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != engines.TF_LOG_LEVEL_ENV}
+    env = {k: v for k, v in os.environ.items() if k != tensorflow_runtime.TF_LOG_LEVEL_ENV}
     env.update(KERAS_BACKEND="ipu", KERAS_IPU_ENGINE=engine, **(extra_env or {}))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=HANG_LIMIT_S)
@@ -894,30 +898,30 @@ def _mlp_losses(engine, extra_env=None, prelude=""):
 
 def test_our_tensorflow_import_is_quiet_unless_the_user_chose():
     environ = {}
-    engines.quiet_tensorflow_start(environ, modules={})
-    assert environ == {engines.TF_LOG_LEVEL_ENV: "1"}  # INFO off, warnings on
-    environ = {engines.TF_LOG_LEVEL_ENV: "0"}
-    engines.quiet_tensorflow_start(environ, modules={})
-    assert environ == {engines.TF_LOG_LEVEL_ENV: "0"}
+    tensorflow_runtime.quiet_tensorflow_start(environ, modules={})
+    assert environ == {tensorflow_runtime.TF_LOG_LEVEL_ENV: "1"}  # INFO off, warnings on
+    environ = {tensorflow_runtime.TF_LOG_LEVEL_ENV: "0"}
+    tensorflow_runtime.quiet_tensorflow_start(environ, modules={})
+    assert environ == {tensorflow_runtime.TF_LOG_LEVEL_ENV: "0"}
     # The user imported TensorFlow: its logging is theirs.
     environ = {}
-    engines.quiet_tensorflow_start(environ, modules={"tensorflow": object()})
+    tensorflow_runtime.quiet_tensorflow_start(environ, modules={"tensorflow": object()})
     assert environ == {}
 
 
 def test_tensorflows_pools_take_the_host_thread_cap_unless_the_user_sized_them():
-    intra, inter = engines.TF_POOL_VARIABLES
-    assert engines.tensorflow_pool_sizes({}) == {}  # TensorFlow's default: the cores
+    intra, inter = tensorflow_runtime.TF_POOL_VARIABLES
+    assert tensorflow_runtime.tensorflow_pool_sizes({}) == {}  # TensorFlow's default: the cores
     # A cap of 1: one thread in each pool (XLA then runs on the caller alone).
-    assert engines.tensorflow_pool_sizes({"KERAS_IPU_HOST_THREADS": "1"}) == {intra: 1, inter: 1}
+    assert tensorflow_runtime.tensorflow_pool_sizes({"KERAS_IPU_HOST_THREADS": "1"}) == {intra: 1, inter: 1}
     # The smallest cap set, as for the NumPy engine's kernels.
-    assert engines.tensorflow_pool_sizes(
+    assert tensorflow_runtime.tensorflow_pool_sizes(
         {"OMP_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "2"}) == {intra: 2, inter: 2}
-    assert engines.tensorflow_pool_sizes({"OMP_NUM_THREADS": "4"}) == {intra: 4, inter: 4}
+    assert tensorflow_runtime.tensorflow_pool_sizes({"OMP_NUM_THREADS": "4"}) == {intra: 4, inter: 4}
     # TensorFlow's own variable is the user's word for its pool.
-    assert engines.tensorflow_pool_sizes(
+    assert tensorflow_runtime.tensorflow_pool_sizes(
         {"KERAS_IPU_HOST_THREADS": "1", intra: "3"}) == {inter: 1}
-    assert engines.tensorflow_pool_sizes(
+    assert tensorflow_runtime.tensorflow_pool_sizes(
         {"MKL_NUM_THREADS": "2", intra: "2", inter: "2"}) == {}
 
 
@@ -925,8 +929,8 @@ _POOLS = """
 import sys
 sys.modules['jax'] = None
 {prelude}
-from keras_ipu.device.compiler import engines
-tf = engines._tensorflow()
+from keras_ipu.device.compiler import tensorflow_runtime
+tf = tensorflow_runtime.import_tensorflow()
 tf.add(tf.constant(1.0), 1.0)  # the runtime started: its pools made
 config = tf.config.threading
 print(config.get_intra_op_parallelism_threads(), config.get_inter_op_parallelism_threads())
@@ -946,7 +950,7 @@ print(config.get_intra_op_parallelism_threads(), config.get_inter_op_parallelism
 def test_our_tensorflow_start_sizes_its_pools(env, prelude, sizes):
     from keras_ipu.device.native import threads
 
-    unset = {*threads.CAP_VARIABLES, *engines.TF_POOL_VARIABLES}
+    unset = {*threads.CAP_VARIABLES, *tensorflow_runtime.TF_POOL_VARIABLES}
     environ = {k: v for k, v in os.environ.items() if k not in unset}
     out = subprocess.run([sys.executable, "-c", _POOLS.format(prelude=prelude)],
                          env={**environ, **env}, capture_output=True, text=True,
@@ -975,28 +979,28 @@ def test_fit_on_each_tensorflow_engine_matches_numpy_and_numpy_never_emits():
 _SWITCH_AT_ONCE = textwrap.dedent(
     """
     import time
-    from keras_ipu.device.compiler import engines as _engines
-    _engines.HOT_SECONDS = 0.0
-    _engines.MIN_PREDICTED_GAIN = float("-inf")  # tried, whatever it is predicted to save
-    _engines.TIMED_RUNS = 10**6
-    _engines.WARM_UP_RUNS = {warm_up}
-    _engines.AUTO_CANDIDATES = ({engine!r},)
-    _engines.host_threads._cap = 2  # a core to compile on, on any machine
+    from keras_ipu.device.compiler import tiered_runner as _tiered_runner
+    _tiered_runner.HOT_SECONDS = 0.0
+    _tiered_runner.MIN_PREDICTED_GAIN = float("-inf")  # tried, whatever it is predicted to save
+    _tiered_runner.TIMED_RUNS = 10**6
+    _tiered_runner.WARM_UP_RUNS = {warm_up}
+    _tiered_runner.AUTO_CANDIDATES = ({engine!r},)
+    _tiered_runner.host_threads._cap = 2  # a core to compile on, on any machine
     # Waited for below: at nice 19 on a busy machine it would crawl.
-    _engines.host_threads.background_priority = lambda: None
-    _start = _engines.TieredRunner._start_compile
+    _tiered_runner.host_threads.background_priority = lambda: None
+    _start = _tiered_runner.TieredRunner._start_compile
     def _start_and_wait(self, arrays):
         _start(self, arrays)
         while self.engine not in ("timing", "preparing") and self.thread.is_alive():
             time.sleep(0.01)
-    _engines.TieredRunner._start_compile = _start_and_wait
-    _prepare = _engines.TieredRunner._prepare_here
+    _tiered_runner.TieredRunner._start_compile = _start_and_wait
+    _prepare = _tiered_runner.TieredRunner._prepare_here
     def _prepare_and_wait(self, arrays):
         out = _prepare(self, arrays)
         while self.engine != "timing" and self.thread.is_alive():
             time.sleep(0.01)
         return out
-    _engines.TieredRunner._prepare_here = _prepare_and_wait
+    _tiered_runner.TieredRunner._prepare_here = _prepare_and_wait
     """
 )
 
@@ -1006,7 +1010,7 @@ def test_auto_switching_engines_mid_fit_matches_numpy(engine):
     # Donated state crosses from NumPy to the candidate mid-epoch; the
     # losses stay within the tolerance the engine meets alone.
     numpy_losses, _ = _mlp_losses("numpy")
-    warm_up = 0 if engine in engines.CALLER_PREPARES else 1
+    warm_up = 0 if engine in tiered_runner.CALLER_PREPARES else 1
     auto_losses, auto_rest = _mlp_losses(
         "auto", {engines.STRICT_ENV: "1"},
         prelude=_SWITCH_AT_ONCE.format(engine=engine, warm_up=warm_up))
@@ -1026,11 +1030,11 @@ def _a_run_prepares(monkeypatch):
     """A runner of _graph(), the compile thread's ask (a thread standing
     for it) and the run that prepares the graph runtime: (the runner, what
     the ask got, the run's results, NumPy's results)."""
-    monkeypatch.setattr(engines.host_threads, "_cap", 2)
+    monkeypatch.setattr(tiered_runner.host_threads, "_cap", 2)
     exe = compile_graph(_graph())
     arrays = [f32(8, 6), f32(6, 5)]
     want = exe.run_unchecked(list(arrays))
-    runner = engines.TieredRunner(exe)
+    runner = tiered_runner.TieredRunner(exe)
     got = []
     thread = threading.Thread(target=lambda: got.append(runner._prepared_by_caller("tensorflow")))
     thread.start()
@@ -1086,31 +1090,31 @@ def _wait_for(runner, engine):
 
 
 def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, caplog):
-    monkeypatch.setenv(engines.ENV, "auto")
-    monkeypatch.setattr(engines, "HOT_SECONDS", 1e-9)
-    monkeypatch.setattr(engines, "MIN_PREDICTED_GAIN", float("-inf"))
-    monkeypatch.setattr(engines, "RENT_FACTOR", 0.0)  # XLA at once (its rent: below)
-    monkeypatch.setattr(engines.host_threads, "_cap", 2)
+    monkeypatch.setenv(engine_choice.ENV, "auto")
+    monkeypatch.setattr(tiered_runner, "HOT_SECONDS", 1e-9)
+    monkeypatch.setattr(tiered_runner, "MIN_PREDICTED_GAIN", float("-inf"))
+    monkeypatch.setattr(tiered_runner, "RENT_FACTOR", 0.0)  # XLA at once (its rent: below)
+    monkeypatch.setattr(tiered_runner.host_threads, "_cap", 2)
     # Waited for below: at nice 19 on a busy machine it would crawl.
-    monkeypatch.setattr(engines.host_threads, "background_priority", lambda: None)
+    monkeypatch.setattr(tiered_runner.host_threads, "background_priority", lambda: None)
     exe = compile_graph(_graph())
     x, w = f32(8, 6), f32(6, 5)
     want = exe.run_unchecked([x, w])
     outs = [exe.run(x, w)]  # NumPy; the next run starts the compile
     runner = exe._engine_run
-    assert isinstance(runner, engines.TieredRunner) and runner.engine == "numpy"
+    assert isinstance(runner, tiered_runner.TieredRunner) and runner.engine == "numpy"
     with caplog.at_level("INFO", logger="keras_ipu.device"):
         outs.append(exe.run(x, w))
         # (TensorFlow imported by an earlier test: the compile thread may
         # already ask for the graph runtime's preparation.)
         assert runner.engine in ("compiling", "preparing")
         seen = []
-        for engine in engines.AUTO_CANDIDATES:
-            if engine in engines.CALLER_PREPARES:
+        for engine in tiered_runner.AUTO_CANDIDATES:
+            if engine in tiered_runner.CALLER_PREPARES:
                 # The next run prepares it, in this thread, and gives its results.
                 _wait_for(runner, "preparing")
                 outs.append(exe.run(x, w))
-                assert engines.current_engine(exe) == engine
+                assert engine_choice.current_engine(exe) == engine
             _wait_for(runner, "timing")
             assert runner.candidate.engine == engine
             so_far = runner.current_name
@@ -1118,11 +1122,11 @@ def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, ca
             # The candidate's warm-up runs, then the engine so far and the
             # candidate in turn.
             ran = []
-            for _ in range(engines.WARM_UP_RUNS + 2 * engines.TIMED_RUNS):
+            for _ in range(tiered_runner.WARM_UP_RUNS + 2 * tiered_runner.TIMED_RUNS):
                 outs.append(exe.run(x, w))
-                ran.append(engines.current_engine(exe))
-            assert ran == ([engine] * engines.WARM_UP_RUNS
-                           + [so_far, engine] * engines.TIMED_RUNS)
+                ran.append(engine_choice.current_engine(exe))
+            assert ran == ([engine] * tiered_runner.WARM_UP_RUNS
+                           + [so_far, engine] * tiered_runner.TIMED_RUNS)
             # The compile thread waited for the timing before going on.
             assert runner.engine in ("compiling", "timing", "final")
         runner.thread.join(timeout=120)
@@ -1130,7 +1134,7 @@ def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, ca
         outs += [exe.run(x, w) for _ in range(2)]
     assert seen == ["tensorflow", "xla"]
     kept = runner.current_name
-    assert kept in ("numpy", "tensorflow", "xla") and engines.current_engine(exe) == kept
+    assert kept in ("numpy", "tensorflow", "xla") and engine_choice.current_engine(exe) == kept
     decisions = [r.message for r in caplog.records if "per run: keeps" in r.message]
     assert len(decisions) == 2 and decisions[-1].endswith(f"keeps {kept}"), decisions
     for out in outs:
@@ -1141,7 +1145,7 @@ def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, ca
 def test_auto_keeps_the_faster_by_the_timed_runs():
     # The choice itself, with the times given: a candidate faster than the
     # engine so far is kept, a slower one dropped.
-    runner = engines.TieredRunner(compile_graph(_graph()))
+    runner = tiered_runner.TieredRunner(compile_graph(_graph()))
 
     class Candidate:
         def __init__(self, engine):
@@ -1172,7 +1176,7 @@ def test_timed_runs_follow_the_warm_up_alternate_and_a_numpy_turn_copies_read_on
     exe = compile_graph(_graph())
     x, w = f32(8, 6), f32(6, 5)
     want = exe.run_unchecked([x, w])
-    runner = engines.TieredRunner(exe)
+    runner = tiered_runner.TieredRunner(exe)
     copied = []
     runner.writable = lambda arrays: copied.append(len(arrays))
 
@@ -1185,17 +1189,17 @@ def test_timed_runs_follow_the_warm_up_alternate_and_a_numpy_turn_copies_read_on
     runner.candidate, runner.warm_up, runner.engine = Candidate(), warm_up, "timing"
     runner.timed.clear()
     ran, phase = [], []
-    for _ in range(warm_up + 2 * engines.TIMED_RUNS):
+    for _ in range(warm_up + 2 * tiered_runner.TIMED_RUNS):
         got = runner([x, w])
         ran.append(runner.last_engine)
         phase.append((len(runner.current_times), len(runner.candidate_times)))
         for g, wv in zip(got, want):
             np.testing.assert_array_equal(g, wv)
-    assert ran == ["tensorflow"] * warm_up + ["numpy", "tensorflow"] * engines.TIMED_RUNS
+    assert ran == ["tensorflow"] * warm_up + ["numpy", "tensorflow"] * tiered_runner.TIMED_RUNS
     # The warm-up runs are not timed; each timed turn is.
     assert phase[:warm_up] == [(0, 0)] * warm_up
     assert phase[warm_up:warm_up + 2] == [(1, 0), (1, 1)]
-    assert len(copied) == engines.TIMED_RUNS  # before each NumPy turn
+    assert len(copied) == tiered_runner.TIMED_RUNS  # before each NumPy turn
     # Decided on the runs of this phase: both sides timed alike.
     assert runner.timed.is_set() and runner.engine == "compiling"
     assert runner.current_name in ("numpy", "tensorflow")
@@ -1204,7 +1208,7 @@ def test_timed_runs_follow_the_warm_up_alternate_and_a_numpy_turn_copies_read_on
 def test_the_next_candidate_waits_for_the_program_to_pay_its_rent(monkeypatch):
     # Rent-or-buy candidate by candidate: the compile thread waits until
     # the program has run the rent's CPU seconds more.
-    runner = engines.TieredRunner(compile_graph(_graph()))
+    runner = tiered_runner.TieredRunner(compile_graph(_graph()))
     done = threading.Event()
     runner.program_seconds = 3.0  # before the rest: not counted
 
@@ -1225,13 +1229,13 @@ def test_xla_is_bought_once_its_expected_saving_would_have_paid_for_it(monkeypat
     # runtime's preparation, and only the fraction of the step it is
     # expected to save counts as rent; after any other candidate (or in
     # another order) the preparations so far, as if it saved the whole step.
-    monkeypatch.setattr(engines, "RENT_FACTOR", 1.0)
-    monkeypatch.setattr(engines, "XLA_PREPARATION_RATIO", 4.0)
-    monkeypatch.setattr(engines, "XLA_EXPECTED_GAIN", 0.25)
-    rent = engines.TieredRunner(compile_graph(_graph()))._rent  # no XLA prediction priced
+    monkeypatch.setattr(tiered_runner, "RENT_FACTOR", 1.0)
+    monkeypatch.setattr(tiered_runner, "XLA_PREPARATION_RATIO", 4.0)
+    monkeypatch.setattr(tiered_runner, "XLA_EXPECTED_GAIN", 0.25)
+    rent = tiered_runner.TieredRunner(compile_graph(_graph()))._rent  # no XLA prediction priced
     assert rent("xla", "tensorflow", 0.5) == pytest.approx(8.0)
     assert rent("xla", "tensorflow", 1.0) == pytest.approx(16.0)
-    monkeypatch.setattr(engines, "XLA_EXPECTED_GAIN", 0.5)
+    monkeypatch.setattr(tiered_runner, "XLA_EXPECTED_GAIN", 0.5)
     assert rent("xla", "tensorflow", 1.0) == pytest.approx(8.0)
 
     got = []
@@ -1247,7 +1251,7 @@ def test_xla_is_bought_once_its_expected_saving_would_have_paid_for_it(monkeypat
     thread.join()
     spent, paid = got[0]
     assert spent <= paid < 1.0  # this thread's CPU, not the 10 s given
-    monkeypatch.setattr(engines, "RENT_FACTOR", 0.0)
+    monkeypatch.setattr(tiered_runner, "RENT_FACTOR", 0.0)
     assert rent("xla", "tensorflow", 1.0) == 0.0
 
 
@@ -1291,7 +1295,7 @@ def test_a_candidate_failing_in_a_timed_run_is_dropped(monkeypatch, caplog, warm
     exe = compile_graph(_graph())
     x, w = f32(8, 6), f32(6, 5)
     want = exe.run_unchecked([x, w])
-    runner = engines.TieredRunner(exe)
+    runner = tiered_runner.TieredRunner(exe)
 
     class Refusing(engines.GraphProgram):
         def __init__(self):
@@ -1317,15 +1321,15 @@ def _one_thread_runner(monkeypatch, rent=0.0, min_gain=float("-inf")):
     """A TieredRunner of _graph() on one host thread, hot at once, with
     `rent` and MIN_PREDICTED_GAIN `min_gain`; GraphProgram.build notes the
     thread it ran in: (runner, the threads, inputs, NumPy's results of them)."""
-    monkeypatch.setenv(engines.ENV, "auto")
-    monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
-    monkeypatch.setattr(engines, "ONE_THREAD_RENT_SECONDS", rent)
-    monkeypatch.setattr(engines, "MIN_PREDICTED_GAIN", min_gain)
-    monkeypatch.setattr(engines.host_threads, "_cap", 1)
+    monkeypatch.setenv(engine_choice.ENV, "auto")
+    monkeypatch.setattr(tiered_runner, "HOT_SECONDS", 0.0)
+    monkeypatch.setattr(tiered_runner, "ONE_THREAD_RENT_SECONDS", rent)
+    monkeypatch.setattr(tiered_runner, "MIN_PREDICTED_GAIN", min_gain)
+    monkeypatch.setattr(tiered_runner.host_threads, "_cap", 1)
     built_in = _threads_building_graph_programs(monkeypatch)
     exe = compile_graph(_graph())
     arrays = [f32(8, 6), f32(6, 5)]
-    return engines.TieredRunner(exe), built_in, arrays, exe.run_unchecked(list(arrays))
+    return tiered_runner.TieredRunner(exe), built_in, arrays, exe.run_unchecked(list(arrays))
 
 
 def test_auto_on_one_host_thread_prepares_the_graph_runtime_in_the_programs_run(monkeypatch,
@@ -1342,10 +1346,10 @@ def test_auto_on_one_host_thread_prepares_the_graph_runtime_in_the_programs_run(
     assert built_in == [threading.main_thread()] and runner.thread is None
     assert runner.last_engine == "tensorflow" and runner.engine == "timing"
     ran = []
-    for _ in range(engines.WARM_UP_RUNS + 2 * engines.TIMED_RUNS):
+    for _ in range(tiered_runner.WARM_UP_RUNS + 2 * tiered_runner.TIMED_RUNS):
         outs.append(runner([x, w]))
         ran.append(runner.last_engine)
-    assert ran == ["tensorflow"] * engines.WARM_UP_RUNS + ["numpy", "tensorflow"] * engines.TIMED_RUNS
+    assert ran == ["tensorflow"] * tiered_runner.WARM_UP_RUNS + ["numpy", "tensorflow"] * tiered_runner.TIMED_RUNS
     assert runner.engine == "final" and runner.candidate is None
     outs.append(runner([x, w]))
     assert runner.last_engine == runner.current_name in ("numpy", "tensorflow")
@@ -1384,8 +1388,8 @@ def test_auto_on_one_host_thread_waits_for_the_programs_rent(monkeypatch):
 def test_auto_on_one_host_thread_keeps_numpy_where_the_graph_runtime_is_not_predicted_to_pay(
         monkeypatch, graph_gain, xla_gain, event):
     runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, min_gain=0.05)
-    monkeypatch.setattr(engines.engine_prediction, "predicted_gain", lambda graph: graph_gain)
-    monkeypatch.setattr(engines.engine_prediction, "predicted_xla_gain", lambda graph: xla_gain)
+    monkeypatch.setattr(tiered_runner.engine_prediction, "predicted_gain", lambda graph: graph_gain)
+    monkeypatch.setattr(tiered_runner.engine_prediction, "predicted_xla_gain", lambda graph: xla_gain)
     for _ in range(3):
         got = runner([x, w])
     assert runner.engine == "final" and runner.current_name == runner.last_engine == "numpy"
@@ -1402,7 +1406,7 @@ def test_numpy_copies_read_only_donated_inputs(monkeypatch):
     exe.written_inputs = frozenset({0})
     x = f32(8, 6)
     x.setflags(write=False)
-    for run in (engines.TieredRunner(exe).current, engines.numpy_runner(exe)):
+    for run in (tiered_runner.TieredRunner(exe).current, engines.numpy_runner(exe)):
         arrays = [x, f32(6, 5)]
         run(arrays)
         assert arrays[0] is not x and arrays[0].flags.writeable
@@ -1411,30 +1415,30 @@ def test_numpy_copies_read_only_donated_inputs(monkeypatch):
 
 def test_fp_behaviour_and_setting_numpy_keep_numpy(monkeypatch):
     exe = compile_graph(_graph())
-    monkeypatch.setenv(engines.ENV, "numpy")
-    assert engines.runner(exe) == exe.run_unchecked
+    monkeypatch.setenv(engine_choice.ENV, "numpy")
+    assert engine_choice.runner(exe) == exe.run_unchecked
     exe.fp_behaviour = FPBehaviour(esr="ON")
     for setting in ("xla", "tensorflow", "auto"):
-        monkeypatch.setenv(engines.ENV, setting)
-        assert engines.runner(exe) == exe.run_unchecked
+        monkeypatch.setenv(engine_choice.ENV, setting)
+        assert engine_choice.runner(exe) == exe.run_unchecked
 
 
 def test_unknown_engine_is_a_clear_error(monkeypatch):
-    monkeypatch.setenv(engines.ENV, "gpu")
+    monkeypatch.setenv(engine_choice.ENV, "gpu")
     with pytest.raises(ValueError, match=r"KERAS_IPU_ENGINE='gpu'.*auto, numpy, tensorflow, xla"):
-        engines.engine_setting()
+        engine_choice.engine_setting()
 
 
 @pytest.mark.parametrize("setting", ["xla", "tensorflow"])
 def test_a_primitive_without_a_rule_runs_on_numpy(setting, monkeypatch, caplog):
-    monkeypatch.setenv(engines.ENV, setting)
+    monkeypatch.setenv(engine_choice.ENV, setting)
     graph = one("svd", [((3, 3), "float32")], full_matrices=False, compute_uv=False)
     exe = compile_graph(graph)
     x = f32(3, 3)
     with caplog.at_level("DEBUG", logger="keras_ipu.device"):
         out = exe.run(x)
     np.testing.assert_allclose(out[0], np.linalg.svd(x, compute_uv=False), rtol=1e-5)
-    assert engines.current_engine(exe) == "numpy"
+    assert engine_choice.current_engine(exe) == "numpy"
     assert [r.levelname for r in caplog.records if "svd" in r.message] == ["DEBUG"]
 
 
@@ -1455,12 +1459,12 @@ def _failing(cls):
 
 @pytest.mark.parametrize("setting", ["xla", "tensorflow", "auto"])
 def test_a_failing_compile_falls_back_to_numpy_silently(monkeypatch, caplog, setting):
-    monkeypatch.setenv(engines.ENV, setting)
+    monkeypatch.setenv(engine_choice.ENV, setting)
     monkeypatch.delenv(engines.STRICT_ENV, raising=False)
-    monkeypatch.setattr(engines, "HOT_SECONDS", 0.0)
-    monkeypatch.setattr(engines, "MIN_PREDICTED_GAIN", float("-inf"))
+    monkeypatch.setattr(tiered_runner, "HOT_SECONDS", 0.0)
+    monkeypatch.setattr(tiered_runner, "MIN_PREDICTED_GAIN", float("-inf"))
     monkeypatch.setattr(engines, "_noted", set())
-    monkeypatch.setattr(engines.host_threads, "_cap", 2)
+    monkeypatch.setattr(tiered_runner.host_threads, "_cap", 2)
     for cls in engines.PROGRAMS.values():
         monkeypatch.setattr(cls, "build", _failing(cls))
     exe = compile_graph(_graph())
@@ -1469,7 +1473,7 @@ def test_a_failing_compile_falls_back_to_numpy_silently(monkeypatch, caplog, set
     with caplog.at_level("DEBUG", logger="keras_ipu.device"):
         results = [exe.run(x, w) for _ in range(3)]
         runner = exe._engine_run
-        if isinstance(runner, engines.TieredRunner):
+        if isinstance(runner, tiered_runner.TieredRunner):
             # The program keeps running: the graph runtime is prepared by
             # one of its runs (CALLER_PREPARES), whenever the niced import
             # is done, which a busy machine delays past the runs above.
@@ -1483,7 +1487,7 @@ def test_a_failing_compile_falls_back_to_numpy_silently(monkeypatch, caplog, set
     for outs in results:
         for g, wv in zip(outs, want):
             np.testing.assert_array_equal(g, wv)
-    assert engines.current_engine(exe) == "numpy"
+    assert engine_choice.current_engine(exe) == "numpy"
     failures = [r for r in caplog.records if "compile failed (test)" in r.message]
     assert failures and {r.levelname for r in failures} == {"DEBUG"}
     if setting == "auto":  # each candidate tried, each failure noted once
@@ -1498,7 +1502,7 @@ import atexit, sys, time
 sys.path.insert(0, {tests!r})
 import numpy as np
 from compiler_graphs import aval, build
-from keras_ipu.device.compiler import compile_graph, engines
+from keras_ipu.device.compiler import compile_graph, engines, tensorflow_runtime, tiered_runner
 
 phase = sys.argv[1]
 
@@ -1518,13 +1522,13 @@ class Slow(engines.XlaProgram):
         raise AssertionError("an abandoned compile ran on")
 
 
-engines.HOT_SECONDS = 0.0
-engines.MIN_PREDICTED_GAIN = float("-inf")
-engines.host_threads._cap = 2
-engines.AUTO_CANDIDATES = ("xla",)
+tiered_runner.HOT_SECONDS = 0.0
+tiered_runner.MIN_PREDICTED_GAIN = float("-inf")
+tiered_runner.host_threads._cap = 2
+tiered_runner.AUTO_CANDIDATES = ("xla",)
 engines.XlaProgram.build = classmethod(lambda cls, exe, check=None: Slow(exe, check))
 # The slow compile stands for TensorFlow too: no import, no runtime start.
-engines._tensorflow_ready = lambda graph, check: None
+tensorflow_runtime.tensorflow_ready = lambda graph, modes, check: None
 exe = compile_graph(build([aval((4, 3))], lambda b, x: b.op("exp", x)))
 x = np.ones((4, 3), np.float32)
 exe.run(x)
@@ -1555,15 +1559,15 @@ import atexit, sys, time
 sys.path.insert(0, {tests!r})
 import numpy as np
 from compiler_graphs import aval, build
-from keras_ipu.device.compiler import compile_graph, engines
+from keras_ipu.device.compiler import compile_graph, tiered_runner
 
 assert "tensorflow" not in sys.modules
-engines.HOT_SECONDS = 0.0
-engines.MIN_PREDICTED_GAIN = float("-inf")
-engines.host_threads._cap = 2
+tiered_runner.HOT_SECONDS = 0.0
+tiered_runner.MIN_PREDICTED_GAIN = float("-inf")
+tiered_runner.host_threads._cap = 2
 # Waited for below, and the exit waits for it to stop at its next module:
 # at nice 19 beside other work it would crawl (114 s of the 120 at load 8).
-engines.host_threads.background_priority = lambda: None
+tiered_runner.host_threads.background_priority = lambda: None
 exe = compile_graph(build([aval((4, 3))], lambda b, x: b.op("exp", x)))
 x = np.ones((4, 3), np.float32)
 exe.run(x)
@@ -1599,7 +1603,7 @@ _PRIORITIES = textwrap.dedent(
     import numpy as np
     sys.path.insert(0, {here!r})
     from compiler_graphs import aval, build
-    from keras_ipu.device.compiler import compile_graph, engines
+    from keras_ipu.device.compiler import compile_graph, tensorflow_runtime, tiered_runner
 
     def nices():
         out = {{}}
@@ -1630,10 +1634,10 @@ _PRIORITIES = textwrap.dedent(
                 return
             time.sleep(0.01)
 
-    engines.HOT_SECONDS = 0.0
-    engines.MIN_PREDICTED_GAIN = float("-inf")
-    engines.RENT_FACTOR = 0.0
-    engines.host_threads._cap = 2
+    tiered_runner.HOT_SECONDS = 0.0
+    tiered_runner.MIN_PREDICTED_GAIN = float("-inf")
+    tiered_runner.RENT_FACTOR = 0.0
+    tiered_runner.host_threads._cap = 2
     # Imported here, at normal priority: at nice 19 on a busy machine the
     # import would crawl. TensorFlow's runtime is not started by importing.
     import tensorflow
@@ -1645,7 +1649,7 @@ _PRIORITIES = textwrap.dedent(
             seen["threads at import"] = set(nices())
             super().set()
 
-    engines._tf_imported = Noting()
+    tensorflow_runtime._tf_imported = Noting()
     # Large enough that XLA runs it on its intra-op pool.
     exe = compile_graph(build([aval((1024, 1024))], lambda b, x: [b.op("tanh", x)]))
     x = np.ones((1024, 1024), np.float32)
@@ -1658,7 +1662,7 @@ _PRIORITIES = textwrap.dedent(
     wait_while("compiling")  # handed over for timing
     assert runner.engine == "timing" and runner.candidate.engine == "tensorflow"
     runtime = {{t: n for t, n in nices().items() if t not in seen["threads at import"]}}
-    for _ in range(engines.WARM_UP_RUNS + 2 * engines.TIMED_RUNS):  # in turn with NumPy's
+    for _ in range(tiered_runner.WARM_UP_RUNS + 2 * tiered_runner.TIMED_RUNS):  # in turn with NumPy's
         exe.run(x)
     wait_while("compiling")  # XLA's compile, then its first run
     assert runner.engine == "timing" and runner.candidate.engine == "xla", runner.engine
@@ -1670,7 +1674,7 @@ _PRIORITIES = textwrap.dedent(
     tids = [t for t in nices() if t != compile_tid]
     niced = [t for t, n in nices().items() if n == 19 and t != compile_tid]
     before = cpu_ns(tids)
-    for _ in range(2 * engines.TIMED_RUNS):
+    for _ in range(2 * tiered_runner.TIMED_RUNS):
         exe.run(x)
     after = cpu_ns(tids)
     print(os.getpriority(os.PRIO_PROCESS, 0), seen["compile thread"], len(runtime),
@@ -1708,7 +1712,7 @@ def test_the_background_compile_runs_at_low_priority_and_tensorflows_runtime_not
 
 _RUNTIME_START_AT_EXIT = """
 import sys, threading, time
-from keras_ipu.device.compiler import engines
+from keras_ipu.device.compiler import tensorflow_runtime
 
 
 began = threading.Event()
@@ -1729,7 +1733,7 @@ class FakeTensorFlow:
         return x
 
 
-engines._tensorflow = lambda: FakeTensorFlow
+tensorflow_runtime.import_tensorflow = lambda: FakeTensorFlow
 finished = threading.Thread(target=lambda: None)
 finished.start()
 finished.join()
@@ -1739,9 +1743,9 @@ class Runner:  # a compile that has ended
 
 runner = Runner()
 runner.unstoppable.set()
-engines._in_flight_add(runner)
-engines._start_runtime_starter()
-engines._tf_imported.set()
+tensorflow_runtime.in_flight_add(runner)
+tensorflow_runtime.start_runtime_starter()
+tensorflow_runtime._tf_imported.set()
 began.wait(60)  # the start in progress, however late a busy machine runs the thread
 print("main done", flush=True)
 sys.exit(3)

@@ -1,5 +1,5 @@
 """Whether TensorFlow's engines could pay for a program, predicted from the
-program before `auto` imports TensorFlow (engines.TieredRunner).
+program before `auto` imports TensorFlow (tiered_runner.TieredRunner).
 
 TensorFlow's import and the graph runtime's preparation cost about 5 s of
 CPU, and on two cores they slow the training beside them 3-5x while they
@@ -75,7 +75,7 @@ count either, is of the same size (UNCHARGED_SCAN_DEPTH).
 
 XLA (predicted_xla_gain): its step against the NumPy engine's from the
 same reading, from which `auto` prices XLA's rent and imports TensorFlow
-where only XLA is predicted to pay (engines.XLA_BEST_SHARE). Its products run at the CPU's own rate (YNNPACK,
+where only XLA is predicted to pay (tiered_runner.XLA_BEST_SHARE). Its products run at the CPU's own rate (YNNPACK,
 which OPENBLAS_CORETYPE does not pin: XLA_PRODUCT_RATIO), its convolutions
 slower than our patches on this CPU (XLA_CONVOLUTION_RATIO), and it fuses
 elementwise chains into loops, so no op is charged per chain member. What

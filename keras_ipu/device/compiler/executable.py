@@ -34,7 +34,7 @@ import logging
 import numpy as np
 
 from keras_ipu.device.compiler import device_checks
-from keras_ipu.device.compiler import engines
+from keras_ipu.device.compiler import engine_choice
 from keras_ipu.device.compiler import control_flow
 from keras_ipu.device.compiler import concurrent_steps
 from keras_ipu.device.compiler.concurrent_steps import concurrent_program
@@ -181,7 +181,7 @@ class Executable:
     # (compiler/tensor_parallel.py), whose one-IPU part is predicted.
     tensor_parallel = None
     _running_graph = None  # made when first asked for (running_graph)
-    # What computes run()'s values (engines.runner: NumPy, XLA or tiered),
+    # What computes run()'s values (engine_choice.runner: NumPy, XLA or tiered),
     # chosen at the first run.
     _engine_run = None
     # The most threads its kernels split over, or None (the process' policy:
@@ -506,7 +506,7 @@ class Executable:
     def _engine(self, arrays):
         run = self._engine_run
         if run is None:
-            run = self._engine_run = engines.runner(self)
+            run = self._engine_run = engine_choice.runner(self)
         return run(arrays)
 
     def _run_noted(self, arrays):

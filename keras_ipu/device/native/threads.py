@@ -204,7 +204,7 @@ _local = threading.local()
 
 def user_cap(environ=os.environ):
     """The smallest of the CAP_VARIABLES set in `environ` (None: none is
-    set). TensorFlow's pools follow it too (compiler/engines.py)."""
+    set). TensorFlow's pools follow it too (compiler/tensorflow_runtime.py)."""
     values = []
     for name in CAP_VARIABLES:
         value = environ.get(name, "").strip()
@@ -543,7 +543,7 @@ def ranges(n, block, threads):
 def background_priority():
     """The calling thread at the lowest priority (nice 19; on Linux nice
     is per thread), for work that should only take CPU nobody else wants:
-    the auto engine's background XLA compile (compiler/engines.py).
+    the auto engine's background XLA compile (compiler/tiered_runner.py).
     Threads it starts inherit it. Nothing happens where the OS refuses."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
