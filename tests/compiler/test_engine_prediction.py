@@ -515,7 +515,9 @@ def _ordered_runner(monkeypatch, gain, xla):
     (0.11, 0.26, ("tensorflow", "xla"), True),  # the MLP, pinned
     (0.16, 0.41, ("tensorflow", "xla"), True),  # the LSTM
     (0.13, 0.25, ("tensorflow", "xla"), False),  # the transformer: over half XLA's
-    (0.32, -0.32, ("tensorflow", "xla"), False),  # the CNN
+    # The CNN: XLA predicted to lose, not tried.
+    (0.32, -0.32, ("tensorflow",), False),
+    (0.32, 0.04, ("tensorflow",), False),  # XLA under MIN_PREDICTED_GAIN
     (0.02, 0.23, ("xla",), True),  # MLP b128 Adam: the graph runtime does not pay
     (0.11, None, ("tensorflow", "xla"), False),  # no XLA answer on this host class
 ])

@@ -13,7 +13,8 @@ beside it 3-5x on two cores, and on the MLP, LSTM and demo_functional
 thread imports TensorFlow and prepares it for each of `AUTO_CANDIDATES`
 in turn (TensorFlow's graph runtime: a trace and the graph's
 optimisation on its first run, done by one of the program's own runs,
-CALLER_PREPARES; then XLA, in the background: a trace and XLA's compile)
+CALLER_PREPARES; then XLA, in the background: a trace and XLA's compile;
+not XLA where its own prediction says it would not pay)
 while the program keeps running on the fastest engine so far; when a
 candidate is ready, it runs `WARM_UP_RUNS` more runs untimed (its first
 runs are slower than its settled ones), then the next runs alternate
@@ -126,7 +127,13 @@ MIN_PREDICTED_GAIN = 0.05
 PREDICTION_MAX_THREADS = 4
 # The engines `auto` tries for a hot program, in this order: TensorFlow's
 # graph runtime first (ready sooner: no XLA compile, which takes minutes
-# on large programs), then XLA.
+# on large programs), then XLA. XLA is left out where its own prediction
+# (engine_prediction.predicted_xla_gain, on a host class where it answers)
+# says it saves under MIN_PREDICTED_GAIN of a step: the CNN on the
+# seventeenth pass's AMD EPYC, pinned, predicted -32%, measured 1.32 of
+# the NumPy engine's CPU per step (the lead's idle run, nineteenth pass),
+# where its niced compile (seconds of CPU on a busy 2-core machine) and
+# its timed turns only cost.
 AUTO_CANDIDATES = ("tensorflow", "xla")
 # Where XLA is predicted to save at least twice what the graph runtime
 # saves (the graph runtime's predicted gain under this share of XLA's:
@@ -318,19 +325,21 @@ class TieredRunner:
     def _order(self, gain, xla):
         """Sets the candidates worth trying for the predicted gains `gain`
         (the graph runtime's) and `xla` (None: no prediction): the graph
-        runtime where it is predicted to pay, XLA after it; where XLA is
-        predicted to pay and the graph runtime to save under XLA_BEST_SHARE
-        of its gain, XLA's rent priced by the prediction (_rent), and XLA
-        alone if the graph runtime is not predicted to pay. Whether any is
-        worth trying."""
+        runtime where it is predicted to pay, XLA after it unless it is
+        predicted not to (AUTO_CANDIDATES); where XLA is predicted to
+        pay and the graph runtime to save under XLA_BEST_SHARE of its gain,
+        XLA's rent priced by the prediction (_rent), and XLA alone if the
+        graph runtime is not predicted to pay. Whether any is worth trying."""
         graph_pays = gain >= MIN_PREDICTED_GAIN
-        if (xla is not None and xla >= MIN_PREDICTED_GAIN
-                and (not graph_pays or gain < XLA_BEST_SHARE * xla)):
+        xla_pays = xla is None or xla >= MIN_PREDICTED_GAIN
+        if xla is not None and xla_pays and (not graph_pays or gain < XLA_BEST_SHARE * xla):
             self.candidates = tuple(name for name in AUTO_CANDIDATES
                                     if name == "xla" or graph_pays)
             self.xla_gain, self.graph_gain = xla, gain
         elif not graph_pays:
             self.candidates = ()
+        elif not xla_pays:
+            self.candidates = tuple(name for name in AUTO_CANDIDATES if name != "xla")
         return bool(self.candidates)
 
     def _start_compile(self, arrays):
