@@ -157,9 +157,20 @@ def test_a_program_the_prediction_cannot_read_is_tried(monkeypatch):
     def unreadable(graph):
         raise LookupError("no cost rule (test)")
 
-    monkeypatch.setattr(engine_prediction, "predicted_gain", unreadable)
+    monkeypatch.setattr(engine_prediction, "predicted_gains", unreadable)
     runner, _, _, starts = _hot_runner(monkeypatch, with_conv=False)
     assert starts == [runner]
+
+
+def test_a_hot_programs_work_is_walked_once(monkeypatch):
+    # Both engines' predictions read the same walk of the program.
+    walks = []
+    walk = engine_prediction._work
+    monkeypatch.setattr(engine_prediction, "_work", lambda graph: walks.append(graph) or walk(graph))
+    monkeypatch.setattr(engine_prediction, "product_ratio", lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+    runner, _, _, _ = _hot_runner(monkeypatch, with_conv=True)
+    assert "XLA" in (runner.predicted or "") or any("XLA" in what for _, what in runner.events)
+    assert len(walks) == 1
 
 
 def test_on_a_large_host_every_hot_program_is_tried(monkeypatch):
@@ -505,8 +516,7 @@ def test_state_written_on_small_products_loses_xlas_gain(pinned_blas, batch, slo
 def _ordered_runner(monkeypatch, gain, xla):
     """A hot TieredRunner of _products whose predictions are `gain` (the
     graph runtime's) and `xla`; (runner, compile starts)."""
-    monkeypatch.setattr(engine_prediction, "predicted_gain", lambda graph: gain)
-    monkeypatch.setattr(engine_prediction, "predicted_xla_gain", lambda graph: xla)
+    monkeypatch.setattr(engine_prediction, "predicted_gains", lambda graph: (gain, xla))
     runner, _, _, starts = _hot_runner(monkeypatch, with_conv=False)
     return runner, starts
 

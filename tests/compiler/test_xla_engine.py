@@ -1388,13 +1388,42 @@ def test_auto_on_one_host_thread_waits_for_the_programs_rent(monkeypatch):
 def test_auto_on_one_host_thread_keeps_numpy_where_the_graph_runtime_is_not_predicted_to_pay(
         monkeypatch, graph_gain, xla_gain, event):
     runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, min_gain=0.05)
-    monkeypatch.setattr(tiered_runner.engine_prediction, "predicted_gain", lambda graph: graph_gain)
-    monkeypatch.setattr(tiered_runner.engine_prediction, "predicted_xla_gain", lambda graph: xla_gain)
+    monkeypatch.setattr(tiered_runner.engine_prediction, "predicted_gains",
+                        lambda graph: (graph_gain, xla_gain))
     for _ in range(3):
         got = runner([x, w])
     assert runner.engine == "final" and runner.current_name == runner.last_engine == "numpy"
     assert built_in == [] and runner.thread is None
     assert any(what.startswith(event) for _, what in runner.events)
+    for g, wv in zip(got, want):
+        np.testing.assert_array_equal(g, wv)
+
+
+@pytest.mark.parametrize("where", ["foreground", "background"])
+def test_auto_stays_on_numpy_where_tensorflow_cannot_be_imported(monkeypatch, caplog, where):
+    # One host thread imports it in the program's run, more in the compile
+    # thread; either way one debug note, and NumPy for good.
+    runner, built_in, (x, w), want = _one_thread_runner(monkeypatch)
+    monkeypatch.setattr(engines, "_noted", set())
+
+    def no_tensorflow(*args):
+        raise ImportError("No module named 'tensorflow' (test)")
+
+    monkeypatch.setattr(tensorflow_runtime, "import_tensorflow", no_tensorflow)
+    monkeypatch.setattr(tensorflow_runtime, "tensorflow_ready", no_tensorflow)
+    with caplog.at_level("DEBUG", logger="keras_ipu.device"):
+        got = runner([x, w])  # hot after it
+        if where == "foreground":
+            got = runner([x, w])
+        else:
+            runner.engine = "compiling"
+            runner._compile_stoppably(sample=None)
+        for _ in range(3):
+            got = runner([x, w])
+    assert runner.engine == "final" and runner.current_name == runner.last_engine == "numpy"
+    assert built_in == []
+    notes = [r for r in caplog.records if "could not be imported" in r.message]
+    assert [r.levelname for r in notes] == ["DEBUG"] and "runs on NumPy" in notes[0].message
     for g, wv in zip(got, want):
         np.testing.assert_array_equal(g, wv)
 

@@ -308,31 +308,35 @@ def convolution_ratio():
     return AVX512_CONVOLUTION_RATIO if AVX512_FLAG in cpu_flags() else CONVOLUTION_RATIO
 
 
-def predicted_gain(graph):
-    """The share of a step the graph runtime is predicted to save against
-    the NumPy engine (negative: to lose)."""
+def predicted_gains(graph):
+    """(graph runtime, XLA): the share of a step each is predicted to save
+    against the NumPy engine (negative: to lose; module doc), from one walk
+    of the program's work (`auto` reads both of a hot program). XLA's is
+    None where NumPy's products run at the CPU's own rate (product_ratio()
+    is OTHER_RATIO), a class of host the XLA ratios were not measured on."""
     work = _work(graph)
+    xla_measured = product_ratio() < OTHER_RATIO
     if not work.total:
-        return 0.0  # no products nor convolutions: nothing measured faster there
+        # No products nor convolutions: nothing measured faster there.
+        return 0.0, (0.0 if xla_measured else None)
     share = work.conv / work.total
     blas = product_ratio() / OTHER_RATIO
     dispatch = GRAPH_OP_MACS * work.chained / work.total
-    return 1.0 - blas * (share * convolution_ratio() + (1.0 - share) * OTHER_RATIO) - dispatch
-
-
-def predicted_xla_gain(graph):
-    """The share of a step XLA is predicted to save against the NumPy
-    engine (negative: to lose; module doc, "XLA"); None where NumPy's
-    products run at the CPU's own rate (product_ratio() is OTHER_RATIO),
-    a class of host the XLA ratios were not measured on."""
-    if product_ratio() >= OTHER_RATIO:
-        return None
-    work = _work(graph)
-    if not work.total:
-        return 0.0
-    share = work.conv / work.total
+    gain = 1.0 - blas * (share * convolution_ratio() + (1.0 - share) * OTHER_RATIO) - dispatch
+    if not xla_measured:
+        return gain, None
     beyond = (XLA_PRODUCT_BYTE_MACS * work.product_bytes
               + XLA_OUTPUT_BYTE_MACS * sum(v.aval.nbytes for v in graph.outputs)
               - SCAN_KERNEL_MACS * work.scan_kernels)
-    return (1.0 - share * XLA_CONVOLUTION_RATIO - (1.0 - share) * XLA_PRODUCT_RATIO
-            - beyond / work.total)
+    return gain, (1.0 - share * XLA_CONVOLUTION_RATIO - (1.0 - share) * XLA_PRODUCT_RATIO
+                  - beyond / work.total)
+
+
+def predicted_gain(graph):
+    """The graph runtime's share of predicted_gains."""
+    return predicted_gains(graph)[0]
+
+
+def predicted_xla_gain(graph):
+    """XLA's share of predicted_gains (module doc, "XLA")."""
+    return predicted_gains(graph)[1]

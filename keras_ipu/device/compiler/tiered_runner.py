@@ -307,8 +307,7 @@ class TieredRunner:
             return True
         graph = self.executable.running_graph
         try:
-            gain = engine_prediction.predicted_gain(graph)
-            xla = engine_prediction.predicted_xla_gain(graph)
+            gain, xla = engine_prediction.predicted_gains(graph)
         except Exception as error:  # noqa: BLE001 - a primitive without a cost rule
             logger.debug("%s: no prediction of TensorFlow's gain (%r): tries it",
                          self.executable.name, error)
@@ -392,9 +391,7 @@ class TieredRunner:
         except ImportError as error:
             if tensorflow_runtime.exit_began(self):
                 raise
-            engines._note(f"{self.executable.name or 'a program'} runs on NumPy: "
-                          f"TensorFlow could not be imported ({error!r})")
-            self.engine = "final"
+            self._no_tensorflow(error)
             return
         timed = None  # the engine timed since the last rent, and its preparation's CPU
         for name in self.candidates:
@@ -477,8 +474,7 @@ class TieredRunner:
         try:
             tensorflow_runtime.import_tensorflow()
         except ImportError as error:
-            engines._note(f"{self.executable.name or 'a program'} runs on NumPy: "
-                          f"TensorFlow could not be imported ({error!r})")
+            self._no_tensorflow(error)
             return self._current_run(arrays)
         self.to_prepare = name
         out = self._prepare_here(arrays)
@@ -488,6 +484,13 @@ class TieredRunner:
             self._time_candidate(program, f"{name} ready ({time.thread_time() - start:.2f} s "
                                           "of CPU to import TensorFlow and prepare)")
         return out
+
+    def _no_tensorflow(self, error):
+        """TensorFlow's import failed with `error`: noted (once), and the
+        program stays on NumPy for good."""
+        engines._note(f"{self.executable.name or 'a program'} runs on NumPy: "
+                      f"TensorFlow could not be imported ({error!r})")
+        self.engine = "final"
 
     def _time_candidate(self, program, event):
         """The runs from the next on: `program`'s WARM_UP_RUNS, then its
