@@ -1319,11 +1319,13 @@ def test_a_candidate_failing_in_a_timed_run_is_dropped(monkeypatch, caplog, warm
 
 def _one_thread_runner(monkeypatch, rent=0.0, min_gain=float("-inf")):
     """A TieredRunner of _graph() on one host thread, hot at once, with
-    `rent` and MIN_PREDICTED_GAIN `min_gain`; GraphProgram.build notes the
-    thread it ran in: (runner, the threads, inputs, NumPy's results of them)."""
+    `rent` (None: one_thread_rent's) and MIN_PREDICTED_GAIN `min_gain`;
+    GraphProgram.build notes the thread it ran in: (runner, the threads,
+    inputs, NumPy's results of them)."""
     monkeypatch.setenv(engine_choice.ENV, "auto")
     monkeypatch.setattr(tiered_runner, "HOT_SECONDS", 0.0)
-    monkeypatch.setattr(tiered_runner, "ONE_THREAD_RENT_SECONDS", rent)
+    if rent is not None:
+        monkeypatch.setattr(tiered_runner, "one_thread_rent", lambda: rent)
     monkeypatch.setattr(tiered_runner, "MIN_PREDICTED_GAIN", min_gain)
     monkeypatch.setattr(tiered_runner.host_threads, "_cap", 1)
     built_in = _threads_building_graph_programs(monkeypatch)
@@ -1365,7 +1367,7 @@ def test_auto_on_one_host_thread_prepares_the_graph_runtime_in_the_programs_run(
 
 def test_auto_on_one_host_thread_waits_for_the_programs_rent(monkeypatch):
     # Hot and predicted to pay, but the stall is bought only once the
-    # program has run ONE_THREAD_RENT_SECONDS of CPU: until then NumPy.
+    # program has run its rent of CPU (one_thread_rent): until then NumPy.
     runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, rent=3600.0)
     for _ in range(3):
         got = runner([x, w])
@@ -1373,6 +1375,28 @@ def test_auto_on_one_host_thread_waits_for_the_programs_rent(monkeypatch):
     assert built_in == [] and runner.thread is None
     runner.program_seconds = 3600.0
     runner([x, w])
+    assert built_in == [threading.main_thread()] and runner.last_engine == "tensorflow"
+    for g, wv in zip(got, want):
+        np.testing.assert_array_equal(g, wv)
+
+
+def test_auto_on_one_host_thread_rents_the_stall_ahead(monkeypatch):
+    # TensorFlow imported already (by this file; a user's tf.data pipeline,
+    # Keras' set_random_seed): the stall ahead is the trace and the first
+    # run, not the import, and so is the rent.
+    gain = tiered_runner.ONE_THREAD_EXPECTED_GAIN
+    traced = tiered_runner.ONE_THREAD_TRACE_SECONDS / gain
+    assert tiered_runner.one_thread_rent({}) == pytest.approx(
+        traced + tiered_runner.ONE_THREAD_IMPORT_SECONDS / gain)
+    assert "tensorflow" in sys.modules
+    runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, rent=None)
+    runner([x, w])  # NumPy: hot after it
+    assert runner.engine == "foreground" and runner.foreground_rent == pytest.approx(traced)
+    runner.program_seconds = 0.99 * traced
+    runner([x, w])
+    assert built_in == [] and runner.last_engine == "numpy"
+    runner.program_seconds = traced
+    got = runner([x, w])
     assert built_in == [threading.main_thread()] and runner.last_engine == "tensorflow"
     for g, wv in zip(got, want):
         np.testing.assert_array_equal(g, wv)

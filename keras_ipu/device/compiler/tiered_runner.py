@@ -46,7 +46,7 @@ a compile beside the program would take the core it runs on (measured
 in issue 16: the one-thread MLP's CPU per step doubled for about 150
 steps while TensorFlow was imported and the step compiled), and a niced
 one would starve there. So a hot program the prediction says could pay
-runs on NumPy until it has paid the rent of ONE_THREAD_RENT_SECONDS of
+runs on NumPy until it has paid the rent of one_thread_rent() seconds of
 program CPU (rent-or-buy on the stall), then one of its runs imports
 TensorFlow and prepares the graph runtime (ONE_THREAD_CANDIDATE; not
 XLA after it) in the program's thread at its priority, the program
@@ -58,6 +58,7 @@ waits for it (the same doc).
 """
 
 import logging
+import sys
 import threading
 import time
 
@@ -175,8 +176,9 @@ CALLER_PREPARES = ("tensorflow",)
 # runs the program meanwhile.
 ONE_THREAD_CANDIDATE = "tensorflow"
 # The program CPU seconds a hot program on one host thread runs on NumPy
-# before that run: rent-or-buy, the price being the stall (TensorFlow's
-# import, 2.3 s of CPU after Keras', the trace and the graph's first run)
+# before that run (one_thread_rent): rent-or-buy, the price being the stall
+# (TensorFlow's import, 2.3 s of CPU after Keras', where nothing in the
+# process imported it yet, and the trace and the graph's first run)
 # and the rent what the graph runtime would save meanwhile, about
 # ONE_THREAD_EXPECTED_GAIN of the program's CPU. A program that stops just
 # after it paid then took at most 1 + ONE_THREAD_EXPECTED_GAIN times its
@@ -191,10 +193,27 @@ ONE_THREAD_CANDIDATE = "tensorflow"
 # per step, MLP 0.66 and 0.74, LSTM 0.64 and 0.66; the stall 1.5-1.7 s of
 # the program thread's CPU, 1.9-3.3 s of wall on the shared core (the
 # import from a warm page cache); fit's default 5 s window never reached
-# the rent (the MLP and LSTM unchanged there).
-ONE_THREAD_PREPARATION_SECONDS = 3.0
+# the rent (the MLP and LSTM unchanged there). The stall's parts: the trace
+# and the graph's first run, 0.13-0.37 s of CPU where TensorFlow was
+# imported before (fit_throughput.py --threads 1 --keras-seed, MLP and
+# LSTM, load 7-8, issue 16 twentieth pass, s20engines), and the import, the
+# rest of the 3 s price above: with TensorFlow imported the rent is then
+# under HOT_SECONDS, and the program's first run after it was found hot
+# prepares the graph runtime.
+ONE_THREAD_IMPORT_SECONDS = 2.6
+ONE_THREAD_TRACE_SECONDS = 0.4
 ONE_THREAD_EXPECTED_GAIN = 0.35
-ONE_THREAD_RENT_SECONDS = ONE_THREAD_PREPARATION_SECONDS / ONE_THREAD_EXPECTED_GAIN
+
+
+def one_thread_rent(modules=sys.modules):
+    """The program CPU seconds before a hot program on one host thread
+    prepares the graph runtime in its own run: the stall ahead over
+    ONE_THREAD_EXPECTED_GAIN, the import counted only where TensorFlow is
+    not imported yet (a user's tf.data pipeline, Keras' set_random_seed,
+    an earlier program's switch)."""
+    imported = "tensorflow" in modules
+    stall = ONE_THREAD_TRACE_SECONDS + (0.0 if imported else ONE_THREAD_IMPORT_SECONDS)
+    return stall / ONE_THREAD_EXPECTED_GAIN
 
 
 class TieredRunner:
@@ -257,6 +276,9 @@ class TieredRunner:
         # program's CPU seconds when it was found hot.
         self.xla_gain = self.graph_gain = None
         self.hot_seconds = 0.0
+        # On one host thread, the program CPU seconds before a run prepares
+        # the graph runtime (one_thread_rent, read when the program was hot).
+        self.foreground_rent = None
         # What _could_pay predicted, for the events (None: no prediction).
         self.predicted = None
 
@@ -271,7 +293,7 @@ class TieredRunner:
             return self._timed_run(arrays)
         if engine == "preparing":
             return self._prepare_here(arrays)
-        if engine == "foreground" and self.program_seconds >= ONE_THREAD_RENT_SECONDS:
+        if engine == "foreground" and self.program_seconds >= self.foreground_rent:
             return self._prepare_in_foreground(arrays)
         if engine == "numpy" and self.program_seconds >= HOT_SECONDS:
             if not self._could_pay():
@@ -284,8 +306,9 @@ class TieredRunner:
                     self._event(f"hot: one host thread, stays on numpy ({self.predicted})")
                 else:
                     self.engine = "foreground"
+                    self.foreground_rent = one_thread_rent()
                     self._event(f"hot: one host thread, {ONE_THREAD_CANDIDATE} prepared after "
-                                f"{ONE_THREAD_RENT_SECONDS:.1f} s of program CPU")
+                                f"{self.foreground_rent:.1f} s of program CPU")
             else:
                 self._start_compile(arrays)
         self.last_engine = self.current_name
