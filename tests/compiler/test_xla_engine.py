@@ -742,6 +742,50 @@ def test_graph_mode_emits_activation_gradients_as_tensorflows_kernels():
     assert (sigmoid.op.type, tanh.op.type) == ("SigmoidGrad", "TanhGrad")
 
 
+def _relu_gradients(x, g):
+    from keras_ipu.backend.nn_ops import _lax as lax
+    from keras_ipu.device import autodiff
+    from keras_ipu.device.trace import trace_flat
+
+    def fn(x, g):
+        # max(x, 0) as relu writes it, and max(0, x), whose share of x
+        # differs at a NaN x (all of g): the autodiff's shares (ties half).
+        _, pull = autodiff.vjp(lambda x: lax.maximum(x, 0), x)
+        _, pull_flipped = autodiff.vjp(lambda x: lax.maximum(0, x), x)
+        return [pull(g)[0], pull_flipped(g)[0]]
+
+    graph, _ = trace_flat(fn, [aval(x.shape), aval(g.shape)])
+    return graph
+
+
+def _relu_cases():
+    # Every x class (ties of both signs, infinities, NaN) against every g
+    # class (signs, zeros, infinities, NaN): the products' zero signs and NaNs.
+    f = np.float32
+    xs = np.array([0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, np.nan,
+                   np.finfo(f).max, -np.finfo(f).max, np.finfo(f).tiny], f)
+    gs = np.array([2.0, -3.0, 0.0, -0.0, np.inf, -np.inf, np.nan, 0.25], f)
+    x, g = np.meshgrid(xs, gs, indexing="ij")
+    return x, g
+
+
+def test_relu_gradients_keep_their_bits(target):
+    x, g = _relu_cases()
+    want, got = run_both(_relu_gradients(x, g), [x, g], target)
+    for w, r in zip(want, got):
+        np.testing.assert_array_equal(r.view(np.uint32), w.view(np.uint32))
+
+
+def test_graph_mode_emits_relu_gradients_as_two_kernels():
+    x, g = _relu_cases()
+    ops = _graph_mode_ops(_relu_gradients(x, g), [(x.shape, "float32")] * 2)
+    relu, flipped = (t.op.inputs[0] if t.op.type == "Identity" else t for t in ops.outputs)
+    assert relu.op.type == "FakeQuantWithMinMaxArgsGradient", relu.op.type
+    assert relu.op.inputs[0].op.type == "LeakyReluGrad"
+    # max(0, x)'s gradient is left to the primitives.
+    assert flipped.op.type == "Mul" and flipped.op.inputs[1].op.type == "SelectV2"
+
+
 def _unit_axis_transposes(b, x, s):
     # x (4, 1, 6) with its unit axis moved (the data's order kept), and a
     # chain reading a broadcast of s: both need no copy in the graph mode.
