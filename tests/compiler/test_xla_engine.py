@@ -175,6 +175,39 @@ def test_large_sums_over_leading_axes(shape, axes, target):
           rtol=1e-4, atol=2e-3)
 
 
+def _negated_sums(b, x):
+    # -sum(v) as the autodiff writes it (a batch normalization's mean
+    # gradient): over leading axes (the product by ones), over all, and a
+    # negation also read elsewhere.
+    lone, kept = b.op("neg", x), b.op("neg", b.op("mul", x, x))
+    return [b.op("reduce_sum", lone, axes=(0, 1, 2)), b.op("reduce_sum", b.op("neg", x), axes=(0, 1, 2, 3)),
+            b.op("reduce_sum", kept, axes=(0, 1, 2)), b.op("add", kept, x)]
+
+
+def test_negated_sums_keep_values(target):
+    graph = build([aval((64, 8, 8, 32))], _negated_sums)
+    check(graph, [f32(64, 8, 8, 32)], target, rtol=1e-4, atol=2e-3)
+
+
+def test_graph_mode_negates_a_sum_not_its_operand():
+    import tensorflow as tf
+
+    from keras_ipu.device.to_tensorflow import emit_graph
+
+    graph = build([aval((64, 8, 8, 32))], _negated_sums)
+    x = tf.constant(f32(64, 8, 8, 32))
+    ops = _graph_mode_ops(graph, [((64, 8, 8, 32), "float32")])
+    # (A negation nothing reads is pruned by TensorFlow.)
+    negs = [op for op in ops.get_operations() if op.type == "Neg" and op.outputs[0].consumers()]
+    # The lone negations are of the sums (32 and one element); the one read
+    # twice stays over the array.
+    assert sorted(op.outputs[0].shape.num_elements() for op in negs) == [1, 32, 64 * 8 * 8 * 32]
+    # The negated sum is the plain emission's bits.
+    lone = emit_graph(graph, [x], mode="graph")[0]
+    plain = tf.reshape(tf.linalg.matmul(tf.ones((1, 4096)), tf.reshape(-x, (4096, 32))), (32,))
+    np.testing.assert_array_equal(lone.numpy(), plain.numpy())
+
+
 def test_graph_mode_sums_large_leading_axes_as_a_product_only():
     import tensorflow as tf
 
