@@ -352,6 +352,8 @@ def _relu_gradient(g, x):
 def _negated_sums(graph, makers):
     """reduce_sum(neg(v)) as -reduce_sum(v) where the neg's one reader is
     that sum (the module's doc); floats (a bool has no neg)."""
+    # Here, not at the top: the emitter imports this module before its
+    # rule table is filled.
     from keras_ipu.device.to_tensorflow.emitter import MODE_RULES
     from keras_ipu.device.to_tensorflow.emitter import RuleContext
 
