@@ -167,10 +167,13 @@ def test_reductions(name, axes, target):
 
 
 @pytest.mark.parametrize("shape,axes", [((64, 8, 8, 32), (0, 1, 2)), ((2, 4096, 9), (1, 0)),
-                                        ((300, 7, 40), (0,))])
+                                        ((300, 7, 40), (0,)), ((8192, 64), (1,)),
+                                        ((128, 4, 64, 64), (3,)), ((40, 30, 50), (2, 1)),
+                                        ((0, 40000), (0,)), ((40000, 0), (1,))])
 def test_large_sums_over_leading_axes(shape, axes, target):
-    # The graph mode's MatMul by a row of ones: the same sums, added in
-    # another order (within float32 rounding of a 64K-term sum).
+    # The graph mode's MatMul by a row of ones, and the XLA mode's product
+    # with a vector of ones over leading or trailing axes: the same sums,
+    # added in another order (within float32 rounding of a 64K-term sum).
     check(one("reduce_sum", [(shape, "float32")], axes=axes), [f32(*shape)], target,
           rtol=1e-4, atol=2e-3)
 
@@ -206,6 +209,32 @@ def test_graph_mode_negates_a_sum_not_its_operand():
     lone = emit_graph(graph, [x], mode="graph")[0]
     plain = tf.reshape(tf.linalg.matmul(tf.ones((1, 4096)), tf.reshape(-x, (4096, 32))), (32,))
     np.testing.assert_array_equal(lone.numpy(), plain.numpy())
+
+
+def test_xla_mode_sums_leading_or_trailing_axes_as_a_product_only():
+    # XLA's CPU compiler splits a sum of a product into a reduce-window of
+    # 32 and a reduce, a slow loop; the product with ones is not split.
+    import tensorflow as tf
+
+    from keras_ipu.device.to_tensorflow import emit_graph
+
+    def ops(shape, axes, dtype="float32"):
+        graph = one("reduce_sum", [(shape, dtype)], axes=axes)
+        fn = tf.function(lambda x: emit_graph(graph, [x], mode="xla"), autograph=False)
+        concrete = fn.get_concrete_function(tf.TensorSpec(shape, dtype))
+        return {op.type for op in concrete.graph.get_operations()}
+
+    for shape, axes, dtype in [((128, 64, 128), (0, 1), "float32"),  # bias gradient
+                               ((128, 64, 64), (2,), "float32"),  # row sums
+                               ((64, 8, 8, 32), (3, 2, 1), "float64")]:
+        assert "XlaDotV2" in ops(shape, axes, dtype) and "Sum" not in ops(shape, axes, dtype)
+    for shape, axes, dtype in [((64, 8, 8, 32), (1, 2), "float32"),  # middle axes
+                               ((64, 8, 8, 32), (0, 1, 2, 3), "float32"),  # all axes
+                               ((128, 128), (0,), "float32"),  # small
+                               ((0, 40000), (0,), "float32"),  # empty
+                               ((64, 8, 8, 32), (0, 1, 2), "int32"),
+                               ((64, 8, 8, 32), (0, 1, 2), "float16")]:
+        assert "XlaDotV2" not in ops(shape, axes, dtype) and "Sum" in ops(shape, axes, dtype)
 
 
 def test_graph_mode_sums_large_leading_axes_as_a_product_only():

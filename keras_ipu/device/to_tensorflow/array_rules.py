@@ -273,9 +273,9 @@ def _reduction(fn, name):
 for _name, _fn in _REDUCERS.items():
     if _name != "reduce_sum":
         rule(_name)(_reduction(_fn, _name))
-# reduce_sum's rule in both modes; the graph mode's (graph_contraction_rules.py)
-# takes it for the sums it does not compute as a product.
-sum_rule = xla_rule("reduce_sum")(_reduction(tf.math.reduce_sum, "reduce_sum"))
+# reduce_sum's rule in both modes for the sums each does not compute as a
+# product (graph_contraction_rules.py, contraction_rules.py).
+sum_rule = _reduction(tf.math.reduce_sum, "reduce_sum")
 
 
 def _arg(fn):
