@@ -188,14 +188,14 @@ class TensorFlowProgram:
         try:
             missing = missing_rules(executable.graph, cls.mode)
             if missing:
-                _note(f"{name} does not run on {cls.engine}: no TensorFlow rule "
-                      f"({cls.mode} mode) for {', '.join(sorted(missing))}")
+                note(f"{name} does not run on {cls.engine}: no TensorFlow rule "
+                     f"({cls.mode} mode) for {', '.join(sorted(missing))}")
                 return None
             return cls(executable, check)
         except Abandoned:
             raise
         except Exception as error:  # noqa: BLE001 - any failure: another engine
-            _note(f"{name} does not run on {cls.engine}: emitting it failed ({error!r})")
+            note(f"{name} does not run on {cls.engine}: emitting it failed ({error!r})")
             return None
 
     def run(self, arrays):
@@ -205,8 +205,8 @@ class TensorFlowProgram:
 
     def failed(self, error):
         """Notes (once) that the program's first run failed."""
-        _note(f"{self.name} does not run on {self.engine}: {self.failure} "
-              f"({type(error).__name__}: {str(error)[:500]})")
+        note(f"{self.name} does not run on {self.engine}: {self.failure} "
+             f"({type(error).__name__}: {str(error)[:500]})")
 
     def runner_for(self, executable):
         """run(), falling back to NumPy for good if the first run fails (XLA
@@ -261,7 +261,10 @@ PROGRAMS = {cls.engine: cls for cls in (GraphProgram, XlaProgram)}
 _noted = set()
 
 
-def _note(message):
+def note(message):
+    """Logs why a program does not run on an engine, once per message
+    (keras_ipu.device, DEBUG: quiet by default). Under STRICT_ENV=1 it
+    raises instead, so tests see every fallback but a missing rule."""
     if os.environ.get(STRICT_ENV) == "1" and "no TensorFlow rule" not in message:
         raise RuntimeError(message)
     if message not in _noted:

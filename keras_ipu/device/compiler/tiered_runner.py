@@ -511,8 +511,8 @@ class TieredRunner:
     def _no_tensorflow(self, error):
         """TensorFlow's import failed with `error`: noted (once), and the
         program stays on NumPy for good."""
-        engines._note(f"{self.executable.name or 'a program'} runs on NumPy: "
-                      f"TensorFlow could not be imported ({error!r})")
+        engines.note(f"{self.executable.name or 'a program'} runs on NumPy: "
+                     f"TensorFlow could not be imported ({error!r})")
         self.engine = "final"
 
     def _time_candidate(self, program, event):
