@@ -30,8 +30,7 @@ import weakref
 import numpy as np
 
 from keras_ipu.device.compiler.tensorflow_runtime import Abandoned
-# The name the program classes call it by.
-from keras_ipu.device.compiler.tensorflow_runtime import import_tensorflow as _tensorflow
+from keras_ipu.device.compiler.tensorflow_runtime import import_tensorflow
 
 logger = logging.getLogger("keras_ipu.device")
 
@@ -92,7 +91,7 @@ class TensorFlowProgram:
     failure = None
 
     def __init__(self, executable, check=None):
-        tf = _tensorflow()
+        tf = import_tensorflow()
         from keras_ipu.device.to_tensorflow import emit_graph
         from keras_ipu.device.to_tensorflow.emitter import checked_between_nodes
         from keras_ipu.device.to_tensorflow.emitter import tf_dtype
@@ -181,7 +180,7 @@ class TensorFlowProgram:
     def build(cls, executable, check=None):
         """The program, or None (logged) when it cannot be emitted in the
         class's mode; Abandoned passes through."""
-        _tensorflow()  # before the emitter's import of it: configured, quiet
+        import_tensorflow()  # before the emitter's import of it: configured, quiet
         from keras_ipu.device.to_tensorflow import missing_rules
 
         name = executable.name or "a program"
