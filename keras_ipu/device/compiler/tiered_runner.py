@@ -353,15 +353,13 @@ class TieredRunner:
         XLA's rent priced by the prediction (_rent), and XLA alone if the
         graph runtime is not predicted to pay. Whether any is worth trying."""
         graph_pays = gain >= MIN_PREDICTED_GAIN
-        xla_pays = xla is None or xla >= MIN_PREDICTED_GAIN
+        # Without a prediction of its own, XLA is tried where the graph
+        # runtime is.
+        xla_pays = graph_pays if xla is None else xla >= MIN_PREDICTED_GAIN
+        pays = {"tensorflow": graph_pays, "xla": xla_pays}
+        self.candidates = tuple(name for name in AUTO_CANDIDATES if pays[name])
         if xla is not None and xla_pays and (not graph_pays or gain < XLA_BEST_SHARE * xla):
-            self.candidates = tuple(name for name in AUTO_CANDIDATES
-                                    if name == "xla" or graph_pays)
             self.xla_gain, self.graph_gain = xla, gain
-        elif not graph_pays:
-            self.candidates = ()
-        elif not xla_pays:
-            self.candidates = tuple(name for name in AUTO_CANDIDATES if name != "xla")
         return bool(self.candidates)
 
     def _start_compile(self, arrays):
