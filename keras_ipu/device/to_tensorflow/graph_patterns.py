@@ -176,22 +176,31 @@ def _activation_gradients(graph, makers):
     """g * (y * (1 - y)) as SigmoidGrad(y, g); g * (1 - y * y) as
     TanhGrad(y, g); either order of each product."""
     found = {}
+    for node, g, d, shape in _cotangent_products(graph, _FLOATS):
+        if node in found:
+            continue
+        y = _sigmoid_derivative_of(makers, d)
+        if y is not None and tuple(y.aval.shape) == shape:
+            found[node] = lambda read, y=y, g=g: tf.raw_ops.SigmoidGrad(y=read(y), dy=read(g))
+            continue
+        y = _tanh_derivative_of(makers, d)
+        if y is not None and tuple(y.aval.shape) == shape:
+            found[node] = lambda read, y=y, g=g: tf.raw_ops.TanhGrad(y=read(y), dy=read(g))
+    return found
+
+
+def _cotangent_products(graph, dtypes):
+    """(node, g, d, shape) for each product of `dtypes` and each order of
+    its operands where `g` is an array of the product's `shape`: where the
+    autodiff multiplies a cotangent g by an activation's derivative d
+    (their patterns take the first order that matches)."""
     for node in graph.nodes:
-        if node.primitive.name != "mul" or np.dtype(node.outputs[0].aval.dtype) not in _FLOATS:
+        if node.primitive.name != "mul" or np.dtype(node.outputs[0].aval.dtype) not in dtypes:
             continue
         shape = tuple(node.outputs[0].aval.shape)
         for g, d in (node.inputs, reversed(node.inputs)):
-            if type(g) is Literal or tuple(g.aval.shape) != shape:
-                continue
-            y = _sigmoid_derivative_of(makers, d)
-            if y is not None and tuple(y.aval.shape) == shape:
-                found[node] = lambda read, y=y, g=g: tf.raw_ops.SigmoidGrad(y=read(y), dy=read(g))
-                break
-            y = _tanh_derivative_of(makers, d)
-            if y is not None and tuple(y.aval.shape) == shape:
-                found[node] = lambda read, y=y, g=g: tf.raw_ops.TanhGrad(y=read(y), dy=read(g))
-                break
-    return found
+            if type(g) is not Literal and tuple(g.aval.shape) == shape:
+                yield node, g, d, shape
 
 
 def _one_minus(makers, v):
@@ -305,15 +314,12 @@ def _relu_gradients(graph, makers):
     LeakyReluGrad then FakeQuantWithMinMaxArgsGradient; float32 only (the
     second kernel's one dtype)."""
     found = {}
-    for node in graph.nodes:
-        if node.primitive.name != "mul" or np.dtype(node.outputs[0].aval.dtype) != np.float32:
+    for node, g, share, shape in _cotangent_products(graph, {np.dtype(np.float32)}):
+        if node in found:
             continue
-        shape = tuple(node.outputs[0].aval.shape)
-        for g, share in (node.inputs, reversed(node.inputs)):
-            x = None if type(g) is Literal else _relu_derivative_of(makers, share)
-            if x is not None and tuple(g.aval.shape) == shape == tuple(x.aval.shape):
-                found[node] = lambda read, x=x, g=g: _relu_gradient(read(g), read(x))
-                break
+        x = _relu_derivative_of(makers, share)
+        if x is not None and tuple(x.aval.shape) == shape:
+            found[node] = lambda read, x=x, g=g: _relu_gradient(read(g), read(x))
     return found
 
 
