@@ -237,6 +237,27 @@ def test_xla_mode_sums_leading_or_trailing_axes_as_a_product_only():
         assert "XlaDotV2" not in ops(shape, axes, dtype) and "Sum" in ops(shape, axes, dtype)
 
 
+@pytest.mark.parametrize("shape, axes, dtype, trailing, want", [
+    ((64, 8, 8, 32), (2, 0, 1), "float32", False, (4096, 32, 0)),
+    ((128, 64, 64), (2,), "float32", True, (8192, 64, 1)),
+    ((128, 64, 64), (2,), "float32", False, None),  # trailing axes, not taken
+    ((64, 8, 8, 32), (1, 2), "float32", True, None),  # middle axes
+    ((64, 8, 8, 32), (0, 1, 2, 3), "float64", True, None),  # all axes
+    ((64, 8, 8, 32), (), "float32", True, None),
+    ((64, 8, 8, 32), (0,), "float16", True, None),
+    ((64, 8, 8, 32), (0,), "int32", True, None),
+    ((None, 4096), (0,), "float32", True, None),
+    ((255, 128), (0,), "float32", True, None),  # one row under the threshold
+    ((256, 128), (0,), "float64", True, (256, 128, 0)),
+])
+def test_sum_as_product_takes_large_float_sums_over_leading_or_trailing_axes(
+        shape, axes, dtype, trailing, want):
+    # Both modes' rules read it, each with its own threshold (here 32K) and sides.
+    from keras_ipu.device.to_tensorflow.array_rules import sum_as_product
+
+    assert sum_as_product(aval(shape, dtype), axes, 1 << 15, trailing) == want
+
+
 def test_graph_mode_sums_large_leading_axes_as_a_product_only():
     import tensorflow as tf
 

@@ -276,6 +276,30 @@ for _name, _fn in _REDUCERS.items():
 # reduce_sum's rule in both modes for the sums each does not compute as a
 # product (graph_contraction_rules.py, contraction_rules.py).
 sum_rule = _reduction(tf.math.reduce_sum, "reduce_sum")
+_PRODUCT_SUM_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+
+
+def sum_as_product(aval, axes, min_elements, trailing):
+    """How both modes' reduce_sum rules compute a large sum as a product
+    with ones (graph_contraction_rules.py, contraction_rules.py): (rows,
+    cols, side), a value of `aval` seen as a (rows, cols) matrix whose axis
+    `side` is summed (0: `axes` are its leading axes; 1: its trailing ones,
+    taken only where `trailing`), or None where the sum is left to
+    sum_rule: over none or all of its axes, of a shape unknown at trace
+    time, of a dtype other than float32 and float64, or of fewer than
+    `min_elements` elements (each mode's own, where its product paid)."""
+    shape, n, k = aval.shape, len(aval.shape), len(axes)
+    if not (0 < k < n and None not in shape and np.dtype(aval.dtype) in _PRODUCT_SUM_DTYPES
+            and int(np.prod(shape)) >= min_elements):
+        return None
+    axes = tuple(sorted(axes))
+    if axes == tuple(range(k)):
+        side, split = 0, k
+    elif trailing and axes == tuple(range(n - k, n)):
+        side, split = 1, n - k
+    else:
+        return None
+    return int(np.prod(shape[:split])), int(np.prod(shape[split:])), side
 
 
 def _arg(fn):

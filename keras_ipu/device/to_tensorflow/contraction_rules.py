@@ -10,6 +10,7 @@ from tensorflow.compiler.xla import xla_data_pb2
 
 from keras_ipu.device.primitives.conv import resolve_padding
 from keras_ipu.device.primitives.pooling import identity
+from keras_ipu.device.to_tensorflow.array_rules import sum_as_product
 from keras_ipu.device.to_tensorflow.array_rules import sum_rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 from keras_ipu.device.to_tensorflow.emitter import xla_rule
@@ -172,35 +173,17 @@ def _reduce_window(ctx, x, *, op, window_dimensions, window_strides, padding,
 SUM_AS_PRODUCT_MIN_ELEMENTS = 1 << 15
 
 
-def _sum_as_product(x, shape, axes):
-    """The sum of `x` over `axes` as a product with a vector of ones, or
-    None where they are neither its leading nor its trailing axes."""
-    n, k = len(shape), len(axes)
-    axes = tuple(sorted(axes))
-    if axes == tuple(range(k)):
-        ones_side, split = 0, k
-    elif axes == tuple(range(n - k, n)):
-        ones_side, split = 1, n - k
-    else:
-        return None
-    rows, cols = int(np.prod(shape[:split])), int(np.prod(shape[split:]))
-    matrix = tf.reshape(x, (rows, cols))
-    ones = tf.ones(((rows, cols)[ones_side],), x.dtype)
-    dims = xla_data_pb2.DotDimensionNumbers()
-    dims.lhs_contracting_dimensions.extend([ones_side])
-    dims.rhs_contracting_dimensions.extend([0])
-    lhs, rhs = (ones, matrix) if ones_side == 0 else (matrix, ones)
-    out = tfxla.dot_general(lhs, rhs, dims, None, preferred_element_type=x.dtype, use_v2=True)
-    return tf.reshape(out, tuple(d for a, d in enumerate(shape) if a not in axes))
-
-
 @xla_rule("reduce_sum")
 def _reduce_sum(ctx, x, *, axes):
-    shape = ctx.in_avals[0].shape
-    if (0 < len(axes) < len(shape) and None not in shape
-            and np.dtype(ctx.in_avals[0].dtype) in (np.float32, np.float64)
-            and int(np.prod(shape)) >= SUM_AS_PRODUCT_MIN_ELEMENTS):
-        out = _sum_as_product(x, shape, axes)
-        if out is not None:
-            return out
-    return sum_rule(ctx, x, axes=axes)
+    as_product = sum_as_product(ctx.in_avals[0], axes, SUM_AS_PRODUCT_MIN_ELEMENTS, trailing=True)
+    if as_product is None:
+        return sum_rule(ctx, x, axes=axes)
+    rows, cols, side = as_product
+    matrix = tf.reshape(x, (rows, cols))
+    ones = tf.ones(((rows, cols)[side],), x.dtype)
+    dims = xla_data_pb2.DotDimensionNumbers()
+    dims.lhs_contracting_dimensions.extend([side])
+    dims.rhs_contracting_dimensions.extend([0])
+    lhs, rhs = (ones, matrix) if side == 0 else (matrix, ones)
+    out = tfxla.dot_general(lhs, rhs, dims, None, preferred_element_type=x.dtype, use_v2=True)
+    return tf.reshape(out, ctx.out_aval.shape)

@@ -15,6 +15,7 @@ from keras_ipu.device.primitives.conv import resolve_padding
 from keras_ipu.device.primitives.dot import compute_dtype
 from keras_ipu.device.primitives.dot import split_dimensions
 from keras_ipu.device.primitives.pooling import identity
+from keras_ipu.device.to_tensorflow.array_rules import sum_as_product
 from keras_ipu.device.to_tensorflow.array_rules import sum_rule
 from keras_ipu.device.to_tensorflow.array_rules import transpose
 from keras_ipu.device.to_tensorflow.array_rules import transposed_before
@@ -273,20 +274,16 @@ def _conv(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
 # additions changes (blocked in the GEMM, row by row in NumPy's kernel):
 # the values agree within float rounding, not to the bit.
 COLUMN_SUM_MIN_ELEMENTS = 1 << 17
-_SUM_DTYPES = {np.dtype(np.float32), np.dtype(np.float64)}
 
 
 @graph_rule("reduce_sum")
 def _reduce_sum(ctx, x, *, axes):
-    shape = ctx.in_avals[0].shape
-    k = len(axes)
-    if (0 < k < len(shape) and tuple(sorted(axes)) == tuple(range(k))
-            and None not in shape and np.dtype(ctx.in_avals[0].dtype) in _SUM_DTYPES
-            and _size(shape, range(len(shape))) >= COLUMN_SUM_MIN_ELEMENTS):
-        rows, cols = _size(shape, range(k)), _size(shape, range(k, len(shape)))
-        ones = tf.ones((1, rows), x.dtype)
-        return tf.reshape(tf.linalg.matmul(ones, tf.reshape(x, (rows, cols))), shape[k:])
-    return sum_rule(ctx, x, axes=axes)
+    as_product = sum_as_product(ctx.in_avals[0], axes, COLUMN_SUM_MIN_ELEMENTS, trailing=False)
+    if as_product is None:
+        return sum_rule(ctx, x, axes=axes)
+    rows, cols, _ = as_product
+    ones = tf.ones((1, rows), x.dtype)
+    return tf.reshape(tf.linalg.matmul(ones, tf.reshape(x, (rows, cols))), ctx.out_aval.shape)
 
 
 _POOLS = {"max": tf.nn.max_pool, "sum": tf.nn.avg_pool}
