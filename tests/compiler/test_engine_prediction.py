@@ -593,16 +593,19 @@ class _Candidate:
         return arrays
 
 
-def _compile_in_order(monkeypatch, gain, xla, kept, since_hot):
+def _compile_in_order(monkeypatch, gain, xla, kept, since_hot, ready_modes=None):
     """The compile thread's walk over the candidates, run here with
     TensorFlow left out: each candidate prepared at once (0.2 s of CPU)
     and its timed turns ending with `kept(name)` deciding whether it is
     kept, the program `since_hot` CPU seconds past hot; (names prepared,
-    in order, the rents paid, the runner)."""
+    in order, the rents paid, the runner). `ready_modes` (a list) gets
+    the emitter modes tensorflow_ready was given."""
     runner, _ = _ordered_runner(monkeypatch, gain, xla)
     runner.engine = "compiling"
     runner.program_seconds = runner.hot_seconds + since_hot
-    monkeypatch.setattr(tensorflow_runtime, "tensorflow_ready", lambda graph, modes, check: None)
+    ready_modes = [] if ready_modes is None else ready_modes
+    monkeypatch.setattr(tensorflow_runtime, "tensorflow_ready",
+                        lambda graph, modes, check: ready_modes.append(list(modes)))
     prepared, rents = [], []
 
     def prepare(name, *args):
@@ -644,3 +647,20 @@ def test_xla_alone_where_the_graph_runtime_is_not_predicted_to_pay(monkeypatch):
     prepared, rents, runner = _compile_in_order(monkeypatch, 0.02, 0.23,
                                                 kept=lambda name: True, since_hot=0.0)
     assert prepared == ["xla"] and rents == [] and runner.current_name == "xla"
+
+
+@pytest.mark.parametrize("gain, xla, modes", [
+    (0.32, -0.32, ["graph"]),  # the CNN: the graph runtime alone
+    (0.02, 0.23, ["xla"]),  # XLA alone
+    (0.16, 0.41, ["graph", "xla"]),
+])
+def test_tensorflows_runtime_is_awaited_for_the_programs_own_candidates(
+        monkeypatch, gain, xla, modes):
+    # tensorflow_ready waits for TensorFlow's runtime only where the
+    # program can be emitted in one of these modes: a program only XLA's
+    # rules cover, with the graph runtime its only candidate, builds
+    # nothing, and so waits for nothing.
+    ready_modes = []
+    _compile_in_order(monkeypatch, gain, xla, kept=lambda name: True, since_hot=10.0,
+                      ready_modes=ready_modes)
+    assert ready_modes == [modes]

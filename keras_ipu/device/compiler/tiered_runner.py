@@ -405,8 +405,11 @@ class TieredRunner:
 
     def _compile_stoppably(self, sample):
         try:
+            # The program's own candidates: where none of their modes'
+            # rules covers the program, nothing is built, and TensorFlow's
+            # runtime is not waited for.
             tensorflow_runtime.tensorflow_ready(
-                self.executable.graph, [engines.PROGRAMS[name].mode for name in AUTO_CANDIDATES],
+                self.executable.graph, [engines.PROGRAMS[name].mode for name in self.candidates],
                 self._check)
             self._event("TensorFlow imported")
         except ImportError as error:
