@@ -65,17 +65,19 @@ def test_the_share_is_the_convolutions_multiply_accumulates(monkeypatch, product
     monkeypatch.setattr(engine_prediction, "CONVOLUTION_RATIO", PAYING_RATIO)
     graph = compile_graph(_products(with_conv=True)).running_graph
     share = CONV_MACS / (CONV_MACS + DOT_MACS)
-    assert engine_prediction.convolution_share(graph) == pytest.approx(share)
-    assert engine_prediction.predicted_gain(graph) == pytest.approx(
+    work = engine_prediction._work(graph)
+    assert (work.conv, work.total) == (CONV_MACS, CONV_MACS + DOT_MACS)
+    gain, _ = engine_prediction.predicted_gains(graph)
+    assert gain == pytest.approx(
         1 - (share * engine_prediction.CONVOLUTION_RATIO
              + (1 - share) * engine_prediction.OTHER_RATIO))
-    assert engine_prediction.predicted_gain(graph) >= tiered_runner.MIN_PREDICTED_GAIN
+    assert gain >= tiered_runner.MIN_PREDICTED_GAIN
 
 
 def test_a_program_without_convolutions_is_predicted_to_gain_nothing(products_at_a_tie):
     graph = compile_graph(_products(with_conv=False)).running_graph
-    assert engine_prediction.convolution_share(graph) == 0.0
-    assert engine_prediction.predicted_gain(graph) < tiered_runner.MIN_PREDICTED_GAIN
+    assert engine_prediction._work(graph).conv == 0
+    assert engine_prediction.predicted_gains(graph)[0] < tiered_runner.MIN_PREDICTED_GAIN
 
 
 def test_pinned_blas_kernels_scale_the_convolutions_ratio_too(monkeypatch, avx2_host):
@@ -85,9 +87,9 @@ def test_pinned_blas_kernels_scale_the_convolutions_ratio_too(monkeypatch, avx2_
     monkeypatch.setattr(engine_prediction, "product_ratio",
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)
     graph = compile_graph(_products(with_conv=True)).running_graph
-    share = engine_prediction.convolution_share(graph)
+    share = CONV_MACS / (CONV_MACS + DOT_MACS)
     factor = engine_prediction.PINNED_PRODUCT_RATIO / engine_prediction.OTHER_RATIO
-    assert engine_prediction.predicted_gain(graph) == pytest.approx(
+    assert engine_prediction.predicted_gains(graph)[0] == pytest.approx(
         1 - factor * (share * engine_prediction.CONVOLUTION_RATIO
                       + (1 - share) * engine_prediction.OTHER_RATIO))
     # All convolutions: at the tie a loss, on the pinned kernels a gain.
@@ -111,8 +113,8 @@ def test_a_loop_body_counts_as_often_as_it_runs():
     graph = compile_graph(build(
         [aval((6, 6)), aval((6, 6)), aval((2, 6, 6, 3)), aval((3, 3, 3, 4))], outer)).running_graph
     loop_macs = 4 * 6 * 6 * 6
-    assert engine_prediction.convolution_share(graph) == pytest.approx(
-        CONV_MACS / (CONV_MACS + loop_macs))
+    work = engine_prediction._work(graph)
+    assert (work.conv, work.total) == (CONV_MACS, CONV_MACS + loop_macs)
 
 
 def _hot_runner(monkeypatch, with_conv, host_threads=2):
@@ -273,7 +275,7 @@ def test_products_on_pinned_kernels_make_a_program_without_convolutions_hot(monk
     monkeypatch.setattr(engine_prediction, "product_ratio",
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)
     graph = compile_graph(_products(with_conv=False)).running_graph
-    assert engine_prediction.predicted_gain(graph) == pytest.approx(
+    assert engine_prediction.predicted_gains(graph)[0] == pytest.approx(
         1 - engine_prediction.PINNED_PRODUCT_RATIO)
     runner, _, _, starts = _hot_runner(monkeypatch, with_conv=False)
     assert starts == [runner]
@@ -321,9 +323,9 @@ def _dense(batch, chain):
 def test_chain_ops_are_the_fused_members_after_the_first():
     graph = compile_graph(_dense(32, chain=6)).running_graph
     assert [n.primitive.name for n in graph.nodes] == ["dot_general", "fused_elementwise"]
-    assert engine_prediction.chain_ops(graph) == 5
+    assert engine_prediction._work(graph).chained == 5
     # A lone elementwise op is one op on either engine.
-    assert engine_prediction.chain_ops(compile_graph(_dense(32, chain=1)).running_graph) == 0
+    assert engine_prediction._work(compile_graph(_dense(32, chain=1)).running_graph).chained == 0
 
 
 def test_a_loop_bodys_chain_ops_count_as_often_as_it_runs():
@@ -337,7 +339,7 @@ def test_a_loop_bodys_chain_ops_count_as_often_as_it_runs():
                     unroll=1)
 
     graph = compile_graph(build([aval((6, 6)), aval((6,))], outer)).running_graph
-    assert engine_prediction.chain_ops(graph) == 4 * 2
+    assert engine_prediction._work(graph).chained == 4 * 2
 
 
 def _steps(inner, avals, length=4):
@@ -372,14 +374,14 @@ def _recurrent(chain, length=32):
 
 def test_a_recurrent_scans_chains_are_not_charged_but_the_steps_loops_are(monkeypatch):
     graph = compile_graph(_recurrent(chain=20)).running_graph
-    assert engine_prediction.chain_ops(graph) == 0
+    assert engine_prediction._work(graph).chained == 0
     # They are there, fused: one scan deeper they would be charged.
     monkeypatch.setattr(engine_prediction, "UNCHARGED_SCAN_DEPTH", 3)
-    assert engine_prediction.chain_ops(graph) == 4 * 32 * 19
+    assert engine_prediction._work(graph).chained == 4 * 32 * 19
     monkeypatch.undo()
     dense = _dense(32, chain=6)
     stepped = compile_graph(_steps(dense, [v.aval for v in dense.inputs])).running_graph
-    assert engine_prediction.chain_ops(stepped) == 4 * 5
+    assert engine_prediction._work(stepped).chained == 4 * 5
 
 
 def test_on_pinned_kernels_a_recurrent_layers_chains_go_and_straight_line_ones_stay(
@@ -390,10 +392,10 @@ def test_on_pinned_kernels_a_recurrent_layers_chains_go_and_straight_line_ones_s
     monkeypatch.setattr(engine_prediction, "product_ratio",
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)
     recurrent = compile_graph(_recurrent(chain=20)).running_graph
-    assert engine_prediction.predicted_gain(recurrent) >= tiered_runner.MIN_PREDICTED_GAIN
+    assert engine_prediction.predicted_gains(recurrent)[0] >= tiered_runner.MIN_PREDICTED_GAIN
     dense = _dense(32, chain=20)
     stepped = compile_graph(_steps(dense, [v.aval for v in dense.inputs])).running_graph
-    assert engine_prediction.predicted_gain(stepped) < tiered_runner.MIN_PREDICTED_GAIN
+    assert engine_prediction.predicted_gains(stepped)[0] < tiered_runner.MIN_PREDICTED_GAIN
 
 
 def test_chain_ops_cost_their_dispatch_against_the_work(monkeypatch, avx2_host):
@@ -401,7 +403,7 @@ def test_chain_ops_cost_their_dispatch_against_the_work(monkeypatch, avx2_host):
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)
     graph = compile_graph(_dense(32, chain=6)).running_graph
     macs = 32 * 512 * 512
-    assert engine_prediction.predicted_gain(graph) == pytest.approx(
+    assert engine_prediction.predicted_gains(graph)[0] == pytest.approx(
         1 - engine_prediction.PINNED_PRODUCT_RATIO
         - 5 * engine_prediction.GRAPH_OP_MACS / macs)
 
@@ -415,7 +417,7 @@ def test_on_pinned_kernels_small_products_and_long_chains_stay_on_numpy(
         monkeypatch, avx2_host, batch, chain, pays):
     monkeypatch.setattr(engine_prediction, "product_ratio",
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)
-    gain = engine_prediction.predicted_gain(compile_graph(_dense(batch, chain)).running_graph)
+    gain = engine_prediction.predicted_gains(compile_graph(_dense(batch, chain)).running_graph)[0]
     assert (gain >= tiered_runner.MIN_PREDICTED_GAIN) is pays
 
 
@@ -423,10 +425,10 @@ def test_a_program_without_products_is_predicted_to_gain_nothing(monkeypatch):
     monkeypatch.setattr(engine_prediction, "product_ratio",
                         lambda: engine_prediction.PINNED_PRODUCT_RATIO)
     graph = compile_graph(build([aval((8, 8))], lambda b, x: [b.op("exp", x)])).running_graph
-    assert engine_prediction.predicted_gain(graph) == 0.0
+    assert engine_prediction.predicted_gains(graph)[0] == 0.0
 
 
-# -- XLA's answer (predicted_xla_gain) and the order of auto's candidates ------
+# -- XLA's answer (predicted_gains' second) and the order of auto's candidates
 
 
 @pytest.fixture
@@ -451,24 +453,25 @@ def test_xla_gain_is_its_products_ratio_less_the_bytes_read_and_written(pinned_b
     macs = 128 * 512 * 512
     read = 4 * (128 * 512 + 512 * 512)  # the product's operands
     written = 4 * 128 * 512  # the program's result
-    assert engine_prediction.predicted_xla_gain(graph) == pytest.approx(
+    assert engine_prediction.predicted_gains(graph)[1] == pytest.approx(
         _xla_by_hand(macs, read, written))
 
 
 def test_xla_charges_no_op_per_chain_member(pinned_blas):
     # The graph runtime runs each member as an op; XLA fuses the chain.
     short, long = (compile_graph(_dense(128, chain)).running_graph for chain in (6, 20))
-    assert engine_prediction.chain_ops(long) > engine_prediction.chain_ops(short)
-    assert engine_prediction.predicted_gain(long) < engine_prediction.predicted_gain(short)
-    assert engine_prediction.predicted_xla_gain(long) == pytest.approx(
-        engine_prediction.predicted_xla_gain(short))
+    assert engine_prediction._work(long).chained > engine_prediction._work(short).chained
+    (gain_long, xla_long), (gain_short, xla_short) = (
+        engine_prediction.predicted_gains(graph) for graph in (long, short))
+    assert gain_long < gain_short
+    assert xla_long == pytest.approx(xla_short)
 
 
 def test_xla_convolutions_take_their_own_ratio(pinned_blas):
     graph = compile_graph(_products(with_conv=True)).running_graph
     read = 4 * (8 * 6 + 6 * 5)
     written = 4 * (8 * 5 + 2 * 6 * 6 * 4)
-    assert engine_prediction.predicted_xla_gain(graph) == pytest.approx(_xla_by_hand(
+    assert engine_prediction.predicted_gains(graph)[1] == pytest.approx(_xla_by_hand(
         CONV_MACS + DOT_MACS, read, written, conv_macs=CONV_MACS))
     assert engine_prediction.XLA_CONVOLUTION_RATIO > 1  # slower than ours on that host
 
@@ -479,14 +482,14 @@ def test_a_recurrent_layers_time_steps_are_xlas_saving(pinned_blas):
     graph = compile_graph(_recurrent(chain=20)).running_graph
     trips = 4 * 32
     assert engine_prediction._work(graph).scan_kernels == trips * 2
-    assert engine_prediction.predicted_xla_gain(graph) == pytest.approx(_xla_by_hand(
+    assert engine_prediction.predicted_gains(graph)[1] == pytest.approx(_xla_by_hand(
         trips * 128 * 128 * 128, trips * 4 * 2 * 128 * 128, 4 * 128 * 128,
         scan_kernels=trips * 2))
 
 
 def test_no_xla_answer_where_numpy_runs_the_cpus_own_kernels(products_at_a_tie):
     graph = compile_graph(_dense(128, chain=6)).running_graph
-    assert engine_prediction.predicted_xla_gain(graph) is None
+    assert engine_prediction.predicted_gains(graph)[1] is None
 
 
 def _updating(batch, slots):
@@ -507,7 +510,7 @@ def _updating(batch, slots):
 ])
 def test_state_written_on_small_products_loses_xlas_gain(pinned_blas, batch, slots, pays):
     graph = compile_graph(_updating(batch, slots)).running_graph
-    gain = engine_prediction.predicted_xla_gain(graph)
+    gain = engine_prediction.predicted_gains(graph)[1]
     assert gain == pytest.approx(_xla_by_hand(
         batch * 512 * 512, 4 * (batch * 512 + 512 * 512), 4 * (batch * 512 + slots * 512 * 512)))
     assert (gain >= tiered_runner.MIN_PREDICTED_GAIN) is pays

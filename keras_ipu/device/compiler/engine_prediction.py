@@ -22,10 +22,10 @@ cost rules' parts), and a step time on the graph runtime of
 `s * convolution_ratio() + (1 - s) * OTHER_RATIO` of the NumPy engine's (the
 rest of the multiply-accumulates are products'), times the BLAS kernels'
 factor below, plus the cost of the ops the graph runtime runs beyond the
-NumPy engine's kernels (below). The ratios are measured: a CNN's work is almost all
-convolutions (0.82 in the twelfth pass; 1.11 once the NumPy engine's
-convolutions and pools got faster in the thirteenth); the products at a
-tie (OTHER_RATIO), the best the graph runtime did on
+NumPy engine's kernels (below). The ratios are measured: a CNN's work is
+almost all convolutions (0.82 in the twelfth pass; 1.11 once the NumPy
+engine's convolutions and pools got faster in the thirteenth); the
+products at a tie (OTHER_RATIO), the best the graph runtime did on
 models without convolutions (the transformer's 0.94 is its inter-op pool
 running independent kernels at once on an idle machine, with 10% more
 CPU per step than the NumPy engine: gone as soon as the machine is
@@ -64,8 +64,8 @@ batch 32 with Adam predicted a 17% gain on the pinned kernels, run at
 of elementwise operations (fusion.py) as one kernel, one pass over
 memory in cache-sized blocks, where the graph runtime runs each member
 as an op of its own, with its dispatch and its own pass. Those ops
-(chain_ops: a chain's members after its first, bodies counted as often
-as they run) are charged GRAPH_OP_MACS each, in the NumPy engine's
+(Work.chained: a chain's members after its first, bodies counted as
+often as they run) are charged GRAPH_OP_MACS each, in the NumPy engine's
 product multiply-accumulates, against the program's: long chains on
 small products (batch 32; Adam's update of every weight) lose, the same
 chains on large products do not. Not charged: the chains of a recurrent
@@ -73,18 +73,19 @@ layer's time steps (a scan inside the loop over steps), where the NumPy
 engine's own per-kernel cost, which the multiply-accumulates do not
 count either, is of the same size (UNCHARGED_SCAN_DEPTH).
 
-XLA (predicted_xla_gain): its step against the NumPy engine's from the
-same reading, from which `auto` prices XLA's rent and imports TensorFlow
-where only XLA is predicted to pay (tiered_runner.XLA_BEST_SHARE). Its products run at the CPU's own rate (YNNPACK,
-which OPENBLAS_CORETYPE does not pin: XLA_PRODUCT_RATIO), its convolutions
-slower than our patches on this CPU (XLA_CONVOLUTION_RATIO), and it fuses
-elementwise chains into loops, so no op is charged per chain member. What
-it pays beyond: the bytes its products read (XLA_PRODUCT_BYTE_MACS: small
-products lose) and the program's results, written to new buffers every
-run where the NumPy engine updates the state in place
-(XLA_OUTPUT_BYTE_MACS). What it saves beyond: a recurrent layer's time
-steps run as one while loop, without the NumPy engine's per-kernel cost
-there (SCAN_KERNEL_MACS). Its ratios were measured only where NumPy's
+XLA (predicted_gains' second value): its step against the NumPy engine's
+from the same reading, from which `auto` prices XLA's rent and imports
+TensorFlow where only XLA is predicted to pay
+(tiered_runner.XLA_BEST_SHARE). Its products run at the CPU's own rate
+(YNNPACK, which OPENBLAS_CORETYPE does not pin: XLA_PRODUCT_RATIO), its
+convolutions slower than our patches on this CPU (XLA_CONVOLUTION_RATIO),
+and it fuses elementwise chains into loops, so no op is charged per chain
+member. What it pays beyond: the bytes its products read
+(XLA_PRODUCT_BYTE_MACS: small products lose) and the program's results,
+written to new buffers every run where the NumPy engine updates the state
+in place (XLA_OUTPUT_BYTE_MACS). What it saves beyond: a recurrent layer's
+time steps run as one while loop, without the NumPy engine's per-kernel
+cost there (SCAN_KERNEL_MACS). Its ratios were measured only where NumPy's
 products run on kernels below the CPU's (the pinned AVX-512 host); on
 other hosts there is no XLA prediction.
 """
@@ -132,7 +133,7 @@ AVX512_FLAG = "avx512f"
 PINNED_PRODUCT_RATIO = 0.83
 # The fused chain, whose members the graph runtime runs one op each.
 FUSED_CHAIN = "fused_elementwise"
-# What each of those ops (chain_ops) costs the graph runtime beyond its
+# What each of those ops (Work.chained) costs the graph runtime beyond its
 # work, in multiply-accumulates of the NumPy engine's products on the pinned
 # kernels (about 2.5 us at their 127 GMAC/s on two threads; a per-op cost
 # in seconds would need the step's time, which the prediction does not
@@ -174,7 +175,7 @@ UNCHARGED_SCAN_DEPTH = 2
 # The primitives whose operands XLA's products read (XLA_PRODUCT_BYTE_MACS).
 PRODUCTS = frozenset({"dot_general"})
 
-# XLA against the NumPy engine (predicted_xla_gain; module doc, "XLA"), on
+# XLA against the NumPy engine (predicted_gains; module doc, "XLA"), on
 # the seventeenth pass's AMD EPYC family 26 under OPENBLAS_CORETYPE=Haswell,
 # 2 threads: XLA's step / the NumPy engine's, in the NumPy engine's product
 # multiply-accumulates. Convolutions: the CNN (its work 99% convolutions)
@@ -216,28 +217,15 @@ XLA_OUTPUT_BYTE_MACS = 2.2
 SCAN_KERNEL_MACS = 400_000
 
 
-def convolution_share(graph):
-    """The share of `graph`'s multiply-accumulates in CONVOLUTIONS, bodies
-    counted as often as they run; 0.0 for a graph without any."""
-    work = _work(graph)
-    return work.conv / work.total if work.total else 0.0
-
-
-def chain_ops(graph):
-    """The operations the graph runtime runs beyond the NumPy engine's
-    kernels, bodies counted as often as they run: each fused chain's
-    members after its first (TensorFlow runs each member as an op of its
-    own, with its own pass over memory; our engine runs the chain as one
-    kernel), except in the body of a scan inside a scan's body
-    (UNCHARGED_SCAN_DEPTH)."""
-    return _work(graph).chained
-
-
 # What the predictions read from a program, bodies counted as often as they
-# run: the convolutions' multiply-accumulates, all of them, chain_ops, the
-# bytes the products read (PRODUCTS' operands) and the kernels the NumPy
-# engine runs in a recurrent layer's time steps (the body of a scan inside
-# a scan's body, UNCHARGED_SCAN_DEPTH: scan_kernels).
+# run: the convolutions' multiply-accumulates, all of them, the operations
+# the graph runtime runs beyond the NumPy engine's kernels (chained: each
+# fused chain's members after its first, which TensorFlow runs as ops of
+# their own, each with its own pass over memory, where our engine runs the
+# chain as one kernel; not in the body of a scan inside a scan's body,
+# UNCHARGED_SCAN_DEPTH), the bytes the products read (PRODUCTS' operands)
+# and the kernels the NumPy engine runs in a recurrent layer's time steps
+# (the body of a scan inside a scan's body: scan_kernels).
 Work = collections.namedtuple("Work", "conv total chained product_bytes scan_kernels")
 
 
@@ -331,12 +319,3 @@ def predicted_gains(graph):
     return gain, (1.0 - share * XLA_CONVOLUTION_RATIO - (1.0 - share) * XLA_PRODUCT_RATIO
                   - beyond / work.total)
 
-
-def predicted_gain(graph):
-    """The graph runtime's share of predicted_gains."""
-    return predicted_gains(graph)[0]
-
-
-def predicted_xla_gain(graph):
-    """XLA's share of predicted_gains (module doc, "XLA")."""
-    return predicted_gains(graph)[1]

@@ -30,7 +30,7 @@ the benchmark's models: XLA's compile, the costliest step, which slows
 the training beside it on a small machine, never falls in the first
 seconds after the graph runtime took over, and a program that stops
 soon never pays for it. Where the prediction also answers for XLA (a
-host its ratios were measured on: engine_prediction.predicted_xla_gain)
+host its ratios were measured on: engine_prediction.predicted_gains)
 and the graph runtime is predicted to save less than XLA_BEST_SHARE of
 what XLA saves, XLA's rent is that predicted gain, paid since the
 program was found hot, so that XLA follows the graph runtime's turns at
@@ -129,7 +129,7 @@ PREDICTION_MAX_THREADS = 4
 # The engines `auto` tries for a hot program, in this order: TensorFlow's
 # graph runtime first (ready sooner: no XLA compile, which takes minutes
 # on large programs), then XLA. XLA is left out where its own prediction
-# (engine_prediction.predicted_xla_gain, on a host class where it answers)
+# (engine_prediction.predicted_gains, on a host class where it answers)
 # says it saves under MIN_PREDICTED_GAIN of a step: the CNN on the
 # seventeenth pass's AMD EPYC, pinned, predicted -32%, measured 1.32 of
 # the NumPy engine's CPU per step (the lead's idle run, nineteenth pass),
@@ -138,7 +138,7 @@ PREDICTION_MAX_THREADS = 4
 AUTO_CANDIDATES = ("tensorflow", "xla")
 # Where XLA is predicted to save at least twice what the graph runtime
 # saves (the graph runtime's predicted gain under this share of XLA's:
-# engine_prediction.predicted_xla_gain, on a host where it has ratios),
+# engine_prediction.predicted_gains, on a host where it has ratios),
 # XLA's rent is priced with that prediction and counted from the moment
 # the program was found hot (TieredRunner._rent), and where the graph
 # runtime is not predicted to pay, XLA is the only candidate. Predicted on
