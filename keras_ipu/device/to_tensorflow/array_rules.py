@@ -274,8 +274,8 @@ for _name, _fn in _REDUCERS.items():
     if _name != "reduce_sum":
         rule(_name)(_reduction(_fn, _name))
 # reduce_sum's rule in both modes for the sums each does not compute as a
-# product (graph_contraction_rules.py, contraction_rules.py).
-sum_rule = _reduction(tf.math.reduce_sum, "reduce_sum")
+# product with ones (product_sum_rule).
+_sum_rule = _reduction(tf.math.reduce_sum, "reduce_sum")
 _PRODUCT_SUM_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 
 
@@ -285,9 +285,10 @@ def sum_as_product(aval, axes, min_elements, trailing):
     cols, side), a value of `aval` seen as a (rows, cols) matrix whose axis
     `side` is summed (0: `axes` are its leading axes; 1: its trailing ones,
     taken only where `trailing`), or None where the sum is left to
-    sum_rule: over none or all of its axes, of a shape unknown at trace
-    time, of a dtype other than float32 and float64, or of fewer than
-    `min_elements` elements (each mode's own, where its product paid)."""
+    TensorFlow's Sum: over none or all of its axes, of a shape unknown at
+    trace time, of a dtype other than float32 and float64, or of fewer
+    than `min_elements` elements (each mode's own, where its product
+    paid)."""
     shape, n, k = aval.shape, len(aval.shape), len(axes)
     if not (0 < k < n and None not in shape and np.dtype(aval.dtype) in _PRODUCT_SUM_DTYPES
             and int(np.prod(shape)) >= min_elements):
@@ -300,6 +301,20 @@ def sum_as_product(aval, axes, min_elements, trailing):
     else:
         return None
     return int(np.prod(shape[:split])), int(np.prod(shape[split:])), side
+
+
+def product_sum_rule(min_elements, trailing, product):
+    """A mode's reduce_sum rule: the sums sum_as_product takes (with
+    `min_elements` and `trailing`) as `product(x, rows, cols, side)`, the
+    mode's own product with ones, reshaped to the result; any other as
+    TensorFlow's Sum."""
+    def emit(ctx, x, *, axes):
+        as_product = sum_as_product(ctx.in_avals[0], axes, min_elements, trailing)
+        if as_product is None:
+            return _sum_rule(ctx, x, axes=axes)
+        return tf.reshape(product(x, *as_product), ctx.out_aval.shape)
+
+    return emit
 
 
 def _arg(fn):

@@ -10,8 +10,7 @@ from tensorflow.compiler.xla import xla_data_pb2
 
 from keras_ipu.device.primitives.conv import resolve_padding
 from keras_ipu.device.primitives.pooling import identity
-from keras_ipu.device.to_tensorflow.array_rules import sum_as_product
-from keras_ipu.device.to_tensorflow.array_rules import sum_rule
+from keras_ipu.device.to_tensorflow.array_rules import product_sum_rule
 from keras_ipu.device.to_tensorflow.emitter import tf_dtype
 from keras_ipu.device.to_tensorflow.emitter import xla_rule
 
@@ -173,17 +172,15 @@ def _reduce_window(ctx, x, *, op, window_dimensions, window_strides, padding,
 SUM_AS_PRODUCT_MIN_ELEMENTS = 1 << 15
 
 
-@xla_rule("reduce_sum")
-def _reduce_sum(ctx, x, *, axes):
-    as_product = sum_as_product(ctx.in_avals[0], axes, SUM_AS_PRODUCT_MIN_ELEMENTS, trailing=True)
-    if as_product is None:
-        return sum_rule(ctx, x, axes=axes)
-    rows, cols, side = as_product
+def _sum_as_product(x, rows, cols, side):
     matrix = tf.reshape(x, (rows, cols))
     ones = tf.ones(((rows, cols)[side],), x.dtype)
     dims = xla_data_pb2.DotDimensionNumbers()
     dims.lhs_contracting_dimensions.extend([side])
     dims.rhs_contracting_dimensions.extend([0])
     lhs, rhs = (ones, matrix) if side == 0 else (matrix, ones)
-    out = tfxla.dot_general(lhs, rhs, dims, None, preferred_element_type=x.dtype, use_v2=True)
-    return tf.reshape(out, ctx.out_aval.shape)
+    return tfxla.dot_general(lhs, rhs, dims, None, preferred_element_type=x.dtype, use_v2=True)
+
+
+xla_rule("reduce_sum")(product_sum_rule(SUM_AS_PRODUCT_MIN_ELEMENTS, trailing=True,
+                                         product=_sum_as_product))

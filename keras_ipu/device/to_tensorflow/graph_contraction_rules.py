@@ -15,8 +15,7 @@ from keras_ipu.device.primitives.conv import resolve_padding
 from keras_ipu.device.primitives.dot import compute_dtype
 from keras_ipu.device.primitives.dot import split_dimensions
 from keras_ipu.device.primitives.pooling import identity
-from keras_ipu.device.to_tensorflow.array_rules import sum_as_product
-from keras_ipu.device.to_tensorflow.array_rules import sum_rule
+from keras_ipu.device.to_tensorflow.array_rules import product_sum_rule
 from keras_ipu.device.to_tensorflow.array_rules import transpose
 from keras_ipu.device.to_tensorflow.array_rules import transposed_before
 from keras_ipu.device.to_tensorflow.contraction_rules import canonical_conv
@@ -276,14 +275,12 @@ def _conv(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
 COLUMN_SUM_MIN_ELEMENTS = 1 << 17
 
 
-@graph_rule("reduce_sum")
-def _reduce_sum(ctx, x, *, axes):
-    as_product = sum_as_product(ctx.in_avals[0], axes, COLUMN_SUM_MIN_ELEMENTS, trailing=False)
-    if as_product is None:
-        return sum_rule(ctx, x, axes=axes)
-    rows, cols, _ = as_product
-    ones = tf.ones((1, rows), x.dtype)
-    return tf.reshape(tf.linalg.matmul(ones, tf.reshape(x, (rows, cols))), ctx.out_aval.shape)
+def _column_sum(x, rows, cols, side):
+    return tf.linalg.matmul(tf.ones((1, rows), x.dtype), tf.reshape(x, (rows, cols)))
+
+
+graph_rule("reduce_sum")(product_sum_rule(COLUMN_SUM_MIN_ELEMENTS, trailing=False,
+                                           product=_column_sum))
 
 
 _POOLS = {"max": tf.nn.max_pool, "sum": tf.nn.avg_pool}
