@@ -5,6 +5,7 @@ np.matmul's values, the pool's errors reaching the caller."""
 import numpy as np
 import pytest
 
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads
 
 
@@ -167,13 +168,13 @@ def test_split_products_equal_numpy(cap, shapes, monkeypatch, splitter):
     want = threads.matmul(x, y)
     np.testing.assert_allclose(want, np.matmul(x, y), rtol=1e-5, atol=1e-4)
     # out=: the plan's blocks write into a view, with the plan's bits; one
-    # thread, np.matmul's own out.
+    # thread, the whole product's own out (np.matmul's or our kernel's).
     first, second = np.full((2,) + want.shape, np.nan, np.float32)
     assert threads.matmul(x, y, out=second) is second
     assert second.tobytes() == want.tobytes() and np.isnan(first).all()
     cap(1)
     assert threads.matmul(x, y, out=first) is first
-    assert first.tobytes() == np.matmul(x, y).tobytes()
+    assert first.tobytes() == product_pool.matmul(x, y).tobytes()
 
 
 def test_parallel_for_runs_every_block_once_and_reraises():

@@ -48,7 +48,7 @@ SHAPES = [(32, 512, 512), (512, 32, 512), (128, 784, 512), (784, 128, 512),
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
 def test_split_products_give_numpys_bits(m, k, n, layout):
     x, y = _operands(m, k, n, layout[0] == "t", layout[1] == "t")
-    want = np.matmul(x, y)
+    want = product_pool.matmul(x, y)
     for t in (2, 3, 4, 16):
         for per_thread in (threads.PRODUCT_BLOCKS_PER_THREAD, threads.BLOCKS_PER_THREAD):
             planned = product_pool.blocks(m, n, k, t, per_thread)
@@ -68,7 +68,7 @@ def test_float64_row_blocks_at_the_alignment_give_numpys_bits(m, k, n, layout):
     threads.configure()  # np.matmul on one OpenBLAS thread, as the engine runs it
     x, y = _operands(m, k, n, layout[0] == "t", layout[1] == "t")
     x, y = x.astype(np.float64), y.astype(np.float64)
-    want = np.matmul(x, y)
+    want = product_pool.matmul(x, y)
     for t in (2, 3, 4, 16):
         planned = product_pool.blocks(m, n, k, t, threads.BLOCKS_PER_THREAD, np.float64)
         if planned is None:
@@ -93,7 +93,7 @@ def test_float64_blocks_elsewhere_than_the_alignment_can_differ():
     for _ in range(20):
         m, k, n = rng.integers(200, 900, 3)
         x, y = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        want = np.matmul(x, y)
+        want = product_pool.matmul(x, y)
         edges = np.linspace(0, m, 6).astype(np.int64)
         out = np.empty_like(want)
         product_pool.run(x, y, out, 0, edges, 2)
@@ -159,7 +159,7 @@ def test_column_tiles_are_openblas_level3_drivers():
 
 
 def _split_differs(x, y, axis, edges):
-    want = np.matmul(x, y)
+    want = product_pool.matmul(x, y)
     out = np.empty_like(want)
     assert product_pool.run(x, y, out, axis, np.asarray(edges, np.int64), 2) is not None
     return not np.array_equal(out, want)
@@ -223,8 +223,13 @@ def test_layouts_blas_cannot_take_are_refused_untouched():
         assert product_pool.run(x, y, out, 2, np.array(rects, np.int64), 2) is None
     square = RNG.standard_normal((128, 256)).astype(np.float32)
     sq_out = np.zeros((128, 128), np.float32)
+    assert not out.any()
+    if product_pool.native_gemm():  # our kernel takes x @ x.T as any product
+        assert product_pool.run(square, square.T, sq_out, 0, edges, 2) is not None
+        assert sq_out.tobytes() == product_pool.matmul(square, square.T).tobytes()
+        return
     assert product_pool.run(square, square.T, sq_out, 0, edges, 2) is None  # NumPy's syrk
-    assert not out.any() and not sq_out.any()
+    assert not sq_out.any()
 
 
 def test_the_plan_falls_back_where_the_pool_refuses(monkeypatch):
@@ -233,7 +238,7 @@ def test_the_plan_falls_back_where_the_pool_refuses(monkeypatch):
     assert plan.__name__ == "native_split_matmul"
     x, y = _operands(128, 256, 96)
     strided = np.ascontiguousarray(np.repeat(x, 2, axis=1))[:, ::2]
-    np.testing.assert_allclose(plan(strided, y), np.matmul(x, y), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(plan(strided, y), product_pool.matmul(x, y), rtol=1e-5, atol=1e-4)
 
 
 def test_policy_splits_float32_products_only(monkeypatch):
@@ -289,7 +294,7 @@ def test_at_two_threads_a_product_splits_in_one_block_per_thread(monkeypatch):
         x, y = _operands(m, k, n)
         out = np.full((m, n), np.nan, np.float32)
         assert product_pool.run(x, y, out, axis, edges, 2) is not None
-        np.testing.assert_array_equal(out, np.matmul(x, y))
+        np.testing.assert_array_equal(out, product_pool.matmul(x, y))
 
 
 def test_the_callers_row_block_is_the_larger_only_where_the_helpers_is_big_enough(monkeypatch):
@@ -313,7 +318,7 @@ def test_the_callers_row_block_is_the_larger_only_where_the_helpers_is_big_enoug
 
 def test_a_second_caller_runs_its_blocks_alone_with_the_same_bits():
     pairs = [_operands(256, 384, 320) for _ in range(4)]
-    wants = [np.matmul(x, y) for x, y in pairs]
+    wants = [product_pool.matmul(x, y) for x, y in pairs]
     axis, edges = product_pool.blocks(256, 320, 384, 2, 2)
     failures = []
 
@@ -377,7 +382,7 @@ def test_a_forked_child_starts_its_own_helpers():
     x, y = _operands(64, 512, 512)
     axis, edges = product_pool.blocks(64, 512, 512, 2, 2)
     product_pool.run(x, y, np.empty((64, 512), np.float32), axis, edges, 2)  # helpers here
-    want = np.matmul(x, y)
+    want = product_pool.matmul(x, y)
     pid = os.fork()
     if pid == 0:  # the child: no helper threads were copied
         code = 1
@@ -394,7 +399,7 @@ def test_a_forked_child_starts_its_own_helpers():
 def test_backing_off_runs_one_product_and_late_helpers_are_noted(monkeypatch, long_backoff):
     monkeypatch.setattr(threads, "_cap", 2)
     x, y = _operands(128, 512, 512)
-    want = np.matmul(x, y)
+    want = product_pool.matmul(x, y)
     calls = []
     run = product_pool.run
 
@@ -419,7 +424,7 @@ def test_a_split_no_helper_joined_is_no_late_split(monkeypatch, long_backoff):
     # that woke late must not start the back-off (nor end one).
     monkeypatch.setattr(threads, "_cap", 2)
     x, y = _operands(128, 512, 512)
-    want = np.matmul(x, y)
+    want = product_pool.matmul(x, y)
     calls = []
     run = product_pool.run
 
@@ -497,7 +502,7 @@ def test_launched_pairs_give_the_bits_of_the_product_and_chain_called_in_turn():
     for (x, y), (job, p, out) in zip(pairs, jobs):
         caller_ran, wait, cpu = native.elementwise.join_pair(job)
         assert caller_ran in (0, 1) and wait >= 0 and cpu >= 0
-        want = np.matmul(x, y)
+        want = product_pool.matmul(x, y)
         assert np.array_equal(p, want)
         assert np.array_equal(out, want * scale)
     with pytest.raises(ValueError, match="joined already"):
@@ -506,7 +511,7 @@ def test_launched_pairs_give_the_bits_of_the_product_and_chain_called_in_turn():
     del jobs
     (job, p, out), = _scaled_product_jobs(pairs[:1], scale)
     del job
-    assert np.array_equal(out, np.matmul(*pairs[0]) * scale)
+    assert np.array_equal(out, product_pool.matmul(*pairs[0]) * scale)
 
 
 @pytest.mark.skipif(not product_pool.tasks_available(), reason="no C chains on the C pool")
@@ -534,7 +539,7 @@ def test_a_private_product_goes_to_the_threads_reused_buffer_with_the_same_bits(
     for (x, y), (job, p, scale, out) in zip(pairs, jobs):
         native.elementwise.join_pair(job)
         assert np.isnan(p).all()  # never written: the product went elsewhere
-        assert np.array_equal(out, np.matmul(x, y) * scale)
+        assert np.array_equal(out, product_pool.matmul(x, y) * scale)
     # A product above MAX_REUSED_PRODUCT_BYTES (8 MiB): into product_out.
     x, y = _operands(1024, 64, 2112)
     p = np.full((1024, 2112), np.nan, np.float32)
@@ -543,7 +548,7 @@ def test_a_private_product_goes_to_the_threads_reused_buffer_with_the_same_bits(
     job = native.elementwise.launch_pair(x, y, p, code, p.size, 1, 1024, (p, scale), (out,),
                                          (), True)
     native.elementwise.join_pair(job)
-    assert np.array_equal(p, np.matmul(x, y)) and np.array_equal(out, p * scale)
+    assert np.array_equal(p, product_pool.matmul(x, y)) and np.array_equal(out, p * scale)
     # The chain's result written over product_out: no reused buffer.
     x, y = pairs[0]
     p = np.full((96, 160), np.nan, np.float32)
@@ -551,7 +556,7 @@ def test_a_private_product_goes_to_the_threads_reused_buffer_with_the_same_bits(
     job = native.elementwise.launch_pair(x, y, p, code, p.size, 1, 1024, (p, scale), (p,),
                                          (), True)
     native.elementwise.join_pair(job)
-    assert np.array_equal(p, np.matmul(x, y) * scale)
+    assert np.array_equal(p, product_pool.matmul(x, y) * scale)
 
 
 @pytest.mark.skipif(not product_pool.tasks_available(), reason="no C chains on the C pool")
@@ -574,7 +579,7 @@ def test_a_job_joined_behind_the_helpers_earlier_jobs_says_so():
         caller_ran, wait, cpu = native.elementwise.join_pair(job)
         if job is jobs[-1][0]:
             assert caller_ran in (0, threads.C_POOL_CALLER_RAN_BEHIND)
-        want = np.matmul(x, y)
+        want = product_pool.matmul(x, y)
         assert np.array_equal(p, want) and np.array_equal(out, want * scale)
 
 
@@ -582,9 +587,16 @@ def test_a_job_joined_behind_the_helpers_earlier_jobs_says_so():
 def test_a_pair_the_c_kernels_cannot_take_is_refused_untouched():
     x, y = _operands(96, 200, 160)
     scale = RNG.standard_normal((96, 160)).astype(np.float32)
-    # A product of one column: NumPy calls gemv, not gemm.
+    # A product of one column: NumPy calls gemv, not gemm (our kernel
+    # takes it as any product).
     (job, p, out), = _scaled_product_jobs([(x, y[:, :1])], scale[:, :1])
-    assert job is None
+    if product_pool.native_gemm():
+        assert job not in (None, False)
+        from keras_ipu.device import native
+
+        native.elementwise.join_pair(job)
+    else:
+        assert job is None
     # A chain operand of the wrong size.
     (job, p, out), = _scaled_product_jobs([(x, y)], scale[:, :80])
     assert job is False
@@ -598,9 +610,16 @@ def test_a_launched_product_alone_gives_numpys_bits_or_is_refused():
     out = np.empty((96, 160), np.float32)
     job = native.elementwise.launch_product(x, y, out)
     caller_ran, wait, cpu = native.elementwise.join_pair(job)
-    assert np.array_equal(out, np.matmul(x, y))
-    # x @ x.T: NumPy calls syrk, whose bits one gemm does not give.
-    assert native.elementwise.launch_product(x, x.T, np.empty((96, 96), np.float32)) is None
+    assert np.array_equal(out, product_pool.matmul(x, y))
+    # x @ x.T: NumPy calls syrk, whose bits one gemm does not give (our
+    # kernel's are any product's).
+    square = np.empty((96, 96), np.float32)
+    job = native.elementwise.launch_product(x, x.T, square)
+    if product_pool.native_gemm():
+        native.elementwise.join_pair(job)
+        assert np.array_equal(square, product_pool.matmul(x, x.T))
+    else:
+        assert job is None
 
 
 # Attention's products (the benchmark transformer's, batch 32): batched over
@@ -671,7 +690,7 @@ def test_products_batched_over_two_axes_run_on_the_c_pool_with_numpys_bits(b, h,
                                                                            dtype):
     x = RNG.standard_normal((b, m, h, k)).astype(dtype).transpose(0, 2, 1, 3)
     y = RNG.standard_normal((b, n, h, k)).astype(dtype).transpose(0, 2, 3, 1)  # (b, h, k, n)
-    want = np.matmul(x, y)
+    want = product_pool.matmul(x, y)
     batches = b * h
     for t in (2, 3, 4):
         for edges in ([0, 1, batches], [0, batches // 2, batches - 1, batches],
@@ -698,8 +717,9 @@ def test_products_the_c_pool_cannot_batch_are_refused():
     assert product_pool.run(x, y[:, :1], out, 0, edges, 2) is None
     # Edges past the batches.
     assert product_pool.run(x, y, out, 0, np.array([0, 3, 7], np.int64), 2) is None
-    # Rows of one column: NumPy calls gemv.
-    assert product_pool.run(x, y[..., :1], out[..., :1], 0, edges, 2) is None
+    # Rows of one column: NumPy calls gemv (our kernel takes them).
+    if not product_pool.native_gemm():
+        assert product_pool.run(x, y[..., :1], out[..., :1], 0, edges, 2) is None
     # Along rows (axis 1) is a 2-d product's split only.
     assert product_pool.run(x, y, out, 1, edges, 2) is None
 
@@ -727,30 +747,30 @@ def test_attention_products_split_on_the_c_pool_not_the_python_pool(monkeypatch)
     assert plan is not None
     x = RNG.standard_normal((128, 64, 4, 16)).astype(np.float32).transpose(0, 2, 1, 3)
     y = RNG.standard_normal((128, 64, 4, 16)).astype(np.float32).transpose(0, 2, 3, 1)
-    np.testing.assert_array_equal(plan(x, y), np.matmul(x, y))
+    np.testing.assert_array_equal(plan(x, y), product_pool.matmul(x, y))
     assert runs == [(128, 4, 64, 16)] and not python_splits
 
 
 def test_attention_products_the_c_pool_declines_run_as_one_product(monkeypatch):
-    """Over (B, H), operands the C pool cannot take as laid out (x is y:
-    NumPy calls syrk, whose bits its blocks do not give) are one np.matmul,
-    into the caller's `out`; no Python pool (it is built only for more
-    batch axes) and no split noted."""
+    """Over (B, H), operands the C pool cannot take as laid out (no unit
+    stride: NumPy's own loop, not gemm) are one np.matmul, into the
+    caller's `out`; no Python pool (it is built only for more batch axes)
+    and no split noted."""
     python_splits, notes = [], []
     monkeypatch.setattr(threads, "parallel_for", lambda *a: python_splits.append(a))
     monkeypatch.setattr(threads, "note_pool_split", lambda *a: notes.append(a))
     monkeypatch.setattr(threads, "backing_off", lambda: False)
     monkeypatch.setattr(threads, "_cap", 2)
     plan = threads.batched_matmul_plan((128, 4), 64, 64, 64, np.float32)
-    assert plan is not None and plan.one_thread is np.matmul
-    x = RNG.standard_normal((128, 4, 64, 64)).astype(np.float32)
+    assert plan is not None and plan.one_thread is product_pool.whole_matmul(np.float32)
+    x = RNG.standard_normal((128, 4, 64, 128)).astype(np.float32)[..., ::2]
     out = np.full(x.shape, np.nan, np.float32)
     assert plan(x, x, out=out) is out
-    assert out.tobytes() == np.matmul(x, x).tobytes()
+    assert out.tobytes() == product_pool.matmul(x, x).tobytes()
     assert not python_splits and not notes
     # More batch axes: the Python pool, one block of the longest axis a thread.
     plan = threads.batched_matmul_plan((2, 64, 4), 64, 64, 64, np.float32)
-    x = x.reshape(2, 64, 4, 64, 64)
+    x = np.ascontiguousarray(x).reshape(2, 64, 4, 64, 64)
     plan(x, x)
     assert [count for _, count, _ in python_splits] == [2]
 
@@ -772,13 +792,14 @@ def test_a_product_too_short_for_two_row_blocks_splits_in_its_rows_and_its_tail(
         assert edges[1] % rule.rows == 0 and 0 < m - edges[1] < rule.rows
         assert threads.product_threads(0, m, n, k, np.float32) == 2
         plan = threads.matmul_plan(0, m, n, k, np.float32)
-        assert plan.__name__ == "native_split_matmul" and plan.one_thread is np.matmul
+        assert plan.__name__ == "native_split_matmul"
+        assert plan.one_thread is product_pool.whole_matmul(np.float32)
         for layout in ("nn", "nt", "tn", "tt"):
             x, y = _operands(m, k, n, layout[0] == "t", layout[1] == "t")
             out = np.full((m, n), np.nan, np.float32)
             assert product_pool.run(x, y, out, 0, edges, 2) is not None
-            np.testing.assert_array_equal(out, np.matmul(x, y))
-            np.testing.assert_array_equal(plan(x, y), np.matmul(x, y))
+            np.testing.assert_array_equal(out, product_pool.matmul(x, y))
+            np.testing.assert_array_equal(plan(x, y), product_pool.matmul(x, y))
     # Rows that split in two blocks already, or no tail: no such plan.
     assert product_pool.row_tail(128, 512, 512) is not None  # 120 + 8 ...
     assert threads.row_tail_split(128, 512, 512, np.float32) is None  # ... but 67 MFLOP
@@ -869,7 +890,7 @@ def test_wide_plans_give_numpys_bits_where_this_hosts_rule_allows_them(host, m, 
     plan = threads.matmul_plan(0, m, n, k, np.float32)
     for layout in ("nn", "tn", "nt", "tt"):
         x, y = _operands(m, k, n, layout[0] == "t", layout[1] == "t")
-        want = np.matmul(x, y)
+        want = product_pool.matmul(x, y)
         if plan is not None:
             np.testing.assert_array_equal(plan(x, y), want)
         split = threads._native_product_split(0, m, n, k, np.float32)
@@ -901,4 +922,4 @@ def test_rectangles_not_worth_it_leave_row_blocks_on_many_threads(host, monkeypa
         x, y = _operands(128, 512, 512)
         out = np.full((128, 512), np.nan, np.float32)
         assert product_pool.run(x, y, out, axis, edges, 8) is not None
-        np.testing.assert_array_equal(out, np.matmul(x, y))
+        np.testing.assert_array_equal(out, product_pool.matmul(x, y))

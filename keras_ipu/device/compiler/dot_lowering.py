@@ -52,15 +52,18 @@ def _lower_dot_general(params, in_avals, out_avals):
     rshape = (b, k, n) if batched else (k, n)
     layout = (lhs, rhs, lperm, rperm, lshape, rshape, out_shape, compute, out_dtype)
     split = host_threads.matmul_plan(b, m, n, k, compute)
+    # The whole product on one thread, with its splits' bits: our float32
+    # kernel where the C pool's blocks run it (product_pool.native_gemm).
+    whole = product_pool.whole_matmul(compute)
     if len(lb) > 1 and min(m, n, k) > 1:
         batch_shape = tuple(lhs.shape[d] for d in lb)
         nd_split = None if split is None else host_threads.batched_matmul_plan(
             batch_shape, m, n, k, compute)
         if split is None or nd_split is not None:
-            return _batched_kernel(nd_split, batch_shape, *layout,
+            return _batched_kernel(nd_split, whole, batch_shape, *layout,
                                    order=params.get("output_order"))
     if split is None:
-        kernel = _kernel(np.matmul, *layout)
+        kernel = _kernel(whole, *layout)
     else:
         kernel = _kernel(split, *layout)
         # A split with one thread's bits (the C pool's) also has the product on
@@ -69,7 +72,7 @@ def _lower_dot_general(params, in_avals, out_avals):
         if alone is not None:
             kernel.one_thread = _kernel(alone, *layout)
     if not batched and (split is None or hasattr(kernel, "one_thread")):
-        # The matmul's operands (views) of a product that is one np.matmul
+        # The matmul's operands (views) of a product that is one whole call
         # on one thread: a job on the C pool computes it in C with the same
         # call (concurrent_steps._product_start, _c_pool_start).
         operands = _plain_product(_operands, lhs, rhs, lperm, rperm,
@@ -82,8 +85,8 @@ def _lower_dot_general(params, in_avals, out_avals):
     return kernel
 
 
-def _batched_kernel(split, batch_shape, lhs, rhs, lperm, rperm, lshape, rshape, out_shape,
-                    compute, out_dtype, order=None):
+def _batched_kernel(split, whole, batch_shape, lhs, rhs, lperm, rperm, lshape, rshape,
+                    out_shape, compute, out_dtype, order=None):
     """The kernel of a product batched over several axes, as np.matmul on
     the operands' views with their batch axes kept: flattened to one, the
     batches of a transposed operand share no one stride, and the reshape
@@ -91,7 +94,8 @@ def _batched_kernel(split, batch_shape, lhs, rhs, lperm, rperm, lshape, rshape, 
     (B, H), the probabilities' transpose (8 MB) read by the key gradient),
     a copy on the caller's thread even where the product then splits.
     np.matmul calls the same gemm per batch on the views (the same bits).
-    `split` (threads.batched_matmul_plan) runs it on several threads.
+    `split` (threads.batched_matmul_plan) runs it on several threads,
+    `whole` (product_pool.whole_matmul) on one.
     `order`: the permutation of the transpose that alone reads the result
     (the Executable's output_order), whose layout the result then takes
     (_ordered_result)."""
@@ -102,16 +106,16 @@ def _batched_kernel(split, batch_shape, lhs, rhs, lperm, rperm, lshape, rshape, 
     if order is not None and lhs.dtype == rhs.dtype == compute == out_dtype:
         ordered = _ordered_result(order, out_shape, (*batch_shape, m, n), out_dtype)
     if ordered is not None:
-        kernel = _ordered_kernel(_blas_ready(split or np.matmul), lperm, rperm, lnd, rnd,
+        kernel = _ordered_kernel(_blas_ready(split or whole), lperm, rperm, lnd, rnd,
                                  *ordered)
         if split is not None:
-            kernel.one_thread = _ordered_kernel(_blas_ready(np.matmul), lperm, rperm, lnd,
+            kernel.one_thread = _ordered_kernel(_blas_ready(whole), lperm, rperm, lnd,
                                                 rnd, *ordered)
         return kernel
-    kernel = _kernel(_blas_ready(split or np.matmul), lhs, rhs, lperm, rperm, lnd, rnd,
+    kernel = _kernel(_blas_ready(split or whole), lhs, rhs, lperm, rperm, lnd, rnd,
                      out_shape, compute, out_dtype)
     if split is not None:
-        kernel.one_thread = _kernel(_blas_ready(np.matmul), lhs, rhs, lperm, rperm, lnd, rnd,
+        kernel.one_thread = _kernel(_blas_ready(whole), lhs, rhs, lperm, rperm, lnd, rnd,
                                     out_shape, compute, out_dtype)
     return kernel
 

@@ -42,6 +42,7 @@
 #include <time.h>
 
 #include "_buffers.h"
+#include "_gemm.h"
 #include "_task_pool.h"
 
 /* CBLAS' enumerations (cblas.h). */
@@ -56,10 +57,19 @@ typedef void (*dgemm_fn)(int, int, int, int64_t, int64_t, int64_t, double,
                          const double *, int64_t, const double *, int64_t, double,
                          double *, int64_t);
 static dgemm_fn dgemm;
+/* float32 blocks run _gemm.h's kernel, not sgemm (set_native_gemm): its
+   bits are the same for any block, of any size and layout. */
+static int native_gemm;
 
 /* One gemm call of NumPy's matmul, float32 or float64 by the item size. */
 static void gemm(int64_t itemsize, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                  const char *a, int64_t lda, const char *b, int64_t ldb, char *c, int64_t ldc) {
+#ifdef KERAS_IPU_GEMM_AVX512
+    if (itemsize == 4 && native_gemm)
+        native_sgemm_avx512(trans_a == TRANS, trans_b == TRANS, m, n, k, (const float *)a,
+                            lda, (const float *)b, ldb, (float *)c, ldc);
+    else
+#endif
     if (itemsize == 4)
         sgemm(ROW_MAJOR, trans_a, trans_b, m, n, k, 1.0f, (const float *)a, lda,
               (const float *)b, ldb, 0.0f, (float *)c, ldc);
@@ -474,6 +484,13 @@ static PyObject *set_blas(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *set_native_gemm(PyObject *self, PyObject *args) {
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    native_gemm = on && native_sgemm_available();
+    return PyBool_FromLong(native_gemm);
+}
+
 /* Whether the pool can run out = x @ y in the blocks `edges` (edges_len
    bytes) along `axis` with NumPy's matmul's bits; fills *p and *count. */
 static int check_product(const Py_buffer *x, const Py_buffer *y, const Py_buffer *out,
@@ -481,7 +498,8 @@ static int check_product(const Py_buffer *x, const Py_buffer *y, const Py_buffer
                          int64_t *count) {
     int nd = x->ndim; /* 2, or 3 or 4: batched, split along the batches (axis 0) */
     char kind = format_code(x) == 'f' ? 'f' : 'd';
-    int ok = (kind == 'f' ? sgemm != NULL : dgemm != NULL)
+    int ours = kind == 'f' && native_gemm;
+    int ok = (kind == 'f' ? sgemm != NULL || ours : dgemm != NULL)
              && (nd == 2 || nd == 3 || (nd == 4 && axis == 0)) && y->ndim == nd
              && out->ndim == nd
              && format_code(x) == kind && format_code(y) == kind
@@ -515,14 +533,15 @@ static int check_product(const Py_buffer *x, const Py_buffer *y, const Py_buffer
     ok = y->shape[nd - 2] == p->k && out->shape[nd - 2] == p->m && out->shape[nd - 1] == p->n
          && (!p->batched || (y->shape[0] == x->shape[0] && out->shape[0] == x->shape[0]))
          && (nd != 4 || (y->shape[1] == p->inner && out->shape[1] == p->inner && p->inner > 0))
-         /* m, n or k of 1: NumPy's matmul calls gemv or dot, not gemm */
-         && p->m > 1 && p->n > 1 && p->k > 1
+         /* m, n or k of 1: NumPy's matmul calls gemv or dot, not gemm
+            (our kernel: any size) */
+         && (ours ? p->m > 0 && p->n > 0 && p->k > 0 : p->m > 1 && p->n > 1 && p->k > 1)
          && blas_layout(x, p->m, p->k, &p->trans_a, &p->lda)
          && blas_layout(y, p->k, p->n, &p->trans_b, &p->ldb)
          && out->strides[nd - 1] == p->itemsize && out->strides[nd - 2] % p->itemsize == 0
          && out->strides[nd - 2] / p->itemsize >= p->n
          /* x @ x.T: NumPy calls syrk, whose bits these blocks do not give */
-         && x->buf != y->buf
+         && (ours || x->buf != y->buf)
          && (axis == 2 ? edges_len % 32 == 0
                        : edges[0] == 0 && edges[*count] == extent);
     if (axis == 2) { /* rectangles inside the result that tile its area */
@@ -574,6 +593,43 @@ static PyObject *product(PyObject *self, PyObject *args) {
     }
     PyBuffer_Release(&edges);
 none_out:
+    PyBuffer_Release(&out);
+none_y:
+    PyBuffer_Release(&y);
+none_x:
+    PyBuffer_Release(&x);
+none_clear:
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+/* out = x @ y whole on the caller, without the interpreter lock: the
+   engine's products too small to split, with the bits of any split of
+   them where float32 runs our kernel. */
+static PyObject *whole(PyObject *self, PyObject *args) {
+    PyObject *x_obj, *y_obj, *out_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &x_obj, &y_obj, &out_obj)) return NULL;
+    Py_buffer x, y, out;
+    int flags = PyBUF_STRIDES | PyBUF_FORMAT;
+    if (PyObject_GetBuffer(x_obj, &x, flags) != 0) goto none_clear;
+    if (PyObject_GetBuffer(y_obj, &y, flags) != 0) goto none_x;
+    if (PyObject_GetBuffer(out_obj, &out, flags | PyBUF_WRITABLE) != 0) goto none_y;
+    product_t p = {0};
+    int64_t count = 0, edges[2] = {0, 1};
+    if (x.ndim >= 2) {
+        for (int d = 0; d < x.ndim - 2; d++) edges[1] *= x.shape[d];
+        if (x.ndim == 2) edges[1] = x.shape[0];
+    }
+    if (x.ndim >= 2 && check_product(&x, &y, &out, 0, edges, sizeof(edges), &p, &count)
+        && count == 1) {
+        Py_BEGIN_ALLOW_THREADS
+        product_block(&p, 0);
+        Py_END_ALLOW_THREADS
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&y);
+        PyBuffer_Release(&x);
+        Py_RETURN_TRUE;
+    }
     PyBuffer_Release(&out);
 none_y:
     PyBuffer_Release(&y);
@@ -668,6 +724,15 @@ static PyMethodDef methods[] = {
      "blocks of whole batches, counted in C order over both batch axes), on the caller and up to "
      "threads - 1 helpers, without the interpreter lock. None (nothing "
      "written) where BLAS or these blocks cannot take the operands."},
+    {"set_native_gemm", set_native_gemm, METH_VARARGS,
+     "set_native_gemm(on) -> whether float32 blocks now run keras_ipu's own "
+     "AVX-512 kernel (_gemm.h) instead of sgemm: on and this CPU has "
+     "AVX-512."},
+    {"whole", whole, METH_VARARGS,
+     "whole(x, y, out) -> True or None: out = x @ y (2-d, 3-d or 4-d as "
+     "product takes them) in one block on the caller, without the "
+     "interpreter lock; None (nothing written) where product would not take "
+     "the operands."},
     {"helper_count", helper_count, METH_NOARGS, "Helper threads started."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,7 +1,22 @@
 """Split float32 and float64 products on the C pool (_product_pool.c):
 the blocks run on C threads without the interpreter lock, each one
 single-threaded cblas_sgemm (cblas_dgemm) of the OpenBLAS NumPy calls,
-and give the bits of NumPy's whole product.
+and give the bits of NumPy's whole product; or, for float32 on a CPU with
+AVX-512, each one call of keras_ipu's own kernel (_gemm.h, native_gemm),
+giving the bits of its whole call (matmul), which the engine's float32
+products then run on one thread too (whole_matmul).
+
+Our kernel: the machine's environment may pin NumPy's OpenBLAS to
+kernels below the CPU's (OPENBLAS_CORETYPE=Haswell on the AVX-512 AMD
+EPYC VM: its AVX2 sgemm, 101-126 GFLOP/s on the MLP's and
+demo_functional's products on one core), which the library does not
+override; our kernel ran those products at 250-262 GFLOP/s there (issue
+16, twenty-first pass, s21gemm; OpenBLAS' own SkylakeX kernels 152-241).
+Every element it computes is one sequential chain of float32 FMAs over
+the inner dimension, whatever the block and the layout: its rule is rows
+and columns anywhere (ANYWHERE), with no small-matrix kernel, which the
+check below confirms at first use (else OpenBLAS' blocks as before).
+`KERAS_IPU_NATIVE_GEMM=0` keeps OpenBLAS (NumPy's bits) everywhere.
 
 Which OpenBLAS: NumPy's wheels bundle scipy-openblas (numpy.libs/
 libscipy_openblas64_-*.so) with 64-bit integers, whose CBLAS is
@@ -11,9 +26,9 @@ another symbol name) there is no C pool and threads.py splits products
 over its Python pool as before.
 
 Which blocks: once per process (rule, _find_rule) split products are
-checked against np.matmul (on one OpenBLAS thread, as the engine runs
-it) bit for bit, to find the Rule this BLAS keeps: rows anywhere, or at
-multiples of 12 or 24 (ROW_ALIGNS), or not at all; columns anywhere, or
+checked against the whole product (np.matmul on one OpenBLAS thread, as
+the engine runs it, or our kernel's whole call) bit for bit, to find the
+Rule this BLAS keeps: rows anywhere, or at multiples of 12 or 24 (ROW_ALIGNS), or not at all; columns anywhere, or
 at OpenBLAS' own column tiles (column_tiles), or not at all. A batched
 product that does not keep its bits turns the pool off. blocks() plans
 with the Rule.
@@ -138,6 +153,14 @@ class Rule(NamedTuple):
 
 
 _rules = None  # {np.dtype: Rule or None}
+_native = False  # float32 blocks run our kernel (native_gemm)
+ANYWHERE = Rule(1, "any")
+_FLOAT32 = np.dtype(np.float32)
+_empty, _np_matmul = np.empty, np.matmul
+
+
+def _whole(x, y, out):
+    return native.split_products.whole(x, y, out)
 
 
 def numpy_wheels_library(filepath):
@@ -170,30 +193,70 @@ def _numpy_gemm(symbol):
 def rule(dtype=np.float32):
     """This host's Rule for products of `dtype` (float32, float64); None
     where they do not split on the C pool (module doc)."""
-    global _rules
+    global _rules, _native
     if _rules is None:
+        ours = env_switch("KERAS_IPU_NATIVE_GEMM")  # a misspelt value raises here, every time
         _rules = {}
-        if native.split_products is not None:
+        pool = native.split_products
+        if pool is not None and _current(pool):
             single, double = _numpy_gemm(SGEMM_SYMBOL), _numpy_gemm(DGEMM_SYMBOL)
-            # An older build (not reinstalled after an update) takes other
-            # arguments: no C pool, the Python pool as before it.
-            if single and _current(native.split_products):
+            # An older build (not reinstalled after an update) has no
+            # kernel of ours: OpenBLAS' blocks as before it.
+            choose = getattr(pool, "set_native_gemm", None)
+            _native = bool(choose is not None and choose(ours))
+            if single or _native:
                 from threadpoolctl import threadpool_limits
 
-                native.split_products.set_blas(single, double)
+                pool.set_blas(single, double)
                 # np.matmul on one OpenBLAS thread, as the engine runs it
                 # (threads.configure) and as each block runs: a threaded
                 # dgemm's whole product has other bits.
                 with threadpool_limits(limits=1, user_api="blas"):
                     found = _find_rule(np.float32)
+                    if _native and found != ANYWHERE:
+                        # Our kernel's blocks must give its whole call's
+                        # bits anywhere (_gemm.h); else OpenBLAS' as before.
+                        _native = choose(False)
+                        found = _find_rule(np.float32) if single else None
                     _rules[np.dtype(np.float32)] = found
                     if found is not None and double:
                         _rules[np.dtype(np.float64)] = _find_rule(np.float64)
                 if found is None:
-                    native.split_products.set_blas(0, 0)
+                    pool.set_blas(0, 0)
                 elif _rules.get(np.dtype(np.float64)) is None:
-                    native.split_products.set_blas(single, 0)
+                    pool.set_blas(single, 0)
     return _rules.get(np.dtype(dtype))
+
+
+def native_gemm():
+    """Whether float32 products of the C pool run keras_ipu's own AVX-512
+    kernel (_gemm.h) rather than NumPy's OpenBLAS: this CPU has AVX-512,
+    `KERAS_IPU_NATIVE_GEMM` is not 0 and the check found its blocks give
+    the whole call's bits anywhere (module doc)."""
+    rule()
+    return _native
+
+
+def matmul(x, y, out=None):
+    """np.matmul(x, y, out=out) with the bits of this host's split
+    products: our kernel's whole call for float32 operands the C pool
+    takes where it runs (native_gemm), np.matmul otherwise (and for
+    operands it does not take)."""
+    if _rules is None:
+        rule()
+    if (_native and x.dtype == _FLOAT32 and y.dtype == _FLOAT32 and x.ndim == y.ndim
+            and x.ndim >= 2):
+        result = _empty(x.shape[:-1] + y.shape[-1:], _FLOAT32) if out is None else out
+        if _whole(x, y, result) is not None:
+            return result
+    return _np_matmul(x, y, out=out)
+
+
+def whole_matmul(dtype):
+    """The function computing a whole product of `dtype` on one thread
+    with the bits of its splits on the C pool: matmul where float32 runs
+    our kernel, else np.matmul."""
+    return matmul if np.dtype(dtype) == _FLOAT32 and native_gemm() else np.matmul
 
 
 def available(dtype=np.float32):
@@ -230,11 +293,11 @@ def _layouts(rng, m, k, n, dtype):
 
 
 def _splits_match(pairs, axis, edges):
-    """Whether `edges` along `axis` (2: rectangles) give np.matmul's bits
-    for every pair of operands."""
+    """Whether `edges` along `axis` (2: rectangles) give the whole
+    product's bits (matmul's) for every pair of operands."""
     edges = np.asarray(edges, np.int64)
     for a, b in pairs:
-        whole = np.matmul(a, b)
+        whole = matmul(a, b)
         out = np.empty_like(whole)
         if native.split_products.product(a, b, out, axis, edges, 2) is None:
             return False

@@ -1078,11 +1078,12 @@ def join_block(job):
 def _native_split_plan(out_shape, compute, threads, blocks, fallback):
     """A product of result `out_shape` in `blocks` (axis, edges) on the C
     pool (product_pool.py): the whole product's bits. While backing off it
-    is one np.matmul (the same bits); operands BLAS cannot take as laid out
-    go to `fallback` (None: one np.matmul)."""
+    is one whole product (product_pool.whole_matmul: the same bits);
+    operands BLAS cannot take as laid out go to `fallback` (None: one whole
+    product)."""
     axis, edges = blocks
     count = product_pool.block_count(axis, edges)
-    empty, matmul, run = np.empty, np.matmul, product_pool.run
+    empty, matmul, run = np.empty, product_pool.whole_matmul(compute), product_pool.run
 
     def native_split_matmul(x, y, out=None):
         if backing_off():
@@ -1134,7 +1135,7 @@ def batched_matmul_plan(batch_shape, m, n, k, compute):
     lead = (slice(None),) * axis
     blocks = [lead + (slice(lo, hi),) for lo, hi in zip(edges[:-1], edges[1:])]
     out_shape = (*batch_shape, m, n)
-    empty, matmul = np.empty, np.matmul
+    empty, matmul = np.empty, product_pool.whole_matmul(compute)
 
     def batched_split_matmul(x, y, out=None):
         if backing_off():
@@ -1155,7 +1156,7 @@ def batched_matmul_plan(batch_shape, m, n, k, compute):
 
 def _python_split_plan(b, m, n, compute, threads):
     """matmul in blocks over the Python pool; None when one block is all."""
-    empty, matmul = np.empty, np.matmul
+    empty, matmul = np.empty, product_pool.whole_matmul(compute)
     if b >= threads:  # enough batches: split them
 
         def part(x, y, out, lo, hi):
@@ -1273,5 +1274,5 @@ def matmul(x, y, out=None):
         if len(_plans) < 4096:
             _plans[key] = plan
     if plan is None:
-        return np.matmul(x, y, out=out)
+        return product_pool.whole_matmul(x.dtype)(x, y, out=out)
     return plan(x, y, out)

@@ -31,6 +31,7 @@ import numpy as np
 
 from keras_ipu.device import native
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives import shape_rules
@@ -270,7 +271,7 @@ def _im2col_conv_over_batch(x, w, out_sp, window_strides, padding,
 
     def part(j):
         lo, hi = blocks[j]
-        _im2col_conv(x[lo:hi], w, *args, matmul=np.matmul, out=out[lo:hi])
+        _im2col_conv(x[lo:hi], w, *args, matmul=product_pool.matmul, out=out[lo:hi])
 
     host_threads.parallel_for(part, len(blocks), threads)
     return np.moveaxis(out, -1, 1)  # N, O, *P
@@ -297,7 +298,8 @@ def _im2col_conv(x, w, window_strides, padding, lhs_dilation, rhs_dilation,
     """x (N, C, *S), w (O, I, *K) -> (N, O, *P): a window view of the padded
     input, copied into patches, then one matmul per group. Works
     channels-last, so a channels-last input is read in memory order.
-    `matmul`: np.matmul inside a thread of _im2col_conv_over_batch; `out`:
+    `matmul`: one whole product (product_pool.matmul) inside a thread of
+    _im2col_conv_over_batch; `out`:
     its (N, *P, O) rows of the result, written in place."""
     nsp = x.ndim - 2
     n, c = x.shape[:2]
@@ -470,7 +472,8 @@ def _weight_gradient_in_image_blocks(x, w, out_sp, window_strides, padding,
         block = buffer[:hi - lo]
         _patch_copy(np.ascontiguousarray(xp), win, out_sp, rhs_dilation,
                     window_strides)(0, hi - lo, block)
-        np.matmul(block.reshape(-1, width).T, grads[lo:hi].reshape(-1, o), out=partials[j])
+        product_pool.matmul(block.reshape(-1, width).T, grads[lo:hi].reshape(-1, o),
+                            out=partials[j])
         buffers.put(buffer)
 
     host_threads.parallel_for(part, blocks, threads)

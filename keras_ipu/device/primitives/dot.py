@@ -11,6 +11,7 @@ Gradient rules: grads/dot.py (registered once every primitive exists).
 import numpy as np
 
 from keras_ipu.device.ir import ShapedArray
+from keras_ipu.device.native import product_pool
 from keras_ipu.device.primitives import cost_util as _cost
 from keras_ipu.device.primitives import shape_rules
 from keras_ipu.device.primitives.registry import Primitive
@@ -107,7 +108,8 @@ def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
         lhs = lhs.astype(compute)
     if rhs.dtype != compute:
         rhs = rhs.astype(compute)
-    # Batch-matmul form: (B, M, K) @ (B, K, N), one BLAS call.
+    # Batch-matmul form: (B, M, K) @ (B, K, N), one BLAS call (the
+    # compiled kernels' whole product: product_pool.matmul).
     lt = np.transpose(lhs, lb + lf + lc)
     rt = np.transpose(rhs, rb + rc + rf)
     bshape = tuple(lhs.shape[d] for d in lb)
@@ -117,7 +119,7 @@ def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None):
     m = int(np.prod(mshape, dtype=np.int64))
     n = int(np.prod(nshape, dtype=np.int64))
     k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
-    out = np.matmul(lt.reshape(b, m, k), rt.reshape(b, k, n))
+    out = product_pool.matmul(lt.reshape(b, m, k), rt.reshape(b, k, n))
     out = out.reshape(bshape + mshape + nshape)
     return out if out.dtype == out_dtype else out.astype(out_dtype)
 

@@ -1,0 +1,236 @@
+/* Our own float32 gemm for CPUs with AVX-512 (issue 16, twenty-first pass).
+
+   Why: the machine's environment pins NumPy's OpenBLAS to its AVX2
+   (Haswell) kernels (OPENBLAS_CORETYPE), which run about half the rate
+   of the CPU's AVX-512 on the NumPy engine's products; the library does
+   not override the user's environment, so the engine's float32 products
+   run here instead where the CPU has AVX-512 (native_sgemm_available).
+   hatch_build.py builds without -march: only these functions are built
+   for AVX-512 (target attributes) and called after a run-time check.
+
+   C = op(A) @ op(B), row-major, alpha 1, beta 0, with CBLAS' transpose
+   flags and leading dimensions as NumPy's matmul passes them.
+
+   Every element of C is one sequential chain of float32 FMAs over
+   k = 0 .. K-1 starting from zero, whatever block of rows or columns a
+   call covers and whatever layout its operands have (B^T is packed into
+   the layout of B first, which moves no arithmetic): a split of a product
+   into blocks of rows, columns or rectangles anywhere gives the bits of
+   the whole call (product_pool.py's Rule(1, "any")).
+
+   Register block: GEMM_MR rows x GEMM_NR columns (2 zmm per row, 24
+   accumulators), op(B)'s row k loaded once per row block (contiguous in
+   NN, packed for NT), op(A)[i, k] broadcast from memory (NN: GEMM_MR
+   strided streams; TN: GEMM_MR contiguous floats). The row blocks run
+   inside a column strip, so the strip (K x GEMM_NR floats) stays in L2. */
+
+#ifndef KERAS_IPU_GEMM_H
+#define KERAS_IPU_GEMM_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KERAS_IPU_GEMM_AVX512 1
+#include <immintrin.h>
+#endif
+
+#define GEMM_MR 12
+#define GEMM_NR 32
+
+#ifdef KERAS_IPU_GEMM_AVX512
+
+#define GEMM_TARGET __attribute__((target("avx512f,fma")))
+#define GEMM_INLINE static inline __attribute__((always_inline)) GEMM_TARGET
+
+/* mr (<= GEMM_MR) rows x up to 32 columns of C: op(A)[i, k] at
+   a[i * rs + k * ks], op(B)[k, j] at b[k * ldb + j]; columns past the
+   masks m0 (first 16) and m1 (next 16) are neither read nor written. */
+GEMM_INLINE void gemm_block(const int mr, const int full, int64_t K, const float *a,
+                            const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
+                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1) {
+    __m512 acc0[GEMM_MR], acc1[GEMM_MR];
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+        acc0[i] = _mm512_setzero_ps();
+        acc1[i] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < K; k++) {
+        const float *bk = b + k * ldb;
+        __m512 b0 = full ? _mm512_loadu_ps(bk) : _mm512_maskz_loadu_ps(m0, bk);
+        __m512 b1 = full ? _mm512_loadu_ps(bk + 16) : _mm512_maskz_loadu_ps(m1, bk + 16);
+        const float *ak = a + k * ks;
+#pragma GCC unroll 16
+        for (int i = 0; i < mr; i++) {
+            __m512 ai = _mm512_set1_ps(ak[i * rs]);
+            acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+            acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+        if (full) {
+            _mm512_storeu_ps(c + i * ldc, acc0[i]);
+            _mm512_storeu_ps(c + i * ldc + 16, acc1[i]);
+        } else {
+            _mm512_mask_storeu_ps(c + i * ldc, m0, acc0[i]);
+            _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc1[i]);
+        }
+    }
+}
+
+/* All rows of one column strip: full row blocks, then the tail's. */
+GEMM_INLINE void gemm_strip(const int full, const int trans_a, int64_t m, int64_t K,
+                            const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1) {
+    /* NN: row i of op(A) is row i of A (stride lda), k contiguous; TN: row
+       i of op(A) is column i of A (contiguous), k strided by lda. */
+    const int64_t rs = trans_a ? 1 : lda;
+    int64_t i = 0;
+    for (; i + GEMM_MR <= m; i += GEMM_MR) {
+        if (trans_a) gemm_block(GEMM_MR, full, K, a + i, 1, lda, b, ldb, c + i * ldc, ldc, m0, m1);
+        else gemm_block(GEMM_MR, full, K, a + i * lda, lda, 1, b, ldb, c + i * ldc, ldc, m0, m1);
+    }
+    const float *ai = a + i * rs;
+    float *ci = c + i * ldc;
+#define GEMM_TAIL(r)                                                                      \
+    case r:                                                                               \
+        if (trans_a) gemm_block(r, full, K, ai, 1, lda, b, ldb, ci, ldc, m0, m1);         \
+        else gemm_block(r, full, K, ai, lda, 1, b, ldb, ci, ldc, m0, m1);                 \
+        break;
+    switch (m - i) {
+        GEMM_TAIL(1) GEMM_TAIL(2) GEMM_TAIL(3) GEMM_TAIL(4) GEMM_TAIL(5) GEMM_TAIL(6)
+        GEMM_TAIL(7) GEMM_TAIL(8) GEMM_TAIL(9) GEMM_TAIL(10) GEMM_TAIL(11)
+        default: break;
+    }
+#undef GEMM_TAIL
+}
+
+/* The full row blocks, with NN's and TN's strides as constants. */
+static GEMM_TARGET void gemm_strip_nn_full(int64_t m, int64_t K, const float *a, int64_t lda,
+                                           const float *b, int64_t ldb, float *c,
+                                           int64_t ldc) {
+    gemm_strip(1, 0, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff);
+}
+static GEMM_TARGET void gemm_strip_tn_full(int64_t m, int64_t K, const float *a, int64_t lda,
+                                           const float *b, int64_t ldb, float *c,
+                                           int64_t ldc) {
+    gemm_strip(1, 1, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff);
+}
+static GEMM_TARGET void gemm_strip_masked(int trans_a, int64_t m, int64_t K, const float *a,
+                                          int64_t lda, const float *b, int64_t ldb, float *c,
+                                          int64_t ldc, __mmask16 m0, __mmask16 m1) {
+    if (trans_a) gemm_strip(0, 1, m, K, a, lda, b, ldb, c, ldc, m0, m1);
+    else gemm_strip(0, 0, m, K, a, lda, b, ldb, c, ldc, m0, m1);
+}
+
+/* 16 rows of 16 floats (src, stride ld) -> their transpose (dst, stride
+   GEMM_NR): columns j .. j+15 of a packed strip for k .. k+15. */
+GEMM_INLINE void transpose16(const float *src, int64_t ld, float *dst) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ld);
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]),
+                                                   _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]),
+                                                       _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]),
+                                                       _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]),
+                                                       _mm512_castps_pd(t[i + 3])));
+    }
+    /* r[4q + s] holds, in each 128-bit lane l, column 4l + s' of rows
+       4q .. 4q+3 (s' = s's position in the unpack order: 0, 1, 2, 3 for
+       s = 0, 1, 2, 3). Gather lanes: first across groups q (0,1) and (2,3). */
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; s++) {
+        t[s] = _mm512_shuffle_f32x4(r[s], r[4 + s], 0x88);       /* lanes 0,2 | 0,2 */
+        t[4 + s] = _mm512_shuffle_f32x4(r[s], r[4 + s], 0xdd);   /* lanes 1,3 | 1,3 */
+        t[8 + s] = _mm512_shuffle_f32x4(r[8 + s], r[12 + s], 0x88);
+        t[12 + s] = _mm512_shuffle_f32x4(r[8 + s], r[12 + s], 0xdd);
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; s++) {
+        /* t[s]: lanes (q0 l0, q0 l2, q1 l0, q1 l2); t[8+s]: (q2 l0, q2 l2,
+           q3 l0, q3 l2). Column 4l + s over rows 0..15: lanes q0..q3 of l. */
+        __m512 l0 = _mm512_shuffle_f32x4(t[s], t[8 + s], 0x88);      /* l0: q0 q1 q2 q3 */
+        __m512 l2 = _mm512_shuffle_f32x4(t[s], t[8 + s], 0xdd);      /* l2 */
+        __m512 l1 = _mm512_shuffle_f32x4(t[4 + s], t[12 + s], 0x88); /* l1 */
+        __m512 l3 = _mm512_shuffle_f32x4(t[4 + s], t[12 + s], 0xdd); /* l3 */
+        _mm512_storeu_ps(dst + (0 + s) * GEMM_NR, l0);
+        _mm512_storeu_ps(dst + (4 + s) * GEMM_NR, l1);
+        _mm512_storeu_ps(dst + (8 + s) * GEMM_NR, l2);
+        _mm512_storeu_ps(dst + (12 + s) * GEMM_NR, l3);
+    }
+}
+
+/* Columns j0 .. j0+w-1 of op(B) = B^T (B row j at b + j * ldb, k
+   contiguous) into pack[k * GEMM_NR + j - j0] for k < K. */
+static GEMM_TARGET void gemm_pack_bt(int64_t K, int64_t w, const float *b, int64_t ldb,
+                                     float *pack) {
+    int64_t k = 0;
+    if (w == GEMM_NR) {
+        for (; k + 16 <= K; k += 16) {
+            transpose16(b + k, ldb, pack + k * GEMM_NR);
+            transpose16(b + 16 * ldb + k, ldb, pack + k * GEMM_NR + 16);
+        }
+    }
+    for (int64_t j = 0; j < w; j++)
+        for (int64_t kk = k; kk < K; kk++) pack[kk * GEMM_NR + j] = b[j * ldb + kk];
+}
+
+/* C (m x n, ldc) = op(A) @ op(B); trans_a, trans_b: 0 or 1. */
+static GEMM_TARGET void native_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n,
+                                            int64_t K, const float *a, int64_t lda,
+                                            const float *b, int64_t ldb, float *c,
+                                            int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    float *pack = NULL;
+    if (trans_b && K > 0) {
+        pack = (float *)aligned_alloc(64, (size_t)K * GEMM_NR * sizeof(float));
+        if (pack == NULL) abort();
+    }
+    for (int64_t j = 0; j < n; j += GEMM_NR) {
+        int64_t w = n - j < GEMM_NR ? n - j : GEMM_NR;
+        const float *bj;
+        int64_t ld;
+        if (trans_b) {
+            gemm_pack_bt(K, w, b + j * ldb, ldb, pack);
+            bj = pack;
+            ld = GEMM_NR;
+        } else {
+            bj = b + j;
+            ld = ldb;
+        }
+        if (w == GEMM_NR) {
+            if (trans_a) gemm_strip_tn_full(m, K, a, lda, bj, ld, c + j, ldc);
+            else gemm_strip_nn_full(m, K, a, lda, bj, ld, c + j, ldc);
+        } else {
+            __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+            __mmask16 m1 = (__mmask16)(w <= 16 ? 0 : (1u << (w - 16)) - 1);
+            gemm_strip_masked(trans_a, m, K, a, lda, bj, ld, c + j, ldc, m0, m1);
+        }
+    }
+    free(pack);
+}
+
+#endif /* KERAS_IPU_GEMM_AVX512 */
+
+/* Whether this CPU runs native_sgemm_avx512. */
+static int native_sgemm_available(void) {
+#ifdef KERAS_IPU_GEMM_AVX512
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+#endif /* KERAS_IPU_GEMM_H */
