@@ -13,6 +13,7 @@ from keras_ipu.device.compiler import compile_graph
 from keras_ipu.device.compiler import engine_prediction
 from keras_ipu.device.compiler import tensorflow_runtime
 from keras_ipu.device.compiler import tiered_runner
+from keras_ipu.device.native import product_pool
 
 DOT = dict(dimension_numbers=(((1,), (0,)), ((), ())))
 CONV = dict(window_strides=(1, 1), padding=((1, 1), (1, 1)), lhs_dilation=(1, 1),
@@ -226,9 +227,10 @@ def test_cpu_flags_reads_the_first_cpu_and_survives_a_missing_file(tmp_path):
     assert engine_prediction.cpu_flags(str(tmp_path / "none")) == frozenset()
 
 
-def _product_ratio(monkeypatch, info, flags):
+def _product_ratio(monkeypatch, info, flags, ours=False):
     """product_ratio() read afresh with threadpool_info() giving `info` (an
-    exception: raised) and cpu_flags() giving `flags`."""
+    exception: raised), cpu_flags() giving `flags` and float32 products on
+    our own kernel or not (`ours`: product_pool.native_gemm)."""
     import threadpoolctl
 
     def threadpool_info():
@@ -238,6 +240,7 @@ def _product_ratio(monkeypatch, info, flags):
 
     monkeypatch.setattr(threadpoolctl, "threadpool_info", threadpool_info)
     monkeypatch.setattr(engine_prediction, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(product_pool, "native_gemm", lambda: ours)
     engine_prediction.product_ratio.cache_clear()
     try:
         return engine_prediction.product_ratio()
@@ -257,11 +260,26 @@ def test_product_ratio_is_the_pinned_one_only_for_avx2_kernels_on_avx512(monkeyp
             == engine_prediction.OTHER_RATIO)
 
 
+def test_products_on_our_own_kernel_are_not_pinned(monkeypatch):
+    """Where float32 products run our AVX-512 kernel (product_pool.native_gemm)
+    the pin does not reach them: the tie, and a program of products stays
+    on NumPy (the MLP ran there at 0.58 of the graph runtime's CPU per
+    step: module doc)."""
+    assert (_product_ratio(monkeypatch, [_blas("Haswell")], {"avx512f"}, ours=True)
+            == engine_prediction.OTHER_RATIO)
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.OTHER_RATIO)
+    graph = compile_graph(_products(with_conv=False)).running_graph
+    gain, xla = engine_prediction.predicted_gains(graph)
+    assert gain < tiered_runner.MIN_PREDICTED_GAIN and xla is None
+
+
 def test_product_ratio_is_read_once_per_process(monkeypatch):
     import threadpoolctl
 
     calls = []
     monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: calls.append(1) or [])
+    monkeypatch.setattr(product_pool, "native_gemm", lambda: False)  # OpenBLAS' kernels
     engine_prediction.product_ratio.cache_clear()
     try:
         for _ in range(3):

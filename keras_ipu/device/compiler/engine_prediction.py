@@ -44,7 +44,12 @@ Eigen kernels do not read: there NumPy's products run at about half
 their rate and the graph runtime's at full, so the products' ratio is
 PINNED_PRODUCT_RATIO (product_ratio, read once per process from
 threadpoolctl's architecture and /proc/cpuinfo's flags, without
-TensorFlow). Our convolutions are products too (their patches, then
+TensorFlow). Not where the NumPy engine's float32 products run our own
+AVX-512 kernel (product_pool.native_gemm; issue 16, twenty-first pass,
+s21gemm): there they run at the CPU's rate, and the MLP ran at 2.2 CPU ms
+per step on the NumPy engine against 3.8 on the graph runtime and 3.1 on
+XLA (fit_throughput --threads 2, 2 rounds, load 1.2-2.4), so the
+products' ratio is the tie again, which keeps such programs on NumPy. Our convolutions are products too (their patches, then
 NumPy's sgemm: primitives/conv.py), on the same kernels, so the pinned
 kernels' factor (product_ratio() / OTHER_RATIO) scales the convolutions'
 ratio as it does the products': the CNN there ran at 58.3 CPU ms per step
@@ -278,7 +283,10 @@ def cpu_flags(cpuinfo="/proc/cpuinfo"):
 def product_ratio():
     """The graph runtime's step / the NumPy engine's on products, on this
     process's BLAS and CPU (module doc); OTHER_RATIO where either cannot be
-    read."""
+    read, or where the NumPy engine's float32 products run our own AVX-512
+    kernel (product_pool.native_gemm), which the pin does not reach."""
+    if product_pool.native_gemm():
+        return OTHER_RATIO
     try:
         from threadpoolctl import threadpool_info
 
