@@ -603,43 +603,6 @@ none_clear:
     Py_RETURN_NONE;
 }
 
-/* out = x @ y whole on the caller, without the interpreter lock: the
-   engine's products too small to split, with the bits of any split of
-   them where float32 runs our kernel. */
-static PyObject *whole(PyObject *self, PyObject *args) {
-    PyObject *x_obj, *y_obj, *out_obj;
-    if (!PyArg_ParseTuple(args, "OOO", &x_obj, &y_obj, &out_obj)) return NULL;
-    Py_buffer x, y, out;
-    int flags = PyBUF_STRIDES | PyBUF_FORMAT;
-    if (PyObject_GetBuffer(x_obj, &x, flags) != 0) goto none_clear;
-    if (PyObject_GetBuffer(y_obj, &y, flags) != 0) goto none_x;
-    if (PyObject_GetBuffer(out_obj, &out, flags | PyBUF_WRITABLE) != 0) goto none_y;
-    product_t p = {0};
-    int64_t count = 0, edges[2] = {0, 1};
-    if (x.ndim >= 2) {
-        for (int d = 0; d < x.ndim - 2; d++) edges[1] *= x.shape[d];
-        if (x.ndim == 2) edges[1] = x.shape[0];
-    }
-    if (x.ndim >= 2 && check_product(&x, &y, &out, 0, edges, sizeof(edges), &p, &count)
-        && count == 1) {
-        Py_BEGIN_ALLOW_THREADS
-        product_block(&p, 0);
-        Py_END_ALLOW_THREADS
-        PyBuffer_Release(&out);
-        PyBuffer_Release(&y);
-        PyBuffer_Release(&x);
-        Py_RETURN_TRUE;
-    }
-    PyBuffer_Release(&out);
-none_y:
-    PyBuffer_Release(&y);
-none_x:
-    PyBuffer_Release(&x);
-none_clear:
-    PyErr_Clear();
-    Py_RETURN_NONE;
-}
-
 /* A whole product bound to its buffers (task_pool_api.bind_product): one
    block of all rows, the one gemm call NumPy's matmul makes. */
 typedef struct {
@@ -648,7 +611,11 @@ typedef struct {
     Py_buffer x, y, out;
 } bound_product;
 
-static void *bind_product(PyObject *x_obj, PyObject *y_obj, PyObject *out_obj) {
+/* The operands' buffers held with their whole product (one block of all
+   rows; with `batches`, a 3-d or 4-d product's one block of all batches),
+   or NULL (nothing held) where check_product refuses them. */
+static bound_product *bind_whole(PyObject *x_obj, PyObject *y_obj, PyObject *out_obj,
+                                 int batches) {
     bound_product *b = (bound_product *)calloc(1, sizeof(bound_product));
     if (b == NULL) return NULL;
     int flags = PyBUF_STRIDES | PyBUF_FORMAT;
@@ -656,9 +623,14 @@ static void *bind_product(PyObject *x_obj, PyObject *y_obj, PyObject *out_obj) {
     if (PyObject_GetBuffer(y_obj, &b->y, flags) != 0) goto none_x;
     if (PyObject_GetBuffer(out_obj, &b->out, flags | PyBUF_WRITABLE) != 0) goto none_y;
     int64_t count = 0;
+    int nd = b->x.ndim;
     b->edges[0] = 0;
-    b->edges[1] = b->x.ndim == 2 ? b->x.shape[0] : -1;
-    if (b->x.ndim == 2
+    b->edges[1] = nd == 2 ? b->x.shape[0] : -1;
+    if (batches && nd > 2) {
+        b->edges[1] = 1;
+        for (int d = 0; d < nd - 2; d++) b->edges[1] *= b->x.shape[d];
+    }
+    if (b->edges[1] >= 0
         && check_product(&b->x, &b->y, &b->out, 0, b->edges, sizeof(b->edges), &b->p, &count)
         && count == 1)
         return b;
@@ -671,6 +643,10 @@ none_clear:
     PyErr_Clear();
     free(b);
     return NULL;
+}
+
+static void *bind_product(PyObject *x_obj, PyObject *y_obj, PyObject *out_obj) {
+    return bind_whole(x_obj, y_obj, out_obj, 0);
 }
 
 static void run_product(void *bound) { product_block(&((bound_product *)bound)->p, 0); }
@@ -690,6 +666,21 @@ static void release_product(void *bound) {
     PyBuffer_Release(&b->y);
     PyBuffer_Release(&b->x);
     free(b);
+}
+
+/* out = x @ y whole on the caller, without the interpreter lock: the
+   engine's products too small to split, with the bits of any split of
+   them where float32 runs our kernel. */
+static PyObject *whole(PyObject *self, PyObject *args) {
+    PyObject *x_obj, *y_obj, *out_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &x_obj, &y_obj, &out_obj)) return NULL;
+    bound_product *b = bind_whole(x_obj, y_obj, out_obj, 1);
+    if (b == NULL) Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    product_block(&b->p, 0);
+    Py_END_ALLOW_THREADS
+    release_product(b);
+    Py_RETURN_TRUE;
 }
 
 static PyObject *helper_count(PyObject *self, PyObject *unused) {
