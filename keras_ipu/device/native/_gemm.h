@@ -28,7 +28,6 @@
 #define KERAS_IPU_GEMM_H
 
 #include <stdint.h>
-#include <stdlib.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KERAS_IPU_GEMM_AVX512 1
@@ -37,6 +36,8 @@
 
 #define GEMM_MR 12
 #define GEMM_NR 32
+/* k per packed chunk of B^T (NT): GEMM_KC x GEMM_NR floats, 32 KiB. */
+#define GEMM_KC 256
 
 #ifdef KERAS_IPU_GEMM_AVX512
 
@@ -48,12 +49,14 @@
    masks m0 (first 16) and m1 (next 16) are neither read nor written. */
 GEMM_INLINE void gemm_block(const int mr, const int full, int64_t K, const float *a,
                             const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
-                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1) {
+                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c) {
     __m512 acc0[GEMM_MR], acc1[GEMM_MR];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++) {
-        acc0[i] = _mm512_setzero_ps();
-        acc1[i] = _mm512_setzero_ps();
+        /* from_c: the chains go on from the partial sums C holds (a
+           k-chunk after the first: the same FMAs in the same order). */
+        acc0[i] = from_c ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
+        acc1[i] = from_c ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
     }
     for (int64_t k = 0; k < K; k++) {
         const float *bk = b + k * ldb;
@@ -82,21 +85,25 @@ GEMM_INLINE void gemm_block(const int mr, const int full, int64_t K, const float
 /* All rows of one column strip: full row blocks, then the tail's. */
 GEMM_INLINE void gemm_strip(const int full, const int trans_a, int64_t m, int64_t K,
                             const float *a, int64_t lda, const float *b, int64_t ldb,
-                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1) {
+                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c) {
     /* NN: row i of op(A) is row i of A (stride lda), k contiguous; TN: row
        i of op(A) is column i of A (contiguous), k strided by lda. */
     const int64_t rs = trans_a ? 1 : lda;
     int64_t i = 0;
     for (; i + GEMM_MR <= m; i += GEMM_MR) {
-        if (trans_a) gemm_block(GEMM_MR, full, K, a + i, 1, lda, b, ldb, c + i * ldc, ldc, m0, m1);
-        else gemm_block(GEMM_MR, full, K, a + i * lda, lda, 1, b, ldb, c + i * ldc, ldc, m0, m1);
+        if (trans_a)
+            gemm_block(GEMM_MR, full, K, a + i, 1, lda, b, ldb, c + i * ldc, ldc, m0, m1,
+                       from_c);
+        else
+            gemm_block(GEMM_MR, full, K, a + i * lda, lda, 1, b, ldb, c + i * ldc, ldc, m0, m1,
+                       from_c);
     }
     const float *ai = a + i * rs;
     float *ci = c + i * ldc;
 #define GEMM_TAIL(r)                                                                      \
     case r:                                                                               \
-        if (trans_a) gemm_block(r, full, K, ai, 1, lda, b, ldb, ci, ldc, m0, m1);         \
-        else gemm_block(r, full, K, ai, lda, 1, b, ldb, ci, ldc, m0, m1);                 \
+        if (trans_a) gemm_block(r, full, K, ai, 1, lda, b, ldb, ci, ldc, m0, m1, from_c); \
+        else gemm_block(r, full, K, ai, lda, 1, b, ldb, ci, ldc, m0, m1, from_c);         \
         break;
     switch (m - i) {
         GEMM_TAIL(1) GEMM_TAIL(2) GEMM_TAIL(3) GEMM_TAIL(4) GEMM_TAIL(5) GEMM_TAIL(6)
@@ -109,19 +116,20 @@ GEMM_INLINE void gemm_strip(const int full, const int trans_a, int64_t m, int64_
 /* The full row blocks, with NN's and TN's strides as constants. */
 static GEMM_TARGET void gemm_strip_nn_full(int64_t m, int64_t K, const float *a, int64_t lda,
                                            const float *b, int64_t ldb, float *c,
-                                           int64_t ldc) {
-    gemm_strip(1, 0, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff);
+                                           int64_t ldc, int from_c) {
+    gemm_strip(1, 0, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff, from_c);
 }
 static GEMM_TARGET void gemm_strip_tn_full(int64_t m, int64_t K, const float *a, int64_t lda,
                                            const float *b, int64_t ldb, float *c,
-                                           int64_t ldc) {
-    gemm_strip(1, 1, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff);
+                                           int64_t ldc, int from_c) {
+    gemm_strip(1, 1, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff, from_c);
 }
 static GEMM_TARGET void gemm_strip_masked(int trans_a, int64_t m, int64_t K, const float *a,
                                           int64_t lda, const float *b, int64_t ldb, float *c,
-                                          int64_t ldc, __mmask16 m0, __mmask16 m1) {
-    if (trans_a) gemm_strip(0, 1, m, K, a, lda, b, ldb, c, ldc, m0, m1);
-    else gemm_strip(0, 0, m, K, a, lda, b, ldb, c, ldc, m0, m1);
+                                          int64_t ldc, __mmask16 m0, __mmask16 m1,
+                                          int from_c) {
+    if (trans_a) gemm_strip(0, 1, m, K, a, lda, b, ldb, c, ldc, m0, m1, from_c);
+    else gemm_strip(0, 0, m, K, a, lda, b, ldb, c, ldc, m0, m1, from_c);
 }
 
 /* 16 rows of 16 floats (src, stride ld) -> their transpose (dst, stride
@@ -186,39 +194,43 @@ static GEMM_TARGET void gemm_pack_bt(int64_t K, int64_t w, const float *b, int64
         for (int64_t kk = k; kk < K; kk++) pack[kk * GEMM_NR + j] = b[j * ldb + kk];
 }
 
-/* C (m x n, ldc) = op(A) @ op(B); trans_a, trans_b: 0 or 1. */
+/* C (m x n, ldc) = op(A) @ op(B); trans_a, trans_b: 0 or 1. B^T (NT) is
+   packed a strip of GEMM_NR columns by GEMM_KC k at a time into a buffer
+   on the stack (in L1), each chunk's chains going on from the last's
+   partial sums in C. */
 static GEMM_TARGET void native_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n,
                                             int64_t K, const float *a, int64_t lda,
                                             const float *b, int64_t ldb, float *c,
                                             int64_t ldc) {
     if (m <= 0 || n <= 0) return;
-    float *pack = NULL;
-    if (trans_b && K > 0) {
-        pack = (float *)aligned_alloc(64, (size_t)K * GEMM_NR * sizeof(float));
-        if (pack == NULL) abort();
-    }
+    float pack[GEMM_KC * GEMM_NR] __attribute__((aligned(64)));
+    const int64_t kstep = trans_b ? GEMM_KC : (K > 0 ? K : 1);
     for (int64_t j = 0; j < n; j += GEMM_NR) {
         int64_t w = n - j < GEMM_NR ? n - j : GEMM_NR;
-        const float *bj;
-        int64_t ld;
-        if (trans_b) {
-            gemm_pack_bt(K, w, b + j * ldb, ldb, pack);
-            bj = pack;
-            ld = GEMM_NR;
-        } else {
-            bj = b + j;
-            ld = ldb;
-        }
-        if (w == GEMM_NR) {
-            if (trans_a) gemm_strip_tn_full(m, K, a, lda, bj, ld, c + j, ldc);
-            else gemm_strip_nn_full(m, K, a, lda, bj, ld, c + j, ldc);
-        } else {
-            __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
-            __mmask16 m1 = (__mmask16)(w <= 16 ? 0 : (1u << (w - 16)) - 1);
-            gemm_strip_masked(trans_a, m, K, a, lda, bj, ld, c + j, ldc, m0, m1);
+        __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+        __mmask16 m1 = (__mmask16)(w >= GEMM_NR ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
+        /* k = 0 .. K-1 in chunks of kstep (one chunk, of K, but for NT);
+           K = 0 still writes C's zeros. */
+        for (int64_t k0 = 0; k0 == 0 || k0 < K; k0 += kstep) {
+            int64_t kc = K - k0 < kstep ? K - k0 : kstep;
+            const float *ak = a + (trans_a ? k0 * lda : k0), *bj;
+            int64_t ld;
+            if (trans_b) {
+                gemm_pack_bt(kc, w, b + j * ldb + k0, ldb, pack);
+                bj = pack;
+                ld = GEMM_NR;
+            } else {
+                bj = b + j;
+                ld = ldb;
+            }
+            if (w == GEMM_NR) {
+                if (trans_a) gemm_strip_tn_full(m, kc, ak, lda, bj, ld, c + j, ldc, k0 > 0);
+                else gemm_strip_nn_full(m, kc, ak, lda, bj, ld, c + j, ldc, k0 > 0);
+            } else {
+                gemm_strip_masked(trans_a, m, kc, ak, lda, bj, ld, c + j, ldc, m0, m1, k0 > 0);
+            }
         }
     }
-    free(pack);
 }
 
 #endif /* KERAS_IPU_GEMM_AVX512 */
