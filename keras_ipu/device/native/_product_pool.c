@@ -14,7 +14,10 @@
    passes (row-major, the same transpose flags and leading dimensions):
    the caller (product_pool.py) picks blocks whose results are the bits
    of the whole product. float64 products call cblas_dgemm the same way
-   (product_pool.py picks blocks of rows that give its bits there).
+   (product_pool.py picks blocks of rows that give its bits there). Where
+   the CPU has AVX-512 (set_native_gemm), float32 blocks run keras_ipu's
+   own kernel instead (_gemm.h), whose blocks anywhere give the bits of
+   its whole call (whole(): the engine's products on one thread).
 
    Blocks are handed out by an atomic counter and the caller takes blocks
    too, so a helper the OS does not schedule delays only a block it has
