@@ -44,30 +44,37 @@
 #define GEMM_TARGET __attribute__((target("avx512f,fma")))
 #define GEMM_INLINE static inline __attribute__((always_inline)) GEMM_TARGET
 
+/* A strip's columns: all GEMM_NR, fewer (masks m0 and m1 of each 16),
+   or at most 16 (mask m0; half the FMAs: the MLP's 10-column products). */
+enum { GEMM_FULL, GEMM_MASKED, GEMM_HALF };
+
 /* mr (<= GEMM_MR) rows x up to 32 columns of C: op(A)[i, k] at
    a[i * rs + k * ks], op(B)[k, j] at b[k * ldb + j]; columns past the
    masks m0 (first 16) and m1 (next 16) are neither read nor written. */
-GEMM_INLINE void gemm_block(const int mr, const int full, int64_t K, const float *a,
+GEMM_INLINE void gemm_block(const int mr, const int cols, int64_t K, const float *a,
                             const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
                             float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c) {
+    const int full = cols == GEMM_FULL, two = cols != GEMM_HALF;
     __m512 acc0[GEMM_MR], acc1[GEMM_MR];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++) {
         /* from_c: the chains go on from the partial sums C holds (a
            k-chunk after the first: the same FMAs in the same order). */
         acc0[i] = from_c ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
-        acc1[i] = from_c ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
+        if (two)
+            acc1[i] = from_c ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
     }
     for (int64_t k = 0; k < K; k++) {
         const float *bk = b + k * ldb;
         __m512 b0 = full ? _mm512_loadu_ps(bk) : _mm512_maskz_loadu_ps(m0, bk);
-        __m512 b1 = full ? _mm512_loadu_ps(bk + 16) : _mm512_maskz_loadu_ps(m1, bk + 16);
+        __m512 b1 = full ? _mm512_loadu_ps(bk + 16)
+                         : two ? _mm512_maskz_loadu_ps(m1, bk + 16) : _mm512_setzero_ps();
         const float *ak = a + k * ks;
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             __m512 ai = _mm512_set1_ps(ak[i * rs]);
             acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
-            acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+            if (two) acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
         }
     }
 #pragma GCC unroll 16
@@ -77,13 +84,13 @@ GEMM_INLINE void gemm_block(const int mr, const int full, int64_t K, const float
             _mm512_storeu_ps(c + i * ldc + 16, acc1[i]);
         } else {
             _mm512_mask_storeu_ps(c + i * ldc, m0, acc0[i]);
-            _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc1[i]);
+            if (two) _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc1[i]);
         }
     }
 }
 
 /* All rows of one column strip: full row blocks, then the tail's. */
-GEMM_INLINE void gemm_strip(const int full, const int trans_a, int64_t m, int64_t K,
+GEMM_INLINE void gemm_strip(const int cols, const int trans_a, int64_t m, int64_t K,
                             const float *a, int64_t lda, const float *b, int64_t ldb,
                             float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c) {
     /* NN: row i of op(A) is row i of A (stride lda), k contiguous; TN: row
@@ -92,18 +99,18 @@ GEMM_INLINE void gemm_strip(const int full, const int trans_a, int64_t m, int64_
     int64_t i = 0;
     for (; i + GEMM_MR <= m; i += GEMM_MR) {
         if (trans_a)
-            gemm_block(GEMM_MR, full, K, a + i, 1, lda, b, ldb, c + i * ldc, ldc, m0, m1,
+            gemm_block(GEMM_MR, cols, K, a + i, 1, lda, b, ldb, c + i * ldc, ldc, m0, m1,
                        from_c);
         else
-            gemm_block(GEMM_MR, full, K, a + i * lda, lda, 1, b, ldb, c + i * ldc, ldc, m0, m1,
+            gemm_block(GEMM_MR, cols, K, a + i * lda, lda, 1, b, ldb, c + i * ldc, ldc, m0, m1,
                        from_c);
     }
     const float *ai = a + i * rs;
     float *ci = c + i * ldc;
 #define GEMM_TAIL(r)                                                                      \
     case r:                                                                               \
-        if (trans_a) gemm_block(r, full, K, ai, 1, lda, b, ldb, ci, ldc, m0, m1, from_c); \
-        else gemm_block(r, full, K, ai, lda, 1, b, ldb, ci, ldc, m0, m1, from_c);         \
+        if (trans_a) gemm_block(r, cols, K, ai, 1, lda, b, ldb, ci, ldc, m0, m1, from_c); \
+        else gemm_block(r, cols, K, ai, lda, 1, b, ldb, ci, ldc, m0, m1, from_c);         \
         break;
     switch (m - i) {
         GEMM_TAIL(1) GEMM_TAIL(2) GEMM_TAIL(3) GEMM_TAIL(4) GEMM_TAIL(5) GEMM_TAIL(6)
@@ -117,19 +124,21 @@ GEMM_INLINE void gemm_strip(const int full, const int trans_a, int64_t m, int64_
 static GEMM_TARGET void gemm_strip_nn_full(int64_t m, int64_t K, const float *a, int64_t lda,
                                            const float *b, int64_t ldb, float *c,
                                            int64_t ldc, int from_c) {
-    gemm_strip(1, 0, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff, from_c);
+    gemm_strip(GEMM_FULL, 0, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff, from_c);
 }
 static GEMM_TARGET void gemm_strip_tn_full(int64_t m, int64_t K, const float *a, int64_t lda,
                                            const float *b, int64_t ldb, float *c,
                                            int64_t ldc, int from_c) {
-    gemm_strip(1, 1, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff, from_c);
+    gemm_strip(GEMM_FULL, 1, m, K, a, lda, b, ldb, c, ldc, 0xffff, 0xffff, from_c);
 }
 static GEMM_TARGET void gemm_strip_masked(int trans_a, int64_t m, int64_t K, const float *a,
                                           int64_t lda, const float *b, int64_t ldb, float *c,
                                           int64_t ldc, __mmask16 m0, __mmask16 m1,
                                           int from_c) {
-    if (trans_a) gemm_strip(0, 1, m, K, a, lda, b, ldb, c, ldc, m0, m1, from_c);
-    else gemm_strip(0, 0, m, K, a, lda, b, ldb, c, ldc, m0, m1, from_c);
+    if (m1 == 0 && trans_a) gemm_strip(GEMM_HALF, 1, m, K, a, lda, b, ldb, c, ldc, m0, 0, from_c);
+    else if (m1 == 0) gemm_strip(GEMM_HALF, 0, m, K, a, lda, b, ldb, c, ldc, m0, 0, from_c);
+    else if (trans_a) gemm_strip(GEMM_MASKED, 1, m, K, a, lda, b, ldb, c, ldc, m0, m1, from_c);
+    else gemm_strip(GEMM_MASKED, 0, m, K, a, lda, b, ldb, c, ldc, m0, m1, from_c);
 }
 
 /* 16 rows of 16 floats (src, stride ld) -> their transpose (dst, stride
