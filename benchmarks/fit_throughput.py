@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 # Each entry runs in its own process: (Keras backend, extra environment,
 # jit_compile for TensorFlow). The ipu engines (KERAS_IPU_ENGINE): "ipu" is
@@ -885,34 +886,65 @@ import json, time, numpy as np
 n = {n}
 a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
 b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
-np.matmul(a, b)
-best = float("inf")
-for _ in range({repeats}):
-    start = time.perf_counter()
-    np.matmul(a, b)
-    best = min(best, time.perf_counter() - start)
+
+
+def rate(product):
+    product(a, b)
+    best = float("inf")
+    for _ in range({repeats}):
+        start = time.perf_counter()
+        product(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
+openblas = rate(np.matmul)
 try:
     from threadpoolctl import threadpool_info
     kernels = sorted({{i.get("architecture") or "?" for i in threadpool_info()
                       if i.get("internal_api") == "openblas"}})
 except ImportError:
     kernels = []
-print(json.dumps([2 * n ** 3 / best / 1e9, ", ".join(kernels) or None]))
+ours = None
+try:
+    from keras_ipu.device.native import product_pool, threads
+    if product_pool.native_gemm():
+        ours = rate(threads.matmul_plan(0, n, n, n, np.float32) or product_pool.matmul)
+except ImportError:
+    pass
+print(json.dumps([openblas, ", ".join(kernels) or None, ours]))
 """
 
 
+class Peak(NamedTuple):
+    """The benchmark host's float32 product peak (blas_peak)."""
+    gflops: float | None  # the faster of the two below: every backend's yardstick
+    kernels: str | None  # OpenBLAS' kernels (threadpoolctl's architecture)
+    openblas_gflops: float | None  # NumPy's np.matmul
+    native_gflops: float | None  # keras_ipu's own gemm, where the engine runs it
+
+    def describe(self):
+        openblas = (f"OpenBLAS {self.kernels} kernels "
+                    f"{self.openblas_gflops and round(self.openblas_gflops, 1)}")
+        if self.native_gflops is None:
+            return openblas
+        return f"keras_ipu's AVX-512 gemm {round(self.native_gflops, 1)}, {openblas}"
+
+
 def blas_peak(threads, quick=False):
-    """(GFLOP/s, kernels) of NumPy's sgemm (OpenBLAS) on a large square
-    product with `threads` threads on the benchmark's cores: this host's
-    practical float32 limit, the yardstick for every backend's GFLOP/s;
-    and which of its kernels OpenBLAS runs (threadpoolctl's
-    "architecture": OPENBLAS_CORETYPE or its own pick for this CPU). The
-    ipu backend's products run on those kernels and the other backends'
-    on their own: on the AVX-512 EPYC VM of issue 16's seventeenth pass,
-    with OPENBLAS_CORETYPE=Haswell in the environment, OpenBLAS' AVX2
+    """The Peak of float32 products on a large square product with
+    `threads` threads on the benchmark's cores: this host's practical
+    float32 limit, the yardstick for every backend's GFLOP/s. Two probes:
+    NumPy's sgemm (OpenBLAS), naming which of its kernels it runs
+    (threadpoolctl's "architecture": OPENBLAS_CORETYPE or its own pick for
+    this CPU), and where the ipu backend's NumPy engine runs keras_ipu's
+    own AVX-512 gemm (product_pool.native_gemm), that kernel as the engine
+    splits the product. On the AVX-512 EPYC VM of issue 16's seventeenth
+    pass, with OPENBLAS_CORETYPE=Haswell in the environment, OpenBLAS' AVX2
     kernels ran the MLP's products at 121-127 GFLOP/s per core, its
-    SkylakeX ones at 185-241 (benchmarks/README.md). (None, None) where
-    the probe fails."""
+    SkylakeX ones at 185-241, our kernel (twenty-first pass) at 230-260
+    (benchmarks/README.md): the peak is the faster, so no backend reads
+    above it. All None where the probe fails."""
     n, repeats = (256, 2) if quick else (2048, 5)
     env = worker_environment(threads)
     cores = benchmark_cores(threads)
@@ -921,9 +953,9 @@ def blas_peak(threads, quick=False):
         env=env, capture_output=True, text=True, timeout=600,
         preexec_fn=lambda: os.sched_setaffinity(0, cores))
     if proc.returncode != 0:
-        return None, None
-    gflops, kernels = json.loads(proc.stdout.strip().splitlines()[-1])
-    return float(gflops), kernels
+        return Peak(None, None, None, None)
+    openblas, kernels, ours = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Peak(max(openblas, ours or 0.0), kernels, openblas, ours)
 
 
 def cpu_model(cpuinfo="/proc/cpuinfo"):
@@ -1162,7 +1194,8 @@ def driver_main(args):
     if args.threads != DEFAULT_THREADS and args.threads > len(available):
         sys.exit(f"--threads {args.threads} is more than the "
                  f"{len(available)} CPU cores this process may use")
-    peak, blas_kernels = blas_peak(args.threads, args.quick)
+    probe = blas_peak(args.threads, args.quick)
+    peak = probe.gflops
 
     results = {}
     for backend in backends:
@@ -1193,7 +1226,9 @@ def driver_main(args):
             "optimizer": OPTIMIZERS[args.optimizer],
             "load": bool(args.load),
             "blas_peak_gflops": peak,
-            "blas_kernels": blas_kernels,
+            "blas_kernels": probe.kernels,
+            "openblas_gflops": probe.openblas_gflops,
+            "native_gemm_gflops": probe.native_gflops,
             "cpu": cpu_model(),
             "threads": args.threads,
             "thread_environment": thread_environment(args.threads),
@@ -1218,7 +1253,7 @@ def driver_main(args):
           f"and {args.min_timed_seconds:g} s of them, "
           f"{'one busy process beside it, ' if args.load else ''}"
           f"BLAS peak {peak and round(peak, 1)} GFLOP/s "
-          f"(OpenBLAS {blas_kernels} kernels; {cfg['cpu']}), "
+          f"({probe.describe()}; {cfg['cpu']}), "
           f"steps_per_execution {args.steps_per_execution}, "
           f"threads {args.threads} (cores {cfg['cpu_affinity']}; "
           f"{cfg['thread_environment']})")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -505,10 +506,32 @@ def test_the_cpu_is_named_by_its_first_processor(tmp_path):
 
 def test_the_blas_probe_names_openblas_kernels():
     bench = _load_script()
-    gflops, kernels = bench.blas_peak(1, quick=True)
-    assert gflops > 0
+    peak = bench.blas_peak(1, quick=True)
+    assert peak.openblas_gflops > 0
     from threadpoolctl import threadpool_info
 
     import numpy  # noqa: F401 - loads NumPy's OpenBLAS for threadpoolctl to see
     if any(i.get("internal_api") == "openblas" for i in threadpool_info()):
-        assert kernels  # the worker's (its environment's) kernels, e.g. "Haswell"
+        assert peak.kernels  # the worker's (its environment's) kernels, e.g. "Haswell"
+        assert f"OpenBLAS {peak.kernels} kernels" in peak.describe()
+
+
+def test_the_blas_peak_is_the_faster_of_openblas_and_our_gemm():
+    """Where the engine runs our own gemm (AVX-512 CPUs), the probe times
+    it too and the peak is the faster of the two, so no backend's products
+    read above the host's limit; elsewhere it is OpenBLAS'."""
+    from keras_ipu.device.native import product_pool
+
+    bench = _load_script()
+    peak = bench.blas_peak(1, quick=True)
+    if product_pool.native_gemm():
+        assert peak.native_gflops > 0
+        assert peak.gflops == max(peak.openblas_gflops, peak.native_gflops)
+        assert "keras_ipu's AVX-512 gemm" in peak.describe()
+    else:
+        assert peak.native_gflops is None
+        assert peak.gflops == peak.openblas_gflops
+    env = dict(os.environ, KERAS_IPU_NATIVE_GEMM="0")
+    with mock.patch.dict(os.environ, env):
+        off = bench.blas_peak(1, quick=True)
+    assert off.native_gflops is None and off.gflops == off.openblas_gflops
