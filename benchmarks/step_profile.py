@@ -35,7 +35,10 @@ returns its first results again: the Python outside the programs alone,
 a CPU figure that holds on a busy machine too); each layer minus the one
 inside it is what it adds, and the main thread's wall time minus its CPU
 time is what it waited for the pool's threads or a core (where fit's time
-outside the kernels goes, on a quiet machine).
+outside the kernels goes, on a quiet machine). Of that wait, the time it
+was runnable but had no core (Linux' /proc/thread-self/schedstat) tells
+the two apart: on a busy 2-core machine the run loop and a spinning pool
+helper can end up taking turns on one core (issue 16, twenty-first pass).
 """
 
 import argparse
@@ -129,6 +132,16 @@ def run_loop_times(step, inputs, repeats):
 OUTSIDE = "fit epoch, programs not run"
 
 
+def run_queue_seconds():
+    """Seconds this thread has been runnable without a core so far (the
+    kernel's schedstat), or None where the kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @contextlib.contextmanager
 def programs_not_run():
     """Within: every Executable returns the results of its first run here
@@ -153,8 +166,10 @@ def programs_not_run():
 
 def layer_times(model, step, loop, batches, fit, rounds, counts):
     """{"<layer>": (wall ms per step list, process CPU ms per step list,
-    main thread CPU ms per step list, the run loop's launches per step
-    (fit_throughput.ConcurrencyCounts `counts`))} of one training step
+    main thread CPU ms per step list, the main thread's ms per step
+    runnable without a core (run_queue_seconds; empty where unknown), the
+    run loop's launches per step (fit_throughput.ConcurrencyCounts
+    `counts`))} of one training step
     measured from the inside out, each layer run once per batch of
     `batches` per round, the layers alternating round by round: the step
     program alone (the device loop's body, its run loop, as --run-loop),
@@ -195,13 +210,14 @@ def layer_times(model, step, loop, batches, fit, rounds, counts):
         "fit epoch": None,
         OUTSIDE: None,
     }
-    times = {name: ([], [], []) for name in layers}
+    times = {name: ([], [], [], []) for name in layers}
     launches = {name: collections.Counter() for name in layers}
     for _ in range(rounds):
         for name, run in layers.items():
             hold = function.holding() if name.endswith("held") else contextlib.nullcontext()
             counts.reset()
             with hold, programs_not_run() if name == OUTSIDE else contextlib.nullcontext():
+                queued = run_queue_seconds()
                 cpu, main, start = time.process_time(), time.thread_time(), time.perf_counter()
                 if run is None:
                     fit()
@@ -210,8 +226,12 @@ def layer_times(model, step, loop, batches, fit, rounds, counts):
                         run(xb, yb)
                 wall = time.perf_counter() - start
                 cpu, main = time.process_time() - cpu, time.thread_time() - main
+                if queued is not None:
+                    queued = run_queue_seconds() - queued
             for k, seconds in enumerate((wall, cpu, main)):
                 times[name][k].append(1e3 * seconds / len(batches))
+            if queued is not None:
+                times[name][3].append(1e3 * queued / len(batches))
             launches[name].update(counts.counts)
     steps = rounds * len(batches)
     return {name: (*times[name], {k: round(v / steps, 2) for k, v in launches[name].items()})
@@ -281,16 +301,18 @@ def main(argv=None):
               f"the inside out, {steps} steps per round, layers alternating")
         print("| layer | wall ms per step (median) | min | CPU ms per step (median) "
               "| main thread CPU | main thread waiting (wall - its CPU) "
+              "| of which for a core (run queue) "
               "| launched on a Python thread / as C-pool jobs / run by the caller / late, "
               "per step |")
-        print("|---|---:|---:|---:|---:|---:|---|")
-        for name, (walls, cpus, mains, launches) in times.items():
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        for name, (walls, cpus, mains, queued, launches) in times.items():
             launched = " / ".join(str(launches.get(k, "-"))
                                   for k in ("launched", "on_c_pool", "ran_in_caller", "late"))
             waits = [w - m for w, m in zip(walls, mains)]
+            for_core = f"{statistics.median(queued):.2f}" if queued else "-"
             print(f"| {name} | {statistics.median(walls):.2f} | {min(walls):.2f} | "
                   f"{statistics.median(cpus):.2f} | {statistics.median(mains):.2f} | "
-                  f"{statistics.median(waits):.2f} | {launched} |")
+                  f"{statistics.median(waits):.2f} | {for_core} | {launched} |")
         return
 
     if args.run_loop:

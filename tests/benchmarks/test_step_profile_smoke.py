@@ -43,12 +43,36 @@ def test_quick_layers_table():
     assert rows == ["step program (run loop)", "device loop program",
                     "train function, state held", "train function, state written",
                     "fit epoch", "fit epoch, programs not run"]
-    table = [line.split("|")[2:7] for line in proc.stdout.splitlines()
+    table = [line.split("|")[2:8] for line in proc.stdout.splitlines()
              if line.startswith("| ") and not line.startswith("| layer")]
-    # wall, min, process CPU, main thread CPU, main thread waiting (ms per step)
-    assert all(len(row) == 5 and all(float(v) == float(v) for v in row) for row in table)
+    # wall, min, process CPU, main thread CPU, main thread waiting, of which
+    # for a core (ms per step)
+    assert all(len(row) == 6 and all(float(v) == float(v) for v in row[:5]) for row in table)
     # Without its programs a fit epoch costs less CPU than with them.
     assert float(table[5][2]) < float(table[4][2])
+    for row in table:
+        if row[5].strip() != "-":
+            # Runnable without a core: never longer than the round took
+            # (each round's wait is at most its wall time, so their medians
+            # are too), in ms as the other columns.
+            assert 0 <= float(row[5]) <= float(row[0]) + 0.005, row
+
+
+def test_run_queue_seconds_counts_up_in_seconds():
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("step_profile", SCRIPT)
+    step_profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_profile)
+    before, start = step_profile.run_queue_seconds(), time.perf_counter()
+    if before is None:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    while time.perf_counter() - start < 0.05:
+        pass
+    after = step_profile.run_queue_seconds()
+    # This thread cannot have waited for a core longer than the time that passed.
+    assert 0 <= after - before <= time.perf_counter() - start
 
 
 def test_run_loop_times_both_orders_and_checks_their_bits(monkeypatch):
