@@ -505,9 +505,97 @@ def test_a_recurrent_layers_time_steps_are_xlas_saving(pinned_blas):
         scan_kernels=trips * 2))
 
 
-def test_no_xla_answer_where_numpy_runs_the_cpus_own_kernels(products_at_a_tie):
+def test_no_xla_answer_where_numpy_runs_the_cpus_own_kernels(monkeypatch, products_at_a_tie):
     graph = compile_graph(_dense(128, chain=6)).running_graph
+    monkeypatch.setattr(product_pool, "native_gemm", lambda: False)  # OpenBLAS' own kernels
+    for threads in (1, 2):
+        monkeypatch.setattr(tiered_runner.host_threads, "_cap", threads)
+        assert engine_prediction.xla_ratios() is None
+        assert engine_prediction.predicted_gains(graph)[1] is None
+
+
+@pytest.fixture
+def our_kernel(monkeypatch):
+    """NumPy's float32 products on our own AVX-512 kernel
+    (product_pool.native_gemm), whatever this host's CPU has: the products'
+    tie for the graph runtime; a function setting the host threads."""
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.OTHER_RATIO)
+    monkeypatch.setattr(product_pool, "native_gemm", lambda: True)
+    return lambda threads: monkeypatch.setattr(tiered_runner.host_threads, "_cap", threads)
+
+
+def test_xlas_ratios_are_the_host_classs(monkeypatch, our_kernel):
+    # Our kernel: measured at one host thread only (NumPy was fastest at two).
+    our_kernel(1)
+    assert engine_prediction.xla_ratios() is engine_prediction.NATIVE_XLA
+    our_kernel(2)
+    assert engine_prediction.xla_ratios() is None
+    # The pinned kernels, at any thread count: the ratios fitted there.
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+    for threads in (1, 2):
+        our_kernel(threads)
+        assert engine_prediction.xla_ratios() is engine_prediction.PINNED_XLA
+    ep = engine_prediction
+    assert ep.PINNED_XLA == (ep.XLA_PRODUCT_RATIO, ep.XLA_CONVOLUTION_RATIO,
+                             ep.XLA_PRODUCT_BYTE_MACS, ep.XLA_OUTPUT_BYTE_MACS,
+                             ep.SCAN_KERNEL_MACS)
+
+
+def _xla_on(ratios, work, out_bytes):
+    share = work.conv / work.total
+    return (1 - share * ratios.convolution - (1 - share) * ratios.product
+            - (ratios.product_byte_macs * work.product_bytes + ratios.output_byte_macs * out_bytes
+               - ratios.scan_kernel_macs * work.scan_kernels) / work.total)
+
+
+def test_on_our_kernel_at_one_thread_xla_takes_its_own_ratios(our_kernel):
+    our_kernel(1)
+    graph = compile_graph(_recurrent(chain=20)).running_graph
+    work = engine_prediction._work(graph)
+    assert engine_prediction.predicted_gains(graph)[1] == pytest.approx(
+        _xla_on(engine_prediction.NATIVE_XLA, work, 4 * 128 * 128))
+    graph = compile_graph(_products(with_conv=True)).running_graph
+    assert engine_prediction.predicted_gains(graph)[1] == pytest.approx(_xla_on(
+        engine_prediction.NATIVE_XLA, engine_prediction._work(graph),
+        4 * (8 * 5 + 2 * 6 * 6 * 4)))
+
+
+# The benchmark's kinds of program, each one's XLA prediction on the pinned
+# kernels and on our own at one thread, against MIN_PREDICTED_GAIN: large
+# products (the MLP), small ones writing Adam's state (demo_functional b32
+# Adam), a recurrent layer's time steps (the LSTM), convolutions (the CNN).
+@pytest.mark.parametrize("program, pinned, ours", [
+    (lambda: _dense(128, chain=6), True, False),
+    (lambda: _updating(32, slots=3), False, False),
+    (lambda: _recurrent(chain=20), True, True),
+    (lambda: _products(with_conv=True), False, False),
+])
+def test_xla_pays_on_our_kernel_only_for_a_recurrent_layers_time_steps(
+        monkeypatch, our_kernel, program, pinned, ours):
+    graph = compile_graph(program()).running_graph
+    our_kernel(1)
+    assert (engine_prediction.predicted_gains(graph)[1]
+            >= tiered_runner.MIN_PREDICTED_GAIN) is ours
+    our_kernel(2)
     assert engine_prediction.predicted_gains(graph)[1] is None
+    monkeypatch.setattr(engine_prediction, "product_ratio",
+                        lambda: engine_prediction.PINNED_PRODUCT_RATIO)
+    assert (engine_prediction.predicted_gains(graph)[1]
+            >= tiered_runner.MIN_PREDICTED_GAIN) is pinned
+
+
+def test_on_our_kernel_at_one_thread_only_xla_is_prepared_for_the_time_steps(
+        monkeypatch, our_kernel):
+    # The graph runtime at the products' tie does not pay; XLA alone is
+    # the candidate, at two threads nothing is (no XLA answer there).
+    exe = compile_graph(_recurrent(chain=20))
+    for threads, candidates in ((1, ("xla",)), (2, ())):
+        our_kernel(threads)
+        runner = tiered_runner.TieredRunner(exe)
+        assert runner._could_pay() is bool(candidates)
+        assert runner.candidates == candidates
 
 
 def _updating(batch, slots):

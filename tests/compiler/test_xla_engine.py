@@ -1532,11 +1532,12 @@ def test_auto_on_one_host_thread_rents_the_stall_ahead(monkeypatch):
 @pytest.mark.parametrize("graph_gain, xla_gain, event", [
     # Predicted to pay on neither engine.
     (0.0, 0.0, "hot: stays on numpy"),
-    # Only XLA predicted to pay: one host thread prepares the graph runtime
-    # alone (ONE_THREAD_CANDIDATE), so the program is not stalled for it.
-    (0.0, 0.3, "hot: one host thread, stays on numpy"),
+    (0.0, None, "hot: stays on numpy"),
+    # XLA not predicted to pay (its ratios answer on this host class), the
+    # graph runtime without an answer of XLA's: neither is prepared.
+    (0.0, 0.04, "hot: stays on numpy"),
 ])
-def test_auto_on_one_host_thread_keeps_numpy_where_the_graph_runtime_is_not_predicted_to_pay(
+def test_auto_on_one_host_thread_keeps_numpy_where_neither_engine_is_predicted_to_pay(
         monkeypatch, graph_gain, xla_gain, event):
     runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, min_gain=0.05)
     monkeypatch.setattr(tiered_runner.engine_prediction, "predicted_gains",
@@ -1548,6 +1549,44 @@ def test_auto_on_one_host_thread_keeps_numpy_where_the_graph_runtime_is_not_pred
     assert any(what.startswith(event) for _, what in runner.events)
     for g, wv in zip(got, want):
         np.testing.assert_array_equal(g, wv)
+
+
+def test_auto_on_one_host_thread_prepares_xla_where_only_xla_is_predicted_to_pay(monkeypatch):
+    # The LSTM on our own AVX-512 gemm: the graph runtime at a tie, XLA
+    # predicted to save 15%. XLA is prepared in the program's run once the
+    # program has run the stall ahead (its compile, XLA_PREPARATION_RATIO
+    # times the graph runtime's trace) over that gain; the graph runtime
+    # is never built.
+    runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, rent=None, min_gain=0.05)
+    monkeypatch.setattr(tiered_runner.engine_prediction, "predicted_gains",
+                        lambda graph: (0.0, 0.15))
+    built = []
+    build = engines.XlaProgram.build.__func__
+
+    def noting_build(cls, executable, check=None):
+        built.append(threading.current_thread())
+        return build(cls, executable, check)
+
+    monkeypatch.setattr(engines.XlaProgram, "build", classmethod(noting_build))
+    runner([x, w])  # NumPy: hot after it
+    assert runner.engine == "foreground" and runner.foreground_name == "xla"
+    assert "tensorflow" in sys.modules  # imported by this file: no import in the stall
+    compile_stall = tiered_runner.ONE_THREAD_TRACE_SECONDS * tiered_runner.XLA_PREPARATION_RATIO
+    assert runner.foreground_rent == pytest.approx(compile_stall / 0.15)
+    assert runner.foreground_rent == pytest.approx(tiered_runner.one_thread_rent(
+        name="xla", gain=0.15))
+    runner.program_seconds = 0.99 * runner.foreground_rent
+    runner([x, w])
+    assert built == [] and runner.last_engine == "numpy"
+    runner.program_seconds = runner.foreground_rent
+    got = runner([x, w])
+    assert built == [threading.main_thread()] and built_in == [] and runner.thread is None
+    assert runner.last_engine == "xla" and runner.engine == "timing"
+    for g, wv in zip(got, want):
+        np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)
+    whats = [what for _, what in runner.events]
+    assert whats[0].startswith("hot: one host thread, xla prepared after")
+    assert whats[1].startswith("one host thread: preparing xla")
 
 
 @pytest.mark.parametrize("where", ["foreground", "background"])

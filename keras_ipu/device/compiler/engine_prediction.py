@@ -90,9 +90,16 @@ member. What it pays beyond: the bytes its products read
 written to new buffers every run where the NumPy engine updates the state
 in place (XLA_OUTPUT_BYTE_MACS). What it saves beyond: a recurrent layer's
 time steps run as one while loop, without the NumPy engine's per-kernel
-cost there (SCAN_KERNEL_MACS). Its ratios were measured only where NumPy's
-products run on kernels below the CPU's (the pinned AVX-512 host); on
-other hosts there is no XLA prediction.
+cost there (SCAN_KERNEL_MACS). Its ratios are the host class's
+(xla_ratios): measured where NumPy's products run on kernels below the
+CPU's (the pinned AVX-512 host, two threads), and where the NumPy
+engine's float32 products run our own AVX-512 kernel, at one host thread
+(NATIVE_XLA): there XLA's products are slower than ours, and what it
+saves is the NumPy engine's cost per kernel of a recurrent layer's time
+steps. At two threads on that class the NumPy engine ran the MLP,
+demo_functional and the LSTM fastest (its products on both cores, XLA's
+steps slower in wall time), and there is no XLA prediction, nor on other
+hosts.
 """
 
 import collections
@@ -100,6 +107,7 @@ import functools
 
 from keras_ipu.device.cpuinfo import first_cpu
 from keras_ipu.device.native import product_pool
+from keras_ipu.device.native import threads as host_threads
 from keras_ipu.device.primitives import cost_util
 
 # Primitives whose TensorFlow kernels (oneDNN's, in the graph runtime) were
@@ -220,6 +228,32 @@ XLA_OUTPUT_BYTE_MACS = 2.2
 # UNCHARGED_SCAN_DEPTH), at the pinned kernels' 127 GMAC/s on two threads
 # (GRAPH_OP_MACS) 360k-470k multiply-accumulates.
 SCAN_KERNEL_MACS = 400_000
+# XLA against the NumPy engine where its float32 products run our own
+# AVX-512 kernel (product_pool.native_gemm), at one host thread, on this
+# pass's AMD EPYC family 26 (issue 16, twenty-first pass, s21pred):
+# fit_throughput --threads 1 --rounds 2, CPU ms per step, XLA / NumPy
+# engine: MLP b128 SGD 2.8 / 1.9 (1.47; s21gemm, load 2.8-3.1),
+# demo_functional b32 Adam 6.6 / 4.3 (1.53), transformer 24.9 / 27.8
+# (0.90), LSTM 17.2 / 20.3 (0.85; s21gemm 17.6 / 20.7), load 2.8-5.0.
+# Our kernel runs these products at 245-254 GFLOP/s on one core, the
+# pinned kernels' rate on two (127 GMAC/s, GRAPH_OP_MACS), so the costs
+# counted in the NumPy engine's product multiply-accumulates per byte
+# (XLA_PRODUCT_BYTE_MACS, XLA_OUTPUT_BYTE_MACS) are the pinned class's
+# in time and kept; the products' ratio and the scan kernels' cost are
+# fitted (least squares): products 1.13, XLA's YNNPACK and Eigen kernels
+# slower than ours; a time-step kernel 1.2M multiply-accumulates (9.5 us
+# at 127 GMAC/s: the gates' elementwise passes XLA fuses into its while
+# body, beyond the 2.8-3.7 us dispatch measured at two threads). Predicted:
+# MLP 1.21, demo_functional 1.48, transformer 1.22, LSTM 0.85; the
+# transformer's 0.90 is not reached (no term of the reading separates it
+# from the MLP with a positive per-byte cost), which errs towards NumPy,
+# its engine before this class had a prediction.
+NATIVE_XLA_PRODUCT_RATIO = 1.13
+NATIVE_SCAN_KERNEL_MACS = 1_200_000
+# Convolutions there (our patches' products on our kernel too): the CNN,
+# its work 99% convolutions, at 105.4 against 60.9 CPU ms per step (the
+# same runs, load 3.5).
+NATIVE_XLA_CONVOLUTION_RATIO = 1.73
 
 
 # What the predictions read from a program, bodies counted as often as they
@@ -232,6 +266,14 @@ SCAN_KERNEL_MACS = 400_000
 # and the kernels the NumPy engine runs in a recurrent layer's time steps
 # (the body of a scan inside a scan's body: scan_kernels).
 Work = collections.namedtuple("Work", "conv total chained product_bytes scan_kernels")
+
+# XLA's ratios on a host class (xla_ratios; module doc, "XLA").
+XlaRatios = collections.namedtuple(
+    "XlaRatios", "product convolution product_byte_macs output_byte_macs scan_kernel_macs")
+PINNED_XLA = XlaRatios(XLA_PRODUCT_RATIO, XLA_CONVOLUTION_RATIO, XLA_PRODUCT_BYTE_MACS,
+                       XLA_OUTPUT_BYTE_MACS, SCAN_KERNEL_MACS)
+NATIVE_XLA = XlaRatios(NATIVE_XLA_PRODUCT_RATIO, NATIVE_XLA_CONVOLUTION_RATIO,
+                       XLA_PRODUCT_BYTE_MACS, XLA_OUTPUT_BYTE_MACS, NATIVE_SCAN_KERNEL_MACS)
 
 
 def _work(graph):
@@ -304,26 +346,37 @@ def convolution_ratio():
     return AVX512_CONVOLUTION_RATIO if AVX512_FLAG in cpu_flags() else CONVOLUTION_RATIO
 
 
+def xla_ratios():
+    """XLA's ratios on this host (module doc, "XLA"): PINNED_XLA where
+    NumPy's products run on kernels below the CPU's (product_ratio()),
+    NATIVE_XLA where they run our own kernel and the NumPy engine has one
+    host thread; None on any other host, a class they were not measured on."""
+    if product_ratio() < OTHER_RATIO:
+        return PINNED_XLA
+    if product_pool.native_gemm() and host_threads.max_threads() == 1:
+        return NATIVE_XLA
+    return None
+
+
 def predicted_gains(graph):
     """(graph runtime, XLA): the share of a step each is predicted to save
     against the NumPy engine (negative: to lose; module doc), from one walk
     of the program's work (`auto` reads both of a hot program). XLA's is
-    None where NumPy's products run at the CPU's own rate (product_ratio()
-    is OTHER_RATIO), a class of host the XLA ratios were not measured on."""
+    None where xla_ratios() has none."""
     work = _work(graph)
-    xla_measured = product_ratio() < OTHER_RATIO
+    xla = xla_ratios()
     if not work.total:
         # No products nor convolutions: nothing measured faster there.
-        return 0.0, (0.0 if xla_measured else None)
+        return 0.0, (None if xla is None else 0.0)
     share = work.conv / work.total
     blas = product_ratio() / OTHER_RATIO
     dispatch = GRAPH_OP_MACS * work.chained / work.total
     gain = 1.0 - blas * (share * convolution_ratio() + (1.0 - share) * OTHER_RATIO) - dispatch
-    if not xla_measured:
+    if xla is None:
         return gain, None
-    beyond = (XLA_PRODUCT_BYTE_MACS * work.product_bytes
-              + XLA_OUTPUT_BYTE_MACS * sum(v.aval.nbytes for v in graph.outputs)
-              - SCAN_KERNEL_MACS * work.scan_kernels)
-    return gain, (1.0 - share * XLA_CONVOLUTION_RATIO - (1.0 - share) * XLA_PRODUCT_RATIO
+    beyond = (xla.product_byte_macs * work.product_bytes
+              + xla.output_byte_macs * sum(v.aval.nbytes for v in graph.outputs)
+              - xla.scan_kernel_macs * work.scan_kernels)
+    return gain, (1.0 - share * xla.convolution - (1.0 - share) * xla.product
                   - beyond / work.total)
 

@@ -4,8 +4,9 @@ at once (no TensorFlow import, no XLA compile: first epochs stay
 short). Once it has spent `HOT_SECONDS` of CPU time, the program is read
 to predict whether TensorFlow's graph runtime could save at least
 `MIN_PREDICTED_GAIN` of its step (engine_prediction.py: only where
-convolutions carry the work, or, on the pinned AVX-512 host where XLA
-has its own prediction, where XLA could; on hosts of up to `PREDICTION_MAX_THREADS`
+convolutions carry the work, or, where XLA has its own prediction (the
+pinned AVX-512 host; our own AVX-512 gemm at one host thread), where XLA
+could; on hosts of up to `PREDICTION_MAX_THREADS`
 threads, where the ratios it uses were measured); if not, it stays on NumPy for good and
 TensorFlow is never imported for it (the import slows the training
 beside it 3-5x on two cores, and on the MLP, LSTM and demo_functional
@@ -49,9 +50,11 @@ one would starve there. So a hot program the prediction says could pay
 runs on NumPy until it has paid the rent of one_thread_rent() seconds of
 program CPU (rent-or-buy on the stall), then one of its runs imports
 TensorFlow and prepares the graph runtime (ONE_THREAD_CANDIDATE; not
-XLA after it) in the program's thread at its priority, the program
-waiting for it (a few seconds: an INFO line on the `keras_ipu.device`
-logger says so), and the timed turns against NumPy decide as above.
+XLA after it), or XLA where only XLA is predicted to pay (its rent
+priced by its predicted gain), in the program's thread at its priority,
+the program waiting for it (a few seconds: an INFO line on the
+`keras_ipu.device` logger says so), and the timed turns against NumPy
+decide as above.
 The background compile runs at the lowest priority, TensorFlow's runtime
 not (tensorflow_runtime.py's doc, "Priority"); the process's exit never
 waits for it (the same doc).
@@ -203,17 +206,29 @@ ONE_THREAD_CANDIDATE = "tensorflow"
 ONE_THREAD_IMPORT_SECONDS = 2.6
 ONE_THREAD_TRACE_SECONDS = 0.4
 ONE_THREAD_EXPECTED_GAIN = 0.35
+# Where only XLA is predicted to pay (engine_prediction.predicted_gains;
+# on this pass's AMD EPYC with NumPy's products on our own AVX-512 kernel,
+# the LSTM at one thread: XLA 17.2-17.6 CPU ms per step against the NumPy
+# engine's 20.3-20.7, the graph runtime 19.2; issue 16, twenty-first pass,
+# s21pred), XLA is the candidate prepared in the program's run: its
+# preparation is XLA_PREPARATION_RATIO times the graph runtime's trace and
+# first run (the LSTM's first XLA epoch 3.5 s of wall against 0.55 for
+# the next, load 3), and its rent is that stall over XLA's predicted gain.
+ONE_THREAD_XLA = "xla"
 
 
-def one_thread_rent(modules=sys.modules):
+def one_thread_rent(modules=sys.modules, name=ONE_THREAD_CANDIDATE,
+                    gain=ONE_THREAD_EXPECTED_GAIN):
     """The program CPU seconds before a hot program on one host thread
-    prepares the graph runtime in its own run: the stall ahead over
-    ONE_THREAD_EXPECTED_GAIN, the import counted only where TensorFlow is
-    not imported yet (a user's tf.data pipeline, Keras' set_random_seed,
-    an earlier program's switch)."""
+    prepares candidate `name` in its own run: the stall ahead over the
+    share of a step `name` is expected to save (`gain`), the import counted
+    only where TensorFlow is not imported yet (a user's tf.data pipeline,
+    Keras' set_random_seed, an earlier program's switch)."""
     imported = "tensorflow" in modules
-    stall = ONE_THREAD_TRACE_SECONDS + (0.0 if imported else ONE_THREAD_IMPORT_SECONDS)
-    return stall / ONE_THREAD_EXPECTED_GAIN
+    preparation = ONE_THREAD_TRACE_SECONDS * (
+        XLA_PREPARATION_RATIO if name == ONE_THREAD_XLA else 1.0)
+    stall = preparation + (0.0 if imported else ONE_THREAD_IMPORT_SECONDS)
+    return stall / gain
 
 
 class TieredRunner:
@@ -276,8 +291,10 @@ class TieredRunner:
         # program's CPU seconds when it was found hot.
         self.xla_gain = self.graph_gain = None
         self.hot_seconds = 0.0
-        # On one host thread, the program CPU seconds before a run prepares
-        # the graph runtime (one_thread_rent, read when the program was hot).
+        # On one host thread, the candidate a run prepares and the program
+        # CPU seconds before it does (one_thread_rent, read when the program
+        # was hot).
+        self.foreground_name = ONE_THREAD_CANDIDATE
         self.foreground_rent = None
         # What _could_pay predicted, for the events (None: no prediction).
         self.predicted = None
@@ -299,15 +316,21 @@ class TieredRunner:
             if not self._could_pay():
                 self.engine = "final"
             elif host_threads.max_threads() == 1:
-                # Only the graph runtime is prepared there: a program for
-                # which only XLA is predicted to pay stays on NumPy.
-                if ONE_THREAD_CANDIDATE not in self.candidates:
+                # One candidate is prepared there: the graph runtime, or XLA
+                # where only XLA has a prediction that says it pays.
+                if ONE_THREAD_CANDIDATE in self.candidates:
+                    self.foreground_name = ONE_THREAD_CANDIDATE
+                    self.foreground_rent = one_thread_rent()
+                elif self.xla_gain is not None and self.candidates == (ONE_THREAD_XLA,):
+                    self.foreground_name = ONE_THREAD_XLA
+                    self.foreground_rent = one_thread_rent(name=ONE_THREAD_XLA,
+                                                           gain=self.xla_gain)
+                else:
                     self.engine = "final"
                     self._event(f"hot: one host thread, stays on numpy ({self.predicted})")
-                else:
+                if self.engine != "final":
                     self.engine = "foreground"
-                    self.foreground_rent = one_thread_rent()
-                    self._event(f"hot: one host thread, {ONE_THREAD_CANDIDATE} prepared after "
+                    self._event(f"hot: one host thread, {self.foreground_name} prepared after "
                                 f"{self.foreground_rent:.1f} s of program CPU")
             else:
                 self._start_compile(arrays)
@@ -484,17 +507,19 @@ class TieredRunner:
 
     def _prepare_in_foreground(self, arrays):
         """On one host thread: this run imports TensorFlow and prepares its
-        graph runtime (_prepare_here), at the program's priority, then the
-        runs after time it against NumPy (module doc)."""
-        name = ONE_THREAD_CANDIDATE
+        graph runtime, or XLA (foreground_name; _prepare_here), at the
+        program's priority, then the runs after time it against NumPy
+        (module doc)."""
+        name = self.foreground_name
         self.engine = self.after_timing = "final"  # whatever happens below, once
         start = time.thread_time()
         self._event(f"one host thread: preparing {name} in the program's thread")
         # Seconds without a step: said where a user looks for it, quietly
         # (INFO, as the choice after the timed runs).
-        logger.info("%s: preparing TensorFlow's graph runtime in this thread (one "
-                    "host thread): TensorFlow's import and the trace, a few seconds",
-                    self.executable.name)
+        logger.info("%s: preparing TensorFlow's %s in this thread (one host thread): "
+                    "TensorFlow's import and the %s, a few seconds", self.executable.name,
+                    "XLA" if name == ONE_THREAD_XLA else "graph runtime",
+                    "compile" if name == ONE_THREAD_XLA else "trace")
         try:
             tensorflow_runtime.import_tensorflow()
         except ImportError as error:
