@@ -1171,16 +1171,17 @@ def _a_run_prepares(monkeypatch):
     return runner, got[0], out, want
 
 
-def _threads_building_graph_programs(monkeypatch):
-    """The list GraphProgram.build appends its calling thread to from now."""
+def _threads_building_graph_programs(monkeypatch, program=engines.GraphProgram):
+    """The list `program`.build (GraphProgram's, XlaProgram's) appends its
+    calling thread to from now."""
     threads = []
-    build = engines.GraphProgram.build.__func__
+    build = program.build.__func__
 
     def noting_build(cls, executable, check=None):
         threads.append(threading.current_thread())
         return build(cls, executable, check)
 
-    monkeypatch.setattr(engines.GraphProgram, "build", classmethod(noting_build))
+    monkeypatch.setattr(program, "build", classmethod(noting_build))
     return threads
 
 
@@ -1560,14 +1561,7 @@ def test_auto_on_one_host_thread_prepares_xla_where_only_xla_is_predicted_to_pay
     runner, built_in, (x, w), want = _one_thread_runner(monkeypatch, rent=None, min_gain=0.05)
     monkeypatch.setattr(tiered_runner.engine_prediction, "predicted_gains",
                         lambda graph: (0.0, 0.15))
-    built = []
-    build = engines.XlaProgram.build.__func__
-
-    def noting_build(cls, executable, check=None):
-        built.append(threading.current_thread())
-        return build(cls, executable, check)
-
-    monkeypatch.setattr(engines.XlaProgram, "build", classmethod(noting_build))
+    built = _threads_building_graph_programs(monkeypatch, engines.XlaProgram)
     runner([x, w])  # NumPy: hot after it
     assert runner.engine == "foreground" and runner.foreground_name == "xla"
     assert "tensorflow" in sys.modules  # imported by this file: no import in the stall
