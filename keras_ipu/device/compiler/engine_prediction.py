@@ -49,13 +49,14 @@ AVX-512 kernel (product_pool.native_gemm; issue 16, twenty-first pass,
 s21gemm): there they run at the CPU's rate, and the MLP ran at 2.2 CPU ms
 per step on the NumPy engine against 3.8 on the graph runtime and 3.1 on
 XLA (fit_throughput --threads 2, 2 rounds, load 1.2-2.4), so the
-products' ratio is the tie again, which keeps such programs on NumPy. Our convolutions are products too (their patches, then
-NumPy's sgemm: primitives/conv.py), on the same kernels, so the pinned
-kernels' factor (product_ratio() / OTHER_RATIO) scales the convolutions'
-ratio as it does the products': the CNN there ran at 58.3 CPU ms per step
-on the graph runtime against 91.0 on the NumPy engine (0.64; fit_throughput
---threads 2, idle, 3 rounds, the lead's run), which CONVOLUTION_RATIO alone
-called an 11% loss.
+products' ratio is the tie again, which keeps such programs on NumPy.
+Our convolutions are products too (their patches, then NumPy's sgemm, or
+our kernel where it runs: primitives/conv.py), on the same kernels, so
+the pinned kernels' factor (product_ratio() / OTHER_RATIO) scales the
+convolutions' ratio as it does the products': the CNN there ran at 58.3
+CPU ms per step on the graph runtime against 91.0 on the NumPy engine
+(0.64; fit_throughput --threads 2, idle, 3 rounds, the lead's run), which
+CONVOLUTION_RATIO alone called an 11% loss.
 
 The convolutions' ratio is the CPU class's (convolution_ratio, from the
 same flags): CONVOLUTION_RATIO was measured on an AVX2 CPU; where the
