@@ -883,22 +883,27 @@ class busy_processes:
 
 BLAS_PEAK_CODE = """
 import json, time, numpy as np
-n = {n}
-a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+sizes = {sizes}
+operands = {{n: (np.random.default_rng(0).standard_normal((n, n), dtype=np.float32),
+                np.random.default_rng(1).standard_normal((n, n), dtype=np.float32))
+            for n in sizes}}
 
 
-def rate(product):
-    product(a, b)
-    best = float("inf")
-    for _ in range({repeats}):
-        start = time.perf_counter()
+def rate(product_for):
+    rates = []
+    for n, (a, b) in operands.items():
+        product = product_for(n)
         product(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * n ** 3 / best / 1e9
+        best = float("inf")
+        for _ in range({repeats}):
+            start = time.perf_counter()
+            product(a, b)
+            best = min(best, time.perf_counter() - start)
+        rates.append(2 * n ** 3 / best / 1e9)
+    return max(rates)
 
 
-openblas = rate(np.matmul)
+openblas = rate(lambda n: np.matmul)
 try:
     from threadpoolctl import threadpool_info
     kernels = sorted({{i.get("architecture") or "?" for i in threadpool_info()
@@ -909,7 +914,8 @@ ours = None
 try:
     from keras_ipu.device.native import product_pool, threads
     if product_pool.native_gemm():
-        ours = rate(threads.matmul_plan(0, n, n, n, np.float32) or product_pool.matmul)
+        time.sleep(0.5)  # OpenBLAS' idle threads spin ~0.1 s after its calls
+        ours = rate(lambda n: threads.matmul_plan(0, n, n, n, np.float32) or product_pool.matmul)
 except ImportError:
     pass
 print(json.dumps([openblas, ", ".join(kernels) or None, ours]))
@@ -932,9 +938,10 @@ class Peak(NamedTuple):
 
 
 def blas_peak(threads, quick=False):
-    """The Peak of float32 products on a large square product with
-    `threads` threads on the benchmark's cores: this host's practical
-    float32 limit, the yardstick for every backend's GFLOP/s. Two probes:
+    """The Peak of float32 products, the fastest of square products of
+    512, 1024 and 2048, with `threads` threads on the benchmark's cores:
+    this host's practical float32 limit, the yardstick for every backend's
+    GFLOP/s. Two probes:
     NumPy's sgemm (OpenBLAS), naming which of its kernels it runs
     (threadpoolctl's "architecture": OPENBLAS_CORETYPE or its own pick for
     this CPU), and where the ipu backend's NumPy engine runs keras_ipu's
@@ -945,11 +952,15 @@ def blas_peak(threads, quick=False):
     SkylakeX ones at 185-241, our kernel (twenty-first pass) at 230-260
     (benchmarks/README.md): the peak is the faster, so no backend reads
     above it. All None where the probe fails."""
-    n, repeats = (256, 2) if quick else (2048, 5)
+    # Three sizes, the fastest counting: kernels peak at different shapes
+    # (our gemm, whose operand panels leave L1 as k grows, ran 2048^3 at
+    # 146 GFLOP/s on one core and 512^3 at 262; on two threads 1024^3 at
+    # 392, 2048^3 at 314: issue 16, twenty-first pass, the lead's run).
+    sizes, repeats = ((256,), 2) if quick else ((512, 1024, 2048), 5)
     env = worker_environment(threads)
     cores = benchmark_cores(threads)
     proc = subprocess.run(
-        [sys.executable, "-c", BLAS_PEAK_CODE.format(n=n, repeats=repeats)],
+        [sys.executable, "-c", BLAS_PEAK_CODE.format(sizes=sizes, repeats=repeats)],
         env=env, capture_output=True, text=True, timeout=600,
         preexec_fn=lambda: os.sched_setaffinity(0, cores))
     if proc.returncode != 0:
