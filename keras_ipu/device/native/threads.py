@@ -1274,5 +1274,5 @@ def matmul(x, y, out=None):
         if len(_plans) < 4096:
             _plans[key] = plan
     if plan is None:
-        return product_pool.whole_matmul(x.dtype)(x, y, out=out)
+        return product_pool.matmul(x, y, out=out)
     return plan(x, y, out)
