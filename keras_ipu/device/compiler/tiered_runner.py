@@ -317,11 +317,12 @@ class TieredRunner:
                 self.engine = "final"
             elif host_threads.max_threads() == 1:
                 # One candidate is prepared there: the graph runtime, or XLA
-                # where only XLA has a prediction that says it pays.
+                # where only XLA has a prediction that says it pays (_order
+                # then priced it: xla_gain is set).
                 if ONE_THREAD_CANDIDATE in self.candidates:
                     self.foreground_name = ONE_THREAD_CANDIDATE
                     self.foreground_rent = one_thread_rent()
-                elif self.xla_gain is not None and self.candidates == (ONE_THREAD_XLA,):
+                elif self.candidates == (ONE_THREAD_XLA,):
                     self.foreground_name = ONE_THREAD_XLA
                     self.foreground_rent = one_thread_rent(name=ONE_THREAD_XLA,
                                                            gain=self.xla_gain)
