@@ -303,16 +303,21 @@ def sum_as_product(aval, axes, min_elements, trailing):
     return int(np.prod(shape[:split])), int(np.prod(shape[split:])), side
 
 
-def product_sum_rule(min_elements, trailing, product):
+def product_sum_rule(min_elements, leading, trailing=None):
     """A mode's reduce_sum rule: the sums sum_as_product takes (with
-    `min_elements` and `trailing`) as `product(x, rows, cols, side)`, the
-    mode's own product with ones, reshaped to the result; any other as
-    TensorFlow's Sum."""
+    `min_elements`) as the mode's own products with ones, reshaped to the
+    result, x seen as (rows, cols): over leading axes `leading(x, rows,
+    cols)`, the sum down each column; over trailing ones `trailing(x, rows,
+    cols)`, the sum along each row (None: the mode leaves those to Sum);
+    any other as TensorFlow's Sum."""
+    products = (leading, trailing)
+
     def emit(ctx, x, *, axes):
-        as_product = sum_as_product(ctx.in_avals[0], axes, min_elements, trailing)
+        as_product = sum_as_product(ctx.in_avals[0], axes, min_elements, trailing is not None)
         if as_product is None:
             return _sum_rule(ctx, x, axes=axes)
-        return tf.reshape(product(x, *as_product), ctx.out_aval.shape)
+        rows, cols, side = as_product
+        return tf.reshape(products[side](x, rows, cols), ctx.out_aval.shape)
 
     return emit
 

@@ -3,6 +3,8 @@ XLA's own DotGeneral, Conv and ReduceWindow (their params are XLA's); and
 of reduce_sum, large sums over leading or trailing axes as a DotGeneral.
 graph_contraction_rules.py has the graph mode's."""
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python import xla as tfxla
@@ -182,5 +184,6 @@ def _sum_as_product(x, rows, cols, side):
     return tfxla.dot_general(lhs, rhs, dims, None, preferred_element_type=x.dtype, use_v2=True)
 
 
-xla_rule("reduce_sum")(product_sum_rule(SUM_AS_PRODUCT_MIN_ELEMENTS, trailing=True,
-                                         product=_sum_as_product))
+xla_rule("reduce_sum")(product_sum_rule(
+    SUM_AS_PRODUCT_MIN_ELEMENTS, leading=functools.partial(_sum_as_product, side=0),
+    trailing=functools.partial(_sum_as_product, side=1)))

@@ -275,12 +275,11 @@ def _conv(ctx, lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
 COLUMN_SUM_MIN_ELEMENTS = 1 << 17
 
 
-def _column_sum(x, rows, cols, side):
+def _column_sum(x, rows, cols):
     return tf.linalg.matmul(tf.ones((1, rows), x.dtype), tf.reshape(x, (rows, cols)))
 
 
-graph_rule("reduce_sum")(product_sum_rule(COLUMN_SUM_MIN_ELEMENTS, trailing=False,
-                                           product=_column_sum))
+graph_rule("reduce_sum")(product_sum_rule(COLUMN_SUM_MIN_ELEMENTS, leading=_column_sum))
 
 
 _POOLS = {"max": tf.nn.max_pool, "sum": tf.nn.avg_pool}
