@@ -874,6 +874,41 @@ def test_on_many_threads_small_products_split_wide(host, monkeypatch):
         assert threads.chain_threads(512 * 512, wide=True) == min(cap, 4)
 
 
+@pytest.mark.skipif(not product_pool.native_gemm(), reason="float32 products on OpenBLAS here")
+def test_our_kernels_column_blocks_are_whole_strips_on_many_threads(host):
+    """Where our kernel runs (rule ANYWHERE), a plan of more than two column
+    blocks cuts them at whole KERNEL_STRIP strips, as many blocks as share
+    the strips evenly: on 16 threads the MLP's 128x784 @ 784x512 in 8
+    blocks of 64 columns (it was 12 of 42-43, each a strip and a masked
+    strip), the transformer's weight gradient 64x8192 @ 8192x128 in 4 of
+    32 (it was 8 half strips of 16), the CNN's Dense input gradient
+    128x10 @ 10x4096 in 5 of whole strips; two blocks as on two threads."""
+    host(16)
+    strip = product_pool.KERNEL_STRIP
+    for (m, n, k), want in (((128, 512, 784), list(range(0, 513, 64))),
+                            ((64, 128, 8192), list(range(0, 129, 32))),
+                            ((32, 512, 512), list(range(0, 513, 64)))):
+        _, (axis, edges) = threads._native_product_split(0, m, n, k, np.float32)
+        assert axis == 1 and edges.tolist() == want
+    _, (axis, edges) = threads._native_product_split(0, 128, 4096, 10, np.float32)
+    assert axis == 1 and len(edges) == 6 and all(e % strip == 0 for e in edges)
+    widths = np.diff(edges)
+    assert widths.max() - widths.min() <= strip  # the strips shared evenly
+    # 25 strips (784 columns, the last a half) in 9 blocks of at most 3 on 12 threads.
+    axis, edges = product_pool.blocks(128, 784, 512, 12, 1)
+    assert axis == 1 and all(e % strip == 0 for e in edges[:-1]) and edges[-1] == 784
+    assert len(edges) == 10 and np.diff(edges).max() <= 3 * strip
+    # Two blocks: the two-thread plans as they were measured.
+    assert product_pool.blocks(128, 784, 512, 2, 1)[1].tolist() == [0, 392, 784]
+    host(2)
+    _, (axis, edges) = threads._native_product_split(0, 128, 512, 784, np.float32)
+    assert (axis, edges.tolist()) == (1, [0, 256, 512])
+    x, y = _operands(128, 784, 512)
+    out = np.full((128, 512), np.nan, np.float32)
+    assert product_pool.run(x, y, out, 1, np.arange(0, 513, 64), 8) is not None
+    np.testing.assert_array_equal(out, product_pool.matmul(x, y))
+
+
 def test_wide_plans_that_need_rectangles_leave_the_product_to_the_two_thread_rules(host):
     """Where columns split only in OpenBLAS' tiles (the AMD host's Haswell
     kernels), 32 rows hold no two row blocks and the tiles need a row

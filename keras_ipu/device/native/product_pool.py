@@ -143,6 +143,17 @@ HELPER_LATE_FLOPS = 9_000_000
 # Rows (or columns, batches) per block at least: thinner blocks run BLAS
 # below its efficiency (the Python pool's blocks too: threads.py).
 MIN_BLOCK = 16
+# Our kernel (native_gemm) runs a product's columns in strips of this many
+# (_gemm.h's GEMM_NR), and a strip of fewer columns, masked or half, costs
+# about what a whole one does: one core, 128x784 @ 784xw, w = 16 / 32 / 43
+# / 48 / 64 columns 22 / 26 / 47 / 47 / 51 us (issue 16, twenty-second
+# pass, s22tidy). So where it runs, a plan of more than two column blocks
+# cuts them at whole strips, as many blocks as share the strips evenly
+# (blocks): the MLP's 128x784 @ 784x512 at 12 threads in 8 blocks of 64
+# columns, not 12 of 42-43 (each a strip and a masked strip: 40% more CPU
+# for the wall of the 64 columns). Two blocks stay as the two-thread
+# plans were measured.
+KERNEL_STRIP = 32
 
 
 class Rule(NamedTuple):
@@ -433,7 +444,11 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32, rectangles=True):
         rows = _caller_first(rows, m, n, k, found.rows)
     columns = None
     if found.columns == "any":
-        columns = side_edges(n, m, k, count, 1)
+        if count > 2 and _native and np.dtype(dtype) == _FLOAT32:
+            strips = -(-n // KERNEL_STRIP)
+            columns = side_edges(n, m, k, -(-strips // -(-strips // count)), KERNEL_STRIP)
+        else:
+            columns = side_edges(n, m, k, count, 1)
     elif found.columns == "tiles":
         whole_rows = tiles_rows_ok(m, found.rows)
         # Beside a row tail's block, at least two column blocks.
