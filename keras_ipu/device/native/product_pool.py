@@ -258,6 +258,10 @@ def matmul(x, y, out=None):
         rule()
     if (_native and x.dtype == _FLOAT32 and y.dtype == _FLOAT32 and x.ndim == y.ndim
             and x.ndim >= 2):
+        # Allocated before whole() may refuse the operands: it checks the
+        # result's layout too. A refusal (zero sizes, over four axes,
+        # broadcast batches, strides BLAS cannot read) wastes one np.empty;
+        # the five benchmark models' steps had none at 2 or 16 threads.
         result = _empty(x.shape[:-1] + y.shape[-1:], _FLOAT32) if out is None else out
         if _whole(x, y, result) is not None:
             return result
