@@ -6,10 +6,14 @@
 #   bash benchmarks/device_scaling.sh            # results in $OUT (or /tmp/device_scaling)
 #
 # What it needs beside the checkout: wheels in .whl/ (ignored by git) for
-# what that machine lacks: keras (our pinned version), namex, optree, and
-# hatchling with trove-classifiers and tomlkit (to build our C kernel the
-# way `pip install` builds it). benchmarks/README.md, "Measuring on another
-# machine", has the download command.
+# what that machine lacks: keras (our pinned version) with what it imports
+# (namex, optree and its typing_extensions, absl-py, rich with
+# markdown-it-py, mdurl and pygments, h5py for the saved weights), and
+# hatchling with packaging, pathspec, pluggy, trove-classifiers and tomlkit
+# (to build our C kernel the way `pip install` builds it): a venv of
+# Python 3.12 with only jax, numpy and threadpoolctl lacked each of them
+# (issue 16, twenty-second pass, s22tidy). benchmarks/README.md, "Measuring
+# on another machine", has the download command.
 #
 # Steps:
 #  1. the wheels go into $SITE (on PYTHONPATH), keras_ipu is pip-installed
