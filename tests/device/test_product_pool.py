@@ -877,16 +877,18 @@ def test_on_many_threads_small_products_split_wide(host, monkeypatch):
 @pytest.mark.skipif(not product_pool.native_gemm(), reason="float32 products on OpenBLAS here")
 def test_our_kernels_column_blocks_are_whole_strips_on_many_threads(host):
     """Where our kernel runs (rule ANYWHERE), a plan of more than two column
-    blocks cuts them at whole KERNEL_STRIP strips, as many blocks as share
-    the strips evenly: on 16 threads the MLP's 128x784 @ 784x512 in 8
-    blocks of 64 columns (it was 12 of 42-43, each a strip and a masked
-    strip), the transformer's weight gradient 64x8192 @ 8192x128 in 4 of
-    32 (it was 8 half strips of 16), the CNN's Dense input gradient
+    blocks cuts them at whole KERNEL_STRIP strips, or at half strips where
+    more blocks are wanted than there are strips, as many blocks as share
+    them evenly: on 16 threads the MLP's 128x784 @ 784x512 in 8 blocks of
+    64 columns (it was 12 of 42-43, each a strip and a masked strip), the
+    transformer's weight gradient 64x8192 @ 8192x128 in 8 half strips, the
+    LSTM's 64x4096 @ 4096x512 in 16 strips, the CNN's Dense input gradient
     128x10 @ 10x4096 in 5 of whole strips; two blocks as on two threads."""
     host(16)
     strip = product_pool.KERNEL_STRIP
     for (m, n, k), want in (((128, 512, 784), list(range(0, 513, 64))),
-                            ((64, 128, 8192), list(range(0, 129, 32))),
+                            ((64, 128, 8192), list(range(0, 129, 16))),
+                            ((64, 512, 4096), list(range(0, 513, 32))),
                             ((32, 512, 512), list(range(0, 513, 64)))):
         _, (axis, edges) = threads._native_product_split(0, m, n, k, np.float32)
         assert axis == 1 and edges.tolist() == want

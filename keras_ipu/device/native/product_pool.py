@@ -144,15 +144,18 @@ HELPER_LATE_FLOPS = 9_000_000
 # below its efficiency (the Python pool's blocks too: threads.py).
 MIN_BLOCK = 16
 # Our kernel (native_gemm) runs a product's columns in strips of this many
-# (_gemm.h's GEMM_NR), and a strip of fewer columns, masked or half, costs
-# about what a whole one does: one core, 128x784 @ 784xw, w = 16 / 32 / 43
-# / 48 / 64 columns 22 / 26 / 47 / 47 / 51 us (issue 16, twenty-second
-# pass, s22tidy). So where it runs, a plan of more than two column blocks
-# cuts them at whole strips, as many blocks as share the strips evenly
-# (blocks): the MLP's 128x784 @ 784x512 at 12 threads in 8 blocks of 64
-# columns, not 12 of 42-43 (each a strip and a masked strip: 40% more CPU
-# for the wall of the 64 columns). Two blocks stay as the two-thread
-# plans were measured.
+# (_gemm.h's GEMM_NR); a strip of 17-31 columns (masked) costs what a
+# whole one does, one of 16 or fewer (half) most of it: one core, 128x784
+# @ 784xw, w = 16 / 32 / 43 / 48 / 64 columns 22 / 26 / 47 / 47 / 51 us;
+# 64x8192 @ 8192xw, w = 16 / 32 / 48 / 64: 113 / 155 / 318 / 322 us (issue
+# 16, twenty-second pass, s22tidy). So where it runs, a plan of more than
+# two column blocks cuts them at whole strips, or at half strips where
+# the blocks wanted outnumber the strips, as many blocks as share them
+# evenly (blocks): the MLP's 128x784 @ 784x512 at 12 threads in 8 blocks
+# of 64 columns, not 12 of 42-43 (each a strip and a masked strip: 40%
+# more CPU for the same wall); the transformer's 64x8192 @ 8192x128 at 16
+# in 8 half strips (a quarter less wall than 4 strips). Two blocks stay
+# as the two-thread plans were measured.
 KERNEL_STRIP = 32
 
 
@@ -449,8 +452,9 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32, rectangles=True):
     columns = None
     if found.columns == "any":
         if count > 2 and _native and np.dtype(dtype) == _FLOAT32:
-            strips = -(-n // KERNEL_STRIP)
-            columns = side_edges(n, m, k, -(-strips // -(-strips // count)), KERNEL_STRIP)
+            unit = KERNEL_STRIP if n >= count * KERNEL_STRIP else KERNEL_STRIP // 2
+            units = -(-n // unit)
+            columns = side_edges(n, m, k, -(-units // -(-units // count)), unit)
         else:
             columns = side_edges(n, m, k, count, 1)
     elif found.columns == "tiles":
