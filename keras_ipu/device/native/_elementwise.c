@@ -56,6 +56,7 @@
 
 #include "_buffers.h"
 #include "_module.h"
+#include "_scratch.h"
 #include "_task_pool.h"
 
 enum { T_F32 = 0, T_BOOL = 1 };
@@ -521,43 +522,10 @@ static int whole_chain_of(const int32_t *w, Py_ssize_t words) {
     return -1;
 }
 
-/* Each thread's scratch buffers, kept between calls (a fresh malloc of
-   a few hundred KiB per call maps and faults in new pages): freed when the
-   thread exits. SCRATCH_REGISTERS: a chain's block registers;
-   SCRATCH_PRODUCT: a launched pair's product result (pair_task). */
-enum { SCRATCH_REGISTERS = 0, SCRATCH_PRODUCT = 1, N_SCRATCH = 2 };
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-typedef struct { char *p[N_SCRATCH]; size_t size[N_SCRATCH]; } scratch_t;
-
-static void scratch_free(void *s) {
-    if (s != NULL) {
-        for (int k = 0; k < N_SCRATCH; k++) free(((scratch_t *)s)->p[k]);
-        free(s);
-    }
-}
-
-static void scratch_key_make(void) { (void)pthread_key_create(&scratch_key, scratch_free); }
-
-static char *thread_scratch(int slot, size_t size) {
-    (void)pthread_once(&scratch_once, scratch_key_make);
-    scratch_t *s = (scratch_t *)pthread_getspecific(scratch_key);
-    if (s == NULL) {
-        s = (scratch_t *)calloc(1, sizeof(scratch_t));
-        if (s == NULL || pthread_setspecific(scratch_key, s) != 0) {
-            free(s);
-            return NULL;
-        }
-    }
-    if (s->size[slot] < size) {
-        char *p = (char *)malloc(size);
-        if (p == NULL) return NULL;
-        free(s->p[slot]);
-        s->p[slot] = p;
-        s->size[slot] = size;
-    }
-    return s->p[slot];
-}
+/* Each thread's scratch slots (_scratch.h): a chain's block registers
+   (SCRATCH_REGISTERS) and a launched pair's product result
+   (SCRATCH_PRODUCT: pair_task). */
+enum { SCRATCH_REGISTERS = 0, SCRATCH_PRODUCT = 1 };
 
 /* One chain, checked and bound to its buffers: what each range needs. */
 typedef struct {
