@@ -117,6 +117,27 @@ def test_packed_blocks_give_the_bits_of_the_strip_by_strip_kernel(layout):
 
 
 @needs_kernel
+@pytest.mark.parametrize("layout", ["nt", "tt"])
+def test_nt_with_fewer_rows_gives_the_bits_of_the_strip_by_strip_kernel(layout):
+    """op(B) = B^T with fewer rows than columns runs as C^T = B op(A)^T
+    (op(A)^T packed 32 rows of C at a time, written transposed): its
+    column blocks narrower than its rows, and the products with more rows
+    whose row blocks are narrower than their columns, give the same bits.
+    Row tails of 1-31 (the strip of 32), k not a multiple of 16."""
+    for m, n, k in ((40, 300, 517), (300, 40, 517), (7, 65, 33), (65, 7, 33)):
+        x = _operand(m, k, layout[0] == "t", 2)
+        y = _operand(k, n, layout[1] == "t", 1)
+        whole = product_pool.matmul(x, y)
+        assert _within_float32(whole, x, y), (m, n, k, layout)
+        side = min(m, n)
+        axis = 1 if m < n else 0
+        edges = np.unique(np.array([0, side // 2, side, max(m, n)], np.int64))
+        out = np.full((m, n), np.nan, np.float32)
+        assert product_pool.run(x, y, out, axis, edges, 2) is not None
+        assert out.tobytes() == whole.tobytes(), (m, n, k, layout)
+
+
+@needs_kernel
 def test_batched_products_are_each_batchs_whole_call():
     x = RNG.standard_normal((5, 3, 40, 24)).astype(np.float32)
     y = RNG.standard_normal((5, 3, 24, 33)).astype(np.float32)

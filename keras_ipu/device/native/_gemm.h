@@ -75,10 +75,13 @@ enum { GEMM_FULL, GEMM_MASKED, GEMM_HALF };
 
 /* mr (<= GEMM_MR) rows x up to 32 columns of C: op(A)[i, k] at
    a[i * rs + k * ks], op(B)[k, j] at b[k * ldb + j]; columns past the
-   masks m0 (first 16) and m1 (next 16) are neither read nor written. */
-GEMM_INLINE void gemm_block(const int mr, const int cols, int64_t K, const float *a,
-                            const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
-                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c) {
+   masks m0 (first 16) and m1 (next 16) are neither read nor written.
+   trans_c: the block is C^T's, written to C transposed (element (i, j)
+   at c[j * ldc + i]; from_c 0), gemm_strip_ct's. */
+GEMM_INLINE void gemm_tile(const int mr, const int cols, int64_t K, const float *a,
+                           const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
+                           float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c,
+                           const int trans_c) {
     const int full = cols == GEMM_FULL, two = cols != GEMM_HALF;
     __m512 acc0[GEMM_MR], acc1[GEMM_MR];
 #pragma GCC unroll 16
@@ -102,6 +105,20 @@ GEMM_INLINE void gemm_block(const int mr, const int cols, int64_t K, const float
             if (two) acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
         }
     }
+    if (trans_c) {
+        float t[GEMM_MR * GEMM_NR] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+        for (int i = 0; i < mr; i++) {
+            _mm512_store_ps(t + i * GEMM_NR, acc0[i]);
+            if (two) _mm512_store_ps(t + i * GEMM_NR + 16, acc1[i]);
+        }
+        const int cols_used = __builtin_popcount(m0) + (two ? __builtin_popcount(m1) : 0);
+        for (int j = 0; j < cols_used; j++) {
+#pragma GCC unroll 16
+            for (int i = 0; i < mr; i++) c[j * ldc + i] = t[i * GEMM_NR + j];
+        }
+        return;
+    }
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++) {
         if (full) {
@@ -112,6 +129,48 @@ GEMM_INLINE void gemm_block(const int mr, const int cols, int64_t K, const float
             if (two) _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc1[i]);
         }
     }
+}
+
+GEMM_INLINE void gemm_block(const int mr, const int cols, int64_t K, const float *a,
+                            const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
+                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c) {
+    gemm_tile(mr, cols, K, a, rs, ks, b, ldb, c, ldc, m0, m1, from_c, 0);
+}
+
+/* C^T's rows j < n (NT: op(B)^T's row j, B's row j, at b + j * ldb, k
+   contiguous) times op(A)^T's strip of up to 32 of C's rows, packed
+   (pack[k * GEMM_NR + i]), over all of k: C's rows of the strip, written
+   transposed 12 columns at a time. Each element is the chain of NN's and
+   the other layouts' kernel (op(A)[i, k] op(B)[k, j] in order of k: a
+   product of two floats is the same either way round). */
+GEMM_INLINE void gemm_strip_ct(const int cols, int64_t n, int64_t K, const float *b,
+                               int64_t ldb, const float *pack, float *c, int64_t ldc,
+                               __mmask16 m0, __mmask16 m1) {
+    int64_t j = 0;
+    for (; j + GEMM_MR <= n; j += GEMM_MR)
+        gemm_tile(GEMM_MR, cols, K, b + j * ldb, ldb, 1, pack, GEMM_NR, c + j, ldc, m0, m1, 0,
+                  1);
+    const float *bj = b + j * ldb;
+#define GEMM_TAIL(r)                                                                     \
+    case r:                                                                              \
+        gemm_tile(r, cols, K, bj, ldb, 1, pack, GEMM_NR, c + j, ldc, m0, m1, 0, 1);       \
+        break;
+    switch (n - j) {
+        GEMM_TAIL(1) GEMM_TAIL(2) GEMM_TAIL(3) GEMM_TAIL(4) GEMM_TAIL(5) GEMM_TAIL(6)
+        GEMM_TAIL(7) GEMM_TAIL(8) GEMM_TAIL(9) GEMM_TAIL(10) GEMM_TAIL(11)
+        default: break;
+    }
+#undef GEMM_TAIL
+}
+static GEMM_TARGET void gemm_strip_ct_full(int64_t n, int64_t K, const float *b, int64_t ldb,
+                                           const float *pack, float *c, int64_t ldc) {
+    gemm_strip_ct(GEMM_FULL, n, K, b, ldb, pack, c, ldc, 0xffff, 0xffff);
+}
+static GEMM_TARGET void gemm_strip_ct_masked(int64_t n, int64_t K, const float *b, int64_t ldb,
+                                             const float *pack, float *c, int64_t ldc,
+                                             __mmask16 m0, __mmask16 m1) {
+    if (m1 == 0) gemm_strip_ct(GEMM_HALF, n, K, b, ldb, pack, c, ldc, m0, 0);
+    else gemm_strip_ct(GEMM_MASKED, n, K, b, ldb, pack, c, ldc, m0, m1);
 }
 
 /* All rows of one column strip: full row blocks, then the tail's. */
@@ -359,6 +418,28 @@ static GEMM_TARGET void gemm_blocks(int trans_a, int trans_b, int64_t m, int64_t
     }
 }
 
+/* C (m x n, ldc) = op(A) @ B^T (NT, or TT) as C^T = B @ op(A)^T, 32 of
+   C's rows at a time: op(A)^T's strip packed (K x 32 floats in `pack`),
+   B's rows broadcast in place (gemm_strip_ct). Where m < n this packs
+   m x K floats where gemm_blocks packs B^T's n x K: demo_functional's
+   32x512 @ (512x512)^T packed 16 times less. */
+static GEMM_TARGET void gemm_nt_by_rows(int trans_a, int64_t m, int64_t n, int64_t K,
+                                        const float *a, int64_t lda, const float *b,
+                                        int64_t ldb, float *c, int64_t ldc, float *pack) {
+    for (int64_t i = 0; i < m; i += GEMM_NR) {
+        int64_t w = m - i < GEMM_NR ? m - i : GEMM_NR;
+        if (trans_a) gemm_pack_b(K, w, a + i, lda, pack);
+        else gemm_pack_bt(K, w, a + i * lda, lda, pack);
+        if (w == GEMM_NR) {
+            gemm_strip_ct_full(n, K, b, ldb, pack, c + i * ldc, ldc);
+        } else {
+            __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+            __mmask16 m1 = (__mmask16)(w <= 16 ? 0 : (1u << (w - 16)) - 1);
+            gemm_strip_ct_masked(n, K, b, ldb, pack, c + i * ldc, ldc, m0, m1);
+        }
+    }
+}
+
 /* C (m x n, ldc) = op(A) @ op(B) (gemm_blocks): a large product (see
    GEMM_PACK_B_ROWS) packed in the thread's scratch; else, and where
    memory is short, strip by strip, NT's strip packed on the stack. */
@@ -368,6 +449,14 @@ static GEMM_TARGET void native_sgemm_avx512(int trans_a, int trans_b, int64_t m,
                                             int64_t ldc) {
     if (m <= 0 || n <= 0) return;
     int pack_b = m >= GEMM_PACK_B_ROWS && K * n > GEMM_PACK_B_FLOATS;
+    if (trans_b && !pack_b && m < n && K > 0 && K * GEMM_NR <= GEMM_PACK_FLOATS) {
+        char *scratch = thread_scratch(SCRATCH_GEMM, GEMM_PACK_FLOATS * 4 + 64);
+        if (scratch != NULL) {
+            gemm_nt_by_rows(trans_a, m, n, K, a, lda, b, ldb, c, ldc,
+                            (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63));
+            return;
+        }
+    }
     int pack_a = pack_b && trans_a && n >= GEMM_PACK_A_COLUMNS;
     char *scratch = pack_a || pack_b
                         ? thread_scratch(SCRATCH_GEMM, GEMM_PACK_FLOATS * 4 + 64) : NULL;
