@@ -77,7 +77,7 @@ enum { GEMM_FULL, GEMM_MASKED, GEMM_HALF };
    a[i * rs + k * ks], op(B)[k, j] at b[k * ldb + j]; columns past the
    masks m0 (first 16) and m1 (next 16) are neither read nor written.
    trans_c: the block is C^T's, written to C transposed (element (i, j)
-   at c[j * ldc + i]; from_c 0), gemm_strip_ct's. */
+   at c[j * ldc + i]; from_c 0): gemm_strip_ct_full's. */
 GEMM_INLINE void gemm_tile(const int mr, const int cols, int64_t K, const float *a,
                            const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c,
@@ -137,64 +137,24 @@ GEMM_INLINE void gemm_block(const int mr, const int cols, int64_t K, const float
     gemm_tile(mr, cols, K, a, rs, ks, b, ldb, c, ldc, m0, m1, from_c, 0);
 }
 
-/* C^T's rows j < n (NT: op(B)^T's row j, B's row j, at b + j * ldb, k
-   contiguous) times op(A)^T's strip of up to 32 of C's rows, packed
-   (pack[k * GEMM_NR + i]), over all of k: C's rows of the strip, written
-   transposed 12 columns at a time. Each element is the chain of NN's and
-   the other layouts' kernel (op(A)[i, k] op(B)[k, j] in order of k: a
-   product of two floats is the same either way round). */
-GEMM_INLINE void gemm_strip_ct(const int cols, int64_t n, int64_t K, const float *b,
-                               int64_t ldb, const float *pack, float *c, int64_t ldc,
-                               __mmask16 m0, __mmask16 m1) {
-    int64_t j = 0;
-    for (; j + GEMM_MR <= n; j += GEMM_MR)
-        gemm_tile(GEMM_MR, cols, K, b + j * ldb, ldb, 1, pack, GEMM_NR, c + j, ldc, m0, m1, 0,
-                  1);
-    const float *bj = b + j * ldb;
-#define GEMM_TAIL(r)                                                                     \
-    case r:                                                                              \
-        gemm_tile(r, cols, K, bj, ldb, 1, pack, GEMM_NR, c + j, ldc, m0, m1, 0, 1);       \
-        break;
-    switch (n - j) {
-        GEMM_TAIL(1) GEMM_TAIL(2) GEMM_TAIL(3) GEMM_TAIL(4) GEMM_TAIL(5) GEMM_TAIL(6)
-        GEMM_TAIL(7) GEMM_TAIL(8) GEMM_TAIL(9) GEMM_TAIL(10) GEMM_TAIL(11)
-        default: break;
-    }
-#undef GEMM_TAIL
-}
-static GEMM_TARGET void gemm_strip_ct_full(int64_t n, int64_t K, const float *b, int64_t ldb,
-                                           const float *pack, float *c, int64_t ldc) {
-    gemm_strip_ct(GEMM_FULL, n, K, b, ldb, pack, c, ldc, 0xffff, 0xffff);
-}
-static GEMM_TARGET void gemm_strip_ct_masked(int64_t n, int64_t K, const float *b, int64_t ldb,
-                                             const float *pack, float *c, int64_t ldc,
-                                             __mmask16 m0, __mmask16 m1) {
-    if (m1 == 0) gemm_strip_ct(GEMM_HALF, n, K, b, ldb, pack, c, ldc, m0, 0);
-    else gemm_strip_ct(GEMM_MASKED, n, K, b, ldb, pack, c, ldc, m0, m1);
-}
-
-/* All rows of one column strip: full row blocks, then the tail's. */
-GEMM_INLINE void gemm_strip(const int cols, const int trans_a, int64_t m, int64_t K,
-                            const float *a, int64_t lda, const float *b, int64_t ldb,
-                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c) {
-    /* NN: row i of op(A) is row i of A (stride lda), k contiguous; TN: row
-       i of op(A) is column i of A (contiguous), k strided by lda. */
-    const int64_t rs = trans_a ? 1 : lda;
+/* Rows 0 .. m-1 of a strip of up to 32 columns, GEMM_MR at a time then
+   the tail's: each block's op(A) at a + i * as (i its first row; gemm_tile's
+   rs and ks within it), its results at c + i * cs. Row-major C: cs = ldc;
+   trans_c (gemm_tile's): C^T's rows, cs = 1. */
+GEMM_INLINE void gemm_rows(const int cols, int64_t m, int64_t K, const float *a,
+                           const int64_t as, const int64_t rs, const int64_t ks,
+                           const float *b, int64_t ldb, float *c, int64_t ldc,
+                           const int64_t cs, __mmask16 m0, __mmask16 m1, int from_c,
+                           const int trans_c) {
     int64_t i = 0;
-    for (; i + GEMM_MR <= m; i += GEMM_MR) {
-        if (trans_a)
-            gemm_block(GEMM_MR, cols, K, a + i, 1, lda, b, ldb, c + i * ldc, ldc, m0, m1,
-                       from_c);
-        else
-            gemm_block(GEMM_MR, cols, K, a + i * lda, lda, 1, b, ldb, c + i * ldc, ldc, m0, m1,
-                       from_c);
-    }
-    const float *ai = a + i * rs;
-    float *ci = c + i * ldc;
-#define GEMM_TAIL(r)                                                                      \
-    case r:                                                                               \
-        if (trans_a) gemm_block(r, cols, K, ai, 1, lda, b, ldb, ci, ldc, m0, m1, from_c); \
-        else gemm_block(r, cols, K, ai, lda, 1, b, ldb, ci, ldc, m0, m1, from_c);         \
+    for (; i + GEMM_MR <= m; i += GEMM_MR)
+        gemm_tile(GEMM_MR, cols, K, a + i * as, rs, ks, b, ldb, c + i * cs, ldc, m0, m1,
+                  from_c, trans_c);
+    const float *ai = a + i * as;
+    float *ci = c + i * cs;
+#define GEMM_TAIL(r)                                                                        \
+    case r:                                                                                 \
+        gemm_tile(r, cols, K, ai, rs, ks, b, ldb, ci, ldc, m0, m1, from_c, trans_c);         \
         break;
     switch (m - i) {
         GEMM_TAIL(1) GEMM_TAIL(2) GEMM_TAIL(3) GEMM_TAIL(4) GEMM_TAIL(5) GEMM_TAIL(6)
@@ -202,6 +162,33 @@ GEMM_INLINE void gemm_strip(const int cols, const int trans_a, int64_t m, int64_
         default: break;
     }
 #undef GEMM_TAIL
+}
+
+/* All rows of one column strip. NN: row i of op(A) is row i of A (stride
+   lda), k contiguous; TN: row i of op(A) is column i of A (contiguous), k
+   strided by lda. */
+GEMM_INLINE void gemm_strip(const int cols, const int trans_a, int64_t m, int64_t K,
+                            const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c) {
+    if (trans_a) gemm_rows(cols, m, K, a, 1, 1, lda, b, ldb, c, ldc, ldc, m0, m1, from_c, 0);
+    else gemm_rows(cols, m, K, a, lda, lda, 1, b, ldb, c, ldc, ldc, m0, m1, from_c, 0);
+}
+
+/* C^T's rows j < n (NT: op(B)^T's row j, B's row j, at b + j * ldb, k
+   contiguous) times op(A)^T's strip of up to 32 of C's rows, packed
+   (pack[k * GEMM_NR + i]), over all of k: C's rows of the strip, written
+   transposed 12 columns at a time. Each element is the chain of NN's and
+   the other layouts' kernel (op(A)[i, k] op(B)[k, j] in order of k: a
+   product of two floats is the same either way round). */
+static GEMM_TARGET void gemm_strip_ct_full(int64_t n, int64_t K, const float *b, int64_t ldb,
+                                           const float *pack, float *c, int64_t ldc) {
+    gemm_rows(GEMM_FULL, n, K, b, ldb, ldb, 1, pack, GEMM_NR, c, ldc, 1, 0xffff, 0xffff, 0, 1);
+}
+static GEMM_TARGET void gemm_strip_ct_masked(int64_t n, int64_t K, const float *b, int64_t ldb,
+                                             const float *pack, float *c, int64_t ldc,
+                                             __mmask16 m0, __mmask16 m1) {
+    if (m1 == 0) gemm_rows(GEMM_HALF, n, K, b, ldb, ldb, 1, pack, GEMM_NR, c, ldc, 1, m0, 0, 0, 1);
+    else gemm_rows(GEMM_MASKED, n, K, b, ldb, ldb, 1, pack, GEMM_NR, c, ldc, 1, m0, m1, 0, 1);
 }
 
 /* The full row blocks, with NN's and TN's strides as constants. */
@@ -315,38 +302,21 @@ static GEMM_TARGET void gemm_pack_at(int64_t K, int64_t mc, const float *a, int6
     }
 }
 
-/* All rows of one column strip from gemm_pack_at's panels. */
-GEMM_INLINE void gemm_strip_panels(const int cols, int64_t m, int64_t K, const float *pa,
-                                   const float *b, int64_t ldb, float *c, int64_t ldc,
-                                   __mmask16 m0, __mmask16 m1, int from_c) {
-    int64_t i = 0;
-    for (; i + GEMM_MR <= m; i += GEMM_MR)
-        gemm_block(GEMM_MR, cols, K, pa + i * K, 1, GEMM_MR, b, ldb, c + i * ldc, ldc, m0,
-                   m1, from_c);
-    const float *ai = pa + i * K;
-    float *ci = c + i * ldc;
-#define GEMM_TAIL(r)                                                                       \
-    case r:                                                                                \
-        gemm_block(r, cols, K, ai, 1, GEMM_MR, b, ldb, ci, ldc, m0, m1, from_c);           \
-        break;
-    switch (m - i) {
-        GEMM_TAIL(1) GEMM_TAIL(2) GEMM_TAIL(3) GEMM_TAIL(4) GEMM_TAIL(5) GEMM_TAIL(6)
-        GEMM_TAIL(7) GEMM_TAIL(8) GEMM_TAIL(9) GEMM_TAIL(10) GEMM_TAIL(11)
-        default: break;
-    }
-#undef GEMM_TAIL
-}
+/* All rows of one column strip from gemm_pack_at's panels (row i's at
+   pa + i * K: panel i / GEMM_MR, row i % GEMM_MR). */
 static GEMM_TARGET void gemm_strip_panels_full(int64_t m, int64_t K, const float *pa,
                                                const float *b, int64_t ldb, float *c,
                                                int64_t ldc, int from_c) {
-    gemm_strip_panels(GEMM_FULL, m, K, pa, b, ldb, c, ldc, 0xffff, 0xffff, from_c);
+    gemm_rows(GEMM_FULL, m, K, pa, K, 1, GEMM_MR, b, ldb, c, ldc, ldc, 0xffff, 0xffff, from_c,
+              0);
 }
 static GEMM_TARGET void gemm_strip_panels_masked(int64_t m, int64_t K, const float *pa,
                                                  const float *b, int64_t ldb, float *c,
                                                  int64_t ldc, __mmask16 m0, __mmask16 m1,
                                                  int from_c) {
-    if (m1 == 0) gemm_strip_panels(GEMM_HALF, m, K, pa, b, ldb, c, ldc, m0, 0, from_c);
-    else gemm_strip_panels(GEMM_MASKED, m, K, pa, b, ldb, c, ldc, m0, m1, from_c);
+    if (m1 == 0)
+        gemm_rows(GEMM_HALF, m, K, pa, K, 1, GEMM_MR, b, ldb, c, ldc, ldc, m0, 0, from_c, 0);
+    else gemm_rows(GEMM_MASKED, m, K, pa, K, 1, GEMM_MR, b, ldb, c, ldc, ldc, m0, m1, from_c, 0);
 }
 
 /* C (m x n, ldc) = op(A) @ op(B); trans_a, trans_b: 0 or 1.
