@@ -61,6 +61,8 @@
 #define GEMM_PACK_B_ROWS 256
 #define GEMM_PACK_B_FLOATS (256 * 1024)
 #define GEMM_PACK_A_COLUMNS 256
+/* NT's products by rows of C (gemm_nt_by_rows) from this ratio. */
+#define GEMM_NT_BY_ROWS 2
 /* _scratch.h's slot of the packed blocks. */
 #define SCRATCH_GEMM 0
 
@@ -390,9 +392,15 @@ static GEMM_TARGET void gemm_blocks(int trans_a, int trans_b, int64_t m, int64_t
 
 /* C (m x n, ldc) = op(A) @ B^T (NT, or TT) as C^T = B @ op(A)^T, 32 of
    C's rows at a time: op(A)^T's strip packed (K x 32 floats in `pack`),
-   B's rows broadcast in place (gemm_strip_ct). Where m < n this packs
-   m x K floats where gemm_blocks packs B^T's n x K: demo_functional's
-   32x512 @ (512x512)^T packed 16 times less. */
+   B's rows broadcast in place (gemm_strip_ct_full). Where m < n this
+   packs m x K floats where gemm_blocks packs B^T's n x K (demo_functional's
+   32x512 @ (512x512)^T: 16 times less), for a transposed write of each of
+   C's m x n elements: native_sgemm_avx512 takes it where the packing it
+   saves, K (n - m), is at least GEMM_NT_BY_ROWS times that, m n. Measured
+   on one core (issue 16, twenty-second pass): 32x512 @ (512x512)^T 181 ->
+   242 GFLOP/s, 128x784 @ (784x512)^T 231 -> 247, 128x512 @ (512x512)^T
+   236 -> 245; the CNN's 128x10 @ (4096x10)^T, taken at first (m < n),
+   0.12 -> 0.31 ms. */
 static GEMM_TARGET void gemm_nt_by_rows(int trans_a, int64_t m, int64_t n, int64_t K,
                                         const float *a, int64_t lda, const float *b,
                                         int64_t ldb, float *c, int64_t ldc, float *pack) {
@@ -419,7 +427,8 @@ static GEMM_TARGET void native_sgemm_avx512(int trans_a, int trans_b, int64_t m,
                                             int64_t ldc) {
     if (m <= 0 || n <= 0) return;
     int pack_b = m >= GEMM_PACK_B_ROWS && K * n > GEMM_PACK_B_FLOATS;
-    if (trans_b && !pack_b && m < n && K > 0 && K * GEMM_NR <= GEMM_PACK_FLOATS) {
+    if (trans_b && !pack_b && K * (n - m) >= GEMM_NT_BY_ROWS * m * n
+        && K * GEMM_NR <= GEMM_PACK_FLOATS) {
         char *scratch = thread_scratch(SCRATCH_GEMM, GEMM_PACK_FLOATS * 4 + 64);
         if (scratch != NULL) {
             gemm_nt_by_rows(trans_a, m, n, K, a, lda, b, ldb, c, ldc,
