@@ -11,8 +11,9 @@ kernels below the CPU's (OPENBLAS_CORETYPE=Haswell on the AVX-512 AMD
 EPYC VM: its AVX2 sgemm, 101-126 GFLOP/s on the MLP's and
 demo_functional's products on one core), which the library does not
 override; our kernel ran those products at 230-260 GFLOP/s there, NN, TN
-and NT, but for demo_functional's 32-row input gradient (NT, 178) (issue
-16, twenty-first pass, s21gemm; OpenBLAS' own SkylakeX kernels 103-243).
+and NT (issue 16, twenty-first pass, s21gemm; OpenBLAS' own SkylakeX
+kernels 103-243; demo_functional's 32-row input gradient, NT, since the
+twenty-second pass: _gemm.h's gemm_nt_by_rows).
 Every element it computes is one sequential chain of float32 FMAs over
 the inner dimension, whatever the block and the layout: its rule is rows
 and columns anywhere (ANYWHERE), with no small-matrix kernel, which the
