@@ -50,16 +50,20 @@
 #define GEMM_MC 144
 #define GEMM_PACK_FLOATS (GEMM_KC * GEMM_NC + GEMM_KC * GEMM_MC)
 /* Which products are large: GEMM_PACK_B_ROWS rows or more reusing an
-   op(B) of more than GEMM_PACK_B_FLOATS (L2's size), and TN's op(A)
-   packed where GEMM_PACK_A_COLUMNS columns or more reuse it. Measured on
-   one core of the AMD EPYC VM (Zen 5, L1 48 KiB, L2 1 MiB; issue 16,
-   twenty-second pass, s22gemm), both kernels in one process, calls
-   alternated: the packed kernel gained 1.9-2.2x on ResNet-18's 2304x256
-   weight gradient (k 2048) and 1.5-3.5x on 2048^3 NN and TN; products
-   whose op(B) fits L2 ran 2-6% slower packed (their strip, in place,
-   stays in cache), TN's op(A) packed for 64-128 columns 8-20% slower. */
+   op(B) of more than GEMM_PACK_B_FLOATS (L2's size) and a strip of
+   GEMM_PACK_B_K rows of k or more (128 KiB), and TN's op(A) packed where
+   GEMM_PACK_A_COLUMNS columns or more reuse it. Measured on one core of
+   the AMD EPYC VM (Zen 5, L1 48 KiB, L2 1 MiB; issue 16, twenty-second
+   pass, s22gemm), both kernels in one process, calls alternated: the
+   packed kernel gained 1.9-2.9x on ResNet-18's 2304x256 weight gradient
+   (k 2048), 1.1-1.4x on its 512x512 and 2048x256 forward products (k
+   4608 and 2304) and 1.4-3.1x on 2048^3 NN and TN; products whose op(B)
+   fits L2, or whose strip does (512x2304 @ 2304x512, k 512), ran 2-6%
+   slower packed (the strip, in place, stays in cache), and TN's op(A)
+   packed for 64-128 columns 8-20% slower. */
 #define GEMM_PACK_B_ROWS 256
 #define GEMM_PACK_B_FLOATS (256 * 1024)
+#define GEMM_PACK_B_K 1024
 #define GEMM_PACK_A_COLUMNS 256
 /* NT's products by rows of C (gemm_nt_by_rows) from this ratio. */
 #define GEMM_NT_BY_ROWS 2
@@ -426,7 +430,7 @@ static GEMM_TARGET void native_sgemm_avx512(int trans_a, int trans_b, int64_t m,
                                             const float *b, int64_t ldb, float *c,
                                             int64_t ldc) {
     if (m <= 0 || n <= 0) return;
-    int pack_b = m >= GEMM_PACK_B_ROWS && K * n > GEMM_PACK_B_FLOATS;
+    int pack_b = m >= GEMM_PACK_B_ROWS && K >= GEMM_PACK_B_K && K * n > GEMM_PACK_B_FLOATS;
     if (trans_b && !pack_b && K * (n - m) >= GEMM_NT_BY_ROWS * m * n
         && K * GEMM_NR <= GEMM_PACK_FLOATS) {
         char *scratch = thread_scratch(SCRATCH_GEMM, GEMM_PACK_FLOATS * 4 + 64);
