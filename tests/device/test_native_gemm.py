@@ -95,15 +95,16 @@ def test_any_split_gives_the_whole_calls_bits(layout):
 @needs_kernel
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
 def test_packed_blocks_give_the_bits_of_the_strip_by_strip_kernel(layout):
-    """Products with 256 rows or more and op(B) over 1 MiB run in k-blocks
-    of at most 256 (_gemm.h's GEMM_KC, cut evenly at multiples of 16)
-    with op(B) packed GEMM_NC = 1024 columns at a time (and TN's op(A)
-    from 256 columns): their row blocks under 256 rows, and their column
-    blocks under 1 MiB of op(B), run strip by strip, and give the same
-    bits. k past the block and not a multiple of it or of 16, columns past
-    GEMM_NC and not a multiple of the 32-column strip, rows not a multiple
-    of the 12-row block nor of the 144-row block of op(A)."""
-    for m, n, k in ((300, 1100, 517), (257, 260, 1030), (290, 47, 5600)):
+    """Products with 256 rows or more, k of 1024 or more and op(B) over 1
+    MiB run in k-blocks of at most 256 (_gemm.h's GEMM_KC, cut evenly at
+    multiples of 16) with op(B) packed GEMM_NC = 1024 columns at a time
+    (and TN's op(A) from 256 columns): their row blocks under 256 rows,
+    and their column blocks under 1 MiB of op(B), run strip by strip, and
+    give the same bits. k past the block and not a multiple of it or of
+    16, columns past GEMM_NC and not a multiple of the 32-column strip,
+    rows not a multiple of the 12-row block nor of the 144-row block of
+    op(A)."""
+    for m, n, k in ((300, 1100, 1030), (257, 260, 1030), (290, 47, 5600)):
         x = _operand(m, k, layout[0] == "t", 3)
         y = _operand(k, n, layout[1] == "t", 1)
         whole = product_pool.matmul(x, y)
