@@ -84,10 +84,10 @@ enum { GEMM_FULL, GEMM_MASKED, GEMM_HALF };
    masks m0 (first 16) and m1 (next 16) are neither read nor written.
    trans_c: the block is C^T's, written to C transposed (element (i, j)
    at c[j * ldc + i]; from_c 0): gemm_strip_ct_full's. */
-GEMM_INLINE void gemm_tile(const int mr, const int cols, int64_t K, const float *a,
-                           const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
-                           float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c,
-                           const int trans_c) {
+GEMM_INLINE void gemm_block(const int mr, const int cols, int64_t K, const float *a,
+                            const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
+                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c,
+                            const int trans_c) {
     const int full = cols == GEMM_FULL, two = cols != GEMM_HALF;
     __m512 acc0[GEMM_MR], acc1[GEMM_MR];
 #pragma GCC unroll 16
@@ -137,16 +137,10 @@ GEMM_INLINE void gemm_tile(const int mr, const int cols, int64_t K, const float 
     }
 }
 
-GEMM_INLINE void gemm_block(const int mr, const int cols, int64_t K, const float *a,
-                            const int64_t rs, const int64_t ks, const float *b, int64_t ldb,
-                            float *c, int64_t ldc, __mmask16 m0, __mmask16 m1, int from_c) {
-    gemm_tile(mr, cols, K, a, rs, ks, b, ldb, c, ldc, m0, m1, from_c, 0);
-}
-
 /* Rows 0 .. m-1 of a strip of up to 32 columns, GEMM_MR at a time then
-   the tail's: each block's op(A) at a + i * as (i its first row; gemm_tile's
-   rs and ks within it), its results at c + i * cs. Row-major C: cs = ldc;
-   trans_c (gemm_tile's): C^T's rows, cs = 1. */
+   the tail's: each block's op(A) at a + i * as (i its first row;
+   gemm_block's rs and ks within it), its results at c + i * cs.
+   Row-major C: cs = ldc; trans_c (gemm_block's): C^T's rows, cs = 1. */
 GEMM_INLINE void gemm_rows(const int cols, int64_t m, int64_t K, const float *a,
                            const int64_t as, const int64_t rs, const int64_t ks,
                            const float *b, int64_t ldb, float *c, int64_t ldc,
@@ -154,13 +148,13 @@ GEMM_INLINE void gemm_rows(const int cols, int64_t m, int64_t K, const float *a,
                            const int trans_c) {
     int64_t i = 0;
     for (; i + GEMM_MR <= m; i += GEMM_MR)
-        gemm_tile(GEMM_MR, cols, K, a + i * as, rs, ks, b, ldb, c + i * cs, ldc, m0, m1,
-                  from_c, trans_c);
+        gemm_block(GEMM_MR, cols, K, a + i * as, rs, ks, b, ldb, c + i * cs, ldc, m0, m1,
+                   from_c, trans_c);
     const float *ai = a + i * as;
     float *ci = c + i * cs;
 #define GEMM_TAIL(r)                                                                        \
     case r:                                                                                 \
-        gemm_tile(r, cols, K, ai, rs, ks, b, ldb, ci, ldc, m0, m1, from_c, trans_c);         \
+        gemm_block(r, cols, K, ai, rs, ks, b, ldb, ci, ldc, m0, m1, from_c, trans_c);        \
         break;
     switch (m - i) {
         GEMM_TAIL(1) GEMM_TAIL(2) GEMM_TAIL(3) GEMM_TAIL(4) GEMM_TAIL(5) GEMM_TAIL(6)
