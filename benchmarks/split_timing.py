@@ -6,8 +6,9 @@ thread its two blocks kept waiting, measured inside a fit.
     python benchmarks/split_timing.py --model demo_functional --batch-size 32 --optimizer adam
 
 One row per product shape and blocks (of two row blocks, the first's
-rows: the caller's, larger by design: product_pool.HELPER_LATE_FLOPS),
-over the timed epochs: splits
+rows: the caller's, larger by design: product_pool.HELPER_LATE_FLOPS,
+but cut evenly on our own gemm while helpers come in time:
+threads.PUNCTUAL_SHARE), over the timed epochs: splits
 per step, the share no helper joined (the caller ran both blocks), the
 median wall time of the split and the caller's own and waiting time, and
 from the C pool's stamps (product_pool.split_timing) the helper's delay

@@ -316,6 +316,57 @@ def test_the_callers_row_block_is_the_larger_only_where_the_helpers_is_big_enoug
     assert product_pool._caller_first(even, m, n, k, align) is even
 
 
+def test_the_punctual_share_follows_whether_a_helper_joined(monkeypatch):
+    monkeypatch.setattr(threads, "_punctual", 0.0)
+    monkeypatch.setattr(threads, "_note_split", lambda *args: None)
+    for _ in range(64):
+        threads.note_pool_split((1, 1e-4, 0.0), 2, 2)  # a helper ran one block
+    assert threads._punctual > threads.PUNCTUAL_SHARE and threads.helper_punctual()
+    for _ in range(8):
+        threads.note_pool_split((2, 1e-4, 0.0), 2, 2)  # the caller ran both
+    assert not threads.helper_punctual()
+
+
+def test_two_row_blocks_on_our_gemm_cut_evenly_while_helpers_come_in_time(monkeypatch):
+    """demo_functional's weight gradient at two threads: planned with the
+    caller's block the larger (393 of 512 rows), run in even blocks while a
+    helper joined most recent splits (threads.PUNCTUAL_SHARE), the same
+    bits either way; on 16 threads the wide plan has no even alternative."""
+    monkeypatch.setattr(threads, "_cap", 2)
+    if not product_pool.native_gemm():
+        pytest.skip("products do not run our own gemm here")
+    m, n, k = 512, 512, 32
+    plan = threads.matmul_plan(0, m, n, k, np.float32)
+    planned, even = plan.edges
+    assert planned.tolist() == [0, 393, m] and even.tolist() == [0, 256, m]
+    assert threads.matmul_plan(0, 32, 512, 512, np.float32).edges[1] is None  # columns
+    used = []
+    run = product_pool.run
+
+    def recording_run(x, y, out, axis, edges, count):
+        used.append(list(edges))
+        return run(x, y, out, axis, edges, count)
+
+    monkeypatch.setattr(product_pool, "run", recording_run)
+    monkeypatch.setattr(threads, "backing_off", lambda: False)
+    x, y = _operands(m, k, n)
+    want = product_pool.matmul(x, y)
+    plan = threads.matmul_plan(0, m, n, k, np.float32)  # binds the recording run
+    for punctual in (1.0, 0.0):
+        monkeypatch.setattr(threads, "_punctual", punctual)
+        np.testing.assert_array_equal(plan(x, y), want)
+    assert used[0] == [0, 256, m] and used[1] == [0, 393, m]
+    monkeypatch.setattr(threads, "PUNCTUAL_SHARE", 2.0)  # the A/B's switch: as planned
+    monkeypatch.setattr(threads, "_punctual", 1.0)
+    np.testing.assert_array_equal(plan(x, y), want)
+    assert used[2] == [0, 393, m]
+    monkeypatch.setattr(threads, "_cap", 16)
+    wide = threads.matmul_plan(0, m, n, k, np.float32)
+    assert wide.edges[1] is None and len(wide.edges[0]) > 3
+    # A two-row-block plan on 16 threads keeps its planned cut.
+    assert threads.even_rows(m, n, k, np.float32, (0, planned)) is None
+
+
 def test_a_second_caller_runs_its_blocks_alone_with_the_same_bits():
     pairs = [_operands(256, 384, 320) for _ in range(4)]
     wants = [product_pool.matmul(x, y) for x, y in pairs]

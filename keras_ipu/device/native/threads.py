@@ -891,8 +891,9 @@ def matmul_plan(b, m, n, k, compute, threads=None, native=None):
         if split is None:
             return None
         threads, blocks = split
+        even = None if b else even_rows(m, n, k, compute, blocks)
         return _native_split_plan((b, m, n) if b else (m, n), compute, threads, blocks,
-                                  _python_split_plan(b, m, n, compute, threads))
+                                  _python_split_plan(b, m, n, compute, threads), even)
     if threads is None:
         flops = 2 * max(b, 1) * m * n * k
         blas_threads = 0 if b else blas_threads_for(flops)
@@ -926,9 +927,61 @@ def note_pool_split(done, count, threads=None):
     for the helpers), `count` tasks on up to `threads` threads): late as
     split_late judges it (LATE_SPLITS); none when the caller ran every
     task itself."""
+    global _punctual
     ran, own, wait = done
+    _punctual += PUNCTUAL_WEIGHT * ((ran < count) - _punctual)
     if ran < count:
         _note_split(split_late(ran, count, own, wait, threads), time.perf_counter())
+
+
+# Of two row blocks, product_pool's plan makes the caller's the larger
+# (HELPER_LATE_FLOPS) for a helper that wakes late. On our own gemm
+# (product_pool.native_gemm) a step's splits come twice as close together,
+# and with free cores the helper, still spinning from the last one, starts
+# 1 us after a split is published: the larger block only leaves it idle at
+# the end. Measured on the 2-core AMD VM (issue 16, twenty-second pass,
+# s22thr; benchmarks/split_timing.py, the fit's autogroup at nice -15):
+# demo_functional's 512x32 @ 32x512 weight gradients cut at 393 of 512
+# rows took 62 us per split, the helper's thread ending 40 us before the
+# caller's; cut evenly 43 us, both ending together. Under load (no helper
+# joined 45-65% of the splits) the larger block is what keeps the caller
+# from waiting for a helper that came late: the even cut everywhere lost
+# there (demo_functional 4 of 11 alternated pairs, the MLP's CPU per step
+# higher in 8 of 9). So such a product cuts evenly only while a helper
+# joined at least PUNCTUAL_SHARE of the recent C-pool splits (_punctual:
+# an average over about 1 / PUNCTUAL_WEIGHT splits, note_pool_split; 91-99%
+# with free cores, 35-55% under load), else as planned. Fit at `--threads
+# 2`, alternated processes, against the planned cut always: with free
+# cores the MLP 101,857 -> 109,167 samples/s (2.27 -> 2.18 CPU ms per
+# step), faster in 7 of 7 pairs; demo_functional b32 Adam 11,610 ->
+# 12,287 (4.86 -> 4.52), faster in 8 of 13 pairs, CPU lower in 10; the
+# LSTM and the transformer level or faster; beside fit_throughput's busy
+# process (`--load`) the planned cut ran 95-100% of the splits, the demo
+# and the MLP level. Updated without a
+# lock from any thread that splits: a lost update only delays the switch.
+# PUNCTUAL_SHARE above 1 keeps the planned cut (benchmarks' A/B).
+PUNCTUAL_WEIGHT = 1 / 16
+PUNCTUAL_SHARE = 0.8
+_punctual = 0.0
+
+
+def helper_punctual():
+    """Whether a helper joined at least PUNCTUAL_SHARE of the recent C-pool
+    splits (see above)."""
+    return _punctual >= PUNCTUAL_SHARE
+
+
+def even_rows(m, n, k, compute, blocks):
+    """The even edges of a product whose plan `blocks` is two row blocks,
+    the caller's the larger (product_pool._caller_first), on our own gemm
+    and a host of TWO_THREADS, where it was measured (see PUNCTUAL_SHARE);
+    None for any other plan or host."""
+    axis, edges = blocks
+    if (axis != 0 or len(edges) != 3 or np.dtype(compute) != np.float32
+            or host_kind() != TWO_THREADS or not product_pool.native_gemm()):
+        return None
+    even = product_pool.side_edges(m, n, k, 2, product_pool.rule(compute).rows)
+    return None if even is None or np.array_equal(even, edges) else even
 
 
 def split_kernel(kernel, threads, count, *split_args, whole=None, lead=0):
@@ -1075,10 +1128,11 @@ def join_block(job):
     return _result(job)
 
 
-def _native_split_plan(out_shape, compute, threads, blocks, fallback):
+def _native_split_plan(out_shape, compute, threads, blocks, fallback, even=None):
     """A product of result `out_shape` in `blocks` (axis, edges) on the C
-    pool (product_pool.py): the whole product's bits. While backing off it
-    is one whole product (product_pool.whole_matmul: the same bits);
+    pool (product_pool.py), or in the edges `even` while helpers come in
+    time (helper_punctual, even_rows): the whole product's bits. While
+    backing off it is one whole product (product_pool.whole_matmul: the same bits);
     operands BLAS cannot take as laid out go to `fallback` (None: one whole
     product)."""
     axis, edges = blocks
@@ -1090,7 +1144,8 @@ def _native_split_plan(out_shape, compute, threads, blocks, fallback):
             return matmul(x, y, out=out)
         if out is None:
             out = empty(out_shape, compute)
-        done = run(x, y, out, axis, edges, threads)
+        cut = even if even is not None and _punctual >= PUNCTUAL_SHARE else edges
+        done = run(x, y, out, axis, cut, threads)
         if done is None:
             return fallback(x, y, out) if fallback is not None else matmul(x, y, out=out)
         note_pool_split(done, count, threads)
@@ -1099,6 +1154,7 @@ def _native_split_plan(out_shape, compute, threads, blocks, fallback):
     # The product on the caller's thread alone, with the split's bits (a
     # launched job's: concurrent_steps.py).
     native_split_matmul.one_thread = matmul
+    native_split_matmul.edges = (edges, even)  # as planned, and the even cut (tests)
     return native_split_matmul
 
 
