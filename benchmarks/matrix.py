@@ -48,8 +48,10 @@ TABLES = [
     ("All cores, batch 32, Adam, one busy process beside each backend",
      ["--models", "mlp,demo_functional,lstm", "--threads", "all",
       "--batch-size", "32", "--optimizer", "adam", "--load"]),
-    ("Large models, all cores: ResNet-18 (CIFAR) batch 128, SGD",
-     ["--models", "resnet18", "--threads", "all", "--batch-size", "128",
+    # Batch 64: at 128 ResNet-18's training step does not fit one simulated
+    # IPU (IPUOutOfMemoryError, a tile 241 KiB over), so ipu had no figure.
+    ("Large models, all cores: ResNet-18 (CIFAR) batch 64, SGD",
+     ["--models", "resnet18", "--threads", "all", "--batch-size", "64",
       "--optimizer", "sgd"]),
     ("Large models, all cores: BERT-small (4 layers, seq 128) batch 32, Adam",
      ["--models", "bert_small", "--threads", "all", "--batch-size", "32",
