@@ -455,7 +455,8 @@ def blocks(m, n, k, threads, per_thread, dtype=np.float32, rectangles=True):
         if count > 2 and _native and np.dtype(dtype) == _FLOAT32:
             unit = KERNEL_STRIP if n >= count * KERNEL_STRIP else KERNEL_STRIP // 2
             units = -(-n // unit)
-            columns = side_edges(n, m, k, -(-units // -(-units // count)), unit)
+            per_block = -(-units // count)
+            columns = side_edges(n, m, k, -(-units // per_block), unit)
         else:
             columns = side_edges(n, m, k, count, 1)
     elif found.columns == "tiles":
