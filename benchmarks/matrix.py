@@ -53,8 +53,10 @@ TABLES = [
     ("Large models, all cores: ResNet-18 (CIFAR) batch 64, SGD",
      ["--models", "resnet18", "--threads", "all", "--batch-size", "64",
       "--optimizer", "sgd"]),
-    ("Large models, all cores: BERT-small (4 layers, seq 128) batch 32, Adam",
-     ["--models", "bert_small", "--threads", "all", "--batch-size", "32",
+    # Batch 8: with Adam at 16 or 32 BERT-small's training step does not fit
+    # one simulated IPU (at 16 a tile 1.4 KiB over).
+    ("Large models, all cores: BERT-small (4 layers, seq 128) batch 8, Adam",
+     ["--models", "bert_small", "--threads", "all", "--batch-size", "8",
       "--optimizer", "adam"]),
 ]
 
