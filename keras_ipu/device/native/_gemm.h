@@ -79,6 +79,15 @@
    or at most 16 (mask m0; half the FMAs: the MLP's 10-column products). */
 enum { GEMM_FULL, GEMM_MASKED, GEMM_HALF };
 
+/* The masks of a strip of w (1 .. GEMM_NR) columns: its first 16 columns
+   (m0), its next 16 (m1). */
+GEMM_INLINE __mmask16 gemm_mask_lo(int64_t w) {
+    return (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+}
+GEMM_INLINE __mmask16 gemm_mask_hi(int64_t w) {
+    return (__mmask16)(w >= GEMM_NR ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
+}
+
 /* mr (<= GEMM_MR) rows x up to 32 columns of C: op(A)[i, k] at
    a[i * rs + k * ks], op(B)[k, j] at b[k * ldb + j]; columns past the
    masks m0 (first 16) and m1 (next 16) are neither read nor written.
@@ -278,8 +287,7 @@ static GEMM_TARGET void gemm_pack_bt(int64_t K, int64_t w, const float *b, int64
    into pack[k * GEMM_NR + j - j0]: NN's and TN's strip, contiguous. */
 static GEMM_TARGET void gemm_pack_b(int64_t K, int64_t w, const float *b, int64_t ldb,
                                     float *pack) {
-    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
-    __mmask16 m1 = (__mmask16)(w >= GEMM_NR ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
+    __mmask16 m0 = gemm_mask_lo(w), m1 = gemm_mask_hi(w);
     for (int64_t k = 0; k < K; k++) {
         _mm512_store_ps(pack + k * GEMM_NR, _mm512_maskz_loadu_ps(m0, b + k * ldb));
         _mm512_store_ps(pack + k * GEMM_NR + 16, _mm512_maskz_loadu_ps(m1, b + k * ldb + 16));
@@ -366,10 +374,7 @@ static GEMM_TARGET void gemm_blocks(int trans_a, int trans_b, int64_t m, int64_t
                         bj = pack + j * GEMM_KC;
                         ld = GEMM_NR;
                     }
-                    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
-                    __mmask16 m1 = (__mmask16)(w >= GEMM_NR ? 0xffff
-                                               : w <= 16    ? 0
-                                                            : (1u << (w - 16)) - 1);
+                    __mmask16 m0 = gemm_mask_lo(w), m1 = gemm_mask_hi(w);
                     if (pack_a != NULL && w == GEMM_NR)
                         gemm_strip_panels_full(mc, kc, pack_a, bj, ld, ci + j, ldc, k0 > 0);
                     else if (pack_a != NULL)
@@ -409,8 +414,7 @@ static GEMM_TARGET void gemm_nt_by_rows(int trans_a, int64_t m, int64_t n, int64
         if (w == GEMM_NR) {
             gemm_strip_ct_full(n, K, b, ldb, pack, c + i * ldc, ldc);
         } else {
-            __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
-            __mmask16 m1 = (__mmask16)(w <= 16 ? 0 : (1u << (w - 16)) - 1);
+            __mmask16 m0 = gemm_mask_lo(w), m1 = gemm_mask_hi(w);
             gemm_strip_ct_masked(n, K, b, ldb, pack, c + i * ldc, ldc, m0, m1);
         }
     }
