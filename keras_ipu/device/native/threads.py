@@ -1144,7 +1144,7 @@ def _native_split_plan(out_shape, compute, threads, blocks, fallback, even=None)
             return matmul(x, y, out=out)
         if out is None:
             out = empty(out_shape, compute)
-        cut = even if even is not None and _punctual >= PUNCTUAL_SHARE else edges
+        cut = even if even is not None and helper_punctual() else edges
         done = run(x, y, out, axis, cut, threads)
         if done is None:
             return fallback(x, y, out) if fallback is not None else matmul(x, y, out=out)
