@@ -287,3 +287,55 @@ def test_blocks_back_off_doubles_and_a_split_on_time_ends_it(cap, monkeypatch, l
     threads.note_blocks(0.5, 1.0)
     assert not threads.blocks_backing_off() and threads._blocks_backoff == 0.0
     assert threads.backing_off()  # started by the late ones, not ended here
+
+
+def _projected_lstm(fn_w, u, b, xs, h0, c0):
+    """The benchmark's LSTM cell as Keras runs it: the input projection
+    before the loop, one product of the rows by the recurrent weight in it."""
+    xs = keras.ops.matmul(xs, fn_w)
+
+    def step(carry, x):
+        h, c = carry
+        z = x + keras.ops.matmul(h, u) + b
+        i, f, g, o = keras.ops.split(z, 4, axis=-1)
+        c = keras.ops.sigmoid(f) * c + keras.ops.sigmoid(i) * keras.ops.tanh(g)
+        h = keras.ops.sigmoid(o) * keras.ops.tanh(c)
+        return (h, c), h
+
+    (h, c), ys = keras.ops.scan(step, (h0, c0), xs)
+    return h, c, ys
+
+
+@pytest.mark.parametrize("cap_to, sizes", [
+    (2, [64, 64]), (4, [32] * 4), (8, [26, 25, 26, 25, 26]), (16, [26, 25, 26, 25, 26])])
+def test_many_threads_cut_the_benchmarks_lstm_into_few_blocks(cap, splitting, cap_to, sizes):
+    """Batch 128, 128 units (65,536 multiply-adds per row, about 17 blocks'
+    per-step overhead of work): two threads keep two blocks, four take
+    four, and 8 or 16 threads five of 25-26 rows, not the eight of 16 rows
+    that MIN_BLOCK allows, whose Python would take turns on the GIL longer
+    than a block works (scan_rows.block_count). The values are the
+    one-thread run's."""
+    rng = np.random.default_rng(3)
+    args = [(0.3 * rng.standard_normal(s)).astype(np.float32)
+            for s in [(32, 512), (128, 512), (512,), (4, 128, 32), (128, 128), (128, 128)]]
+    cap(1)
+    want = _compiled(_projected_lstm, args)[0](*args)
+    cap(cap_to)
+    fast, exe = _compiled(_projected_lstm, args)
+    (split,) = [s for s in _scan_bodies(exe) if isinstance(s, scan_rows.RowBlocks)]
+    assert [hi - lo for lo, hi, _ in split.blocks] == sizes
+    for a, e in zip(fast(*args), want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+
+
+def test_block_count_weighs_the_blocks_turns_on_the_gil_against_their_work():
+    step = scan_rows.BLOCK_STEP_MACS
+    count = scan_rows.block_count
+    # Two threads: two blocks, however little the work.
+    assert count(16, 1, 2) == 2 and count(4096, 10 ** 6, 2) == 2
+    # Work W of 16 blocks' overhead o: max(B o, o + W / B) is 6.3 o at
+    # three blocks, 5 o at four and five (a tie: the fewer), 6 o at six.
+    assert [count(16, step, t) for t in (3, 4, 5, 16)] == [3, 4, 4, 4]
+    # Little work: two blocks at any cap; more work per row, more blocks.
+    assert count(2, step, 16) == 2
+    assert count(128, 512 * 2048, 16) == 16 and count(128, 128 * 512, 16) == 5

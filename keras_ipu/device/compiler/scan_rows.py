@@ -137,6 +137,34 @@ def plan(body, n_carry, n_xs):
     return rows, align, min(per_row for _, per_row in products)
 
 
+# A row block's cost per time step beyond its rows' work (its loop and its
+# body's kernels dispatched from Python, which hold the GIL), in multiply-adds
+# of the rows' smallest product. Measured on one core of the AMD VM (issue
+# 16, twenty-third pass, s23tail): the benchmark's LSTM cell (batch 128, 128
+# units: 65,536 multiply-adds per row) ran a forward scan in 2 / 4 / 8 blocks
+# in turn for 155 / 170 / 202 us of CPU per time step, about 8 us more per
+# block; its rows' work, about 139 us for 128 rows, puts 8 us at about
+# 480,000 multiply-adds of the rows' product.
+BLOCK_STEP_MACS = 480_000
+
+
+def block_count(rows, per_row, threads):
+    """How many row blocks (2 .. threads) a scan's time steps run in: the
+    fewest with the least wall time per step, max(B o, o + W / B), where
+    the B blocks' overhead o (BLOCK_STEP_MACS) takes turns on the GIL and
+    each block's rows' work (W / B, W = rows x per_row) runs at once. The
+    benchmark's LSTM (W about 17 o) gets 5 blocks of 25-26 rows from 5
+    threads up where MIN_BLOCK allowed 8 of 16 (there 8 o of turns against
+    2.2 o of work per block: the sixteenth pass's 16-core LSTM used 2.5
+    cores of 16). Two threads keep their two blocks."""
+    work = rows * per_row
+
+    def wall(count):
+        return max(count * BLOCK_STEP_MACS, BLOCK_STEP_MACS + work / count)
+
+    return min(range(2, max(threads, 2) + 1), key=wall)
+
+
 def edges(rows, align, per_row, count):
     """Row edges of up to `count` blocks, each starting at a multiple of
     `align` and each product's block above OpenBLAS' small-matrix bound
@@ -166,7 +194,7 @@ def compile_blocks(body, n_carry, n_xs, whole, compile_body, donated):
     if planned is None:
         return whole
     rows, align, per_row = planned
-    cut = edges(rows, align, per_row, threads)
+    cut = edges(rows, align, per_row, block_count(rows, per_row, threads))
     if cut is None:
         return whole
     blocks = []
