@@ -95,26 +95,50 @@ def test_any_split_gives_the_whole_calls_bits(layout):
 @needs_kernel
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
 def test_packed_blocks_give_the_bits_of_the_strip_by_strip_kernel(layout):
-    """Products with 256 rows or more, k of 1024 or more and op(B) over 1
-    MiB run in k-blocks of at most 256 (_gemm.h's GEMM_KC, cut evenly at
-    multiples of 16) with op(B) packed GEMM_NC = 1024 columns at a time
-    (and TN's op(A) from 256 columns): their row blocks under 256 rows,
-    and their column blocks under 1 MiB of op(B), run strip by strip, and
-    give the same bits. k past the block and not a multiple of it or of
-    16, columns past GEMM_NC and not a multiple of the 32-column strip,
-    rows not a multiple of the 12-row block nor of the 144-row block of
-    op(A)."""
-    for m, n, k in ((300, 1100, 1030), (257, 260, 1030), (290, 47, 5600)):
+    """Products with 64 rows or more (_gemm.h's GEMM_PACK_B_ROWS), k of
+    1024 or more and op(B) over 1 MiB run in k-blocks of at most 256
+    (GEMM_KC, cut evenly at multiples of 16) with op(B) packed GEMM_NC =
+    1024 columns at a time (and TN's op(A) from 256 columns): their row
+    blocks under 64 rows, and their column blocks under 1 MiB of op(B),
+    run strip by strip, and give the same bits. k past the block and not a
+    multiple of it or of 16, columns past GEMM_NC and not a multiple of
+    the 32-column strip, rows not a multiple of the 12-row block nor of
+    the 144-row block of op(A); 64 and 65 rows (packed) cut into blocks
+    of 63 and fewer (strip by strip)."""
+    for m, n, k in ((300, 1100, 1030), (257, 260, 1030), (290, 47, 5600), (128, 520, 1030),
+                    (64, 300, 4100), (65, 1030, 1030)):
         x = _operand(m, k, layout[0] == "t", 3)
         y = _operand(k, n, layout[1] == "t", 1)
         whole = product_pool.matmul(x, y)
         assert _within_float32(whole, x, y), (m, n, k, layout)
-        rows = np.array([0, 100, 220, m], np.int64)
+        rows = np.unique(np.array([0, 1, min(63, m - 1), m], np.int64))
         columns = np.unique(np.array([0, 33, n // 2, n], np.int64))
         for axis, edges in ((0, rows), (1, columns)):
             out = np.full((m, n), np.nan, np.float32)
             assert product_pool.run(x, y, out, axis, edges, 2) is not None
             assert out.tobytes() == whole.tobytes(), (m, n, k, layout, axis)
+
+
+@needs_kernel
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_thin_products_row_tails_give_numpys_values_and_their_splits_bits(layout):
+    """Few rows over a long k and a wide op(B) (the LSTM's and the
+    transformer's weight gradients, the stems' 27 rows): every row tail
+    of the 12-row block and the packing's 64-row bound, within float32 of
+    the float64 product and with the bits of the product cut into blocks
+    of single rows (strip by strip) and of columns under 1 MiB of op(B)."""
+    k, n = 1100, 300  # op(B) 1.3 MiB: packed from 64 rows
+    y = _operand(k, n, layout[1] == "t", 1)
+    for m in (*range(1, 14), 16, 27, 63, 64, 65):
+        x = _operand(m, k, layout[0] == "t", 2)
+        whole = product_pool.matmul(x, y)
+        assert whole.shape == (m, n) and _within_float32(whole, x, y), (m, layout)
+        for axis, edges in ((0, np.unique([0, 1, m // 2, m - 1, m])), (1, [0, 32, 47, 200, n])):
+            out = np.full((m, n), np.nan, np.float32)
+            assert product_pool.run(x, y, out, axis, np.asarray(edges, np.int64), 2) is not None
+            assert out.tobytes() == whole.tobytes(), (m, layout, axis)
+    x = _operand(0, k, layout[0] == "t", 2)  # no rows
+    assert product_pool.matmul(x, y).shape == (0, n)
 
 
 @needs_kernel
