@@ -51,11 +51,16 @@ def splitting(monkeypatch):
     monkeypatch.setattr(control_flow, "blocks_backing_off", never)
 
 
-def _lstm(reverse=False, mix_rows=False):
+def _lstm(reverse=False, mix_rows=False, projected=False):
+    """projected: the input projection before the loop, as Keras' LSTM
+    has it (the step's one product: the rows by the recurrent weight)."""
     def fn(w, u, b, xs, h0, c0):
+        if projected:
+            xs = keras.ops.matmul(xs, w)
+
         def step(carry, x):
             h, c = carry
-            z = keras.ops.matmul(x, w) + keras.ops.matmul(h, u) + b
+            z = (x if projected else keras.ops.matmul(x, w)) + keras.ops.matmul(h, u) + b
             if mix_rows:  # the batch mean: rows meet
                 z = z - keras.ops.mean(z, axis=0)
             i, f, g, o = keras.ops.split(z, 4, axis=-1)
@@ -289,23 +294,6 @@ def test_blocks_back_off_doubles_and_a_split_on_time_ends_it(cap, monkeypatch, l
     assert threads.backing_off()  # started by the late ones, not ended here
 
 
-def _projected_lstm(fn_w, u, b, xs, h0, c0):
-    """The benchmark's LSTM cell as Keras runs it: the input projection
-    before the loop, one product of the rows by the recurrent weight in it."""
-    xs = keras.ops.matmul(xs, fn_w)
-
-    def step(carry, x):
-        h, c = carry
-        z = x + keras.ops.matmul(h, u) + b
-        i, f, g, o = keras.ops.split(z, 4, axis=-1)
-        c = keras.ops.sigmoid(f) * c + keras.ops.sigmoid(i) * keras.ops.tanh(g)
-        h = keras.ops.sigmoid(o) * keras.ops.tanh(c)
-        return (h, c), h
-
-    (h, c), ys = keras.ops.scan(step, (h0, c0), xs)
-    return h, c, ys
-
-
 @pytest.mark.parametrize("cap_to, sizes", [
     (2, [64, 64]), (4, [32] * 4), (8, [26, 25, 26, 25, 26]), (16, [26, 25, 26, 25, 26])])
 def test_many_threads_cut_the_benchmarks_lstm_into_few_blocks(cap, splitting, cap_to, sizes):
@@ -319,9 +307,9 @@ def test_many_threads_cut_the_benchmarks_lstm_into_few_blocks(cap, splitting, ca
     args = [(0.3 * rng.standard_normal(s)).astype(np.float32)
             for s in [(32, 512), (128, 512), (512,), (4, 128, 32), (128, 128), (128, 128)]]
     cap(1)
-    want = _compiled(_projected_lstm, args)[0](*args)
+    want = _compiled(_lstm(projected=True), args)[0](*args)
     cap(cap_to)
-    fast, exe = _compiled(_projected_lstm, args)
+    fast, exe = _compiled(_lstm(projected=True), args)
     (split,) = [s for s in _scan_bodies(exe) if isinstance(s, scan_rows.RowBlocks)]
     assert [hi - lo for lo, hi, _ in split.blocks] == sizes
     for a, e in zip(fast(*args), want):
