@@ -61,14 +61,16 @@
    fits L2, or whose strip does (512x2304 @ 2304x512, k 512), ran 2-6%
    slower packed (the strip, in place, stays in cache), and TN's op(A)
    packed for 64-128 columns 8-20% slower. From 64 rows, not 256 (issue
-   16, twenty-third pass, s23tail: the same in-process A/B, min of 9): the
-   LSTM's weight gradients 128x4096 @ 4096x512 and 64x4096 @ 4096x512 (TN,
-   the only products of the benchmark's five models between 64 and 256
-   rows with such an op(B), beside the transformer's four) ran 126-146 ->
-   191-202 and 135-160 -> 178-200 GFLOP/s, the transformer's 64x8192 @
-   8192x{64,128} and 128x8192 @ 8192x64 1.12-1.21x faster; 16-32 rows
-   (two or three row blocks over each strip) ran 0.63-1.28x, so they keep
-   the strip-by-strip kernel. */
+   16, twenty-third pass, s23tail: the same in-process A/B, min of 9, in
+   3-12 processes): of the five benchmark models' products only the
+   LSTM's and the transformer's TN weight gradients lie between; the
+   LSTM's 128x4096 @ 4096x512 ran 63-158 -> 179-220 GFLOP/s (faster in
+   every process), its 64x4096 @ 4096x512 124-228 -> 160-215, the
+   transformer's (64-128 x 8192 @ 8192 x 64-128) 173-257 -> 212-244: the
+   strided strips and op(A) columns fall into few cache sets, so the
+   kernel in place swings with where the operands lie, packed it does not.
+   16-32 rows (two or three row blocks over each strip) ran 0.63-1.28x,
+   so they keep the strip-by-strip kernel. */
 #define GEMM_PACK_B_ROWS 64
 #define GEMM_PACK_B_FLOATS (256 * 1024)
 #define GEMM_PACK_B_K 1024
