@@ -104,9 +104,10 @@ def test_packed_blocks_give_the_bits_of_the_strip_by_strip_kernel(layout):
     multiple of it or of 16, columns past GEMM_NC and not a multiple of
     the 32-column strip, rows not a multiple of the 12-row block nor of
     the 144-row block of op(A); 64 and 65 rows (packed) cut into blocks
-    of 63 and fewer (strip by strip)."""
+    of 63 and fewer (strip by strip); the transformer's weight gradients
+    over batch x sequence (k past 8192, 40-64 columns)."""
     for m, n, k in ((300, 1100, 1030), (257, 260, 1030), (290, 47, 5600), (128, 520, 1030),
-                    (64, 300, 4100), (65, 1030, 1030)):
+                    (64, 300, 4100), (65, 1030, 1030), (128, 64, 8200), (70, 40, 8209)):
         x = _operand(m, k, layout[0] == "t", 3)
         y = _operand(k, n, layout[1] == "t", 1)
         whole = product_pool.matmul(x, y)
