@@ -138,15 +138,59 @@ def _hot_runner(monkeypatch, with_conv, host_threads=2):
     return runner, outs, want, starts
 
 
+@pytest.mark.parametrize("host_threads, xla", [
+    (1, None),  # one host thread: no trial (no background there)
+    (2, "pinned"),  # XLA's own prediction answers (and says it loses)
+])
 def test_a_hot_program_predicted_to_gain_nothing_stays_on_numpy(monkeypatch,
-                                                                   products_at_a_tie):
-    runner, outs, want, starts = _hot_runner(monkeypatch, with_conv=False)
-    assert starts == [] and runner.thread is None
+                                                                   products_at_a_tie,
+                                                                   host_threads, xla):
+    ratios = engine_prediction.PINNED_XLA if xla else None
+    monkeypatch.setattr(engine_prediction, "xla_ratios", lambda: ratios)
+    runner, outs, want, starts = _hot_runner(monkeypatch, with_conv=False,
+                                             host_threads=host_threads)
+    assert starts == [] and runner.thread is None and runner.trial_rent is None
     assert runner.engine == "final" and runner.current_name == "numpy"
     assert any("stays on numpy" in what for _, what in runner.events)
     for out in outs:
         for got, w in zip(out, want):
             np.testing.assert_array_equal(got, w)
+
+
+@pytest.mark.parametrize("host_threads", [2, tiered_runner.PREDICTION_MAX_THREADS])
+def test_a_hot_program_no_prediction_answers_for_gets_a_timed_trial_of_xla(
+        monkeypatch, products_at_a_tie, host_threads):
+    # The graph runtime predicted to gain nothing, XLA without a prediction
+    # (our own gemm at two threads, an AVX2 host): NumPy, until the program
+    # has run its rent (the trial's price over TRIAL_SHARE); then XLA alone
+    # is prepared in the background, and the graph runtime stays out.
+    monkeypatch.setattr(engine_prediction, "xla_ratios", lambda: None)
+    runner, outs, want, starts = _hot_runner(monkeypatch, with_conv=False,
+                                             host_threads=host_threads)
+    assert starts == [] and runner.engine == "trial" and runner.candidates == ("xla",)
+    assert runner.trial_rent == pytest.approx(tiered_runner.trial_rent())
+    assert runner.trial_rent > tiered_runner.HOT_SECONDS
+    assert runner.events[-1][1].startswith("hot: a timed trial of xla after")
+    runner.program_seconds = 0.99 * runner.trial_rent
+    outs.append(runner(_inputs(runner.executable)))
+    assert starts == [] and runner.last_engine == "numpy"
+    runner.program_seconds = runner.trial_rent
+    outs.append(runner(_inputs(runner.executable)))
+    assert starts == [runner] and runner.engine == "compiling"
+    for out in outs:
+        for got, w in zip(out, want):
+            np.testing.assert_array_equal(got, w)
+
+
+def test_the_trials_rent_is_its_price_over_its_share(monkeypatch):
+    # TensorFlow's import counted only where nothing imported it yet.
+    monkeypatch.setattr(tiered_runner, "RENT_FACTOR", 1.0)
+    compile_only = tiered_runner.TRIAL_XLA_SECONDS / tiered_runner.TRIAL_SHARE
+    assert tiered_runner.trial_rent({"tensorflow": None}) == pytest.approx(compile_only)
+    assert tiered_runner.trial_rent({}) == pytest.approx(
+        compile_only + tiered_runner.TRIAL_IMPORT_SECONDS / tiered_runner.TRIAL_SHARE)
+    monkeypatch.setattr(tiered_runner, "RENT_FACTOR", 0.0)
+    assert tiered_runner.trial_rent({}) == 0.0
 
 
 def test_a_hot_program_of_convolutions_is_prepared_for_tensorflow(monkeypatch, avx2_host):
@@ -589,13 +633,14 @@ def test_xla_pays_on_our_kernel_only_for_a_recurrent_layers_time_steps(
 def test_on_our_kernel_at_one_thread_only_xla_is_prepared_for_the_time_steps(
         monkeypatch, our_kernel):
     # The graph runtime at the products' tie does not pay; XLA alone is
-    # the candidate, at two threads nothing is (no XLA answer there).
+    # the candidate, predicted at one thread, at two a timed trial (no XLA
+    # answer there).
     exe = compile_graph(_recurrent(chain=20))
-    for threads, candidates in ((1, ("xla",)), (2, ())):
+    for threads, trial in ((1, False), (2, True)):
         our_kernel(threads)
         runner = tiered_runner.TieredRunner(exe)
-        assert runner._could_pay() is bool(candidates)
-        assert runner.candidates == candidates
+        assert runner._could_pay()
+        assert runner.candidates == ("xla",) and (runner.trial_rent is not None) is trial
 
 
 def _updating(batch, slots):
@@ -650,7 +695,6 @@ def test_xla_is_priced_by_its_prediction_where_the_graph_runtime_saves_under_hal
 @pytest.mark.parametrize("gain, xla", [
     (-0.26, -0.01),  # demo_functional, batch 32, Adam
     (-0.09, 0.04),   # MLP batch 32: XLA under MIN_PREDICTED_GAIN
-    (0.02, None),
 ])
 def test_a_program_neither_engine_pays_for_stays_on_numpy(monkeypatch, gain, xla):
     runner, starts = _ordered_runner(monkeypatch, gain, xla)
@@ -659,10 +703,11 @@ def test_a_program_neither_engine_pays_for_stays_on_numpy(monkeypatch, gain, xla
     assert any("stays on numpy" in what for _, what in runner.events)
 
 
-def test_xla_alone_keeps_auto_candidates_without_it(monkeypatch):
+@pytest.mark.parametrize("xla", [0.26, None])  # predicted to pay; no answer (no trial either)
+def test_xla_alone_keeps_auto_candidates_without_it(monkeypatch, xla):
     monkeypatch.setattr(tiered_runner, "AUTO_CANDIDATES", ("tensorflow",))
-    runner, starts = _ordered_runner(monkeypatch, 0.02, 0.26)
-    assert starts == [] and runner.candidates == ()
+    runner, starts = _ordered_runner(monkeypatch, 0.02, xla)
+    assert starts == [] and runner.candidates == () and runner.trial_rent is None
 
 
 def _rent_after_the_graph_runtime(monkeypatch, gain, xla, kept, since_hot):

@@ -1270,6 +1270,83 @@ def test_auto_times_each_candidate_in_turn_and_keeps_the_fastest(monkeypatch, ca
             np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)
 
 
+def test_a_timed_trial_of_xla_runs_its_turns_and_is_final(monkeypatch):
+    # Two host threads, no XLA prediction, the graph runtime predicted to
+    # gain nothing: once the rent is paid (0 here) XLA alone is prepared in
+    # the background, timed TRIAL_TIMED_RUNS turns against NumPy, and the
+    # program is final on the faster; the graph runtime is never built.
+    monkeypatch.setenv(engine_choice.ENV, "auto")
+    monkeypatch.setattr(tiered_runner, "HOT_SECONDS", 1e-9)
+    monkeypatch.setattr(tiered_runner, "RENT_FACTOR", 0.0)
+    monkeypatch.setattr(tiered_runner.host_threads, "_cap", 2)
+    monkeypatch.setattr(tiered_runner.host_threads, "background_priority", lambda: None)
+    monkeypatch.setattr(tiered_runner.engine_prediction, "predicted_gains",
+                        lambda graph: (0.0, None))
+    graph_built = _threads_building_graph_programs(monkeypatch)
+    exe = compile_graph(_graph())
+    x, w = f32(8, 6), f32(6, 5)
+    want = exe.run_unchecked([x, w])
+    outs = [exe.run(x, w)]  # NumPy: hot after it
+    runner = exe._engine_run
+    outs.append(exe.run(x, w))  # finds it hot: a trial, its rent to pay
+    assert runner.engine == "trial" and runner.candidates == ("xla",)
+    outs.append(exe.run(x, w))  # the rent paid: the compile starts
+    _wait_for(runner, "timing")
+    assert runner.candidate.engine == "xla" and runner.turns == tiered_runner.TRIAL_TIMED_RUNS
+    ran = []
+    for _ in range(tiered_runner.WARM_UP_RUNS + 2 * tiered_runner.TRIAL_TIMED_RUNS):
+        outs.append(exe.run(x, w))
+        ran.append(engine_choice.current_engine(exe))
+    assert ran == (["xla"] * tiered_runner.WARM_UP_RUNS
+                   + ["numpy", "xla"] * tiered_runner.TRIAL_TIMED_RUNS)
+    runner.thread.join(timeout=120)
+    assert runner.engine == "final" and graph_built == []
+    outs.append(exe.run(x, w))
+    assert engine_choice.current_engine(exe) == runner.current_name in ("numpy", "xla")
+    whats = [what for _, what in runner.events]
+    assert whats[0].startswith("hot: a timed trial of xla after 0.0 s")
+    assert whats[1].startswith("hot: preparing TensorFlow's engines (xla")
+    assert any(what.startswith("xla ready") for what in whats)
+    assert whats[-2].startswith(f"keeps {runner.current_name} (xla ")
+    assert whats[-1] == f"final: {runner.current_name}"
+    for out in outs:
+        for g, wv in zip(out, want):
+            np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)
+
+
+class _Candidate:
+    """A candidate whose runs return their inputs, noting each hold."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.holds = []
+
+    def run(self, arrays):
+        return arrays
+
+    def hold(self, arrays, indices):
+        self.holds.append(indices)
+
+
+@pytest.mark.parametrize("ratio, trial, kept", [
+    (1.0, False, "xla"),  # the faster or equal keeps the program
+    (0.99, True, "xla"),  # a trial's: the same rule, over more turns
+    (1.01, True, "numpy"),
+])
+def test_a_trial_times_more_turns_and_keeps_the_faster(ratio, trial, kept):
+    runner = tiered_runner.TieredRunner(compile_graph(_graph()))
+    runner.trial_rent = 0.0 if trial else None
+    candidate = _Candidate("xla")
+    runner._time_candidate(candidate, "xla ready")
+    turns = tiered_runner.TRIAL_TIMED_RUNS if trial else tiered_runner.TIMED_RUNS
+    assert runner.turns == turns
+    runner.current_times = [0.02] + [0.01] * (turns - 1)  # the fastest of each counts
+    runner.candidate_times = [0.01 * ratio] * turns
+    runner._keep_the_faster()
+    assert runner.current_name == kept and runner.timed.is_set()
+    assert runner.events[-1][1].startswith(f"keeps {kept} (xla ")
+
+
 def test_auto_keeps_the_faster_by_the_timed_runs():
     # The choice itself, with the times given: a candidate faster than the
     # engine so far is kept, a slower one dropped.
@@ -1308,13 +1385,13 @@ def test_timed_runs_follow_the_warm_up_alternate_and_a_numpy_turn_copies_read_on
     copied = []
     runner.writable = lambda arrays: copied.append(len(arrays))
 
-    class Candidate:
-        engine = "tensorflow"
-
+    class Candidate(_Candidate):
         def run(self, arrays):
             return exe.run_unchecked(list(arrays))
 
-    runner.candidate, runner.warm_up, runner.engine = Candidate(), warm_up, "timing"
+    candidate = Candidate("tensorflow")
+    runner.held = (1,)
+    runner.candidate, runner.warm_up, runner.engine = candidate, warm_up, "timing"
     runner.timed.clear()
     ran, phase = [], []
     for _ in range(warm_up + 2 * tiered_runner.TIMED_RUNS):
@@ -1328,6 +1405,8 @@ def test_timed_runs_follow_the_warm_up_alternate_and_a_numpy_turn_copies_read_on
     assert phase[:warm_up] == [(0, 0)] * warm_up
     assert phase[warm_up:warm_up + 2] == [(1, 0), (1, 1)]
     assert len(copied) == tiered_runner.TIMED_RUNS  # before each NumPy turn
+    # And the candidate's state made its tensors before each of its turns.
+    assert candidate.holds == [(1,)] * tiered_runner.TIMED_RUNS
     # Decided on the runs of this phase: both sides timed alike.
     assert runner.timed.is_set() and runner.engine == "compiling"
     assert runner.current_name in ("numpy", "tensorflow")
@@ -1414,6 +1493,33 @@ def test_results_given_back_run_as_their_tensors_without_a_copy(cls):
     assert len(program._viewed) == 2
     del second
     assert program._viewed == {}
+
+
+@pytest.mark.parametrize("cls", [engines.GraphProgram, engines.XlaProgram])
+def test_held_state_is_made_tensors_before_a_run_and_the_run_reads_them(cls):
+    # Before a candidate's timed turn after NumPy's, untimed: the arrays at
+    # the indices given become views of tensors the run then takes as they
+    # are (nothing made in the timed run), zero-size ones too; a 0-d one, whose
+    # tensor's view is a NumPy scalar, stays; another index is not touched.
+    def body(b, x, y, e, s):
+        return [b.op("mul", x, y), b.op("add", e, e), b.op("add", s, s)]
+
+    exe = compile_graph(build([aval((4, 3)), aval((4, 3)), aval((0, 3)), aval(())], body))
+    program = cls(exe)
+    arrays = [f32(4, 3), f32(4, 3), np.zeros((0, 3), np.float32), np.array(2.0, np.float32)]
+    given = list(arrays)
+    want = exe.run_unchecked([np.array(a) for a in arrays])
+    program.hold(arrays, (0, 2, 3))
+    assert arrays[1] is given[1] and arrays[3] is given[3]
+    for k in (0, 2):
+        assert arrays[k] is not given[k]  # (a copy, or an aligned array's buffer)
+        np.testing.assert_array_equal(arrays[k], given[k])
+        assert program._tensors_for(arrays)[k] is program._viewed[id(arrays[k])][1]
+    again = list(arrays)
+    program.hold(arrays, (0, 2, 3))  # held already: nothing copied
+    assert all(a is b for a, b in zip(arrays, again))
+    for g, wv in zip(program.run(arrays), want):
+        np.testing.assert_array_equal(g, wv)
 
 
 @pytest.mark.parametrize("warm_up", [1, 0])

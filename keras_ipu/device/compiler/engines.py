@@ -89,6 +89,7 @@ class TensorFlowProgram:
     jit_compile = None
     # What a failed first run means, for the message.
     failure = None
+    _fast = None  # _fast_call's run, where TensorFlow's internals are there
 
     def __init__(self, executable, check=None):
         tf = import_tensorflow()
@@ -172,9 +173,32 @@ class TensorFlowProgram:
             # 0-d results come back as NumPy scalars: arrays, as everywhere.
             return [v if type(v) is ndarray else np.array(v) for v in views]
 
+        def hold(arrays, indices):
+            for k in indices:
+                a = arrays[k]
+                held = viewed.get(id(a))
+                if held is None or held[0]() is not a:
+                    tensor = EagerTensor(a, device, None)
+                    view = tensor._numpy()
+                    if type(view) is ndarray:  # not a 0-d one's NumPy scalar
+                        arrays[k] = view
+                        viewed[id(view)] = (weakref.ref(view, forgetting(id(view))), tensor)
+
         ndarray = np.ndarray
         self._tensors_for = tensors_for
+        self._hold = hold
         return run
+
+    def hold(self, arrays, indices):
+        """Makes the arrays at `indices` (held state: the inputs the NumPy
+        engine writes into) tensors now, each replaced in `arrays` by the
+        view of its tensor, as this program's own last run would have left
+        them: before a run timed against another engine, whose results
+        this program's run would otherwise copy in, a cost of alternating
+        that the engine kept does not pay (as engines.writable_inputs' copies
+        before a NumPy turn). Nothing on the public path (no _fast)."""
+        if self._fast is not None:
+            self._hold(arrays, indices)
 
     @classmethod
     def build(cls, executable, check=None):

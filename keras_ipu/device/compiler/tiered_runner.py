@@ -224,6 +224,52 @@ ONE_THREAD_EXPECTED_GAIN = 0.35
 # range (at the LSTM's 2.9 s its rent would be 19 s of program CPU, not
 # 28.5), so kept.
 ONE_THREAD_XLA = "xla"
+# A timed trial of XLA, as JIT tiers time a tier no rule predicts: on 2 to
+# PREDICTION_MAX_THREADS host threads, where engine_prediction gives XLA no
+# answer (xla_ratios() None: our own AVX-512 gemm at two threads, an AVX2
+# host) and the graph runtime is not predicted to pay, a hot program is
+# not left on NumPy for good: once it has run long enough that XLA's
+# preparation costs at most TRIAL_SHARE of its CPU so far (trial_rent),
+# XLA is prepared in the background (niced, as any compile there), and its
+# timed turns against NumPy decide, for good. At two threads on our gemm
+# XLA ran the transformer at 1.25-1.32x the NumPy engine's speed and the
+# MLP at 0.63-0.73x, demo_functional 0.77x, the LSTM at a tie (issue 16,
+# twenty-first and twenty-second passes), and no term of the program's
+# counts told the transformer from the MLP honestly (s22tidy).
+# The trial's price: XLA's preparation (trace, compile, first run) and
+# TensorFlow's import before it (TRIAL_IMPORT_SECONDS, counted only where
+# TensorFlow is not imported yet), in the process's CPU (the clock of the
+# program's runs), at two host threads, the program waiting (issue 16,
+# twenty-third pass, s23auto, load 1-1.5): with the import MLP 2.48 s,
+# demo_functional b32 Adam 2.93, LSTM 3.19, transformer 3.95-4.30; after
+# keras.utils.set_random_seed imported TensorFlow MLP 0.75, transformer
+# 2.02. Priced at the transformer's, the costliest of the four.
+TRIAL_IMPORT_SECONDS = 2.0
+TRIAL_XLA_SECONDS = 2.0
+# The most of the program's CPU so far that the trial's price may be: the
+# program that keeps NumPy loses at most this share at the trial's start,
+# less the longer it runs after.
+TRIAL_SHARE = 0.03
+# A trial's timed turns (TIMED_RUNS where a prediction chose the candidate):
+# its verdict (XLA's fastest run over NumPy's) spreads on a busy 2-core
+# machine, and one unpredicted keep lasts the rest of the run. Measured
+# (issue 16, twenty-third pass, s23auto; 48 alternated turns per program,
+# at load 1.3-6.7, each window of 3 turns' verdict): MLP 1.15-2.23 (XLA
+# 0.73x NumPy's speed in fit), transformer 0.36-1.41 (1.32x in fit),
+# LSTM 0.79-1.39 (a tie in fit). A turn of XLA after NumPy's pays for
+# going back to XLA's caches and threads, which fit's steady XLA runs do
+# not: the verdicts lean to NumPy already (the MLP never under 1.15), so
+# XLA keeps the program when faster at all, as for a predicted candidate.
+TRIAL_TIMED_RUNS = 5
+
+
+def trial_rent(modules=sys.modules):
+    """The program CPU seconds (since its first run) before a hot program
+    no prediction answers for gets its trial of XLA: the trial's price,
+    TensorFlow's import counted only where it is not imported yet, over
+    TRIAL_SHARE."""
+    price = TRIAL_XLA_SECONDS + (0.0 if "tensorflow" in modules else TRIAL_IMPORT_SECONDS)
+    return RENT_FACTOR * price / TRIAL_SHARE
 
 
 def one_thread_rent(modules=sys.modules, name=ONE_THREAD_CANDIDATE,
@@ -250,7 +296,8 @@ class TieredRunner:
         # numpy (not hot yet) | compiling | preparing (the next run
         # prepares a candidate: CALLER_PREPARES) | timing (a candidate) |
         # final; on one host thread foreground (the graph runtime is
-        # prepared by a run once the program has paid its rent).
+        # prepared by a run once the program has paid its rent); trial (a
+        # timed trial of XLA waits for its rent: TRIAL_SHARE).
         self.engine = "numpy"
         # Process CPU seconds spent in the program's runs (all engines).
         self.program_seconds = 0.0
@@ -262,6 +309,9 @@ class TieredRunner:
         # state a TensorFlow run returned (a cost of alternating, which the
         # engine kept does not pay).
         self.writable = engines.writable_inputs(executable) or (lambda arrays: None)
+        # Before a timed turn of a TensorFlow candidate: that state made its
+        # tensors, untimed (TensorFlowProgram.hold), the same cost the other way.
+        self.held = tuple(sorted(executable.written_inputs))
         # The engine that computed the last run (current_engine).
         self.last_engine = None
         # The program being timed, handed over by the compile thread, which
@@ -307,6 +357,10 @@ class TieredRunner:
         self.foreground_rent = None
         # What _could_pay predicted, for the events (None: no prediction).
         self.predicted = None
+        # A timed trial of XLA (TRIAL_SHARE): the program CPU seconds before
+        # it starts (None: no trial); the timed turns of the candidate.
+        self.trial_rent = None
+        self.turns = TIMED_RUNS
 
     def _event(self, what):
         self.events.append((time.perf_counter(), what))
@@ -321,9 +375,15 @@ class TieredRunner:
             return self._prepare_here(arrays)
         if engine == "foreground" and self.program_seconds >= self.foreground_rent:
             return self._prepare_in_foreground(arrays)
+        if engine == "trial" and self.program_seconds >= self.trial_rent:
+            self._start_compile(arrays)
         if engine == "numpy" and self.program_seconds >= HOT_SECONDS:
             if not self._could_pay():
                 self.engine = "final"
+            elif self.trial_rent is not None:
+                self.engine = "trial"
+                self._event(f"hot: a timed trial of xla after {self.trial_rent:.1f} s of "
+                            f"program CPU (no prediction for XLA; {self.predicted})")
             elif host_threads.max_threads() == 1:
                 # One candidate is prepared there: the graph runtime, or XLA
                 # where only XLA has a prediction that says it pays (_order
@@ -393,6 +453,9 @@ class TieredRunner:
         self.candidates = tuple(name for name in AUTO_CANDIDATES if pays[name])
         if xla is not None and xla_pays and (not graph_pays or gain < XLA_BEST_SHARE * xla):
             self.xla_gain, self.graph_gain = xla, gain
+        if (not self.candidates and xla is None and "xla" in AUTO_CANDIDATES
+                and host_threads.max_threads() > 1):
+            self.candidates, self.trial_rent = ("xla",), trial_rent()
         return bool(self.candidates)
 
     def _start_compile(self, arrays):
@@ -558,6 +621,7 @@ class TieredRunner:
         timed turns against the engine so far (_timed_run)."""
         self.candidate, self.warm_up = program, WARM_UP_RUNS
         self.candidate_times, self.current_times = [], []
+        self.turns = TIMED_RUNS if self.trial_rent is None else TRIAL_TIMED_RUNS
         self._event(event)
         self.engine = "timing"
 
@@ -629,6 +693,8 @@ class TieredRunner:
             out = self._current_run(arrays)
             self.current_times.append(time.perf_counter() - start)
         else:
+            if not self.warm_up:
+                program.hold(arrays, self.held)  # not timed, as writable above
             start = time.perf_counter()
             out = self._candidate_run(program, arrays)
             if out is None:
@@ -639,7 +705,7 @@ class TieredRunner:
             else:
                 self.candidate_times.append(time.perf_counter() - start)
             self.last_engine = program.engine
-        if len(self.candidate_times) >= TIMED_RUNS:
+        if len(self.candidate_times) >= self.turns:
             self._keep_the_faster()
         return out
 
@@ -648,13 +714,14 @@ class TieredRunner:
         so far's: the faster keeps the program."""
         program = self.candidate
         new, old = min(self.candidate_times), min(self.current_times)
-        logger.info("%s: %s %.3g ms, %s %.3g ms per run: keeps %s",
-                    self.executable.name, program.engine, 1e3 * new,
-                    self.current_name, 1e3 * old,
-                    program.engine if new <= old else self.current_name)
-        if new <= old:
+        times = (f"{program.engine} {1e3 * new:.3g} ms, {self.current_name} "
+                 f"{1e3 * old:.3g} ms per run")
+        kept = new <= old
+        logger.info("%s: %s: keeps %s", self.executable.name, times,
+                    program.engine if kept else self.current_name)
+        if kept:
             self.current, self.current_name = program.run, program.engine
-        self._event(f"keeps {self.current_name}")
+        self._event(f"keeps {self.current_name} ({times})")
         self._timing_done()
 
     def _timing_done(self):
