@@ -250,17 +250,17 @@ TRIAL_XLA_SECONDS = 2.0
 # program that keeps NumPy loses at most this share at the trial's start,
 # less the longer it runs after.
 TRIAL_SHARE = 0.03
-# A trial's timed turns (TIMED_RUNS where a prediction chose the candidate):
-# its verdict (XLA's fastest run over NumPy's) spreads on a busy 2-core
-# machine, and one unpredicted keep lasts the rest of the run. Measured
-# (issue 16, twenty-third pass, s23auto; 48 alternated turns per program,
-# at load 1.3-6.7, each window of 3 turns' verdict): MLP 1.15-2.23 (XLA
-# 0.73x NumPy's speed in fit), transformer 0.36-1.41 (1.32x in fit),
-# LSTM 0.79-1.39 (a tie in fit). A turn of XLA after NumPy's pays for
-# going back to XLA's caches and threads, which fit's steady XLA runs do
-# not: the verdicts lean to NumPy already (the MLP never under 1.15), so
-# XLA keeps the program when faster at all, as for a predicted candidate.
-TRIAL_TIMED_RUNS = 5
+# A trial's timed turns are a predicted candidate's (TIMED_RUNS, the faster
+# keeps the program): on a busy 2-core machine the verdict (XLA's fastest run
+# over NumPy's) spreads, but to NumPy's side. Measured (issue 16,
+# twenty-third pass, s23auto; 30-48 alternated turns per program at load
+# 1.3-6.7, every window of 3): MLP 1.15-2.23 (XLA 0.73x NumPy's speed in
+# fit), demo_functional b32 Adam 1.14-2.03 (0.77x), never under 1; the
+# transformer (1.32x in fit) under 1 in 82 of 104 windows, the LSTM (a tie
+# in fit) in 10 of 16. A turn of XLA after NumPy's goes back to XLA's
+# caches and threads, which fit's runs of XLA in a row do not. Windows of 5
+# turns kept the transformer no more often (46 of 60), nor did the median
+# of each turn's ratio over the fastest, so a trial is timed as the others.
 
 
 def trial_rent(modules=sys.modules):
@@ -358,9 +358,8 @@ class TieredRunner:
         # What _could_pay predicted, for the events (None: no prediction).
         self.predicted = None
         # A timed trial of XLA (TRIAL_SHARE): the program CPU seconds before
-        # it starts (None: no trial); the timed turns of the candidate.
+        # it starts (None: no trial).
         self.trial_rent = None
-        self.turns = TIMED_RUNS
 
     def _event(self, what):
         self.events.append((time.perf_counter(), what))
@@ -621,7 +620,6 @@ class TieredRunner:
         timed turns against the engine so far (_timed_run)."""
         self.candidate, self.warm_up = program, WARM_UP_RUNS
         self.candidate_times, self.current_times = [], []
-        self.turns = TIMED_RUNS if self.trial_rent is None else TRIAL_TIMED_RUNS
         self._event(event)
         self.engine = "timing"
 
@@ -705,7 +703,7 @@ class TieredRunner:
             else:
                 self.candidate_times.append(time.perf_counter() - start)
             self.last_engine = program.engine
-        if len(self.candidate_times) >= self.turns:
+        if len(self.candidate_times) >= TIMED_RUNS:
             self._keep_the_faster()
         return out
 
