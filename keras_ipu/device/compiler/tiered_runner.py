@@ -39,7 +39,12 @@ once on the benchmark's MLP and LSTM on the pinned AVX-512 host (the
 graph runtime stays first there, as a stopgap ready within a second of
 the import, where XLA's niced compile takes seconds), and where the
 graph runtime is not predicted to pay, XLA is the only candidate; a
-program predicted to gain on neither stays on NumPy. Programs that run briefly (most of a test
+program predicted to gain on neither stays on NumPy, but where XLA has no
+prediction (the graph runtime not predicted to pay, 2 to
+PREDICTION_MAX_THREADS host threads) it gets a timed trial of XLA, in
+the background, once it has run long enough that XLA's preparation costs
+at most TRIAL_SHARE of its CPU so far, the timed turns deciding as
+above. Programs that run briefly (most of a test
 suite, `compute_output_spec`, a few predict calls) never load
 TensorFlow. With one host thread (one core, or a cap of 1 from the
 variables device/native/threads.py reads) there is no background:
