@@ -638,3 +638,101 @@ def test_a_dense_layers_bias_and_relu_run_in_their_own_loop_with_numpys_bits(
             finally:
                 native.elementwise.whole_chains(was)
         _assert_same_bits(list(blocks), list(want))
+
+
+def _softmax_chains(rows, cols):
+    """Softmax's two chains as fusion hands them over (JAX's division rule
+    on e / s, s a column): forward, inputs e, s, results e / s and
+    -((e / s) / s); backward, inputs g, a, b (columns), e, result (g a + b) e."""
+    from keras_ipu.device.primitives.registry import REGISTRY
+
+    full, column = aval((rows, cols)), aval((rows, 1))
+
+    def step(name, *refs):
+        return (REGISTRY[name], (), refs, full)
+
+    e, s = ("in", 0, full), ("in", 1, column)
+    forward = (step("div", e, s), step("div", ("t", 0, full), s), step("neg", ("t", 1, full)))
+    g, a, b, e3 = ("in", 0, full), ("in", 1, column), ("in", 2, column), ("in", 3, full)
+    backward = (step("mul", g, a), step("add", ("t", 0, full), b),
+                step("mul", ("t", 1, full), e3))
+    return ((forward, (0, 2), (full, column)), (backward, (2,), (full, column, column, full)))
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 4])
+def test_softmax_chains_run_in_their_own_loops_with_numpys_bits(threads, monkeypatch):
+    from keras_ipu.device.native import threads as host_threads
+
+    # Rows of 29 (not a multiple of any vector width), 300 of them; with
+    # four threads the chains run as ranges of whole blocks of rows.
+    if threads > 1:
+        monkeypatch.setattr(host_threads, "_cap", threads)
+        monkeypatch.setattr(host_threads, "NATIVE_ELEMENTS_PER_THREAD", 100)
+        monkeypatch.setattr(host_threads, "ELEMENTS_PER_THREAD", 100)
+    forward, backward = _softmax_chains(300, 29)
+    e, s = _special((300, 29)), _special((300, 1))
+    g, a, b = _special((300, 29)), _special((300, 1)), _special((300, 1))
+    with np.errstate(all="ignore"):
+        z = e / s
+        wants = ([z, -(z / s)], [(g * a + b) * e])
+    for (chain, results, in_avals), xs, want, name in zip(
+            (forward, backward), ((e, s), (g, a, b, e)), wants,
+            ("softmax_forward", "softmax_backward")):
+        kernel = native_fusion.native_kernel(chain, results, in_avals, (), _no_fallback)
+        assert kernel.whole_chain == name
+        with np.errstate(all="ignore"):
+            _assert_same_bits(list(kernel(*[x.copy() for x in xs])), want)
+            was = native.elementwise.whole_chains(False)
+            try:
+                _assert_same_bits(list(kernel(*[x.copy() for x in xs])), want)
+            finally:
+                native.elementwise.whole_chains(was)
+
+
+@needs_native
+def test_softmax_chains_of_zero_rows_write_nothing():
+    # The programs of 5 rows run on none: nothing to compute, and the
+    # call says it ran.
+    for chain, results, in_avals in _softmax_chains(5, 29):
+        code, _, inner, block = native_fusion.plan(chain, results, in_avals)[:4]
+        assert native.elementwise.whole_chain(code) is not None
+        ins = tuple(np.empty((0, a.shape[1]), np.float32) for a in in_avals)
+        outs = tuple(np.empty((0, 29), np.float32) for _ in results)
+        assert native.elementwise.run(code, 0, inner, block, ins, outs) is True
+
+
+@needs_native
+@pytest.mark.numpy_engine
+def test_keras_softmax_takes_its_own_loops_with_numpys_bits(monkeypatch):
+    import keras
+
+    from keras_ipu.device.compiler import fusion
+
+    # Keras' Softmax between two Dense layers traces to the two chains
+    # the C kernel matches (this fails if Keras or fusion changes them);
+    # each captured kernel then runs on NaN, infinities and -0.0 against
+    # its NumPy kernel.
+    captured = []
+
+    def capture(chain, results, in_avals, donate, fallback, *rest):
+        kernel = native_fusion.native_kernel(chain, results, in_avals, donate, fallback, *rest)
+        captured.append((kernel, in_avals, fallback))
+        return kernel
+
+    monkeypatch.setattr(fusion, "native_kernel", capture)
+    model = keras.Sequential([keras.Input((15,)), keras.layers.Dense(29),
+                              keras.layers.Softmax(), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((300, 15), np.float32)
+    model.fit(x, np.zeros((300, 3), np.float32), batch_size=300, epochs=1, verbose=0)
+    names = [getattr(k, "whole_chain", None) for k, _, _ in captured]
+    assert "softmax_forward" in names and "softmax_backward" in names
+    for kernel, in_avals, numpy_kernel in captured:
+        if getattr(kernel, "whole_chain", None) not in ("softmax_forward", "softmax_backward"):
+            continue
+        xs = [_special(a.shape) for a in in_avals]
+        with np.errstate(all="ignore"):
+            want = numpy_kernel(*[x.copy() for x in xs])
+            got = kernel(*[x.copy() for x in xs])
+        _assert_same_bits(list(got), list(want))

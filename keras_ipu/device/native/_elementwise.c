@@ -489,6 +489,65 @@ static void bias_relu(char *const *in, char *const *out, Py_ssize_t lo, Py_ssize
     }
 }
 
+/* Softmax along rows of L, as JAX's division rule traces e / s (s the
+   row's sum, a column operand: element i reads s[i / L]). Its forward,
+   inputs e, s: results e / s and the divisor's gradient factor
+   -((e / s) / s). Its backward, inputs g, a, b (two columns), e: result
+   (g a + b) e. The block loop spends most of these chains filling the
+   columns out to the block and passing the block through its scratch
+   registers between operations (a 128x4x64x64 backward: 1.3 ms, where
+   one NumPy multiply of two such arrays takes 0.28); these loops read
+   each row's column value once and keep the element in a CPU register. */
+static const int32_t SOFTMAX_FORWARD_WORDS[] = {
+    2, 5, 3, 2,
+    M_FULL, T_F32, M_COL, T_F32,
+    0, 0, 0, 0, 0,
+    OP_DIV, 2, 0, 1, 0,  OP_DIV, 3, 2, 1, 2,  OP_NEG, 4, 3, 3, 3,
+    2, -1, 4, -1,
+};
+
+static const int32_t SOFTMAX_BACKWARD_WORDS[] = {
+    4, 7, 3, 1,
+    M_FULL, T_F32, M_COL, T_F32, M_COL, T_F32, M_FULL, T_F32,
+    0, 0, 0, 0, 0, 0, 0,
+    OP_MUL, 4, 0, 1, 0,  OP_ADD, 5, 4, 2, 4,  OP_MUL, 6, 5, 3, 5,
+    6, -1,
+};
+
+/* The end of row r's elements [r L, r L + L) within a range ending at hi. */
+static inline Py_ssize_t row_end(Py_ssize_t r, Py_ssize_t hi, Py_ssize_t L) {
+    return (r + 1) * L < hi ? (r + 1) * L : hi;
+}
+
+VECTOR_CLONES __attribute__((noinline)) static void softmax_forward(
+    char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t L) {
+    const float *e = (const float *)in[0], *s = (const float *)in[1];
+    float *z = (float *)out[0], *f = (float *)out[1];
+    for (Py_ssize_t i = lo, r = lo / L; i < hi; r++) {
+        const Py_ssize_t end = row_end(r, hi, L);
+        const float sr = s[r];
+#pragma GCC ivdep
+        for (; i < end; i++) {
+            float q = e[i] / sr;
+            z[i] = q;
+            f[i] = -(q / sr);
+        }
+    }
+}
+
+VECTOR_CLONES __attribute__((noinline)) static void softmax_backward(
+    char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t L) {
+    const float *g = (const float *)in[0], *a = (const float *)in[1],
+                *b = (const float *)in[2], *e = (const float *)in[3];
+    float *d = (float *)out[0];
+    for (Py_ssize_t i = lo, r = lo / L; i < hi; r++) {
+        const Py_ssize_t end = row_end(r, hi, L);
+        const float ar = a[r], br = b[r];
+#pragma GCC ivdep
+        for (; i < end; i++) d[i] = (g[i] * ar + br) * e[i];
+    }
+}
+
 static const struct {
     const char *name;
     const int32_t *words;
@@ -501,6 +560,10 @@ static const struct {
      sizeof(SGD_MOMENTUM_WORDS) / sizeof(SGD_MOMENTUM_WORDS[0]), sgd_momentum_update},
     {"bias_relu", BIAS_RELU_WORDS, sizeof(BIAS_RELU_WORDS) / sizeof(BIAS_RELU_WORDS[0]),
      bias_relu},
+    {"softmax_forward", SOFTMAX_FORWARD_WORDS,
+     sizeof(SOFTMAX_FORWARD_WORDS) / sizeof(SOFTMAX_FORWARD_WORDS[0]), softmax_forward},
+    {"softmax_backward", SOFTMAX_BACKWARD_WORDS,
+     sizeof(SOFTMAX_BACKWARD_WORDS) / sizeof(SOFTMAX_BACKWARD_WORDS[0]), softmax_backward},
 };
 #define N_WHOLE_CHAINS ((int)(sizeof(WHOLE_CHAINS) / sizeof(WHOLE_CHAINS[0])))
 
