@@ -640,10 +640,11 @@ def test_a_dense_layers_bias_and_relu_run_in_their_own_loop_with_numpys_bits(
         _assert_same_bits(list(blocks), list(want))
 
 
-def _softmax_chains(rows, cols):
-    """Softmax's two chains as fusion hands them over (JAX's division rule
-    on e / s, s a column): forward, inputs e, s, results e / s and
-    -((e / s) / s); backward, inputs g, a, b (columns), e, result (g a + b) e."""
+def _softmax_chains(rows, cols, unary="exp"):
+    """Softmax's chains as fusion hands them over (m, s, a, b columns):
+    exp(x - m) (or another unary op after the subtraction); JAX's division
+    rule on e / s, inputs e, s, results e / s and -((e / s) / s); its
+    backward, inputs g, a, b, e, result (g a + b) e."""
     from keras_ipu.device.primitives.registry import REGISTRY
 
     full, column = aval((rows, cols)), aval((rows, 1))
@@ -651,12 +652,15 @@ def _softmax_chains(rows, cols):
     def step(name, *refs):
         return (REGISTRY[name], (), refs, full)
 
+    x, m = ("in", 0, full), ("in", 1, column)
+    exponentials = (step("sub", x, m), step(unary, ("t", 0, full)))
     e, s = ("in", 0, full), ("in", 1, column)
     forward = (step("div", e, s), step("div", ("t", 0, full), s), step("neg", ("t", 1, full)))
     g, a, b, e3 = ("in", 0, full), ("in", 1, column), ("in", 2, column), ("in", 3, full)
     backward = (step("mul", g, a), step("add", ("t", 0, full), b),
                 step("mul", ("t", 1, full), e3))
-    return ((forward, (0, 2), (full, column)), (backward, (2,), (full, column, column, full)))
+    return ((exponentials, (1,), (full, column)), (forward, (0, 2), (full, column)),
+            (backward, (2,), (full, column, column, full)))
 
 
 @needs_native
@@ -664,21 +668,25 @@ def _softmax_chains(rows, cols):
 def test_softmax_chains_run_in_their_own_loops_with_numpys_bits(threads, monkeypatch):
     from keras_ipu.device.native import threads as host_threads
 
-    # Rows of 29 (not a multiple of any vector width), 300 of them; with
-    # four threads the chains run as ranges of whole blocks of rows.
+    # Rows of 29 (not a multiple of any vector width), 300 of them (8700
+    # elements: two spans of the exponentials' buffer and part of a third);
+    # with four threads the chains run as ranges of whole blocks of rows.
+    # The exponentials' kernel calls whichever NumPy loop the program
+    # names (tanh: the same kernel).
     if threads > 1:
         monkeypatch.setattr(host_threads, "_cap", threads)
         monkeypatch.setattr(host_threads, "NATIVE_ELEMENTS_PER_THREAD", 100)
         monkeypatch.setattr(host_threads, "ELEMENTS_PER_THREAD", 100)
-    forward, backward = _softmax_chains(300, 29)
+    chains = _softmax_chains(300, 29) + _softmax_chains(300, 29, "tanh")[:1]
+    x, m = _special((300, 29)), _special((300, 1))
     e, s = _special((300, 29)), _special((300, 1))
     g, a, b = _special((300, 29)), _special((300, 1)), _special((300, 1))
     with np.errstate(all="ignore"):
         z = e / s
-        wants = ([z, -(z / s)], [(g * a + b) * e])
-    for (chain, results, in_avals), xs, want, name in zip(
-            (forward, backward), ((e, s), (g, a, b, e)), wants,
-            ("softmax_forward", "softmax_backward")):
+        wants = ([np.exp(x - m)], [z, -(z / s)], [(g * a + b) * e], [np.tanh(x - m)])
+    operands = ((x, m), (e, s), (g, a, b, e), (x, m))
+    names = ("softmax_exp", "softmax_forward", "softmax_backward", "softmax_exp")
+    for (chain, results, in_avals), xs, want, name in zip(chains, operands, wants, names):
         kernel = native_fusion.native_kernel(chain, results, in_avals, (), _no_fallback)
         assert kernel.whole_chain == name
         with np.errstate(all="ignore"):
@@ -694,12 +702,15 @@ def test_softmax_chains_run_in_their_own_loops_with_numpys_bits(threads, monkeyp
 def test_softmax_chains_of_zero_rows_write_nothing():
     # The programs of 5 rows run on none: nothing to compute, and the
     # call says it ran.
+    from keras_ipu.device.compiler.numpy_loops import float32_loop
+
     for chain, results, in_avals in _softmax_chains(5, 29):
-        code, _, inner, block = native_fusion.plan(chain, results, in_avals)[:4]
+        code, _, inner, block, _, _, ufuncs = native_fusion.plan(chain, results, in_avals)
         assert native.elementwise.whole_chain(code) is not None
         ins = tuple(np.empty((0, a.shape[1]), np.float32) for a in in_avals)
         outs = tuple(np.empty((0, 29), np.float32) for _ in results)
-        assert native.elementwise.run(code, 0, inner, block, ins, outs) is True
+        loops = tuple(float32_loop(u) for u in ufuncs)
+        assert native.elementwise.run(code, 0, inner, block, ins, outs, 0, -1, loops) is True
 
 
 @needs_native
@@ -709,7 +720,7 @@ def test_keras_softmax_takes_its_own_loops_with_numpys_bits(monkeypatch):
 
     from keras_ipu.device.compiler import fusion
 
-    # Keras' Softmax between two Dense layers traces to the two chains
+    # Keras' Softmax between two Dense layers traces to the three chains
     # the C kernel matches (this fails if Keras or fusion changes them);
     # each captured kernel then runs on NaN, infinities and -0.0 against
     # its NumPy kernel.
@@ -727,9 +738,10 @@ def test_keras_softmax_takes_its_own_loops_with_numpys_bits(monkeypatch):
     x = np.ones((300, 15), np.float32)
     model.fit(x, np.zeros((300, 3), np.float32), batch_size=300, epochs=1, verbose=0)
     names = [getattr(k, "whole_chain", None) for k, _, _ in captured]
-    assert "softmax_forward" in names and "softmax_backward" in names
+    ours = ("softmax_exp", "softmax_forward", "softmax_backward")
+    assert set(ours) <= set(names)
     for kernel, in_avals, numpy_kernel in captured:
-        if getattr(kernel, "whole_chain", None) not in ("softmax_forward", "softmax_backward"):
+        if getattr(kernel, "whole_chain", None) not in ours:
             continue
         xs = [_special(a.shape) for a in in_avals]
         with np.errstate(all="ignore"):
