@@ -748,3 +748,67 @@ def test_keras_softmax_takes_its_own_loops_with_numpys_bits(monkeypatch):
             want = numpy_kernel(*[x.copy() for x in xs])
             got = kernel(*[x.copy() for x in xs])
         _assert_same_bits(list(got), list(want))
+
+
+@needs_native
+@pytest.mark.numpy_engine
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_transformer_blocks_chains_take_their_own_loops_with_numpys_bits(
+        threads, monkeypatch):
+    import keras
+
+    from keras_ipu.device.compiler import fusion
+    from keras_ipu.device.native import threads as host_threads
+
+    # fit_throughput's transformer block, small: attention's softmax and the
+    # two LayerNormalizations trace to the chains the C kernel matches
+    # (this fails if Keras or fusion changes them). Each captured kernel
+    # runs on NaN, infinities and -0.0 against its NumPy kernel and in the
+    # block loop, on one thread and split (ranges of whole rows), and its
+    # program on zero rows.
+    ours = {"softmax_exp", "softmax_forward", "softmax_backward", "layer_norm",
+            "layer_norm_backward"}
+    captured = []
+
+    def capture(chain, results, in_avals, donate, fallback, *rest):
+        kernel = native_fusion.native_kernel(chain, results, in_avals, donate, fallback, *rest)
+        captured.append((native_fusion.native_kernel(chain, results, in_avals, donate,
+                                                     _no_fallback, *rest),
+                         in_avals, fallback))
+        return kernel
+
+    if threads > 1:
+        monkeypatch.setattr(host_threads, "_cap", threads)
+        monkeypatch.setattr(host_threads, "NATIVE_ELEMENTS_PER_THREAD", 100)
+        monkeypatch.setattr(host_threads, "ELEMENTS_PER_THREAD", 100)
+    monkeypatch.setattr(fusion, "native_kernel", capture)
+    layers = keras.layers
+    tokens = keras.Input((8,), dtype="int32")
+    x = layers.Embedding(50, 16 + threads)(tokens)  # a width per case: no reused program
+    x = layers.LayerNormalization()(x + layers.MultiHeadAttention(2, 8)(x, x))
+    ff = layers.Dense(16 + threads)(layers.Dense(32, activation="relu")(x))
+    x = layers.LayerNormalization()(x + ff)
+    model = keras.Model(tokens, layers.Dense(5)(layers.GlobalAveragePooling1D()(x)))
+    model.compile(optimizer="sgd",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ids = _rng.integers(0, 50, (12, 8)).astype(np.int32)
+    model.fit(ids, np.zeros((12,), np.int32), batch_size=12, epochs=1, verbose=0)
+    mine = [(k, avals, f) for k, avals, f in captured if getattr(k, "whole_chain", None) in ours]
+    assert {k.whole_chain for k, _, _ in mine} == ours
+    for kernel, in_avals, numpy_kernel in mine:
+        xs = [_special(a.shape) for a in in_avals]
+        with np.errstate(all="ignore"):
+            want = numpy_kernel(*[x.copy() for x in xs])
+            _assert_same_bits(list(kernel(*[x.copy() for x in xs])), list(want))
+            was = native.elementwise.whole_chains(False)
+            try:
+                _assert_same_bits(list(kernel(*[x.copy() for x in xs])), list(want))
+            finally:
+                native.elementwise.whole_chains(was)
+        code, n, inner, block, loops = kernel.one_thread_call[:5]
+        # Full and column operands of no rows; a row operand (1, 1, L) as it is.
+        ins = tuple(np.empty((0,) + a.shape[1:], np.float32) if a.shape[0] > 1
+                    else np.empty(a.shape, np.float32) for a in in_avals)
+        full = max(in_avals, key=lambda a: np.prod(a.shape)).shape
+        outs = tuple(np.empty((0,) + full[1:], np.float32) for _ in range(len(want)))
+        assert native.elementwise.run(code, 0, inner, block, ins, outs, 0, -1, loops) is True

@@ -603,6 +603,83 @@ static void softmax_exp(char *const *in, char *const *out, Py_ssize_t lo, Py_ssi
     }
 }
 
+/* Keras' LayerNormalization as a transformer block traces it: inputs a,
+   gamma, c, beta, x (a and c columns: the row's inverse deviation and the
+   term of its mean; gamma and beta rows); results the scale t = a gamma
+   (full size: the backward pass reads it) and x t + (c t + beta). In the
+   block loop both columns were filled out and every block passed through
+   five scratch registers. */
+static const int32_t LAYER_NORM_WORDS[] = {
+    5, 10, 5, 2,
+    M_COL, T_F32, M_ROW, T_F32, M_COL, T_F32, M_ROW, T_F32, M_FULL, T_F32,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    OP_MUL, 5, 0, 1, 0,  OP_MUL, 6, 2, 5, 2,  OP_ADD, 7, 6, 3, 6,
+    OP_MUL, 8, 4, 5, 4,  OP_ADD, 9, 8, 7, 8,
+    5, -1, 9, -1,
+};
+
+VECTOR_CLONES __attribute__((noinline)) static void layer_norm(
+    char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t L,
+    const ufunc_call_info *const *loops) {
+    (void)loops;
+    const float *a = (const float *)in[0], *gamma = (const float *)in[1],
+                *c = (const float *)in[2], *beta = (const float *)in[3],
+                *x = (const float *)in[4];
+    float *t = (float *)out[0], *y = (float *)out[1];
+    for (Py_ssize_t i = lo, r = lo / L; i < hi; r++) {
+        const Py_ssize_t start = r * L, end = row_end(r, hi, L);
+        const float ar = a[r], cr = c[r];
+#pragma GCC ivdep
+        for (; i < end; i++) {
+            float scale = ar * gamma[i - start];
+            float shift = cr * scale + beta[i - start];
+            t[i] = scale;
+            y[i] = x[i] * scale + shift;
+        }
+    }
+}
+
+/* Its backward with the residual's gradient added first, as a
+   transformer block traces it: inputs g, h, p, q (full), c, gamma (a row), d
+   (columns c, d); results s = g + h, s p, (s q + s c) gamma, (s q + s c) d:
+   four full results from one pass, where the block loop passed every
+   block through seven scratch registers. */
+static const int32_t LAYER_NORM_BACKWARD_WORDS[] = {
+    7, 14, 7, 4,
+    M_FULL, T_F32, M_FULL, T_F32, M_FULL, T_F32, M_FULL, T_F32, M_COL, T_F32,
+    M_ROW, T_F32, M_COL, T_F32,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    OP_ADD, 7, 0, 1, 0,    OP_MUL, 8, 7, 2, 7,    OP_MUL, 9, 7, 3, 7,
+    OP_MUL, 10, 7, 4, 7,   OP_ADD, 11, 9, 10, 9,  OP_MUL, 12, 11, 5, 11,
+    OP_MUL, 13, 11, 6, 11,
+    7, -1, 8, -1, 12, -1, 13, -1,
+};
+
+VECTOR_CLONES __attribute__((noinline)) static void layer_norm_backward(
+    char *const *in, char *const *out, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t L,
+    const ufunc_call_info *const *loops) {
+    (void)loops;
+    const float *g = (const float *)in[0], *h = (const float *)in[1],
+                *p = (const float *)in[2], *q = (const float *)in[3],
+                *c = (const float *)in[4], *gamma = (const float *)in[5],
+                *d = (const float *)in[6];
+    float *sum = (float *)out[0], *sp = (float *)out[1], *by_gamma = (float *)out[2],
+          *by_d = (float *)out[3];
+    for (Py_ssize_t i = lo, r = lo / L; i < hi; r++) {
+        const Py_ssize_t start = r * L, end = row_end(r, hi, L);
+        const float cr = c[r], dr = d[r];
+#pragma GCC ivdep
+        for (; i < end; i++) {
+            float s = g[i] + h[i];
+            float u = s * q[i] + s * cr;
+            sum[i] = s;
+            sp[i] = s * p[i];
+            by_gamma[i] = u * gamma[i - start];
+            by_d[i] = u * dr;
+        }
+    }
+}
+
 static const struct {
     const char *name;
     const int32_t *words;
@@ -619,6 +696,11 @@ static const struct {
      sizeof(SOFTMAX_FORWARD_WORDS) / sizeof(SOFTMAX_FORWARD_WORDS[0]), softmax_forward},
     {"softmax_backward", SOFTMAX_BACKWARD_WORDS,
      sizeof(SOFTMAX_BACKWARD_WORDS) / sizeof(SOFTMAX_BACKWARD_WORDS[0]), softmax_backward},
+    {"layer_norm", LAYER_NORM_WORDS, sizeof(LAYER_NORM_WORDS) / sizeof(LAYER_NORM_WORDS[0]),
+     layer_norm},
+    {"layer_norm_backward", LAYER_NORM_BACKWARD_WORDS,
+     sizeof(LAYER_NORM_BACKWARD_WORDS) / sizeof(LAYER_NORM_BACKWARD_WORDS[0]),
+     layer_norm_backward},
     {"softmax_exp", SOFTMAX_EXP_WORDS, sizeof(SOFTMAX_EXP_WORDS) / sizeof(SOFTMAX_EXP_WORDS[0]),
      softmax_exp},
 };
