@@ -450,18 +450,43 @@ def _adam_operands():
     return [g, m, scalars[0], v, scalars[1], scalars[2], scalars[3], w]
 
 
-@needs_native
-@pytest.mark.parametrize("threads", [1, 4])
-def test_adams_update_runs_in_its_own_loop_with_numpys_bits(threads, monkeypatch):
+def _split_chains(monkeypatch, threads):
+    """With threads > 1, chains built from now on split over that many
+    threads from 100 elements a thread."""
     from keras_ipu.device.native import threads as host_threads
 
-    # The chain Keras' Adam emits has its own loop in the C kernel (one pass
-    # computing each element); its results go into the donated m, v and w
-    # as the block loop's do, with NumPy's bits, on one thread or split.
     if threads > 1:
         monkeypatch.setattr(host_threads, "_cap", threads)
         monkeypatch.setattr(host_threads, "NATIVE_ELEMENTS_PER_THREAD", 100)
         monkeypatch.setattr(host_threads, "ELEMENTS_PER_THREAD", 100)
+
+
+def _captured_chains(monkeypatch):
+    """The native kernels fusion builds from now on, each as (the kernel
+    rebuilt without a fallback: a chain the C kernel gives back fails, its
+    operands' avals, its NumPy kernel)."""
+    from keras_ipu.device.compiler import fusion
+
+    captured = []
+
+    def capture(chain, results, in_avals, donate, fallback, *rest):
+        kernel = native_fusion.native_kernel(chain, results, in_avals, donate, fallback, *rest)
+        captured.append((native_fusion.native_kernel(chain, results, in_avals, donate,
+                                                     _no_fallback, *rest),
+                         in_avals, fallback))
+        return kernel
+
+    monkeypatch.setattr(fusion, "native_kernel", capture)
+    return captured
+
+
+@needs_native
+@pytest.mark.parametrize("threads", [1, 4])
+def test_adams_update_runs_in_its_own_loop_with_numpys_bits(threads, monkeypatch):
+    # The chain Keras' Adam emits has its own loop in the C kernel (one pass
+    # computing each element); its results go into the donated m, v and w
+    # as the block loop's do, with NumPy's bits, on one thread or split.
+    _split_chains(monkeypatch, threads)
     chain, results, in_avals = _adam_chain()
     planned = native_fusion.plan(chain, results, in_avals, donate=(1, 3, 7))
     assert native.elementwise.whole_chain(planned[0]) == "adam"
@@ -555,14 +580,7 @@ def test_keras_optimizers_take_their_own_loops_with_numpys_bits(optimizer, name,
     # fails rather than every update silently running in the block loop.
     # Each captured kernel then runs on NaN, infinities and -0.0 against
     # its NumPy kernel.
-    captured = []
-
-    def capture(chain, results, in_avals, donate, fallback, *rest):
-        kernel = native_fusion.native_kernel(chain, results, in_avals, donate, fallback, *rest)
-        captured.append((kernel, in_avals, fallback))
-        return kernel
-
-    monkeypatch.setattr(fusion, "native_kernel", capture)
+    captured = _captured_chains(monkeypatch)
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8)])
     model.compile(optimizer=eval(f"keras.optimizers.{optimizer}"), loss="mse")
     x = np.ones((4, 16), np.float32)
@@ -586,29 +604,13 @@ def test_a_dense_layers_bias_and_relu_run_in_their_own_loop_with_numpys_bits(
         threads, monkeypatch):
     import keras
 
-    from keras_ipu.device.compiler import fusion
-    from keras_ipu.device.native import threads as host_threads
-
     # Dense(activation="relu") traces to bias + max(., 0) with the
     # derivative JAX's max rule keeps for the backward pass: the C kernel
     # matches that chain (it fails here if Keras or fusion changes it) and
     # runs it in one loop, its bias indexed by the element's column, on
     # one thread and split over the pool (300 rows of 29: ranges of 141 rows).
-    captured = []
-
-    def capture(chain, results, in_avals, donate, fallback, *rest):
-        kernel = native_fusion.native_kernel(chain, results, in_avals, donate, fallback, *rest)
-        # Rebuilt without a fallback: a chain the C kernel gives back fails.
-        captured.append((native_fusion.native_kernel(chain, results, in_avals, donate,
-                                                     _no_fallback, *rest),
-                         in_avals, fallback))
-        return kernel
-
-    if threads > 1:  # before the kernels are built: they pick their split then
-        monkeypatch.setattr(host_threads, "_cap", threads)
-        monkeypatch.setattr(host_threads, "NATIVE_ELEMENTS_PER_THREAD", 100)
-        monkeypatch.setattr(host_threads, "ELEMENTS_PER_THREAD", 100)
-    monkeypatch.setattr(fusion, "native_kernel", capture)
+    _split_chains(monkeypatch, threads)
+    captured = _captured_chains(monkeypatch)
     # An input width of its own per case: a program compiled before is
     # reused without passing through fusion again.
     model = keras.Sequential([keras.Input((16 + threads,)),
@@ -666,17 +668,12 @@ def _softmax_chains(rows, cols, unary="exp"):
 @needs_native
 @pytest.mark.parametrize("threads", [1, 4])
 def test_softmax_chains_run_in_their_own_loops_with_numpys_bits(threads, monkeypatch):
-    from keras_ipu.device.native import threads as host_threads
-
     # Rows of 29 (not a multiple of any vector width), 300 of them (8700
     # elements: two spans of the exponentials' buffer and part of a third);
     # with four threads the chains run as ranges of whole blocks of rows.
     # The exponentials' kernel calls whichever NumPy loop the program
     # names (tanh: the same kernel).
-    if threads > 1:
-        monkeypatch.setattr(host_threads, "_cap", threads)
-        monkeypatch.setattr(host_threads, "NATIVE_ELEMENTS_PER_THREAD", 100)
-        monkeypatch.setattr(host_threads, "ELEMENTS_PER_THREAD", 100)
+    _split_chains(monkeypatch, threads)
     chains = _softmax_chains(300, 29) + _softmax_chains(300, 29, "tanh")[:1]
     x, m = _special((300, 29)), _special((300, 1))
     e, s = _special((300, 29)), _special((300, 1))
@@ -715,50 +712,10 @@ def test_softmax_chains_of_zero_rows_write_nothing():
 
 @needs_native
 @pytest.mark.numpy_engine
-def test_keras_softmax_takes_its_own_loops_with_numpys_bits(monkeypatch):
-    import keras
-
-    from keras_ipu.device.compiler import fusion
-
-    # Keras' Softmax between two Dense layers traces to the three chains
-    # the C kernel matches (this fails if Keras or fusion changes them);
-    # each captured kernel then runs on NaN, infinities and -0.0 against
-    # its NumPy kernel.
-    captured = []
-
-    def capture(chain, results, in_avals, donate, fallback, *rest):
-        kernel = native_fusion.native_kernel(chain, results, in_avals, donate, fallback, *rest)
-        captured.append((kernel, in_avals, fallback))
-        return kernel
-
-    monkeypatch.setattr(fusion, "native_kernel", capture)
-    model = keras.Sequential([keras.Input((15,)), keras.layers.Dense(29),
-                              keras.layers.Softmax(), keras.layers.Dense(3)])
-    model.compile(optimizer="sgd", loss="mse")
-    x = np.ones((300, 15), np.float32)
-    model.fit(x, np.zeros((300, 3), np.float32), batch_size=300, epochs=1, verbose=0)
-    names = [getattr(k, "whole_chain", None) for k, _, _ in captured]
-    ours = ("softmax_exp", "softmax_forward", "softmax_backward")
-    assert set(ours) <= set(names)
-    for kernel, in_avals, numpy_kernel in captured:
-        if getattr(kernel, "whole_chain", None) not in ours:
-            continue
-        xs = [_special(a.shape) for a in in_avals]
-        with np.errstate(all="ignore"):
-            want = numpy_kernel(*[x.copy() for x in xs])
-            got = kernel(*[x.copy() for x in xs])
-        _assert_same_bits(list(got), list(want))
-
-
-@needs_native
-@pytest.mark.numpy_engine
 @pytest.mark.parametrize("threads", [1, 4])
 def test_a_transformer_blocks_chains_take_their_own_loops_with_numpys_bits(
         threads, monkeypatch):
     import keras
-
-    from keras_ipu.device.compiler import fusion
-    from keras_ipu.device.native import threads as host_threads
 
     # fit_throughput's transformer block, small: attention's softmax and the
     # two LayerNormalizations trace to the chains the C kernel matches
@@ -768,20 +725,8 @@ def test_a_transformer_blocks_chains_take_their_own_loops_with_numpys_bits(
     # program on zero rows.
     ours = {"softmax_exp", "softmax_forward", "softmax_backward", "layer_norm",
             "layer_norm_backward"}
-    captured = []
-
-    def capture(chain, results, in_avals, donate, fallback, *rest):
-        kernel = native_fusion.native_kernel(chain, results, in_avals, donate, fallback, *rest)
-        captured.append((native_fusion.native_kernel(chain, results, in_avals, donate,
-                                                     _no_fallback, *rest),
-                         in_avals, fallback))
-        return kernel
-
-    if threads > 1:
-        monkeypatch.setattr(host_threads, "_cap", threads)
-        monkeypatch.setattr(host_threads, "NATIVE_ELEMENTS_PER_THREAD", 100)
-        monkeypatch.setattr(host_threads, "ELEMENTS_PER_THREAD", 100)
-    monkeypatch.setattr(fusion, "native_kernel", capture)
+    _split_chains(monkeypatch, threads)
+    captured = _captured_chains(monkeypatch)
     layers = keras.layers
     tokens = keras.Input((8,), dtype="int32")
     x = layers.Embedding(50, 16 + threads)(tokens)  # a width per case: no reused program
