@@ -12,9 +12,10 @@ statistic). Transcendentals (exp, log, tanh, the logistic function, any
 float32 unary primitive whose kernel is a NumPy ufunc) qualify through
 NumPy's own loops: NumPy's SIMD versions round differently from libm's, so
 the C kernel calls the loop NumPy's ufunc runs (numpy_loops.py), block by
-block, and gets its bits. A few chains every model emits (Keras' Adam
-update, a Dense layer's bias + ReLU) have their own loop in the C kernel, found by matching the program
-this module builds word for word (_elementwise.c's WHOLE_CHAINS).
+block, and gets its bits. A few chains models emit (Keras' Adam update, a
+Dense layer's bias + ReLU, a transformer block's softmax and LayerNorm)
+have their own loop in the C kernel, found by matching the program this
+module builds word for word (_elementwise.c's WHOLE_CHAINS).
 
 At run time a full-size operand whose rows lie apart (a column slice's
 view, such as an LSTM cell's gates cut from one product) is read in place,
