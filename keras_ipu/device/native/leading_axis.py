@@ -47,12 +47,14 @@ def _static(avals):
 STREAMING_MAX_THREADS = 4
 
 
-def _plan(out_aval, size=None, streaming=False):
+def _plan(out_aval, size=None, streaming=False, blocks_anyway=False):
     """(threads, row blocks) for a kernel over `size` elements (the
     output's by default) with `out_aval.shape[0]` rows; None: one thread.
     `streaming`: one read and one write per element, which splits only
     where a second thread adds memory bandwidth (threads.streaming_scales),
-    over at most STREAMING_MAX_THREADS."""
+    over at most STREAMING_MAX_THREADS. `blocks_anyway` (a sum, whose bits
+    depend on its blocks): elsewhere the same blocks on one thread, so that
+    a timing probe never changes the bits."""
     shape = tuple(out_aval.shape)
     if not shape or shape[0] < 2:
         return None
@@ -61,9 +63,12 @@ def _plan(out_aval, size=None, streaming=False):
     threads = min(host_threads.threads_for_elements(size), shape[0])
     if streaming:
         threads = min(threads, STREAMING_MAX_THREADS)
-    if threads <= 1 or (streaming and not host_threads.streaming_scales()):
+    if threads <= 1:
         return None
-    return threads, host_threads.ranges(shape[0], 1, threads)
+    blocks = host_threads.ranges(shape[0], 1, threads)
+    if streaming and not host_threads.streaming_scales():
+        return (1, blocks) if blocks_anyway else None
+    return threads, blocks
 
 
 def _run_rows(part, threads, blocks):
@@ -169,7 +174,7 @@ def split_sum(kernel, in_avals, out_aval, axes):
             or x_aval.dtype not in native.FLOAT_DTYPES):
         return None
     # The operand's rows: the result has none.
-    planned = _plan(x_aval, streaming=getattr(kernel, "streams", False))
+    planned = _plan(x_aval, streaming=getattr(kernel, "streams", False), blocks_anyway=True)
     if planned is None:
         return None
     threads, blocks = planned

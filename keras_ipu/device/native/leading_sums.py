@@ -24,7 +24,13 @@ by rows on the C pool where bandwidth scales (row_split): each task adds
 its block of rows in order into a partial sum, and the partials are added
 in block order (the same order as leading_axis.split_sum's, in one C call
 and without a Python thread per block). Its bits then depend on the
-number of blocks, as the Python split's did. On a 16-core host the Python
+number of blocks, as the Python split's did. The blocks therefore follow
+from the sum's size and the thread cap alone: where bandwidth does not
+scale (a probe of about 20 ms, threads.streaming_scales, whose answer
+varied between runs of the transformer on the 2-core VM: its loss after
+one epoch took one of two values at two threads, issue 16, twenty-third
+pass, s23det), the same blocks run on the caller's thread alone, as while
+backing off. On a 16-core host the Python
 split of the 32-column sum ran 1.16 / 0.85 / 0.78 / 1.01 / 1.59 ms at 1 /
 2 / 4 / 8 / 16 threads (issue 16, sixteenth pass): slower from 8 threads
 on, its blocks each a Python call under the interpreter lock.
@@ -60,7 +66,11 @@ def leading_sum_kernel(x_aval, axes):
     reduce, empty = np.add.reduce, np.empty
     rows = int(np.prod(x_aval.shape[:len(axes)], dtype=np.int64))
     threads, width = host_threads.sum_split(rows, cols)
-    if threads == 1:
+    # Column blocks where bandwidth scales, else the whole sum here: NumPy's
+    # bits either way, so never row blocks (their bits would then follow
+    # threads.streaming_scales, a timing probe).
+    by_columns = host_threads.sum_column_threads(rows, cols) > 1
+    if threads == 1 and not by_columns:
         by_rows = row_split(rows, cols)
         if by_rows is not None:
             return _row_block_sum(sum_rows, out_shape, axes, rows, cols, *by_rows)
@@ -83,36 +93,45 @@ def leading_sum_kernel(x_aval, axes):
             return out
         return reduce(x, axis=axes)
 
-    # At memory speed, as a copy: leading_axis.split_sum splits its rows
-    # only where a second thread adds bandwidth (threads.streaming_scales).
-    sum_leading_axes.streams = True
+    if by_columns:
+        sum_leading_axes.splits_itself = True  # leading_axis.split_sum leaves it
+    else:
+        # At memory speed, as a copy: leading_axis.split_sum splits its rows
+        # over threads only where a second thread adds bandwidth
+        # (threads.streaming_scales).
+        sum_leading_axes.streams = True
     return sum_leading_axes
 
 
 def row_split(rows, cols):
     """(threads, rows per task) of a float32 sum of `rows` x `cols` in row
-    blocks on the C pool (module doc), two tasks per thread: where the
-    column blocks (threads.sum_split) cannot split it, the C kernel takes
-    row blocks (an extension built before them does not), and a second
-    thread adds memory bandwidth (threads.streaming_scales; not this
-    project's 2-core VM, where such a sum stays on one thread); None
-    otherwise."""
+    blocks (module doc), two tasks per thread: where the column blocks
+    (threads.sum_split) cannot split it and the C kernel takes row blocks
+    (an extension built before them does not); None otherwise. `threads`
+    is 1 where a second thread adds no memory bandwidth
+    (threads.streaming_scales; this project's 2-core VM): the same blocks,
+    so the same bits, on the caller's thread."""
     if (not getattr(native.elementwise, "SUM_ROW_BLOCKS", 0)
             or not product_pool.tasks_available()):
         return None
     threads = min(host_threads.chain_threads(rows * cols), rows)
-    if threads <= 1 or not host_threads.streaming_scales():
+    if threads <= 1:
         return None
-    return threads, -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
+    block_rows = -(-rows // (threads * host_threads.BLOCKS_PER_THREAD))
+    return (threads if host_threads.streaming_scales() else 1), block_rows
 
 
 def _row_block_sum(sum_rows, out_shape, axes, rows, cols, threads, block_rows):
     blocks = -(-rows // block_rows)
     reduce, empty = np.add.reduce, np.empty
-    # While backing off, the same row blocks on the caller's thread alone
-    # (threads 1): the partials, so the bits, depend on the blocks.
-    run = host_threads.split_kernel(sum_rows, threads, blocks, 0, block_rows,
-                                    whole=lambda *args: sum_rows(*args, 1, 0, block_rows))
+    # While backing off, or where bandwidth does not scale (threads 1), the
+    # same row blocks on the caller's thread alone: the partials, so the
+    # bits, depend on the blocks.
+    def whole(*args):
+        return sum_rows(*args, 1, 0, block_rows)
+
+    run = (host_threads.split_kernel(sum_rows, threads, blocks, 0, block_rows, whole=whole)
+           if threads > 1 else whole)
 
     def sum_leading_axes_in_row_blocks(x):
         partials = empty((blocks, cols), _F32)

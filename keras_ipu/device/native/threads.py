@@ -484,6 +484,15 @@ def chain_threads(n, loop_calls=0, wide=False):
 SUM_TASK_COLUMNS = 64
 
 
+def sum_column_threads(rows, cols):
+    """The threads sum_split's column blocks would take where bandwidth
+    scales, whatever streaming_scales says (1: none): a sum they can take
+    keeps NumPy's bits on any host, never row blocks' (leading_sums.py)."""
+    if not product_pool.tasks_available():
+        return 1
+    return max(1, min(chain_threads(rows * cols), cols // SUM_TASK_COLUMNS))
+
+
 def sum_split(rows, cols):
     """(threads, columns per task) of a float32 sum of `rows` rows of
     `cols` columns (native/leading_sums.py) on the C pool, in column blocks
@@ -494,9 +503,7 @@ def sum_split(rows, cols):
     adds bandwidth (streaming_scales; on this project's 2-core VM a
     4096x512 sum took 0.286 ms on one thread and 0.391 in four column
     blocks on two, minima at load 10)."""
-    if not product_pool.tasks_available():
-        return 1, cols
-    threads = min(chain_threads(rows * cols), cols // SUM_TASK_COLUMNS)
+    threads = sum_column_threads(rows, cols)
     if threads <= 1 or not streaming_scales():
         return 1, cols
     width = -(-cols // (threads * BLOCKS_PER_THREAD))
