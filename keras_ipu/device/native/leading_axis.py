@@ -21,7 +21,9 @@ memory bandwidth (threads.streaming_scales; not this project's 2-core
 VM). NumPy's sums over leading axes and its pooling run far below the
 memory's speed, so they split wherever their size is worth it; the C sum
 over leading axes (leading_sums.py, `streams`) runs at the memory's
-speed and splits as the streaming kernels do. Every split kernel returns a new array (never a view of an
+speed and splits over threads as the streaming kernels do, its row
+blocks on the caller elsewhere (a sum's bits depend on its blocks, which
+must not follow a timing probe). Every split kernel returns a new array (never a view of an
 operand), as donation.py's `fresh_outputs` assumes of ufunc results.
 """
 
