@@ -680,29 +680,24 @@ VECTOR_CLONES __attribute__((noinline)) static void layer_norm_backward(
     }
 }
 
+/* An entry of WHOLE_CHAINS: its words' count taken from the array itself. */
+#define WHOLE_CHAIN(name, words, fn) {name, words, sizeof(words) / sizeof((words)[0]), fn}
+
 static const struct {
     const char *name;
     const int32_t *words;
     Py_ssize_t n_words;
     whole_fn fn;
 } WHOLE_CHAINS[] = {
-    {"adam", ADAM_WORDS, sizeof(ADAM_WORDS) / sizeof(ADAM_WORDS[0]), adam_update},
-    {"adamw", ADAMW_WORDS, sizeof(ADAMW_WORDS) / sizeof(ADAMW_WORDS[0]), adamw_update},
-    {"sgd_momentum", SGD_MOMENTUM_WORDS,
-     sizeof(SGD_MOMENTUM_WORDS) / sizeof(SGD_MOMENTUM_WORDS[0]), sgd_momentum_update},
-    {"bias_relu", BIAS_RELU_WORDS, sizeof(BIAS_RELU_WORDS) / sizeof(BIAS_RELU_WORDS[0]),
-     bias_relu},
-    {"softmax_forward", SOFTMAX_FORWARD_WORDS,
-     sizeof(SOFTMAX_FORWARD_WORDS) / sizeof(SOFTMAX_FORWARD_WORDS[0]), softmax_forward},
-    {"softmax_backward", SOFTMAX_BACKWARD_WORDS,
-     sizeof(SOFTMAX_BACKWARD_WORDS) / sizeof(SOFTMAX_BACKWARD_WORDS[0]), softmax_backward},
-    {"layer_norm", LAYER_NORM_WORDS, sizeof(LAYER_NORM_WORDS) / sizeof(LAYER_NORM_WORDS[0]),
-     layer_norm},
-    {"layer_norm_backward", LAYER_NORM_BACKWARD_WORDS,
-     sizeof(LAYER_NORM_BACKWARD_WORDS) / sizeof(LAYER_NORM_BACKWARD_WORDS[0]),
-     layer_norm_backward},
-    {"softmax_exp", SOFTMAX_EXP_WORDS, sizeof(SOFTMAX_EXP_WORDS) / sizeof(SOFTMAX_EXP_WORDS[0]),
-     softmax_exp},
+    WHOLE_CHAIN("adam", ADAM_WORDS, adam_update),
+    WHOLE_CHAIN("adamw", ADAMW_WORDS, adamw_update),
+    WHOLE_CHAIN("sgd_momentum", SGD_MOMENTUM_WORDS, sgd_momentum_update),
+    WHOLE_CHAIN("bias_relu", BIAS_RELU_WORDS, bias_relu),
+    WHOLE_CHAIN("softmax_forward", SOFTMAX_FORWARD_WORDS, softmax_forward),
+    WHOLE_CHAIN("softmax_backward", SOFTMAX_BACKWARD_WORDS, softmax_backward),
+    WHOLE_CHAIN("layer_norm", LAYER_NORM_WORDS, layer_norm),
+    WHOLE_CHAIN("layer_norm_backward", LAYER_NORM_BACKWARD_WORDS, layer_norm_backward),
+    WHOLE_CHAIN("softmax_exp", SOFTMAX_EXP_WORDS, softmax_exp),
 };
 #define N_WHOLE_CHAINS ((int)(sizeof(WHOLE_CHAINS) / sizeof(WHOLE_CHAINS[0])))
 
